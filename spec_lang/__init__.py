@@ -1,0 +1,26 @@
+"""shardc's front end: the type DSL, its IR, its printer, and JAX interop."""
+
+from spec_lang.errors import SpecError
+from spec_lang.ir import DTYPES, AxisType, Dim, Mesh, TensorType
+from spec_lang.parser import parse, parse_mesh, parse_shard_order
+from spec_lang.printer import format_type
+
+
+def from_jax(spec_or_sharding, shape=None, dtype=None, mesh=None):  # noqa: ANN001, ANN201
+    """PartitionSpec / NamedSharding (or a jax.Array) -> TensorType. jax is imported lazily."""
+    from spec_lang.jax_interop import from_jax as _from_jax
+
+    return _from_jax(spec_or_sharding, shape=shape, dtype=dtype, mesh=mesh)
+
+
+def to_jax(t, mesh):  # noqa: ANN001, ANN201
+    """TensorType -> jax.sharding.NamedSharding on the first N devices."""
+    from spec_lang.jax_interop import to_jax as _to_jax
+
+    return _to_jax(t, mesh)
+
+
+__all__ = [
+    "DTYPES", "AxisType", "Dim", "Mesh", "SpecError", "TensorType",
+    "format_type", "from_jax", "parse", "parse_mesh", "parse_shard_order", "to_jax",
+]

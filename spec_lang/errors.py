@@ -1,0 +1,46 @@
+"""The one error type every public entry point raises for bad input."""
+
+from __future__ import annotations
+
+
+class SpecError(ValueError):
+    """Bad input: names the problem, marks its position with a caret, says how to fix it.
+
+    ``text`` is the string that was being read (a type, a mesh, a shard_order) and
+    ``pos`` the 0-based offset of the offending character in it.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        text: str | None = None,
+        pos: int | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.message = message
+        self.text = text
+        self.pos = pos
+        self.hint = hint
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        lines = [self.message]
+        if self.text is not None:
+            lines.append(f"    {self.text}")
+            if self.pos is not None:
+                pos = max(0, min(self.pos, len(self.text)))
+                lines.append("    " + " " * pos + "^")
+        if self.hint:
+            lines.append(f"hint: {self.hint}")
+        return "\n".join(lines)
+
+
+def locate(text: str | None, word: str, start: int = 0) -> int | None:
+    """Offset of ``word`` as a whole identifier in ``text`` (for carets on semantic errors)."""
+    if text is None:
+        return None
+    import re
+
+    m = re.search(rf"(?<![A-Za-z0-9_]){re.escape(word)}(?![A-Za-z0-9_])", text[start:])
+    return None if m is None else start + m.start()

@@ -1,0 +1,27 @@
+"""The one canonical printer: JAX's format (``float32[8@(dp,tp),16]{U:tp}``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from spec_lang.ir import TensorType
+
+# Annotation groups print in this order, as JAX prints unreduced before reduced.
+_KIND_ORDER = ("U", "P(avg)", "P(max)", "P(min)", "R", "I", "V")
+
+
+def _axes(axes: tuple[str, ...]) -> str:
+    return axes[0] if len(axes) == 1 else "(" + ",".join(axes) + ")"
+
+
+def format_type(t: TensorType, short_dtype: bool = False) -> str:
+    from spec_lang.ir import DTYPES
+
+    dtype = DTYPES[t.dtype][0] if short_dtype else t.dtype
+    dims = ",".join(f"{d.size}@{_axes(d.axes)}" if d.axes else str(d.size) for d in t.dims)
+    groups: dict[str, list[str]] = {}
+    for name, at in t.axis_types:
+        groups.setdefault(at.code, []).append(name)
+    ann = ", ".join(f"{code}:{_axes(tuple(groups[code]))}" for code in _KIND_ORDER if code in groups)
+    return f"{dtype}[{dims}]" + (f"{{{ann}}}" if ann else "")
