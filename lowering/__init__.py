@@ -1,14 +1,47 @@
 """Lowering: checks, layout algebra, DTensor placements, planner, cost model, simulator.
 
-Imports neither torch nor jax at module level.
+Imports neither torch nor jax at module level; names resolve lazily from their modules.
 """
 
-from lowering.checks import check_type, resolve
-from lowering.layout import boxes, local_shape, local_shapes, local_slices
-from lowering.program import Cost, Program, Step
-from lowering.simulate import simulate
+from __future__ import annotations
 
-__all__ = [
-    "Cost", "Program", "Step", "boxes", "check_type", "local_shape", "local_shapes",
-    "local_slices", "resolve", "simulate",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    # layout algebra
+    "boxes": "lowering.layout",
+    "local_shape": "lowering.layout",
+    "local_shapes": "lowering.layout",
+    "local_slices": "lowering.layout",
+    # checks
+    "check_type": "lowering.checks",
+    "resolve": "lowering.checks",
+    "check_placements": "lowering.placements",
+    # DTensor placements
+    "to_placements": "lowering.placements",
+    "from_placements": "lowering.placements",
+    # programs, planning, cost
+    "Cost": "lowering.program",
+    "Program": "lowering.program",
+    "Step": "lowering.program",
+    "CostModel": "lowering.cost",
+    "compile": "lowering.planner",
+    "lower_bound": "lowering.lower_bound",
+    "simulate": "lowering.simulate",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lowering' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
