@@ -1,0 +1,149 @@
+"""The moves the planner searches over: each one is a typed step ``state -> state``.
+
+States are *erased* TensorTypes: R and I look the same here (they differ only in
+their gradient), so a state keeps just its dims, its P axes and its V axes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from spec_lang.ir import AxisType, Dim, Mesh, TensorType
+
+
+@dataclass(frozen=True)
+class Move:
+    """A candidate step before it is priced: kind, group axes, dims and the next state."""
+
+    kind: str
+    axes: tuple[str, ...]
+    dims: tuple[int, ...]
+    dst: TensorType
+
+
+def erase(t: TensorType) -> TensorType:
+    """Drop R/I annotations (forward values are the same); keep P and V."""
+    return t.replace(axis_types=tuple((a, at) for a, at in t.axis_types if at.kind in ("P", "V")))
+
+
+def with_dims(t: TensorType, axes_per_dim: list[tuple[str, ...]]) -> TensorType:
+    return t.replace(dims=tuple(Dim(d.size, ax) for d, ax in zip(t.dims, axes_per_dim)))
+
+
+def with_partial(t: TensorType, axes: set[str], op: str, mesh: Mesh) -> TensorType:
+    keep = [(a, at) for a, at in t.axis_types if at.kind != "P"]
+    keep += [(a, AxisType("P", op)) for a in mesh.names if a in axes]
+    return t.replace(axis_types=tuple(keep))
+
+
+def replicated(t: TensorType, mesh: Mesh) -> list[str]:
+    used = set(t.sharded_axes) | {a for a, _ in t.axis_types}
+    return [a for a in mesh.names if a not in used]
+
+
+def involved_axes(a: TensorType, b: TensorType, mesh: Mesh) -> tuple[str, ...]:
+    """Axes whose block position differs between a and b (past each dim's common prefix)."""
+    out: set[str] = set()
+    for da, db in zip(a.dims, b.dims):
+        p = 0
+        while p < min(len(da.axes), len(db.axes)) and da.axes[p] == db.axes[p]:
+            p += 1
+        out.update(da.axes[p:])
+        out.update(db.axes[p:])
+    return tuple(x for x in mesh.names if x in out)
+
+
+def exchange_move(a: TensorType, b: TensorType, mesh: Mesh) -> Move | None:
+    """An exact box exchange from a to b, if one is valid (group blocks disjoint in a)."""
+    if a == b or set(a.partial_axes) != set(b.partial_axes):
+        return None
+    group = involved_axes(a, b, mesh)
+    if not group or not set(group) <= set(a.sharded_axes):
+        return None
+    dims = tuple(i for i, (da, db) in enumerate(zip(a.dims, b.dims)) if da.axes != db.axes)
+    return Move("all_to_all", group, dims, b)
+
+
+def moves(t: TensorType, goal: TensorType, mesh: Mesh, op: str) -> Iterator[Move]:
+    """Every move the search considers from state ``t`` towards ``goal`` (both erased)."""
+    dims = [d.axes for d in t.dims]
+    goal_dim = {a: i for i, d in enumerate(goal.dims) for a in d.axes}
+    goal_p = set(goal.partial_axes)
+    cur_p = set(t.partial_axes)
+    pending = [a for a in mesh.names if a in cur_p and a not in goal_p]
+    repl = replicated(t, mesh)
+    repl_goal = set(replicated(goal, mesh))
+
+    # local slices: shard a replicated axis onto the dim the goal wants it on, or
+    # (while a reduction is pending) onto any dim, to split the reduction's work
+    for a in repl:
+        targets = [goal_dim[a]] if a in goal_dim else (range(t.ndim) if pending and a in repl_goal else [])
+        for k in targets:
+            nd = list(dims)
+            nd[k] = nd[k] + (a,)
+            yield Move("slice", (a,), (k,), with_dims(t, nd))
+
+    # all_gather a minor suffix of one dim (several axes: one flattened collective)
+    for k, ax in enumerate(dims):
+        for n in range(1, len(ax) + 1):
+            nd = list(dims)
+            nd[k] = ax[:-n]
+            yield Move("all_gather", ax[-n:], (k,), with_dims(t, nd))
+
+    # all_to_all a minor suffix of dim i onto the minor end of dim j
+    for i, ax in enumerate(dims):
+        for n in range(1, len(ax) + 1):
+            for j in range(t.ndim):
+                if j == i:
+                    continue
+                nd = list(dims)
+                nd[i] = ax[:-n]
+                nd[j] = nd[j] + ax[-n:]
+                m = exchange_move(t, with_dims(t, nd), mesh)
+                if m is not None:
+                    yield m
+
+    # direct exchanges: to the goal's dims, and to the normal form (the goal's dims
+    # plus the axes still to be gathered, kept minor on their current dim or moved)
+    goal_dims = [d.axes for d in goal.dims]
+    extra = [a for a in t.sharded_axes if a not in goal_dim]
+    targets = [goal_dims]
+    if extra:
+        nf = [tuple(g) + tuple(a for a in dims[k] if a in extra) for k, g in enumerate(goal_dims)]
+        targets.append(nf)
+        for k in range(t.ndim):
+            alt = [tuple(g) for g in goal_dims]
+            alt[k] = alt[k] + tuple(extra)
+            targets.append(alt)
+    for nd in targets:
+        m = exchange_move(t, with_dims(t, list(nd)), mesh)
+        if m is not None:
+            yield m
+
+    # reductions of the pending partial axes
+    if pending:
+        groups: list[tuple[str, ...]] = [tuple(pending)] + [(a,) for a in pending] if len(pending) > 1 else [
+            tuple(pending)
+        ]
+        for k in range(t.ndim):
+            want = tuple(a for a in goal.dims[k].axes if a in pending)
+            for x in ([want] if want else []) + groups:
+                nd = list(dims)
+                nd[k] = nd[k] + x
+                yield Move("reduce_scatter", x, (k,), with_partial(with_dims(t, nd), cur_p - set(x), op, mesh))
+        for x in groups:
+            yield Move("all_reduce", x, (), with_partial(t, cur_p - set(x), op, mesh))
+
+    # converts into the goal's new partial axes (free, local)
+    goal_op = goal.partial_op or op
+    for a in goal_p - cur_p:
+        if a in repl:
+            kind = "zero_fill" if goal_op == "sum" else "reinterpret"
+            yield Move(kind, (a,), (), with_partial(t, cur_p | {a}, goal_op, mesh))
+        elif goal_op == "sum":
+            for k, ax in enumerate(dims):
+                if ax and ax[-1] == a:
+                    nd = list(dims)
+                    nd[k] = ax[:-1]
+                    yield Move("zero_pad", (a,), (k,), with_partial(with_dims(t, nd), cur_p | {a}, goal_op, mesh))

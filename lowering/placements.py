@@ -1,0 +1,397 @@
+"""DTensor placements <-> shardc types, with seed 003's placements/shard_order rules.
+
+DTensor describes a layout mesh-centrically: one placement per mesh axis (``Shard(d)``,
+``Replicate()``, ``Partial(op)``), plus an optional tensor-centric ``shard_order``
+``{dim: [mesh dims major->minor]}`` when several mesh axes shard one dim in an order
+that is not mesh order. Public ``distribute_tensor`` takes no ``shard_order``, so the
+same order can also be written with ``_StridedShard(dim, split_factor)`` placements
+(torch's ``DTensorSpec._convert_shard_order_to_StridedShard``).
+
+Everything here except ``to_placements`` is torch-free: placements are normalized to
+``PlacementSpec`` (a tiny frozen record), which torch objects, ``PlacementSpec`` values
+and short strings (``S(0)``, ``_S(0,4)``, ``R``, ``P``, ``P(avg)``) all convert to.
+That keeps ``shardc parse`` and the checks importable without torch.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from spec_lang.errors import SpecError
+from spec_lang.ir import REDUCE_OPS, AxisType, Dim, Mesh, TensorType, canonical_dtype
+from spec_lang.parser import parse_mesh, parse_shard_order
+
+_ORDER_HINT = "write shard_order as {tensor_dim: [mesh dims major->minor]}, e.g. {0: ['tp', 'dp']}"
+
+
+@dataclass(frozen=True)
+class PlacementSpec:
+    """A torch-free placement: kind ``S`` (Shard), ``_S`` (_StridedShard), ``R`` or ``P``."""
+
+    kind: str
+    dim: int = -1
+    split_factor: int = 1
+    op: str = "sum"
+
+    def __str__(self) -> str:
+        if self.kind == "S":
+            return f"S({self.dim})"
+        if self.kind == "_S":
+            return f"_S({self.dim},{self.split_factor})"
+        if self.kind == "P":
+            return f"P({self.op})"
+        return "R"
+
+    @property
+    def is_shard(self) -> bool:
+        return self.kind in ("S", "_S")
+
+
+_TEXT_RE = re.compile(
+    r"^\s*(?:(?P<s>S)\(\s*(?P<sd>-?\d+)\s*\)|(?P<ss>_S)\(\s*(?P<ssd>-?\d+)\s*,\s*(?:sf\s*=\s*|split_factor\s*=\s*)?"
+    r"(?P<sf>\d+)\s*\)|(?P<r>R)|(?P<p>P)(?:\(\s*(?P<op>[a-z_]+)\s*\))?)\s*$"
+)
+
+
+def _spec_from_text(text: str) -> PlacementSpec:
+    m = _TEXT_RE.match(text)
+    if m is None:
+        raise SpecError(
+            f"unknown placement {text.strip()!r}", text=text, pos=0,
+            hint="write placements as S(d), _S(d,split_factor), R, P or P(op)",
+        )
+    if m["s"]:
+        return PlacementSpec("S", int(m["sd"]))
+    if m["ss"]:
+        return PlacementSpec("_S", int(m["ssd"]), int(m["sf"]))
+    if m["r"]:
+        return PlacementSpec("R")
+    return PlacementSpec("P", op=m["op"] or "sum")
+
+
+def parse_placements(text: str) -> list[PlacementSpec]:
+    """``"S(0),_S(0,4),R,P(avg)"`` -> PlacementSpecs (the corpus and CLI text form)."""
+    parts = re.findall(r"_?S\([^)]*\)|P\([^)]*\)|[^,\s]+", text)
+    return [_spec_from_text(p) for p in parts]
+
+
+def as_spec(p: Any) -> PlacementSpec:
+    """A torch placement, PlacementSpec or string -> PlacementSpec, without importing torch."""
+    if isinstance(p, PlacementSpec):
+        return p
+    if isinstance(p, str):
+        return _spec_from_text(p)
+    name = type(p).__name__
+    if name == "_StridedShard":
+        return PlacementSpec("_S", int(p.dim), int(p.split_factor))
+    if name == "Shard":
+        return PlacementSpec("S", int(p.dim))
+    if name == "Replicate":
+        return PlacementSpec("R")
+    if name == "Partial":
+        return PlacementSpec("P", op=str(getattr(p, "reduce_op", "sum")))
+    raise SpecError(
+        f"unsupported placement {p!r} ({name})",
+        hint="shardc understands Shard, _StridedShard, Replicate and Partial",
+    )
+
+
+def format_placements(placements: Sequence[Any]) -> str:
+    """``S(0),_S(0,4),R,P(sum)`` for torch placements, PlacementSpecs or strings (torch-free)."""
+    return ",".join(str(as_spec(p)) for p in placements)
+
+
+def as_mesh(mesh: Mesh | str | Any) -> Mesh:
+    """A shardc Mesh, a mesh string (``dp=2,tp=4``) or a named torch DeviceMesh -> Mesh."""
+    if isinstance(mesh, (Mesh, str)):
+        return parse_mesh(mesh)
+    names = getattr(mesh, "mesh_dim_names", None)
+    if names is not None and hasattr(mesh, "mesh"):
+        return Mesh(tuple(names), tuple(int(s) for s in mesh.mesh.shape))
+    if hasattr(mesh, "mesh"):
+        raise SpecError("the DeviceMesh has no mesh_dim_names", hint="pass mesh_dim_names=... to init_device_mesh")
+    raise SpecError(f"expected a mesh, got {type(mesh).__name__}", hint="give a mesh like dp=2,tp=4")
+
+
+# ---- type -> placements ---------------------------------------------------------------
+
+
+def placement_specs(
+    t: TensorType | str, mesh: Mesh | str | Any, *, strided: bool = False
+) -> tuple[list[PlacementSpec], dict[int, list[str]]]:
+    """The torch-free core of ``to_placements`` (same results, as PlacementSpecs)."""
+    from lowering.checks import resolve
+
+    tt, m = resolve(t, as_mesh(mesh))
+    out: list[PlacementSpec] = []
+    for name in m.names:
+        d = tt.dim_of(name)
+        if d is not None:
+            out.append(PlacementSpec("S", d))
+            continue
+        at = tt.axis_type(name)
+        if at.kind == "V":
+            raise SpecError(
+                f"mesh axis {name!r} is Varying (V): DTensor has no placement for per-rank values",
+                text=str(tt), pos=str(tt).find("{"),
+                hint="V is shard_map's local view; give the global sharding (8@axis) instead",
+            )
+        out.append(PlacementSpec("P", op=at.op) if at.kind == "P" else PlacementSpec("R"))
+    order = {
+        d: list(dim.axes) for d, dim in enumerate(tt.dims)
+        if len(dim.axes) > 1 and list(dim.axes) != sorted(dim.axes, key=m.index)
+    }
+    if not strided:
+        return out, order
+    for d, axes in order.items():
+        mdims = [m.index(a) for a in axes]
+        for idx, md in enumerate(mdims):
+            # torch: product of the sizes of mesh dims earlier in the order but later in placements
+            sf = math.prod(m.sizes[i] for i in mdims[:idx] if i > md)
+            out[md] = PlacementSpec("S", d) if sf == 1 else PlacementSpec("_S", d, sf)
+    return out, {}
+
+
+def to_placements(
+    t: TensorType | str, mesh: Mesh | str | Any, *, strided: bool = False
+) -> tuple[list[Any], dict[int, list[str]]]:
+    """DTensor placements (one per mesh axis) and a sparse shard_order for ``t``.
+
+    shard_order maps a tensor dim to mesh axis names (major->minor) and lists only dims
+    with 2+ axes in a non-mesh order. ``strided=True`` returns the ``_StridedShard``
+    form that public ``distribute_tensor`` accepts instead, with an empty shard_order.
+    R and I both become ``Replicate()`` (DTensor has no gradient-type distinction).
+    """
+    specs, order = placement_specs(t, mesh, strided=strided)
+    return [_to_torch(s) for s in specs], order
+
+
+def _to_torch(s: PlacementSpec) -> Any:
+    from torch.distributed.tensor import Partial, Replicate, Shard
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    if s.kind == "S":
+        return Shard(s.dim)
+    if s.kind == "_S":
+        return _StridedShard(s.dim, split_factor=s.split_factor)
+    if s.kind == "P":
+        return Partial(s.op)
+    return Replicate()
+
+
+# ---- checks -------------------------------------------------------------------------
+
+
+def _err(msg: str, placements: list[PlacementSpec], at: int | None, hint: str) -> SpecError:
+    """A SpecError with a caret under placement ``at`` of the placements text."""
+    text = format_placements(placements)
+    pos = None
+    if at is not None:
+        pos = sum(len(str(p)) + 1 for p in placements[:at])
+    return SpecError(msg, text=text, pos=pos, hint=hint)
+
+
+def _order_err(msg: str, src: str | None, needle: str | None, hint: str) -> SpecError:
+    """A SpecError with a caret in the shard_order text (given or printed)."""
+    pos = None
+    if src is not None and needle is not None:
+        pos = src.find(needle)
+        pos = None if pos < 0 else pos
+    return SpecError(msg, text=src, pos=pos, hint=hint)
+
+
+def check_placements(
+    placements: Sequence[Any],
+    shard_order: Mapping[int, Sequence[int | str]] | str | None,
+    mesh: Mesh | str | Any,
+    ndim: int,
+) -> tuple[list[PlacementSpec], dict[int, tuple[int, ...]]]:
+    """Apply seed 003's placements/shard_order rules; each broken rule has its own SpecError.
+
+    Returns the normalized placements (negative Shard dims resolved) and the shard_order
+    as ``{tensor_dim: mesh dim indices}``, so callers need not re-validate.
+    """
+    m = as_mesh(mesh)
+    if isinstance(placements, (str, bytes)):
+        placements = parse_placements(str(placements))
+    specs = [as_spec(p) for p in placements]
+    if len(specs) != m.ndim:
+        raise _err(
+            f"{len(specs)} placements for a {m.ndim}-d mesh {m}", specs, None,
+            f"give exactly one placement per mesh dim ({', '.join(m.names)})",
+        )
+    for i, s in enumerate(specs):
+        if s.is_shard:
+            if not -ndim <= s.dim < ndim:
+                raise _err(
+                    f"placement {s} on mesh dim {m.names[i]!r} shards tensor dim {s.dim}, "
+                    f"out of range for a {ndim}-d tensor", specs, i,
+                    f"tensor dims are 0..{ndim - 1}",
+                )
+            if s.dim < 0:
+                specs[i] = s = PlacementSpec(s.kind, s.dim + ndim, s.split_factor)
+            if s.kind == "_S" and s.split_factor < 1:
+                raise _err(f"split_factor {s.split_factor} < 1", specs, i, "split_factor is at least 1")
+        elif s.kind == "P" and s.op not in REDUCE_OPS:
+            raise _err(f"unknown Partial reduce op {s.op!r}", specs, i, f"use one of {', '.join(REDUCE_OPS)}")
+    src = shard_order if isinstance(shard_order, str) else None
+    if isinstance(shard_order, str):
+        shard_order = parse_shard_order(shard_order)
+    if not shard_order:
+        return specs, {}
+    if not isinstance(shard_order, Mapping):
+        raise SpecError(f"shard_order must be a dict, got {type(shard_order).__name__}", hint=_ORDER_HINT)
+    if src is None:
+        src = "{" + ", ".join(f"{k}: {list(v)}" for k, v in shard_order.items()) + "}"
+    strided_at = next((i for i, s in enumerate(specs) if s.kind == "_S"), None)
+    if strided_at is not None:
+        raise _err(
+            "_StridedShard placements cannot be combined with an explicit shard_order", specs, strided_at,
+            "use either Shard placements + shard_order, or the _StridedShard form alone",
+        )
+    out: dict[int, tuple[int, ...]] = {}
+    used: dict[int, int] = {}
+    for key, refs in shard_order.items():
+        if isinstance(key, bool) or not isinstance(key, int):
+            raise _order_err(f"shard_order key {key!r} is not a tensor dim (int)", src, str(key), _ORDER_HINT)
+        if not 0 <= key < ndim:
+            raise _order_err(
+                f"shard_order tensor dim {key} is out of range for a {ndim}-d tensor", src, f"{key}:",
+                f"tensor dims are 0..{ndim - 1}",
+            )
+        if isinstance(refs, (str, bytes)) or not isinstance(refs, Sequence):
+            raise _order_err(f"shard_order[{key}] must be a list of mesh dims", src, f"{key}:", _ORDER_HINT)
+        mdims: list[int] = []
+        for ref in refs:
+            md = _mesh_dim(ref, m, src)
+            if md in mdims or md in used:
+                raise _order_err(
+                    f"mesh dim {m.names[md]!r} is repeated in shard_order", src, _needle(ref),
+                    "a mesh dim shards at most one tensor dim, once",
+                )
+            p = specs[md]
+            if p.kind in ("P", "R"):
+                what = "Partial" if p.kind == "P" else "Replicate"
+                raise _order_err(
+                    f"shard_order puts mesh dim {m.names[md]!r} on tensor dim {key}, but its placement is "
+                    f"{what} ({p}); placements are never inferred from shard_order", src, _needle(ref),
+                    f"set placements[{md}] = Shard({key}), or drop {m.names[md]!r} from shard_order",
+                )
+            if p.dim != key:
+                raise _order_err(
+                    f"shard_order puts mesh dim {m.names[md]!r} on tensor dim {key}, "
+                    f"but placements say {p} (inconsistent)", src, _needle(ref),
+                    "placements and shard_order must describe the same distribution",
+                )
+            mdims.append(md)
+            used[md] = key
+        need = [i for i, s in enumerate(specs) if s.is_shard and s.dim == key]
+        missing = [m.names[i] for i in need if i not in mdims]
+        if missing or not mdims:
+            raise _order_err(
+                f"shard_order[{key}] must list every mesh dim that shards tensor dim {key}; "
+                f"missing {missing}" if missing else f"shard_order[{key}] is empty", src, f"{key}:",
+                f"list all of {[m.names[i] for i in need]} in the order they apply" if need
+                else f"drop tensor dim {key} from shard_order (nothing shards it)",
+            )
+        out[key] = tuple(mdims)
+    return specs, out
+
+
+def _needle(ref: int | str) -> str:
+    return str(ref)
+
+
+def _mesh_dim(ref: Any, m: Mesh, src: str | None) -> int:
+    if isinstance(ref, bool):
+        ref = str(ref)
+    if isinstance(ref, int):
+        if not 0 <= ref < m.ndim:
+            raise _order_err(
+                f"mesh dim {ref} is out of range for the {m.ndim}-d mesh {m}", src, str(ref),
+                f"mesh dims are 0..{m.ndim - 1} or the names {', '.join(m.names)}",
+            )
+        return ref
+    if isinstance(ref, str) and ref in m:
+        return m.index(ref)
+    raise _order_err(
+        f"unknown mesh dim {ref!r} in shard_order (mesh is {m})", src, str(ref),
+        f"use a mesh dim index or one of {', '.join(m.names)}",
+    )
+
+
+# ---- placements -> type ---------------------------------------------------------------
+
+
+def _strided_order(specs: list[PlacementSpec], m: Mesh) -> dict[int, list[int]]:
+    """Inverse of the _StridedShard conversion (torch's _maybe_convert_StridedShard_to_shard_order)."""
+    orders: dict[int, list[int]] = {}
+    for md in reversed(range(len(specs))):
+        s = specs[md]
+        if not s.is_shard:
+            continue
+        cur = orders.setdefault(s.dim, [])
+        sf = s.split_factor if s.kind == "_S" else 1
+        acc = 1
+        for i in range(len(cur) + 1):
+            if acc == sf:
+                cur.insert(i, md)
+                break
+            if i < len(cur):
+                acc *= m.sizes[cur[i]]
+        else:
+            raise _err(
+                f"placement {s} on mesh dim {m.names[md]!r}: split_factor {sf} matches no order of the "
+                f"mesh dims sharding tensor dim {s.dim}", specs, md,
+                "split_factor must be the product of the sizes of mesh dims applied before it",
+            )
+    return orders
+
+
+def _dtype_name(dtype: Any) -> str:
+    raw = str(dtype).removeprefix("torch.")
+    name = canonical_dtype(raw)
+    if name is None:
+        raise SpecError(f"unknown dtype {dtype!r}", hint="use f32, bf16, f16, f64, i8, i16, i32, i64, u8, bool")
+    return name
+
+
+def from_placements(
+    placements: Sequence[Any],
+    mesh: Mesh | str | Any,
+    shape: Sequence[int],
+    dtype: Any = "f32",
+    shard_order: Mapping[int, Sequence[int | str]] | str | None = None,
+) -> TensorType:
+    """DTensor placements (+ shard_order or _StridedShard) -> TensorType, after ``check_placements``.
+
+    ``Replicate`` becomes an unannotated axis (I) and ``Partial(op)`` becomes ``P(op)``.
+    """
+    m = as_mesh(mesh)
+    try:
+        shape = tuple(int(s) for s in shape)
+    except (TypeError, ValueError):
+        raise SpecError(f"shape must be a sequence of ints, got {shape!r}") from None
+    if any(s < 0 for s in shape):
+        raise SpecError(f"negative size in shape {list(shape)}")
+    specs, order = check_placements(placements, shard_order, m, len(shape))
+    orders = _strided_order(specs, m) if any(s.kind == "_S" for s in specs) else {}
+    if not orders:
+        for md, s in enumerate(specs):
+            if s.is_shard:
+                orders.setdefault(s.dim, []).append(md)
+        for d, mdims in order.items():
+            orders[d] = list(mdims)
+    ops = {s.op for s in specs if s.kind == "P"}
+    if len(ops) > 1:
+        raise _err(
+            f"mixed Partial reduce ops {sorted(ops)}", specs, next(i for i, s in enumerate(specs) if s.kind == "P"),
+            "the order of a mixed reduction changes its value; reduce one op first",
+        )
+    dims = tuple(Dim(size, tuple(m.names[i] for i in orders.get(d, ()))) for d, size in enumerate(shape))
+    axis_types = tuple((m.names[i], AxisType("P", s.op)) for i, s in enumerate(specs) if s.kind == "P")
+    return TensorType(_dtype_name(dtype), dims, axis_types)

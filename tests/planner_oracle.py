@@ -1,0 +1,61 @@
+"""Test helpers: per-rank inputs of a type for a global array, and the expected outputs.
+
+Partial sources get random per-rank contributions whose reduction is the global
+array, so a test checks the program's semantics, not a lucky coincidence.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lowering.layout import boxes, box_slices, group_ranks
+from spec_lang.ir import Mesh, TensorType
+
+
+def shards_of(full: np.ndarray, t: TensorType, mesh: Mesh, rng: np.random.Generator) -> list[np.ndarray]:
+    """Each rank's local block of ``full`` under ``t`` (partial axes split into contributions)."""
+    b = boxes(t, mesh)
+    out = [full[box_slices(b[r])].copy() for r in range(mesh.size)]
+    axes = tuple(a for a in mesh.names if a in t.partial_axes)
+    if not axes:
+        return out
+    op = t.partial_op
+    done: set[int] = set()
+    for r in range(mesh.size):
+        if r in done:
+            continue
+        group = group_ranks(mesh, axes, r)
+        done.update(group)
+        base = out[r]
+        n = len(group)
+        if op == "sum":
+            parts = [rng.integers(-8, 8, size=base.shape).astype(base.dtype) for _ in range(n - 1)]
+            parts.append(base - sum(parts, np.zeros_like(base)))
+        elif op == "avg":
+            parts = [rng.integers(-8, 8, size=base.shape).astype(base.dtype) for _ in range(n - 1)]
+            parts.append(base * n - sum(parts, np.zeros_like(base)))
+        else:  # max / min: one contribution holds the value, the others are beyond it
+            sign = -1 if op == "max" else 1
+            parts = [base + sign * rng.integers(1, 8, size=base.shape).astype(base.dtype) for _ in range(n)]
+            parts[int(rng.integers(0, n))] = base.copy()
+        for q, p in zip(group, parts):
+            out[q] = p
+    return out
+
+
+def expected(full: np.ndarray, t: TensorType, mesh: Mesh) -> list[np.ndarray]:
+    """What every rank must hold under ``t`` for a non-partial ``t``."""
+    return [full[box_slices(b)] for b in boxes(t, mesh)]
+
+
+def reduce_partial(outs: list[np.ndarray], t: TensorType, mesh: Mesh) -> list[np.ndarray]:
+    """Reduce the P axes of ``t`` over per-rank outputs: the value the type denotes per rank."""
+    axes = tuple(a for a in mesh.names if a in t.partial_axes)
+    if not axes:
+        return outs
+    op = t.partial_op
+    red = []
+    for r in range(mesh.size):
+        stack = np.stack([outs[q] for q in group_ranks(mesh, axes, r)])
+        red.append({"sum": stack.sum(0), "avg": stack.mean(0), "max": stack.max(0), "min": stack.min(0)}[op])
+    return red

@@ -1,0 +1,109 @@
+"""``shardc parse TYPE [--mesh M] [--json]``: one type, every form it has.
+
+Prints the canonical type (long and short dtype), the JAX PartitionSpec (or why JAX
+cannot express it), and with ``--mesh`` the DTensor placements, shard_order, the
+``_StridedShard`` form and each rank's slice and local shape. Neither torch nor jax
+is imported: placements are printed in their textual form (``S(0),R,P(sum)``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from spec_lang.errors import SpecError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("type", help="a type, e.g. 'f32[8@(dp,tp),16]{U:cp}' (quote it in the shell)")
+    parser.add_argument("--mesh", help="a mesh, e.g. dp=2,tp=4 (needed for placements and local shapes)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+
+def describe(type_text: str, mesh_text: str | None) -> dict[str, Any]:
+    """Everything ``parse`` prints, as plain data (the --json output)."""
+    from spec_lang.ir import DTYPES
+    from spec_lang.jax_interop import jax_refusal, partition_spec_text
+    from spec_lang.parser import parse
+    from spec_lang.printer import format_type
+
+    if mesh_text is not None:
+        from lowering.checks import resolve
+
+        t, mesh = resolve(type_text, mesh_text)
+    else:
+        t, mesh = parse(type_text), None
+    refusal = jax_refusal(t, mesh)
+    out: dict[str, Any] = {
+        "type": str(t),
+        "short": format_type(t, short_dtype=True),
+        "dtype": t.dtype,
+        "dtype_bytes": DTYPES[t.dtype][1],
+        "shape": list(t.shape),
+        "jax": None if refusal else partition_spec_text(t),
+        "jax_refusal": refusal,
+    }
+    if mesh is None:
+        return out
+    from lowering.layout import local_slices
+    from lowering.placements import format_placements, placement_specs
+
+    out["mesh"] = str(mesh)
+    try:
+        specs, order = placement_specs(t, mesh)
+        strided, _ = placement_specs(t, mesh, strided=True)
+        out["placements"] = format_placements(specs)
+        out["shard_order"] = {str(d): axes for d, axes in order.items()}
+        out["strided_placements"] = format_placements(strided) if order else None
+        out["dtensor_refusal"] = None
+    except SpecError as e:
+        out.update(placements=None, shard_order=None, strided_placements=None, dtensor_refusal=e.message)
+    out["ranks"] = [
+        {
+            "rank": r,
+            "coords": dict(zip(mesh.names, mesh.coords(r))),
+            "slices": [[s.start, s.stop] for s in sl],
+            "shape": [s.stop - s.start for s in sl],
+        }
+        for r, sl in enumerate(local_slices(t, mesh))
+    ]
+    return out
+
+
+def _text(info: dict[str, Any]) -> str:
+    lines = [
+        f"type:         {info['type']}",
+        f"short:        {info['short']}",
+        f"jax:          {info['jax'] or 'not representable: ' + str(info['jax_refusal'])}",
+    ]
+    if "mesh" not in info:
+        lines.append("placements:   (give --mesh to see DTensor placements and local shapes)")
+        return "\n".join(lines)
+    if info["placements"] is None:
+        lines.append(f"placements:   not representable: {info['dtensor_refusal']}")
+    else:
+        order = info["shard_order"]
+        lines.append(f"placements:   {info['placements']}")
+        lines.append(
+            "shard_order:  " + ("{" + ", ".join(f"{d}: {axes}" for d, axes in order.items()) + "}"
+                                if order else "{} (mesh order)")
+        )
+        if info["strided_placements"]:
+            lines.append(f"strided:      {info['strided_placements']}  (the distribute_tensor form)")
+    lines.append(f"mesh:         {info['mesh']}")
+    lines.append("local:")
+    for r in info["ranks"]:
+        coords = ",".join(f"{k}={v}" for k, v in r["coords"].items())
+        sl = "[" + ", ".join(f"{a}:{b}" for a, b in r["slices"]) + "]"
+        lines.append(f"  rank {r['rank']:>3} ({coords}): {sl} shape {tuple(r['shape'])}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    info = describe(args.type, args.mesh)
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        print(_text(info))
+    return 0
