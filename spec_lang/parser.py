@@ -54,9 +54,9 @@ def _run(text: str, start: str, hint: str, what: str) -> Any:
     except UnexpectedToken as e:
         tok = e.token
         pos = len(text) if tok.type == "$END" else tok.start_pos
-        got = "the end" if tok.type == "$END" else repr(str(tok))
+        got = "it ends too early" if tok.type == "$END" else f"unexpected {str(tok)!r}"
         raise SpecError(
-            f"malformed {what}: unexpected {got} (expected {_describe_expected(set(e.expected))})",
+            f"malformed {what}: {got} (expected {_describe_expected(set(e.expected))})",
             text=text, pos=pos, hint=hint,
         ) from None
     except UnexpectedCharacters as e:

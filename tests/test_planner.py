@@ -1,0 +1,104 @@
+"""The planner on worked examples, its cost figures, caching, and its refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lowering import CostModel, compile, lower_bound
+from spec_lang import SpecError
+
+MESH = "dp=2,tp=4"
+
+
+def kinds(prog) -> list[str]:  # noqa: ANN001
+    return [s.kind for s in prog.steps]
+
+
+def test_axis_order_swap_is_one_permute_at_the_lower_bound() -> None:
+    prog = compile("f32[8@(dp,tp)]", "f32[8@(tp,dp)]", MESH)
+    assert kinds(prog) == ["permute"]
+    assert prog.steps[0].axes == ("dp", "tp")
+    assert prog.cost.bytes_sent_max == lower_bound("f32[8@(dp,tp)]", "f32[8@(tp,dp)]", MESH) == 4
+    assert prog.cost.collectives == 1
+
+
+def test_pending_sum_to_shard_is_a_reduce_scatter_not_all_reduce_plus_slice() -> None:
+    prog = compile("f32[8,16]{U:tp}", "f32[8@tp,16]", "tp=4")
+    assert kinds(prog) == ["reduce_scatter"]
+    assert prog.steps[0].op == "sum"
+    # (n-1)/n of the 512-byte buffer
+    assert prog.cost.bytes_sent_max == 384
+
+
+def test_spare_replicated_axis_splits_the_reduction() -> None:
+    prog = compile("f32[8,16]{U:tp}", "f32[8@tp,16]", MESH)
+    assert prog.cost.bytes_sent_max == lower_bound("f32[8,16]{U:tp}", "f32[8@tp,16]", MESH) == 256
+    assert "reduce_scatter" in kinds(prog)
+
+
+def test_latency_heavy_model_prefers_fewer_collectives() -> None:
+    model = CostModel.make(default_alpha=1e-3, default_beta=1e-10)
+    prog = compile("f32[8,16]{U:tp}", "f32[8@tp,16]", MESH, cost_model=model)
+    assert kinds(prog) == ["reduce_scatter"]
+    assert prog.cost.collectives == 1
+
+
+def test_uneven_gather_is_priced_as_an_exact_ring() -> None:
+    prog = compile("f32[5@x]", "f32[5]", "x=8")
+    assert kinds(prog) == ["all_gather"]
+    assert prog.cost.bytes_sent_max == 20  # the lower bound; padding would send 28
+    assert prog.steps[0].in_shapes == ((1,),) * 5 + ((0,),) * 3
+
+
+def test_flattened_gather_in_shard_order() -> None:
+    prog = compile("f32[8@(tp,dp),16]", "f32[8,16]", MESH)
+    assert kinds(prog) == ["all_gather"]
+    assert prog.steps[0].axes == ("tp", "dp")
+
+
+def test_replicated_to_partial_is_a_local_zero_fill() -> None:
+    prog = compile("f32[4]", "f32[4]{U:tp}", MESH)
+    assert kinds(prog) == ["zero_fill"]
+    assert prog.cost.bytes_sent_max == 0 and prog.cost.collectives == 0
+
+
+def test_program_text_and_json() -> None:
+    prog = compile("f32[8@(dp,tp)]", "f32[8@(tp,dp)]", MESH)
+    text = str(prog)
+    assert "permute(dp,tp)" in text and "float32[8@(tp,dp)]" in text and "B/rank" in text
+    data = json.loads(prog.to_json_str())
+    assert data["cost"]["bytes_sent_max"] == 4
+    assert data["steps"][0]["out_shapes"] == [[1]] * 8
+
+
+def test_compile_is_cached() -> None:
+    a = compile("f32[8@dp,16@tp]", "f32[8@tp,16@dp]", MESH)
+    b = compile("f32[8@dp,16@tp]", "f32[8@tp,16@dp]", MESH)
+    assert a is b
+
+
+def test_peak_is_bounded_by_endpoints_plus_one_step() -> None:
+    prog = compile("f32[16,4@(dp,tp)]", "f32[16@tp,4]", "dp=4,tp=2")
+    src_max = max(4 * (s[0] * s[1]) for s in prog.steps[0].in_shapes)
+    dst_max = max(4 * (s[0] * s[1]) for s in prog.steps[-1].out_shapes)
+    step_max = max(4 * (s[0] * s[1]) for st in prog.steps for s in st.out_shapes)
+    assert prog.cost.peak_bytes_max <= max(src_max, dst_max) + step_max
+
+
+@pytest.mark.parametrize(
+    ("src", "dst", "mesh", "needle"),
+    [
+        ("f32[8]", "f32[9]", MESH, "global shapes differ"),
+        ("f32[8]", "bf16[8]", MESH, "dtypes differ"),
+        ("f32[8@pp]", "f32[8]", MESH, "not on the mesh"),
+        ("f32[8]{P(max):tp}", "f32[8]{U:tp}", MESH, "pending max into a pending sum"),
+        ("f32[8@tp]", "f32[8]{P(max):tp}", MESH, "convert(S, P) only for sum"),
+        ("f32[8]{V:tp}", "f32[8]", MESH, "varying axes differ"),
+        ("f32[8@", "f32[8]", MESH, "malformed type"),
+    ],
+)
+def test_bad_input_is_a_spec_error(src: str, dst: str, mesh: str, needle: str) -> None:
+    with pytest.raises(SpecError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        compile(src, dst, mesh)

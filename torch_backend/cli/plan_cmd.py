@@ -1,0 +1,63 @@
+"""``shardc plan``: compile a redistribution and print its program, cost and lower bound."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from spec_lang.errors import SpecError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("src", help="source type, e.g. 'f32[8@(dp,tp),16]'")
+    p.add_argument("dst", help="destination type, e.g. 'f32[8@(tp,dp),16]'")
+    p.add_argument("--mesh", required=True, help="mesh, e.g. dp=2,tp=4")
+    p.add_argument("--json", action="store_true", help="print the program as JSON")
+    p.add_argument("--alpha", default=None,
+                   help="latency per collective in seconds: one number for every axis, or dp=5e-6,tp=1e-6")
+    p.add_argument("--beta", default=None,
+                   help="seconds per byte: one number for every axis, or dp=1e-10,tp=2e-11")
+
+
+def _per_axis(text: str | None, flag: str, default: float) -> tuple[dict[str, float], float]:
+    if text is None:
+        return {}, default
+    out: dict[str, float] = {}
+    try:
+        if "=" not in text:
+            return {}, float(text)
+        for part in text.split(","):
+            name, value = part.split("=")
+            out[name.strip()] = float(value)
+    except ValueError:
+        raise SpecError(
+            f"bad {flag} value", text=text, pos=0,
+            hint=f"write {flag} 5e-6 or {flag} dp=5e-6,tp=1e-6",
+        ) from None
+    return out, default
+
+
+def run(args: argparse.Namespace) -> int:
+    from lowering import CostModel, compile, lower_bound
+    from spec_lang import parse_mesh
+
+    mesh = parse_mesh(args.mesh)
+    alpha, a0 = _per_axis(args.alpha, "--alpha", 0.0)
+    beta, b0 = _per_axis(args.beta, "--beta", 1e-10)
+    for name in list(alpha) + list(beta):
+        if name not in mesh:
+            raise SpecError(f"cost model names axis {name!r}, which is not on the mesh {mesh}",
+                            hint=f"use the mesh axes {', '.join(mesh.names)}")
+    model = CostModel.make(alpha, beta, a0, b0)
+    prog = compile(args.src, args.dst, mesh, cost_model=model)
+    lb = lower_bound(args.src, args.dst, mesh)
+    ratio = (prog.cost.bytes_sent_max / lb) if lb else (1.0 if prog.cost.bytes_sent_max == 0 else float("inf"))
+    if args.json:
+        data = prog.to_json()
+        data["lower_bound"] = lb
+        data["ratio_to_lower_bound"] = ratio
+        print(json.dumps(data, indent=2))
+        return 0
+    print(prog)
+    print(f"  lower bound: {lb} B   ratio: {ratio:.2f}x")
+    return 0
