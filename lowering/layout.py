@@ -72,10 +72,13 @@ def local_shape(t: TensorType, mesh: Mesh, rank: int) -> tuple[int, ...]:
     return tuple(int(hi - lo) for lo, hi in b)
 
 
+@lru_cache(maxsize=4096)
 def local_numel(t: TensorType, mesh: Mesh) -> np.ndarray:
     """(world,) elements each rank holds."""
     b = boxes(t, mesh)
-    return np.prod(b[:, :, 1] - b[:, :, 0], axis=1)
+    out = np.prod(b[:, :, 1] - b[:, :, 0], axis=1)
+    out.setflags(write=False)
+    return out
 
 
 def box_slices(box: np.ndarray) -> tuple[slice, ...]:

@@ -63,7 +63,9 @@ def compile(  # noqa: A001 - the public name the issue asks for
 def _compile(src: TensorType, dst: TensorType, mesh: Mesh, model: CostModel) -> Program:
     op = check_partial_conversion(src, dst)
     start, goal = erase(src), erase(dst)
-    path = _search(start, goal, mesh, op, model)
+    path = _normal_form(start, goal, mesh, op, model)
+    if path is None:
+        path = _search(start, goal, mesh, op, model)
     steps = [_price(mv_src, mv, mesh) for mv_src, mv in path]
     steps = _restore_annotations(steps, src, dst, mesh)
     return Program(mesh, src, dst, tuple(steps), program_cost(steps, src, mesh, model))
@@ -97,6 +99,60 @@ def check_partial_conversion(src: TensorType, dst: TensorType) -> str:
                 "gather the dim first, then convert R to P(" + str(dop) + ")",
             )
     return sop or dop or "sum"
+
+
+def _normal_form(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
+                 model: CostModel) -> list[tuple[TensorType, Move]] | None:
+    """The Rink normal form for Shard/Replicate moves, kept only when provably cheapest.
+
+    Slices first, one exchange to the goal's dims plus the axes still to gather (kept
+    minor on their dim), one gather per dim last. It is returned without a search when
+    it is free, or when it is one collective at the byte lower bound: nothing beats it
+    in bytes and only a free plan has fewer collectives.
+    """
+    if start.partial_axes or goal.partial_axes or not model.bytes_first:
+        return None
+    from lowering.lower_bound import _lower_bound
+    from lowering.moves import exchange_move, replicated, with_dims
+
+    path: list[tuple[TensorType, Move]] = []
+    state = start
+    dims = [list(d.axes) for d in state.dims]
+    for k, d in enumerate(goal.dims):
+        for a in d.axes:
+            if a in replicated(state, mesh):
+                dims[k].append(a)
+                nxt = with_dims(state, [tuple(x) for x in dims])
+                path.append((state, Move("slice", (a,), (k,), nxt)))
+                state = nxt
+    goal_axes = set(goal.sharded_axes)
+    nf = [tuple(g.axes) + tuple(a for a in d.axes if a not in goal_axes) for g, d in zip(goal.dims, state.dims)]
+    target = with_dims(state, nf)
+    if target != state:
+        mv = exchange_move(state, target, mesh)
+        if mv is None:
+            return None
+        path.append((state, mv))
+        state = target
+    for k, d in enumerate(state.dims):
+        extra = d.axes[len(goal.dims[k].axes):]
+        if extra:
+            nd = [x.axes for x in state.dims]
+            nd[k] = d.axes[: len(goal.dims[k].axes)]
+            nxt = with_dims(state, nd)
+            path.append((state, Move("all_gather", extra, (k,), nxt)))
+            state = nxt
+    if state != goal:
+        return None
+    colls = sum(1 for _, mv in path if mv.kind in COLLECTIVE_KINDS)
+    if colls == 0:
+        return path
+    if colls > 1:
+        return None
+    sent = sum((move_bytes(s, mv, mesh) for s, mv in path), np.zeros(mesh.size, dtype=np.int64))
+    if int(sent.max()) * start.itemsize <= _lower_bound(start, goal, mesh):
+        return path
+    return None
 
 
 def _search(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
