@@ -262,8 +262,8 @@ def _restore_annotations(steps: list[Step], src: TensorType, dst: TensorType, me
     if not steps:
         if src != dst:  # R <-> I only: no data moves, but the backward differs
             shapes = local_shapes(src, mesh)
-            return [Step("reinterpret", tuple(a for a in mesh.names), (), src, dst, None, shapes, shapes,
-                         tuple(0 for _ in shapes))]
+            changed = tuple(a for a in mesh.names if src.axis_type(a) != dst.axis_type(a))
+            return [Step("reinterpret", changed, (), src, dst, None, shapes, shapes, tuple(0 for _ in shapes))]
         return []
     out = []
     for i, s in enumerate(steps):
