@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lowering.layout import all_groups, boxes, box_numel, overlap
+from lowering.layout import all_groups, box_numel, boxes, overlap
 from spec_lang.ir import Mesh, TensorType
 
 

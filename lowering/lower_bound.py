@@ -20,7 +20,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from lowering.layout import boxes, box_numel, mesh_coords, overlap
+from lowering.layout import box_numel, boxes, mesh_coords, overlap
 from spec_lang.ir import Mesh, TensorType
 
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spec_lang.errors import SpecError
+from spec_lang.errors import SpecError, locate
 from spec_lang.ir import REDUCE_OPS, AxisType, Dim, Mesh, TensorType, canonical_dtype
 from spec_lang.parser import parse_mesh, parse_shard_order
 
@@ -195,13 +195,18 @@ def _err(msg: str, placements: list[PlacementSpec], at: int | None, hint: str) -
     return SpecError(msg, text=text, pos=pos, hint=hint)
 
 
-def _order_err(msg: str, src: str | None, needle: str | None, hint: str) -> SpecError:
-    """A SpecError with a caret in the shard_order text (given or printed)."""
-    pos = None
-    if src is not None and needle is not None:
-        pos = src.find(needle)
-        pos = None if pos < 0 else pos
+def _order_err(msg: str, src: str | None, needle: str | None, hint: str, start: int = 0) -> SpecError:
+    """A SpecError with a caret at ``needle`` (searched from ``start``) in the shard_order text."""
+    pos = locate(src, needle, start) if src is not None and needle is not None else None
     return SpecError(msg, text=src, pos=pos, hint=hint)
+
+
+def _key_pos(src: str | None, key: int) -> int:
+    """Offset of tensor dim ``key``'s entry in the shard_order text (0 if not found)."""
+    if src is None:
+        return 0
+    m = re.search(rf"(?<![0-9]){key}\s*:", src)
+    return m.start() if m else 0
 
 
 def check_placements(
@@ -258,69 +263,71 @@ def check_placements(
     for key, refs in shard_order.items():
         if isinstance(key, bool) or not isinstance(key, int):
             raise _order_err(f"shard_order key {key!r} is not a tensor dim (int)", src, str(key), _ORDER_HINT)
+        at = _key_pos(src, key)
         if not 0 <= key < ndim:
             raise _order_err(
-                f"shard_order tensor dim {key} is out of range for a {ndim}-d tensor", src, f"{key}:",
-                f"tensor dims are 0..{ndim - 1}",
+                f"shard_order tensor dim {key} is out of range for a {ndim}-d tensor", src, str(key),
+                f"tensor dims are 0..{ndim - 1}", at,
             )
         if isinstance(refs, (str, bytes)) or not isinstance(refs, Sequence):
-            raise _order_err(f"shard_order[{key}] must be a list of mesh dims", src, f"{key}:", _ORDER_HINT)
+            raise _order_err(f"shard_order[{key}] must be a list of mesh dims", src, str(key), _ORDER_HINT, at)
         mdims: list[int] = []
         for ref in refs:
-            md = _mesh_dim(ref, m, src)
+            md = _mesh_dim(ref, m, src, at)
+            name = m.names[md]
             if md in mdims or md in used:
+                first = locate(src, str(ref), at) if md in mdims else None
                 raise _order_err(
-                    f"mesh dim {m.names[md]!r} is repeated in shard_order", src, _needle(ref),
-                    "a mesh dim shards at most one tensor dim, once",
+                    f"mesh dim {name!r} is repeated in shard_order", src, str(ref),
+                    "a mesh dim shards at most one tensor dim, once", at if first is None else first + 1,
                 )
             p = specs[md]
             if p.kind in ("P", "R"):
                 what = "Partial" if p.kind == "P" else "Replicate"
                 raise _order_err(
-                    f"shard_order puts mesh dim {m.names[md]!r} on tensor dim {key}, but its placement is "
-                    f"{what} ({p}); placements are never inferred from shard_order", src, _needle(ref),
-                    f"set placements[{md}] = Shard({key}), or drop {m.names[md]!r} from shard_order",
+                    f"shard_order puts mesh dim {name!r} on tensor dim {key}, but its placement is {what} "
+                    f"({p}); placements are never inferred from shard_order", src, str(ref),
+                    f"set placements[{md}] = Shard({key}), or drop {name!r} from shard_order", at,
                 )
             if p.dim != key:
                 raise _order_err(
-                    f"shard_order puts mesh dim {m.names[md]!r} on tensor dim {key}, "
-                    f"but placements say {p} (inconsistent)", src, _needle(ref),
-                    "placements and shard_order must describe the same distribution",
+                    f"shard_order puts mesh dim {name!r} on tensor dim {key}, but placements say {p} (inconsistent)",
+                    src, str(ref), "placements and shard_order must describe the same distribution", at,
                 )
             mdims.append(md)
             used[md] = key
-        need = [i for i, s in enumerate(specs) if s.is_shard and s.dim == key]
-        missing = [m.names[i] for i in need if i not in mdims]
-        if missing or not mdims:
+        need = [m.names[i] for i, s in enumerate(specs) if s.is_shard and s.dim == key]
+        missing = [n for n in need if m.index(n) not in mdims]
+        if missing:
             raise _order_err(
-                f"shard_order[{key}] must list every mesh dim that shards tensor dim {key}; "
-                f"missing {missing}" if missing else f"shard_order[{key}] is empty", src, f"{key}:",
-                f"list all of {[m.names[i] for i in need]} in the order they apply" if need
-                else f"drop tensor dim {key} from shard_order (nothing shards it)",
+                f"shard_order[{key}] must list every mesh dim that shards tensor dim {key}; missing {missing}",
+                src, str(key), f"list all of {need} in the order they apply", at,
+            )
+        if not mdims:
+            raise _order_err(
+                f"shard_order[{key}] is empty", src, str(key),
+                f"drop tensor dim {key} from shard_order (nothing shards it)", at,
             )
         out[key] = tuple(mdims)
     return specs, out
 
 
-def _needle(ref: int | str) -> str:
-    return str(ref)
-
-
-def _mesh_dim(ref: Any, m: Mesh, src: str | None) -> int:
+def _mesh_dim(ref: Any, m: Mesh, src: str | None, start: int) -> int:
+    """A shard_order mesh reference (index or name) -> mesh dim index, or a SpecError."""
     if isinstance(ref, bool):
         ref = str(ref)
     if isinstance(ref, int):
         if not 0 <= ref < m.ndim:
             raise _order_err(
                 f"mesh dim {ref} is out of range for the {m.ndim}-d mesh {m}", src, str(ref),
-                f"mesh dims are 0..{m.ndim - 1} or the names {', '.join(m.names)}",
+                f"mesh dims are 0..{m.ndim - 1} or the names {', '.join(m.names)}", start,
             )
         return ref
     if isinstance(ref, str) and ref in m:
         return m.index(ref)
     raise _order_err(
         f"unknown mesh dim {ref!r} in shard_order (mesh is {m})", src, str(ref),
-        f"use a mesh dim index or one of {', '.join(m.names)}",
+        f"use a mesh dim index or one of {', '.join(m.names)}", start,
     )
 
 

@@ -56,7 +56,7 @@ class Mesh:
             raise SpecError("mesh names and sizes differ in length")
         if len(set(self.names)) != len(self.names):
             raise SpecError(f"mesh axis repeated in {self.names}", hint="give each mesh axis a unique name")
-        for n, s in zip(self.names, self.sizes):
+        for n, s in zip(self.names, self.sizes, strict=True):
             if s < 1:
                 raise SpecError(f"mesh axis {n!r} has size {s}", hint="mesh axis sizes are at least 1")
 
@@ -96,12 +96,12 @@ class Mesh:
 
     def rank_of(self, coords: tuple[int, ...]) -> int:
         r = 0
-        for c, s in zip(coords, self.sizes):
+        for c, s in zip(coords, self.sizes, strict=True):
             r = r * s + c
         return r
 
     def __str__(self) -> str:
-        return ",".join(f"{n}={s}" for n, s in zip(self.names, self.sizes))
+        return ",".join(f"{n}={s}" for n, s in zip(self.names, self.sizes, strict=True))
 
 
 @dataclass(frozen=True)

@@ -128,7 +128,7 @@ def from_jax(
             hint="a PartitionSpec has at most one entry per dim",
         )
     entries = list(parts) + [None] * (len(shape) - len(parts))
-    dims = tuple(Dim(size, _spec_entry_axes(e, i)) for i, (size, e) in enumerate(zip(shape, entries)))
+    dims = tuple(Dim(size, _spec_entry_axes(e, i)) for i, (size, e) in enumerate(zip(shape, entries, strict=True)))
 
     def order(axes: Any) -> list[str]:
         axes = [str(a) for a in axes]

@@ -158,7 +158,7 @@ def _axis_type(tok: Any, text: str) -> AxisType:
         if op not in REDUCE_OPS:
             raise SpecError(
                 f"unknown reduce op {op!r}", text=text, pos=tok.start_pos,
-                hint=f"use P(sum), P(avg), P(max) or P(min); U is P(sum)",
+                hint="use P(sum), P(avg), P(max) or P(min); U is P(sum)",
             )
         return AxisType("P", op)
     return AxisType(raw)

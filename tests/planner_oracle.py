@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lowering.layout import boxes, box_slices, group_ranks
+from lowering.layout import box_slices, boxes, group_ranks
 from spec_lang.ir import Mesh, TensorType
 
 

@@ -27,7 +27,7 @@ def _norm(box: list[list[int]]) -> tuple[tuple[int, int], ...] | str:
 def test_local_slices_match_corpus(case: dict[str, Any]) -> None:
     got = local_slices(case["type"], case["mesh"])
     assert len(got) == len(case["slices"])
-    for rank, (sl, want) in enumerate(zip(got, case["slices"])):
+    for rank, (sl, want) in enumerate(zip(got, case["slices"], strict=True)):
         mine = _norm([[s.start, s.stop] for s in sl])
         assert mine == _norm(want), f"{case['id']} rank {rank}: {mine} != {want}"
 
@@ -39,3 +39,18 @@ def test_corpus_is_not_trivial() -> None:
     sources = {c["source"].split()[0] for c in cases}
     assert {"jax.devices_indices_map", "chunk-rule"} <= sources
     assert any(any(hi <= lo for box in c["slices"] for lo, hi in box) for c in cases), "no empty ranges"
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_placements_match_corpus(case: dict[str, Any]) -> None:
+    """The DTensor forms the corpus lists (torch-free text: S(d), _S(d,sf), R, P(op))."""
+    from lowering.placements import format_placements, parse_placements, placement_specs
+
+    want = case["dtensor"]
+    specs, order = placement_specs(case["type"], case["mesh"])
+    strided, _ = placement_specs(case["type"], case["mesh"], strided=True)
+    assert format_placements(specs) == format_placements(parse_placements(want["placements"]))
+    assert order == {int(k): v for k, v in (want["shard_order"] or {}).items()}
+    assert format_placements(strided) == format_placements(
+        parse_placements(want["strided_placements"] or want["placements"])
+    )

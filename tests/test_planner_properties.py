@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from planner_oracle import expected, reduce_partial, shards_of
 
 from lowering.planner import compile
 from lowering.simulate import simulate
-from planner_oracle import expected, reduce_partial, shards_of
 from spec_lang.ir import AxisType, Dim, Mesh, TensorType
 
 AXES = ("a", "b", "c", "d")
@@ -69,7 +69,11 @@ def test_simulated_program_gives_destination_shards(case: tuple, seed: int) -> N
     got = reduce_partial(outs, dst, mesh)
     for r, (g, w) in enumerate(zip(got, want)):
         assert g.shape == w.shape, (str(prog), r)
-        np.testing.assert_array_equal(g, w, err_msg=f"rank {r}\n{prog}")
+        if "avg" in (src.partial_op, dst.partial_op):
+            # a mean over 3 ranks is not exact in binary floating point
+            np.testing.assert_allclose(g, w, rtol=0, atol=1e-9, err_msg=f"rank {r}\n{prog}")
+        else:
+            np.testing.assert_array_equal(g, w, err_msg=f"rank {r}\n{prog}")
     # the per-rank shapes the program states are the ones it produces
     if prog.steps:
         assert [tuple(o.shape) for o in outs] == list(prog.steps[-1].out_shapes)

@@ -62,7 +62,7 @@ def describe(type_text: str, mesh_text: str | None) -> dict[str, Any]:
     out["ranks"] = [
         {
             "rank": r,
-            "coords": dict(zip(mesh.names, mesh.coords(r))),
+            "coords": dict(zip(mesh.names, mesh.coords(r), strict=True)),
             "slices": [[s.start, s.stop] for s in sl],
             "shape": [s.stop - s.start for s in sl],
         }

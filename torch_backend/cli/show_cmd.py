@@ -46,7 +46,7 @@ def cuts(b: np.ndarray, d: int, size: int) -> list[tuple[int, int]]:
     """The segments [lo, hi) of dim ``d`` between all block boundaries (empty blocks ignored)."""
     nonempty = b[(b[:, :, 1] > b[:, :, 0]).all(axis=1)]
     pts = sorted({0, size} | {int(x) for x in nonempty[:, d, :].ravel()})
-    return [(lo, hi) for lo, hi in zip(pts, pts[1:]) if hi > lo]
+    return [(lo, hi) for lo, hi in zip(pts[:-1], pts[1:], strict=True) if hi > lo]
 
 
 def holders(b: np.ndarray, lo: tuple[int, ...], hi: tuple[int, ...]) -> list[int]:
@@ -65,7 +65,8 @@ def _grid(b: np.ndarray, shape: tuple[int, ...], fixed: list[tuple[int, int]], c
     rows = cuts(b, nd - 2, shape[-2]) if nd >= 2 else [(0, 1)]
     cols = cuts(b, nd - 1, shape[-1])
     table = Table(title=title, show_lines=True, show_header=True, header_style="bold")
-    table.add_column("" if nd >= 2 else "", style="bold", justify="right")
+    corner = f"d{nd - 2}\u2193 d{nd - 1}\u2192" if nd >= 2 else ""  # rows down, columns across
+    table.add_column(corner, style="bold", justify="right")
     for lo, hi in cols:
         table.add_column(f"{lo}:{hi}", justify="center")
     for rlo, rhi in rows:
