@@ -1,0 +1,157 @@
+"""Smoke test of bench/plan_quality.py and bench/plan_speed.py in --quick mode.
+
+Both benchmarks run in-process (DTensor's planners on the fake process group) and the
+test checks real properties of what they return, not just that they ran.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = (ROOT / ".." / "shared" / "corpus" / "redistribute_public.jsonl").resolve()
+
+
+def _bench(name: str) -> ModuleType:
+    pytest.importorskip("torch.distributed")
+    pytest.importorskip("rich")
+    if not CORPUS.is_file():
+        pytest.skip(f"oracle corpus not found at {CORPUS}")
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    return importlib.import_module(f"bench.{name}")
+
+
+@pytest.fixture(scope="module")
+def quality() -> tuple[ModuleType, dict[str, Any]]:
+    mod = _bench("plan_quality")
+    return mod, mod.main(["--quick"])
+
+
+@pytest.fixture(scope="module")
+def speed() -> tuple[ModuleType, dict[str, Any]]:
+    mod = _bench("plan_speed")
+    return mod, mod.main(["--quick"])
+
+
+def by_id(out: dict[str, Any]) -> dict[str, Any]:
+    return {r.id: r for r in out["cases"]}
+
+
+# ---- plan quality ----------------------------------------------------------------------------
+
+
+def test_quality_runs_the_quick_subset(quality: tuple[ModuleType, dict[str, Any]]) -> None:
+    mod, out = quality
+    assert sorted(by_id(out)) == sorted(mod.QUICK_IDS)
+    assert out["summary"]["cases"] == len(mod.QUICK_IDS)
+    assert out["failures"] == []
+
+
+def test_never_more_bytes_than_the_best_anchor(quality: tuple[ModuleType, dict[str, Any]]) -> None:
+    _, out = quality
+    for r in out["cases"]:
+        assert r.best_anchor_bytes is not None, r.id
+        assert r.bytes <= r.best_anchor_bytes, (r.id, r.bytes, r.best_anchor, r.best_anchor_bytes)
+        assert r.bytes <= min(r.anchors.values()), r.id
+    assert out["summary"]["worse_than_best_anchor"] == []
+
+
+def test_sr_cases_sit_at_a_bound(quality: tuple[ModuleType, dict[str, Any]]) -> None:
+    mod, out = quality
+    sr = [r for r in out["cases"] if r.sr]
+    assert len(sr) >= 8
+    for r in sr:
+        assert r.send_bound is not None and r.sent_bound is not None
+        assert r.bytes >= r.sent_bound >= math.ceil(r.lb_sent_avg - 1e-9), r.id  # a valid bound on sent bytes
+        if r.id in mod.KNOWN_GAPS:
+            assert r.bytes <= mod.KNOWN_GAPS[r.id][0], r.id  # regression guard
+        else:
+            assert r.bytes in (r.lb, r.sent_bound), (r.id, r.bytes, r.lb, r.sent_bound)
+    cases = by_id(out)
+    # the sole holder of 2 rows must send them to the 7 ranks that need 14 of 16 columns
+    assert cases["rd-pub-022"].send_bound == 2 * 14 * 4 == cases["rd-pub-022"].bytes > cases["rd-pub-022"].lb
+    # an uneven 2-D exchange where max sent is below the recv-based corpus bound
+    assert cases["rd-pub-023"].bytes == cases["rd-pub-023"].send_bound == 36 < cases["rd-pub-023"].lb_corpus == 48
+
+
+def test_partial_cases_never_beat_the_lower_bound(quality: tuple[ModuleType, dict[str, Any]]) -> None:
+    _, out = quality
+    partial = [r for r in out["cases"] if not r.sr]
+    assert partial
+    for r in partial:
+        assert r.send_bound is None
+        assert r.bytes >= r.lb == r.lb_corpus, r.id
+
+
+def test_live_dtensor_matches_the_corpus_record(quality: tuple[ModuleType, dict[str, Any]]) -> None:
+    _, out = quality
+    for r in out["cases"]:
+        for d in (r.dt_default, r.dt_min_cost):
+            assert d["error"] is None, r.id
+            assert (d["bytes"], d["collectives"]) == (d["recorded_bytes"], d["recorded_collectives"]), r.id
+    assert out["summary"]["dtensor_live_vs_corpus_disagreements"] == []
+
+
+def test_peak_memory_and_send_bound_checks(quality: tuple[ModuleType, dict[str, Any]]) -> None:
+    _, out = quality
+    for r in out["cases"]:
+        assert r.peak <= r.peak_limit, r.id
+    s = out["summary"]
+    assert s["send_bound_violations"] == [] and s["send_bound_checked_plans"] > 0
+
+
+def test_extra_collectives_are_reported_with_their_saving(quality: tuple[ModuleType, dict[str, Any]]) -> None:
+    _, out = quality
+    extra = {e["id"]: e for e in out["summary"]["more_collectives_than_dtensor_best"]}
+    # {U:tp} -> 8@tp on dp=2,tp=4: slice over dp, reduce_scatter(tp), all_gather(dp)
+    assert extra["rd-pub-018"]["ours"] == [256, 2]
+    assert extra["rd-pub-018"]["dtensor"] == [384, 1] and extra["rd-pub-018"]["bytes_saved"] == 128
+    for e in extra.values():
+        assert e["bytes_saved"] > 0, e
+
+
+def test_latency_pass_trades_bytes_for_fewer_collectives(quality: tuple[ModuleType, dict[str, Any]]) -> None:
+    _, out = quality
+    lat = out["summary"]["latency_pass"]
+    assert lat["slower_than_bytes_plan"] == []
+    for r in out["cases"]:
+        assert r.latency["time_s"] <= r.latency["bytes_plan_time_s"] * (1 + 1e-9), r.id
+        assert r.latency["bytes"] >= r.bytes, r.id  # the bytes-first plan is byte-optimal in the search
+    r18 = by_id(out)["rd-pub-018"]
+    assert (r18.latency["bytes"], r18.latency["collectives"]) == (384, 1)
+
+
+# ---- plan speed -------------------------------------------------------------------------------------
+
+
+def test_speed_reports_every_case_and_both_planners(speed: tuple[ModuleType, dict[str, Any]]) -> None:
+    mod, out = speed
+    ids = [r.id for r in out["cases"]]
+    assert ids == list(mod.QUICK_CORPUS_IDS) + list(mod.QUICK_LARGE_IDS)
+    for r in out["cases"]:
+        assert 0 < r.shardc_cached_s < r.shardc_cold_s, r.id  # a cache hit beats a cold compile
+        assert r.shardc_cached_s < 1e-3, r.id
+        for p in ("default", "min_cost"):
+            d = r.dtensor[p]
+            assert d["error"] is None, (r.id, p, d["error"])
+            assert d["cold_s"] > 0 and d["cached_s"] > 0
+    assert any(r.large and r.ranks == 1024 for r in out["cases"])
+
+
+def test_speed_summary_states_the_targets(speed: tuple[ModuleType, dict[str, Any]]) -> None:
+    _, out = speed
+    s = out["summary"]
+    assert s["targets"] == {"cold_s": 1e-3, "cached_s": 20e-6}
+    for group in ("corpus", "large"):
+        g = s[group]
+        assert isinstance(g["cold_target_met"], bool) and isinstance(g["cached_target_met"], bool)
+        assert g["shardc_cold_median_s"] > g["shardc_cached_median_s"] > 0
+        assert "dtensor_default_cold_median_s" in g and "dtensor_min_cost_cold_median_s" in g
