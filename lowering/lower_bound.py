@@ -63,9 +63,10 @@ def lower_bound_detail(src: TensorType, dst: TensorType, mesh: Mesh) -> dict[str
         kept = [mesh.index(a) for a in mesh.names if a in dst_p]
         total = 0.0
         # one class per coordinate on the kept partial axes: its own reduction
-        keys = {tuple(c[kept]) for c in coords} if kept else {()}
-        for key in keys:
-            ranks = np.array([r for r in range(mesh.size) if tuple(coords[r][kept]) == key])
+        _, class_of = np.unique(coords[:, kept], axis=0, return_inverse=True) if kept else (
+            None, np.zeros(mesh.size, dtype=np.int64))
+        for cls in np.unique(class_of):
+            ranks = np.flatnonzero(class_of.reshape(-1) == cls)
             counts, sizes = _coverage(dst, mesh, ranks)
             needed = counts > 0
             total += float(((k - 1 + counts - 1) * sizes)[needed].sum())
