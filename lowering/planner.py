@@ -163,7 +163,8 @@ def _search(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
     tie = itertools.count()
     zero = np.zeros(mesh.size, dtype=np.int64)
     src_bytes = local_numel(start, mesh) * start.itemsize
-    frontier = [(_key(model, 0.0, zero, 0, int(src_bytes.max())), next(tie), start, zero, 0.0, 0,
+    frontier = [(_key(model, 0.0, zero, 0, int(src_bytes.max()), _future(start, goal, mesh)), next(tie),
+                 start, zero, 0.0, 0,
                  int(src_bytes.max()), None)]
     best: dict[TensorType, tuple] = {}
     parents: dict[TensorType, tuple[TensorType, Move] | None] = {}
@@ -189,7 +190,8 @@ def _search(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
             s2 = sent + step_sent
             c2 = colls + int(coll)
             p2 = max(peak, int(live.max()))
-            heapq.heappush(frontier, (_key(model, t2, s2, c2, p2), next(tie), mv.dst, s2, t2, c2, p2,
+            key2 = _key(model, t2, s2, c2, p2, _future(mv.dst, goal, mesh))
+            heapq.heappush(frontier, (key2, next(tie), mv.dst, s2, t2, c2, p2,
                                       (state, mv)))
     raise SpecError(
         f"no program reaches {goal} from {start} on mesh {mesh}",
@@ -198,9 +200,23 @@ def _search(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
     )
 
 
-def _key(model: CostModel, time: float, sent: np.ndarray, colls: int, peak: int) -> tuple:
+def _key(model: CostModel, time: float, sent: np.ndarray, colls: int, peak: int, future: float) -> tuple:
+    """Search key. For the bytes-first model the byte term is an A* estimate that never
+    overshoots: the final max over ranks is at least the mean over ranks of what was
+    sent plus the transfers still needed (the lower bound's ``sent_avg`` from here)."""
     total = int(sent.max())
-    return (total, colls, peak) if model.bytes_first else (time, total, colls, peak)
+    if not model.bytes_first:
+        return (time, total, colls, peak)
+    estimate = max(total, -(-int(sent.sum() + future) // len(sent)))
+    return (estimate, total, colls, peak)
+
+
+@lru_cache(maxsize=65536)
+def _future(state: TensorType, goal: TensorType, mesh: Mesh) -> float:
+    """Bytes every rank together must still send to reach ``goal`` (a lower bound)."""
+    from lowering.lower_bound import lower_bound_detail
+
+    return float(lower_bound_detail(state, goal, mesh)["sent_avg_bytes"]) * mesh.size
 
 
 def _unwind(parents: dict, goal: TensorType) -> list[tuple[TensorType, Move]]:
