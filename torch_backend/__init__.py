@@ -1,0 +1,37 @@
+"""shardc's PyTorch backend: run compiled redistribution programs on real tensors.
+
+``redistribute`` / ``distribute`` (``torch_backend.api``) are the entry points; the
+executor, process groups, autograd and launcher live in their own modules. Names
+resolve lazily, so ``import torch_backend`` (and ``shardc parse``) does not import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "redistribute": "torch_backend.api",
+    "distribute": "torch_backend.api",
+    "execute": "torch_backend.executor",
+    "context": "torch_backend.groups",
+    "MeshContext": "torch_backend.groups",
+    "CollectiveError": "torch_backend.comm",
+    "dual_type": "torch_backend.autograd",
+    "backward_program": "torch_backend.autograd",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'torch_backend' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

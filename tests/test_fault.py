@@ -1,0 +1,57 @@
+"""A rank that raises, dies or hangs mid-program: the others stop with a clear error
+within the collective timeout, and ``shardc run`` names the failed rank."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+REPO = Path(__file__).resolve().parents[1]
+TIMEOUT = 4  # the collective timeout given to shardc run
+# two steps on dp=2,tp=2: all_to_all(dp,tp) then all_gather(dp); the fault hits step 2
+SRC, DST = "f32[12@(dp,tp),10]", "f32[12@tp,10]"
+
+
+def run_with_fault(fault: str) -> tuple[dict, float, str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO), SHARDC_FAULT=fault)
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "torch_backend.cli", "run", "--mesh", "dp=2,tp=2", SRC, DST,
+                        "--json", "--timeout", str(TIMEOUT)], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=150)
+    took = time.monotonic() - t0
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    return json.loads(p.stdout), took, p.stderr
+
+
+def _program_steps() -> int:
+    import lowering
+
+    return len(lowering.compile(SRC, DST, "dp=2,tp=2").steps)
+
+
+@pytest.mark.timeout(160)
+@pytest.mark.parametrize("kind,rank", [("raise", 2), ("exit", 1), ("sleep", 3)])
+def test_failed_rank_is_named(kind, rank):
+    step = _program_steps() - 1
+    fault = f"rank={rank},step={step},kind={kind}" + (",seconds=120" if kind == "sleep" else "")
+    data, took, _ = run_with_fault(fault)
+    assert data["ok"] is False
+    assert data["failed_rank"] == rank, data["error"]
+    err = data["error"]
+    first = err.splitlines()[0]
+    assert first.startswith(f"rank {rank} "), err
+    assert {"raise": "injected fault", "exit": "died", "sleep": "hung"}[kind] in first
+    # the surviving ranks' own errors name the culprit too (read from the launcher's store)
+    assert f"rank {rank}" in err.split("collective errors", 1)[-1], err
+    # each survivor gave up on the stuck step within the collective timeout (plus slack)
+    waits = [r["failed_after_s"] for r in data["rank_reports"] if "failed_after_s" in r]
+    assert waits and max(waits) < TIMEOUT + 3, waits
+    assert took < 90, took  # start-up of 4 ranks that import torch, then the above

@@ -1,0 +1,171 @@
+"""Helpers for the executor tests: LocalTensor <-> per-rank arrays, random typed data,
+the denotation inner product, and a gloo process pool that runs scenarios in N ranks."""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import traceback
+from collections.abc import Callable
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import torch
+
+from lowering.layout import boxes, local_shape
+from spec_lang.ir import Mesh, TensorType
+from torch_backend.data import _coord_index
+
+# ---- LocalTensorMode --------------------------------------------------------------------
+
+
+@contextmanager
+def local_mode(fake_pg: Callable[[int], None], world: int):
+    """A fake world of ``world`` ranks and LocalTensorMode over all of them."""
+    from torch.distributed._local_tensor import LocalTensorMode
+
+    fake_pg(world)
+    with LocalTensorMode(world) as lm:
+        yield lm
+
+
+def to_local(lm: Any, blocks: list[torch.Tensor], requires_grad: bool = False) -> torch.Tensor:
+    from torch.distributed._local_tensor import LocalTensor
+
+    with lm.disable():
+        lt = LocalTensor({r: b.detach().clone() for r, b in enumerate(blocks)})
+    if requires_grad:
+        lt.requires_grad_(True)
+    return lt
+
+
+def from_local(t: torch.Tensor) -> list[torch.Tensor]:
+    inner = t._local_tensors
+    return [inner[r].detach().clone() for r in sorted(inner)]
+
+
+def as_numpy(blocks: list[torch.Tensor]) -> list[np.ndarray]:
+    return [b.detach().cpu().numpy() for b in blocks]
+
+
+# ---- random typed data ------------------------------------------------------------------
+
+
+def random_blocks(t: TensorType, mesh: Mesh, rng: np.random.Generator,
+                  dtype: torch.dtype = torch.float64, lo: int = -9, hi: int = 10) -> list[torch.Tensor]:
+    """Valid blocks of type ``t`` with random integer values: equal across R/I axes,
+    arbitrary across P and V axes and along sharded dims."""
+    full = rng.integers(lo, hi, size=t.shape)
+    per_axis = [a for a in mesh.names if t.dim_of(a) is None and t.axis_type(a).kind in ("P", "V")]
+    variants: dict[int, np.ndarray] = {}
+    out = []
+    for r in range(mesh.size):
+        j, _ = _coord_index(mesh, r, tuple(per_axis)) if per_axis else (0, 1)
+        if j not in variants:
+            variants[j] = rng.integers(lo, hi, size=t.shape)
+        src = full if not per_axis else variants[j]
+        box = boxes(t, mesh)[r]
+        out.append(torch.tensor(src[tuple(slice(int(a), int(b)) for a, b in box)], dtype=dtype))
+    return out
+
+
+def pairing(t: TensorType, mesh: Mesh, values: list[torch.Tensor], grads: list[torch.Tensor]) -> float:
+    """<value, gradient> of the denotations of a type-``t`` value and a dual(t) gradient.
+
+    The sum over ranks of local inner products, with each I axis (value and gradient
+    both replicated there) and each P(avg) axis (the denotation is the mean) counted once.
+    """
+    total = sum(float((v.double() * g.double()).sum()) for v, g in zip(values, grads))
+    w = 1
+    for a in mesh.names:
+        if t.dim_of(a) is not None:
+            continue
+        at = t.axis_type(a)
+        if at.kind == "I" or (at.kind == "P" and at.op == "avg"):
+            w *= mesh.axis_size(a)
+    return total / w
+
+
+def shapes_ok(t: TensorType, mesh: Mesh, blocks: list[torch.Tensor]) -> bool:
+    return all(tuple(b.shape) == local_shape(t, mesh, r) for r, b in enumerate(blocks))
+
+
+# ---- real gloo ranks --------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pool_main(rank: int, world: int, port: int, fn: Callable[..., Any], args: tuple, q: Any,
+               timeout_s: float) -> None:
+    import torch.distributed as dist
+
+    try:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                                timeout=timedelta(seconds=timeout_s))
+        q.put((rank, "ok", fn(rank, world, *args)))
+    except BaseException as e:  # report everything: the parent asserts on it
+        q.put((rank, "error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def run_gloo(world: int, fn: Callable[..., Any], *args: Any, timeout_s: float = 60.0,
+             collective_timeout_s: float = 30.0) -> dict[int, Any]:
+    """Run ``fn(rank, world, *args)`` on ``world`` gloo ranks; returns {rank: result}.
+
+    Raises AssertionError with every rank's error if any rank fails, or if the ranks do
+    not finish within ``timeout_s`` (then they are killed).
+    """
+    import queue as queue_mod
+
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = free_port()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    procs = [ctx.Process(target=_pool_main, args=(r, world, port, fn, args, q, collective_timeout_s))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    results: dict[int, Any] = {}
+    errors: dict[int, str] = {}
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(results) + len(errors) < world:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"gloo ranks did not finish in {timeout_s}s; done: {sorted(results)}, "
+                                     f"errors: {errors}")
+            try:
+                rank, status, payload = q.get(timeout=min(left, 1.0))
+            except queue_mod.Empty:
+                dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)
+                        and r not in results and r not in errors]
+                for r in dead:
+                    errors[r] = f"exited with code {procs[r].exitcode}"
+                continue
+            (results if status == "ok" else errors)[rank] = payload
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+    if errors:
+        raise AssertionError("rank errors:\n" + "\n".join(f"[rank {r}] {e}" for r, e in sorted(errors.items())))
+    return results
+
+
+def numel(shape: tuple[int, ...]) -> int:
+    return math.prod(shape)

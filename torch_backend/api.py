@@ -1,0 +1,211 @@
+"""The public entry points: ``redistribute`` and ``distribute``.
+
+Everything about a call is checked before the first collective: the types parse and
+fit the mesh, the program compiles, the world matches the mesh, and the tensor's dtype,
+device and local shape match the source type for this rank. A call that is wrong in
+the same way on every rank therefore fails on every rank at once, with a SpecError (a
+ValueError) that says how to fix it, and no rank is left waiting in a collective.
+(A tensor whose shape is wrong on *some* ranks only fails there; the others then stop
+at the collective timeout.) The input tensor is never modified.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from typing import Any
+
+import torch
+
+import lowering
+from lowering.checks import check_same_global
+from lowering.layout import boxes, local_shape
+from lowering.program import Program
+from spec_lang.errors import SpecError
+from spec_lang.ir import Mesh, TensorType
+from spec_lang.parser import parse
+from torch_backend import autograd
+from torch_backend.comm import rank_map
+from torch_backend.dtypes import dtype_name, short_name, to_torch_dtype
+from torch_backend.groups import MeshContext, context
+
+
+def _is_dtensor(x: Any) -> bool:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - torch without DTensor
+        return False
+    return isinstance(x, DTensor)
+
+
+def _type(t: TensorType | str, what: str) -> TensorType:
+    if isinstance(t, TensorType):
+        return t
+    if isinstance(t, str):
+        return parse(t)
+    raise SpecError(f"the {what} type must be a string or a TensorType, got {type(t).__name__}",
+                    hint="write it like 'f32[8@dp,16]'")
+
+
+def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str | None = None,
+                 mesh: Mesh | str | Any | None = None, *,
+                 timeout: timedelta | float | None = None) -> torch.Tensor:
+    """Turn this rank's block ``x`` of type ``src`` into its block of type ``dst`` on ``mesh``.
+
+    * local tensors: ``redistribute(x, 'f32[8@dp,16]', 'f32[8,16@dp]', 'dp=2,tp=4')``; the
+      mesh may be a string, a spec_lang Mesh or a named DeviceMesh. Under LocalTensorMode
+      ``x`` is a LocalTensor holding every rank's block.
+    * DTensors: ``redistribute(dt, 'f32[8,16@dp]')`` (the source type comes from the
+      DTensor's placements; the result is a DTensor on the same DeviceMesh).
+
+    Differentiable (see ``torch_backend.autograd``). ``timeout`` bounds each collective of
+    the groups this call creates (seconds or a timedelta).
+    """
+    if _is_dtensor(x):
+        return _redistribute_dtensor(x, src if dst is None else dst, timeout=timeout)
+    if dst is None:
+        raise SpecError("redistribute(x, src, dst, mesh) needs a destination type for a local tensor",
+                        hint="pass both types, e.g. redistribute(x, 'f32[8@dp]', 'f32[8]', 'dp=2')")
+    if mesh is None:
+        raise SpecError("redistribute of a local tensor needs the mesh",
+                        hint="pass mesh='dp=2,tp=4' (or a DeviceMesh)")
+    program, ctx, x = prepare(x, src, dst, mesh, timeout=timeout)
+    return autograd.apply(program, x, ctx)
+
+
+def prepare(x: Any, src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any, *,
+            timeout: timedelta | float | None = None) -> tuple[Program, MeshContext, torch.Tensor]:
+    """Every check of a local-tensor call, then the program and its context. No communication."""
+    if not isinstance(x, torch.Tensor):
+        raise SpecError(f"expected a torch.Tensor, got {type(x).__name__}",
+                        hint="pass this rank's local block as a tensor")
+    s, d = _type(src, "source"), _type(dst, "destination")
+    ctx = context(mesh, timeout=timeout)
+    s_text = src if isinstance(src, str) else None
+    d_text = dst if isinstance(dst, str) else None
+    lowering.check_type(s, ctx.mesh, text=s_text)
+    lowering.check_type(d, ctx.mesh, text=d_text)
+    check_same_global(s, d, s_text, d_text)
+    program = lowering.compile(s, d, ctx.mesh)
+    x = check_local(x, s, ctx)
+    return program, ctx, x
+
+
+def check_local(x: torch.Tensor, t: TensorType, ctx: MeshContext) -> torch.Tensor:
+    """dtype, device and this rank's shape against ``t``; returns x (a LocalTensor when simulating)."""
+    got = dtype_name(x.dtype)
+    if got != t.dtype:
+        raise SpecError(
+            f"the tensor is {short_name(x.dtype)} ({x.dtype}) but the source type is {t}",
+            text=str(t), pos=0,
+            hint=f"convert with x.to({to_torch_dtype(t.dtype)}) or write the type with dtype {short_name(x.dtype)}",
+        )
+    if ctx.backend == "nccl" and x.device.type != "cuda":
+        raise SpecError(f"the process group uses NCCL but the tensor is on {x.device}",
+                        hint="move the tensor to its rank's GPU (x.cuda()), or use a gloo group for CPU tensors")
+    if ctx.backend == "gloo" and x.device.type != "cpu":
+        raise SpecError(f"the process group uses gloo but the tensor is on {x.device}",
+                        hint="gloo lacks all_to_all on GPU tensors: use an NCCL group, or move the tensor to CPU")
+    if ctx.is_local:
+        inner = getattr(x, "_local_tensors", None)
+        if inner is None:  # a plain tensor under LocalTensorMode: the same block on every rank
+            shapes = {local_shape(t, ctx.mesh, r) for r in ctx.ranks}
+            if len(shapes) != 1 or tuple(x.shape) not in shapes:
+                raise SpecError(f"under LocalTensorMode, pass a LocalTensor: the blocks of {t} differ per rank",
+                                hint="build it with LocalTensorMode.rank_map or torch_backend.distribute")
+            base = x.detach()
+            x = rank_map(ctx, lambda r: base.clone())
+        for r in ctx.ranks:
+            _check_shape(tuple(x._local_tensors[r].shape), t, ctx.mesh, r)
+        return x
+    _check_shape(tuple(x.shape), t, ctx.mesh, ctx.rank)
+    return x
+
+
+def _check_shape(shape: tuple[int, ...], t: TensorType, mesh: Mesh, rank: int) -> None:
+    want = local_shape(t, mesh, rank)
+    if shape != want:
+        hint = f"give rank {rank} its block of {t}, of shape {list(want)}"
+        if shape == t.shape and want != t.shape:
+            hint += " (this looks like the global tensor: use torch_backend.distribute first)"
+        raise SpecError(f"rank {rank}'s tensor has shape {list(shape)}, but {t} gives rank {rank} "
+                        f"the shape {list(want)} on mesh {mesh}", text=str(t), pos=str(t).find("["), hint=hint)
+
+
+def distribute(tensor: torch.Tensor, mesh: Mesh | str | Any, t: TensorType | str) -> torch.Tensor:
+    """This rank's block of the global ``tensor`` under type ``t`` (a copy).
+
+    Every rank passes the same global tensor. A P(sum) axis holds the values on its
+    coordinate 0 and zeros elsewhere (seed 004's convert(R,P)); P(avg/max/min), R, I
+    and V axes hold the slice on every rank. Under LocalTensorMode the result is a
+    LocalTensor of every rank's block.
+    """
+    if not isinstance(tensor, torch.Tensor):
+        raise SpecError(f"expected a torch.Tensor, got {type(tensor).__name__}")
+    tt = _type(t, "target")
+    ctx = context(mesh)
+    lowering.check_type(tt, ctx.mesh, text=t if isinstance(t, str) else None)
+    if dtype_name(tensor.dtype) != tt.dtype:
+        raise SpecError(f"the tensor is {short_name(tensor.dtype)} but the type is {tt}", text=str(tt), pos=0,
+                        hint=f"convert with tensor.to({to_torch_dtype(tt.dtype)})")
+    if tuple(tensor.shape) != tt.shape:
+        raise SpecError(f"the tensor has shape {list(tensor.shape)} but {tt} is global shape {list(tt.shape)}",
+                        text=str(tt), pos=str(tt).find("["), hint="pass the global (unsharded) tensor")
+    b = boxes(tt, ctx.mesh)
+    zero_on = tt.partial_axes if tt.partial_op == "sum" else ()
+
+    def piece(r: int, g: torch.Tensor | None = None) -> torch.Tensor:
+        src = tensor.detach() if g is None else g
+        x = src[tuple(slice(int(lo), int(hi)) for lo, hi in b[r])].clone()
+        c = ctx.mesh.coords(r)
+        if zero_on and any(c[ctx.mesh.index(a)] for a in zero_on):
+            x.zero_()
+        return x
+
+    if ctx.is_local:
+        if getattr(tensor, "_local_tensors", None) is not None:
+            return rank_map(ctx, lambda r, g: piece(r, g), tensor.detach())
+        return rank_map(ctx, lambda r: piece(r))
+    return piece(ctx.rank)
+
+
+def _redistribute_dtensor(x: Any, dst: TensorType | str | None, *,
+                          timeout: timedelta | float | None) -> Any:
+    from torch.distributed.tensor import DTensor
+
+    from lowering.placements import as_mesh, from_placements, to_placements
+
+    if dst is None:
+        raise SpecError("redistribute(dtensor, dst) needs a destination type", hint="e.g. 'f32[8,16@dp]'")
+    dm = x.device_mesh
+    m = as_mesh(dm)
+    order = _shard_order(x, m)
+    s = from_placements(x.placements, m, tuple(x.shape), x.dtype, shard_order=order or None)
+    d = _type(dst, "destination")
+    program, ctx, local = prepare(x.to_local(), s, d, dm, timeout=timeout)
+    y = autograd.apply(program, local, ctx)
+    placements, _ = to_placements(d, m, strided=True)
+    # the incoming gradient must have dual(dst)'s layout (a P(sum) where dst says R), which is
+    # what the backward program expects; DTensor would otherwise normalize it to Replicate
+    grad_placements = None
+    if not d.partial_op or d.partial_op == "sum":
+        grad_placements, _ = to_placements(autograd.dual_type(d), m, strided=True)
+    shape = tuple(x.shape)
+    stride = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
+    return DTensor.from_local(y, dm, placements, run_check=False, shape=torch.Size(shape), stride=stride,
+                              grad_placements=grad_placements)
+
+
+def _shard_order(x: Any, m: Mesh) -> dict[int, list[int]]:
+    """A DTensor's explicit shard_order ({dim: [mesh dims]}) where it is not mesh order.
+
+    DTensorSpec.shard_order is None when the placements use _StridedShard instead
+    (from_placements reads those directly).
+    """
+    order = getattr(getattr(x, "_spec", None), "shard_order", None) or ()
+    out: dict[int, list[int]] = {}
+    for entry in order:
+        mdims = [int(i) for i in entry.mesh_dims]
+        if len(mdims) > 1 and mdims != sorted(mdims):
+            out[int(entry.tensor_dim)] = mdims
+    return out

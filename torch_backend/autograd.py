@@ -1,0 +1,99 @@
+"""Differentiable redistribute: the backward of ``src -> dst`` is ``compile(dual(dst), dual(src))``.
+
+Seed 004's forward/backward table on the types: the gradient of Replicate is Partial,
+of Partial is Replicate, of Invariant Invariant, of Varying Varying, and a dim sharded
+by an axis stays sharded by it. So the gradient of a redistribution is again a
+redistribution, between the dual types, and the compiler plans it like any other::
+
+    forward                      backward (compile(dual(dst), dual(src)))
+    f32[8@dp] -> f32[8]          f32[8]        -> f32[8@dp]      slice      (convert(I,S))
+    f32[8@dp] -> f32[8]{R:dp}    f32[8]{U:dp}  -> f32[8@dp]      reduce_scatter
+    f32[8]{U:dp} -> f32[8]{R:dp} f32[8]{U:dp}  -> f32[8]{R:dp}   all_reduce
+    f32[8]{U:dp} -> f32[8]       f32[8]        -> f32[8]{R:dp}   reinterpret(I,R)
+    f32[8]{R:dp} -> f32[8]       f32[8]        -> f32[8]{U:dp}   zero_fill  (convert(I,P))
+
+Gradients are *global*: the tensors flowing backward are blocks of the dual type whose
+denotation is the gradient of the forward value's denotation (what the seed's tables
+and DTensor both use). Hence the adjoint identity the tests check exactly,
+``<F x, y>_dst == <x, B y>_src``, with ``<a, b>_T`` the inner product of denotations:
+the sum over ranks of local inner products, divided by the size of every I axis (the
+value and its gradient are both replicated there, and count once).
+
+Reduce ops other than sum:
+
+* ``P(avg)``: the dual is R, as in DTensor (``Partial('avg') -> Replicate`` keeps the
+  gradient replicated, unscaled): the gradient of the mean's denotation, G, is held by
+  every rank. (The per-rank derivative would be G/n; the global convention keeps one
+  gradient value, as for I.)
+* ``P(max)`` / ``P(min)``: the reduction is not linear and its gradient needs the arg-max,
+  which no type carries; backward raises a SpecError (forward works, and so does a
+  backward-free use under ``torch.no_grad``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+import lowering
+from lowering.program import Program
+from spec_lang.errors import SpecError
+from spec_lang.ir import AxisType, TensorType
+from torch_backend.executor import execute
+from torch_backend.groups import MeshContext
+
+_U = AxisType("P", "sum")
+_R = AxisType("R")
+
+
+def dual_type(t: TensorType) -> TensorType:
+    """The gradient's type: R <-> P (P(avg) -> R too), I and V and sharded dims unchanged."""
+    out = []
+    for a, at in t.axis_types:
+        if at.kind == "R":
+            out.append((a, _U))
+        elif at.kind == "P":
+            out.append((a, _R))
+        else:
+            out.append((a, at))
+    return t.replace(axis_types=tuple(out))
+
+
+def check_differentiable(src: TensorType, dst: TensorType) -> None:
+    for t, side in ((src, "source"), (dst, "destination")):
+        op = t.partial_op
+        if op in ("max", "min"):
+            raise SpecError(
+                f"no gradient through a pending {op}: the {side} type {t} is P({op})",
+                hint=f"P({op}) has no typed gradient (it needs the arg-{op}); reduce it without autograd "
+                "(torch.no_grad() or .detach()), or use P(sum)/P(avg)",
+            )
+
+
+def backward_program(program: Program) -> Program:
+    """The program that computes ``program``'s gradient (compiled, cached by the planner)."""
+    check_differentiable(program.src, program.dst)
+    return lowering.compile(dual_type(program.dst), dual_type(program.src), program.mesh)
+
+
+class Redistribute(torch.autograd.Function):
+    """``execute(program, x)`` with the dual program as its backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, program: Program, mesh_ctx: MeshContext) -> torch.Tensor:  # type: ignore[override]
+        ctx.program = program
+        ctx.mesh_ctx = mesh_ctx
+        return execute(program, x, ctx=mesh_ctx)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
+        back = backward_program(ctx.program)
+        return execute(back, grad, ctx=ctx.mesh_ctx), None, None
+
+
+def apply(program: Program, x: torch.Tensor, mesh_ctx: MeshContext) -> torch.Tensor:
+    """Run ``program`` differentiably when autograd is recording ``x``, plainly otherwise."""
+    if torch.is_grad_enabled() and x.requires_grad:
+        return Redistribute.apply(x, program, mesh_ctx)
+    return execute(program, x, ctx=mesh_ctx)

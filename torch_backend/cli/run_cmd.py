@@ -1,0 +1,113 @@
+"""``shardc run``: compile a redistribution and run it on real ranks.
+
+    shardc run --mesh dp=2,tp=4 'f32[12@(dp,tp),10]' 'f32[12@tp,10]' --check --bench 20
+
+Spawns one process per rank on this machine (gloo on CPU; NCCL when at least that
+many GPUs are visible), or, under torchrun, runs on the existing world.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from spec_lang.errors import SpecError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("src", help="source type, e.g. 'f32[12@(dp,tp),10]'")
+    p.add_argument("dst", help="destination type, e.g. 'f32[12@tp,10]'")
+    p.add_argument("--mesh", required=True, help="mesh, e.g. dp=2,tp=4 (its size is the number of ranks)")
+    p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto",
+                   help="auto: NCCL when every rank can have its own GPU, else gloo on CPU")
+    p.add_argument("--dtype", default=None, help="run with this dtype instead of the types' (f32, bf16, i32, ...)")
+    p.add_argument("--check", action="store_true", help="verify every rank's output against the destination type")
+    p.add_argument("--bench", type=int, default=0, metavar="N",
+                   help="time N runs after a warm-up: median per step and in total (max over ranks)")
+    p.add_argument("--json", action="store_true",
+                   help='print {"ok", "ranks", "time_s", "steps": [...]} instead of text')
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                   help="seconds each collective may take before the ranks give up (default 60)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from torch_backend import launcher
+    from torch_backend.worker import RunSpec, compile_spec
+
+    if args.bench < 0:
+        raise SpecError("--bench must be >= 0", hint="give the number of timed runs, e.g. --bench 20")
+    if args.timeout <= 0:
+        raise SpecError("--timeout must be positive", hint="e.g. --timeout 30")
+    spec = RunSpec(mesh=args.mesh, src=args.src, dst=args.dst, dtype=args.dtype, check=args.check,
+                   bench=args.bench, timeout=args.timeout)
+    program = compile_spec(spec)  # every SpecError before any process starts
+    world = program.mesh.size
+    if launcher.under_torchrun():
+        import os
+
+        if int(os.environ["WORLD_SIZE"]) != world:
+            raise SpecError(f"torchrun started {os.environ['WORLD_SIZE']} ranks but the mesh {program.mesh} "
+                            f"has {world}", hint=f"use torchrun --nproc-per-node ... so that there are {world} ranks")
+    spec.backend = launcher.choose_backend(args.backend, world)
+    if spec.backend == "nccl":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SpecError("--backend nccl needs CUDA GPUs, and none is visible", hint="use --backend gloo")
+    spec.progress_bar = bool(spec.bench >= 20 and not args.json and sys.stderr.isatty())
+    if launcher.under_torchrun():
+        result = launcher.launch_torchrun(spec)
+        if result is None:  # not rank 0
+            return 0
+    else:
+        result = launcher.launch_local(spec, world)
+    _print(args, program, result)
+    return 0 if result.ok else 1
+
+
+def _print(args: argparse.Namespace, program: Any, result: Any) -> None:
+    reports = result.reports
+    bench_steps = [max(r.get("bench_steps_s", [0.0])[i] for r in reports.values())
+                   for i in range(len(program.steps))] if args.bench and result.ok else []
+    total = (max(r["bench_total_s"] for r in reports.values()) if args.bench and result.ok
+             else max((r.get("time_s", 0.0) for r in reports.values()), default=0.0))
+    device = next((r.get("device") for r in reports.values() if r.get("device")), "cpu")
+    if args.json:
+        steps = []
+        for i, s in enumerate(program.steps):
+            d = s.to_json()
+            if bench_steps:
+                d["time_s"] = bench_steps[i]
+            steps.append(d)
+        out = {"ok": result.ok, "ranks": result.world, "backend": result.backend, "device": device,
+               "time_s": total, "steps": steps, "bench_runs": args.bench,
+               "check": (all(r.get("check") for r in reports.values()) if args.check and result.ok else None),
+               "cost": program.cost.to_json()}
+        if not result.ok:
+            out["failed_rank"] = result.failed_rank
+            out["error"] = result.message
+            out["rank_reports"] = [{k: v for k, v in r.items() if k in ("rank", "ok", "error", "failed_after_s")}
+                                   for _, r in sorted(reports.items())]
+        print(json.dumps(out, indent=2))
+        return
+    print(program)
+    print(f"ran on {result.world} ranks ({result.backend}, {device}): {'ok' if result.ok else 'FAILED'}")
+    if not result.ok:
+        print(result.message, file=sys.stderr)
+        return
+    if args.check:
+        print(f"check: every rank holds its block of {program.dst}")
+    if args.bench:
+        width = max((len(s.describe()) for s in program.steps), default=5)
+        print(f"time (median of {args.bench} runs, slowest rank):")
+        for i, s in enumerate(program.steps):
+            print(f"  {i + 1}. {s.describe():<{width}}  {_us(bench_steps[i])}")
+        print(f"     {'total':<{width}}  {_us(total)}")
+    else:
+        print(f"time: {_us(total)} (one cold run, slowest rank; use --bench N for steady-state times)")
+
+
+def _us(s: float) -> str:
+    return f"{s * 1e6:10.1f} us" if s < 1e-2 else f"{s * 1e3:10.2f} ms"

@@ -1,0 +1,333 @@
+"""The collective steps: pack -> one collective on flat contiguous buffers -> unpack.
+
+Each function takes the step, every played rank's :class:`~torch_backend.plan.StepPlan`
+and the current block, and returns the next block (a LocalTensor under
+LocalTensorMode). See ``torch_backend.executor`` for what each kind puts on the wire.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+
+from lowering.program import Step
+from spec_lang.ir import Mesh
+from torch_backend import comm
+from torch_backend.comm import finish_avg, rank_map
+from torch_backend.groups import GroupHandle, MeshContext
+from torch_backend.plan import StepPlan, flat_offset, wire_bytes
+
+Plans = dict[int, StepPlan]  # mesh rank -> plan, for each rank this process plays
+
+@lru_cache(maxsize=4096)
+def moves_data(step: Step, mesh: Mesh) -> bool:
+    """Whether any rank sends anything in ``step`` (the same answer on every rank)."""
+    return any(wire_bytes(step, mesh, 1))
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1) if t.is_contiguous() else t.contiguous().view(-1)
+
+
+def _first(plans: Plans) -> StepPlan:
+    return next(iter(plans.values()))
+
+
+def _group(ctx: MeshContext, step: Step) -> GroupHandle:
+    return ctx.group(step.axes, ctx.ranks[0])
+
+
+def _alone(ctx: MeshContext, plans: Plans, x: torch.Tensor) -> torch.Tensor | None:
+    """A group of one rank: the collective is a local copy (None when the group is bigger)."""
+    p = _first(plans)
+    if p.n != 1:
+        return None
+    if p.kind == "all_reduce":
+        return rank_map(ctx, lambda r, t: t.clone(), x)
+    if p.kind == "reduce_scatter":
+        return rank_map(ctx, lambda r, t: t[plans[r].send[0].src].clone(), x)
+    if p.kind == "all_gather":
+        return rank_map(ctx, lambda r, t: _place(plans[r], [(plans[r].recv[0], t)]), x)
+    return rank_map(ctx, lambda r, t: _unpack_exchange(plans[r], t, t.new_empty(0)), x)
+
+
+def _place(plan: StepPlan, parts: list[tuple]) -> torch.Tensor:
+    """A new output block assembled from (piece, tensor of piece.shape) pairs."""
+    y = parts[0][1].new_empty(plan.out_shape)
+    for piece, t in parts:
+        if piece.numel:
+            y[piece.dst].copy_(t.view(piece.shape))
+    return y
+
+
+# ---- all_gather -------------------------------------------------------------------------
+
+
+def all_gather(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
+    """Concat the group's blocks (each placed by its box, so any dim and group order)::
+
+        [A]
+        [B]  =>  [A, B, C]
+        [C]
+
+    Equal blocks: one ``all_gather_single``. Uneven: the exact ring (real groups) or an
+    exact all_to_all (LocalTensorMode).
+    """
+    alone = _alone(ctx, plans, x)
+    if alone is not None:
+        return alone
+    p0 = _first(plans)
+    g = _group(ctx, step)
+    if not p0.even:
+        return _gather_a2a(ctx, g, plans, x) if ctx.is_local else _gather_ring(ctx, g, p0, x)
+    if not ctx.is_local and p0.direct:
+        y = x.new_empty(p0.out_shape)
+        comm.all_gather(ctx, y.view(-1), _flat(x), g)
+        return y
+    send = rank_map(ctx, lambda r, t: _flat(t), x)
+    # chunk sizes are per rank: under LocalTensorMode, groups may hold blocks of different sizes
+    out = rank_map(ctx, lambda r, t: t.new_empty(plans[r].n * plans[r].chunk), x)
+    comm.all_gather(ctx, out, send, g)
+
+    def unpack(r: int, o: torch.Tensor) -> torch.Tensor:
+        c = plans[r].chunk
+        return _place(plans[r], [(p, o[i * c:i * c + p.numel]) for i, p in enumerate(plans[r].recv)])
+
+    return rank_map(ctx, unpack, out)
+
+
+def _gather_ring(ctx: MeshContext, g: GroupHandle, plan: StepPlan, x: torch.Tensor) -> torch.Tensor:
+    """Uneven all_gather as n-1 rounds of p2p around the step's group order.
+
+    Round k: position i sends piece (i-k) to its successor and receives piece (i-k-1)
+    from its predecessor, so it sends every piece but its successor's, exactly once
+    (the cost model's ``total - b(succ)``). Empty pieces are skipped on both sides.
+    """
+    ring = plan.extra["ring"]
+    n = len(ring)
+    i = plan.listed.index(plan.rank)
+    offs = [0]
+    for p in ring:
+        offs.append(offs[-1] + p.numel)
+    y = x.new_empty(plan.out_shape)
+    buf = y.view(-1) if plan.direct else x.new_empty(offs[-1])
+
+    def seg(k: int) -> torch.Tensor:
+        return buf[offs[k]:offs[k + 1]]
+
+    if ring[i].numel:
+        seg(i).view(ring[i].shape).copy_(x)
+    succ, pred = plan.listed[(i + 1) % n], plan.listed[(i - 1) % n]
+    for k in range(n - 1):
+        s, r = (i - k) % n, (i - k - 1) % n
+        sends = [(seg(s), succ)] if ring[s].numel else []
+        recvs = [(seg(r), pred)] if ring[r].numel else []
+        comm.p2p(ctx, sends, recvs, g)
+    if plan.direct:
+        return y
+    return _place(plan, [(p, seg(k)) for k, p in enumerate(ring)])
+
+
+def _gather_a2a(ctx: MeshContext, g: GroupHandle, plans: Plans, x: torch.Tensor) -> torch.Tensor:
+    """Uneven all_gather as an exact all_to_all (LocalTensorMode, which has no p2p)."""
+    send_splits, recv_splits = {}, {}
+    for r, p in plans.items():
+        own = next(pc.numel for pc in p.recv if pc.peer == r)
+        send_splits[r] = [0 if pc.peer == r else own for pc in p.recv]
+        recv_splits[r] = [0 if pc.peer == r else pc.numel for pc in p.recv]
+    send = rank_map(ctx, lambda r, t: torch.cat([_flat(t)] * (plans[r].n - 1)), x)
+    got = comm.all_to_all(ctx, send, send_splits, recv_splits, g)
+
+    def unpack(r: int, t: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        parts, off = [], 0
+        for pc in plans[r].recv:
+            if pc.peer == r:
+                parts.append((pc, t))
+            else:
+                parts.append((pc, o[off:off + pc.numel]))
+                off += pc.numel
+        return _place(plans[r], parts)
+
+    return rank_map(ctx, unpack, x, got)
+
+
+# ---- reductions -------------------------------------------------------------------------
+
+
+def reduce_scatter(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
+    """Reduce the group's equal blocks; keep this rank's piece (its dst box)::
+
+        +[A0, A1, A2]      [A0+B0+C0]
+        +[B0, B1, B2]  =>  [A1+B1+C1]
+        +[C0, C1, C2]      [A2+B2+C2]
+
+    The pieces are packed in process-group order (padded to the largest when uneven and
+    ``step.padded``) for ``reduce_scatter_single``; with an even dim-0 layout the input
+    and output tensors are the buffers themselves.
+    """
+    alone = _alone(ctx, plans, x)
+    if alone is not None:
+        return alone
+    p0 = _first(plans)
+    op, g = step.op or "sum", _group(ctx, step)
+    if not (p0.even or step.padded):
+        return _reduce_scatter_exact(ctx, step, g, plans, x)
+    if not ctx.is_local and p0.direct:
+        y = x.new_empty(p0.out_shape)
+        comm.reduce_scatter(ctx, y.view(-1), _flat(x), op, g)
+        return finish_avg(y, op, p0.n)
+
+    def pack(r: int, t: torch.Tensor) -> torch.Tensor:
+        p, c = plans[r], plans[r].chunk
+        buf = t.new_zeros(p.n * c) if not p.even else t.new_empty(p.n * c)
+        for i, pc in enumerate(p.send):
+            if pc.numel:
+                buf[i * c:i * c + pc.numel].view(pc.shape).copy_(t[pc.src])
+        return buf
+
+    send = rank_map(ctx, pack, x)
+    out = rank_map(ctx, lambda r, t: t.new_empty(plans[r].chunk), x)
+    comm.reduce_scatter(ctx, out, send, op, g)
+    y = rank_map(ctx, lambda r, o: o[:_numel(plans[r].out_shape)].view(plans[r].out_shape), out)
+    return finish_avg(y, op, p0.n)
+
+
+def _reduce_scatter_exact(ctx: MeshContext, step: Step, g: GroupHandle, plans: Plans,
+                          x: torch.Tensor) -> torch.Tensor:
+    """Uneven pieces without padding: all_to_all the pieces, reduce locally."""
+    op = step.op or "sum"
+    send_splits = {r: [0 if pc.peer == r else pc.numel for pc in p.send] for r, p in plans.items()}
+    recv_splits = {r: [0 if q == r else _numel(p.out_shape) for q in p.members] for r, p in plans.items()}
+
+    def pack(r: int, t: torch.Tensor) -> torch.Tensor:
+        parts = [_flat(t[pc.src]) for pc in plans[r].send if pc.peer != r]
+        return torch.cat(parts) if parts else t.new_empty(0)
+
+    got = comm.all_to_all(ctx, rank_map(ctx, pack, x), send_splits, recv_splits, g)
+
+    def reduce(r: int, t: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        p = plans[r]
+        k = _numel(p.out_shape)
+        parts, off = [], 0
+        for pc in p.send:
+            if pc.peer == r:
+                parts.append(t[pc.src].reshape(-1))
+            else:
+                parts.append(o[off:off + k])
+                off += k
+        return local_reduce(parts, op).view(p.out_shape)
+
+    return finish_avg(rank_map(ctx, reduce, x, got), op, _group_size(plans))
+
+
+def _group_size(plans: Plans) -> int:
+    return _first(plans).n
+
+
+def local_reduce(parts: list[torch.Tensor], op: str) -> torch.Tensor:
+    """Reduce same-shape tensors with a seed reduce op (avg: the sum; divide afterwards)."""
+    s = torch.stack(parts)
+    if s.dtype == torch.bool:
+        return s.all(0) if op == "min" else s.any(0)
+    if op == "max":
+        return s.amax(0)
+    if op == "min":
+        return s.amin(0)
+    return s.sum(0, dtype=s.dtype)
+
+
+def all_reduce(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
+    """``+A, +B, +C => A + B + C`` on every rank, on a contiguous copy of the input."""
+    alone = _alone(ctx, plans, x)
+    if alone is not None:
+        return alone
+    op = step.op or "sum"
+    buf = rank_map(ctx, lambda r, t: t.clone(memory_format=torch.contiguous_format), x)
+    comm.all_reduce(ctx, buf, op, _group(ctx, step))
+    return finish_avg(buf, op, _group_size(plans))
+
+
+# ---- exchanges --------------------------------------------------------------------------
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _pack_exchange(plan: StepPlan, t: torch.Tensor) -> torch.Tensor:
+    buf = t.new_empty(sum(p.numel for p in plan.send))
+    off = 0
+    for p in plan.send:
+        if p.numel:
+            buf[off:off + p.numel].view(p.shape).copy_(t[p.src])
+            off += p.numel
+    return buf
+
+
+def _unpack_exchange(plan: StepPlan, t: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
+    y = t.new_empty(plan.out_shape)
+    sp = plan.self_piece
+    if sp is not None and sp.numel:
+        y[sp.dst].copy_(t[sp.src])
+    off = 0
+    for p in plan.recv:
+        if p.numel:
+            y[p.dst].copy_(recv[off:off + p.numel].view(p.shape))
+            off += p.numel
+    return y
+
+
+def all_to_all(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
+    """Exact box exchange (also ``permute``): rank r's dst block from (src of q) ∩ (dst of r)::
+
+        [A0, A1, A2]      [A0, B0, C0]
+        [B0, B1, B2]  =>  [A1, B1, C1]
+        [C0, C1, C2]      [A2, B2, C2]
+
+    One ``all_to_all_single`` with exact per-peer splits (the own piece is copied
+    locally, split 0); a permute on a real group uses ``batch_isend_irecv`` instead.
+    """
+    alone = _alone(ctx, plans, x)
+    if alone is not None:
+        return alone
+    if not moves_data(step, ctx.mesh):
+        return rank_map(ctx, lambda r, t: _unpack_exchange(plans[r], t, t.new_empty(0)), x)
+    if step.kind == "permute" and not ctx.is_local:
+        return _permute(ctx, _group(ctx, step), _first(plans), x)
+    send_splits = {r: [pc.numel for pc in p.send] for r, p in plans.items()}
+    recv_splits = {r: [pc.numel for pc in p.recv] for r, p in plans.items()}
+    send = rank_map(ctx, lambda r, t: _pack_exchange(plans[r], t), x)
+    got = comm.all_to_all(ctx, send, send_splits, recv_splits, _group(ctx, step))
+    return rank_map(ctx, lambda r, t, o: _unpack_exchange(plans[r], t, o), x, got)
+
+
+def _permute(ctx: MeshContext, g: GroupHandle, plan: StepPlan, x: torch.Tensor) -> torch.Tensor:
+    """Point-to-point: send/receive straight from/into the blocks where a piece is one run."""
+    y = x.new_empty(plan.out_shape)
+    sp = plan.self_piece
+    if sp is not None and sp.numel:
+        y[sp.dst].copy_(x[sp.src])
+    xf = x.view(-1) if x.is_contiguous() else None
+    yf = y.view(-1)
+    sends, recvs, later = [], [], []
+    for p in plan.send:
+        if p.numel:
+            off = flat_offset(p.src, plan.in_shape) if xf is not None else None
+            sends.append((xf[off:off + p.numel] if off is not None else x[p.src].contiguous(), p.peer))
+    for p in plan.recv:
+        if p.numel:
+            off = flat_offset(p.dst, plan.out_shape)
+            if off is not None:
+                recvs.append((yf[off:off + p.numel], p.peer))
+            else:
+                tmp = x.new_empty(p.shape)
+                recvs.append((tmp, p.peer))
+                later.append((p, tmp))
+    comm.p2p(ctx, sends, recvs, g)
+    for p, tmp in later:
+        y[p.dst].copy_(tmp)
+    return y

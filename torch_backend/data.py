@@ -1,0 +1,96 @@
+"""Deterministic test data: a global tensor and each rank's block of it under a type.
+
+Used by ``shardc run --check``, the tests and the benchmarks. Values are small
+integers, exact in every dtype the DSL has (bf16 included), so sums in any order agree.
+
+A rank's block under ``t``: the global slice (``lowering.layout``), then per non-sharding
+axis kind:
+
+* R / I: the same on every rank;
+* P(op): shares whose reduction over the P group is the slice (sum: rank 0 of the group
+  holds the rest; avg: +/- offsets that cancel; max/min: the other ranks hold values
+  below/above it);
+* V: the slice plus the rank's flattened V coordinate (V values differ per rank; a
+  redistribution acts on each V index separately).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lowering.layout import boxes
+from spec_lang.ir import Mesh, TensorType
+from torch_backend.dtypes import to_torch_dtype
+
+
+def global_tensor(t: TensorType, *, seed: int = 0, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The global tensor of type ``t``: (i*7 + seed) mod 113 - 56, row-major."""
+    n = t.numel
+    base = (torch.arange(n, dtype=torch.int64) * 7 + seed) % 113 - 56
+    dt = to_torch_dtype(t.dtype)
+    if dt == torch.bool:
+        return (base % 2 == 0).reshape(t.shape).to(device)
+    if dt == torch.uint8:
+        base = base + 56
+    return base.reshape(t.shape).to(dt).to(device)
+
+
+def _coord_index(mesh: Mesh, rank: int, axes: tuple[str, ...]) -> tuple[int, int]:
+    """(index of ``rank`` over ``axes`` in mesh order, group size)."""
+    c = mesh.coords(rank)
+    j, k = 0, 1
+    for a in mesh.names:
+        if a in axes:
+            s = mesh.axis_size(a)
+            j, k = j * s + c[mesh.index(a)], k * s
+    return j, k
+
+
+def block(t: TensorType, mesh: Mesh, g: torch.Tensor, rank: int) -> torch.Tensor:
+    """``rank``'s local block of global tensor ``g`` under type ``t`` (a fresh tensor)."""
+    box = boxes(t, mesh)[rank]
+    x = g[tuple(slice(int(lo), int(hi)) for lo, hi in box)].clone()
+    v_axes = t.axes_of_kind("V")
+    if v_axes:
+        j, _ = _coord_index(mesh, rank, v_axes)
+        x = ~x if (x.dtype == torch.bool and j % 2) else (x + j if x.dtype != torch.bool else x)
+    p_axes = t.partial_axes
+    if p_axes:
+        j, k = _coord_index(mesh, rank, p_axes)
+        x = _share(x, t.partial_op or "sum", j, k)
+    return x
+
+
+def _share(x: torch.Tensor, op: str, j: int, k: int) -> torch.Tensor:
+    """Share j of k of ``x`` under reduce ``op`` (see the module docstring)."""
+    if x.dtype == torch.bool:
+        if op == "min":
+            return x
+        return x if j == 0 else torch.zeros_like(x)
+    if op == "sum":
+        small = [(i % 3) - 1 if x.dtype != torch.uint8 else i % 2 for i in range(1, k)]
+        if j == 0:
+            return x - sum(small)
+        return torch.full_like(x, small[j - 1])
+    if op == "avg":
+        # offsets that cancel in pairs: -1, +1, -1, +1, ... (0 for an odd one out)
+        d = 0 if (k % 2 and j == k - 1) else (1 if j % 2 else -1)
+        return x + d if x.dtype != torch.uint8 else x
+    if op == "max":
+        if j == 0:
+            return x
+        return torch.zeros_like(x) if x.dtype == torch.uint8 else x - 1
+    if op == "min":
+        if j == 0:
+            return x
+        return torch.full_like(x, 255) if x.dtype == torch.uint8 else x + 1
+    raise ValueError(f"unknown reduce op {op!r}")
+
+
+def expected_block(t: TensorType, mesh: Mesh, g: torch.Tensor, rank: int) -> torch.Tensor:
+    """What ``rank`` must hold under ``t`` *after reducing its P axes*: the slice (+ V index)."""
+    return block(t.replace(axis_types=tuple((a, at) for a, at in t.axis_types if at.kind != "P")), mesh, g, rank)
+
+
+def all_blocks(t: TensorType, mesh: Mesh, g: torch.Tensor) -> list[torch.Tensor]:
+    return [block(t, mesh, g, r) for r in range(mesh.size)]

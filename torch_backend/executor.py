@@ -1,0 +1,154 @@
+"""A thin interpreter of a Program over this rank's local tensor.
+
+Each step is *pack -> one collective on flat contiguous buffers -> unpack*, with the
+pieces read off the layout boxes (``torch_backend.plan``), so every step kind works on
+any dims, any group order and uneven blocks, with no padding on the wire except where
+``step.padded`` says so. The same code runs on NCCL/CUDA, gloo/CPU and LocalTensorMode
+(there, one call simulates every rank; see ``torch_backend.comm``).
+
+What goes on the wire (per rank, in elements; equal to the planner's ``bytes_sent``):
+
+* ``all_gather`` equal blocks: ``all_gather_single`` ((n-1)*b). Uneven blocks: an exact
+  ring of ``batch_isend_irecv`` in the step's group order (n-1 rounds; total - b(succ)),
+  since gloo's and NCCL's gathers need equal sizes. Under LocalTensorMode (no p2p):
+  ``all_to_all_single`` with exact splits instead::
+
+      [A]                  rank i, round k: send piece (i-k), receive piece (i-k-1)
+      [B]  =>  [A, B, C]
+      [C]
+
+* ``reduce_scatter``: ``reduce_scatter_single``; uneven pieces are padded to the
+  largest when ``step.padded`` (the planner's cost), otherwise exchanged exactly with
+  ``all_to_all_single`` and reduced locally (total - own piece).
+* ``all_reduce``: ``all_reduce`` on a contiguous copy.
+* ``all_to_all``: pieces packed in process-group order into one send buffer (the
+  rank's own piece is copied locally, split size 0), ``all_to_all_single`` with exact
+  per-peer splits, unpacked into the output block.
+* ``permute``: ``batch_isend_irecv`` straight from/into the blocks when a piece is one
+  contiguous run (``all_to_all_single`` under LocalTensorMode).
+
+The input is never modified; the result never aliases it (a final copy is made only
+when every step was a view, e.g. a lone ``slice`` or ``reinterpret``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+
+from lowering.layout import group_ranks
+from lowering.program import Program, Step
+from torch_backend import collectives, comm
+from torch_backend.collectives import Plans, moves_data
+from torch_backend.comm import CollectiveError, rank_map
+from torch_backend.groups import MeshContext, context
+from torch_backend.plan import plan_step
+
+__all__ = ["CollectiveError", "Plans", "build_plans", "execute", "moves_data"]
+StepHook = Callable[[int, Step], None]
+
+
+def build_plans(program: Program, ctx: MeshContext) -> list[Plans]:
+    """Plan every step for the ranks this process plays and create the groups they use.
+
+    Runs before the first collective, so a malformed program fails on every rank alike.
+    """
+    out: list[Plans] = []
+    prev = program.src
+    for step in program.steps:
+        if step.src != prev:
+            raise ValueError(f"program step {step.describe()} starts at {step.src}, previous step ends at {prev}")
+        prev = step.dst
+        collective = step.is_collective and program.mesh.group_size(step.axes) > 1
+        plans: Plans = {}
+        for r in ctx.ranks:
+            members = ctx.group(step.axes, r).members if collective else (r,)
+            plans[r] = plan_step(step, program.mesh, r, members)
+        out.append(plans)
+    if program.steps and prev != program.dst:
+        raise ValueError(f"program ends at {prev}, not at its destination {program.dst}")
+    return out
+
+
+def execute(program: Program, x: torch.Tensor, *, ctx: MeshContext | None = None,
+            timings: list[float] | None = None, on_step: StepHook | None = None) -> torch.Tensor:
+    """Run ``program`` on this rank's block ``x`` (a LocalTensor under LocalTensorMode).
+
+    ``timings``: if given, gets each step's wall time (device-synchronized).
+    ``on_step(i, step)``: called before step i (the launcher's progress/fault hooks).
+    """
+    ctx = ctx if ctx is not None else context(program.mesh)
+    plans = build_plans(program, ctx)
+    y = x
+    for i, (step, plan) in enumerate(zip(program.steps, plans)):
+        if on_step is not None:
+            on_step(i, step)
+        t0 = time.perf_counter()
+        try:
+            y = _RUN[step.kind](ctx, step, plan, y)
+        except RuntimeError as e:
+            if not step.is_collective or isinstance(e, CollectiveError):
+                raise
+            raise CollectiveError(
+                f"rank {ctx.ranks[0] if len(ctx.ranks) == 1 else list(ctx.ranks)}: step {i + 1}/{len(program)} "
+                f"{step.describe()} on group {list(group_ranks(program.mesh, step.axes, ctx.ranks[0]))} "
+                f"failed: {e}"
+            ) from e
+        if timings is not None:
+            if y.is_cuda:
+                torch.cuda.synchronize(y.device)
+            timings.append(time.perf_counter() - t0)
+    if _aliases(ctx, y, x):
+        y = rank_map(ctx, lambda r, t: t.clone(memory_format=torch.contiguous_format), y)
+    return y
+
+
+def _aliases(ctx: MeshContext, y: torch.Tensor, x: torch.Tensor) -> bool:
+    def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+        return a.numel() > 0 and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+    try:
+        if ctx.is_local:
+            return any(same(comm.local_of(y, r), comm.local_of(x, r)) for r in ctx.ranks)
+        return same(y, x)
+    except RuntimeError:  # no storage to compare (a tensor subclass): copy to be safe
+        return True
+
+
+# ---- local steps ------------------------------------------------------------------------
+
+
+def _slice(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
+    return rank_map(ctx, lambda r, t: t[plans[r].region], x)  # a view; never written to
+
+
+def _zero_fill(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
+    return rank_map(ctx, lambda r, t: t if plans[r].keep else torch.zeros_like(t), x)
+
+
+def _zero_pad(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
+    def pad(r: int, t: torch.Tensor) -> torch.Tensor:
+        y = t.new_zeros(plans[r].out_shape)
+        y[plans[r].region] = t
+        return y
+
+    return rank_map(ctx, pad, x)
+
+
+def _reinterpret(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+_RUN: dict[str, Callable[[MeshContext, Step, Plans, torch.Tensor], torch.Tensor]] = {
+    "slice": _slice,
+    "zero_fill": _zero_fill,
+    "zero_pad": _zero_pad,
+    "reinterpret": _reinterpret,
+    "all_gather": collectives.all_gather,
+    "reduce_scatter": collectives.reduce_scatter,
+    "all_reduce": collectives.all_reduce,
+    "all_to_all": collectives.all_to_all,
+    "permute": collectives.all_to_all,
+}

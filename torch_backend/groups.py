@@ -1,0 +1,230 @@
+"""Process groups for the mesh axis sets a program uses, created on demand and cached.
+
+A step over ``axes`` runs on the ranks that share every other mesh coordinate. The
+flattened collective's *group order* is row-major over ``axes`` as listed
+(``lowering.layout.group_ranks``); ``(tp, dp)`` on ``dp=2,tp=2`` orders rank 0's group
+``0, 2, 1, 3``. torch's ``new_group`` sorts ranks by default (and LocalTensorMode only
+accepts sorted groups), so a process group's own rank order can differ from the group
+order. The executor never relies on either order: it reads every block off the layout
+boxes and asks a :class:`GroupHandle` which mesh rank sits at which process-group rank.
+One process group therefore serves every ordering of the same axis set.
+
+Three ways to get a :class:`MeshContext` (``context()`` picks):
+
+* **LocalTensorMode** (one process simulates every rank, a ``fake`` default group):
+  the context covers all ranks; a group is the process group of rank 0's group,
+  from which LocalTensorMode infers the others (its collectives run every fiber).
+* **A default process group** (torchrun, ``shardc run``, any ``init_process_group``):
+  mesh rank = global rank, and the world size must equal the mesh size.
+* **A named DeviceMesh**: mesh rank -> global rank comes from ``device_mesh.mesh``,
+  so the mesh may cover part of a bigger world; single-axis groups reuse the
+  DeviceMesh's own process groups.
+
+New groups are made with ``use_local_synchronization=True``: only the members call
+``new_group``, so groups can be created lazily by the ranks that need them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from lowering.layout import group_ranks
+from spec_lang.errors import SpecError
+from spec_lang.ir import Mesh
+from spec_lang.parser import parse_mesh
+
+
+def local_tensor_mode() -> Any | None:
+    """The enabled LocalTensorMode, or None (also None where torch lacks it)."""
+    try:
+        from torch.distributed._local_tensor import enabled_local_tensor_mode
+    except ImportError:  # torch without LocalTensorMode
+        return None
+    return enabled_local_tensor_mode()
+
+
+@dataclass(frozen=True)
+class GroupHandle:
+    """A process group and its members as mesh ranks, in process-group rank order."""
+
+    pg: Any
+    members: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+
+# The cache belongs to one default group: it holds a reference to that group so that a
+# destroyed-and-recreated world (tests do this) can never be mistaken for the old one.
+_CACHE: dict[str, Any] = {"world": None, "groups": {}, "contexts": {}}
+
+
+def _group_cache() -> dict[tuple[int, ...], Any]:
+    world = dist.distributed_c10d._get_default_group()
+    if _CACHE["world"] is not world:
+        _CACHE["world"] = world
+        _CACHE["groups"] = {}
+        _CACHE["contexts"] = {}
+    return _CACHE["groups"]
+
+
+@dataclass
+class MeshContext:
+    """Where a program runs: the mesh, which mesh ranks this process plays, and groups."""
+
+    mesh: Mesh
+    ranks: tuple[int, ...]  # mesh ranks this process executes (all of them under LocalTensorMode)
+    to_global: tuple[int, ...]  # mesh rank -> global rank
+    local_mode: Any | None = None  # the LocalTensorMode, if simulating
+    device_mesh: Any | None = None
+    timeout: timedelta | None = None
+    backend: str = "gloo"
+    _members: dict[tuple[str, ...], GroupHandle] = field(default_factory=dict, repr=False)
+
+    @property
+    def is_local(self) -> bool:
+        return self.local_mode is not None
+
+    @property
+    def rank(self) -> int:
+        """This process's mesh rank (real process groups only)."""
+        return self.ranks[0]
+
+    def group(self, axes: tuple[str, ...], rank: int) -> GroupHandle:
+        """The process group of ``rank``'s group over ``axes`` (created on first use)."""
+        key = tuple(sorted(axes, key=self.mesh.index))
+        if self.is_local:
+            # one process group (rank 0's) stands for all; members follow LocalTensorMode,
+            # which runs each fiber in ascending rank order
+            handle = self._members.get(key)
+            if handle is None:
+                handle = GroupHandle(self._local_pg(key), ())
+                self._members[key] = handle
+            return GroupHandle(handle.pg, tuple(sorted(group_ranks(self.mesh, key, rank))))
+        handle = self._members.get(key)
+        if handle is None:
+            handle = self._real_group(key)
+            self._members[key] = handle
+        return handle
+
+    def _local_pg(self, axes: tuple[str, ...]) -> Any:
+        ranks = tuple(sorted(self.to_global[q] for q in group_ranks(self.mesh, axes, 0)))
+        return _new_group(ranks, None, None)
+
+    def _real_group(self, axes: tuple[str, ...]) -> GroupHandle:
+        mine = group_ranks(self.mesh, axes, self.rank)
+        pg = None
+        if self.device_mesh is not None and len(axes) == 1:
+            pg = self.device_mesh.get_group(axes[0])
+        if pg is None:
+            device = None
+            if self.backend == "nccl" and torch.cuda.is_available():
+                # eager NCCL init: every member creates the communicator here, so a later
+                # batch_isend_irecv in which some members have nothing to do cannot hang
+                device = torch.device("cuda", torch.cuda.current_device())
+            pg = _new_group(tuple(sorted(self.to_global[q] for q in mine)), self.timeout, device)
+        from_global = {g: q for q, g in enumerate(self.to_global)}
+        order = tuple(from_global[g] for g in dist.get_process_group_ranks(pg))
+        if sorted(order) != sorted(mine):
+            raise RuntimeError(f"process group for {axes} holds ranks {order}, expected {sorted(mine)}")
+        return GroupHandle(pg, order)
+
+    def global_rank(self, mesh_rank: int) -> int:
+        return self.to_global[mesh_rank]
+
+    def prepare(self, axes_sets: list[tuple[str, ...]]) -> None:
+        """Create every group a program needs before its first collective."""
+        for axes in axes_sets:
+            if self.mesh.group_size(axes) > 1:
+                self.group(axes, self.ranks[0])
+
+
+def _new_group(ranks: tuple[int, ...], timeout: timedelta | None, device: Any) -> Any:
+    world = dist.get_world_size()
+    if ranks == tuple(range(world)):
+        return dist.group.WORLD
+    cache = _group_cache()
+    pg = cache.get(ranks)
+    if pg is None:
+        kwargs: dict[str, Any] = {"use_local_synchronization": True}
+        if timeout is not None:
+            kwargs["timeout"] = timeout
+        if device is not None:
+            kwargs["device_id"] = device
+        pg = dist.new_group(list(ranks), **kwargs)
+        cache[ranks] = pg
+    return pg
+
+
+def _mesh_of_device_mesh(dm: Any) -> Mesh:
+    names = getattr(dm, "mesh_dim_names", None)
+    if not names:
+        raise SpecError("the DeviceMesh has no mesh_dim_names",
+                        hint="create it with init_device_mesh(..., mesh_dim_names=('dp', 'tp'))")
+    return Mesh(tuple(names), tuple(int(s) for s in dm.mesh.shape))
+
+
+def context(mesh: Mesh | str | Any, *, timeout: timedelta | float | None = None) -> MeshContext:
+    """The MeshContext for ``mesh`` (str, Mesh or DeviceMesh) in the current process.
+
+    Raises SpecError (before any communication) when there is no process group, or the
+    world does not match the mesh.
+    """
+    if isinstance(timeout, (int, float)):
+        timeout = timedelta(seconds=float(timeout))
+    dm = None
+    if isinstance(mesh, (str, Mesh)):
+        m = parse_mesh(mesh)
+    elif hasattr(mesh, "mesh") and hasattr(mesh, "get_group"):
+        dm = mesh
+        m = _mesh_of_device_mesh(mesh)
+    else:
+        raise SpecError(f"expected a mesh, got {type(mesh).__name__}",
+                        hint="pass a mesh string like 'dp=2,tp=4', a spec_lang Mesh, or a named DeviceMesh")
+    lm = local_tensor_mode()
+    if dm is not None:
+        to_global = tuple(int(g) for g in dm.mesh.flatten().tolist())
+    else:
+        to_global = tuple(range(m.size))
+    if lm is not None:
+        ranks = tuple(sorted(lm.ranks))
+        if len(ranks) != m.size or to_global != tuple(ranks):
+            raise SpecError(
+                f"LocalTensorMode simulates {len(ranks)} ranks but the mesh {m} has {m.size}",
+                hint=f"enter LocalTensorMode({m.size}) with a fake process group of world size {m.size}",
+            )
+        if not dist.is_initialized():
+            raise SpecError("LocalTensorMode needs a default process group",
+                            hint=f"dist.init_process_group('fake', store=FakeStore(), rank=0, world_size={m.size})")
+        return MeshContext(m, ranks, to_global, local_mode=lm, device_mesh=dm, timeout=timeout, backend="local")
+    if not dist.is_initialized():
+        raise SpecError(
+            "no torch.distributed process group is initialized",
+            hint="call torch.distributed.init_process_group(...), run under torchrun, "
+            "use `shardc run`, or enter LocalTensorMode to simulate the ranks",
+        )
+    world = dist.get_world_size()
+    me = dist.get_rank()
+    if dm is None and world != m.size:
+        raise SpecError(
+            f"the world has {world} ranks but the mesh {m} has {m.size}",
+            hint=f"launch {m.size} ranks, or pass a DeviceMesh covering the ranks to use",
+        )
+    if me not in to_global:
+        raise SpecError(f"global rank {me} is not on the DeviceMesh {to_global}",
+                        hint="call redistribute only on the ranks of the mesh")
+    # contexts (and the groups they resolved) are reused across calls on the same world
+    _group_cache()  # binds the cache to the current default group (a new world starts empty)
+    key = (m, id(dm), timeout)
+    ctx = _CACHE["contexts"].get(key)
+    if ctx is None or ctx.device_mesh is not dm:
+        backend = str(dist.get_backend())
+        ctx = MeshContext(m, (to_global.index(me),), to_global, device_mesh=dm, timeout=timeout, backend=backend)
+        _CACHE["contexts"][key] = ctx
+    return ctx

@@ -1,0 +1,203 @@
+"""``shardc run``'s launcher: one process per rank on this machine, or the torchrun world.
+
+Local launch: the parent hosts a TCPStore on 127.0.0.1 (a free port), spawns one
+process per rank (gloo on CPU, or NCCL with one GPU per rank when that many are
+visible), and collects each rank's report through a queue. The store belongs to the
+parent, so it survives any rank's death and the others can still read who failed.
+
+Under torchrun (RANK and WORLD_SIZE set) the existing world is used as is, and rank 0
+gathers the reports.
+
+Failure handling: every collective runs with the ``--timeout``; a rank that raises,
+dies or hangs makes its peers' collectives fail within that time (at once when a peer
+process dies, since gloo sees the connection close). The launcher waits at most the
+timeout plus a grace period after the first failure, kills what is left, and reports
+the culprit first: a rank that raised in its own code, else one that died, else one
+that hung (still running when the others had stopped).
+"""
+
+from __future__ import annotations
+
+import os
+import queue as queue_mod
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import torch
+
+from torch_backend.worker import RunSpec, init, run_rank
+
+GRACE_S = 10.0  # after the first failure, on top of the collective timeout
+STARTUP_S = 180.0  # import torch + init on a loaded machine
+
+
+@dataclass
+class RunResult:
+    """The merged outcome of one ``shardc run``."""
+
+    ok: bool
+    world: int
+    backend: str
+    reports: dict[int, dict[str, Any]] = field(default_factory=dict)
+    failed_rank: int | None = None
+    message: str = ""
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (for callers that init with tcp:// themselves)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def choose_backend(requested: str, world: int) -> str:
+    if requested != "auto":
+        return requested
+    if torch.cuda.is_available() and torch.cuda.device_count() >= world:
+        return "nccl"
+    return "gloo"
+
+
+def under_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def _child(rank: int, world: int, spec: RunSpec, port: int, q: Any) -> None:
+    """Entry point of a spawned rank."""
+    import torch.distributed as dist
+
+    report: dict[str, Any]
+    try:
+        store = dist.TCPStore("127.0.0.1", port, world + 1, False, timeout=timedelta(seconds=spec.timeout))
+        init(spec, rank, world, store)
+        report = run_rank(spec, store)
+    except BaseException as e:  # noqa: BLE001 - everything goes back to the parent
+        report = {"rank": rank, "ok": False, "error": f"{type(e).__name__}: {e}"}
+    q.put(report)
+    q.close()
+    q.join_thread()
+    if report.get("error"):
+        os._exit(1)  # do not wait on a broken group in destroy_process_group
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    os._exit(0)
+
+
+def launch_local(spec: RunSpec, world: int) -> RunResult:
+    """Spawn ``world`` ranks on this machine and run ``spec``."""
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    store = dist.TCPStore("127.0.0.1", 0, world + 1, True, timeout=timedelta(seconds=spec.timeout),
+                          wait_for_workers=False)
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    procs = [ctx.Process(target=_child, args=(r, world, spec, store.port, q), daemon=True) for r in range(world)]
+    for p in procs:
+        p.start()
+    try:
+        reports, died, hung = _collect(procs, q, spec.timeout, world)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+            p.join(timeout=5)
+    return merge(reports, died, hung, world, spec.backend)
+
+
+def _collect(procs: list[Any], q: Any, timeout: float, world: int
+             ) -> tuple[dict[int, dict[str, Any]], dict[int, int], list[int]]:
+    reports: dict[int, dict[str, Any]] = {}
+    died: dict[int, int] = {}
+    start = time.monotonic()
+    first_failure: float | None = None
+    while len(reports) + len(died) < world:
+        try:
+            rep = q.get(timeout=0.2)
+            reports[rep["rank"]] = rep
+            if rep.get("error") and first_failure is None:
+                first_failure = time.monotonic()
+            continue
+        except queue_mod.Empty:
+            pass
+        now = time.monotonic()
+        for r, p in enumerate(procs):
+            if r not in reports and r not in died and p.exitcode is not None:
+                try:  # its report may still be in flight
+                    rep = q.get(timeout=0.5)
+                    reports[rep["rank"]] = rep
+                    continue
+                except queue_mod.Empty:
+                    pass
+                if r not in reports:
+                    died[r] = p.exitcode
+                    first_failure = first_failure or now
+        if first_failure is not None:
+            pending = [r for r in range(world) if r not in reports and r not in died]
+            if now - first_failure > timeout + GRACE_S or _all_named(pending, reports):
+                break
+        if first_failure is None and now - start > STARTUP_S + timeout * 4 and not reports:
+            break
+    hung = [r for r in range(world) if r not in reports and r not in died]
+    return reports, died, hung
+
+
+def _all_named(pending: list[int], reports: dict[int, dict[str, Any]]) -> bool:
+    """Every rank still running was named by a peer as not reaching its step: no need to wait."""
+    text = " ".join(str(rep.get("error") or "") for rep in reports.values())
+    return bool(pending) and all(f"rank {r} did not reach" in text for r in pending)
+
+
+def merge(reports: dict[int, dict[str, Any]], died: dict[int, int], hung: list[int], world: int,
+          backend: str) -> RunResult:
+    """One verdict from every rank's report; names the rank that caused a failure."""
+    res = RunResult(ok=False, world=world, backend=backend, reports=reports)
+    own = [r for r, rep in sorted(reports.items()) if rep.get("error") and not rep.get("collective")]
+    coll = [r for r, rep in sorted(reports.items()) if rep.get("error") and rep.get("collective")]
+    lines = []
+    if own:
+        res.failed_rank = own[0]
+        lines += [f"rank {r} failed: {reports[r]['error']}" for r in own]
+    if died:
+        res.failed_rank = res.failed_rank if res.failed_rank is not None else min(died)
+        lines += [f"rank {r} died (exit code {c}) without a report" for r, c in sorted(died.items())]
+    if hung:
+        res.failed_rank = res.failed_rank if res.failed_rank is not None else hung[0]
+        lines += [f"rank {r} hung: still running when the other ranks had stopped (killed)" for r in hung]
+    if coll:
+        if res.failed_rank is None:
+            res.failed_rank = coll[0]
+        lines.append(f"ranks {coll} stopped with collective errors, e.g. rank {coll[0]}: "
+                     f"{reports[coll[0]]['error']}")
+    if lines:
+        res.message = "\n".join(lines)
+        return res
+    res.ok = all(rep.get("ok") for rep in reports.values()) and len(reports) == world
+    if not res.ok:
+        bad = [r for r, rep in sorted(reports.items()) if rep.get("check") is False]
+        res.message = f"check failed on ranks {bad}" if bad else "some ranks did not report"
+        res.failed_rank = bad[0] if bad else None
+    return res
+
+
+def launch_torchrun(spec: RunSpec) -> RunResult | None:
+    """Run on the torchrun world; rank 0 gets the merged result, the others None."""
+    import torch.distributed as dist
+
+    store = init(spec)
+    report = run_rank(spec, store)
+    world = dist.get_world_size()
+    if report.get("error"):
+        # the group may be broken: no gather; every rank speaks for itself
+        return merge({report["rank"]: report}, {}, [], world, spec.backend)
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, report)
+    dist.destroy_process_group()
+    if report["rank"] != 0:
+        return None
+    return merge({rep["rank"]: rep for rep in gathered}, {}, [], world, spec.backend)

@@ -1,0 +1,229 @@
+"""One rank of ``shardc run``: build data, run the program, check it, time it.
+
+Progress and failures are published in the launcher's TCPStore (keys under
+``shardc/``), which outlives every rank: when a collective fails, the surviving ranks
+read who failed or never reached the step and name that rank in their error.
+
+Fault injection for tests: ``SHARDC_FAULT="rank=2,step=1,kind=raise|sleep|exit[,seconds=30]"``
+makes that rank fail just before that step (0-based) of the first run.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import lowering
+from lowering.program import Program, Step
+from spec_lang.errors import SpecError
+from spec_lang.ir import TensorType, canonical_dtype
+from spec_lang.parser import parse
+from torch_backend.comm import CollectiveError
+from torch_backend.data import block, expected_block, global_tensor
+from torch_backend.executor import execute
+from torch_backend.groups import MeshContext, context
+
+
+@dataclass
+class RunSpec:
+    """What ``shardc run`` was asked to do (picklable: it travels to every rank)."""
+
+    mesh: str
+    src: str
+    dst: str
+    backend: str = "gloo"
+    dtype: str | None = None
+    check: bool = False
+    bench: int = 0
+    timeout: float = 60.0
+    progress_bar: bool = False
+    fault: str | None = field(default_factory=lambda: os.environ.get("SHARDC_FAULT"))
+
+
+def with_dtype(text: str, dtype: str | None) -> TensorType:
+    t = parse(text)
+    if dtype is None:
+        return t
+    name = canonical_dtype(dtype)
+    if name is None:
+        raise SpecError(f"unknown dtype {dtype!r}", hint="use f32, bf16, f16, f64, i8, i16, i32, i64, u8 or bool")
+    return t.replace(dtype=name)
+
+
+def compile_spec(spec: RunSpec) -> Program:
+    return lowering.compile(with_dtype(spec.src, spec.dtype), with_dtype(spec.dst, spec.dtype), spec.mesh)
+
+
+class Monitor:
+    """Progress keys and fault injection, as the executor's ``on_step`` hook."""
+
+    def __init__(self, store: Any, rank: int, world: int, fault: str | None) -> None:
+        self.store, self.rank, self.world = store, rank, world
+        self.step = -1
+        self.step_started = time.monotonic()
+        self.fault = _parse_fault(fault) if fault else None
+        self.armed = True
+        self._set(f"progress/{rank}", "-1")
+
+    def __call__(self, i: int, step: Step) -> None:
+        f = self.fault
+        if self.armed and f and f["rank"] == self.rank and f["step"] == i:
+            kind = f.get("kind", "raise")
+            if kind == "sleep":
+                time.sleep(float(f.get("seconds", 3600)))
+            elif kind == "exit":
+                os._exit(17)
+            else:
+                raise RuntimeError(f"injected fault before step {i + 1} ({step.describe()})")
+        self.step = i
+        self.step_started = time.monotonic()
+        self._set(f"progress/{self.rank}", str(i))
+
+    def _set(self, key: str, value: str) -> None:
+        try:
+            self.store.set(f"shardc/{key}", value)
+        except Exception:  # noqa: BLE001 - the store is advisory; never mask the real error
+            pass
+
+    def _get(self, key: str) -> str | None:
+        try:
+            if self.store.check([f"shardc/{key}"]):
+                return self.store.get(f"shardc/{key}").decode()
+        except Exception:  # noqa: BLE001
+            return None
+        return None
+
+    def failed(self, message: str) -> None:
+        self._set(f"error/{self.rank}", message[:500])
+
+    def diagnose(self) -> str:
+        """Who else failed, or has not reached this rank's step (read from the store)."""
+        time.sleep(0.2)  # let a peer that raised publish its error first
+        notes = []
+        for q in range(self.world):
+            if q == self.rank:
+                continue
+            err = self._get(f"error/{q}")
+            if err is not None and "CollectiveError" not in err:
+                notes.append(f"rank {q} failed: {err.splitlines()[0]}")
+                continue
+            at = self._get(f"progress/{q}")
+            if at is None or int(at) < self.step:
+                where = "it reported no progress" if at is None or int(at) < 0 else f"it last began step {int(at) + 1}"
+                notes.append(f"rank {q} did not reach step {self.step + 1} ({where})")
+        return "; ".join(notes)
+
+
+def _parse_fault(text: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for part in text.split(","):
+        k, _, v = part.partition("=")
+        out[k.strip()] = int(v) if k.strip() in ("rank", "step") else v.strip()
+    return out
+
+
+def init(spec: RunSpec, rank: int | None = None, world: int | None = None, store: Any = None) -> Any:
+    """Join (or, under torchrun, create) the default process group; returns the store."""
+    timeout = timedelta(seconds=spec.timeout)
+    if spec.backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank or 0)) % torch.cuda.device_count())
+    if store is None:
+        dist.init_process_group(spec.backend, timeout=timeout)
+        return dist.distributed_c10d._get_default_store()
+    dist.init_process_group(spec.backend, store=store, rank=rank, world_size=world, timeout=timeout)
+    return store
+
+
+def run_rank(spec: RunSpec, store: Any) -> dict[str, Any]:
+    """Run ``spec`` on this rank of the initialized world; returns this rank's report."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    program = compile_spec(spec)
+    device = torch.device("cuda", torch.cuda.current_device()) if spec.backend == "nccl" else torch.device("cpu")
+    ctx = context(program.mesh, timeout=spec.timeout)
+    mon = Monitor(store, rank, world, spec.fault)
+    report: dict[str, Any] = {"rank": rank, "ok": False, "check": None, "error": None, "device": str(device)}
+    try:
+        g = global_tensor(program.src, device=device)
+        x = block(program.src, program.mesh, g, rank)
+        t0 = time.perf_counter()
+        y = execute(program, x, ctx=ctx, on_step=mon)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        report["time_s"] = time.perf_counter() - t0
+        mon.armed = False
+        if spec.check:
+            report["check"] = check_output(program, ctx, g, y)
+        if spec.bench:
+            report.update(bench(program, ctx, x, spec, rank, mon))
+        report["ok"] = report["check"] is not False
+    except CollectiveError as e:
+        report["failed_after_s"] = time.monotonic() - mon.step_started  # stuck in the step this long
+        report["error"] = f"CollectiveError: {e}"
+        why = mon.diagnose()
+        if why:
+            report["error"] += f" [{why}]"
+        report["collective"] = True
+        mon.failed(report["error"])
+    except Exception as e:  # noqa: BLE001 - report, the launcher decides
+        report["error"] = f"{type(e).__name__}: {e}"
+        mon.failed(report["error"])
+    return report
+
+
+def check_output(program: Program, ctx: MeshContext, g: torch.Tensor, y: torch.Tensor) -> bool:
+    """This rank's output against the destination's denotation (P axes reduced first)."""
+    from torch_backend import comm
+
+    dst, mesh, rank = program.dst, program.mesh, ctx.rank
+    want = expected_block(dst, mesh, g, rank).double()
+    got = y.double()
+    p_axes = tuple(a for a in mesh.names if a in dst.partial_axes)
+    if p_axes and mesh.group_size(p_axes) > 1:
+        op = dst.partial_op or "sum"
+        comm.all_reduce(ctx, got, op, ctx.group(p_axes, rank))
+        comm.finish_avg(got, op, mesh.group_size(p_axes))
+        if y.dtype == torch.bool:
+            got = (got != 0).double()
+    if y.dtype == torch.bool:
+        want = (want != 0).double()
+    return tuple(y.shape) == tuple(want.shape) and bool(torch.equal(got, want))
+
+
+def bench(program: Program, ctx: MeshContext, x: torch.Tensor, spec: RunSpec, rank: int,
+          mon: Monitor) -> dict[str, Any]:
+    """Median per-step and total times over ``spec.bench`` runs (after one warm-up)."""
+    steps: list[list[float]] = [[] for _ in program.steps]
+    totals: list[float] = []
+    bar = _progress(spec.bench) if (spec.progress_bar and rank == 0) else None
+    for it in range(spec.bench):
+        dist.barrier()
+        timings: list[float] = []
+        t0 = time.perf_counter()
+        execute(program, x, ctx=ctx, timings=timings)
+        totals.append(time.perf_counter() - t0)
+        for i, t in enumerate(timings):
+            steps[i].append(t)
+        mon._set(f"progress/{rank}", str(len(program.steps) * (it + 2)))
+        if bar is not None:
+            bar[0].update(bar[1], advance=1)
+    if bar is not None:
+        bar[0].stop()
+    return {"bench_total_s": statistics.median(totals),
+            "bench_steps_s": [statistics.median(s) for s in steps] if spec.bench else []}
+
+
+def _progress(n: int) -> tuple[Any, Any]:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    p = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                 TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+    p.start()
+    return p, p.add_task("bench", total=n)
