@@ -186,6 +186,15 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
         print(f"  {size}: median {s['median_speedup']:.2f}x over {s['cases']} cases; "
               f"where DTensor moves >= 2x the lower bound: {s['median_speedup_where_dtensor_moves_2x_lb']:.2f}x "
               f"over {s['heavy_cases']} cases; DTensor wrong on {s['dtensor_wrong']}, failed on {s['dtensor_errors']}")
+    print("targets, as time ratios shardc / DTensor (the inverse of the speedup):")
+    for size, s in summary.items():
+        med, heavy = s["median_speedup"], s["median_speedup_where_dtensor_moves_2x_lb"]
+        if med is None or heavy is None:
+            continue
+        r_all, r_heavy = 1 / med, 1 / heavy
+        print(f"  {size}: median ratio {r_all:.2f} (target <= 1.0: {'met' if r_all <= 1.0 else 'NOT met'}); "
+              f"where DTensor moves >= 2x the bound {r_heavy:.2f} (target <= 0.5: "
+              f"{'met' if r_heavy <= 0.5 else 'NOT met'})")
     return summary
 
 
