@@ -56,6 +56,15 @@ def compile(  # noqa: A001 - the public name the issue asks for
     s, m = resolve(src, mesh)
     d, _ = resolve(dst, m)
     check_same_global(s, d, src if isinstance(src, str) else None, dst if isinstance(dst, str) else None)
+    if cost_model is not None and not isinstance(cost_model, CostModel):
+        raise SpecError(
+            f"cost_model must be a lowering.CostModel, got {type(cost_model).__name__}",
+            hint="build one with CostModel.make(alpha={'dp': 5e-6}, beta={'dp': 1e-10})",
+        )
+    for name, _ in (cost_model.alpha + cost_model.beta) if cost_model else ():
+        if name not in m:
+            raise SpecError(f"the cost model names axis {name!r}, which is not on the mesh {m}",
+                            hint=f"use the mesh axes {', '.join(m.names)}")
     return _compile(s, d, m, cost_model or DEFAULT_COST_MODEL)
 
 

@@ -87,6 +87,13 @@ def test_peak_is_bounded_by_endpoints_plus_one_step() -> None:
     assert prog.cost.peak_bytes_max <= max(src_max, dst_max) + step_max
 
 
+def test_bad_cost_model_is_a_spec_error() -> None:
+    with pytest.raises(SpecError, match="cost_model must be"):
+        compile("f32[8@dp]", "f32[8]", MESH, cost_model="fast")  # type: ignore[arg-type]
+    with pytest.raises(SpecError, match="not on the mesh"):
+        compile("f32[8@dp]", "f32[8]", MESH, cost_model=CostModel.make(alpha={"pp": 1e-6}))
+
+
 @pytest.mark.parametrize(
     ("src", "dst", "mesh", "needle"),
     [
