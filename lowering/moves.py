@@ -137,7 +137,9 @@ def moves(t: TensorType, goal: TensorType, mesh: Mesh, op: str) -> Iterator[Move
 
     # converts into the goal's new partial axes (free, local)
     goal_op = goal.partial_op or op
-    for a in goal_p - cur_p:
+    # mesh order, not set order: every rank must compile the same program, and set
+    # iteration order of strings changes with each process's hash seed
+    for a in (x for x in mesh.names if x in goal_p and x not in cur_p):
         if a in repl:
             kind = "zero_fill" if goal_op == "sum" else "reinterpret"
             yield Move(kind, (a,), (), with_partial(t, cur_p | {a}, goal_op, mesh))

@@ -6,55 +6,10 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from planner_oracle import expected, reduce_partial, shards_of
+from strategies import cases
 
 from lowering.planner import compile
 from lowering.simulate import simulate
-from spec_lang.ir import AxisType, Dim, Mesh, TensorType
-
-AXES = ("a", "b", "c", "d")
-
-
-@st.composite
-def meshes(draw: st.DrawFn) -> Mesh:
-    n = draw(st.integers(1, 4))
-    sizes = [draw(st.sampled_from([1, 2, 2, 3, 4])) for _ in range(n)]
-    while np.prod(sizes) > 16:
-        sizes[sizes.index(max(sizes))] = 2
-    return Mesh(AXES[:n], tuple(sizes))
-
-
-@st.composite
-def layouts(draw: st.DrawFn, mesh: Mesh, shape: tuple[int, ...], partial: frozenset[str], op: str) -> TensorType:
-    """A random assignment of the mesh axes to dims (in random order), partial or replicated."""
-    dims: list[list[str]] = [[] for _ in shape]
-    types: list[tuple[str, AxisType]] = []
-    order = draw(st.permutations(mesh.names))
-    for a in order:
-        if a in partial:
-            types.append((a, AxisType("P", op)))
-            continue
-        choice = draw(st.integers(-2, len(shape) - 1)) if shape else -1
-        if choice >= 0:
-            dims[choice].append(a)
-        elif choice == -2:
-            types.append((a, AxisType("R")))
-    return TensorType("float32", tuple(Dim(s, tuple(ax)) for s, ax in zip(shape, dims)), tuple(types))
-
-
-@st.composite
-def cases(draw: st.DrawFn) -> tuple[TensorType, TensorType, Mesh]:
-    mesh = draw(meshes())
-    shape = tuple(draw(st.lists(st.integers(1, 9), min_size=1, max_size=3)))
-    op = draw(st.sampled_from(["sum", "sum", "avg", "max", "min"]))
-    src_p = frozenset(draw(st.sets(st.sampled_from(mesh.names), max_size=2)))
-    # dst keeps some of src's partial axes (and, for sum, may add new ones from replicated axes)
-    dst_p = frozenset(a for a in src_p if draw(st.booleans()))
-    src = draw(layouts(mesh, shape, src_p, op))
-    if op == "sum" or not src_p:
-        extra = [a for a in mesh.names if a not in src.sharded_axes and a not in src_p]
-        dst_p |= frozenset(a for a in extra if draw(st.integers(0, 3)) == 0)
-    dst = draw(layouts(mesh, shape, dst_p, op if (src_p or op == "sum") else "sum"))
-    return src, dst, mesh
 
 
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])

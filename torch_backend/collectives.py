@@ -79,7 +79,9 @@ def all_gather(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
         return alone
     p0 = _first(plans)
     g = _group(ctx, step)
-    if not p0.even:
+    # under LocalTensorMode one call serves every group, and some may be even while
+    # others are not: take the exact path unless all of them are even
+    if not all(p.even for p in plans.values()):
         return _gather_a2a(ctx, g, plans, x) if ctx.is_local else _gather_ring(ctx, g, p0, x)
     if not ctx.is_local and p0.direct:
         y = x.new_empty(p0.out_shape)
@@ -178,16 +180,22 @@ def reduce_scatter(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) 
         comm.reduce_scatter(ctx, y.view(-1), _flat(x), op, g)
         return finish_avg(y, op, p0.n)
 
+    def chunk(r: int) -> int:
+        # LocalTensorMode's reduce_scatter cannot split a group whose blocks are all empty
+        # (torch.split by 0); one dummy element per rank keeps it whole. Nothing is sent
+        # there, so the real backends keep the exact size.
+        return max(plans[r].chunk, 1) if ctx.is_local else plans[r].chunk
+
     def pack(r: int, t: torch.Tensor) -> torch.Tensor:
-        p, c = plans[r], plans[r].chunk
-        buf = t.new_zeros(p.n * c) if not p.even else t.new_empty(p.n * c)
+        p, c = plans[r], chunk(r)
+        buf = t.new_zeros(p.n * c) if not p.even or c != p.chunk else t.new_empty(p.n * c)
         for i, pc in enumerate(p.send):
             if pc.numel:
                 buf[i * c:i * c + pc.numel].view(pc.shape).copy_(t[pc.src])
         return buf
 
     send = rank_map(ctx, pack, x)
-    out = rank_map(ctx, lambda r, t: t.new_empty(plans[r].chunk), x)
+    out = rank_map(ctx, lambda r, t: t.new_empty(chunk(r)), x)
     comm.reduce_scatter(ctx, out, send, op, g)
     y = rank_map(ctx, lambda r, o: o[:_numel(plans[r].out_shape)].view(plans[r].out_shape), out)
     return finish_avg(y, op, p0.n)
