@@ -5,13 +5,16 @@ fit the mesh, the program compiles, the world matches the mesh, and the tensor's
 device and local shape match the source type for this rank. A call that is wrong in
 the same way on every rank therefore fails on every rank at once, with a SpecError (a
 ValueError) that says how to fix it, and no rank is left waiting in a collective.
-(A tensor whose shape is wrong on *some* ranks only fails there; the others then stop
-at the collective timeout.) The input tensor is never modified.
+A tensor whose shape is wrong on *some* ranks only fails there, and the others stop at
+the collective timeout, unless ``agree=True`` (or ``SHARDC_AGREE=1``): then one 4-byte
+all_reduce lets every rank fail at once, naming the ranks at fault. The input tensor
+is never modified.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from datetime import timedelta
 from typing import Any
 
@@ -24,7 +27,7 @@ from lowering.program import Program
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from spec_lang.parser import parse
-from torch_backend import autograd
+from torch_backend import autograd, comm
 from torch_backend.comm import rank_map
 from torch_backend.dtypes import dtype_name, short_name, to_torch_dtype
 from torch_backend.groups import MeshContext, context
@@ -49,7 +52,7 @@ def _type(t: TensorType | str, what: str) -> TensorType:
 
 def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str | None = None,
                  mesh: Mesh | str | Any | None = None, *,
-                 timeout: timedelta | float | None = None) -> torch.Tensor:
+                 timeout: timedelta | float | None = None, agree: bool | None = None) -> torch.Tensor:
     """Turn this rank's block ``x`` of type ``src`` into its block of type ``dst`` on ``mesh``.
 
     * local tensors: ``redistribute(x, 'f32[8@dp,16]', 'f32[8,16@dp]', 'dp=2,tp=4')``; the
@@ -60,6 +63,12 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
 
     Differentiable (see ``torch_backend.autograd``). ``timeout`` bounds each collective of
     the groups this call creates (seconds or a timedelta).
+
+    ``agree=True`` (or ``SHARDC_AGREE=1`` in the environment) adds one 4-byte all_reduce
+    over the mesh before the program, so that a tensor that is wrong on *some* ranks only
+    fails on every rank at once, each naming the ranks at fault. It is off by default
+    because a call that is wrong the same way everywhere already fails everywhere
+    without it, and the extra collective costs a latency on every call.
     """
     if _is_dtensor(x):
         return _redistribute_dtensor(x, src if dst is None else dst, timeout=timeout)
@@ -69,12 +78,13 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
     if mesh is None:
         raise SpecError("redistribute of a local tensor needs the mesh",
                         hint="pass mesh='dp=2,tp=4' (or a DeviceMesh)")
-    program, ctx, x = prepare(x, src, dst, mesh, timeout=timeout)
+    program, ctx, x = prepare(x, src, dst, mesh, timeout=timeout, agree=agree)
     return autograd.apply(program, x, ctx)
 
 
 def prepare(x: Any, src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any, *,
-            timeout: timedelta | float | None = None) -> tuple[Program, MeshContext, torch.Tensor]:
+            timeout: timedelta | float | None = None,
+            agree: bool | None = None) -> tuple[Program, MeshContext, torch.Tensor]:
     """Every check of a local-tensor call, then the program and its context. No communication."""
     if not isinstance(x, torch.Tensor):
         raise SpecError(f"expected a torch.Tensor, got {type(x).__name__}",
@@ -87,8 +97,35 @@ def prepare(x: Any, src: TensorType | str, dst: TensorType | str, mesh: Mesh | s
     lowering.check_type(d, ctx.mesh, text=d_text)
     check_same_global(s, d, s_text, d_text)
     program = lowering.compile(s, d, ctx.mesh)
-    x = check_local(x, s, ctx)
+    if agree is None:
+        agree = os.environ.get("SHARDC_AGREE", "") not in ("", "0")
+    if not agree or ctx.is_local:  # LocalTensorMode checks every rank in this process
+        return program, ctx, check_local(x, s, ctx)
+    try:
+        x = check_local(x, s, ctx)
+        error = None
+    except SpecError as e:
+        error = e
+    bad = _ranks_at_fault(ctx, error is not None)
+    if error is not None:
+        raise error
+    if bad:
+        raise SpecError(
+            f"rank(s) {bad} passed a tensor that does not match {s}; this rank's was fine",
+            text=str(s), pos=str(s).find("["),
+            hint="see the error on those ranks: each names its expected local shape",
+        )
     return program, ctx, x
+
+
+def _ranks_at_fault(ctx: MeshContext, mine_bad: bool) -> list[int]:
+    """One all_reduce over the mesh: which mesh ranks failed their local checks."""
+    device = torch.device("cuda", torch.cuda.current_device()) if ctx.backend == "nccl" else torch.device("cpu")
+    flags = torch.zeros(ctx.mesh.size, dtype=torch.int32, device=device)
+    if mine_bad:
+        flags[ctx.rank] = 1
+    comm.all_reduce(ctx, flags, "sum", ctx.group(ctx.mesh.names, ctx.rank))
+    return [int(r) for r in torch.nonzero(flags).flatten()]
 
 
 def check_local(x: torch.Tensor, t: TensorType, ctx: MeshContext) -> torch.Tensor:
