@@ -28,12 +28,22 @@ def _coverage(t: TensorType, mesh: Mesh, ranks: np.ndarray) -> tuple[np.ndarray,
     """Compressed grid of how many of ``ranks`` hold each element: (counts, cell sizes)."""
     b = boxes(t, mesh)[ranks]
     cuts = [np.unique(np.concatenate([[0, d.size], b[:, i, 0], b[:, i, 1]])) for i, d in enumerate(t.dims)]
-    counts = np.zeros(tuple(max(len(c) - 1, 1) for c in cuts) if t.ndim else (), dtype=np.int64)
-    for box in b:
-        idx = tuple(
-            slice(int(np.searchsorted(c, lo)), int(np.searchsorted(c, hi))) for c, (lo, hi) in zip(cuts, box)
-        )
-        counts[idx] += 1
+    shape = tuple(max(len(c) - 1, 1) for c in cuts)
+    if t.ndim == 0:
+        counts = np.asarray(len(b), dtype=np.int64)
+    else:
+        # a difference array: +-1 at the 2^ndim corners of every box, then a prefix sum
+        # along each dim gives every cell's count, with no loop over ranks
+        lo = np.stack([np.searchsorted(c, b[:, i, 0]) for i, c in enumerate(cuts)], axis=1)
+        hi = np.stack([np.searchsorted(c, b[:, i, 1]) for i, c in enumerate(cuts)], axis=1)
+        diff = np.zeros(tuple(n + 1 for n in shape), dtype=np.int64)
+        for corner in range(1 << t.ndim):
+            pick = [(corner >> i) & 1 for i in range(t.ndim)]
+            idx = tuple(np.where(p, hi[:, i], lo[:, i]) for i, p in enumerate(pick))
+            np.add.at(diff, idx, (-1) ** sum(pick))
+        for i in range(t.ndim):
+            diff = np.cumsum(diff, axis=i)
+        counts = diff[tuple(slice(0, n) for n in shape)]
     sizes = np.ones_like(counts)
     for i, c in enumerate(cuts):
         w = np.diff(c) if len(c) > 1 else np.array([0])
