@@ -27,10 +27,10 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.dtensor_planners import DTensorPlanners, DTPlan, load_corpus  # noqa: E402
+from lowering.bounds import lower_bound_detail  # noqa: E402
 from lowering.checks import resolve  # noqa: E402
 from lowering.cost import CostModel  # noqa: E402
 from lowering.layout import boxes, local_numel  # noqa: E402
-from lowering.lower_bound import lower_bound_detail  # noqa: E402
 from lowering.planner import compile as shardc_compile  # noqa: E402
 from lowering.planner import program_cost  # noqa: E402
 from lowering.program import Program  # noqa: E402

@@ -27,8 +27,8 @@ _EXPORTS = {
     "Step": "lowering.program",
     "CostModel": "lowering.cost",
     "compile": "lowering.planner",
-    "lower_bound": "lowering.lower_bound",
-    "simulate": "lowering.simulate",
+    "lower_bound": "lowering.bounds",
+    "simulate": "lowering.simulator",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -121,7 +121,7 @@ def _normal_form(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
     """
     if start.partial_axes or goal.partial_axes or not model.bytes_first:
         return None
-    from lowering.lower_bound import _lower_bound
+    from lowering.bounds import _lower_bound
     from lowering.moves import exchange_move, replicated, with_dims
 
     path: list[tuple[TensorType, Move]] = []
@@ -223,7 +223,7 @@ def _key(model: CostModel, time: float, sent: np.ndarray, colls: int, peak: int,
 @lru_cache(maxsize=65536)
 def _future(state: TensorType, goal: TensorType, mesh: Mesh) -> float:
     """Bytes every rank together must still send to reach ``goal`` (a lower bound)."""
-    from lowering.lower_bound import lower_bound_detail
+    from lowering.bounds import lower_bound_detail
 
     return float(lower_bound_detail(state, goal, mesh)["sent_avg_bytes"]) * mesh.size
 

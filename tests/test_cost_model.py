@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import cases
 
-from lowering.cost import exchange_bytes, exchange_bytes_bruteforce, max_senders_per_receiver
+from lowering.bounds import lower_bound_detail
+from lowering.cost import exchange_bytes_bruteforce, exchange_bytes_factorised, max_senders_factorised
 from lowering.layout import box_numel, boxes, group_ranks, overlap
-from lowering.lower_bound import lower_bound_detail
 from lowering.moves import exchange_move, with_dims
 from spec_lang.ir import Dim, Mesh, TensorType
 
@@ -42,14 +42,14 @@ def test_factorised_pricing_equals_all_pairs(case: tuple) -> None:
     if mv is None:
         return
     np.testing.assert_array_equal(
-        exchange_bytes(src, dst, mesh, mv.axes), exchange_bytes_bruteforce(src, dst, mesh, mv.axes)
+        exchange_bytes_factorised(src, dst, mesh, mv.axes), exchange_bytes_bruteforce(src, dst, mesh, mv.axes)
     )
     sb, db = boxes(src, mesh), boxes(dst, mesh)
     heard = 0
     for r in range(mesh.size):
         peers = [q for q in group_ranks(mesh, mv.axes, r) if q != r and box_numel(overlap(sb[q], db[r])) > 0]
         heard = max(heard, len(peers))
-    assert max_senders_per_receiver(src, dst, mesh, mv.axes) == heard
+    assert max_senders_factorised(src, dst, mesh, mv.axes) == heard
 
 
 @settings(max_examples=300, deadline=None)

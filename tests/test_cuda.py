@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 from programs_for_tests import one_step  # noqa: E402
 from torch_utils import as_numpy, from_local, local_mode, random_blocks, to_local  # noqa: E402
 
-from lowering.simulate import simulate  # noqa: E402
+from lowering.simulator import simulate  # noqa: E402
 from torch_backend.executor import execute  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

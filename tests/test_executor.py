@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 from programs_for_tests import make_program, make_step, one_step  # noqa: E402
 from torch_utils import as_numpy, from_local, local_mode, random_blocks, to_local  # noqa: E402
 
-from lowering.simulate import simulate  # noqa: E402
+from lowering.simulator import simulate  # noqa: E402
 from torch_backend.data import all_blocks, global_tensor  # noqa: E402
 from torch_backend.executor import execute  # noqa: E402
 from torch_backend.plan import flat_offset, plan_step, wire_bytes  # noqa: E402

@@ -15,7 +15,7 @@ from torch_utils import from_local, local_mode, to_local  # noqa: E402
 
 import lowering  # noqa: E402
 import torch_backend  # noqa: E402
-from lowering.simulate import simulate  # noqa: E402
+from lowering.simulator import simulate  # noqa: E402
 from spec_lang import parse, parse_mesh  # noqa: E402
 from torch_backend.data import all_blocks, global_tensor  # noqa: E402
 from torch_backend.plan import wire_bytes  # noqa: E402

@@ -21,7 +21,7 @@ from torch_utils import from_local, local_mode, to_local  # noqa: E402
 
 import torch_backend  # noqa: E402
 from lowering.planner import compile  # noqa: E402
-from lowering.simulate import simulate  # noqa: E402
+from lowering.simulator import simulate  # noqa: E402
 
 
 @settings(max_examples=300, deadline=None,

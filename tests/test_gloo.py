@@ -53,7 +53,7 @@ def _np(t):
 def scenarios(rank: int, world: int) -> dict:
     """Runs on every rank of the 8-rank gloo world."""
     import lowering
-    from lowering.simulate import simulate
+    from lowering.simulator import simulate
     from torch_backend import redistribute
     from torch_backend.data import block, global_tensor
     from torch_backend.worker import check_output

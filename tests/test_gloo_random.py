@@ -27,7 +27,7 @@ def random_cases(rank: int, world: int) -> list[str]:
     from strategies import random_case
 
     from lowering.planner import compile
-    from lowering.simulate import simulate
+    from lowering.simulator import simulate
     from spec_lang import parse_mesh
     from torch_backend import redistribute
 

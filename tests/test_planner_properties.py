@@ -9,7 +9,7 @@ from planner_oracle import expected, reduce_partial, shards_of
 from strategies import cases
 
 from lowering.planner import compile
-from lowering.simulate import simulate
+from lowering.simulator import simulate
 
 
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
