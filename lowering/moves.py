@@ -139,9 +139,13 @@ def moves(t: TensorType, goal: TensorType, mesh: Mesh, op: str) -> Iterator[Move
     goal_op = goal.partial_op or op
     # mesh order, not set order: every rank must compile the same program, and set
     # iteration order of strings changes with each process's hash seed
-    for a in (x for x in mesh.names if x in goal_p and x not in cur_p):
+    new_p = [x for x in mesh.names if x in goal_p and x not in cur_p]
+    kind = "zero_fill" if goal_op == "sum" else "reinterpret"
+    fillable = tuple(a for a in new_p if a in repl)
+    if len(fillable) > 1:  # one local step for all of them (tried first: ties keep it)
+        yield Move(kind, fillable, (), with_partial(t, cur_p | set(fillable), goal_op, mesh))
+    for a in new_p:
         if a in repl:
-            kind = "zero_fill" if goal_op == "sum" else "reinterpret"
             yield Move(kind, (a,), (), with_partial(t, cur_p | {a}, goal_op, mesh))
         elif goal_op == "sum":
             for k, ax in enumerate(dims):
