@@ -51,7 +51,7 @@ def test_failed_rank_is_named(kind, rank):
     assert {"raise": "injected fault", "exit": "died", "sleep": "hung"}[kind] in first
     # the surviving ranks' own errors name the culprit too (read from the launcher's store)
     assert f"rank {rank}" in err.split("collective errors", 1)[-1], err
-    # each survivor gave up on the stuck step within the collective timeout (plus slack)
+    # each survivor gave up on the stuck step within the collective timeout
     waits = [r["failed_after_s"] for r in data["rank_reports"] if "failed_after_s" in r]
-    assert waits and max(waits) < TIMEOUT + 3, waits
+    assert waits and max(waits) < TIMEOUT + 5, waits  # slack for 4 processes on 2 busy cores
     assert took < 90, took  # start-up of 4 ranks that import torch, then the above
