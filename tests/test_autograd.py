@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _corpus import corpus_params  # noqa: E402
-from torch_utils import from_local, local_mode, pairing, random_blocks, to_local  # noqa: E402
+from torch_utils import adjoint, from_local, local_mode, random_blocks, to_local  # noqa: E402
 
 import lowering  # noqa: E402
 import torch_backend  # noqa: E402
@@ -39,21 +39,6 @@ DUALITY = [
     ("f64[8@(dp,tp),6]", "f64[8@tp,6@dp]", ["all_to_all"], ["all_to_all"]),
     ("f64[10@(dp,tp)]", "f64[10]{R:(dp,tp)}", ["all_gather"], None),  # uneven: the planner's choice
 ]
-
-
-def adjoint(fake_pg, mesh_text: str, src_text: str, dst_text: str, seed: int = 0) -> tuple[float, float]:
-    mesh = parse_mesh(mesh_text)
-    src, dst = parse(src_text), parse(dst_text)
-    rng = np.random.default_rng(seed)
-    xb = random_blocks(src, mesh, rng)
-    yb = random_blocks(dual_type(dst), mesh, rng)
-    with local_mode(fake_pg, mesh.size) as lm:
-        x = to_local(lm, xb, requires_grad=True)
-        y = to_local(lm, yb)
-        out = torch_backend.redistribute(x, src, dst, mesh)
-        (grad,) = torch.autograd.grad(out, x, grad_outputs=y)
-        outs, grads = from_local(out), from_local(grad)
-    return pairing(dst, mesh, outs, yb), pairing(src, mesh, xb, grads)
 
 
 @pytest.mark.parametrize("src,dst,fwd,bwd", DUALITY, ids=[f"{s}->{d}" for s, d, _, _ in DUALITY])

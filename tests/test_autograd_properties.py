@@ -8,7 +8,6 @@ order, R/I annotations, P(sum) and P(avg) sources and destinations.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -16,10 +15,7 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 
 from strategies import cases  # noqa: E402
-from torch_utils import from_local, local_mode, pairing, random_blocks, to_local  # noqa: E402
-
-import torch_backend  # noqa: E402
-from torch_backend.autograd import dual_type  # noqa: E402
+from torch_utils import adjoint  # noqa: E402
 
 
 @settings(max_examples=200, deadline=None,
@@ -29,14 +25,5 @@ def test_backward_is_the_adjoint(fake_pg, case: tuple, seed: int) -> None:  # no
     src, dst, mesh = case
     assume(src.partial_op not in ("max", "min") and dst.partial_op not in ("max", "min"))
     src, dst = src.replace(dtype="float64"), dst.replace(dtype="float64")
-    rng = np.random.default_rng(seed)
-    xb = random_blocks(src, mesh, rng)
-    yb = random_blocks(dual_type(dst), mesh, rng)
-    with local_mode(fake_pg, mesh.size) as lm:
-        x = to_local(lm, xb, requires_grad=True)
-        y = to_local(lm, yb)
-        out = torch_backend.redistribute(x, src, dst, str(mesh))
-        (grad,) = torch.autograd.grad(out, x, grad_outputs=y)
-        outs, grads = from_local(out), from_local(grad)
-    lhs, rhs = pairing(dst, mesh, outs, yb), pairing(src, mesh, xb, grads)
+    lhs, rhs = adjoint(fake_pg, mesh, src, dst, seed)
     assert lhs == pytest.approx(rhs, rel=1e-12, abs=1e-9), (str(src), str(dst))

@@ -169,3 +169,24 @@ def run_gloo(world: int, fn: Callable[..., Any], *args: Any, timeout_s: float = 
 
 def numel(shape: tuple[int, ...]) -> int:
     return math.prod(shape)
+
+
+def adjoint(fake_pg: Callable[[int], None], mesh_text: Any, src_text: Any, dst_text: Any,
+            seed: int = 0) -> tuple[float, float]:
+    """<redistribute(x), y> and <x, grad> on random integer data (types as text or IR)."""
+    import torch_backend
+    from spec_lang import parse, parse_mesh
+    from torch_backend.autograd import dual_type
+
+    mesh = parse_mesh(mesh_text)
+    src, dst = parse(src_text), parse(dst_text)
+    rng = np.random.default_rng(seed)
+    xb = random_blocks(src, mesh, rng)
+    yb = random_blocks(dual_type(dst), mesh, rng)
+    with local_mode(fake_pg, mesh.size) as lm:
+        x = to_local(lm, xb, requires_grad=True)
+        y = to_local(lm, yb)
+        out = torch_backend.redistribute(x, src, dst, mesh)
+        (grad,) = torch.autograd.grad(out, x, grad_outputs=y)
+        outs, grads = from_local(out), from_local(grad)
+    return pairing(dst, mesh, outs, yb), pairing(src, mesh, xb, grads)
