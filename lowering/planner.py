@@ -166,15 +166,17 @@ def _normal_form(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
 
 def _search(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
             model: CostModel) -> list[tuple[TensorType, Move]]:
-    """Best-first search; the key is (time, max bytes, collectives, peak)."""
+    """Best-first search from ``start`` to ``goal``; see ``_key`` for the order."""
     if start == goal:
         return []
     tie = itertools.count()
     zero = np.zeros(mesh.size, dtype=np.int64)
-    src_bytes = local_numel(start, mesh) * start.itemsize
-    frontier = [(_key(model, 0.0, zero, 0, int(src_bytes.max()), _future(start, goal, mesh)), next(tie),
-                 start, zero, 0.0, 0,
-                 int(src_bytes.max()), None)]
+    peak0 = int((local_numel(start, mesh) * start.itemsize).max())
+
+    def future(state: TensorType) -> float:
+        return _future(state, goal, mesh) if model.bytes_first else 0.0
+
+    frontier = [(_key(model, 0.0, zero, 0, peak0, future(start)), next(tie), start, zero, 0.0, 0, peak0, None)]
     best: dict[TensorType, tuple] = {}
     parents: dict[TensorType, tuple[TensorType, Move] | None] = {}
     expansions = 0
@@ -199,9 +201,8 @@ def _search(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
             s2 = sent + step_sent
             c2 = colls + int(coll)
             p2 = max(peak, int(live.max()))
-            key2 = _key(model, t2, s2, c2, p2, _future(mv.dst, goal, mesh))
-            heapq.heappush(frontier, (key2, next(tie), mv.dst, s2, t2, c2, p2,
-                                      (state, mv)))
+            key2 = _key(model, t2, s2, c2, p2, future(mv.dst))
+            heapq.heappush(frontier, (key2, next(tie), mv.dst, s2, t2, c2, p2, (state, mv)))
     raise SpecError(
         f"no program reaches {goal} from {start} on mesh {mesh}",
         hint="check that every partial axis of the destination can be produced from the source "
@@ -210,7 +211,8 @@ def _search(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
 
 
 def _key(model: CostModel, time: float, sent: np.ndarray, colls: int, peak: int, future: float) -> tuple:
-    """Search key. For the bytes-first model the byte term is an A* estimate that never
+    """Search key: (bytes estimate, bytes, collectives, peak) for the bytes-first model,
+    else (time, bytes, collectives, peak). The bytes estimate is an A* term that never
     overshoots: the final max over ranks is at least the mean over ranks of what was
     sent plus the transfers still needed (the lower bound's ``sent_avg`` from here)."""
     total = int(sent.max())
