@@ -5,8 +5,7 @@ Imports neither torch nor jax at module level; names resolve lazily from their m
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from spec_lang.lazy import lazy_exports
 
 _EXPORTS = {
     # layout algebra
@@ -34,14 +33,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'lowering' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

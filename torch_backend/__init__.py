@@ -7,8 +7,7 @@ resolve lazily, so ``import torch_backend`` (and ``shardc parse``) does not impo
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from spec_lang.lazy import lazy_exports
 
 _EXPORTS = {
     "redistribute": "torch_backend.api",
@@ -24,14 +23,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'torch_backend' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
