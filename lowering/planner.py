@@ -259,8 +259,10 @@ def _price(state: TensorType, mv: Move, mesh: Mesh) -> Step:
     if kind == "all_to_all" and max_senders_per_receiver(state, mv.dst, mesh, mv.axes) <= 1:
         kind = "permute"
     if kind == "reduce_scatter":
-        padded = reduce_scatter_bytes(state, mv.dst, mesh, mv.axes)[1]
-    sent = move_bytes(state, mv, mesh) * state.itemsize
+        elems, padded = reduce_scatter_bytes(state, mv.dst, mesh, mv.axes)
+    else:
+        elems = move_bytes(state, mv, mesh)
+    sent = elems * state.itemsize
     op = state.partial_op if kind in ("reduce_scatter", "all_reduce") else None
     return Step(
         kind=kind, axes=mv.axes, dims=mv.dims, src=state, dst=mv.dst, op=op,

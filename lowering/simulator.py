@@ -44,9 +44,7 @@ def simulate_step(step: Step, mesh: Mesh, xs: Sequence[np.ndarray]) -> list[np.n
         if step.kind in ("slice", "all_gather", "all_to_all", "permute"):
             y = np.zeros(shape, dtype=xs[r].dtype)
             filled = 0
-            members = (r,) + tuple(q for q in group if q != r) if step.kind == "slice" else group
-            if step.kind == "slice":
-                members = (r,)
+            members = (r,) if step.kind == "slice" else group
             for q in members:
                 piece = overlap(src_b[q], dst_b[r])
                 n = int(np.prod(piece[:, 1] - piece[:, 0]))
