@@ -31,20 +31,22 @@ from lowering.bounds import lower_bound_detail  # noqa: E402
 from lowering.checks import resolve  # noqa: E402
 from lowering.cost import CostModel  # noqa: E402
 from lowering.layout import boxes, local_numel  # noqa: E402
+from lowering.moves import erase  # noqa: E402
 from lowering.planner import compile as shardc_compile  # noqa: E402
-from lowering.planner import program_cost  # noqa: E402
+from lowering.planner import program_cost, spare_axes  # noqa: E402
 from lowering.program import Program  # noqa: E402
 from spec_lang.ir import Mesh, TensorType  # noqa: E402
 
 LATENCY_MODEL = CostModel.make(default_alpha=5e-6, default_beta=1e-10)
+# the bytes-first model without its latency charge on spare axes: what splitting every
+# pending reduction over them would save, for how many more collectives
+PURE_BYTES_MODEL = CostModel.make(spare_axis_bytes=0)
 # a smoke subset: 1-D, uneven, partial sum/avg/max, order swaps, 3- and 4-axis meshes,
 # the uneven exchanges where the send-side bound is the binding one
 # S/R cases known to sit above both bounds, with the bytes shardc reaches today (a regression
 # guard) and why: the bounds are not tight there, or a plan outside the search space does better
-KNOWN_GAPS: dict[str, tuple[int, str]] = {
-    "rd-pub-048": (64, "optimal among one-hop exchanges (direct-send LP = 64 B); only a relaying (2-hop) "
-                       "plan could approach the bounds (recv 56 B, sent-avg 49 B)"),
-}
+# (none today: rd-pub-048, 64 B against the recv bound's 56, sits at the spare-slice bound)
+KNOWN_GAPS: dict[str, tuple[int, str]] = {}
 QUICK_IDS = (
     "rd-pub-001", "rd-pub-005", "rd-pub-006", "rd-pub-011", "rd-pub-018", "rd-pub-022",
     "rd-pub-023", "rd-pub-034", "rd-pub-045", "rd-pub-048", "rd-pub-052", "rd-pub-055",
@@ -78,12 +80,18 @@ def _holds(b: np.ndarray, cuts: list[np.ndarray]) -> np.ndarray:
     return out
 
 
-def send_side_bound(src: TensorType, dst: TensorType, mesh: Mesh) -> int | None:
+def send_side_bound(src: TensorType, dst: TensorType, mesh: Mesh,
+                    within: tuple[str, ...] = ()) -> int | None:
     """Max over ranks of the bytes only that rank holds and some other rank needs.
 
     The sole holder of an element another rank needs must send it at least once, in any
     plan (relays included), so this bounds bytes_sent_max from below. Defined for S/R
     pairs; None when either side has a pending reduction.
+
+    With ``within`` (spare axes: both types replicate them), holding and needing are
+    counted inside each slice of the mesh that fixes those axes' coordinates. That bounds
+    every plan with no collective over the spare axes, which is every S/R plan shardc
+    makes (it communicates over a spare axis only to split a pending reduction).
     """
     if src.partial_axes or dst.partial_axes:
         return None
@@ -91,13 +99,22 @@ def send_side_bound(src: TensorType, dst: TensorType, mesh: Mesh) -> int | None:
         return 0
     cuts, sizes = _cell_grid(src, dst, mesh)
     held, needed = _holds(boxes(src, mesh), cuts), _holds(boxes(dst, mesh), cuts)
-    sole = held & (held.sum(axis=0) == 1)
-    need_count = needed.sum(axis=0)
+    coords = np.asarray([mesh.coords(r) for r in range(mesh.size)], dtype=np.int64).reshape(mesh.size, -1)
+    idx = [mesh.index(a) for a in within]
+    key = [tuple(c) for c in coords[:, idx]]
     best = 0
     for r in range(mesh.size):
-        others_need = (need_count - needed[r]) > 0
-        best = max(best, int(sizes[sole[r] & others_need].sum()))
+        peers = np.asarray([k == key[r] for k in key])
+        sole = held[r] & (held[peers].sum(axis=0) == 1)
+        others_need = (needed[peers].sum(axis=0) - needed[r]) > 0
+        best = max(best, int(sizes[sole & others_need].sum()))
     return best * src.itemsize
+
+
+def spare_traffic(prog: Program) -> bool:
+    """Whether a collective of ``prog`` runs over an axis both its end types replicate."""
+    spare = set(spare_axes(erase(prog.src), erase(prog.dst), prog.mesh))
+    return any(st.is_collective and spare.intersection(st.axes) for st in prog.steps)
 
 
 def peak_limit(prog: Program) -> int:
@@ -132,6 +149,9 @@ class CaseResult:
     lb_sent_avg: float
     send_bound: int | None  # sole-holder bound (S/R only)
     sent_bound: int | None  # max(send_bound, ceil(lb_sent_avg)): a bound on max *sent* bytes
+    slice_bound: int | None  # max(sent_bound, sole holders per spare slice): plans with no spare traffic
+    spare: list[str]  # axes both types replicate
+    spare_traffic: bool  # shardc's plan has a collective over a spare axis
     dt_default: dict[str, Any]
     dt_min_cost: dict[str, Any]
     dt_agrees_with_corpus: bool
@@ -140,9 +160,10 @@ class CaseResult:
     best_anchor: str | None
     best_anchor_bytes: int | None
     dt_best: str | None
-    status: str  # lb | send | gap (+ "below-lb" when under the recv-based corpus bound)
+    status: str  # lb | send | slice | gap (+ "below-lb" when under the recv-based corpus bound)
     peak_limit: int
     latency: dict[str, Any] = field(default_factory=dict)
+    pure_bytes: dict[str, Any] = field(default_factory=dict)  # the plan under PURE_BYTES_MODEL
 
     @property
     def peak_ok(self) -> bool:
@@ -186,11 +207,13 @@ def _dt_best(dt: dict[str, dict[str, Any]]) -> str | None:
     return min(ok)[2] if ok else None
 
 
-def _status(bytes_: int, lb: int, sent_bound: int | None) -> str:
+def _status(bytes_: int, lb: int, sent_bound: int | None, slice_bound: int | None) -> str:
     if bytes_ == lb:
         return "lb"
     if sent_bound is not None and bytes_ == sent_bound:
         return "send" + ("+below-lb" if bytes_ < lb else "")
+    if slice_bound is not None and bytes_ == slice_bound:
+        return "slice" + ("+below-lb" if bytes_ < lb else "")
     return "gap"
 
 
@@ -203,6 +226,12 @@ def _latency(prog: Program, s: TensorType, d: TensorType, m: Mesh) -> dict[str, 
     }
 
 
+def _pure_bytes(s: TensorType, d: TensorType, m: Mesh) -> dict[str, Any]:
+    p = shardc_compile(s, d, m, cost_model=PURE_BYTES_MODEL)
+    return {"bytes": p.cost.bytes_sent_max, "collectives": p.cost.collectives,
+            "plan": [st.describe() for st in p.steps]}
+
+
 def evaluate_case(case: dict[str, Any], planners: DTensorPlanners, latency: bool = True) -> CaseResult:
     s, m = resolve(case["src"], case["mesh"])
     d, _ = resolve(case["dst"], m)
@@ -213,6 +242,9 @@ def evaluate_case(case: dict[str, Any], planners: DTensorPlanners, latency: bool
     sole = send_side_bound(s, d, m)
     sent_avg = float(lb["sent_avg_bytes"])
     sent_bound = None if sole is None else max(sole, int(np.ceil(sent_avg - 1e-9)))
+    spare = spare_axes(erase(s), erase(d), m)
+    in_slice = send_side_bound(s, d, m, within=spare) if spare else sole
+    slice_bound = None if sent_bound is None or in_slice is None else max(sent_bound, in_slice)
     comp = planners.compare(case)
     dt = {p: _dt_summary(c.live, c.recorded) for p, c in comp.items()}
     anchors = _anchors(case, dt)
@@ -224,14 +256,17 @@ def evaluate_case(case: dict[str, Any], planners: DTensorPlanners, latency: bool
         bytes=prog.cost.bytes_sent_max, collectives=prog.cost.collectives, peak=prog.cost.peak_bytes_max,
         plan=[st.describe() for st in prog.steps], compile_ms=compile_ms,
         lb=int(lb["bytes"]), lb_corpus=int(case["lower_bound"]["bytes"]), lb_recv=int(lb["recv_max_bytes"]),
-        lb_sent_avg=sent_avg, send_bound=sole, sent_bound=sent_bound,
+        lb_sent_avg=sent_avg, send_bound=sole, sent_bound=sent_bound, slice_bound=slice_bound,
+        spare=list(spare), spare_traffic=spare_traffic(prog),
         dt_default=dt["default"], dt_min_cost=dt["min_cost"],
         dt_agrees_with_corpus=all(c.agrees for c in comp.values()),
         xla=None if xla is None else {"bytes": xla["bytes_sent_max"], "collectives": xla["collectives"],
                                       "correct": xla.get("correct")},
         anchors=anchors, best_anchor=best, best_anchor_bytes=anchors.get(best) if best else None,
-        dt_best=_dt_best(dt), status=_status(prog.cost.bytes_sent_max, int(lb["bytes"]), sent_bound),
+        dt_best=_dt_best(dt), status=_status(prog.cost.bytes_sent_max, int(lb["bytes"]), sent_bound,
+                                                    slice_bound),
         peak_limit=peak_limit(prog), latency=_latency(prog, s, d, m) if latency else {},
+        pure_bytes=_pure_bytes(s, d, m),
     )
 
 
@@ -287,6 +322,8 @@ def summarize(results: Sequence[CaseResult]) -> dict[str, Any]:
         "sr_cases": len(sr),
         "sr_at_lb": [r.id for r in sr if r.status == "lb"],
         "sr_at_send_bound": [r.id for r in sr if r.status.startswith("send")],
+        "sr_at_slice_bound": [r.id for r in sr if r.status.startswith("slice")],
+        "sr_with_spare_traffic": [r.id for r in sr if r.spare_traffic],
         "sr_below_corpus_lb": [r.id for r in sr if r.bytes < r.lb_corpus],
         "sr_gap": [{"id": r.id, "bytes": r.bytes, "lb": r.lb, "sent_bound": r.sent_bound} for r in sr
                    if r.status == "gap"],
@@ -309,13 +346,18 @@ def summarize(results: Sequence[CaseResult]) -> dict[str, Any]:
         "bytes_total": {"shardc": sum(r.bytes for r in results),
                         "best_anchor": sum(r.best_anchor_bytes or 0 for r in results)},
         "latency_pass": _latency_summary(results),
+        "pure_bytes_pass": [{"id": r.id, "bytes": [r.bytes, r.pure_bytes["bytes"]],
+                             "collectives": [r.collectives, r.pure_bytes["collectives"]]}
+                            for r in results if (r.pure_bytes["bytes"], r.pure_bytes["collectives"])
+                            != (r.bytes, r.collectives)],
     }
 
 
 def must_hold_failures(summary: dict[str, Any]) -> list[str]:
     """The properties a correct planner and bound never break (for --strict and the smoke test)."""
     out = []
-    for key in ("worse_than_best_anchor", "send_bound_violations", "peak_violations"):
+    for key in ("worse_than_best_anchor", "send_bound_violations", "peak_violations",
+                "sr_with_spare_traffic", "more_collectives_than_dtensor_best"):
         if summary[key]:
             out.append(f"{key}: {summary[key]}")
     unknown = [g for g in summary["sr_gap"] if g["bytes"] > KNOWN_GAPS.get(g["id"], (-1, ""))[0]]
@@ -351,6 +393,8 @@ def _status_cell(r: CaseResult) -> str:
         text = "= LB"
     elif r.status.startswith("send"):
         text = "= send LB" + (" (< LB)" if "below" in r.status else "")
+    elif r.status.startswith("slice"):
+        text = f"= send LB without traffic over {','.join(r.spare)}"
     else:
         text = f"[yellow]gap +{100 * (r.bytes - r.lb) / max(r.lb, 1):.0f}%[/yellow]"
     if r.best_anchor_bytes is not None and r.bytes < r.best_anchor_bytes:
@@ -368,7 +412,8 @@ def render_cases(results: Sequence[CaseResult], console: Any) -> None:
     for r in results:
         lb = str(r.lb) if r.lb == r.lb_corpus else f"[red]{r.lb} (corpus {r.lb_corpus})[/red]"
         send = "—" if r.send_bound is None else f"{r.send_bound}" + (
-            f" ({r.sent_bound})" if r.sent_bound != r.send_bound else "")
+            f" ({r.sent_bound})" if r.sent_bound != r.send_bound else "") + (
+            f" [{r.slice_bound}]" if r.slice_bound != r.sent_bound else "")
         peak = str(r.peak) if r.peak_ok else f"[red]{r.peak} > {r.peak_limit}[/red]"
         xla = _bc(r.xla["bytes"], r.xla["collectives"]) if r.xla else "—"
         table.add_row(r.id, r.mesh, f"{r.src} → {r.dst}", _bc(r.bytes, r.collectives), peak, lb, send,
@@ -396,7 +441,9 @@ def render_summary(summary: dict[str, Any], console: Any) -> None:
     lines = [
         f"cases: {s['cases']} ({sr} S/R, {s['partial_cases']} with a pending reduction)",
         f"S/R at the lower bound: {len(s['sr_at_lb'])}/{sr}; at the send-side bound instead: "
-        f"{len(s['sr_at_send_bound'])} {s['sr_at_send_bound']}; gap: {len(s['sr_gap'])} {s['sr_gap']}",
+        f"{len(s['sr_at_send_bound'])} {s['sr_at_send_bound']}; at the spare-slice bound: "
+        f"{len(s['sr_at_slice_bound'])} {s['sr_at_slice_bound']}; gap: {len(s['sr_gap'])} {s['sr_gap']}",
+        f"S/R plans with a collective over a spare axis (must be none): {s['sr_with_spare_traffic'] or 'none'}",
         f"S/R below the corpus's (recv-based) bound: {s['sr_below_corpus_lb']}",
         f"partial at the lower bound: {len(s['partial_at_lb'])}/{s['partial_cases']}; above: {s['partial_gap']}",
         f"lower bound disagrees with the corpus: {s['lb_disagrees_with_corpus'] or 'none'}",
@@ -420,6 +467,11 @@ def render_summary(summary: dict[str, Any], console: Any) -> None:
         f"{lat['bytes_total'][1]}, modelled time {lat['time_total_us'][0]} -> {lat['time_total_us'][1]} µs; "
         f"latency plan slower than the bytes plan: {lat['slower_than_bytes_plan'] or 'never'}",
     ]
+    pure = s["pure_bytes_pass"]
+    lines.append(f"pure bytes (spare_axis_bytes=0): {len(pure)} plans change, each splitting a pending "
+                 "reduction over a spare axis: " + ", ".join(
+                     f"{c['id']} {c['bytes'][0]}->{c['bytes'][1]} B, {c['collectives'][0]}->{c['collectives'][1]} "
+                     "collectives" for c in pure))
     for line in lines:
         console.print(line, highlight=False)
 

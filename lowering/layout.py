@@ -60,11 +60,14 @@ def boxes(t: TensorType, mesh: Mesh) -> np.ndarray:
     return out
 
 
+@lru_cache(maxsize=4096)
 def local_shapes(t: TensorType, mesh: Mesh) -> tuple[tuple[int, ...], ...]:
     """Every rank's local shape, in rank order."""
     b = boxes(t, mesh)
     sizes = b[:, :, 1] - b[:, :, 0]
-    return tuple(tuple(int(x) for x in row) for row in sizes)
+    if t.ndim == 0:
+        return ((),) * mesh.size
+    return tuple(zip(*sizes.T.tolist()))  # column lists zipped: the fast way to int tuples
 
 
 def local_shape(t: TensorType, mesh: Mesh, rank: int) -> tuple[int, ...]:
@@ -113,9 +116,8 @@ def _groups(mesh: Mesh, axes: tuple[str, ...]) -> tuple[np.ndarray, tuple[tuple[
     ranks = np.arange(mesh.size).reshape(mesh.sizes)
     perm = np.transpose(ranks, rest + idx).reshape(-1, mesh.group_size(axes) if axes else 1)
     group_of = np.empty(mesh.size, dtype=np.int64)
-    for g, row in enumerate(perm):
-        group_of[row] = g
-    return group_of, tuple(tuple(int(r) for r in row) for row in perm)
+    group_of[perm] = np.arange(perm.shape[0])[:, None]
+    return group_of, tuple(map(tuple, perm.tolist()))
 
 
 def all_groups(mesh: Mesh, axes: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:

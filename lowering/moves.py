@@ -6,6 +6,7 @@ their gradient), so a state keeps just its dims, its P axes and its V axes.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -91,6 +92,17 @@ def moves(t: TensorType, goal: TensorType, mesh: Mesh, op: str) -> Iterator[Move
             nd[k] = ax[:-n]
             yield Move("all_gather", ax[-n:], (k,), with_dims(t, nd))
 
+    # all_gather minor suffixes of several dims at once: one flattened collective whose
+    # members' blocks tile the gathered block (the bytes of gathering the dims one by
+    # one when the blocks are even, in one collective instead of several)
+    if sum(1 for ax in dims if ax) > 1:
+        for cut in itertools.product(*(range(len(ax) + 1) for ax in dims)):
+            if sum(1 for n in cut if n) < 2:
+                continue
+            group = tuple(a for ax, n in zip(dims, cut) if n for a in ax[len(ax) - n:])
+            nd = [ax[: len(ax) - n] for ax, n in zip(dims, cut)]
+            yield Move("all_gather", group, tuple(k for k, n in enumerate(cut) if n), with_dims(t, nd))
+
     # all_to_all a minor suffix of dim i onto the minor end of dim j
     for i, ax in enumerate(dims):
         for n in range(1, len(ax) + 1):
@@ -132,6 +144,17 @@ def moves(t: TensorType, goal: TensorType, mesh: Mesh, op: str) -> Iterator[Move
                 nd = list(dims)
                 nd[k] = nd[k] + x
                 yield Move("reduce_scatter", x, (k,), with_partial(with_dims(t, nd), cur_p - set(x), op, mesh))
+        # one reduce_scatter onto several dims, as the goal shards them (a flattened group
+        # whose members' pieces tile the block: the bytes of one dim after another)
+        wants = [(k, tuple(a for a in goal.dims[k].axes if a in pending)) for k in range(t.ndim)]
+        wants = [(k, w) for k, w in wants if w]
+        if len(wants) > 1:
+            nd = list(dims)
+            for k, w in wants:
+                nd[k] = nd[k] + w
+            x = tuple(a for _, w in wants for a in w)
+            yield Move("reduce_scatter", x, tuple(k for k, _ in wants),
+                       with_partial(with_dims(t, nd), cur_p - set(x), op, mesh))
         for x in groups:
             yield Move("all_reduce", x, (), with_partial(t, cur_p - set(x), op, mesh))
 

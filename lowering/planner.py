@@ -61,6 +61,9 @@ def compile(  # noqa: A001 - the public name the issue asks for
             f"cost_model must be a lowering.CostModel, got {type(cost_model).__name__}",
             hint="build one with CostModel.make(alpha={'dp': 5e-6}, beta={'dp': 1e-10})",
         )
+    if cost_model is not None and cost_model.spare_axis_bytes < 0:
+        raise SpecError(f"spare_axis_bytes must be >= 0, got {cost_model.spare_axis_bytes}",
+                        hint="use 0 for a pure bytes-first model, or the default 65536")
     for name, _ in (cost_model.alpha + cost_model.beta) if cost_model else ():
         if name not in m:
             raise SpecError(f"the cost model names axis {name!r}, which is not on the mesh {m}",
@@ -112,17 +115,21 @@ def check_partial_conversion(src: TensorType, dst: TensorType) -> str:
 
 def _normal_form(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
                  model: CostModel) -> list[tuple[TensorType, Move]] | None:
-    """The Rink normal form for Shard/Replicate moves, kept only when provably cheapest.
+    """The Rink normal form, kept only when provably cheapest.
 
-    Slices first, one exchange to the goal's dims plus the axes still to gather (kept
-    minor on their dim), one gather per dim last. It is returned without a search when
-    it is free, or when it is one collective at the byte lower bound: nothing beats it
-    in bytes and only a free plan has fewer collectives.
+    Slices first (only of axes the goal shards); then, for Shard/Replicate moves, one
+    exchange to the goal's dims plus the axes still to gather (kept minor on their dim)
+    and one gather per dim; or, with a pending reduction, the one reduce_scatter (onto
+    the dims the goal shards with the pending axes) or all_reduce that finishes it.
+    It is returned without a search when it is free, or one collective that provably
+    sends the fewest bytes: no more than the sent-side floor (the mean over ranks of the
+    bytes any plan must send, rounded up), or a direct exchange between two layouts that
+    shard over every axis (each element has one holder and one needer). Only a free
+    plan has fewer collectives.
     """
-    if start.partial_axes or goal.partial_axes or not model.bytes_first:
+    if goal.partial_axes or not model.bytes_first:
         return None
-    from lowering.bounds import _lower_bound
-    from lowering.moves import exchange_move, replicated, with_dims
+    from lowering.moves import exchange_move, replicated, with_dims, with_partial
 
     path: list[tuple[TensorType, Move]] = []
     state = start
@@ -134,23 +141,40 @@ def _normal_form(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
                 nxt = with_dims(state, [tuple(x) for x in dims])
                 path.append((state, Move("slice", (a,), (k,), nxt)))
                 state = nxt
-    goal_axes = set(goal.sharded_axes)
-    nf = [tuple(g.axes) + tuple(a for a in d.axes if a not in goal_axes) for g, d in zip(goal.dims, state.dims)]
-    target = with_dims(state, nf)
-    if target != state:
-        mv = exchange_move(state, target, mesh)
-        if mv is None:
+    pending = [a for a in mesh.names if a in start.partial_axes]
+    if pending:
+        wants = [(k, tuple(a for a in g.axes if a in pending)) for k, g in enumerate(goal.dims)]
+        wants = [(k, w) for k, w in wants if w]
+        axes = tuple(a for _, w in wants for a in w)
+        nd = [d.axes for d in state.dims]
+        for k, w in wants:
+            nd[k] = nd[k] + w
+        if not axes:
+            path.append((state, Move("all_reduce", tuple(pending), (), with_partial(state, set(), op, mesh))))
+        elif set(axes) == set(pending):
+            path.append((state, Move("reduce_scatter", axes, tuple(k for k, _ in wants),
+                                     with_partial(with_dims(state, nd), set(), op, mesh))))
+        else:
             return None
-        path.append((state, mv))
-        state = target
-    for k, d in enumerate(state.dims):
-        extra = d.axes[len(goal.dims[k].axes):]
-        if extra:
-            nd = [x.axes for x in state.dims]
-            nd[k] = d.axes[: len(goal.dims[k].axes)]
-            nxt = with_dims(state, nd)
-            path.append((state, Move("all_gather", extra, (k,), nxt)))
-            state = nxt
+        state = path[-1][1].dst
+    else:
+        goal_axes = set(goal.sharded_axes)
+        nf = [tuple(g.axes) + tuple(a for a in d.axes if a not in goal_axes) for g, d in zip(goal.dims, state.dims)]
+        target = with_dims(state, nf)
+        if target != state:
+            mv = exchange_move(state, target, mesh)
+            if mv is None:
+                return None
+            path.append((state, mv))
+            state = target
+        for k, d in enumerate(state.dims):
+            extra = d.axes[len(goal.dims[k].axes):]
+            if extra:
+                nd = [x.axes for x in state.dims]
+                nd[k] = d.axes[: len(goal.dims[k].axes)]
+                nxt = with_dims(state, nd)
+                path.append((state, Move("all_gather", extra, (k,), nxt)))
+                state = nxt
     if state != goal:
         return None
     colls = sum(1 for _, mv in path if mv.kind in COLLECTIVE_KINDS)
@@ -158,10 +182,26 @@ def _normal_form(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
         return path
     if colls > 1:
         return None
-    sent = sum((move_bytes(s, mv, mesh) for s, mv in path), np.zeros(mesh.size, dtype=np.int64))
-    if int(sent.max()) * start.itemsize <= _lower_bound(start, goal, mesh):
+    sent = int(sum((move_bytes(s, mv, mesh) for s, mv in path), np.zeros(mesh.size, dtype=np.int64)).max())
+    if sent == 0:  # a collective that moves nothing: a free plan may exist, let the search see
+        return None
+    if not pending and not replicated(start, mesh) and not replicated(goal, mesh):
+        # every element has one holder and one needer: any plan makes each rank send all
+        # it holds but keeps, which is exactly what the one direct exchange sends
+        return path
+    if sent * start.itemsize <= _sent_floor(start, goal, mesh):
         return path
     return None
+
+
+@lru_cache(maxsize=4096)
+def _sent_floor(start: TensorType, goal: TensorType, mesh: Mesh) -> int:
+    """Bytes the busiest rank sends in any plan, at least: the lower bound's ``sent_avg``
+    rounded up (every needed element arrives, so total sends cover the transfers). The
+    receive side of the lower bound is no floor for *sent* bytes on uneven layouts."""
+    from lowering.bounds import lower_bound_detail
+
+    return int(np.ceil(lower_bound_detail(start, goal, mesh)["sent_avg_bytes"] - 1e-9))
 
 
 def _search(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
@@ -176,12 +216,18 @@ def _search(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
     def future(state: TensorType) -> float:
         return _future(state, goal, mesh) if model.bytes_first else 0.0
 
-    frontier = [(_key(model, 0.0, zero, 0, peak0, future(start)), next(tie), start, zero, 0.0, 0, peak0, None)]
+    spare = set(spare_axes(start, goal, mesh))
+    charge = model.spare_axis_bytes if model.bytes_first else 0
+    # spare-axis collectives so far, and whether a spare axis was sliced: a sliced spare axis
+    # must be gathered back (the goal replicates it), so its charge is due from the slice on,
+    # which keeps the search from exploring split plans the charge will rule out
+    frontier = [(_key(model, 0.0, zero, 0, peak0, future(start)), next(tie), start, zero, 0.0, 0, peak0,
+                 (0, False), None)]
     best: dict[TensorType, tuple] = {}
     parents: dict[TensorType, tuple[TensorType, Move] | None] = {}
     expansions = 0
     while frontier:
-        key, _, state, sent, time, colls, peak, parent = heapq.heappop(frontier)
+        key, _, state, sent, time, colls, peak, spare_used, parent = heapq.heappop(frontier)
         if state in best:
             continue
         best[state] = key
@@ -201,8 +247,10 @@ def _search(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
             s2 = sent + step_sent
             c2 = colls + int(coll)
             p2 = max(peak, int(live.max()))
-            key2 = _key(model, t2, s2, c2, p2, future(mv.dst))
-            heapq.heappush(frontier, (key2, next(tie), mv.dst, s2, t2, c2, p2, (state, mv)))
+            on_spare = bool(spare.intersection(mv.axes))
+            u2 = (spare_used[0] + int(coll and on_spare), spare_used[1] or (on_spare and not coll))
+            key2 = _key(model, t2, s2, c2, p2, future(mv.dst), charge * max(u2[0], int(u2[1])))
+            heapq.heappush(frontier, (key2, next(tie), mv.dst, s2, t2, c2, p2, u2, (state, mv)))
     raise SpecError(
         f"no program reaches {goal} from {start} on mesh {mesh}",
         hint="check that every partial axis of the destination can be produced from the source "
@@ -210,16 +258,26 @@ def _search(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
     )
 
 
-def _key(model: CostModel, time: float, sent: np.ndarray, colls: int, peak: int, future: float) -> tuple:
+def _key(model: CostModel, time: float, sent: np.ndarray, colls: int, peak: int, future: float,
+         extra: int = 0) -> tuple:
     """Search key: (bytes estimate, bytes, collectives, peak) for the bytes-first model,
     else (time, bytes, collectives, peak). The bytes estimate is an A* term that never
     overshoots: the final max over ranks is at least the mean over ranks of what was
-    sent plus the transfers still needed (the lower bound's ``sent_avg`` from here)."""
+    sent plus the transfers still needed (the lower bound's ``sent_avg`` from here).
+    ``extra`` is the latency charge for collectives over spare axes (bytes-first only);
+    it only grows along a path, so the estimate stays a lower bound."""
     total = int(sent.max())
     if not model.bytes_first:
         return (time, total, colls, peak)
     estimate = max(total, -(-int(sent.sum() + future) // len(sent)))
-    return (estimate, total, colls, peak)
+    return (estimate + extra, total + extra, colls, peak)
+
+
+def spare_axes(src: TensorType, dst: TensorType, mesh: Mesh) -> tuple[str, ...]:
+    """Mesh axes that both types replicate (not sharded, not P, not V): no data must cross them."""
+    used = set(src.sharded_axes) | set(dst.sharded_axes)
+    used |= {a for t in (src, dst) for a, at in t.axis_types if at.kind in ("P", "V")}
+    return tuple(a for a in mesh.names if a not in used)
 
 
 @lru_cache(maxsize=65536)
@@ -267,7 +325,7 @@ def _price(state: TensorType, mv: Move, mesh: Mesh) -> Step:
     return Step(
         kind=kind, axes=mv.axes, dims=mv.dims, src=state, dst=mv.dst, op=op,
         in_shapes=local_shapes(state, mesh), out_shapes=local_shapes(mv.dst, mesh),
-        bytes_sent=tuple(int(x) for x in sent), padded=padded,
+        bytes_sent=tuple(sent.tolist()), padded=padded,
     )
 
 

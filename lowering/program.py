@@ -16,12 +16,17 @@ Kinds (rank diagrams on 3 ranks, ``+A`` is a pending sum):
                 [B]  =>  [A, B, C]
                 [C]
 
+                 Several dims (axes minor on each): every member's block lands at its
+                 place in the gathered block, which the members' blocks tile.
+
 ``reduce_scatter``  dims=(d,): reduce (``op``) the group's equal blocks, keep this
                  rank's piece along d (src P on ``axes``, dst shards d by them, minor)::
 
                 +[A0, A1, A2]      [A0+B0+C0]
                 +[B0, B1, B2]  =>  [A1+B1+C1]
                 +[C0, C1, C2]      [A2+B2+C2]
+
+                 Several dims: each member keeps its (multi-dim) piece of the block.
 
 ``all_reduce``   reduce (``op``) over the group; P on ``axes`` becomes R::
 

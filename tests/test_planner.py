@@ -32,10 +32,64 @@ def test_pending_sum_to_shard_is_a_reduce_scatter_not_all_reduce_plus_slice() ->
     assert prog.cost.bytes_sent_max == 384
 
 
-def test_spare_replicated_axis_splits_the_reduction() -> None:
+def test_small_reduction_is_not_split_over_a_spare_axis() -> None:
+    # dp is spare (both types replicate it): splitting saves 128 B for one more collective,
+    # less than the 64 KiB a collective over a spare axis is charged, so one reduce_scatter
     prog = compile("f32[8,16]{U:tp}", "f32[8@tp,16]", MESH)
+    assert kinds(prog) == ["reduce_scatter"] and prog.steps[0].axes == ("tp",)
+    assert prog.cost.bytes_sent_max == 384 and prog.cost.collectives == 1
+
+
+def test_large_reduction_is_split_over_a_spare_axis() -> None:
+    src, dst = "bf16[4096,4096]{U:tp}", "bf16[4096@tp,4096]"
+    prog = compile(src, dst, MESH)
+    assert kinds(prog) == ["slice", "reduce_scatter", "all_gather"]
+    assert prog.steps[0].axes == prog.steps[2].axes == ("dp",)
+    assert prog.cost.bytes_sent_max == lower_bound(src, dst, MESH) == 16 * 2**20  # single RS: 24 MiB
+
+
+@pytest.mark.parametrize("charge", [0, 127])
+def test_spare_axis_charge_sets_where_the_split_starts(charge: int) -> None:
+    # the split saves exactly 128 B here: taken when the charge is below it
+    model = CostModel.make(spare_axis_bytes=charge)
+    prog = compile("f32[8,16]{U:tp}", "f32[8@tp,16]", MESH, cost_model=model)
     assert prog.cost.bytes_sent_max == lower_bound("f32[8,16]{U:tp}", "f32[8@tp,16]", MESH) == 256
-    assert "reduce_scatter" in kinds(prog)
+    assert prog.cost.collectives == 2
+    equal = compile("f32[8,16]{U:tp}", "f32[8@tp,16]", MESH, cost_model=CostModel.make(spare_axis_bytes=128))
+    assert equal.cost.collectives == 1  # a tie keeps the fewer collectives
+
+
+def test_spare_axes_are_those_both_types_replicate() -> None:
+    from lowering.planner import spare_axes
+    from spec_lang import parse, parse_mesh
+
+    mesh = parse_mesh("dp=2,cp=2,tp=2")
+    assert spare_axes(parse("f32[8,16]{U:tp}"), parse("f32[8@tp,16]"), mesh) == ("dp", "cp")
+    assert spare_axes(parse("f32[8@cp,16]{V:dp}"), parse("f32[8,16]{V:dp}"), mesh) == ("tp",)
+
+
+def test_gathers_of_two_dims_are_one_flattened_collective() -> None:
+    prog = compile("f32[8@dp,16@tp]", "f32[8,16]", MESH)
+    assert kinds(prog) == ["all_gather"]
+    assert prog.steps[0].dims == (0, 1) and prog.steps[0].axes == ("dp", "tp")
+    assert prog.cost.bytes_sent_max == 7 * 64  # (n-1) * b over the 8-rank group
+
+
+def test_pending_sum_onto_two_dims_is_one_reduce_scatter() -> None:
+    src, dst = "f32[8,16]{U:(dp,tp)}", "f32[8@tp,16@dp]"
+    prog = compile(src, dst, MESH)
+    assert kinds(prog) == ["reduce_scatter"]
+    assert prog.steps[0].dims == (0, 1) and prog.steps[0].axes == ("tp", "dp")
+    assert prog.cost.bytes_sent_max == lower_bound(src, dst, MESH) == 448
+
+
+def test_uneven_two_dim_gather_after_a_reduce_scatter() -> None:
+    # rd-pub-070: DTensor needs 216 B in 2 collectives; gathering cp and tp in one uneven
+    # ring after the reduce_scatter sends 198 B, also in 2
+    prog = compile("bf16[6@dp,6,5@cp]{U:tp}", "bf16[6@dp,6,5]", "dp=2,cp=2,tp=2")
+    assert kinds(prog) == ["reduce_scatter", "all_gather"]
+    assert prog.steps[1].dims == (1, 2)
+    assert prog.cost.bytes_sent_max == 198 and prog.cost.collectives == 2
 
 
 def test_latency_heavy_model_prefers_fewer_collectives() -> None:
@@ -92,6 +146,8 @@ def test_bad_cost_model_is_a_spec_error() -> None:
         compile("f32[8@dp]", "f32[8]", MESH, cost_model="fast")  # type: ignore[arg-type]
     with pytest.raises(SpecError, match="not on the mesh"):
         compile("f32[8@dp]", "f32[8]", MESH, cost_model=CostModel.make(alpha={"pp": 1e-6}))
+    with pytest.raises(SpecError, match="spare_axis_bytes must be >= 0"):
+        compile("f32[8@dp]", "f32[8]", MESH, cost_model=CostModel.make(spare_axis_bytes=-1))
 
 
 @pytest.mark.parametrize(

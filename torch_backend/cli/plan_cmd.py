@@ -17,6 +17,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="latency per collective in seconds: one number for every axis, or dp=5e-6,tp=1e-6")
     p.add_argument("--beta", default=None,
                    help="seconds per byte: one number for every axis, or dp=1e-10,tp=2e-11")
+    p.add_argument("--spare-axis-bytes", type=int, default=65536, metavar="B",
+                   help="bytes-first model: the charge for a collective over an axis both types "
+                   "replicate (splitting a pending reduction pays only above it); 0 = pure bytes")
 
 
 def _per_axis(text: str | None, flag: str, default: float) -> tuple[dict[str, float], float]:
@@ -44,7 +47,10 @@ def run(args: argparse.Namespace) -> int:
     mesh = parse_mesh(args.mesh)
     alpha, a0 = _per_axis(args.alpha, "--alpha", 0.0)
     beta, b0 = _per_axis(args.beta, "--beta", 1e-10)
-    model = CostModel.make(alpha, beta, a0, b0)
+    if args.spare_axis_bytes < 0:
+        raise SpecError("--spare-axis-bytes must be >= 0", text=str(args.spare_axis_bytes), pos=0,
+                        hint="give a byte count, e.g. --spare-axis-bytes 0 for a pure bytes-first plan")
+    model = CostModel.make(alpha, beta, a0, b0, args.spare_axis_bytes)
     prog = compile(args.src, args.dst, mesh, cost_model=model)
     lb = lower_bound(args.src, args.dst, mesh)
     ratio = (prog.cost.bytes_sent_max / lb) if lb else (1.0 if prog.cost.bytes_sent_max == 0 else float("inf"))

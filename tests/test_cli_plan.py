@@ -1,0 +1,76 @@
+"""``shardc plan`` through the CLI entry point main(argv): text, JSON, cost-model flags, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from torch_backend.cli import main
+
+MESH = "dp=2,tp=4"
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_plan_text_shows_steps_cost_and_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = _run(capsys, "plan", "--mesh", MESH, "f32[8@(dp,tp)]", "f32[8@(tp,dp)]")
+    assert rc == 0
+    assert "1. permute(dp,tp) dim 0  -> float32[8@(tp,dp)]   [4 B/rank]" in out
+    assert "cost: 4 B sent (max rank), 1 collective(s)" in out
+    assert "lower bound: 4 B   ratio: 1.00x" in out
+
+
+def test_plan_json_has_cost_and_lower_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = _run(capsys, "plan", "--mesh", MESH, "f32[8,16]{U:tp}", "f32[8@tp,16]", "--json")
+    assert rc == 0
+    data = json.loads(out)
+    assert data["cost"]["bytes_sent_max"] == 384 and data["cost"]["collectives"] == 1
+    assert data["cost"]["peak_bytes_max"] == 640
+    assert data["lower_bound"] == 256 and data["ratio_to_lower_bound"] == pytest.approx(1.5)
+    assert [s["kind"] for s in data["steps"]] == ["reduce_scatter"]
+
+
+def test_spare_axis_bytes_zero_is_the_pure_bytes_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = _run(capsys, "plan", "--mesh", MESH, "f32[8,16]{U:tp}", "f32[8@tp,16]", "--json",
+                      "--spare-axis-bytes", "0")
+    assert rc == 0
+    data = json.loads(out)
+    assert [s["kind"] for s in data["steps"]] == ["slice", "reduce_scatter", "all_gather"]
+    assert data["cost"]["bytes_sent_max"] == data["lower_bound"] == 256
+
+
+def test_per_axis_alpha_changes_the_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    # gathering 2 dims: one flattened all_gather either way; a huge latency on both
+    # axes cannot make it cheaper than one collective, so the plan stays one step
+    rc, out, _ = _run(capsys, "plan", "--mesh", MESH, "f32[8@dp,16@tp]", "f32[8,16]", "--json",
+                      "--alpha", "dp=1e-3,tp=1e-6", "--beta", "2e-10")
+    assert rc == 0
+    data = json.loads(out)
+    assert data["cost"]["collectives"] == 1
+    assert data["cost"]["time_s"] == pytest.approx(1e-3 + 2e-10 * 448)
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--alpha", "dp=fast"], "bad --alpha value"),
+        (["--alpha", "pp=1e-6"], "not on the mesh"),
+        (["--spare-axis-bytes", "-1"], "--spare-axis-bytes must be >= 0"),
+    ],
+)
+def test_bad_cost_flags_exit_2_with_a_hint(capsys: pytest.CaptureFixture[str], argv: list[str],
+                                          needle: str) -> None:
+    rc, out, err = _run(capsys, "plan", "--mesh", MESH, "f32[8@dp]", "f32[8]", *argv)
+    assert rc == 2 and out == ""
+    assert needle in err
+
+
+def test_unreachable_destination_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = _run(capsys, "plan", "--mesh", MESH, "f32[8@tp]", "f32[8]{P(max):tp}")
+    assert rc == 2 and out == ""
+    assert "convert(S, P) only for sum" in err and "hint:" in err
