@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Sequence
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -43,6 +45,7 @@ from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 
 _MAX_EXPANSIONS = 4000
+_MAX_LABELS = 2
 
 
 def compile(  # noqa: A001 - the public name the issue asks for
@@ -206,7 +209,33 @@ def _sent_floor(start: TensorType, goal: TensorType, mesh: Mesh) -> int:
 
 def _search(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
             model: CostModel) -> list[tuple[TensorType, Move]]:
-    """Best-first search from ``start`` to ``goal``; see ``_key`` for the order."""
+    """Best-first search with up to ``_MAX_LABELS`` labels per state (see ``_search_labels``);
+    where that runs out of expansions, once more with one label per state, which always
+    ends (a plain A* over states)."""
+    path = _search_labels(start, goal, mesh, op, model, _MAX_LABELS)
+    if path is None:
+        path = _search_labels(start, goal, mesh, op, model, 1)
+    if path is None:
+        raise SpecError(
+            f"no program reaches {goal} from {start} on mesh {mesh}",
+            hint="check that every partial axis of the destination can be produced from the source "
+            "(seed 004's convert table)",
+        )
+    return path
+
+
+def _search_labels(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
+                   model: CostModel, max_labels: int) -> list[tuple[TensorType, Move]] | None:
+    """Best-first search from ``start`` to ``goal``; see ``_key`` for the order.
+
+    A path's cost is a vector (bytes each rank has sent), so two paths to one state can
+    each be the better start for some ending. A state is therefore expanded once per
+    *label* (sent vector, time, collectives, peak, spare-axis charge) that no label
+    already expanded there dominates, not just once: with an estimate that never
+    overshoots, the first goal popped is then the cheapest plan in the search space, as
+    long as no state needs more than ``max_labels`` labels. None when the expansion
+    budget runs out first.
+    """
     if start == goal:
         return []
     tie = itertools.count()
@@ -218,43 +247,62 @@ def _search(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
 
     spare = set(spare_axes(start, goal, mesh))
     charge = model.spare_axis_bytes if model.bytes_first else 0
+    expanded: dict[TensorType, list[_Label]] = {}
     # spare-axis collectives so far, and whether a spare axis was sliced: a sliced spare axis
     # must be gathered back (the goal replicates it), so its charge is due from the slice on,
     # which keeps the search from exploring split plans the charge will rule out
-    frontier = [(_key(model, 0.0, zero, 0, peak0, future(start)), next(tie), start, zero, 0.0, 0, peak0,
-                 (0, False), None)]
-    best: dict[TensorType, tuple] = {}
-    parents: dict[TensorType, tuple[TensorType, Move] | None] = {}
+    first = _Label(zero, 0.0, 0, peak0, 0, 0, False)
+    frontier = [(_key(model, 0.0, zero, 0, peak0, future(start)), next(tie), start, first, None)]
     expansions = 0
     while frontier:
-        key, _, state, sent, time, colls, peak, spare_used, parent = heapq.heappop(frontier)
-        if state in best:
+        _, _, state, lab, node = heapq.heappop(frontier)
+        seen = expanded.setdefault(state, [])
+        if len(seen) >= max_labels or _dominated(seen, lab):
             continue
-        best[state] = key
-        parents[state] = parent
+        seen.append(lab)
         if state == goal:
-            return _unwind(parents, goal)
+            return _unwind(node)
         expansions += 1
         if expansions > _MAX_EXPANSIONS:
             break
         for mv in moves(state, goal, mesh, op):
-            if mv.dst in best:
-                continue
             step_sent = move_bytes(state, mv, mesh) * state.itemsize
             coll = mv.kind in COLLECTIVE_KINDS
-            t2 = time + model.step_time(mv.axes, int(step_sent.max()), coll)
             live = (local_numel(state, mesh) + local_numel(mv.dst, mesh)) * state.itemsize
-            s2 = sent + step_sent
-            c2 = colls + int(coll)
-            p2 = max(peak, int(live.max()))
             on_spare = bool(spare.intersection(mv.axes))
-            u2 = (spare_used[0] + int(coll and on_spare), spare_used[1] or (on_spare and not coll))
-            key2 = _key(model, t2, s2, c2, p2, future(mv.dst), charge * max(u2[0], int(u2[1])))
-            heapq.heappush(frontier, (key2, next(tie), mv.dst, s2, t2, c2, p2, u2, (state, mv)))
-    raise SpecError(
-        f"no program reaches {goal} from {start} on mesh {mesh}",
-        hint="check that every partial axis of the destination can be produced from the source "
-        "(seed 004's convert table)",
+            n_spare = lab.spare_colls + int(coll and on_spare)
+            sliced = lab.spare_sliced or (on_spare and not coll)
+            lab2 = _Label(
+                lab.sent + step_sent, lab.time + model.step_time(mv.axes, int(step_sent.max()), coll),
+                lab.colls + int(coll), max(lab.peak, int(live.max())),
+                charge * max(n_spare, int(sliced)), n_spare, sliced,
+            )
+            seen = expanded.get(mv.dst, ())
+            if len(seen) >= max_labels or _dominated(seen, lab2):
+                continue
+            key2 = _key(model, lab2.time, lab2.sent, lab2.colls, lab2.peak, future(mv.dst), lab2.charge)
+            heapq.heappush(frontier, (key2, next(tie), mv.dst, lab2, (state, mv, node)))
+    return None
+
+
+class _Label(NamedTuple):
+    """What a path to a state has cost so far."""
+
+    sent: np.ndarray  # (world,) bytes sent per rank
+    time: float
+    colls: int
+    peak: int
+    charge: int  # spare-axis charge due (bytes-first model)
+    spare_colls: int
+    spare_sliced: bool
+
+
+def _dominated(labels: Sequence[_Label], lab: _Label) -> bool:
+    """Whether some label is no worse than ``lab`` in every term (so ``lab`` can be dropped)."""
+    return any(
+        u.time <= lab.time and u.colls <= lab.colls and u.peak <= lab.peak and u.charge <= lab.charge
+        and bool((u.sent <= lab.sent).all())
+        for u in labels
     )
 
 
@@ -288,13 +336,11 @@ def _future(state: TensorType, goal: TensorType, mesh: Mesh) -> float:
     return float(lower_bound_detail(state, goal, mesh)["sent_avg_bytes"]) * mesh.size
 
 
-def _unwind(parents: dict, goal: TensorType) -> list[tuple[TensorType, Move]]:
+def _unwind(node: tuple | None) -> list[tuple[TensorType, Move]]:
     path = []
-    node = goal
-    while parents[node] is not None:
-        prev, mv = parents[node]
-        path.append((prev, mv))
-        node = prev
+    while node is not None:
+        state, mv, node = node
+        path.append((state, mv))
     return path[::-1]
 
 

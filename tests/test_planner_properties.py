@@ -32,3 +32,27 @@ def test_simulated_program_gives_destination_shards(case: tuple, seed: int) -> N
     # the per-rank shapes the program states are the ones it produces
     if prog.steps:
         assert [tuple(o.shape) for o in outs] == list(prog.steps[-1].out_shapes)
+
+
+def _charged(prog, charge: int) -> int:  # noqa: ANN001
+    from lowering.moves import erase
+    from lowering.planner import spare_axes
+
+    spare = set(spare_axes(erase(prog.src), erase(prog.dst), prog.mesh))
+    n = sum(1 for s in prog.steps if s.is_collective and spare.intersection(s.axes))
+    return prog.cost.bytes_sent_max + charge * n
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(), st.sampled_from([16, 256, 65536]))
+def test_spare_axis_charge_trades_bytes_consistently(case: tuple, charge: int) -> None:
+    # each model's plan is optimal under its own objective, so neither beats the other there
+    from lowering.cost import CostModel
+
+    src, dst, mesh = case
+    pure = compile(src, dst, mesh, cost_model=CostModel.make(spare_axis_bytes=0))
+    charged = compile(src, dst, mesh, cost_model=CostModel.make(spare_axis_bytes=charge))
+    assert pure.cost.bytes_sent_max <= charged.cost.bytes_sent_max, (str(pure), str(charged))
+    assert _charged(charged, charge) <= _charged(pure, charge), (str(pure), str(charged))
+    if not (src.partial_axes and not set(src.partial_axes) <= set(dst.partial_axes)):
+        assert charged.cost.bytes_sent_max == pure.cost.bytes_sent_max  # no reduction to split
