@@ -5,13 +5,16 @@ Passes, in the spirit of Shardy's reshard-to-collectives:
 1. *check*: same shape and dtype, every axis on the mesh, the partial conversions
    allowed by seed 004 (no P(op) -> P(other op), convert(S,P) only for sum, V axes
    untouched).
-2. *search*: a best-first search over erased states (``lowering.moves``): local
-   slices, all_gathers of a minor suffix (flattened over several axes), all_to_alls
-   that move a suffix between dims, direct exact exchanges to the goal and to the
-   normal form of Rink et al. (slice first, size-preserving exchange, gather last),
-   reduce_scatter / all_reduce of pending partial axes (flattened or per axis), and
-   the free converts into new partial axes. Each move is priced exactly on every rank
-   with the layout algebra (uneven sizes included), under the ring model.
+2. *search*: first the normal form of Rink et al. alone (slice first, size-preserving
+   exchange or the one reduction, gather last), kept when provably cheapest; else a
+   best-first search over erased states (``lowering.moves``): local slices,
+   all_gathers of minor suffixes (flattened over several axes, one dim or several),
+   all_to_alls that move a suffix between dims, direct exact exchanges to the goal and
+   to the normal form, reduce_scatter / all_reduce of pending partial axes (flattened
+   or per axis, onto one dim or several), and the free converts into new partial axes.
+   Each move is priced exactly on every rank with the layout algebra (uneven sizes
+   included), under the ring model; collectives over spare axes (replicated on both
+   ends) carry the cost model's latency charge.
 3. *assemble*: steps get their exact per-rank shapes, and the R/I annotations of the
    user's types are restored on the first and last state.
 
