@@ -268,7 +268,7 @@ def _search_labels(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
         expansions += 1
         if expansions > _MAX_EXPANSIONS:
             break
-        for mv in moves(state, goal, mesh, op):
+        for mv in _moves(state, goal, mesh, op):
             step_sent = move_bytes(state, mv, mesh) * state.itemsize
             coll = mv.kind in COLLECTIVE_KINDS
             live = (local_numel(state, mesh) + local_numel(mv.dst, mesh)) * state.itemsize
@@ -347,17 +347,27 @@ def _unwind(node: tuple | None) -> list[tuple[TensorType, Move]]:
     return path[::-1]
 
 
+@lru_cache(maxsize=65536)
 def move_bytes(state: TensorType, mv: Move, mesh: Mesh) -> np.ndarray:
-    """(world,) elements each rank sends in this move."""
+    """(world,) elements each rank sends in this move (read-only; cached, since a state
+    expanded under a second label prices the same moves again)."""
     if mv.kind == "all_gather":
-        return all_gather_bytes(state, mesh, mv.axes)
-    if mv.kind == "all_to_all":
-        return exchange_bytes(state, mv.dst, mesh, mv.axes)
-    if mv.kind == "reduce_scatter":
-        return reduce_scatter_bytes(state, mv.dst, mesh, mv.axes)[0]
-    if mv.kind == "all_reduce":
-        return all_reduce_bytes(state, mesh, mv.axes)
-    return np.zeros(mesh.size, dtype=np.int64)
+        out = all_gather_bytes(state, mesh, mv.axes)
+    elif mv.kind == "all_to_all":
+        out = exchange_bytes(state, mv.dst, mesh, mv.axes)
+    elif mv.kind == "reduce_scatter":
+        out = reduce_scatter_bytes(state, mv.dst, mesh, mv.axes)[0]
+    elif mv.kind == "all_reduce":
+        out = all_reduce_bytes(state, mesh, mv.axes)
+    else:
+        out = np.zeros(mesh.size, dtype=np.int64)
+    out.setflags(write=False)
+    return out
+
+
+@lru_cache(maxsize=16384)
+def _moves(state: TensorType, goal: TensorType, mesh: Mesh, op: str) -> tuple[Move, ...]:
+    return tuple(moves(state, goal, mesh, op))
 
 
 def _price(state: TensorType, mv: Move, mesh: Mesh) -> Step:

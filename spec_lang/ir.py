@@ -157,14 +157,25 @@ class TensorType:
     dims: tuple[Dim, ...]
     axis_types: tuple[tuple[str, AxisType], ...] = field(default=())
 
+    # computed once: the planner hashes and compares states hundreds of thousands of times
+    @cached_property
     def _key(self) -> tuple:
         return (self.dtype, self.dims, frozenset(self.axis_types))
 
+    @cached_property
+    def _hash(self) -> int:
+        return hash(self._key)
+
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, TensorType) and self._key() == other._key()
+        return self is other or (isinstance(other, TensorType) and self._hash == other._hash
+                                 and self._key == other._key)
 
     def __hash__(self) -> int:
-        return hash(self._key())
+        return self._hash
+
+    def __getstate__(self) -> dict:
+        # a string's hash differs between processes: never ship the cached one
+        return {k: v for k, v in self.__dict__.items() if k not in ("_key", "_hash")}
 
     def __str__(self) -> str:
         from spec_lang.printer import format_type
