@@ -48,6 +48,14 @@ def test_large_reduction_is_split_over_a_spare_axis() -> None:
     assert prog.cost.bytes_sent_max == lower_bound(src, dst, MESH) == 16 * 2**20  # single RS: 24 MiB
 
 
+def test_slow_spare_axis_keeps_a_large_reduction_whole() -> None:
+    # dp ten times slower than tp: the split would send 4 MiB over dp to save 28 MiB on tp
+    src, dst, mesh = "bf16[4096,8192]{U:tp}", "bf16[4096@tp,8192]", "dp=2,tp=8"
+    model = CostModel.make(beta={"dp": 2e-11, "tp": 2.2e-12})
+    assert kinds(compile(src, dst, mesh, cost_model=model)) == ["reduce_scatter"]
+    assert kinds(compile(src, dst, mesh)) == ["slice", "reduce_scatter", "all_gather"]
+
+
 @pytest.mark.parametrize("charge", [0, 127])
 def test_spare_axis_charge_sets_where_the_split_starts(charge: int) -> None:
     # the split saves exactly 128 B here: taken when the charge is below it
