@@ -29,6 +29,8 @@ FORWARD = [  # (name, src, dst): exact check against the destination's slices an
     ("uneven-all_to_all", "f32[12@(dp,tp),10]", "f32[12@tp,10]"),
     ("uneven-a2a-1axis", "f32[7@tp,10]", "f32[7,10@tp]"),
     ("permute", "f32[8@(dp,tp),2]", "f32[8@(tp,dp),2]"),
+    ("two-dim-uneven-gather", "f32[10@dp,5@tp]", "f32[10,5]"),  # one ring over (dp,tp)
+    ("two-dim-rs", "f32[8,6]{U:(dp,tp)}", "f32[8@tp,6@dp]"),  # one reduce_scatter onto 2 dims
     ("partial-padded-rs", "f32[10,6]{U:tp}", "f32[10@tp,6]"),
     ("partial-flat-ar", "f32[5,3]{U:(dp,tp)}", "f32[5,3]"),
     ("partial-avg", "f32[8,4]{P(avg):dp}", "f32[8,4@dp]"),
