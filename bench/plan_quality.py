@@ -31,9 +31,8 @@ from lowering.bounds import lower_bound_detail  # noqa: E402
 from lowering.checks import resolve  # noqa: E402
 from lowering.cost import CostModel  # noqa: E402
 from lowering.layout import boxes, local_numel  # noqa: E402
-from lowering.moves import erase  # noqa: E402
 from lowering.planner import compile as shardc_compile  # noqa: E402
-from lowering.planner import program_cost, spare_axes  # noqa: E402
+from lowering.planner import program_cost, spare_axes, spare_collectives  # noqa: E402
 from lowering.program import Program  # noqa: E402
 from spec_lang.ir import Mesh, TensorType  # noqa: E402
 
@@ -100,11 +99,10 @@ def send_side_bound(src: TensorType, dst: TensorType, mesh: Mesh,
     cuts, sizes = _cell_grid(src, dst, mesh)
     held, needed = _holds(boxes(src, mesh), cuts), _holds(boxes(dst, mesh), cuts)
     coords = np.asarray([mesh.coords(r) for r in range(mesh.size)], dtype=np.int64).reshape(mesh.size, -1)
-    idx = [mesh.index(a) for a in within]
-    key = [tuple(c) for c in coords[:, idx]]
+    slice_of = np.unique(coords[:, [mesh.index(a) for a in within]], axis=0, return_inverse=True)[1].reshape(-1)
     best = 0
     for r in range(mesh.size):
-        peers = np.asarray([k == key[r] for k in key])
+        peers = slice_of == slice_of[r]
         sole = held[r] & (held[peers].sum(axis=0) == 1)
         others_need = (needed[peers].sum(axis=0) - needed[r]) > 0
         best = max(best, int(sizes[sole & others_need].sum()))
@@ -113,8 +111,7 @@ def send_side_bound(src: TensorType, dst: TensorType, mesh: Mesh,
 
 def spare_traffic(prog: Program) -> bool:
     """Whether a collective of ``prog`` runs over an axis both its end types replicate."""
-    spare = set(spare_axes(erase(prog.src), erase(prog.dst), prog.mesh))
-    return any(st.is_collective and spare.intersection(st.axes) for st in prog.steps)
+    return spare_collectives(prog) > 0
 
 
 def peak_limit(prog: Program) -> int:
@@ -242,7 +239,7 @@ def evaluate_case(case: dict[str, Any], planners: DTensorPlanners, latency: bool
     sole = send_side_bound(s, d, m)
     sent_avg = float(lb["sent_avg_bytes"])
     sent_bound = None if sole is None else max(sole, int(np.ceil(sent_avg - 1e-9)))
-    spare = spare_axes(erase(s), erase(d), m)
+    spare = spare_axes(s, d, m)
     in_slice = send_side_bound(s, d, m, within=spare) if spare else sole
     slice_bound = None if sent_bound is None or in_slice is None else max(sent_bound, in_slice)
     comp = planners.compare(case)

@@ -35,6 +35,8 @@ import numpy as np
 from lowering.layout import all_groups, box_numel, boxes, overlap
 from spec_lang.ir import Mesh, TensorType
 
+SPARE_AXIS_BYTES = 65536  # the bytes-first model's charge per collective over a spare axis
+
 
 @dataclass(frozen=True)
 class CostModel:
@@ -44,12 +46,12 @@ class CostModel:
     beta: tuple[tuple[str, float], ...] = field(default=())
     default_alpha: float = 0.0
     default_beta: float = 1e-10
-    spare_axis_bytes: int = 65536  # bytes-first only; see the module docstring
+    spare_axis_bytes: int = SPARE_AXIS_BYTES  # bytes-first only; see the module docstring
 
     @staticmethod
     def make(alpha: dict[str, float] | None = None, beta: dict[str, float] | None = None,
              default_alpha: float = 0.0, default_beta: float = 1e-10,
-             spare_axis_bytes: int = 65536) -> CostModel:
+             spare_axis_bytes: int = SPARE_AXIS_BYTES) -> CostModel:
         return CostModel(
             tuple(sorted((alpha or {}).items())), tuple(sorted((beta or {}).items())),
             default_alpha, default_beta, int(spare_axis_bytes),

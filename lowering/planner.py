@@ -34,6 +34,7 @@ import numpy as np
 from lowering.checks import check_same_global, resolve
 from lowering.cost import (
     DEFAULT_COST_MODEL,
+    SPARE_AXIS_BYTES,
     CostModel,
     all_gather_bytes,
     all_reduce_bytes,
@@ -69,7 +70,7 @@ def compile(  # noqa: A001 - the public name the issue asks for
         )
     if cost_model is not None and cost_model.spare_axis_bytes < 0:
         raise SpecError(f"spare_axis_bytes must be >= 0, got {cost_model.spare_axis_bytes}",
-                        hint="use 0 for a pure bytes-first model, or the default 65536")
+                        hint=f"use 0 for a pure bytes-first model, or the default {SPARE_AXIS_BYTES}")
     for name, _ in (cost_model.alpha + cost_model.beta) if cost_model else ():
         if name not in m:
             raise SpecError(f"the cost model names axis {name!r}, which is not on the mesh {m}",
@@ -329,6 +330,12 @@ def spare_axes(src: TensorType, dst: TensorType, mesh: Mesh) -> tuple[str, ...]:
     used = set(src.sharded_axes) | set(dst.sharded_axes)
     used |= {a for t in (src, dst) for a, at in t.axis_types if at.kind in ("P", "V")}
     return tuple(a for a in mesh.names if a not in used)
+
+
+def spare_collectives(program: Program) -> int:
+    """How many of ``program``'s collectives run over a spare axis of its two end types."""
+    spare = set(spare_axes(program.src, program.dst, program.mesh))
+    return sum(1 for s in program.steps if s.is_collective and spare.intersection(s.axes))
 
 
 @lru_cache(maxsize=65536)

@@ -35,12 +35,9 @@ def test_simulated_program_gives_destination_shards(case: tuple, seed: int) -> N
 
 
 def _charged(prog, charge: int) -> int:  # noqa: ANN001
-    from lowering.moves import erase
-    from lowering.planner import spare_axes
+    from lowering.planner import spare_collectives
 
-    spare = set(spare_axes(erase(prog.src), erase(prog.dst), prog.mesh))
-    n = sum(1 for s in prog.steps if s.is_collective and spare.intersection(s.axes))
-    return prog.cost.bytes_sent_max + charge * n
+    return prog.cost.bytes_sent_max + charge * spare_collectives(prog)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -17,9 +17,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="latency per collective in seconds: one number for every axis, or dp=5e-6,tp=1e-6")
     p.add_argument("--beta", default=None,
                    help="seconds per byte: one number for every axis, or dp=1e-10,tp=2e-11")
-    p.add_argument("--spare-axis-bytes", type=int, default=65536, metavar="B",
+    p.add_argument("--spare-axis-bytes", type=int, default=None, metavar="B",
                    help="bytes-first model: the charge for a collective over an axis both types "
-                   "replicate (splitting a pending reduction pays only above it); 0 = pure bytes")
+                   "replicate (splitting a pending reduction pays only above it; default 64 KiB); "
+                   "0 = pure bytes")
 
 
 def _per_axis(text: str | None, flag: str, default: float) -> tuple[dict[str, float], float]:
@@ -42,15 +43,17 @@ def _per_axis(text: str | None, flag: str, default: float) -> tuple[dict[str, fl
 
 def run(args: argparse.Namespace) -> int:
     from lowering import CostModel, compile, lower_bound
+    from lowering.cost import SPARE_AXIS_BYTES
     from spec_lang import parse_mesh
 
     mesh = parse_mesh(args.mesh)
     alpha, a0 = _per_axis(args.alpha, "--alpha", 0.0)
     beta, b0 = _per_axis(args.beta, "--beta", 1e-10)
-    if args.spare_axis_bytes < 0:
-        raise SpecError("--spare-axis-bytes must be >= 0", text=str(args.spare_axis_bytes), pos=0,
+    spare = SPARE_AXIS_BYTES if args.spare_axis_bytes is None else args.spare_axis_bytes
+    if spare < 0:
+        raise SpecError("--spare-axis-bytes must be >= 0", text=str(spare), pos=0,
                         hint="give a byte count, e.g. --spare-axis-bytes 0 for a pure bytes-first plan")
-    model = CostModel.make(alpha, beta, a0, b0, args.spare_axis_bytes)
+    model = CostModel.make(alpha, beta, a0, b0, spare)
     prog = compile(args.src, args.dst, mesh, cost_model=model)
     lb = lower_bound(args.src, args.dst, mesh)
     ratio = (prog.cost.bytes_sent_max / lb) if lb else (1.0 if prog.cost.bytes_sent_max == 0 else float("inf"))
