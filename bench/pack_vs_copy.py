@@ -26,11 +26,10 @@ import torch  # noqa: E402
 
 import lowering  # noqa: E402
 from bench.exec_vs_dtensor import CORPUS, scaled  # noqa: E402
-from lowering.layout import group_ranks  # noqa: E402
+from lowering.kinds import rank_pieces  # noqa: E402
 from spec_lang.parser import parse, parse_mesh  # noqa: E402
 from torch_backend.collectives import _pack_exchange, _unpack_exchange  # noqa: E402
 from torch_backend.dtypes import to_torch_dtype  # noqa: E402
-from torch_backend.plan import plan_step  # noqa: E402
 
 TARGET = 2**20
 
@@ -72,7 +71,7 @@ def main() -> int:
         for step in lowering.compile(s, d, mesh).steps:
             if step.kind not in ("all_to_all", "permute"):
                 continue
-            plan = plan_step(step, mesh, 0, tuple(sorted(group_ranks(mesh, step.axes, 0))))
+            plan = rank_pieces(step, mesh, 0)
             nbytes = plan.wire_elems * step.src.itemsize
             if not nbytes:
                 continue

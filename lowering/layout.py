@@ -125,16 +125,6 @@ def all_groups(mesh: Mesh, axes: tuple[str, ...]) -> tuple[tuple[int, ...], ...]
     return _groups(mesh, axes)[1]
 
 
-def group_index(mesh: Mesh, axes: tuple[str, ...], rank: int) -> int:
-    """``rank``'s position within its group over ``axes``."""
-    c = mesh.coords(rank)
-    i = 0
-    for a in axes:
-        k = mesh.index(a)
-        i = i * mesh.sizes[k] + c[k]
-    return i
-
-
 def local_slices(t: TensorType | str, mesh: Mesh | str) -> list[tuple[slice, ...]]:
     """One entry per rank, in rank order: the global index range that rank holds."""
     from lowering.checks import resolve

@@ -32,19 +32,11 @@ from typing import NamedTuple
 import numpy as np
 
 from lowering.checks import check_same_global, resolve
-from lowering.cost import (
-    DEFAULT_COST_MODEL,
-    SPARE_AXIS_BYTES,
-    CostModel,
-    all_gather_bytes,
-    all_reduce_bytes,
-    exchange_bytes,
-    max_senders_per_receiver,
-    reduce_scatter_bytes,
-)
-from lowering.layout import local_numel, local_shapes
+from lowering.cost import DEFAULT_COST_MODEL, SPARE_AXIS_BYTES, CostModel
+from lowering.kinds import kind_of, priced_step
+from lowering.layout import local_numel
 from lowering.moves import Move, erase, moves
-from lowering.program import COLLECTIVE_KINDS, Cost, Program, Step
+from lowering.program import COLLECTIVE_KINDS, Program, Step, program_cost
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 
@@ -358,16 +350,7 @@ def _unwind(node: tuple | None) -> list[tuple[TensorType, Move]]:
 def move_bytes(state: TensorType, mv: Move, mesh: Mesh) -> np.ndarray:
     """(world,) elements each rank sends in this move (read-only; cached, since a state
     expanded under a second label prices the same moves again)."""
-    if mv.kind == "all_gather":
-        out = all_gather_bytes(state, mesh, mv.axes)
-    elif mv.kind == "all_to_all":
-        out = exchange_bytes(state, mv.dst, mesh, mv.axes)
-    elif mv.kind == "reduce_scatter":
-        out = reduce_scatter_bytes(state, mv.dst, mesh, mv.axes)[0]
-    elif mv.kind == "all_reduce":
-        out = all_reduce_bytes(state, mesh, mv.axes)
-    else:
-        out = np.zeros(mesh.size, dtype=np.int64)
+    out = kind_of(mv.kind).price(state, mv.dst, mesh, mv.axes)
     out.setflags(write=False)
     return out
 
@@ -378,21 +361,7 @@ def _moves(state: TensorType, goal: TensorType, mesh: Mesh, op: str) -> tuple[Mo
 
 
 def _price(state: TensorType, mv: Move, mesh: Mesh) -> Step:
-    kind = mv.kind
-    padded = False
-    if kind == "all_to_all" and max_senders_per_receiver(state, mv.dst, mesh, mv.axes) <= 1:
-        kind = "permute"
-    if kind == "reduce_scatter":
-        elems, padded = reduce_scatter_bytes(state, mv.dst, mesh, mv.axes)
-    else:
-        elems = move_bytes(state, mv, mesh)
-    sent = elems * state.itemsize
-    op = state.partial_op if kind in ("reduce_scatter", "all_reduce") else None
-    return Step(
-        kind=kind, axes=mv.axes, dims=mv.dims, src=state, dst=mv.dst, op=op,
-        in_shapes=local_shapes(state, mesh), out_shapes=local_shapes(mv.dst, mesh),
-        bytes_sent=tuple(sent.tolist()), padded=padded,
-    )
+    return priced_step(mv.kind, state, mv.dst, mesh, mv.axes, mv.dims, state.partial_op)
 
 
 def _annotate(state: TensorType, src: TensorType, dst: TensorType, mesh: Mesh) -> TensorType:
@@ -414,9 +383,8 @@ def _annotate(state: TensorType, src: TensorType, dst: TensorType, mesh: Mesh) -
 def _restore_annotations(steps: list[Step], src: TensorType, dst: TensorType, mesh: Mesh) -> list[Step]:
     if not steps:
         if src != dst:  # R <-> I only: no data moves, but the backward differs
-            shapes = local_shapes(src, mesh)
             changed = tuple(a for a in mesh.names if src.axis_type(a) != dst.axis_type(a))
-            return [Step("reinterpret", changed, (), src, dst, None, shapes, shapes, tuple(0 for _ in shapes))]
+            return [priced_step("reinterpret", src, dst, mesh, changed, ())]
         return []
     out = []
     for i, s in enumerate(steps):
@@ -425,19 +393,3 @@ def _restore_annotations(steps: list[Step], src: TensorType, dst: TensorType, me
         out.append(Step(s.kind, s.axes, s.dims, a, b, s.op, s.in_shapes, s.out_shapes, s.bytes_sent, s.padded))
     return out
 
-
-def program_cost(steps: list[Step], src: TensorType, mesh: Mesh, model: CostModel) -> Cost:
-    sent = np.zeros(mesh.size, dtype=np.int64)
-    peak = int((local_numel(src, mesh) * src.itemsize).max())
-    time = 0.0
-    for s in steps:
-        sent += np.asarray(s.bytes_sent, dtype=np.int64)
-        live = (local_numel(s.src, mesh) + local_numel(s.dst, mesh)) * src.itemsize
-        peak = max(peak, int(live.max()))
-        time += model.step_time(s.axes, s.bytes_sent_max, s.is_collective)
-    return Cost(
-        bytes_sent_max=int(sent.max()) if steps else 0,
-        collectives=sum(1 for s in steps if s.is_collective),
-        peak_bytes_max=peak,
-        time_s=time,
-    )

@@ -1,85 +1,36 @@
 """A Program: the flat, immutable list of Steps that turns src shards into dst shards.
 
 Every Step is a typed transition ``src -> dst`` between two TensorTypes on the same
-mesh, so each rank's input and output block come from the layout algebra
-(``lowering.layout.boxes``). The executor and the simulator read a step's data
-movement off those boxes; nothing else is needed to run it.
-
-A step over ``axes`` runs on groups: the ranks that share every other mesh coordinate,
+mesh, over a group of mesh axes: the ranks that share every other mesh coordinate,
 ordered row-major over ``axes`` *as listed* (a flattened group when there are several).
-
-Kinds (rank diagrams on 3 ranks, ``+A`` is a pending sum):
-
-``all_gather``   dims=(d,): concat the group's blocks along d, in group order::
-
-                [A]
-                [B]  =>  [A, B, C]
-                [C]
-
-                 Several dims (axes minor on each): every member's block lands at its
-                 place in the gathered block, which the members' blocks tile.
-
-``reduce_scatter``  dims=(d,): reduce (``op``) the group's equal blocks, keep this
-                 rank's piece along d (src P on ``axes``, dst shards d by them, minor)::
-
-                +[A0, A1, A2]      [A0+B0+C0]
-                +[B0, B1, B2]  =>  [A1+B1+C1]
-                +[C0, C1, C2]      [A2+B2+C2]
-
-                 Several dims: each member keeps its (multi-dim) piece of the block.
-
-``all_reduce``   reduce (``op``) over the group; P on ``axes`` becomes R::
-
-                +A
-                +B  =>  A + B + C
-                +C
-
-``all_to_all``   exact box exchange: each rank's dst block is assembled from the
-                 pieces (src block of q) ∩ (dst block of r) of its group members q,
-                 whose src blocks are disjoint. Covers S(i)->S(j) and any reordering
-                 of axes inside a dim::
-
-                [A0, A1, A2]      [A0, B0, C0]
-                [B0, B1, B2]  =>  [A1, B1, C1]
-                [C0, C1, C2]      [A2, B2, C2]
-
-``permute``      an all_to_all in which every rank receives from at most one peer
-                 (point-to-point exchange, e.g. ``8@(dp,tp)`` -> ``8@(tp,dp)``).
-
-Local steps (no bytes on the wire):
-
-``slice``        keep this rank's dst block of its src block (shard a replicated dim).
-``zero_fill``    convert(R,P(sum)): ranks off coordinate 0 on ``axes`` become zeros::
-
-                        +[A]
-                [A]  => +[0]
-                        +[0]
-
-``zero_pad``     convert(S(d),P(sum)): the block is placed in a zero block of the
-                 size of its parent (``axes`` no longer shard d, they are P)::
-
-                [A]      +[A, 0, 0]
-                [B]  =>  +[0, B, 0]
-                [C]      +[0, 0, C]
-
-``reinterpret``  no change to any local tensor (R<->I, R->P(avg/max/min)).
+Each rank's input and output block come from the layout algebra, so a step's kind
+(``lowering.kinds``: all_gather, reduce_scatter, all_reduce, all_to_all, permute, slice,
+zero_fill, zero_pad, reinterpret) and its two types say everything about it: its type
+rule, its price, its per-rank pieces, its numpy semantics and its dual are defined
+once, by the kind.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from lowering.kinds import KINDS, kind_of
 from spec_lang.ir import Mesh, TensorType
 
-COLLECTIVE_KINDS = frozenset({"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "permute"})
-LOCAL_KINDS = frozenset({"slice", "zero_fill", "zero_pad", "reinterpret"})
+COLLECTIVE_KINDS = frozenset(name for name, k in KINDS.items() if k.collective)
+LOCAL_KINDS = frozenset(name for name, k in KINDS.items() if not k.collective)
 
 
 @dataclass(frozen=True)
 class Step:
-    """One collective or local op; see the module docstring for each kind's meaning."""
+    """One collective or local op of a kind in ``lowering.kinds``; build one with
+    ``lowering.make_step``. The per-rank tuples are derived from the rest and the mesh,
+    so they take no part in equality and hashing."""
 
     kind: str
     axes: tuple[str, ...]
@@ -87,14 +38,14 @@ class Step:
     src: TensorType
     dst: TensorType
     op: str | None = None  # reduce op for reduce_scatter / all_reduce
-    in_shapes: tuple[tuple[int, ...], ...] = field(default=(), repr=False)
-    out_shapes: tuple[tuple[int, ...], ...] = field(default=(), repr=False)
-    bytes_sent: tuple[int, ...] = field(default=(), repr=False)  # per rank, under the ring model
+    in_shapes: tuple[tuple[int, ...], ...] = field(default=(), repr=False, compare=False)
+    out_shapes: tuple[tuple[int, ...], ...] = field(default=(), repr=False, compare=False)
+    bytes_sent: tuple[int, ...] = field(default=(), repr=False, compare=False)  # per rank, ring model
     padded: bool = False  # reduce_scatter on uneven pieces: padded to equal chunks on the wire
 
     @property
     def is_collective(self) -> bool:
-        return self.kind in COLLECTIVE_KINDS
+        return kind_of(self.kind).collective
 
     @property
     def bytes_sent_max(self) -> int:
@@ -153,7 +104,7 @@ class Program:
     steps: tuple[Step, ...]
     cost: Cost
 
-    def __iter__(self):  # noqa: ANN204
+    def __iter__(self) -> Iterator[Step]:
         return iter(self.steps)
 
     def __len__(self) -> int:
@@ -185,3 +136,23 @@ class Program:
 
     def to_json_str(self) -> str:
         return json.dumps(self.to_json(), indent=2)
+
+
+def program_cost(steps: list[Step], src: TensorType, mesh: Mesh, model: Any) -> Cost:
+    """Bytes (max over ranks of the sum over steps), collectives, peak live bytes, time."""
+    from lowering.layout import local_numel
+
+    sent = np.zeros(mesh.size, dtype=np.int64)
+    peak = int((local_numel(src, mesh) * src.itemsize).max())
+    time = 0.0
+    for s in steps:
+        sent += np.asarray(s.bytes_sent, dtype=np.int64)
+        live = (local_numel(s.src, mesh) + local_numel(s.dst, mesh)) * src.itemsize
+        peak = max(peak, int(live.max()))
+        time += model.step_time(s.axes, s.bytes_sent_max, s.is_collective)
+    return Cost(
+        bytes_sent_max=int(sent.max()) if steps else 0,
+        collectives=sum(1 for s in steps if s.is_collective),
+        peak_bytes_max=peak,
+        time_s=time,
+    )

@@ -15,7 +15,8 @@ from torch_utils import adjoint, from_local, local_mode, random_blocks, to_local
 import lowering  # noqa: E402
 import torch_backend  # noqa: E402
 from spec_lang import SpecError, parse, parse_mesh  # noqa: E402
-from torch_backend.autograd import backward_program, dual_type  # noqa: E402
+from spec_lang.dual import dual_type  # noqa: E402
+from torch_backend.autograd import backward_program  # noqa: E402
 
 # src, dst, forward kinds, backward kinds (seed 004's forward/backward table), on dp=2,tp=2
 DUALITY = [

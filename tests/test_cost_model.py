@@ -9,7 +9,11 @@ from hypothesis import strategies as st
 from strategies import cases
 
 from lowering.bounds import lower_bound_detail
-from lowering.cost import exchange_bytes_bruteforce, exchange_bytes_factorised, max_senders_factorised
+from lowering.kinds.exchange_geometry import (
+    exchange_bytes_bruteforce,
+    exchange_bytes_factorised,
+    max_senders_factorised,
+)
 from lowering.layout import box_numel, boxes, group_ranks, overlap
 from lowering.moves import exchange_move, with_dims
 from spec_lang.ir import Dim, Mesh, TensorType

@@ -15,10 +15,10 @@ from torch_utils import from_local, local_mode, to_local  # noqa: E402
 
 import lowering  # noqa: E402
 import torch_backend  # noqa: E402
+from lowering.kinds import wire_bytes  # noqa: E402
 from lowering.simulator import simulate  # noqa: E402
 from spec_lang import parse, parse_mesh  # noqa: E402
 from torch_backend.data import all_blocks, global_tensor  # noqa: E402
-from torch_backend.plan import wire_bytes  # noqa: E402
 
 BIG = "4096"
 
@@ -87,4 +87,4 @@ def test_corpus_wire_bytes_equal_cost(case):
     """What the real-backend executor puts on the wire is exactly the planner's cost (full size)."""
     program = lowering.compile(case["src"], case["dst"], case["mesh"])
     for step in program.steps:
-        assert wire_bytes(step, program.mesh, step.src.itemsize) == step.bytes_sent, step.describe()
+        assert wire_bytes(step, program.mesh) == step.bytes_sent, step.describe()

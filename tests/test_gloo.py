@@ -17,7 +17,7 @@ import torch.distributed as dist  # noqa: E402
 from torch_utils import pairing, random_blocks, run_gloo  # noqa: E402
 
 from spec_lang import parse, parse_mesh  # noqa: E402
-from torch_backend.autograd import dual_type  # noqa: E402
+from spec_lang.dual import dual_type  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not dist.is_gloo_available(), reason="torch built without gloo")
 

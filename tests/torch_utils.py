@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from typed_data import pairing, random_arrays
 
-from lowering.layout import boxes, local_shape
+from lowering.layout import local_shape
 from spec_lang.ir import Mesh, TensorType
-from torch_backend.data import _coord_index
 
 # ---- LocalTensorMode --------------------------------------------------------------------
 
@@ -56,37 +56,8 @@ def as_numpy(blocks: list[torch.Tensor]) -> list[np.ndarray]:
 
 def random_blocks(t: TensorType, mesh: Mesh, rng: np.random.Generator,
                   dtype: torch.dtype = torch.float64, lo: int = -9, hi: int = 10) -> list[torch.Tensor]:
-    """Valid blocks of type ``t`` with random integer values: equal across R/I axes,
-    arbitrary across P and V axes and along sharded dims."""
-    full = rng.integers(lo, hi, size=t.shape)
-    per_axis = [a for a in mesh.names if t.dim_of(a) is None and t.axis_type(a).kind in ("P", "V")]
-    variants: dict[int, np.ndarray] = {}
-    out = []
-    for r in range(mesh.size):
-        j, _ = _coord_index(mesh, r, tuple(per_axis)) if per_axis else (0, 1)
-        if j not in variants:
-            variants[j] = rng.integers(lo, hi, size=t.shape)
-        src = full if not per_axis else variants[j]
-        box = boxes(t, mesh)[r]
-        out.append(torch.tensor(src[tuple(slice(int(a), int(b)) for a, b in box)], dtype=dtype))
-    return out
-
-
-def pairing(t: TensorType, mesh: Mesh, values: list[torch.Tensor], grads: list[torch.Tensor]) -> float:
-    """<value, gradient> of the denotations of a type-``t`` value and a dual(t) gradient.
-
-    The sum over ranks of local inner products, with each I axis (value and gradient
-    both replicated there) and each P(avg) axis (the denotation is the mean) counted once.
-    """
-    total = sum(float((v.double() * g.double()).sum()) for v, g in zip(values, grads))
-    w = 1
-    for a in mesh.names:
-        if t.dim_of(a) is not None:
-            continue
-        at = t.axis_type(a)
-        if at.kind == "I" or (at.kind == "P" and at.op == "avg"):
-            w *= mesh.axis_size(a)
-    return total / w
+    """``typed_data.random_arrays`` as tensors of ``dtype``."""
+    return [torch.tensor(a, dtype=dtype) for a in random_arrays(t, mesh, rng, lo, hi)]
 
 
 def shapes_ok(t: TensorType, mesh: Mesh, blocks: list[torch.Tensor]) -> bool:
@@ -176,7 +147,7 @@ def adjoint(fake_pg: Callable[[int], None], mesh_text: Any, src_text: Any, dst_t
     """<redistribute(x), y> and <x, grad> on random integer data (types as text or IR)."""
     import torch_backend
     from spec_lang import parse, parse_mesh
-    from torch_backend.autograd import dual_type
+    from spec_lang.dual import dual_type
 
     mesh = parse_mesh(mesh_text)
     src, dst = parse(src_text), parse(dst_text)

@@ -16,7 +16,7 @@ _EXPORTS = {
     "context": "torch_backend.groups",
     "MeshContext": "torch_backend.groups",
     "CollectiveError": "torch_backend.comm",
-    "dual_type": "torch_backend.autograd",
+    "dual_type": "spec_lang.dual",
     "backward_program": "torch_backend.autograd",
 }
 

@@ -22,8 +22,10 @@ import torch
 
 import lowering
 from lowering.checks import check_same_global
+from lowering.kinds.local import keeps_values
 from lowering.layout import boxes, local_shape
 from lowering.program import Program
+from spec_lang.dual import dual_type
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from spec_lang.parser import parse
@@ -173,7 +175,7 @@ def distribute(tensor: torch.Tensor, mesh: Mesh | str | Any, t: TensorType | str
     """This rank's block of the global ``tensor`` under type ``t`` (a copy).
 
     Every rank passes the same global tensor. A P(sum) axis holds the values on its
-    coordinate 0 and zeros elsewhere (seed 004's convert(R,P)); P(avg/max/min), R, I
+    coordinate 0 and zeros elsewhere (the SPMD type system's convert(R,P)); P(avg/max/min), R, I
     and V axes hold the slice on every rank. Under LocalTensorMode the result is a
     LocalTensor of every rank's block.
     """
@@ -194,8 +196,7 @@ def distribute(tensor: torch.Tensor, mesh: Mesh | str | Any, t: TensorType | str
     def piece(r: int, g: torch.Tensor | None = None) -> torch.Tensor:
         src = tensor.detach() if g is None else g
         x = src[tuple(slice(int(lo), int(hi)) for lo, hi in b[r])].clone()
-        c = ctx.mesh.coords(r)
-        if zero_on and any(c[ctx.mesh.index(a)] for a in zero_on):
+        if zero_on and not keeps_values(ctx.mesh, zero_on, r):
             x.zero_()
         return x
 
@@ -226,7 +227,7 @@ def _redistribute_dtensor(x: Any, dst: TensorType | str | None, *,
     # what the backward program expects; DTensor would otherwise normalize it to Replicate
     grad_placements = None
     if not d.partial_op or d.partial_op == "sum":
-        grad_placements, _ = to_placements(autograd.dual_type(d), m, strided=True)
+        grad_placements, _ = to_placements(dual_type(d), m, strided=True)
     shape = tuple(x.shape)
     stride = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
     return DTensor.from_local(y, dm, placements, run_check=False, shape=torch.Size(shape), stride=stride,

@@ -1,6 +1,6 @@
 """Differentiable redistribute: the backward of ``src -> dst`` is ``compile(dual(dst), dual(src))``.
 
-Seed 004's forward/backward table on the types: the gradient of Replicate is Partial,
+The SPMD type system's forward/backward table on the types (``spec_lang.dual``): the gradient of Replicate is Partial,
 of Partial is Replicate, of Invariant Invariant, of Varying Varying, and a dim sharded
 by an axis stays sharded by it. So the gradient of a redistribution is again a
 redistribution, between the dual types, and the compiler plans it like any other::
@@ -13,8 +13,8 @@ redistribution, between the dual types, and the compiler plans it like any other
     f32[8]{R:dp} -> f32[8]       f32[8]        -> f32[8]{U:dp}   zero_fill  (convert(I,P))
 
 Gradients are *global*: the tensors flowing backward are blocks of the dual type whose
-denotation is the gradient of the forward value's denotation (what the seed's tables
-and DTensor both use). Hence the adjoint identity the tests check exactly,
+denotation is the gradient of the forward value's denotation (what the SPMD type
+system's tables and DTensor both use). Hence the adjoint identity the tests check exactly,
 ``<F x, y>_dst == <x, B y>_src``, with ``<a, b>_T`` the inner product of denotations:
 the sum over ranks of local inner products, divided by the size of every I axis (the
 value and its gradient are both replicated there, and count once).
@@ -38,26 +38,11 @@ import torch
 
 import lowering
 from lowering.program import Program
+from spec_lang.dual import dual_type
 from spec_lang.errors import SpecError
-from spec_lang.ir import AxisType, TensorType
+from spec_lang.ir import TensorType
 from torch_backend.executor import execute
 from torch_backend.groups import MeshContext
-
-_U = AxisType("P", "sum")
-_R = AxisType("R")
-
-
-def dual_type(t: TensorType) -> TensorType:
-    """The gradient's type: R <-> P (P(avg) -> R too), I and V and sharded dims unchanged."""
-    out = []
-    for a, at in t.axis_types:
-        if at.kind == "R":
-            out.append((a, _U))
-        elif at.kind == "P":
-            out.append((a, _R))
-        else:
-            out.append((a, at))
-    return t.replace(axis_types=tuple(out))
 
 
 def check_differentiable(src: TensorType, dst: TensorType) -> None:

@@ -1,36 +1,30 @@
 """The collective steps: pack -> one collective on flat contiguous buffers -> unpack.
 
-Each function takes the step, every played rank's :class:`~torch_backend.plan.StepPlan`
-and the current block, and returns the next block (a LocalTensor under
-LocalTensorMode). See ``torch_backend.executor`` for what each kind puts on the wire.
+Each runner takes the step, every played rank's pieces (``lowering.kinds``) and the
+current block, and returns the next block (a LocalTensor under LocalTensorMode). See
+``torch_backend.executor`` for what each kind puts on the wire.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import torch
 
+from lowering.kinds import RankPieces
+from lowering.kinds.base import flat_offset, numel
 from lowering.program import Step
-from spec_lang.ir import Mesh
 from torch_backend import comm
 from torch_backend.comm import finish_avg, rank_map
 from torch_backend.groups import GroupHandle, MeshContext
-from torch_backend.plan import StepPlan, flat_offset, wire_bytes
+from torch_backend.runners import Pieces, runs
 
-Plans = dict[int, StepPlan]  # mesh rank -> plan, for each rank this process plays
-
-@lru_cache(maxsize=4096)
-def moves_data(step: Step, mesh: Mesh) -> bool:
-    """Whether any rank sends anything in ``step`` (the same answer on every rank)."""
-    return any(wire_bytes(step, mesh, 1))
+Plans = Pieces
 
 
 def _flat(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1) if t.is_contiguous() else t.contiguous().view(-1)
 
 
-def _first(plans: Plans) -> StepPlan:
+def _first(plans: Plans) -> RankPieces:
     return next(iter(plans.values()))
 
 
@@ -52,7 +46,7 @@ def _alone(ctx: MeshContext, plans: Plans, x: torch.Tensor) -> torch.Tensor | No
     return rank_map(ctx, lambda r, t: _unpack_exchange(plans[r], t, t.new_empty(0)), x)
 
 
-def _place(plan: StepPlan, parts: list[tuple]) -> torch.Tensor:
+def _place(plan: RankPieces, parts: list[tuple]) -> torch.Tensor:
     """A new output block assembled from (piece, tensor of piece.shape) pairs."""
     y = parts[0][1].new_empty(plan.out_shape)
     for piece, t in parts:
@@ -64,6 +58,7 @@ def _place(plan: StepPlan, parts: list[tuple]) -> torch.Tensor:
 # ---- all_gather -------------------------------------------------------------------------
 
 
+@runs("all_gather")
 def all_gather(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
     """Concat the group's blocks (each placed by its box, so any dim and group order)::
 
@@ -99,14 +94,14 @@ def all_gather(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
     return rank_map(ctx, unpack, out)
 
 
-def _gather_ring(ctx: MeshContext, g: GroupHandle, plan: StepPlan, x: torch.Tensor) -> torch.Tensor:
+def _gather_ring(ctx: MeshContext, g: GroupHandle, plan: RankPieces, x: torch.Tensor) -> torch.Tensor:
     """Uneven all_gather as n-1 rounds of p2p around the step's group order.
 
     Round k: position i sends piece (i-k) to its successor and receives piece (i-k-1)
     from its predecessor, so it sends every piece but its successor's, exactly once
     (the cost model's ``total - b(succ)``). Empty pieces are skipped on both sides.
     """
-    ring = plan.extra["ring"]
+    ring = plan.ring
     n = len(ring)
     i = plan.listed.index(plan.rank)
     offs = [0]
@@ -157,6 +152,7 @@ def _gather_a2a(ctx: MeshContext, g: GroupHandle, plans: Plans, x: torch.Tensor)
 # ---- reductions -------------------------------------------------------------------------
 
 
+@runs("reduce_scatter")
 def reduce_scatter(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
     """Reduce the group's equal blocks; keep this rank's piece (its dst box)::
 
@@ -197,7 +193,7 @@ def reduce_scatter(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) 
     send = rank_map(ctx, pack, x)
     out = rank_map(ctx, lambda r, t: t.new_empty(chunk(r)), x)
     comm.reduce_scatter(ctx, out, send, op, g)
-    y = rank_map(ctx, lambda r, o: o[:_numel(plans[r].out_shape)].view(plans[r].out_shape), out)
+    y = rank_map(ctx, lambda r, o: o[:numel(plans[r].out_shape)].view(plans[r].out_shape), out)
     return finish_avg(y, op, p0.n)
 
 
@@ -206,7 +202,7 @@ def _reduce_scatter_exact(ctx: MeshContext, step: Step, g: GroupHandle, plans: P
     """Uneven pieces without padding: all_to_all the pieces, reduce locally."""
     op = step.op or "sum"
     send_splits = {r: [0 if pc.peer == r else pc.numel for pc in p.send] for r, p in plans.items()}
-    recv_splits = {r: [0 if q == r else _numel(p.out_shape) for q in p.members] for r, p in plans.items()}
+    recv_splits = {r: [0 if q == r else numel(p.out_shape) for q in p.members] for r, p in plans.items()}
 
     def pack(r: int, t: torch.Tensor) -> torch.Tensor:
         parts = [_flat(t[pc.src]) for pc in plans[r].send if pc.peer != r]
@@ -216,7 +212,7 @@ def _reduce_scatter_exact(ctx: MeshContext, step: Step, g: GroupHandle, plans: P
 
     def reduce(r: int, t: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
         p = plans[r]
-        k = _numel(p.out_shape)
+        k = numel(p.out_shape)
         parts, off = [], 0
         for pc in p.send:
             if pc.peer == r:
@@ -245,6 +241,7 @@ def local_reduce(parts: list[torch.Tensor], op: str) -> torch.Tensor:
     return s.sum(0, dtype=s.dtype)
 
 
+@runs("all_reduce")
 def all_reduce(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
     """``+A, +B, +C => A + B + C`` on every rank, on a contiguous copy of the input."""
     alone = _alone(ctx, plans, x)
@@ -259,14 +256,7 @@ def all_reduce(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
 # ---- exchanges --------------------------------------------------------------------------
 
 
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
-
-
-def _pack_exchange(plan: StepPlan, t: torch.Tensor) -> torch.Tensor:
+def _pack_exchange(plan: RankPieces, t: torch.Tensor) -> torch.Tensor:
     buf = t.new_empty(sum(p.numel for p in plan.send))
     off = 0
     for p in plan.send:
@@ -276,7 +266,7 @@ def _pack_exchange(plan: StepPlan, t: torch.Tensor) -> torch.Tensor:
     return buf
 
 
-def _unpack_exchange(plan: StepPlan, t: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
+def _unpack_exchange(plan: RankPieces, t: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
     y = t.new_empty(plan.out_shape)
     sp = plan.self_piece
     if sp is not None and sp.numel:
@@ -289,6 +279,7 @@ def _unpack_exchange(plan: StepPlan, t: torch.Tensor, recv: torch.Tensor) -> tor
     return y
 
 
+@runs("all_to_all", "permute")
 def all_to_all(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
     """Exact box exchange (also ``permute``): rank r's dst block from (src of q) ∩ (dst of r)::
 
@@ -302,7 +293,7 @@ def all_to_all(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
     alone = _alone(ctx, plans, x)
     if alone is not None:
         return alone
-    if not moves_data(step, ctx.mesh):
+    if step.bytes_sent_max == 0:  # nothing leaves any rank: every block is its own piece
         return rank_map(ctx, lambda r, t: _unpack_exchange(plans[r], t, t.new_empty(0)), x)
     if step.kind == "permute" and not ctx.is_local:
         return _permute(ctx, _group(ctx, step), _first(plans), x)
@@ -313,7 +304,7 @@ def all_to_all(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
     return rank_map(ctx, lambda r, t, o: _unpack_exchange(plans[r], t, o), x, got)
 
 
-def _permute(ctx: MeshContext, g: GroupHandle, plan: StepPlan, x: torch.Tensor) -> torch.Tensor:
+def _permute(ctx: MeshContext, g: GroupHandle, plan: RankPieces, x: torch.Tensor) -> torch.Tensor:
     """Point-to-point: send/receive straight from/into the blocks where a piece is one run."""
     y = x.new_empty(plan.out_shape)
     sp = plan.self_piece

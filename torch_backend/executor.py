@@ -1,7 +1,7 @@
 """A thin interpreter of a Program over this rank's local tensor.
 
 Each step is *pack -> one collective on flat contiguous buffers -> unpack*, with the
-pieces read off the layout boxes (``torch_backend.plan``), so every step kind works on
+pieces read off the layout boxes (``lowering.kinds``), so every step kind works on
 any dims, any group order and uneven blocks, with no padding on the wire except where
 ``step.padded`` says so. The same code runs on NCCL/CUDA, gloo/CPU and LocalTensorMode
 (there, one call simulates every rank; see ``torch_backend.comm``).
@@ -38,37 +38,48 @@ from collections.abc import Callable
 
 import torch
 
+from lowering.kinds import rank_pieces
 from lowering.layout import group_ranks
 from lowering.program import Program, Step
-from torch_backend import collectives, comm
-from torch_backend.collectives import Plans, moves_data
+from spec_lang.errors import SpecError
+from torch_backend import collectives, comm, local_steps  # noqa: F401 - each registers its runners
 from torch_backend.comm import CollectiveError, rank_map
 from torch_backend.groups import MeshContext, context
-from torch_backend.plan import plan_step
+from torch_backend.runners import RUNNERS, Pieces
 
-__all__ = ["CollectiveError", "Plans", "build_plans", "execute", "moves_data"]
+__all__ = ["CollectiveError", "Pieces", "build_pieces", "execute"]
 StepHook = Callable[[int, Step], None]
 
 
-def build_plans(program: Program, ctx: MeshContext) -> list[Plans]:
-    """Plan every step for the ranks this process plays and create the groups they use.
+def build_pieces(program: Program, ctx: MeshContext) -> list[Pieces]:
+    """Every step's pieces for the ranks this process plays (only those: per-rank work
+    scales with the rank's own pieces, not the world), and the groups they use.
 
     Runs before the first collective, so a malformed program fails on every rank alike.
     """
-    out: list[Plans] = []
+    out: list[Pieces] = []
     prev = program.src
+    mesh = program.mesh
     for step in program.steps:
         if step.src != prev:
-            raise ValueError(f"program step {step.describe()} starts at {step.src}, previous step ends at {prev}")
+            raise SpecError(f"program step {step.describe()} starts at {step.src}, previous step ends at {prev}",
+                            hint="build programs with lowering.compile or lowering.make_program")
+        if step.kind not in RUNNERS:
+            raise SpecError(f"no torch execution is registered for step kind {step.kind!r}",
+                            hint="register one with torch_backend.runners.runs")
+        if len(step.bytes_sent) != mesh.size:
+            raise SpecError(f"step {step.describe()} is not priced for the mesh {mesh}",
+                            hint="build steps with lowering.make_step")
         prev = step.dst
-        collective = step.is_collective and program.mesh.group_size(step.axes) > 1
-        plans: Plans = {}
+        collective = step.is_collective and mesh.group_size(step.axes) > 1
+        pieces: Pieces = {}
         for r in ctx.ranks:
             members = ctx.group(step.axes, r).members if collective else (r,)
-            plans[r] = plan_step(step, program.mesh, r, members)
-        out.append(plans)
+            pieces[r] = rank_pieces(step, mesh, r, members)
+        out.append(pieces)
     if program.steps and prev != program.dst:
-        raise ValueError(f"program ends at {prev}, not at its destination {program.dst}")
+        raise SpecError(f"program ends at {prev}, not at its destination {program.dst}",
+                        hint="build programs with lowering.compile or lowering.make_program")
     return out
 
 
@@ -80,14 +91,14 @@ def execute(program: Program, x: torch.Tensor, *, ctx: MeshContext | None = None
     ``on_step(i, step)``: called before step i (the launcher's progress/fault hooks).
     """
     ctx = ctx if ctx is not None else context(program.mesh)
-    plans = build_plans(program, ctx)
+    plans = build_pieces(program, ctx)
     y = x
     for i, (step, plan) in enumerate(zip(program.steps, plans)):
         if on_step is not None:
             on_step(i, step)
         t0 = time.perf_counter()
         try:
-            y = _RUN[step.kind](ctx, step, plan, y)
+            y = RUNNERS[step.kind](ctx, step, plan, y)
         except RuntimeError as e:
             if not step.is_collective or isinstance(e, CollectiveError):
                 raise
@@ -115,40 +126,3 @@ def _aliases(ctx: MeshContext, y: torch.Tensor, x: torch.Tensor) -> bool:
         return same(y, x)
     except RuntimeError:  # no storage to compare (a tensor subclass): copy to be safe
         return True
-
-
-# ---- local steps ------------------------------------------------------------------------
-
-
-def _slice(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
-    return rank_map(ctx, lambda r, t: t[plans[r].region], x)  # a view; never written to
-
-
-def _zero_fill(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
-    return rank_map(ctx, lambda r, t: t if plans[r].keep else torch.zeros_like(t), x)
-
-
-def _zero_pad(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
-    def pad(r: int, t: torch.Tensor) -> torch.Tensor:
-        y = t.new_zeros(plans[r].out_shape)
-        y[plans[r].region] = t
-        return y
-
-    return rank_map(ctx, pad, x)
-
-
-def _reinterpret(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
-    return x
-
-
-_RUN: dict[str, Callable[[MeshContext, Step, Plans, torch.Tensor], torch.Tensor]] = {
-    "slice": _slice,
-    "zero_fill": _zero_fill,
-    "zero_pad": _zero_pad,
-    "reinterpret": _reinterpret,
-    "all_gather": collectives.all_gather,
-    "reduce_scatter": collectives.reduce_scatter,
-    "all_reduce": collectives.all_reduce,
-    "all_to_all": collectives.all_to_all,
-    "permute": collectives.all_to_all,
-}

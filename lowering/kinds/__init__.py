@@ -1,0 +1,133 @@
+"""Step kinds: one definition per kind of step, and the functions that use them.
+
+Each kind (``lowering.kinds.base.StepKind``) holds its type rule, price, per-rank pieces,
+numpy semantics and dual; this package builds priced Steps from them and runs the pieces:
+
+* ``make_step(kind, src, dst, mesh)``: a checked, priced Step for one collective or local
+  op between two given types (the public way to build a one-step Program by hand);
+* ``make_program(steps)``: a Program of such steps, with its cost;
+* ``rank_pieces(step, mesh, rank)``: one rank's pieces (the executor computes only its own);
+* ``simulate_step(step, mesh, xs)``: the numpy semantics over every rank's block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from lowering.kinds import exchange, gather, local, reduce  # noqa: F401 - each registers its kinds
+from lowering.kinds.base import KINDS, Piece, RankPieces, StepKind, kind_of
+from lowering.layout import group_ranks, local_shapes
+from spec_lang.errors import SpecError
+from spec_lang.ir import Mesh, TensorType
+
+if TYPE_CHECKING:
+    from lowering.cost import CostModel
+    from lowering.program import Program, Step
+
+__all__ = [
+    "KINDS", "Piece", "RankPieces", "StepKind", "kind_of", "make_program", "make_step",
+    "members_of", "priced_step", "rank_pieces", "simulate_step", "wire_bytes",
+]
+
+
+def priced_step(kind: str, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...],
+                dims: tuple[int, ...], op: str | None = None, padded: bool | None = None) -> Step:
+    """A Step whose type rule has already been met (the planner's moves), priced exactly.
+
+    ``padded=None`` takes the kind's own choice (a reduce_scatter pads uneven pieces);
+    ``padded=False`` on an uneven reduce_scatter exchanges the exact pieces instead.
+    """
+    from lowering.program import Step
+
+    spec = kind_of(kind)
+    name = spec.refine(src, dst, mesh, axes)
+    spec = kind_of(name)
+    pad = spec.padded(src, dst, mesh, axes) if padded is None else padded
+    sent = tuple((spec.price(src, dst, mesh, axes, padded=pad) * src.itemsize).tolist())
+    return Step(name, axes, dims, src, dst, (op or "sum") if spec.reduces else None,
+                local_shapes(src, mesh), local_shapes(dst, mesh), sent, pad)
+
+
+def make_step(kind: str, src: TensorType | str, dst: TensorType | str, mesh: Mesh | str, *,
+              axes: tuple[str, ...] | str | None = None, padded: bool | None = None) -> Step:
+    """One checked, priced step of ``kind`` from ``src`` to ``dst`` (types as IR or strings).
+
+    The kind's type rule derives the group axes, the dims and the reduce op from the two
+    types (``axes`` may be given to fix the group order of a flattened collective), and
+    refuses a pair it does not take with a SpecError that names the rule::
+
+        make_step("all_gather", "f32[8@tp,4]", "f32[8,4]", "dp=2,tp=4")
+        make_step("reduce_scatter", "f32[8,4]{U:tp}", "f32[8@tp,4]", "dp=2,tp=4")
+    """
+    from lowering.checks import resolve
+
+    s, m = resolve(src, mesh)
+    d, _ = resolve(dst, m)
+    if isinstance(axes, str):
+        axes = (axes,)
+    spec = kind_of(kind)
+    if axes is not None:
+        for a in axes:
+            if a not in m:
+                raise SpecError(f"mesh axis {a!r} is not on the mesh {m}", hint=f"use one of {', '.join(m.names)}")
+        if len(set(axes)) != len(axes):
+            raise SpecError(f"axes {list(axes)} repeat a mesh axis", hint="name each mesh axis once")
+    sig = spec.infer(s, d, m, None if axes is None else tuple(axes))
+    return priced_step(spec.name, s, d, m, sig.axes, sig.dims, sig.op, padded)
+
+
+def make_program(steps: Sequence[Step] | Step, mesh: Mesh | str, *, cost_model: CostModel | None = None,
+                 src: TensorType | None = None) -> Program:
+    """A Program of ``steps`` (each step's src is the previous step's dst), with its cost.
+
+    ``src`` is the program's source type when ``steps`` is empty.
+    """
+    from lowering.cost import DEFAULT_COST_MODEL
+    from lowering.program import Program, program_cost
+    from spec_lang.parser import parse_mesh
+
+    m = parse_mesh(mesh)
+    steps = (steps,) if not isinstance(steps, Sequence) else tuple(steps)
+    if not steps and src is None:
+        raise SpecError("make_program needs at least one step, or src= for an empty program")
+    prev = steps[0].src if steps else src
+    for i, s in enumerate(steps):
+        if s.src != prev:
+            raise SpecError(f"step {i + 1} ({s.describe()}) starts at {s.src}, but the previous step ends at {prev}",
+                            hint="chain steps so each starts where the last one ends")
+        prev = s.dst
+    model = cost_model or DEFAULT_COST_MODEL
+    first = steps[0].src if steps else src
+    return Program(m, first, prev, steps, program_cost(list(steps), first, m, model))
+
+
+def members_of(step: Step, mesh: Mesh, rank: int) -> tuple[int, ...]:
+    """``rank``'s group for ``step`` in process-group order (sorted mesh ranks, as torch's
+    ``new_group`` orders them); just the rank itself for a local step or a group of one."""
+    if not kind_of(step.kind).collective or mesh.group_size(step.axes) == 1:
+        return (rank,)
+    return tuple(sorted(group_ranks(mesh, step.axes, rank)))
+
+
+@lru_cache(maxsize=4096)
+def rank_pieces(step: Step, mesh: Mesh, rank: int, members: tuple[int, ...] | None = None) -> RankPieces:
+    """``rank``'s pieces of ``step``: only this rank's, read off the layout algebra."""
+    return kind_of(step.kind).pieces(step, mesh, rank, members if members is not None else
+                                     members_of(step, mesh, rank))
+
+
+def wire_bytes(step: Step, mesh: Mesh) -> tuple[int, ...]:
+    """Per rank, the bytes its pieces put on the wire (computes every rank's pieces: for
+    checks that the executor sends exactly the price, not for the hot path)."""
+    return tuple(rank_pieces(step, mesh, r).wire_elems * step.src.itemsize for r in range(mesh.size))
+
+
+def simulate_step(step: Step, mesh: Mesh, xs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Run one step on every rank's numpy block (the step kind's numpy semantics)."""
+    pieces = [rank_pieces(step, mesh, r) for r in range(mesh.size)]
+    return kind_of(step.kind).simulate(step, pieces, xs)
+

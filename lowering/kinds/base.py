@@ -1,0 +1,227 @@
+"""What every step kind is made of: the kind interface, per-rank pieces, buffer geometry.
+
+A *step kind* (all_gather, reduce_scatter, slice, ...) is one object that holds all
+there is to know about it, torch-free:
+
+* ``infer``    its type rule: which (src, dst) pairs over which mesh axes it accepts,
+               and the tensor dims and reduce op that follow from them;
+* ``price``    the elements each rank sends (vectorised over the world, for the planner);
+* ``pieces``   one rank's share: which piece of its input goes to which peer and where
+               each received piece lands, read off the layout algebra; the simulator and
+               the torch executor both run from these, and ``wire_elems`` equals the price;
+* ``simulate`` its numpy semantics over every rank's pieces (the reference interpreter);
+* ``dual``     the steps that compute its gradient, on the dual types.
+
+The torch execution of each kind lives in ``torch_backend`` and is registered there
+under the kind's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from spec_lang.errors import SpecError
+from spec_lang.ir import Mesh, TensorType
+
+if TYPE_CHECKING:
+    from lowering.program import Step
+
+Slices = tuple[slice, ...]
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A box moved between two ranks: ``src`` slices the sender's input block, ``dst``
+    slices the receiver's output block (the side that does not apply is empty)."""
+
+    peer: int
+    src: Slices
+    dst: Slices
+    shape: tuple[int, ...]
+    numel: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankPieces:
+    """One rank's share of one step; each kind adds the fields it needs."""
+
+    kind: str
+    rank: int
+    in_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    members: tuple[int, ...] = ()  # the group in process-group rank order (mesh ranks)
+    wire_elems: int = 0  # elements this rank puts on the wire
+
+    @property
+    def n(self) -> int:
+        return len(self.members)
+
+    @property
+    def me(self) -> int:
+        """This rank's process-group rank."""
+        return self.members.index(self.rank)
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What a kind's type rule derives from a (src, dst) pair: the group and the dims."""
+
+    axes: tuple[str, ...]
+    dims: tuple[int, ...]
+    op: str | None = None
+
+
+class StepKind:
+    """The interface every step kind implements (see the module docstring)."""
+
+    name: ClassVar[str]
+    collective: ClassVar[bool] = False
+    reduces: ClassVar[bool] = False  # finishes a pending P(op): the step carries the op
+
+    def infer(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> Signature:
+        raise NotImplementedError
+
+    def refine(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> str:
+        """The kind that actually runs (an all_to_all with one sender per receiver is a permute)."""
+        return self.name
+
+    def price(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...],
+              padded: bool = True) -> np.ndarray:
+        """(world,) elements each rank sends (``padded``: uneven pieces padded on the wire, where
+        the kind pads); local kinds send nothing."""
+        return np.zeros(mesh.size, dtype=np.int64)
+
+    def padded(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> bool:
+        """Whether uneven pieces are padded on the wire (and priced so)."""
+        return False
+
+    def pieces(self, step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> RankPieces:
+        raise NotImplementedError
+
+    def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def dual(self, step: Step, mesh: Mesh) -> tuple[Step, ...]:
+        raise NotImplementedError
+
+
+KINDS: dict[str, StepKind] = {}
+
+
+def register(cls: type[StepKind]) -> type[StepKind]:
+    """Class decorator: make a kind known under its name."""
+    KINDS[cls.name] = cls()
+    return cls
+
+
+def kind_of(name: str) -> StepKind:
+    try:
+        return KINDS[name]
+    except KeyError:
+        raise SpecError(f"unknown step kind {name!r}", hint=f"use one of {', '.join(sorted(KINDS))}") from None
+
+
+# ---- geometry of boxes and flat buffers ----------------------------------------------------
+
+
+def rel(piece: np.ndarray, base: np.ndarray) -> Slices:
+    """``piece`` (a global box) as slices of a buffer that holds global box ``base``."""
+    return tuple(slice(int(p[0] - b[0]), int(p[1] - b[0])) for p, b in zip(piece, base))
+
+
+def box_shape(box: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(hi - lo) for lo, hi in box)
+
+
+def numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def flat_offset(sl: Slices, shape: tuple[int, ...]) -> int | None:
+    """Row-major offset of sub-box ``sl`` of a ``shape`` tensor if it is one contiguous run.
+
+    A box is one run when every dim before its last partial dim pins a single index.
+    """
+    ext = [s.stop - s.start for s in sl]
+    if any(e == 0 for e in ext):
+        return 0
+    partial = [d for d in range(len(shape)) if ext[d] != shape[d]]
+    if partial and any(ext[d] != 1 for d in range(partial[-1])):
+        return None
+    off, stride = 0, 1
+    for d in reversed(range(len(shape))):
+        off += sl[d].start * stride
+        stride *= shape[d]
+    return off
+
+
+def is_run(pieces: Sequence[tuple[Slices, int]], shape: tuple[int, ...], chunk: int | None) -> bool:
+    """Pieces (slices, numel) lie back to back in a ``shape`` buffer (each at i*chunk if given)."""
+    pos = 0
+    for i, (sl, n) in enumerate(pieces):
+        at = i * chunk if chunk is not None else pos
+        if n and flat_offset(sl, shape) != at:
+            return False
+        pos += n
+    return True
+
+
+def reduce_arrays(arrays: Sequence[np.ndarray], op: str) -> np.ndarray:
+    """The reduction a P(op) axis denotes (avg: the sum over the group size)."""
+    stack = np.stack(arrays)
+    if op == "sum":
+        return stack.sum(axis=0)
+    if op == "avg":
+        return stack.sum(axis=0) / len(arrays)
+    if op == "max":
+        return stack.max(axis=0)
+    return stack.min(axis=0)
+
+
+def erase(t: TensorType) -> TensorType:
+    """Drop R/I annotations (the forward values are the same); keep P and V."""
+    return t.replace(axis_types=tuple((a, at) for a, at in t.axis_types if at.kind in ("P", "V")))
+
+
+def replicated_axes(t: TensorType, mesh: Mesh) -> tuple[str, ...]:
+    """Mesh axes on which ``t`` is R or I (no dim sharded, not P, not V)."""
+    used = set(t.sharded_axes) | {a for a, at in t.axis_types if at.kind in ("P", "V")}
+    return tuple(a for a in mesh.names if a not in used)
+
+
+def refuse(kind: str, src: TensorType, dst: TensorType, why: str, hint: str) -> SpecError:
+    """The type rule's refusal: names the kind, the pair and the rule."""
+    return SpecError(f"{kind} cannot take {src} to {dst}: {why}", hint=hint)
+
+
+def same_except(kind: str, src: TensorType, dst: TensorType, what: str) -> None:
+    """The parts a kind does not change must match (dtype, global shape, V axes)."""
+    if src.dtype != dst.dtype or src.shape != dst.shape:
+        raise refuse(kind, src, dst, "dtype and global shape must stay the same",
+                     "a step changes the layout only")
+    if set(src.axes_of_kind("V")) != set(dst.axes_of_kind("V")):
+        raise refuse(kind, src, dst, "varying (V) axes must stay the same", what)
+
+
+def dual_steps(step: Step, mesh: Mesh, kind: str | None) -> tuple[Step, ...]:
+    """The gradient steps of ``step``: one ``kind`` step from dual(dst) to dual(src) where the
+    kind's rule accepts that pair, else the planner's program between them (a step that
+    turns several axes into different dual kinds, say R and I at once, needs more than one)."""
+    from lowering.kinds import make_step
+    from lowering.planner import compile
+    from spec_lang.dual import dual_type
+
+    src, dst = dual_type(step.dst), dual_type(step.src)
+    if kind is not None:
+        try:
+            return (make_step(kind, src, dst, mesh, axes=step.axes),)
+        except SpecError:
+            pass
+    return compile(src, dst, mesh).steps

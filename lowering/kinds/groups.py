@@ -1,0 +1,20 @@
+"""Group arrays shared by the collective kinds' vectorised prices."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lowering.layout import all_groups
+from spec_lang.ir import Mesh
+
+
+def group_rows(mesh: Mesh, axes: tuple[str, ...]) -> np.ndarray:
+    """(num_groups, n) rank array, each row one group in the step's group order."""
+    return np.asarray(all_groups(mesh, axes), dtype=np.int64).reshape(-1, mesh.group_size(axes))
+
+
+def per_rank(mesh: Mesh, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Scatter (num_groups, n) per-member values back to a (world,) array in rank order."""
+    out = np.zeros(mesh.size, dtype=np.int64)
+    out[rows.reshape(-1)] = np.broadcast_to(values, rows.shape).reshape(-1)
+    return out

@@ -1,0 +1,33 @@
+"""The torch execution of each step kind, registered under the kind's name.
+
+A kind's type rule, price, pieces, numpy semantics and dual live in ``lowering.kinds``;
+its torch execution is a runner ``fn(ctx, step, pieces, x) -> y`` registered here with
+``@runs("kind")``, where ``pieces`` maps each mesh rank this process plays to its
+``RankPieces`` and ``x`` is this process's block (a LocalTensor under LocalTensorMode).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from lowering.kinds import RankPieces
+from lowering.program import Step
+from torch_backend.groups import MeshContext
+
+Pieces = dict[int, RankPieces]  # mesh rank -> pieces, for each rank this process plays
+Runner = Callable[[MeshContext, Step, Pieces, torch.Tensor], torch.Tensor]
+
+RUNNERS: dict[str, Runner] = {}
+
+
+def runs(*kinds: str) -> Callable[[Runner], Runner]:
+    """Register ``fn`` as the torch execution of ``kinds``."""
+
+    def add(fn: Runner) -> Runner:
+        for k in kinds:
+            RUNNERS[k] = fn
+        return fn
+
+    return add
