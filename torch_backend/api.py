@@ -173,7 +173,7 @@ def distribute(tensor: torch.Tensor, mesh: Mesh | str | Any, t: TensorType | str
     """This rank's block of the global ``tensor`` under type ``t`` (a copy).
 
     Every rank passes the same global tensor. A P(sum) axis holds the values on its
-    coordinate 0 and zeros elsewhere (seed 004's convert(R,P)); P(avg/max/min), R, I
+    coordinate 0 and zeros elsewhere (the SPMD type system's convert(R,P)); P(avg/max/min), R, I
     and V axes hold the slice on every rank. Under LocalTensorMode the result is a
     LocalTensor of every rank's block.
     """
