@@ -121,3 +121,25 @@ def test_partial_input_gradient_is_replicated(fake_pg):
         lm.__exit__(None, None, None)
     for g in grads:
         assert torch.equal(g, torch.ones(12, 8))
+
+
+def test_stated_r_asks_for_a_partial_gradient(fake_pg):
+    """``{R:dp}`` may stand for DTensor's Replicate: same forward, and the input's gradient
+    is then Partial over dp (its dual), summing to the same full gradient."""
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    full = torch.arange(96.0).reshape(12, 8)
+    lm, dm, _, d = _dtensor(fake_pg, [Replicate(), Shard(0)], full)
+    try:
+        d.requires_grad_(True)
+        y = torch_backend.redistribute(d, "f32[12@tp,8]{R:dp}", "f32[12@(tp,dp),8]")
+        y.sum().backward()
+        assert tuple(d.grad.placements) == (Partial(), Shard(0))
+        grads = from_local(d.grad.full_tensor())
+        d2 = d.detach().requires_grad_(True)
+        torch_backend.redistribute(d2, "f32[12@(tp,dp),8]").sum().backward()
+        assert tuple(d2.grad.placements) == (Replicate(), Shard(0))
+    finally:
+        lm.__exit__(None, None, None)
+    for g in grads:
+        assert torch.equal(g, torch.ones(12, 8))
