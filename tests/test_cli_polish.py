@@ -129,3 +129,48 @@ def test_show_huge_dim_leaves_out_the_middle(capsys: pytest.CaptureFixture[str])
 def test_show_width_must_be_sensible(capsys: pytest.CaptureFixture[str], width: str) -> None:
     rc, _, err = _run(capsys, "show", "f32[8@dp]", "--mesh", "dp=2", "--width", width)
     assert rc == 2 and f"--width {width} is too narrow" in err and "hint:" in err
+
+
+def test_run_prints_the_program_before_the_ranks_start(capsys, monkeypatch) -> None:
+    """The program is on stdout before any rank starts; progress goes to stderr as plain
+    lines when stderr is not a terminal; the report follows."""
+    pytest.importorskip("torch")
+    from torch_backend import launcher
+
+    seen: dict[str, str] = {}
+
+    def fake_launch(spec, world, on_progress=None):
+        seen["stdout_before_launch"], seen["stderr_before_launch"] = capsys.readouterr()
+        for state in ({"up": 3, "joined": 0}, {"up": 8, "joined": 8}, {"up": 8, "joined": 8, "done": 8}):
+            on_progress({"up": 0, "joined": 0, "bench": 0, "done": 0, "failed": 0, **state})
+        reports = {r: {"rank": r, "ok": True, "time_s": 1e-4, "device": "cpu"} for r in range(world)}
+        return launcher.RunResult(ok=True, world=world, backend=spec.backend, reports=reports)
+
+    monkeypatch.setattr(launcher, "launch_local", fake_launch)
+    monkeypatch.setattr(launcher, "under_torchrun", lambda: False)
+    rc = main(["run", "--mesh", "dp=2,tp=4", "f32[12@(dp,tp),10]", "f32[12@tp,10]", "--backend", "gloo"])
+    out, err = capsys.readouterr()
+    assert rc == 0
+    assert seen["stdout_before_launch"].startswith("program on mesh dp=2,tp=4")
+    assert "program on mesh" not in out, "printed once, first"
+    assert out.startswith("ran on 8 ranks (gloo, cpu): ok")
+    err = seen["stderr_before_launch"] + err
+    lines = [line.split("] ", 1)[1] for line in err.splitlines() if line.startswith("shardc run: [")]
+    assert lines == ["starting 8 ranks (gloo)", "8 ranks started",
+                     "process group ready (gloo); running the program", "all ranks reported"], err
+
+
+def test_run_progress_counts_ranks_as_they_start(capsys, monkeypatch) -> None:
+    from torch_backend.cli import progress
+
+    clock = iter(float(t) for t in range(0, 100, 3))
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    p = progress.RunProgress(4, "gloo", 5, rich=False, plain=True)
+    for state in ({"up": 1}, {"up": 2}, {"up": 4, "joined": 4}, {"up": 4, "joined": 4, "bench": 5},
+                  {"up": 4, "joined": 4, "bench": 5, "failed": 1}):
+        p({"up": 0, "joined": 0, "bench": 0, "done": 0, "failed": 0, **state})
+    p.close()
+    said = [line.split("] ", 1)[1] for line in capsys.readouterr().err.splitlines()]
+    assert said == ["starting 4 ranks (gloo)", "1/4 ranks started", "2/4 ranks started", "4 ranks started",
+                    "process group ready (gloo); running the program", "5 timed runs done",
+                    "a rank failed; collecting the reports", "all ranks reported"]
