@@ -177,8 +177,9 @@ def render(type_text: str, mesh_text: str, console: Any) -> None:
 
         lead = t.ndim - 2
         if lead > 0:
-            console.print(f"{t.ndim}-d: the last two dims (dim {t.ndim - 2} down, dim {t.ndim - 1} across) "
-                          f"for each distinct block of dims 0..{lead - 1}")
+            leading = "dim 0" if lead == 1 else f"dims 0..{lead - 1}"
+            console.print(f"{t.ndim}-d: the last two dims (dim {t.ndim - 2} down, {t.ndim - 1} across), "
+                          f"once per block of {leading}")
         seg_lists = [_elide(cuts(b, d, t.shape[d]))[0] for d in range(max(lead, 0))]
         said: set[str] = set()
         for d, segs in enumerate(seg_lists):
