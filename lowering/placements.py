@@ -1,4 +1,4 @@
-"""DTensor placements <-> shardc types, with seed 003's placements/shard_order rules.
+"""DTensor placements <-> shardc types, with DTensor's placements/shard_order rules.
 
 DTensor describes a layout mesh-centrically: one placement per mesh axis (``Shard(d)``,
 ``Replicate()``, ``Partial(op)``), plus an optional tensor-centric ``shard_order``
@@ -9,8 +9,14 @@ same order can also be written with ``_StridedShard(dim, split_factor)`` placeme
 
 Everything here except ``to_placements`` is torch-free: placements are normalized to
 ``PlacementSpec`` (a tiny frozen record), which torch objects, ``PlacementSpec`` values
-and short strings (``S(0)``, ``_S(0,4)``, ``R``, ``P``, ``P(avg)``) all convert to.
-That keeps ``shardc parse`` and the checks importable without torch.
+and short strings (``S(0)``, ``_S(0,4)``, ``R``, ``P``, ``P(avg)``, also as a list
+``[S(0), R, S(0)]``) all convert to. That keeps ``shardc parse`` and the checks
+importable without torch.
+
+A shard_order is accepted in two forms: shardc's sparse dict ``{0: ['tp', 'dp']}``
+(mesh dims by name or index, as a dict or its string) and torch's own
+``DTensorSpec.shard_order``, a tuple of ``ShardOrderEntry(tensor_dim, mesh_dims)``
+(mesh dim indices; torch lists every sharded dim, mesh-order ones included).
 """
 
 from __future__ import annotations
@@ -74,8 +80,12 @@ def _spec_from_text(text: str) -> PlacementSpec:
 
 
 def parse_placements(text: str) -> list[PlacementSpec]:
-    """``"S(0),_S(0,4),R,P(avg)"`` -> PlacementSpecs (the corpus and CLI text form)."""
-    parts = re.findall(r"_?S\([^)]*\)|P\([^)]*\)|[^,\s]+", text)
+    """``"S(0),_S(0,4),R,P(avg)"`` or ``"[S(0), R, P]"`` -> PlacementSpecs (the CLI and docs text form)."""
+    body = text.strip()
+    closing = {"[": "]", "(": ")"}
+    if body and body[0] in closing and body.endswith(closing[body[0]]):  # a list as printed: [S(0), R]
+        body = body[1:-1]
+    parts = re.findall(r"_?S\([^)]*\)|P\([^)]*\)|[^,\s]+", body)
     return [_spec_from_text(p) for p in parts]
 
 
@@ -156,18 +166,46 @@ def placement_specs(
     return out, {}
 
 
-def to_placements(
-    t: TensorType | str, mesh: Mesh | str | Any, *, strided: bool = False
-) -> tuple[list[Any], dict[int, list[str]]]:
-    """DTensor placements (one per mesh axis) and a sparse shard_order for ``t``.
+SHARD_ORDER_FORMATS = ("names", "torch")
 
-    shard_order maps a tensor dim to mesh axis names (major->minor) and lists only dims
-    with 2+ axes in a non-mesh order. ``strided=True`` returns the ``_StridedShard``
-    form that public ``distribute_tensor`` accepts instead, with an empty shard_order.
+
+def to_placements(
+    t: TensorType | str, mesh: Mesh | str | Any, *, strided: bool = False, shard_order_format: str = "names"
+) -> tuple[list[Any], Any]:
+    """DTensor placements (one per mesh axis) and a shard_order for ``t``.
+
+    ``shard_order_format="names"`` (default): a sparse dict mapping a tensor dim to mesh
+    axis names (major->minor), listing only dims with 2+ axes in a non-mesh order.
+    ``"torch"``: torch's ``DTensorSpec.shard_order``, a tuple of ``ShardOrderEntry(tensor_dim,
+    mesh_dims)`` with mesh dim indices for every sharded dim, sorted by tensor dim.
+    ``strided=True`` returns the ``_StridedShard`` form that public ``distribute_tensor``
+    accepts instead, with an empty shard_order (``{}``; ``None`` in torch's format, which is
+    what a ``DTensorSpec`` with ``_StridedShard`` placements requires).
     R and I both become ``Replicate()`` (DTensor has no gradient-type distinction).
     """
+    if shard_order_format not in SHARD_ORDER_FORMATS:
+        raise SpecError(f"unknown shard_order_format {shard_order_format!r}",
+                        hint="use 'names' (shardc's {dim: [axis names]}) or 'torch' (ShardOrderEntry tuples)")
     specs, order = placement_specs(t, mesh, strided=strided)
-    return [_to_torch(s) for s in specs], order
+    placements = [_to_torch(s) for s in specs]
+    if shard_order_format == "names":
+        return placements, order
+    if strided:
+        return placements, None
+    from torch.distributed.tensor._dtensor_spec import ShardOrderEntry
+
+    tt = _resolved(t, mesh)
+    m = as_mesh(mesh)
+    return placements, tuple(
+        ShardOrderEntry(tensor_dim=d, mesh_dims=tuple(m.index(a) for a in dim.axes))
+        for d, dim in enumerate(tt.dims) if dim.axes
+    )
+
+
+def _resolved(t: TensorType | str, mesh: Mesh | str | Any) -> TensorType:
+    from lowering.checks import resolve
+
+    return resolve(t, as_mesh(mesh))[0]
 
 
 def _to_torch(s: PlacementSpec) -> Any:
@@ -209,16 +247,39 @@ def _key_pos(src: str | None, key: int) -> int:
     return m.start() if m else 0
 
 
+def _entries_as_dict(shard_order: Sequence[Any]) -> dict[Any, Any]:
+    """torch's shard_order, ``(ShardOrderEntry(tensor_dim, mesh_dims), ...)`` -> ``{tensor_dim: mesh_dims}``.
+
+    Entries may be ShardOrderEntry or plain ``(tensor_dim, mesh_dims)`` pairs.
+    """
+    out: dict[Any, Any] = {}
+    for entry in shard_order:
+        if hasattr(entry, "tensor_dim") and hasattr(entry, "mesh_dims"):
+            key, refs = entry.tensor_dim, entry.mesh_dims
+        elif isinstance(entry, Sequence) and not isinstance(entry, (str, bytes)) and len(entry) == 2:
+            key, refs = entry
+        else:
+            raise SpecError(f"shard_order entry {entry!r} is not a ShardOrderEntry(tensor_dim, mesh_dims)",
+                            hint=_ORDER_HINT + ", or torch's (ShardOrderEntry(tensor_dim=0, mesh_dims=(2, 0)),)")
+        if key in out:
+            raise SpecError(f"tensor dim {key!r} appears twice in shard_order {tuple(shard_order)!r}",
+                            hint="give one ShardOrderEntry per tensor dim")
+        out[key] = refs
+    return out
+
+
 def check_placements(
-    placements: Sequence[Any],
-    shard_order: Mapping[int, Sequence[int | str]] | str | None,
+    placements: Sequence[Any] | str,
+    shard_order: Mapping[int, Sequence[int | str]] | Sequence[Any] | str | None,
     mesh: Mesh | str | Any,
     ndim: int,
 ) -> tuple[list[PlacementSpec], dict[int, tuple[int, ...]]]:
-    """Apply seed 003's placements/shard_order rules; each broken rule has its own SpecError.
+    """Apply DTensor's placements/shard_order rules; each broken rule has its own SpecError.
 
-    Returns the normalized placements (negative Shard dims resolved) and the shard_order
-    as ``{tensor_dim: mesh dim indices}``, so callers need not re-validate.
+    ``shard_order`` is shardc's ``{tensor_dim: [mesh dims]}`` (a dict or its string) or
+    torch's tuple of ``ShardOrderEntry``. Returns the normalized placements (negative Shard
+    dims resolved) and the shard_order as ``{tensor_dim: mesh dim indices}``, so callers
+    need not re-validate.
     """
     m = as_mesh(mesh)
     if isinstance(placements, (str, bytes)):
@@ -248,6 +309,8 @@ def check_placements(
         shard_order = parse_shard_order(shard_order)
     if not shard_order:
         return specs, {}
+    if isinstance(shard_order, Sequence) and not isinstance(shard_order, (str, bytes)):
+        shard_order = _entries_as_dict(shard_order)
     if not isinstance(shard_order, Mapping):
         raise SpecError(f"shard_order must be a dict, got {type(shard_order).__name__}", hint=_ORDER_HINT)
     if src is None:
@@ -372,9 +435,12 @@ def from_placements(
     mesh: Mesh | str | Any,
     shape: Sequence[int],
     dtype: Any = "f32",
-    shard_order: Mapping[int, Sequence[int | str]] | str | None = None,
+    shard_order: Mapping[int, Sequence[int | str]] | Sequence[Any] | str | None = None,
 ) -> TensorType:
     """DTensor placements (+ shard_order or _StridedShard) -> TensorType, after ``check_placements``.
+
+    ``shard_order`` takes either form ``check_placements`` does (shardc's dict or torch's
+    ``ShardOrderEntry`` tuple).
 
     ``Replicate`` becomes an unannotated axis (I) and ``Partial(op)`` becomes ``P(op)``.
     """

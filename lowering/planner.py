@@ -106,7 +106,7 @@ def check_partial_conversion(src: TensorType, dst: TensorType) -> str:
             raise SpecError(
                 f"no conversion from a dim sharded on {a!r} to P({dop}) on {a!r}",
                 text=str(dst), pos=str(dst).find(a, str(dst).find("{")),
-                hint="seed 004 defines convert(S, P) only for sum (zero padding); "
+                hint="the SPMD type system defines convert(S, P) only for sum (zero padding, docs/planner.md); "
                 "gather the dim first, then convert R to P(" + str(dop) + ")",
             )
     return sop or dop or "sum"
@@ -215,7 +215,7 @@ def _search(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
         raise SpecError(
             f"no program reaches {goal} from {start} on mesh {mesh}",
             hint="check that every partial axis of the destination can be produced from the source "
-            "(seed 004's convert table)",
+            "(the SPMD type system's conversions, docs/planner.md)",
         )
     return path
 

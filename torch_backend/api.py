@@ -61,7 +61,10 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
       mesh may be a string, a spec_lang Mesh or a named DeviceMesh. Under LocalTensorMode
       ``x`` is a LocalTensor holding every rank's block.
     * DTensors: ``redistribute(dt, 'f32[8,16@dp]')`` (the source type comes from the
-      DTensor's placements; the result is a DTensor on the same DeviceMesh).
+      DTensor's placements; the result is a DTensor on the same DeviceMesh). A source
+      type or mesh stated as well, ``redistribute(dt, src, dst, mesh)``, must agree with
+      the DTensor (same layout; ``{R:ax}`` may stand for a Replicate axis to ask for a
+      partial gradient), else a SpecError before any communication.
 
     Differentiable (see ``torch_backend.autograd``). ``timeout`` bounds each collective of
     the groups this call creates (seconds or a timedelta).
@@ -73,7 +76,8 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
     without it, and the extra collective costs a latency on every call.
     """
     if _is_dtensor(x):
-        return _redistribute_dtensor(x, src if dst is None else dst, timeout=timeout)
+        stated, dst = (None, src) if dst is None else (src, dst)
+        return _redistribute_dtensor(x, stated, dst, mesh, timeout=timeout, agree=agree)
     if dst is None:
         raise SpecError("redistribute(x, src, dst, mesh) needs a destination type for a local tensor",
                         hint="pass both types, e.g. redistribute(x, 'f32[8@dp]', 'f32[8]', 'dp=2')")
@@ -207,8 +211,9 @@ def distribute(tensor: torch.Tensor, mesh: Mesh | str | Any, t: TensorType | str
     return piece(ctx.rank)
 
 
-def _redistribute_dtensor(x: Any, dst: TensorType | str | None, *,
-                          timeout: timedelta | float | None) -> Any:
+def _redistribute_dtensor(x: Any, src: TensorType | str | None, dst: TensorType | str | None,
+                          mesh: Mesh | str | Any | None, *, timeout: timedelta | float | None,
+                          agree: bool | None) -> Any:
     from torch.distributed.tensor import DTensor
 
     from lowering.placements import as_mesh, from_placements, to_placements
@@ -217,21 +222,82 @@ def _redistribute_dtensor(x: Any, dst: TensorType | str | None, *,
         raise SpecError("redistribute(dtensor, dst) needs a destination type", hint="e.g. 'f32[8,16@dp]'")
     dm = x.device_mesh
     m = as_mesh(dm)
+    if mesh is not None:
+        _check_dtensor_mesh(mesh, dm, m)
     order = _shard_order(x, m)
     s = from_placements(x.placements, m, tuple(x.shape), x.dtype, shard_order=order or None)
+    if src is not None:
+        s = _check_dtensor_source(src, s, m)
     d = _type(dst, "destination")
-    program, ctx, local = prepare(x.to_local(), s, d, dm, timeout=timeout)
+    # the input's gradient has dual(src)'s layout: a P(sum) where src says R
+    program, ctx, local = prepare(x.to_local(grad_placements=_grad_placements(s, m)), s, d, dm,
+                                  timeout=timeout, agree=agree)
     y = autograd.apply(program, local, ctx)
     placements, _ = to_placements(d, m, strided=True)
     # the incoming gradient must have dual(dst)'s layout (a P(sum) where dst says R), which is
     # what the backward program expects; DTensor would otherwise normalize it to Replicate
-    grad_placements = None
-    if not d.partial_op or d.partial_op == "sum":
-        grad_placements, _ = to_placements(dual_type(d), m, strided=True)
     shape = tuple(x.shape)
     stride = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
     return DTensor.from_local(y, dm, placements, run_check=False, shape=torch.Size(shape), stride=stride,
-                              grad_placements=grad_placements)
+                              grad_placements=_grad_placements(d, m))
+
+
+def _grad_placements(t: TensorType, m: Mesh) -> Any:
+    """DTensor placements of ``t``'s gradient (its dual type), or None where DTensor's default is right."""
+    from lowering.placements import to_placements
+
+    if t.partial_op and t.partial_op != "sum":
+        return None  # P(avg): the gradient is R, DTensor's own convention; P(max/min) has none
+    if not any(at.kind in ("R", "P") for _, at in t.axis_types):
+        return None
+    return to_placements(dual_type(t), m, strided=True)[0]
+
+
+def _check_dtensor_mesh(mesh: Mesh | str | Any, dm: Any, m: Mesh) -> None:
+    """A mesh passed with a DTensor must be the DTensor's own."""
+    from lowering.placements import as_mesh
+
+    stated = as_mesh(mesh)
+    same_device_mesh = not hasattr(mesh, "mesh") or mesh is dm or mesh == dm
+    if stated != m or not same_device_mesh:
+        text = mesh if isinstance(mesh, str) else str(stated)
+        raise SpecError(
+            f"the mesh {stated} does not match the DTensor's DeviceMesh {m}", text=text, pos=0,
+            hint="drop mesh= (a DTensor carries its mesh), or pass the DTensor's own device_mesh",
+        )
+
+
+def _check_dtensor_source(src: TensorType | str, actual: TensorType, m: Mesh) -> TensorType:
+    """The stated source type, if it describes the DTensor's layout; else a SpecError.
+
+    Layout, not spelling: the same blocks (a size-1 mesh axis may sit anywhere in a dim's
+    order), the same pending reduction, dtype and shape. R may stand where DTensor says
+    Replicate (it asks for a partial gradient), so the stated type is the one used.
+    """
+    stated = _type(src, "source")
+    text = src if isinstance(src, str) else None
+    lowering.check_type(stated, m, text=text)
+    same = (
+        stated.dtype == actual.dtype and stated.shape == actual.shape
+        and {a: at for a, at in stated.axis_types if at.kind in ("P", "V")}
+        == {a: at for a, at in actual.axis_types if at.kind == "P"}
+        and bool((boxes(stated, m) == boxes(actual, m)).all())
+    )
+    if not same:
+        shown = text if text is not None else str(stated)
+        raise SpecError(
+            f"the source type {stated} does not match the DTensor, which is {actual} "
+            f"(placements {','.join(_placements_text(actual, m))} on mesh {m})",
+            text=shown, pos=shown.find("[") if "[" in shown else 0,
+            hint=f"drop the source type (redistribute(dtensor, dst) reads it from the DTensor) or write {actual}",
+        )
+    return stated
+
+
+def _placements_text(t: TensorType, m: Mesh) -> list[str]:
+    from lowering.placements import placement_specs
+
+    return [str(p) for p in placement_specs(t, m, strided=True)[0]]
 
 
 def _shard_order(x: Any, m: Mesh) -> dict[int, list[int]]:

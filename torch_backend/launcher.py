@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import queue as queue_mod
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -73,7 +74,9 @@ def _child(rank: int, world: int, spec: RunSpec, port: int, q: Any) -> None:
     report: dict[str, Any]
     try:
         store = dist.TCPStore("127.0.0.1", port, world + 1, False, timeout=timedelta(seconds=spec.timeout))
+        _count(store, "up")
         init(spec, rank, world, store)
+        _count(store, "joined")
         report = run_rank(spec, store)
     except BaseException as e:  # noqa: BLE001 - everything goes back to the parent
         report = {"rank": rank, "ok": False, "error": f"{type(e).__name__}: {e}"}
@@ -87,8 +90,33 @@ def _child(rank: int, world: int, spec: RunSpec, port: int, q: Any) -> None:
     os._exit(0)
 
 
-def launch_local(spec: RunSpec, world: int) -> RunResult:
-    """Spawn ``world`` ranks on this machine and run ``spec``."""
+def _count(store: Any, key: str) -> None:
+    """Add one to a progress counter in the store (advisory: never masks the real error)."""
+    try:
+        store.add(f"shardc/{key}", 1)
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _progress(store: Any, done: int, failed: int) -> dict[str, int]:
+    """Where the ranks are: started (torch imported, store reached), joined the process
+    group, benchmark runs finished by rank 0, reports in, failures."""
+    def read(key: str) -> int:
+        try:
+            return int(store.add(f"shardc/{key}", 0))
+        except Exception:  # noqa: BLE001
+            return 0
+
+    return {"up": read("up"), "joined": read("joined"), "bench": read("bench"), "done": done, "failed": failed}
+
+
+def launch_local(spec: RunSpec, world: int,
+                 on_progress: Callable[[dict[str, int]], None] | None = None) -> RunResult:
+    """Spawn ``world`` ranks on this machine and run ``spec``.
+
+    ``on_progress`` is called a few times a second with ``{up, joined, bench, done, failed}``
+    rank counts (read from the store the parent owns), for ``shardc run``'s progress display.
+    """
     import torch.distributed as dist
     import torch.multiprocessing as mp
 
@@ -101,7 +129,8 @@ def launch_local(spec: RunSpec, world: int) -> RunResult:
     for p in procs:
         p.start()
     try:
-        reports, died, hung = _collect(procs, q, spec.timeout, world)
+        tick = None if on_progress is None else (lambda done, failed: on_progress(_progress(store, done, failed)))
+        reports, died, hung = _collect(procs, q, spec.timeout, world, tick)
     finally:
         for p in procs:
             if p.is_alive():
@@ -110,13 +139,16 @@ def launch_local(spec: RunSpec, world: int) -> RunResult:
     return merge(reports, died, hung, world, spec.backend)
 
 
-def _collect(procs: list[Any], q: Any, timeout: float, world: int
+def _collect(procs: list[Any], q: Any, timeout: float, world: int,
+             tick: Callable[[int, int], None] | None = None
              ) -> tuple[dict[int, dict[str, Any]], dict[int, int], list[int]]:
     reports: dict[int, dict[str, Any]] = {}
     died: dict[int, int] = {}
     start = time.monotonic()
     first_failure: float | None = None
     while len(reports) + len(died) < world:
+        if tick is not None:
+            tick(len(reports), len(died) + sum(bool(rep.get("error")) for rep in reports.values()))
         try:
             rep = q.get(timeout=0.2)
             reports[rep["rank"]] = rep

@@ -100,6 +100,13 @@ class Monitor:
             return None
         return None
 
+    def count(self, key: str) -> None:
+        """One more on a progress counter the launcher reads (advisory, like every key here)."""
+        try:
+            self.store.add(f"shardc/{key}", 1)
+        except Exception:  # noqa: BLE001
+            pass
+
     def failed(self, message: str) -> None:
         self._set(f"error/{self.rank}", message[:500])
 
@@ -211,6 +218,8 @@ def bench(program: Program, ctx: MeshContext, x: torch.Tensor, spec: RunSpec, ra
         for i, t in enumerate(timings):
             steps[i].append(t)
         mon._set(f"progress/{rank}", str(len(program.steps) * (it + 2)))
+        if rank == 0:
+            mon.count("bench")
         if bar is not None:
             bar[0].update(bar[1], advance=1)
     if bar is not None:

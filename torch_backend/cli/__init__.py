@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
+from typing import NoReturn
 
 # subcommand -> module (each defines ``add_arguments(parser)`` and ``run(args) -> int``)
 SUBCOMMANDS = {
@@ -19,8 +21,40 @@ SUBCOMMANDS = {
 }
 
 
+def version() -> str:
+    """The installed package's version; the source tree's pyproject.toml when not installed."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("shardc")
+    except PackageNotFoundError:
+        import re
+        from pathlib import Path
+
+        pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+        try:
+            m = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(), re.M)
+        except OSError:
+            m = None
+        return f"{m[1]} (source tree)" if m else "unknown (not installed)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that a usage error under ``--json`` is also a JSON refusal on stdout."""
+
+    json_errors = False
+
+    def error(self, message: str) -> NoReturn:
+        if _Parser.json_errors:
+            print(json.dumps({"ok": False, "error": message, "text": None, "position": None,
+                              "hint": f"see {self.prog} --help"}, indent=2))
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="shardc", description="A sharding spec compiler for PyTorch.")
+    parser = _Parser(prog="shardc", description="A sharding spec compiler for PyTorch.")
+    parser.add_argument("--version", action="version", version=f"shardc {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -34,9 +68,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def error_json(e: Exception) -> str:
+    """The ``--json`` form of a refusal: ok false, the message, where, and how to fix it."""
+    return json.dumps({
+        "ok": False,
+        "error": getattr(e, "message", str(e)),
+        "text": getattr(e, "text", None),
+        "position": getattr(e, "pos", None),
+        "hint": getattr(e, "hint", None),
+    }, indent=2)
+
+
 def main(argv: list[str] | None = None) -> int:
     from spec_lang.errors import SpecError
 
+    argv = sys.argv[1:] if argv is None else argv
+    _Parser.json_errors = "--json" in argv
     args = build_parser().parse_args(argv)
     if getattr(args, "_missing", None):
         print(f"shardc {args.command}: not available in this build", file=sys.stderr)
@@ -44,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
     except SpecError as e:
+        if getattr(args, "json", False):
+            print(error_json(e))
         print(f"error: {e}", file=sys.stderr)
         return 2
 

@@ -13,16 +13,29 @@ import json
 from typing import Any
 
 from spec_lang.errors import SpecError
+from torch_backend.cli.ranks import ranks_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("type", help="a type, e.g. 'f32[8@(dp,tp),16]{U:cp}' (quote it in the shell)")
     parser.add_argument("--mesh", help="a mesh, e.g. dp=2,tp=4 (needed for placements and local shapes)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.add_argument("--all", action="store_true",
+                        help=f"list every rank's slice even on a mesh of more than {LIST_RANKS} ranks "
+                        "(by default a big mesh is summarised: each distinct local shape, its count and ranks)")
 
 
-def describe(type_text: str, mesh_text: str | None) -> dict[str, Any]:
-    """Everything ``parse`` prints, as plain data (the --json output)."""
+LIST_RANKS = 64  # meshes up to this size list every rank; bigger ones are summarised
+MAX_RANKS = 1 << 24  # past this many ranks the per-rank blocks are not computed at all
+
+
+def describe(type_text: str, mesh_text: str | None, all_ranks: bool = False) -> dict[str, Any]:
+    """Everything ``parse`` prints, as plain data (the --json output).
+
+    ``ranks`` lists every rank on meshes of up to LIST_RANKS ranks or with ``all_ranks``
+    (else None); ``local_shapes`` always summarises them: each distinct local shape,
+    how many ranks hold it and which (``0-3,8-11``).
+    """
     from spec_lang.ir import DTYPES
     from spec_lang.jax_interop import jax_refusal, partition_spec_text
     from spec_lang.parser import parse
@@ -46,7 +59,9 @@ def describe(type_text: str, mesh_text: str | None) -> dict[str, Any]:
     }
     if mesh is None:
         return out
-    from lowering.layout import local_slices
+    import numpy as np
+
+    from lowering.layout import boxes
     from lowering.placements import format_placements, placement_specs
 
     out["mesh"] = str(mesh)
@@ -59,15 +74,35 @@ def describe(type_text: str, mesh_text: str | None) -> dict[str, Any]:
         out["dtensor_refusal"] = None
     except SpecError as e:
         out.update(placements=None, shard_order=None, strided_placements=None, dtensor_refusal=e.message)
-    out["ranks"] = [
-        {
-            "rank": r,
-            "coords": dict(zip(mesh.names, mesh.coords(r), strict=True)),
-            "slices": [[s.start, s.stop] for s in sl],
-            "shape": [s.stop - s.start for s in sl],
-        }
-        for r, sl in enumerate(local_slices(t, mesh))
-    ]
+    out["ranks"] = None
+    out["local_shapes"] = None
+    if mesh.size > MAX_RANKS:
+        return out
+    b = boxes(t, mesh)
+    sizes = b[:, :, 1] - b[:, :, 0]
+    # one small int per rank naming its shape: per-dim distinct sizes in mixed radix (a 1-d
+    # unique per dim is fast; a row-wise unique over millions of ranks is not)
+    key = np.zeros(mesh.size, dtype=np.int64)
+    for d in range(t.ndim):
+        values, idx = np.unique(sizes[:, d], return_inverse=True)
+        key = key * len(values) + idx.reshape(-1)
+    present = np.flatnonzero(np.bincount(key))
+    firsts = [int(np.argmax(key == k)) for k in present]
+    out["local_shapes"] = []
+    for _, k in sorted(zip(firsts, present.tolist(), strict=True)):
+        holders = np.flatnonzero(key == k)
+        out["local_shapes"].append({"shape": sizes[holders[0]].tolist(), "count": len(holders),
+                                    "ranks": ranks_text(holders, max_runs=16)})
+    if mesh.size <= LIST_RANKS or all_ranks:
+        out["ranks"] = [
+            {
+                "rank": r,
+                "coords": dict(zip(mesh.names, mesh.coords(r), strict=True)),
+                "slices": b[r].tolist(),
+                "shape": sizes[r].tolist(),
+            }
+            for r in range(mesh.size)
+        ]
     return out
 
 
@@ -92,6 +127,16 @@ def _text(info: dict[str, Any]) -> str:
         if info["strided_placements"]:
             lines.append(f"strided:      {info['strided_placements']}  (the distribute_tensor form)")
     lines.append(f"mesh:         {info['mesh']}")
+    if info["local_shapes"] is None:
+        lines.append(f"local:        not computed for a mesh of more than {MAX_RANKS:,} ranks")
+        return "\n".join(lines)
+    if info["ranks"] is None:
+        n = sum(s["count"] for s in info["local_shapes"])
+        lines.append(f"local:        {n:,} ranks, {len(info['local_shapes'])} distinct local shape(s) "
+                     "(--all lists every rank):")
+        for s in info["local_shapes"]:
+            lines.append(f"  shape {tuple(s['shape'])} on {s['count']:,} rank(s): {s['ranks']}")
+        return "\n".join(lines)
     lines.append("local:")
     for r in info["ranks"]:
         coords = ",".join(f"{k}={v}" for k, v in r["coords"].items())
@@ -101,9 +146,9 @@ def _text(info: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    info = describe(args.type, args.mesh)
+    info = describe(args.type, args.mesh, all_ranks=args.all)
     if args.json:
-        print(json.dumps(info, indent=2))
+        print(json.dumps({"ok": True, **info}, indent=2))
     else:
         print(_text(info))
     return 0

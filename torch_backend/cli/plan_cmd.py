@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     lb = lower_bound(args.src, args.dst, mesh)
     ratio = (prog.cost.bytes_sent_max / lb) if lb else (1.0 if prog.cost.bytes_sent_max == 0 else float("inf"))
     if args.json:
-        data = prog.to_json()
+        data = {"ok": True, **prog.to_json()}
         data["lower_bound"] = lb
         data["ratio_to_lower_bound"] = ratio
         print(json.dumps(data, indent=2))

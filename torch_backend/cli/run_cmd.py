@@ -3,13 +3,17 @@
     shardc run --mesh dp=2,tp=4 'f32[12@(dp,tp),10]' 'f32[12@tp,10]' --check --bench 20
 
 Spawns one process per rank on this machine (gloo on CPU; NCCL when at least that
-many GPUs are visible), or, under torchrun, runs on the existing world.
+many GPUs are visible), or, under torchrun, runs on the existing world. The program is
+printed as soon as it compiles, then progress goes to stderr while the ranks start and
+run (a rich bar on a terminal, plain lines when piped; none with --json unless stderr is
+a terminal), then the report.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -45,8 +49,6 @@ def run(args: argparse.Namespace) -> int:
     program = compile_spec(spec)  # every SpecError before any process starts
     world = program.mesh.size
     if launcher.under_torchrun():
-        import os
-
         if int(os.environ["WORLD_SIZE"]) != world:
             raise SpecError(f"torchrun started {os.environ['WORLD_SIZE']} ranks but the mesh {program.mesh} "
                             f"has {world}", hint=f"use torchrun --nproc-per-node ... so that there are {world} ranks")
@@ -56,13 +58,22 @@ def run(args: argparse.Namespace) -> int:
 
         if not torch.cuda.is_available():
             raise SpecError("--backend nccl needs CUDA GPUs, and none is visible", hint="use --backend gloo")
-    spec.progress_bar = bool(spec.bench >= 20 and not args.json and sys.stderr.isatty())
+    if not args.json and (not launcher.under_torchrun() or os.environ.get("RANK") == "0"):
+        print(program, flush=True)  # compiled before any rank starts: show it while they do
     if launcher.under_torchrun():
+        spec.progress_bar = bool(spec.bench >= 20 and not args.json and sys.stderr.isatty())
         result = launcher.launch_torchrun(spec)
         if result is None:  # not rank 0
             return 0
     else:
-        result = launcher.launch_local(spec, world)
+        from torch_backend.cli.progress import RunProgress
+
+        tty = sys.stderr.isatty()
+        progress = RunProgress(world, spec.backend, spec.bench, rich=tty, plain=not args.json)
+        try:
+            result = launcher.launch_local(spec, world, on_progress=progress)
+        finally:
+            progress.close()
     _print(args, program, result)
     return 0 if result.ok else 1
 
@@ -92,7 +103,6 @@ def _print(args: argparse.Namespace, program: Any, result: Any) -> None:
                                    for _, r in sorted(reports.items())]
         print(json.dumps(out, indent=2))
         return
-    print(program)
     print(f"ran on {result.world} ranks ({result.backend}, {device}): {'ok' if result.ok else 'FAILED'}")
     if not result.ok:
         print(result.message, file=sys.stderr)

@@ -9,74 +9,153 @@ once per index, so the output stays as small as the layout). Tiles held by the s
 ranks get the same colour. Notes below the picture say what the unsharded axes mean:
 a partial axis (U / P(op)) holds pending-reduction addends, R/I replicas, V per-rank
 values. Only rich is imported (no torch, no jax).
+
+The picture always fits the console: every tile has the same width (as in JAX's
+picture, so every rank number is whole), and a grid wider than the console is cut
+into bands of columns drawn one under the other, each labelled. A dim with more than
+MAX_SEGMENTS blocks draws its first and last ones and says how many are left out.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
+from spec_lang.errors import SpecError
+from torch_backend.cli.ranks import ranks_text
 
 _PALETTE = (
     "on dark_blue", "on dark_green", "on dark_red", "on purple4", "on dark_orange3", "on deep_sky_blue4",
     "on dark_olive_green3", "on medium_violet_red", "on steel_blue", "on gold3", "on dark_cyan",
     "on indian_red", "on slate_blue3", "on chartreuse4", "on orange4", "on grey37",
 )
+MIN_WIDTH = 24  # below this not even one tile and its row label fit
+MAX_SEGMENTS = 64  # blocks drawn per dim; beyond, the first and last MAX_SEGMENTS // 2
+MAX_CELL = 24  # widest tile text before it wraps inside the tile
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("type", help="a type, e.g. 'f32[8@(dp,tp),16]' (quote it in the shell)")
     parser.add_argument("--mesh", required=True, help="a mesh, e.g. dp=2,tp=4")
-    parser.add_argument("--width", type=int, default=None, help="console width (default: the terminal's)")
+    parser.add_argument("--width", type=int, default=None,
+                        help=f"console width, at least {MIN_WIDTH} (default: the terminal's, 80 when piped); "
+                        "a wider grid is drawn in bands of columns")
     parser.add_argument("--no-color", action="store_true", help="no colours")
 
 
-def ranks_text(ranks: list[int]) -> str:
-    """``[0,1,2,3,6]`` -> ``0-3,6`` (runs compressed so big meshes fit in a tile)."""
-    out: list[str] = []
-    for _, run in itertools.groupby(enumerate(ranks), key=lambda p: p[1] - p[0]):
-        vals = [v for _, v in run]
-        out.append(str(vals[0]) if len(vals) == 1 else f"{vals[0]}-{vals[-1]}")
-    return ",".join(out)
-
-
-def cuts(b: np.ndarray, d: int, size: int) -> list[tuple[int, int]]:
+def cuts(b: Any, d: int, size: int) -> list[tuple[int, int]]:
     """The segments [lo, hi) of dim ``d`` between all block boundaries (empty blocks ignored)."""
     nonempty = b[(b[:, :, 1] > b[:, :, 0]).all(axis=1)]
-    pts = sorted({0, size} | {int(x) for x in nonempty[:, d, :].ravel()})
+    pts = sorted({0, size} | {int(x) for x in set(nonempty[:, d, :].ravel().tolist())})
     return [(lo, hi) for lo, hi in zip(pts[:-1], pts[1:], strict=True) if hi > lo]
 
 
-def holders(b: np.ndarray, lo: tuple[int, ...], hi: tuple[int, ...]) -> list[int]:
+def holders(b: Any, lo: tuple[int, ...], hi: tuple[int, ...]) -> list[int]:
     """Ranks whose block contains the tile [lo, hi)."""
+    import numpy as np
+
     lo_a, hi_a = np.array(lo), np.array(hi)
     ok = (b[:, :, 0] <= lo_a).all(axis=1) & (b[:, :, 1] >= hi_a).all(axis=1) & (b[:, :, 1] > b[:, :, 0]).all(axis=1)
     return [int(r) for r in np.nonzero(ok)[0]]
 
 
-def _grid(b: np.ndarray, shape: tuple[int, ...], fixed: list[tuple[int, int]], colour: Any, title: str) -> Any:
-    """A rich Table for the last one or two dims, the leading dims fixed to ``fixed`` segments."""
+def _elide(segs: list[tuple[int, int]]) -> tuple[list[tuple[int, int] | None], int]:
+    """At most MAX_SEGMENTS segments: the first and last halves, None where the rest were."""
+    if len(segs) <= MAX_SEGMENTS:
+        return list(segs), 0
+    half = MAX_SEGMENTS // 2
+    return [*segs[:half], None, *segs[-half:]], len(segs) - 2 * half
+
+
+@dataclass
+class Grid:
+    """The tiles of the last one or two dims, as text: what gets laid out and drawn."""
+
+    corner: str
+    row_labels: list[str]
+    col_labels: list[str]
+    cells: list[list[tuple[str, tuple[int, ...]]]]  # (text, holders) per row, per column
+    col_segs: list[tuple[int, int] | None]  # None where blocks were left out
+    elided: list[str]  # notes on blocks left out
+
+
+def grid(b: Any, shape: tuple[int, ...], fixed: list[tuple[int, int]]) -> Grid:
+    nd = len(shape)
+    rows, row_gap = _elide(cuts(b, nd - 2, shape[-2]) if nd >= 2 else [(0, 1)])
+    cols, col_gap = _elide(cuts(b, nd - 1, shape[-1]))
+    elided = []
+    if row_gap:
+        elided.append(f"dim {nd - 2}: {row_gap} of its {row_gap + MAX_SEGMENTS} blocks not drawn (the middle ones)")
+    if col_gap:
+        elided.append(f"dim {nd - 1}: {col_gap} of its {col_gap + MAX_SEGMENTS} blocks not drawn (the middle ones)")
+    cells = []
+    for r in rows:
+        line: list[tuple[str, tuple[int, ...]]] = []
+        for c in cols:
+            if r is None or c is None:
+                line.append(("...", ()))
+                continue
+            lo = tuple(s[0] for s in fixed) + ((r[0],) if nd >= 2 else ()) + (c[0],)
+            hi = tuple(s[1] for s in fixed) + ((r[1],) if nd >= 2 else ()) + (c[1],)
+            who = holders(b, lo, hi)
+            line.append((ranks_text(who) or "-", tuple(who)))
+        cells.append(line)
+    return Grid(
+        corner=f"d{nd - 2}\u2193 d{nd - 1}\u2192" if nd >= 2 else "",  # rows down, columns across
+        row_labels=["..." if r is None else f"{r[0]}:{r[1]}" for r in rows] if nd >= 2 else ["dim 0"],
+        col_labels=["..." if c is None else f"{c[0]}:{c[1]}" for c in cols],
+        cells=cells,
+        col_segs=cols,
+        elided=elided,
+    )
+
+
+def bands(g: Grid, width: int) -> tuple[int, list[range]]:
+    """One tile width for every column (JAX's picture keeps every rank number whole), and
+    the column ranges that fit ``width`` side by side next to the row labels.
+
+    Long rank lists wrap at commas inside their tile when that lets all columns fit in one
+    band; otherwise the grid is cut into bands of columns at the natural tile width.
+    """
+    texts = [t for row in g.cells for t, _ in row]
+    natural = min(MAX_CELL, max(len(t) for t in g.col_labels + texts))
+    narrowest = max(len(t) for t in g.col_labels + [tok + "," for t in texts for tok in t.split(",")])
+    label = max(len(t) for t in [g.corner, *g.row_labels])
+    # rich draws each column as padding 1 + text + padding 1, plus one border per column and one at the end
+    room = width - (label + 3) - 1
+    n = len(g.col_labels)
+    fit_one_band = room // n - 3
+    cell = natural if fit_one_band >= natural else (fit_one_band if fit_one_band >= narrowest else natural)
+    per_band = max(1, room // (cell + 3))
+    return cell, [range(i, min(n, i + per_band)) for i in range(0, n, per_band)]
+
+
+def wrap_ranks(text: str, width: int) -> str:
+    """``0-4,20-24,40-44`` in tiles ``width`` wide: lines broken after commas."""
+    lines: list[str] = []
+    for tok in text.split(","):
+        if lines and len(lines[-1]) + 1 + len(tok) + 1 <= width:
+            lines[-1] += "," + tok
+        else:
+            if lines:
+                lines[-1] += ","
+            lines.append(tok)
+    return "\n".join(lines)
+
+
+def _table(g: Grid, cols: range, cell: int, colour: Any, title: str) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    nd = len(shape)
-    rows = cuts(b, nd - 2, shape[-2]) if nd >= 2 else [(0, 1)]
-    cols = cuts(b, nd - 1, shape[-1])
-    table = Table(title=title, show_lines=True, show_header=True, header_style="bold")
-    corner = f"d{nd - 2}\u2193 d{nd - 1}\u2192" if nd >= 2 else ""  # rows down, columns across
-    table.add_column(corner, style="bold", justify="right")
-    for lo, hi in cols:
-        table.add_column(f"{lo}:{hi}", justify="center")
-    for rlo, rhi in rows:
-        cells: list[Any] = [f"{rlo}:{rhi}" if nd >= 2 else "dim 0"]
-        for clo, chi in cols:
-            lo = tuple(s[0] for s in fixed) + ((rlo,) if nd >= 2 else ()) + (clo,)
-            hi = tuple(s[1] for s in fixed) + ((rhi,) if nd >= 2 else ()) + (chi,)
-            who = holders(b, lo, hi)
-            cells.append(Text(ranks_text(who) or "-", style=colour(tuple(who))))
-        table.add_row(*cells)
+    table = Table(title=title or None, show_lines=True, show_header=True, header_style="bold")
+    table.add_column(g.corner, style="bold", justify="right", no_wrap=True)
+    for j in cols:
+        table.add_column(g.col_labels[j], justify="center", min_width=cell, max_width=cell, overflow="fold")
+    for label, row in zip(g.row_labels, g.cells, strict=True):
+        table.add_row(label, *[Text(wrap_ranks(row[j][0], cell), style=colour(row[j][1]), justify="center")
+                               for j in cols])
     return table
 
 
@@ -100,13 +179,14 @@ def notes(t: Any, mesh: Any) -> list[str]:
 
 
 def render(type_text: str, mesh_text: str, console: Any) -> None:
-    """Print the picture of ``type_text`` on ``mesh_text`` to a rich console."""
+    """Print the picture of ``type_text`` on ``mesh_text`` to a rich console, fitted to its width."""
     from lowering.checks import resolve
     from lowering.layout import boxes
 
     t, mesh = resolve(type_text, mesh_text)
     b = boxes(t, mesh)
-    console.print(f"[bold]{t}[/bold] on mesh {mesh}  (tiles list the ranks holding them)")
+    console.print(f"[bold]{t}[/bold] on mesh {mesh}")
+    console.print("tiles list the ranks holding them", style="dim")
     if t.ndim == 0:
         console.print(f"a scalar: every rank (0-{mesh.size - 1}) holds it")
     else:
@@ -119,17 +199,36 @@ def render(type_text: str, mesh_text: str, console: Any) -> None:
 
         lead = t.ndim - 2
         if lead > 0:
-            console.print(f"{t.ndim}-d: the last two dims (dim {t.ndim - 2} down, dim {t.ndim - 1} across) "
-                          f"for each distinct block of dims 0..{lead - 1}")
-        seg_lists = [cuts(b, d, t.shape[d]) for d in range(max(lead, 0))]
+            leading = "dim 0" if lead == 1 else f"dims 0..{lead - 1}"
+            console.print(f"{t.ndim}-d: the last two dims (dim {t.ndim - 2} down, {t.ndim - 1} across), "
+                          f"once per block of {leading}")
+        seg_lists = [_elide(cuts(b, d, t.shape[d]))[0] for d in range(max(lead, 0))]
+        said: set[str] = set()
+        for d, segs in enumerate(seg_lists):
+            if None in segs:
+                said.add(f"dim {d}: {len(cuts(b, d, t.shape[d])) - MAX_SEGMENTS} blocks not drawn (the middle ones)")
         for fixed in itertools.product(*seg_lists):
-            title = None
-            if fixed:
-                title = "[" + ", ".join(f"{lo}:{hi}" for lo, hi in fixed) + ", :, :]"
-            console.print(_grid(b, t.shape, list(fixed), colour, title or ""))
+            if None in fixed:
+                console.print("...")
+                continue
+            g = grid(b, t.shape, list(fixed))
+            said.update(g.elided)
+            cell, col_bands = bands(g, console.width)
+            head = "[" + ", ".join(f"{lo}:{hi}" for lo, hi in fixed) + ", :, :]" if fixed else ""
+            for k, cols in enumerate(col_bands):
+                title = head
+                if len(col_bands) > 1:
+                    segs = [c for c in g.col_segs[cols.start:cols.stop] if c is not None]
+                    span = f"{segs[0][0]}:{segs[-1][1]}" if segs else "..."
+                    title = (f"{head} " if head else "") + f"dim {t.ndim - 1} {span} (band {k + 1}/{len(col_bands)})"
+                console.print(_table(g, cols, cell, colour, title))
+            if len(col_bands) > 1:
+                said.add(f"wider than {console.width} columns, so drawn in bands (--width W for wider ones)")
+        for line in sorted(said):
+            console.print(f"note: {line}", markup=False)
     empty = [r for r in range(mesh.size) if (b[r, :, 1] <= b[r, :, 0]).any()]
     if empty:
-        console.print(f"ranks holding no elements (uneven chunk rule): {ranks_text(empty)}")
+        console.print(f"ranks holding no elements (uneven chunk rule): {ranks_text(empty, max_runs=16)}")
     for line in notes(t, mesh):
         console.print(line, markup=False)
 
@@ -137,6 +236,9 @@ def render(type_text: str, mesh_text: str, console: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    if args.width is not None and args.width < MIN_WIDTH:
+        raise SpecError(f"--width {args.width} is too narrow", text=str(args.width), pos=0,
+                        hint=f"give a console width of at least {MIN_WIDTH} columns, or leave --width out")
     console = Console(width=args.width, no_color=args.no_color, highlight=False)
     render(args.type, args.mesh, console)
     return 0

@@ -1,0 +1,171 @@
+"""Every example in README.md and docs/*.md runs and prints what the docs show.
+
+* ``$ shardc ...`` lines in fenced blocks run through the CLI entry point; the lines that
+  follow (up to the next command or a blank line before one) are the expected output
+  (stdout, then stderr).
+* ``python`` blocks run as a script in a fresh namespace; if the next paragraph is just
+  "prints", the fenced block after it is the expected stdout.
+* ``>>>`` sessions (in any block) run statement by statement as the REPL does: what it
+  shows (an expression's repr), or
+  ``ExcType: message`` for an exception (the shown lines may stop before the hint),
+  must match the lines shown under it.
+* A block right after ``<!-- docs-test: skip (reason) -->`` is not run; the reason must
+  say why (e.g. it needs torchrun), and only a few may exist.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from torch_backend.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n?", re.M | re.S)
+SKIP = re.compile(r"<!--\s*docs-test:\s*skip\s*\(([^)]+)\)\s*-->\s*$")
+MAX_SKIPS = 4
+
+
+@dataclass
+class Block:
+    where: str
+    lang: str
+    body: str
+    skip: str | None
+    expected_stdout: str | None  # a python block's "prints" block
+
+
+def blocks() -> list[Block]:
+    out: list[Block] = []
+    for path in DOCS:
+        text = path.read_text()
+        fences = list(FENCE.finditer(text))
+        for i, m in enumerate(fences):
+            before = text[fences[i - 1].end() if i else 0:m.start()].rstrip()
+            skip = SKIP.search(before.splitlines()[-1]) if before else None
+            expected = None
+            if i + 1 < len(fences) and text[m.end():fences[i + 1].start()].strip() == "prints":
+                expected = fences[i + 1].group(2)
+            line = text[:m.start()].count("\n") + 1
+            out.append(Block(f"{path.relative_to(REPO)}:{line}", m.group(1), m.group(2),
+                             skip[1] if skip else None, expected))
+    return out
+
+
+ALL = blocks()
+
+
+def _lines(text: str) -> list[str]:
+    return [line.rstrip() for line in text.rstrip().splitlines()]
+
+
+def _reset_process_group() -> None:
+    """Blocks that start their own (fake) process group must find none running."""
+    import sys
+
+    if "torch.distributed" in sys.modules:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+# ---- $ shardc ---------------------------------------------------------------------------
+
+
+def _commands(body: str) -> list[tuple[str, list[str]]]:
+    """(command, expected output lines) for every ``$ shardc`` line of a block."""
+    out: list[tuple[str, list[str]]] = []
+    for line in body.splitlines():
+        if line.startswith("$ "):
+            out.append((line[2:], []))
+        elif line.startswith(">>>"):
+            out.append(("", []))  # ends the previous command's output
+        elif out:
+            out[-1][1].append(line)
+    return [(cmd, _lines("\n".join(exp))) for cmd, exp in out if cmd]
+
+
+CLI = [(b.where, cmd, exp) for b in ALL if not b.skip for cmd, exp in _commands(b.body)]
+
+
+@pytest.mark.parametrize("where,cmd,expected", CLI, ids=[f"{w} {c[:40]}" for w, c, _ in CLI])
+def test_shardc_example(capsys: pytest.CaptureFixture[str], where: str, cmd: str, expected: list[str]) -> None:
+    argv = shlex.split(cmd)
+    assert argv[0] == "shardc", f"{where}: only shardc commands are run"
+    main(argv[1:])
+    out, err = capsys.readouterr()
+    assert _lines(out + err) == expected, f"{where}: $ {cmd}"
+
+
+# ---- python blocks and >>> sessions -------------------------------------------------------
+
+
+def _session(body: str) -> list[tuple[str, list[str]]]:
+    """(statement, expected lines) for each ``>>>`` of a block (``...`` continues one)."""
+    out: list[tuple[str, list[str]]] = []
+    current: list[str] | None = None
+    for line in body.splitlines():
+        if line.startswith(">>> "):
+            out.append((line[4:], []))
+            current = out[-1][1]
+        elif line.startswith("... ") and out:
+            out[-1] = (out[-1][0] + "\n" + line[4:], out[-1][1])
+        elif line.startswith("$ "):
+            current = None
+        elif current is not None:
+            current.append(line)
+    return [(stmt, _lines("\n".join(exp))) for stmt, exp in out]
+
+
+def _run_session(where: str, body: str) -> None:
+    ns: dict[str, object] = {"__name__": "__docs__"}
+    for stmt, expected in _session(body):
+        buf = io.StringIO()
+        shown: list[str]
+        try:
+            with contextlib.redirect_stdout(buf):
+                exec(compile(stmt, where, "single"), ns)  # as the REPL: expression values are shown
+            shown = _lines(buf.getvalue())
+        except Exception as e:  # noqa: BLE001 - the docs show exceptions too
+            shown = _lines(f"{type(e).__name__}: {e}")
+            assert shown[:len(expected)] == expected, f"{where}: >>> {stmt}"
+            continue
+        assert [s for s in shown if s] == [e for e in expected if e], f"{where}: >>> {stmt}"
+
+
+PY = [b for b in ALL if not b.skip and (b.lang == "python" or ">>> " in b.body)]
+
+
+@pytest.mark.parametrize("block", PY, ids=[b.where for b in PY])
+def test_python_example(block: Block) -> None:
+    _reset_process_group()
+    try:
+        if ">>> " in block.body:
+            _run_session(block.where, block.body)
+            return
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            exec(compile(block.body, block.where, "exec"), {"__name__": "__docs__"})
+        if block.expected_stdout is not None:
+            assert _lines(buf.getvalue()) == _lines(block.expected_stdout), block.where
+    finally:
+        _reset_process_group()
+
+
+def test_skips_are_few_and_say_why() -> None:
+    skipped = [b for b in ALL if b.skip]
+    assert len(skipped) <= MAX_SKIPS, [b.where for b in skipped]
+    for b in skipped:
+        assert len(b.skip.split()) >= 2, f"{b.where}: say why the block cannot run here"
+
+
+def test_every_example_kind_is_found() -> None:
+    assert len(CLI) >= 7 and len(PY) >= 6

@@ -1,0 +1,82 @@
+"""``shardc run``'s progress while the ranks start and run (spawning 8 processes that each
+import torch takes seconds): a rich bar on a terminal, plain lines when stderr is piped.
+
+Fed by the launcher's ``on_progress`` with rank counts ``{up, joined, bench, done, failed}``;
+everything goes to stderr, so stdout stays the program and the report.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+
+class RunProgress:
+    """Stages: starting ranks -> joining the process group -> (timing runs ->) reports in."""
+
+    def __init__(self, world: int, backend: str, bench: int, *, rich: bool, plain: bool) -> None:
+        self.world, self.backend, self.bench = world, backend, bench
+        self.t0 = time.monotonic()
+        self.said: set[str] = set()
+        self.last_up = 0
+        self.last_line = self.t0
+        self.bar: Any = None
+        self.task: Any = None
+        self.plain = plain and not rich
+        if rich:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                SpinnerColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                MofNCompleteColumn(), TimeElapsedColumn(),
+                                console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(f"starting {world} ranks ({backend})", total=world)
+        self._say(f"starting {world} ranks ({backend})")
+
+    def _say(self, text: str) -> None:
+        if self.plain:
+            self.last_line = time.monotonic()
+            print(f"shardc run: [{time.monotonic() - self.t0:5.1f}s] {text}", file=sys.stderr, flush=True)
+
+    def __call__(self, state: dict[str, int]) -> None:
+        w = self.world
+        if state["failed"]:
+            desc, done, total = "a rank failed; collecting the reports", state["done"], w
+        elif state["up"] < w:
+            desc, done, total = f"starting {w} ranks ({self.backend})", state["up"], w
+        elif state["joined"] < w:
+            desc, done, total = "joining the process group", state["joined"], w
+        elif self.bench and state["bench"] < self.bench and state["done"] == 0:
+            desc, done, total = f"timing {self.bench} runs", state["bench"], self.bench
+        else:
+            desc, done, total = "running; ranks reported", state["done"], w
+        if self.bar is not None:
+            self.bar.update(self.task, description=desc, completed=done, total=total)
+        milestones = [
+            (state["up"] >= w, f"{w} ranks started"),
+            (state["joined"] >= w, f"process group ready ({self.backend}); running the program"),
+            (bool(self.bench) and state["bench"] >= self.bench, f"{self.bench} timed runs done"),
+            (state["failed"] > 0, "a rank failed; collecting the reports"),
+        ]
+        if state["up"] < w and state["up"] != self.last_up and time.monotonic() - self.last_line > 2.0:
+            self.last_up = state["up"]
+            self._say(f"{state['up']}/{w} ranks started")
+        for reached, text in milestones:
+            if reached and text not in self.said:
+                self.said.add(text)
+                self._say(text)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+        else:
+            self._say("all ranks reported")
