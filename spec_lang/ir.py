@@ -23,7 +23,7 @@ from __future__ import annotations
 import operator
 import re
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from spec_lang.errors import SpecError
 
@@ -224,19 +224,27 @@ class Dim:
                 hint=f"write Dim({self.size!r}, ({self.axes!r},))",
             )
         axes = _as_tuple(self.axes, "Dim axes")
-        for i, a in enumerate(axes):
-            _check_name(a, "mesh axis name")
-            if a in axes[:i]:
-                raise SpecError(
-                    f"mesh axis {a!r} is used twice in one type: it is listed twice on one dim",
-                    subject=a, hint=_REPEAT_HINT,
-                )
+        try:
+            _dim_axes_ok(axes)
+        except TypeError:  # unhashable entries: check them uncached, which raises
+            _dim_axes_ok.__wrapped__(axes)
         if type(self.size) is not int or not 0 <= self.size < INT64_LIMIT:
             object.__setattr__(self, "size", _check_int(
                 self.size, "a dim size", 0, "dim size {} is negative", "dim sizes are at least 0",
             ))
         if axes is not self.axes:
             object.__setattr__(self, "axes", axes)
+
+
+@lru_cache(maxsize=4096)  # the planner builds many Dims from few axis lists
+def _dim_axes_ok(axes: tuple) -> None:
+    for i, a in enumerate(axes):
+        _check_name(a, "mesh axis name")
+        if a in axes[:i]:
+            raise SpecError(
+                f"mesh axis {a!r} is used twice in one type: it is listed twice on one dim",
+                subject=a, hint=_REPEAT_HINT,
+            )
 
 
 @dataclass(frozen=True)
@@ -281,10 +289,18 @@ V = AxisType("V")
 U = AxisType("P", "sum")
 
 
-def _check_axis_types(dims: tuple[Dim, ...], axis_types: tuple) -> tuple[tuple[str, AxisType], ...]:
-    """Validate the annotations against the dims; drop explicit I (it is the default)."""
+@lru_cache(maxsize=16384)  # the planner rebuilds the same layouts many times
+def _check_layout(dims: tuple[Dim, ...], axis_types: tuple) -> tuple[tuple[tuple[str, AxisType], ...], int]:
+    """Validate dims and annotations together: (the annotations without explicit I, numel)."""
     owner: dict[str, str] = {}
+    numel = 1
     for i, d in enumerate(dims):
+        if not isinstance(d, Dim):
+            raise SpecError(
+                f"TensorType dims must be Dim objects, got {type(d).__name__} {d!r}",
+                hint="write dims=(Dim(8, ('dp',)), Dim(16))",
+            )
+        numel *= d.size
         for a in d.axes:
             if a in owner:
                 raise SpecError(
@@ -326,7 +342,7 @@ def _check_axis_types(dims: tuple[Dim, ...], axis_types: tuple) -> tuple[tuple[s
                 )
         if at.kind != "I":
             out.append((a, at))
-    return tuple(out)
+    return tuple(out), numel
 
 
 @dataclass(frozen=True, eq=False)
@@ -343,31 +359,28 @@ class TensorType:
     axis_types: tuple[tuple[str, AxisType], ...] = field(default=())
 
     def __post_init__(self) -> None:
-        dtype = canonical_dtype(self.dtype)
+        dtype = self.dtype if self.dtype in DTYPES else canonical_dtype(self.dtype)
         if dtype is None:
             raise SpecError(
                 f"unknown dtype {self.dtype!r}", subject=self.dtype if isinstance(self.dtype, str) else None,
                 hint=DTYPE_HINT,
             )
-        dims = _as_tuple(self.dims, "TensorType dims")
-        for d in dims:
-            if not isinstance(d, Dim):
-                raise SpecError(
-                    f"TensorType dims must be Dim objects, got {type(d).__name__} {d!r}",
-                    hint="write dims=(Dim(8, ('dp',)), Dim(16))",
-                )
-        axis_types = _check_axis_types(dims, _as_tuple(self.axis_types, "TensorType axis_types"))
-        nbytes = DTYPES[dtype][1]
-        for d in dims:
-            nbytes *= d.size
-        if nbytes >= INT64_LIMIT:
+        dims = self.dims if type(self.dims) is tuple else _as_tuple(self.dims, "TensorType dims")
+        axis_types = self.axis_types
+        if type(axis_types) is not tuple:
+            axis_types = _as_tuple(axis_types, "TensorType axis_types")
+        try:
+            axis_types, numel = _check_layout(dims, axis_types)
+        except TypeError:  # unhashable fields: check them uncached, which raises
+            axis_types, numel = _check_layout.__wrapped__(dims, axis_types)
+        if numel * DTYPES[dtype][1] >= INT64_LIMIT:
             raise SpecError(
-                f"the tensor holds {nbytes} bytes, which does not fit in int64 (limit 2**63 = {INT64_LIMIT})",
+                f"the tensor holds {numel * DTYPES[dtype][1]} bytes, which does not fit in int64 "
+                f"(limit 2**63 = {INT64_LIMIT})",
                 hint="element and byte counts are int64; use smaller dims",
             )
-        object.__setattr__(self, "dtype", dtype)
-        object.__setattr__(self, "dims", dims)
-        object.__setattr__(self, "axis_types", axis_types)
+        # the dataclass is frozen; these are the canonical forms of the same values
+        self.__dict__.update(dtype=dtype, dims=dims, axis_types=axis_types)
 
     # computed once: the planner hashes and compares states hundreds of thousands of times
     @cached_property
