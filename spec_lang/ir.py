@@ -28,17 +28,19 @@ from functools import cached_property, lru_cache
 from spec_lang.errors import SpecError
 
 # canonical (JAX's long) name -> (JAX's short name, bytes per element). The names are
-# exactly what ``jax.typeof`` prints (``str`` and ``str_short``). Sub-byte types (int2,
-# int4, uint2, uint4, float4_e2m1fn) count one byte per element: that is how numpy
-# (ml_dtypes) and JAX hold them in host memory, unpacked.
+# exactly what ``jax.typeof`` prints (``str`` and ``str_short``). Sub-byte types (int1,
+# int2, int4, uint1, uint2, uint4, float4_e2m1fn, float6_*) count one byte per element:
+# that is how numpy (ml_dtypes) and JAX hold them in host memory, unpacked.
 DTYPES: dict[str, tuple[str, int]] = {
     "bool": ("bool", 1),
+    "int1": ("i1", 1),
     "int2": ("i2", 1),
     "int4": ("i4", 1),
     "int8": ("i8", 1),
     "int16": ("i16", 2),
     "int32": ("i32", 4),
     "int64": ("i64", 8),
+    "uint1": ("u1", 1),
     "uint2": ("u2", 1),
     "uint4": ("u4", 1),
     "uint8": ("u8", 1),
@@ -46,6 +48,8 @@ DTYPES: dict[str, tuple[str, int]] = {
     "uint32": ("u32", 4),
     "uint64": ("u64", 8),
     "float4_e2m1fn": ("f4_e2m1fn", 1),
+    "float6_e2m3fn": ("f6_e2m3fn", 1),
+    "float6_e3m2fn": ("f6_e3m2fn", 1),
     "float8_e3m4": ("f8_e3m4", 1),
     "float8_e4m3": ("f8_e4m3", 1),
     "float8_e4m3b11fnuz": ("f8_e4m3b11fnuz", 1),
@@ -137,6 +141,8 @@ class Mesh:
         sizes = _as_tuple(self.sizes, "mesh sizes")
         if len(names) != len(sizes):
             raise SpecError(f"mesh names {names} and sizes {sizes} differ in length")
+        if not names:
+            raise SpecError("a mesh has at least one axis", hint="a single device is a one-axis mesh, e.g. dp=1")
         if len(names) > MAX_MESH_AXES:
             raise SpecError(
                 f"the mesh has {len(names)} axes; at most {MAX_MESH_AXES} are supported",

@@ -7,9 +7,9 @@ import torch
 from spec_lang.errors import SpecError
 from spec_lang.ir import DTYPE_HINT, DTYPES
 
-# every DSL dtype torch can hold and copy; int2/int4/uint2/uint4 exist in torch only as
-# shells (no copy kernel), float4_e2m1fn only packed two to a byte, and float8_e3m4,
-# float8_e4m3 and float8_e4m3b11fnuz not at all
+# every DSL dtype torch can hold and copy; int1..int4 and uint1..uint4 exist in torch
+# only as shells (no copy kernel), float4_e2m1fn only packed two to a byte, and the
+# float6s, float8_e3m4, float8_e4m3 and float8_e4m3b11fnuz not at all
 TORCH_DTYPES: dict[str, torch.dtype] = {
     name: getattr(torch, name)
     for name in (
