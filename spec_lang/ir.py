@@ -146,6 +146,7 @@ class Mesh:
         if len(names) > MAX_MESH_AXES:
             raise SpecError(
                 f"the mesh has {len(names)} axes; at most {MAX_MESH_AXES} are supported",
+                subject=names[MAX_MESH_AXES] if isinstance(names[MAX_MESH_AXES], str) else None,
                 hint="numpy arrays (and the layout algebra built on them) have at most 64 dimensions; "
                      "merge axes that always move together",
             )
