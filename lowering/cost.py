@@ -23,14 +23,41 @@ split only where the saving pays for that latency, as an alpha-beta model would.
 
 from __future__ import annotations
 
+import math
+import numbers
+import operator
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from spec_lang.errors import SpecError
 
 SPARE_AXIS_BYTES = 65536  # the bytes-first model's charge per collective over a spare axis
 
 
+_COST_HINT = "alpha is seconds per collective (e.g. 5e-6), beta seconds per byte (e.g. 1e-10): finite, >= 0"
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def _seconds(v: object, what: str, subject: str | None = None) -> float:
+    """A finite, non-negative number of seconds, as a float."""
+    if not _is_number(v):
+        raise SpecError(f"{what} must be a number, got {type(v).__name__} {v!r}", subject=subject, hint=_COST_HINT)
+    f = float(v)  # type: ignore[arg-type]
+    if not math.isfinite(f) or f < 0:
+        raise SpecError(f"{what} must be finite and >= 0, got {f}", subject=subject, hint=_COST_HINT)
+    return f
+
+
 @dataclass(frozen=True)
 class CostModel:
-    """Per-axis alpha (seconds per collective) and beta (seconds per byte)."""
+    """Per-axis alpha (seconds per collective) and beta (seconds per byte).
+
+    The constructor checks every field (finite, non-negative numbers; a non-negative
+    int byte charge) and raises SpecError, so a bad model never reaches the planner.
+    """
 
     alpha: tuple[tuple[str, float], ...] = field(default=())
     beta: tuple[tuple[str, float], ...] = field(default=())
@@ -38,14 +65,55 @@ class CostModel:
     default_beta: float = 1e-10
     spare_axis_bytes: int = SPARE_AXIS_BYTES  # bytes-first only; see the module docstring
 
+    def __post_init__(self) -> None:
+        for what in ("alpha", "beta"):
+            table = getattr(self, what)
+            if not isinstance(table, tuple) or not all(isinstance(p, tuple) and len(p) == 2 for p in table):
+                raise SpecError(
+                    f"CostModel.{what} must be a tuple of (mesh axis, seconds) pairs, got {table!r}",
+                    hint=f"build it with CostModel.make({what}={{'dp': ...}})",
+                )
+            names = [a for a, _ in table]
+            for i, a in enumerate(names):
+                if not isinstance(a, str):
+                    raise SpecError(f"{what}: mesh axis names are str, got {type(a).__name__} {a!r}",
+                                    hint=_COST_HINT)
+                if a in names[:i]:
+                    raise SpecError(f"{what} gives mesh axis {a!r} twice", subject=a,
+                                    hint=f"give each mesh axis one {what}")
+            object.__setattr__(self, what, tuple((a, _seconds(v, f"{what} of mesh axis {a!r}", a)) for a, v in table))
+        object.__setattr__(self, "default_alpha", _seconds(self.default_alpha, "default_alpha"))
+        object.__setattr__(self, "default_beta", _seconds(self.default_beta, "default_beta"))
+        b = self.spare_axis_bytes
+        if isinstance(b, bool) or not hasattr(b, "__index__"):
+            raise SpecError(f"spare_axis_bytes must be an int (bytes), got {type(b).__name__} {b!r}",
+                            hint="give a byte count, e.g. 65536, or 0 for a pure bytes-first plan")
+        if operator.index(b) < 0:
+            raise SpecError(f"spare_axis_bytes must be >= 0, got {b}",
+                            hint="give a byte count, e.g. 65536, or 0 for a pure bytes-first plan")
+        object.__setattr__(self, "spare_axis_bytes", operator.index(b))
+
     @staticmethod
-    def make(alpha: dict[str, float] | None = None, beta: dict[str, float] | None = None,
+    def make(alpha: Mapping[str, float] | float | None = None, beta: Mapping[str, float] | float | None = None,
              default_alpha: float = 0.0, default_beta: float = 1e-10,
              spare_axis_bytes: int = SPARE_AXIS_BYTES) -> CostModel:
-        return CostModel(
-            tuple(sorted((alpha or {}).items())), tuple(sorted((beta or {}).items())),
-            default_alpha, default_beta, int(spare_axis_bytes),
-        )
+        """A model from per-axis dicts; a plain number for ``alpha``/``beta`` is every axis's value."""
+
+        def table(value: object, what: str) -> tuple[tuple[str, float], ...]:
+            if value is None:
+                return ()
+            if not isinstance(value, Mapping):
+                raise SpecError(f"{what} must be a number or a dict of mesh axis -> number, got "
+                                f"{type(value).__name__} {value!r}", hint=_COST_HINT)
+            if not all(isinstance(k, str) for k in value):
+                raise SpecError(f"{what}: mesh axis names are str, got {list(value)!r}", hint=_COST_HINT)
+            return tuple(sorted(value.items()))
+
+        if _is_number(alpha):
+            default_alpha, alpha = _seconds(alpha, "alpha"), None
+        if _is_number(beta):
+            default_beta, beta = _seconds(beta, "beta"), None
+        return CostModel(table(alpha, "alpha"), table(beta, "beta"), default_alpha, default_beta, spare_axis_bytes)
 
     def alpha_of(self, axes: tuple[str, ...]) -> float:
         table = dict(self.alpha)

@@ -12,10 +12,12 @@ all share one computation.
 
 from __future__ import annotations
 
+import operator
 from functools import lru_cache
 
 import numpy as np
 
+from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 
 
@@ -71,7 +73,13 @@ def local_shapes(t: TensorType, mesh: Mesh) -> tuple[tuple[int, ...], ...]:
 
 
 def local_shape(t: TensorType, mesh: Mesh, rank: int) -> tuple[int, ...]:
-    b = boxes(t, mesh)[rank]
+    """``rank``'s local shape; a rank off the mesh is a SpecError."""
+    if isinstance(rank, bool) or not hasattr(rank, "__index__") or not 0 <= operator.index(rank) < mesh.size:
+        raise SpecError(
+            f"rank {rank!r} is not on the mesh {mesh} (ranks 0..{mesh.size - 1})",
+            hint="ranks are row-major over the mesh axes, from 0 to the mesh size - 1",
+        )
+    b = boxes(t, mesh)[operator.index(rank)]
     return tuple(int(hi - lo) for lo, hi in b)
 
 

@@ -29,7 +29,11 @@ def erase(t: TensorType) -> TensorType:
 
 
 def with_dims(t: TensorType, axes_per_dim: list[tuple[str, ...]]) -> TensorType:
-    return t.replace(dims=tuple(Dim(d.size, ax) for d, ax in zip(t.dims, axes_per_dim)))
+    """``t`` with new dim axes; an axis put on a dim loses its local type (a type lists
+    each axis once), so a move that would drop a pending P is caught by its P check."""
+    on_dims = {a for ax in axes_per_dim for a in ax}
+    return t.replace(dims=tuple(Dim(d.size, ax) for d, ax in zip(t.dims, axes_per_dim)),
+                     axis_types=tuple((a, at) for a, at in t.axis_types if a not in on_dims))
 
 
 def with_partial(t: TensorType, axes: set[str], op: str, mesh: Mesh) -> TensorType:

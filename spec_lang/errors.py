@@ -7,7 +7,9 @@ class SpecError(ValueError):
     """Bad input: names the problem, marks its position with a caret, says how to fix it.
 
     ``text`` is the string that was being read (a type, a mesh, a shard_order) and
-    ``pos`` the 0-based offset of the offending character in it.
+    ``pos`` the 0-based offset of the offending character in it. ``subject`` is the
+    word of the input the error is about (an axis name, a dtype, a number), so a reader
+    that knows where that word was written can add the caret (see :meth:`at`).
     """
 
     def __init__(
@@ -17,12 +19,18 @@ class SpecError(ValueError):
         text: str | None = None,
         pos: int | None = None,
         hint: str | None = None,
+        subject: str | None = None,
     ) -> None:
         self.message = message
+        self.subject = subject
         self.text = text
         self.pos = pos
         self.hint = hint
         super().__init__(self._render())
+
+    def at(self, text: str, pos: int | None) -> SpecError:
+        """The same error, shown against ``text`` with a caret at ``pos``."""
+        return SpecError(self.message, text=text, pos=pos, hint=self.hint, subject=self.subject)
 
     def _render(self) -> str:
         lines = [self.message]

@@ -1,47 +1,132 @@
 """The IR: small frozen dataclasses for a mesh and a sharded tensor type.
 
-A ``TensorType`` is JAX's printed array type plus seed 004's per-axis local types:
+A ``TensorType`` is JAX's printed array type plus the SPMD type system's per-axis local types:
 
 * a mesh axis listed on a dim (``8@(dp,tp)``) *shards* that dim; locally it is Varying
   and the order of the list is major to minor;
 * ``{U:tp}`` / ``{P(op):tp}``: Partial on ``tp`` (a pending reduction, ``U`` is sum);
 * ``{R:tp}``: Replicate (JAX *reduced*): replicated values whose gradient is partial;
 * ``{I:tp}`` or no mention at all: Invariant, replicated with a replicated gradient
-  (what JAX assumes for an unannotated axis);
+  (what JAX assumes for an unannotated axis). The two are the same object: the
+  constructor drops an explicit ``I``;
 * ``{V:tp}``: Varying with no partition spec (inside ``shard_map``): the dims are
   the per-rank shape and the values differ per rank.
+
+Every invariant lives in the constructors (``__post_init__``), so a type built in code
+is checked exactly as a parsed one, and there is one canonical object per meaning: the
+dtype is its long JAX name, sizes are plain ints, axes are tuples, explicit ``I`` is
+dropped. Bad fields raise ``SpecError``; the parser adds the caret.
 """
 
 from __future__ import annotations
 
+import operator
+import re
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from spec_lang.errors import SpecError
 
-# canonical (JAX) name -> (short name, bytes per element)
+# canonical (JAX's long) name -> (JAX's short name, bytes per element). The names are
+# exactly what ``jax.typeof`` prints (``str`` and ``str_short``). Sub-byte types (int1,
+# int2, int4, uint1, uint2, uint4, float4_e2m1fn, float6_*) count one byte per element:
+# that is how numpy (ml_dtypes) and JAX hold them in host memory, unpacked.
 DTYPES: dict[str, tuple[str, int]] = {
-    "float32": ("f32", 4),
-    "float64": ("f64", 8),
-    "float16": ("f16", 2),
-    "bfloat16": ("bf16", 2),
+    "bool": ("bool", 1),
+    "int1": ("i1", 1),
+    "int2": ("i2", 1),
+    "int4": ("i4", 1),
     "int8": ("i8", 1),
     "int16": ("i16", 2),
     "int32": ("i32", 4),
     "int64": ("i64", 8),
+    "uint1": ("u1", 1),
+    "uint2": ("u2", 1),
+    "uint4": ("u4", 1),
     "uint8": ("u8", 1),
-    "bool": ("bool", 1),
+    "uint16": ("u16", 2),
+    "uint32": ("u32", 4),
+    "uint64": ("u64", 8),
+    "float4_e2m1fn": ("f4_e2m1fn", 1),
+    "float6_e2m3fn": ("f6_e2m3fn", 1),
+    "float6_e3m2fn": ("f6_e3m2fn", 1),
+    "float8_e3m4": ("f8_e3m4", 1),
+    "float8_e4m3": ("f8_e4m3", 1),
+    "float8_e4m3b11fnuz": ("f8_e4m3b11fnuz", 1),
+    "float8_e4m3fn": ("f8_e4m3fn", 1),
+    "float8_e4m3fnuz": ("f8_e4m3fnuz", 1),
+    "float8_e5m2": ("f8_e5m2", 1),
+    "float8_e5m2fnuz": ("f8_e5m2fnuz", 1),
+    "float8_e8m0fnu": ("f8_e8m0fnu", 1),
+    "float16": ("f16", 2),
+    "bfloat16": ("bf16", 2),
+    "float32": ("f32", 4),
+    "float64": ("f64", 8),
+    "complex64": ("c64", 8),
+    "complex128": ("c128", 16),
 }
 _SHORT_TO_LONG = {short: long for long, (short, _) in DTYPES.items()}
+DTYPE_HINT = (
+    "use a dtype as jax.typeof prints it: f32, bf16, f16, f64, f8_e4m3fn, f8_e5m2 (and the other float8s), "
+    "i8..i64, u8..u64, i4, u4, c64, c128, bool, or their long names (float32, float8_e4m3fn, uint16, ...)"
+)
 
 REDUCE_OPS = ("sum", "avg", "max", "min")
+LOCAL_KINDS = ("R", "I", "V", "P")
+
+# int64 is what numpy, torch and the planner's byte counts use
+INT64_LIMIT = 2**63
+# numpy arrays have at most 64 dimensions, and the layout algebra builds one with a dim per mesh axis
+MAX_MESH_AXES = 63
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def canonical_dtype(name: str) -> str | None:
     """``f32`` or ``float32`` -> ``float32``; None if unknown."""
+    if not isinstance(name, str):
+        return None
     if name in DTYPES:
         return name
     return _SHORT_TO_LONG.get(name)
+
+
+def _check_name(name: object, what: str) -> str:
+    """A mesh axis name: a str that is an identifier (so it prints and parses back)."""
+    if not isinstance(name, str):
+        raise SpecError(
+            f"{what} must be a str, got {type(name).__name__} {name!r}",
+            hint="mesh axes are named by identifiers like dp, tp, fsdp",
+        )
+    if not _IDENT.fullmatch(name):
+        raise SpecError(
+            f"{what} {name!r} is not an identifier", subject=name,
+            hint="mesh axis names are letters, digits and _, not starting with a digit (dp, tp, ep_1)",
+        )
+    return name
+
+
+def _check_int(value: object, what: str, lowest: int, too_small: str, hint: str) -> int:
+    """A plain int in [lowest, 2**63): bool refused, numpy ints canonicalised to int."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise SpecError(f"{what} must be an int, got {type(value).__name__} {value!r}", hint=hint)
+    n = operator.index(value)
+    if n < lowest:
+        raise SpecError(too_small.format(n), subject=str(n), hint=hint)
+    if n >= INT64_LIMIT:
+        raise SpecError(
+            f"{what} {n} does not fit in int64 (at most 2**63-1)", subject=str(n),
+            hint="sizes, element counts and byte counts must stay below 2**63",
+        )
+    return n
+
+
+def _as_tuple(value: object, what: str) -> tuple:
+    if isinstance(value, tuple):
+        return value
+    if isinstance(value, list):
+        return tuple(value)
+    raise SpecError(f"{what} must be a tuple, got {type(value).__name__} {value!r}")
 
 
 @dataclass(frozen=True)
@@ -52,13 +137,38 @@ class Mesh:
     sizes: tuple[int, ...]
 
     def __post_init__(self) -> None:
-        if len(self.names) != len(self.sizes):
-            raise SpecError("mesh names and sizes differ in length")
-        if len(set(self.names)) != len(self.names):
-            raise SpecError(f"mesh axis repeated in {self.names}", hint="give each mesh axis a unique name")
-        for n, s in zip(self.names, self.sizes, strict=True):
-            if s < 1:
-                raise SpecError(f"mesh axis {n!r} has size {s}", hint="mesh axis sizes are at least 1")
+        names = _as_tuple(self.names, "mesh names")
+        sizes = _as_tuple(self.sizes, "mesh sizes")
+        if len(names) != len(sizes):
+            raise SpecError(f"mesh names {names} and sizes {sizes} differ in length")
+        if not names:
+            raise SpecError("a mesh has at least one axis", hint="a single device is a one-axis mesh, e.g. dp=1")
+        if len(names) > MAX_MESH_AXES:
+            raise SpecError(
+                f"the mesh has {len(names)} axes; at most {MAX_MESH_AXES} are supported",
+                subject=names[MAX_MESH_AXES] if isinstance(names[MAX_MESH_AXES], str) else None,
+                hint="numpy arrays (and the layout algebra built on them) have at most 64 dimensions; "
+                     "merge axes that always move together",
+            )
+        seen: set[str] = set()
+        for n in names:
+            _check_name(n, "mesh axis name")
+            if n in seen:
+                raise SpecError(f"mesh axis {n!r} is repeated", subject=n, hint="give each mesh axis a unique name")
+            seen.add(n)
+        sizes = tuple(_check_int(
+            s, f"the size of mesh axis {n!r}", 1, f"mesh axis {n!r} has size {{}}", "mesh axis sizes are at least 1",
+        ) for n, s in zip(names, sizes, strict=True))
+        total = 1
+        for s in sizes:
+            total *= s
+        if total >= INT64_LIMIT:
+            raise SpecError(
+                f"the mesh has {total} ranks, which does not fit in int64",
+                hint="ranks are numbered with int64; use a smaller mesh",
+            )
+        object.__setattr__(self, "names", names)
+        object.__setattr__(self, "sizes", sizes)
 
     @cached_property
     def size(self) -> int:
@@ -104,6 +214,9 @@ class Mesh:
         return ",".join(f"{n}={s}" for n, s in zip(self.names, self.sizes, strict=True))
 
 
+_REPEAT_HINT = "a mesh axis may shard one dim or carry one local type, not both or twice"
+
+
 @dataclass(frozen=True)
 class Dim:
     """One tensor dim: its global size and the mesh axes that shard it, major to minor."""
@@ -111,21 +224,63 @@ class Dim:
     size: int
     axes: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        if isinstance(self.axes, str):
+            raise SpecError(
+                f"Dim axes must be a tuple of mesh axis names, got the string {self.axes!r}",
+                hint=f"write Dim({self.size!r}, ({self.axes!r},))",
+            )
+        axes = _as_tuple(self.axes, "Dim axes")
+        try:
+            _dim_axes_ok(axes)
+        except TypeError:  # unhashable entries: check them uncached, which raises
+            _dim_axes_ok.__wrapped__(axes)
+        if type(self.size) is not int or not 0 <= self.size < INT64_LIMIT:
+            object.__setattr__(self, "size", _check_int(
+                self.size, "a dim size", 0, "dim size {} is negative", "dim sizes are at least 0",
+            ))
+        if axes is not self.axes:
+            object.__setattr__(self, "axes", axes)
+
+
+@lru_cache(maxsize=4096)  # the planner builds many Dims from few axis lists
+def _dim_axes_ok(axes: tuple) -> None:
+    for i, a in enumerate(axes):
+        _check_name(a, "mesh axis name")
+        if a in axes[:i]:
+            raise SpecError(
+                f"mesh axis {a!r} is used twice in one type: it is listed twice on one dim",
+                subject=a, hint=_REPEAT_HINT,
+            )
+
 
 @dataclass(frozen=True)
 class AxisType:
-    """Seed 004 local SPMD type of a mesh axis that shards no dim: R, I, V or P(op)."""
+    """The local SPMD type of a mesh axis that shards no dim: R, I, V or P(op).
+
+    ``AxisType("U")`` is accepted as the spelling of ``AxisType("P", "sum")``.
+    """
 
     kind: str  # "R" | "I" | "V" | "P"
     op: str = "sum"  # the reduce op, meaningful for P only
 
     def __post_init__(self) -> None:
-        if self.kind not in ("R", "I", "V", "P"):
+        if self.kind == "U":
+            object.__setattr__(self, "kind", "P")
+            if self.op != "sum":
+                raise SpecError(f"U is P(sum); it has no op {self.op!r}", hint=f"write AxisType('P', {self.op!r})")
+        if self.kind not in LOCAL_KINDS:
             raise SpecError(f"unknown local type {self.kind!r}", hint="use one of U, R, I, V, P(op)")
-        if self.kind != "P" and self.op != "sum":
-            object.__setattr__(self, "op", "sum")
         if self.op not in REDUCE_OPS:
-            raise SpecError(f"unknown reduce op {self.op!r}", hint=f"use one of {', '.join(REDUCE_OPS)}")
+            raise SpecError(
+                f"unknown reduce op {self.op!r}", subject=self.op if isinstance(self.op, str) else None,
+                hint="use P(sum), P(avg), P(max) or P(min); U is P(sum)",
+            )
+        if self.kind != "P" and self.op != "sum":
+            raise SpecError(
+                f"local type {self.kind} has no reduce op (got {self.op!r})",
+                hint=f"only P carries an op: write AxisType({self.kind!r}) or AxisType('P', {self.op!r})",
+            )
 
     @property
     def code(self) -> str:
@@ -134,28 +289,105 @@ class AxisType:
             return "U" if self.op == "sum" else f"P({self.op})"
         return self.kind
 
-    @property
-    def is_partial(self) -> bool:
-        return self.kind == "P"
-
 
 R = AxisType("R")
-I = AxisType("I")  # noqa: E741 - the seed's name for Invariant
+I = AxisType("I")  # noqa: E741 - the SPMD type system's name for Invariant
 V = AxisType("V")
 U = AxisType("P", "sum")
+
+
+@lru_cache(maxsize=16384)  # the planner rebuilds the same layouts many times
+def _check_layout(dims: tuple[Dim, ...], axis_types: tuple) -> tuple[tuple[tuple[str, AxisType], ...], int]:
+    """Validate dims and annotations together: (the annotations without explicit I, numel)."""
+    owner: dict[str, str] = {}
+    numel = 1
+    for i, d in enumerate(dims):
+        if not isinstance(d, Dim):
+            raise SpecError(
+                f"TensorType dims must be Dim objects, got {type(d).__name__} {d!r}",
+                hint="write dims=(Dim(8, ('dp',)), Dim(16))",
+            )
+        numel *= d.size
+        for a in d.axes:
+            if a in owner:
+                raise SpecError(
+                    f"mesh axis {a!r} is used twice in one type: it shards {owner[a]} and dim {i}",
+                    subject=a, hint=_REPEAT_HINT,
+                )
+            owner[a] = f"dim {i}"
+    out = []
+    ops: dict[str, str] = {}
+    for pair in axis_types:
+        if not (isinstance(pair, tuple) and len(pair) == 2):
+            raise SpecError(
+                f"axis_types entries must be (mesh axis, AxisType) pairs, got {pair!r}",
+                hint="write axis_types=(('tp', AxisType('P', 'sum')),)",
+            )
+        a, at = pair
+        _check_name(a, "mesh axis name")
+        if not isinstance(at, AxisType):
+            raise SpecError(
+                f"the local type of mesh axis {a!r} must be an AxisType, got {type(at).__name__} {at!r}",
+                hint="write AxisType('R'), AxisType('P', 'max'), ...",
+            )
+        if a in owner:
+            raise SpecError(
+                f"mesh axis {a!r} is used twice in one type: it {'shards' if owner[a].startswith('dim') else 'is'} "
+                f"{owner[a]} and is {at.code}",
+                subject=a, hint=_REPEAT_HINT,
+            )
+        owner[a] = at.code
+        if at.kind == "P":
+            ops.setdefault(at.op, a)
+            if len(ops) > 1:
+                raise SpecError(
+                    f"mixed reduce ops {sorted(ops)} in one type (mesh axis {a!r} is {at.code}, "
+                    f"{ops[next(iter(ops))]!r} is {AxisType('P', next(iter(ops))).code})",
+                    subject=a,
+                    hint="the order of a mixed reduction changes its value; reduce one op first "
+                         "(two redistributions), or use one op on every partial axis",
+                )
+        if at.kind != "I":
+            out.append((a, at))
+    return tuple(out), numel
 
 
 @dataclass(frozen=True, eq=False)
 class TensorType:
     """A global tensor type: dtype, dims (size + sharding axes), and per-axis local types.
 
-    ``axis_types`` lists only annotated axes (in the order written); an axis that is
-    neither listed on a dim nor annotated is Invariant. Equality ignores that order.
+    ``axis_types`` lists only annotated axes (in the order written) other than I; an
+    axis that is neither listed on a dim nor annotated is Invariant. Equality ignores
+    that order.
     """
 
     dtype: str
     dims: tuple[Dim, ...]
     axis_types: tuple[tuple[str, AxisType], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        dtype = self.dtype if self.dtype in DTYPES else canonical_dtype(self.dtype)
+        if dtype is None:
+            raise SpecError(
+                f"unknown dtype {self.dtype!r}", subject=self.dtype if isinstance(self.dtype, str) else None,
+                hint=DTYPE_HINT,
+            )
+        dims = self.dims if type(self.dims) is tuple else _as_tuple(self.dims, "TensorType dims")
+        axis_types = self.axis_types
+        if type(axis_types) is not tuple:
+            axis_types = _as_tuple(axis_types, "TensorType axis_types")
+        try:
+            axis_types, numel = _check_layout(dims, axis_types)
+        except TypeError:  # unhashable fields: check them uncached, which raises
+            axis_types, numel = _check_layout.__wrapped__(dims, axis_types)
+        if numel * DTYPES[dtype][1] >= INT64_LIMIT:
+            raise SpecError(
+                f"the tensor holds {numel * DTYPES[dtype][1]} bytes, which does not fit in int64 "
+                f"(limit 2**63 = {INT64_LIMIT})",
+                hint="element and byte counts are int64; use smaller dims",
+            )
+        # the dataclass is frozen; these are the canonical forms of the same values
+        self.__dict__.update(dtype=dtype, dims=dims, axis_types=axis_types)
 
     # computed once: the planner hashes and compares states hundreds of thousands of times
     @cached_property
@@ -228,8 +460,11 @@ class TensorType:
 
     @property
     def partial_op(self) -> str | None:
-        ops = {t.op for _, t in self.axis_types if t.kind == "P"}
-        return ops.pop() if ops else None
+        """The one reduce op of the partial axes (the constructor refuses mixed ops)."""
+        for _, t in self.axis_types:
+            if t.kind == "P":
+                return t.op
+        return None
 
     def axes_of_kind(self, kind: str) -> tuple[str, ...]:
         return tuple(a for a, t in self.axis_types if t.kind == kind)
@@ -245,10 +480,3 @@ class TensorType:
             dims if dims is not None else self.dims,
             axis_types if axis_types is not None else self.axis_types,
         )
-
-    def is_even(self, mesh: Mesh) -> bool:
-        """True when every sharded dim divides evenly by its axes (JAX can express it)."""
-        for d in self.dims:
-            if d.size % mesh.group_size(d.axes) != 0:
-                return False
-        return True

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from spec_lang.errors import SpecError, locate
-from spec_lang.ir import AxisType, Dim, Mesh, TensorType, canonical_dtype
+from spec_lang.ir import DTYPE_HINT, AxisType, Dim, Mesh, TensorType, canonical_dtype
 from spec_lang.parser import parse, parse_mesh
 
 
@@ -40,10 +40,7 @@ def _dtype(dtype: Any) -> str:
             except TypeError:
                 name = None
     if name is None:
-        raise SpecError(
-            f"unknown dtype {dtype!r}",
-            hint="use float32, bfloat16, float16, float64, int8/16/32/64, uint8 or bool",
-        )
+        raise SpecError(f"unknown dtype {dtype!r}", hint=DTYPE_HINT)
     return name
 
 
@@ -118,8 +115,8 @@ def from_jax(
             hint="pass shape=(8, 16), or pass the jax.Array itself",
         )
     try:
-        shape = tuple(int(s) for s in shape)
-    except (TypeError, ValueError):
+        shape = tuple(shape)  # each size is checked by Dim
+    except TypeError:
         raise SpecError(f"shape must be a sequence of ints, got {shape!r}") from None
     parts = tuple(getattr(obj, "partitions", None) or ())
     if len(parts) > len(shape):
@@ -128,7 +125,7 @@ def from_jax(
             hint="a PartitionSpec has at most one entry per dim",
         )
     entries = list(parts) + [None] * (len(shape) - len(parts))
-    dims = tuple(Dim(size, _spec_entry_axes(e, i)) for i, (size, e) in enumerate(zip(shape, entries, strict=True)))
+    text = repr(obj)  # errors quote what the user passed, as JAX prints it
 
     def order(axes: Any) -> list[str]:
         axes = [str(a) for a in axes]
@@ -136,13 +133,22 @@ def from_jax(
             return sorted(axes, key=m.index)
         return sorted(axes)
 
-    axis_types = tuple((a, AxisType("P", "sum")) for a in order(obj.unreduced))
-    axis_types += tuple((a, AxisType("R")) for a in order(getattr(obj, "reduced", ())))
-    t = TensorType(_dtype(dtype), dims, axis_types)
-    # re-check through the printer/parser path: repeated axes, and axes unknown to the mesh
-    t = parse(str(t))
+    try:
+        dims = tuple(Dim(size, _spec_entry_axes(e, i)) for i, (size, e) in enumerate(zip(shape, entries, strict=True)))
+        axis_types = tuple((a, AxisType("P", "sum")) for a in order(obj.unreduced))
+        axis_types += tuple((a, AxisType("R")) for a in order(getattr(obj, "reduced", ())))
+        t = TensorType(_dtype(dtype), dims, axis_types)
+    except SpecError as e:
+        if e.text is not None:
+            raise
+        pos = None if e.subject is None else locate(text, e.subject)
+        if pos is not None:  # a repeated name: point at its second use
+            pos = locate(text, e.subject, pos + 1) or pos
+        raise SpecError(
+            f"PartitionSpec {text} with shape {list(shape)}: {e.message}", text=text, pos=pos, hint=e.hint,
+        ) from None
     if m is not None:
-        _check_axes(t, m, str(t))
+        _check_axes(t, m, text)
     return t
 
 
@@ -151,7 +157,7 @@ def _check_axes(t: TensorType, m: Mesh, text: str) -> None:
     for a in list(t.sharded_axes) + [a for a, _ in t.axis_types]:
         if a not in m:
             raise SpecError(
-                f"mesh axis {a!r} is not on the mesh {m}", text=text, pos=locate(text, a, text.find("[")),
+                f"mesh axis {a!r} is not on the mesh {m}", text=text, pos=locate(text, a, max(text.find("["), 0)),
                 hint=f"use one of the mesh axes {', '.join(m.names)}",
             )
 
@@ -207,9 +213,10 @@ def to_jax(t: TensorType | str, mesh: Mesh | str | Any) -> Any:
     A jax Mesh may be passed instead and is used as is.
     """
     tt = parse(t)
-    jax_mesh = None if isinstance(mesh, (Mesh, str)) else mesh
     m = _as_mesh(mesh)
-    assert m is not None
+    if m is None:
+        raise SpecError(f"to_jax needs a mesh to place {tt} on", hint="pass a mesh like 'dp=2,tp=4' or a jax Mesh")
+    jax_mesh = None if isinstance(mesh, (Mesh, str)) else mesh
     _check_axes(tt, m, t if isinstance(t, str) else str(tt))
     _refuse_unrepresentable(tt, m)
 

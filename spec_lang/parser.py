@@ -6,8 +6,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from spec_lang.errors import SpecError
-from spec_lang.ir import REDUCE_OPS, AxisType, Dim, Mesh, TensorType, canonical_dtype
+from spec_lang.errors import SpecError, locate
+from spec_lang.ir import AxisType, Dim, Mesh, TensorType
 
 _TYPE_HINT = "write a type like f32[8@(dp,tp),16] or float32[8@dp,16]{U:tp}"
 _MESH_HINT = "write a mesh like dp=2,tp=4 (axis=size, in mesh order)"
@@ -83,10 +83,28 @@ def _names(tree: Any) -> list[Any]:
 
 
 def _int(tok: Any, text: str, what: str) -> int:
-    value = int(tok.value)
-    if value > 2**62:
-        raise SpecError(f"{what} {tok.value} is too large", text=text, pos=tok.start_pos)
-    return value
+    """A number token as an int; past 19 digits it cannot fit int64, so say so before
+    Python's int-string limit (4,300 digits) turns it into a ValueError."""
+    digits = tok.value.lstrip("0") or "0"
+    if len(digits) > 19:
+        shown = tok.value if len(tok.value) <= 24 else tok.value[:12] + "..."
+        raise SpecError(
+            f"{what} {shown} ({len(tok.value)} digits) is too large", text=text, pos=tok.start_pos,
+            hint="sizes must stay below 2**63",
+        )
+    return int(digits)
+
+
+def _caret(e: SpecError, words: list[tuple[str, int]], text: str, fallback: int | None) -> int | None:
+    """Where an IR error points in ``text``: its subject's written position (the second
+    one for a repeated name), else the fallback."""
+    if e.subject is None:
+        return fallback
+    at = [pos for word, pos in words if word == e.subject]
+    if at:
+        return at[1] if len(at) > 1 else at[0]
+    found = locate(text, e.subject)
+    return fallback if found is None else found
 
 
 def parse(text: str) -> TensorType:
@@ -103,65 +121,44 @@ def parse(text: str) -> TensorType:
 
 @lru_cache(maxsize=4096)
 def _parse_type(text: str) -> TensorType:
+    """The grammar gives the structure; the IR constructors judge it (one set of rules
+    for parsed and built types), and their errors get a caret here."""
     tree = _run(text, "type_start", _TYPE_HINT, "type").children[0]
     dtype_tok, *rest = tree.children
-    dtype = canonical_dtype(dtype_tok.value)
-    if dtype is None:
-        raise SpecError(
-            f"unknown dtype {dtype_tok.value!r}", text=text, pos=dtype_tok.start_pos,
-            hint="use f32, bf16, f16, f64, i8, i16, i32, i64, u8, bool or their long names (float32, ...)",
-        )
-    seen: dict[str, int] = {}
-
-    def claim(name: str, pos: int) -> None:
-        if name in seen:
-            raise SpecError(
-                f"mesh axis {name!r} is used twice in one type", text=text, pos=pos,
-                hint="a mesh axis may shard one dim or carry one local type, not both or twice",
-            )
-        seen[name] = pos
-
+    words: list[tuple[str, int]] = [(dtype_tok.value, dtype_tok.start_pos)]
     dims: list[Dim] = []
     axis_types: list[tuple[str, AxisType]] = []
-    for node in rest:
-        if node.data == "dim":
-            size_tok = node.children[0]
-            axes: tuple[str, ...] = ()
-            if len(node.children) > 1:
-                pairs = _names(node.children[1])
-                for name, pos in pairs:
-                    claim(name, pos)
-                axes = tuple(n for n, _ in pairs)
-            dims.append(Dim(_int(size_tok, text, "dim size"), axes))
-        elif node.data == "annotations":
-            for ann in node.children:
-                kind_tok, group = ann.children
-                at = _axis_type(kind_tok, text)
-                for name, pos in _names(group):
-                    claim(name, pos)
-                    axis_types.append((name, at))
-    ops = {at.op for _, at in axis_types if at.kind == "P"}
-    if len(ops) > 1:
-        raise SpecError(
-            f"mixed reduce ops {sorted(ops)} in one type", text=text, pos=text.find("{"),
-            hint="the order of a mixed reduction changes its value; reduce one op first",
-        )
-    return TensorType(dtype, tuple(dims), tuple(axis_types))
+    try:
+        for node in rest:
+            if node.data == "dim":
+                size_tok = node.children[0]
+                size = _int(size_tok, text, "dim size")
+                words.append((str(size), size_tok.start_pos))
+                pairs = _names(node.children[1]) if len(node.children) > 1 else []
+                words += pairs
+                dims.append(Dim(size, tuple(n for n, _ in pairs)))
+            elif node.data == "annotations":
+                for ann in node.children:
+                    kind_tok, group = ann.children
+                    at = _axis_type(kind_tok, text)
+                    pairs = _names(group)
+                    words += pairs
+                    axis_types += [(name, at) for name, _ in pairs]
+        return TensorType(dtype_tok.value, tuple(dims), tuple(axis_types))
+    except SpecError as e:
+        if e.text is not None:
+            raise
+        raise e.at(text, _caret(e, words, text, text.find("["))) from None
 
 
 def _axis_type(tok: Any, text: str) -> AxisType:
     raw = "".join(tok.value.split())
-    if raw == "U":
-        return AxisType("P", "sum")
-    if raw.startswith("P"):
-        op = raw[2:-1] if raw.startswith("P(") else "sum"
-        if op not in REDUCE_OPS:
-            raise SpecError(
-                f"unknown reduce op {op!r}", text=text, pos=tok.start_pos,
-                hint="use P(sum), P(avg), P(max) or P(min); U is P(sum)",
-            )
-        return AxisType("P", op)
-    return AxisType(raw)
+    try:
+        if raw.startswith("P("):
+            return AxisType("P", raw[2:-1])
+        return AxisType(raw)
+    except SpecError as e:
+        raise e.at(text, tok.start_pos) from None
 
 
 def parse_mesh(text: str) -> Mesh:
@@ -178,22 +175,17 @@ def _parse_mesh(text: str) -> Mesh:
     tree = _run(text, "mesh_start", _MESH_HINT, "mesh").children[0]
     names: list[str] = []
     sizes: list[int] = []
+    words: list[tuple[str, int]] = []
     for ax in tree.children:
         name_tok, size_tok = ax.children
-        if name_tok.value in names:
-            raise SpecError(
-                f"mesh axis {name_tok.value!r} is repeated", text=text, pos=name_tok.start_pos,
-                hint="give each mesh axis a unique name",
-            )
         size = _int(size_tok, text, "mesh axis size")
-        if size < 1:
-            raise SpecError(
-                f"mesh axis {name_tok.value!r} has size 0", text=text, pos=size_tok.start_pos,
-                hint="mesh axis sizes are at least 1",
-            )
+        words += [(name_tok.value, name_tok.start_pos), (str(size), size_tok.start_pos)]
         names.append(name_tok.value)
         sizes.append(size)
-    return Mesh(tuple(names), tuple(sizes))
+    try:
+        return Mesh(tuple(names), tuple(sizes))
+    except SpecError as e:
+        raise e.at(text, _caret(e, words, text, None)) from None
 
 
 def parse_shard_order(text: str) -> dict[int, tuple[int | str, ...]]:
@@ -214,7 +206,7 @@ def parse_shard_order(text: str) -> dict[int, tuple[int | str, ...]]:
         for ref in refs:
             tok = ref.children[0]
             if tok.type == "INT":
-                vals.append(int(tok.value))
+                vals.append(_int(tok, text, "mesh dim"))
             elif tok.type == "STRING":
                 vals.append(tok.value[1:-1])
             else:

@@ -158,7 +158,7 @@ def test_from_jax_needs_shape_and_valid_input() -> None:
     with pytest.raises(SpecError, match="expects a PartitionSpec"):
         from_jax("f32[8]", (8,))
     with pytest.raises(SpecError, match="unknown dtype"):
-        from_jax(P("dp"), (8,), dtype="complex64")
+        from_jax(P("dp"), (8,), dtype="complex32")
 
 
 def test_from_jax_defaults_and_dtypes() -> None:

@@ -27,7 +27,7 @@ P_SUM = AxisType("P", "sum")
         ("f32[8]{U:cp, R:tp}", "float32", [(8, ())], {"cp": P_SUM, "tp": AxisType("R")}),
         ("f32[8]{U:(cp,tp)}", "float32", [(8, ())], {"cp": P_SUM, "tp": P_SUM}),
         ("f32[8]{V:(dp,tp)}", "float32", [(8, ())], {"dp": AxisType("V"), "tp": AxisType("V")}),
-        ("f32[8]{I:tp}", "float32", [(8, ())], {"tp": AxisType("I")}),
+        ("f32[8]{I:tp}", "float32", [(8, ())], {}),  # an explicit I is the unannotated type
         ("f32[8]{P(avg):tp}", "float32", [(8, ())], {"tp": AxisType("P", "avg")}),
         ("f32[8]{P(max):(dp,tp)}", "float32", [(8, ())], {"dp": AxisType("P", "max"), "tp": AxisType("P", "max")}),
         ("f32[8]{P( min ):tp}", "float32", [(8, ())], {"tp": AxisType("P", "min")}),
@@ -85,7 +85,7 @@ def test_type_passes_through() -> None:
         ("f32[8@dp]{U:dp}", 12, "used twice"),
         ("f32[8@(tp,dp)]{R:(cp,tp)}", 21, "used twice"),
         ("f32[8]{P(foo):tp}", 7, "unknown reduce op"),
-        ("f32[8]{U:a, P(max):b}", 6, "mixed reduce ops"),
+        ("f32[8]{U:a, P(max):b}", 19, "mixed reduce ops"),
         ("f32[8#]", 5, "unexpected character '#'"),
         ("", 0, "ends too early"),
     ],

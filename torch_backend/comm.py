@@ -94,12 +94,12 @@ def all_gather(ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, group: Gr
 
 
 def reduce_scatter(ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, op: str, group: GroupHandle) -> None:
-    wait(ctx, _reduce_scatter(wire_view(out), wire_view(inp), op=reduce_op(op, inp.dtype), group=group.pg,
+    wait(ctx, _reduce_scatter(wire_view(out, True), wire_view(inp, True), op=reduce_op(op, inp.dtype), group=group.pg,
                               async_op=True))
 
 
 def all_reduce(ctx: MeshContext, buf: torch.Tensor, op: str, group: GroupHandle) -> None:
-    wait(ctx, dist.all_reduce(wire_view(buf), op=reduce_op(op, buf.dtype), group=group.pg, async_op=True))
+    wait(ctx, dist.all_reduce(wire_view(buf, True), op=reduce_op(op, buf.dtype), group=group.pg, async_op=True))
 
 
 def all_to_all(ctx: MeshContext, send: torch.Tensor, send_splits: dict[int, list[int]],
@@ -116,11 +116,11 @@ def all_to_all(ctx: MeshContext, send: torch.Tensor, send_splits: dict[int, list
 
     ins = _per_rank_ints(ctx, send_splits)
     outs = _per_rank_ints(ctx, recv_splits)
-    is_bool = send.dtype == torch.bool
-    got = fc.all_to_all_single(wire_view(send), outs, ins, group.pg)
+    wire = wire_view(send)
+    got = fc.all_to_all_single(wire, outs, ins, group.pg)
     if not isinstance(got, LocalTensor) and hasattr(got, "wait"):
         got = got.wait()
-    return got.view(torch.bool) if is_bool else got
+    return got.view(send.dtype) if wire.dtype != send.dtype else got
 
 
 def _per_rank_ints(ctx: MeshContext, splits: dict[int, list[int]]) -> list[Any]:

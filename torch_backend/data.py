@@ -30,8 +30,11 @@ def global_tensor(t: TensorType, *, seed: int = 0, device: torch.device | str = 
     dt = to_torch_dtype(t.dtype)
     if dt == torch.bool:
         return (base % 2 == 0).reshape(t.shape).to(device)
-    if dt == torch.uint8:
+    if dt == torch.float8_e8m0fnu:  # powers of two only: 2**-4 .. 2**3
+        return torch.exp2((base % 8 - 4).double()).reshape(t.shape).to(dt).to(device)
+    if not dt.is_signed and not dt.is_complex:
         base = base + 56
+    # float8 holds few of these integers exactly; casting once fixes the values every block is cut from
     return base.reshape(t.shape).to(dt).to(device)
 
 
@@ -53,12 +56,20 @@ def block(t: TensorType, mesh: Mesh, g: torch.Tensor, rank: int) -> torch.Tensor
     v_axes = t.axes_of_kind("V")
     if v_axes:
         j, _ = _coord_index(mesh, rank, v_axes)
-        x = ~x if (x.dtype == torch.bool and j % 2) else (x + j if x.dtype != torch.bool else x)
+        x = ~x if (x.dtype == torch.bool and j % 2) else (_add(x, j) if x.dtype != torch.bool else x)
     p_axes = t.partial_axes
     if p_axes:
         j, k = _coord_index(mesh, rank, p_axes)
         x = _share(x, t.partial_op or "sum", j, k)
     return x
+
+
+def _add(x: torch.Tensor, j: int) -> torch.Tensor:
+    """``x + j`` also for dtypes torch cannot add in (uint16/32/64, float8): via float64."""
+    try:
+        return x + j
+    except (NotImplementedError, RuntimeError):
+        return (x.double() + j).to(x.dtype)
 
 
 def _share(x: torch.Tensor, op: str, j: int, k: int) -> torch.Tensor:

@@ -5,33 +5,53 @@ from __future__ import annotations
 import torch
 
 from spec_lang.errors import SpecError
-from spec_lang.ir import DTYPES
+from spec_lang.ir import DTYPE_HINT, DTYPES
 
+# every DSL dtype torch can hold and copy; int1..int4 and uint1..uint4 exist in torch
+# only as shells (no copy kernel), float4_e2m1fn only packed two to a byte, and the
+# float6s, float8_e3m4, float8_e4m3 and float8_e4m3b11fnuz not at all
 TORCH_DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "float64": torch.float64,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "int8": torch.int8,
-    "int16": torch.int16,
-    "int32": torch.int32,
-    "int64": torch.int64,
-    "uint8": torch.uint8,
-    "bool": torch.bool,
+    name: getattr(torch, name)
+    for name in (
+        "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+        "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+        "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
+    )
+    if hasattr(torch, name)
 }
 _NAMES = {v: k for k, v in TORCH_DTYPES.items()}
 
+# what gloo carries as is; the others travel as a same-size carrier (bits unchanged)
+_WIRE_NATIVE = frozenset({
+    torch.int8, torch.int32, torch.int64, torch.uint8, torch.float16, torch.bfloat16,
+    torch.float32, torch.float64, torch.complex64, torch.complex128,
+})
+_CARRIER = {1: torch.uint8, 2: torch.float16, 4: torch.int32, 8: torch.int64}
+# dtypes torch has no addition for (on CPU), so no reduction can run on them
+_NO_REDUCE = frozenset(
+    dt for name, dt in TORCH_DTYPES.items() if name.startswith("float8") or name in ("uint16", "uint32", "uint64")
+)
+
 
 def to_torch_dtype(name: str) -> torch.dtype:
-    """``float32`` (canonical shardc name) -> ``torch.float32``."""
-    return TORCH_DTYPES[name]
+    """``float32`` (canonical shardc name) -> ``torch.float32``; SpecError where torch lacks it."""
+    dt = TORCH_DTYPES.get(name)
+    if dt is None:
+        if name in DTYPES:
+            raise SpecError(
+                f"dtype {name} has no torch equivalent that can hold data",
+                hint="torch lacks it (or has only a packed or placeholder form); store the tensor in a wider "
+                     "dtype such as int8 or bfloat16 and write that dtype in the type",
+            )
+        raise SpecError(f"unknown dtype {name!r}", hint=DTYPE_HINT)
+    return dt
 
 
 def dtype_name(dtype: torch.dtype) -> str:
     """``torch.float32`` -> ``float32``; SpecError for a dtype the DSL cannot write."""
     name = _NAMES.get(dtype)
     if name is None:
-        short = ", ".join(s for s, _ in DTYPES.values())
+        short = ", ".join(DTYPES[n][0] for n in TORCH_DTYPES)
         raise SpecError(f"tensor dtype {dtype} has no shardc type", hint=f"use one of {short}")
     return name
 
@@ -41,9 +61,24 @@ def short_name(dtype: torch.dtype) -> str:
     return DTYPES[dtype_name(dtype)][0]
 
 
-def wire_view(t: torch.Tensor) -> torch.Tensor:
-    """The tensor as the backends see it: bool travels as uint8 (gloo/NCCL lack bool in places).
+def wire_view(t: torch.Tensor, reducing: bool = False) -> torch.Tensor:
+    """The tensor as the backends see it, a view, so no bytes are copied and the byte
+    count (and element count) on the wire is unchanged.
 
-    A view, so no bytes are copied and the byte count on the wire is unchanged.
+    Moving data needs no arithmetic, so a dtype gloo lacks (bool, int16, uint16/32/64,
+    the float8s) travels as a same-size carrier. A reduction does arithmetic: bool goes
+    as uint8 (the op becomes MAX/MIN, see comm.reduce_op), and a dtype torch cannot add
+    is a SpecError.
     """
-    return t.view(torch.uint8) if t.dtype == torch.bool else t
+    if t.dtype in _WIRE_NATIVE:
+        return t
+    if t.dtype == torch.bool:
+        return t.view(torch.uint8)
+    if reducing:
+        if t.dtype in _NO_REDUCE:
+            raise SpecError(
+                f"a pending reduction of {dtype_name(t.dtype)} cannot be carried out: torch has no addition for it",
+                hint="cast the tensor to a wider dtype (float32, int64) before reducing its partial axes",
+            )
+        return t
+    return t.view(_CARRIER[t.element_size()])

@@ -23,7 +23,7 @@ import torch.distributed as dist
 import lowering
 from lowering.program import Program, Step
 from spec_lang.errors import SpecError
-from spec_lang.ir import TensorType, canonical_dtype
+from spec_lang.ir import DTYPE_HINT, TensorType, canonical_dtype
 from spec_lang.parser import parse
 from torch_backend.comm import CollectiveError
 from torch_backend.data import block, expected_block, global_tensor
@@ -53,7 +53,7 @@ def with_dtype(text: str, dtype: str | None) -> TensorType:
         return t
     name = canonical_dtype(dtype)
     if name is None:
-        raise SpecError(f"unknown dtype {dtype!r}", hint="use f32, bf16, f16, f64, i8, i16, i32, i64, u8 or bool")
+        raise SpecError(f"unknown dtype {dtype!r}", hint=DTYPE_HINT)
     return t.replace(dtype=name)
 
 

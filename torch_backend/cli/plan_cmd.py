@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from spec_lang.errors import SpecError
+from spec_lang.errors import SpecError, locate
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,21 +24,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _per_axis(text: str | None, flag: str, default: float) -> tuple[dict[str, float], float]:
+    """``5e-6`` (every axis) or ``dp=5e-6,tp=1e-6``; the CostModel judges the values."""
     if text is None:
         return {}, default
+    from lowering import CostModel
+
+    hint = f"write {flag} 5e-6 or {flag} dp=5e-6,tp=1e-6"
     out: dict[str, float] = {}
+    pos = 0
     try:
         if "=" not in text:
-            return {}, float(text)
-        for part in text.split(","):
-            name, value = part.split("=")
-            out[name.strip()] = float(value)
-    except ValueError:
-        raise SpecError(
-            f"bad {flag} value", text=text, pos=0,
-            hint=f"write {flag} 5e-6 or {flag} dp=5e-6,tp=1e-6",
-        ) from None
-    return out, default
+            value = float(text)
+        else:
+            for part in text.split(","):
+                name, raw = part.split("=")
+                if name.strip() in out:
+                    raise SpecError(f"{flag} gives mesh axis {name.strip()!r} twice", text=text,
+                                    pos=pos + part.index(name.strip()), hint=f"give each mesh axis one {flag} value")
+                out[name.strip()] = float(raw)
+                pos += len(part) + 1
+            value = default
+        CostModel.make(**{flag.lstrip("-"): out or value})
+    except ValueError as e:  # float() or split(), or the CostModel's SpecError
+        if isinstance(e, SpecError) and e.text is not None:
+            raise
+        message = f"bad {flag} value" + (f": {e.message}" if isinstance(e, SpecError) else "")
+        at = locate(text, e.subject) if isinstance(e, SpecError) and e.subject else None
+        raise SpecError(message, text=text, pos=at or 0, hint=hint) from None
+    return out, value
 
 
 def run(args: argparse.Namespace) -> int:

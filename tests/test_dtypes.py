@@ -1,0 +1,142 @@
+"""Every dtype jax.typeof prints: parsed, printed as JAX prints it, mapped to torch.
+
+JAX is the oracle for the names (long and short) and numpy for the byte sizes. torch
+either holds a dtype (same element size, and redistributions under LocalTensorMode
+move its bits unchanged, as a same-size carrier where gloo lacks the dtype) or the
+dtype is a clear SpecError.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+torch = pytest.importorskip("torch")
+
+from torch_utils import from_local, local_mode  # noqa: E402
+
+import lowering  # noqa: E402
+import torch_backend  # noqa: E402
+from spec_lang import DTYPES, SpecError, from_jax, parse  # noqa: E402
+from spec_lang.printer import format_type  # noqa: E402
+from torch_backend.data import global_tensor  # noqa: E402
+from torch_backend.dtypes import TORCH_DTYPES, dtype_name, to_torch_dtype, wire_view  # noqa: E402
+
+
+def _jax_dtypes() -> dict[str, object]:
+    """Every scalar type jax.numpy exports, by numpy dtype name (aliases folded)."""
+    scalar_type = type(jnp.float32)
+    out: dict[str, object] = {}
+    for n in dir(jnp):
+        obj = getattr(jnp, n)
+        if isinstance(obj, scalar_type):
+            out.setdefault(np.dtype(obj).name, obj)
+    return out
+
+
+JAX_DTYPES = _jax_dtypes()
+# what torch cannot hold (a shell dtype with no copy kernel, a packed form, or nothing)
+NO_TORCH = {"int1", "int2", "int4", "uint1", "uint2", "uint4", "float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn",
+            "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz"}
+
+
+def test_every_jax_dtype_is_a_dsl_dtype() -> None:
+    assert len(JAX_DTYPES) >= 25
+    assert set(JAX_DTYPES) == set(DTYPES)
+
+
+@pytest.mark.parametrize("name", sorted(JAX_DTYPES))
+def test_jax_printed_types_parse_and_print_back(name: str) -> None:
+    aval = jax.core.ShapedArray((8, 4), JAX_DTYPES[name])  # what jax.typeof returns
+    t = parse(str(aval))
+    assert t.dtype == name and t.shape == (8, 4)
+    assert str(t) == str(aval)
+    assert format_type(t, short_dtype=True) == aval.str_short(short_dtypes=True)
+    assert parse(aval.str_short(short_dtypes=True)) == t
+    assert t.itemsize == np.dtype(JAX_DTYPES[name]).itemsize
+
+
+# XLA on CPU makes no float6 arrays; their printed form is covered by the ShapedArray test
+@pytest.mark.parametrize("name", sorted(n for n in JAX_DTYPES if not n.startswith("float6")))
+def test_jax_typeof_of_a_real_array_parses(name: str) -> None:
+    with jax.enable_x64(True):
+        x = jnp.zeros((8,), JAX_DTYPES[name])
+        text = str(jax.typeof(x))
+        assert parse(text).dtype == np.dtype(x.dtype).name
+        assert str(parse(text)) == text
+        assert from_jax(jax.sharding.PartitionSpec(), shape=x.shape, dtype=x.dtype) == parse(text)
+
+
+def test_float8_names_parse_with_a_sharding() -> None:
+    assert str(parse("float8_e4m3fn[8@dp]")) == "float8_e4m3fn[8@dp]"
+    assert parse("f8_e5m2[8@(dp,tp)]{U:cp}").dtype == "float8_e5m2"
+    with pytest.raises(SpecError, match="unknown dtype 'float8_e9m9'") as info:
+        parse("float8_e9m9[8]")
+    assert info.value.pos == 0 and "f8_e4m3fn" in info.value.hint
+
+
+@pytest.mark.parametrize("name", sorted(DTYPES))
+def test_torch_mapping_or_a_clear_refusal(name: str) -> None:
+    if name in NO_TORCH:
+        with pytest.raises(SpecError, match=f"dtype {name} has no torch equivalent"):
+            to_torch_dtype(name)
+        return
+    dt = to_torch_dtype(name)
+    assert torch.empty(0, dtype=dt).element_size() == DTYPES[name][1]
+    assert dtype_name(dt) == name
+    g = global_tensor(parse(f"{name}[6,4]"))  # test data exists for every torch dtype
+    assert g.dtype == dt and g.shape == (6, 4)
+
+
+def test_torch_dtypes_the_dsl_cannot_write_are_refused() -> None:
+    with pytest.raises(SpecError, match="has no shardc type"):
+        dtype_name(torch.float4_e2m1fn_x2)
+    with pytest.raises(SpecError, match="unknown dtype"):
+        to_torch_dtype("float33")
+
+
+_GLOO = {torch.int8, torch.int32, torch.int64, torch.uint8, torch.float16, torch.bfloat16, torch.float32,
+         torch.float64, torch.complex64, torch.complex128}
+
+
+@pytest.mark.parametrize("name", sorted(TORCH_DTYPES))
+def test_wire_view_carries_every_dtype_gloo_lacks_bit_for_bit(name: str) -> None:
+    x = global_tensor(parse(f"{name}[12]"))
+    w = wire_view(x)
+    assert w.dtype in _GLOO and w.numel() == x.numel() and w.element_size() == x.element_size()
+    assert w.data_ptr() == x.data_ptr()  # a view: nothing copied
+    if name.startswith("float8") or name in ("uint16", "uint32", "uint64"):
+        with pytest.raises(SpecError, match=f"reduction of {name} cannot be carried out"):
+            wire_view(x, True)
+    else:
+        assert wire_view(x, True).numel() == x.numel()
+
+
+MESH = "dp=2,tp=2"
+NEW = ["uint16", "uint32", "uint64", "int16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+       "float8_e5m2fnuz", "float8_e8m0fnu", "complex64", "complex128", "bool"]
+
+
+def _bits(x: torch.Tensor) -> torch.Tensor:
+    return x.contiguous().view(torch.uint8)
+
+
+@pytest.mark.parametrize("name", NEW)
+@pytest.mark.parametrize(("src", "dst"), [("[8@(dp,tp),6]", "[8,6@tp]"), ("[8@dp,6]", "[8@tp,6@dp]")])
+def test_redistribute_new_dtypes_under_local_tensor_mode(fake_pg, name: str, src: str, dst: str) -> None:  # noqa: ANN001
+    g = global_tensor(parse(f"{name}[8,6]"))
+    with local_mode(fake_pg, 4):
+        x = torch_backend.distribute(g, MESH, name + src)
+        outs = from_local(torch_backend.redistribute(x, name + src, name + dst, MESH))
+    for r, sl in enumerate(lowering.local_slices(name + dst, MESH)):
+        assert outs[r].dtype == g.dtype
+        assert torch.equal(_bits(outs[r]), _bits(g[sl])), f"rank {r}"
+
+
+def test_reducing_a_float8_partial_is_a_spec_error(fake_pg) -> None:  # noqa: ANN001
+    g = global_tensor(parse("f8_e4m3fn[8]"))
+    with local_mode(fake_pg, 4), pytest.raises(SpecError, match="reduction of float8_e4m3fn cannot be carried out"):
+        x = torch_backend.distribute(g, MESH, "f8_e4m3fn[8]{U:dp}")
+        torch_backend.redistribute(x, "f8_e4m3fn[8]{U:dp}", "f8_e4m3fn[8]", MESH)
