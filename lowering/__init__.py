@@ -29,6 +29,8 @@ _EXPORTS = {
     "rank_pieces": "lowering.kinds",
     "CostModel": "lowering.cost",
     "compile": "lowering.planner",
+    "compile_many": "lowering.coalesce",
+    "JointProgram": "lowering.coalesce",
     "lower_bound": "lowering.bounds",
     "simulate": "lowering.simulator",
 }

@@ -12,6 +12,9 @@ from spec_lang.lazy import lazy_exports
 _EXPORTS = {
     "redistribute": "torch_backend.api",
     "distribute": "torch_backend.api",
+    "redistributor": "torch_backend.prepared",
+    "redistribute_many": "torch_backend.coalesce",
+    "Redistributor": "torch_backend.prepared",
     "execute": "torch_backend.executor",
     "context": "torch_backend.groups",
     "MeshContext": "torch_backend.groups",

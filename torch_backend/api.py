@@ -91,10 +91,18 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
 def prepare(x: Any, src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any, *,
             timeout: timedelta | float | None = None,
             agree: bool | None = None) -> tuple[Program, MeshContext, torch.Tensor]:
-    """Every check of a local-tensor call, then the program and its context. No communication."""
+    """Every check of a local-tensor call, then the program and its context. No communication
+    (except ``agree``'s one all_reduce)."""
     if not isinstance(x, torch.Tensor):
         raise SpecError(f"expected a torch.Tensor, got {type(x).__name__}",
                         hint="pass this rank's local block as a tensor")
+    program, ctx = plan_call(src, dst, mesh, timeout=timeout)
+    return program, ctx, check_tensor(x, program.src, ctx, agree)
+
+
+def plan_call(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any, *,
+              timeout: timedelta | float | None = None) -> tuple[Program, MeshContext]:
+    """The checks of a call that do not depend on the tensor, and its program and context."""
     s, d = _type(src, "source"), _type(dst, "destination")
     ctx = context(mesh, timeout=timeout)
     s_text = src if isinstance(src, str) else None
@@ -102,11 +110,19 @@ def prepare(x: Any, src: TensorType | str, dst: TensorType | str, mesh: Mesh | s
     lowering.check_type(s, ctx.mesh, text=s_text)
     lowering.check_type(d, ctx.mesh, text=d_text)
     check_same_global(s, d, s_text, d_text)
-    program = lowering.compile(s, d, ctx.mesh)
+    return lowering.compile(s, d, ctx.mesh), ctx
+
+
+def check_tensor(x: Any, s: TensorType, ctx: MeshContext, agree: bool | None) -> torch.Tensor:
+    """The tensor's checks against the source type; with ``agree`` (or ``SHARDC_AGREE=1``) one
+    4-byte all_reduce makes a tensor wrong on some ranks fail on every rank at once."""
+    if not isinstance(x, torch.Tensor):
+        raise SpecError(f"expected a torch.Tensor, got {type(x).__name__}",
+                        hint="pass this rank's local block as a tensor")
     if agree is None:
         agree = os.environ.get("SHARDC_AGREE", "") not in ("", "0")
     if not agree or ctx.is_local:  # LocalTensorMode checks every rank in this process
-        return program, ctx, check_local(x, s, ctx)
+        return check_local(x, s, ctx)
     try:
         x = check_local(x, s, ctx)
         error = None
@@ -121,7 +137,7 @@ def prepare(x: Any, src: TensorType | str, dst: TensorType | str, mesh: Mesh | s
             text=str(s), pos=str(s).find("["),
             hint="see the error on those ranks: each names its expected local shape",
         )
-    return program, ctx, x
+    return x
 
 
 def _ranks_at_fault(ctx: MeshContext, mine_bad: bool) -> list[int]:

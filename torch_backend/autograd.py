@@ -41,7 +41,7 @@ from lowering.program import Program
 from spec_lang.dual import dual_type
 from spec_lang.errors import SpecError
 from spec_lang.ir import TensorType
-from torch_backend.executor import execute
+from torch_backend.executor import BoundProgram, bind
 from torch_backend.groups import MeshContext
 
 
@@ -63,22 +63,22 @@ def backward_program(program: Program) -> Program:
 
 
 class Redistribute(torch.autograd.Function):
-    """``execute(program, x)`` with the dual program as its backward."""
+    """A bound program's run, with the bound dual program as its backward."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, program: Program, mesh_ctx: MeshContext) -> torch.Tensor:  # type: ignore[override]
-        ctx.program = program
-        ctx.mesh_ctx = mesh_ctx
-        return execute(program, x, ctx=mesh_ctx)
+    def forward(ctx: Any, x: torch.Tensor, bound: BoundProgram) -> torch.Tensor:  # type: ignore[override]
+        ctx.bound = bound
+        return bound.run(x)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
-        back = backward_program(ctx.program)
-        return execute(back, grad, ctx=ctx.mesh_ctx), None, None
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+        return ctx.bound.backward(backward_program).run(grad), None
 
 
-def apply(program: Program, x: torch.Tensor, mesh_ctx: MeshContext) -> torch.Tensor:
-    """Run ``program`` differentiably when autograd is recording ``x``, plainly otherwise."""
+def apply(program: Program, x: torch.Tensor, mesh_ctx: MeshContext, bound: BoundProgram | None = None) -> torch.Tensor:
+    """Run ``program`` differentiably when autograd is recording ``x``, plainly otherwise
+    (``bound``: the program already bound to ``mesh_ctx``, as a prepared call keeps it)."""
+    bound = bound if bound is not None else bind(program, mesh_ctx)
     if torch.is_grad_enabled() and x.requires_grad:
-        return Redistribute.apply(x, program, mesh_ctx)
-    return execute(program, x, ctx=mesh_ctx)
+        return Redistribute.apply(x, bound)
+    return bound.run(x)

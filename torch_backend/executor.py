@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -47,7 +48,7 @@ from torch_backend.comm import CollectiveError, rank_map
 from torch_backend.groups import MeshContext, context
 from torch_backend.runners import RUNNERS, Pieces
 
-__all__ = ["CollectiveError", "Pieces", "build_pieces", "execute"]
+__all__ = ["BoundProgram", "CollectiveError", "Pieces", "bind", "build_pieces", "execute"]
 StepHook = Callable[[int, Step], None]
 
 
@@ -83,15 +84,44 @@ def build_pieces(program: Program, ctx: MeshContext) -> list[Pieces]:
     return out
 
 
+@dataclass(eq=False)
+class BoundProgram:
+    """A program bound to where it runs: its context and this process's pieces of every
+    step (groups created), built once and replayed by every call; its backward is bound
+    on first use."""
+
+    program: Program
+    ctx: MeshContext
+    pieces: list[Pieces]
+    _backward: BoundProgram | None = None
+
+    def run(self, x: torch.Tensor) -> torch.Tensor:
+        return execute(self.program, x, ctx=self.ctx, pieces=self.pieces)
+
+    def backward(self, make: Callable[[Program], Program]) -> BoundProgram:
+        """The bound program of ``make(self.program)`` (the gradient's), cached here."""
+        if self._backward is None:
+            self._backward = bind(make(self.program), self.ctx)
+        return self._backward
+
+
+def bind(program: Program, ctx: MeshContext | None = None) -> BoundProgram:
+    """Check ``program`` against ``ctx``, build this process's pieces and create its groups."""
+    ctx = ctx if ctx is not None else context(program.mesh)
+    return BoundProgram(program, ctx, build_pieces(program, ctx))
+
+
 def execute(program: Program, x: torch.Tensor, *, ctx: MeshContext | None = None,
-            timings: list[float] | None = None, on_step: StepHook | None = None) -> torch.Tensor:
+            timings: list[float] | None = None, on_step: StepHook | None = None,
+            pieces: list[Pieces] | None = None) -> torch.Tensor:
     """Run ``program`` on this rank's block ``x`` (a LocalTensor under LocalTensorMode).
 
     ``timings``: if given, gets each step's wall time (device-synchronized).
     ``on_step(i, step)``: called before step i (the launcher's progress/fault hooks).
+    ``pieces``: the pieces ``build_pieces(program, ctx)`` returned (a bound program's).
     """
     ctx = ctx if ctx is not None else context(program.mesh)
-    plans = build_pieces(program, ctx)
+    plans = pieces if pieces is not None else build_pieces(program, ctx)
     y = x
     for i, (step, plan) in enumerate(zip(program.steps, plans)):
         if on_step is not None:

@@ -1,0 +1,135 @@
+"""Joint programs: many redistributions on one mesh, their collectives merged.
+
+``compile_many(srcs, dsts, mesh)`` compiles each pair, then runs the programs in lockstep:
+in round i, the i-th steps of every program that has one. Within a round, collectives of
+the same kind over the same axis set, reduce op and dtype become *one* collective on
+one packed buffer (the parameters of a layer in an FSDP all_gather), where the kind can
+pack (an all_gather of equal blocks, a reduce_scatter of equal or padded pieces, an
+all_reduce, an exchange); every other step runs on its own. The joint cost is each
+rank's bytes summed over all steps (packing adds none), with one collective, and one
+latency, per merged group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from lowering.cost import DEFAULT_COST_MODEL, CostModel
+from lowering.kinds.groups import group_rows
+from lowering.program import Cost, Program, Step
+from spec_lang.errors import SpecError
+from spec_lang.ir import Mesh, TensorType
+
+# kinds that can share one collective, and the name they share it under
+_PACKABLE = {"all_gather": "all_gather", "reduce_scatter": "reduce_scatter", "all_reduce": "all_reduce",
+             "all_to_all": "exchange", "permute": "exchange"}
+
+
+@dataclass(frozen=True)
+class Merged:
+    """Steps that run as one collective: ``(program index, step index)`` pairs."""
+
+    kind: str  # all_gather | reduce_scatter | all_reduce | exchange | a single step's own kind
+    members: tuple[tuple[int, int], ...]
+
+    @property
+    def packed(self) -> bool:
+        return len(self.members) > 1
+
+
+@dataclass(frozen=True)
+class JointProgram:
+    mesh: Mesh
+    programs: tuple[Program, ...]
+    rounds: tuple[tuple[Merged, ...], ...]
+    cost: Cost
+
+    def step(self, ref: tuple[int, int]) -> Step:
+        return self.programs[ref[0]].steps[ref[1]]
+
+    def __str__(self) -> str:
+        lines = [f"joint program of {len(self.programs)} redistributions on mesh {self.mesh}"]
+        for i, rnd in enumerate(self.rounds, 1):
+            for g in rnd:
+                s = self.step(g.members[0])
+                what = f"{len(g.members)} x " if g.packed else ""
+                lines.append(f"  round {i}: {what}{s.describe() if not g.packed else g.kind + '(' + ','.join(s.axes) + ')'}")
+        c = self.cost
+        lines.append(f"  cost: {c.bytes_sent_max} B sent (max rank), {c.collectives} collective(s)")
+        return "\n".join(lines)
+
+
+@lru_cache(maxsize=4096)
+def _even_groups(step: Step, mesh: Mesh, of: str) -> bool:
+    """Whether every group of ``step`` holds blocks of one size (``of``: src or dst side)."""
+    shapes = step.in_shapes if of == "src" else step.out_shapes
+    numel = np.asarray([int(np.prod(s)) for s in shapes], dtype=np.int64)
+    rows = numel[group_rows(mesh, step.axes)]
+    return bool((rows == rows[:, :1]).all())
+
+
+def packing_key(step: Step, mesh: Mesh) -> tuple | None:
+    """The key under which ``step`` may share a collective, or None when it runs alone."""
+    kind = _PACKABLE.get(step.kind)
+    if kind is None or mesh.group_size(step.axes) == 1 or step.bytes_sent_max == 0:
+        return None
+    if kind == "all_gather" and not _even_groups(step, mesh, "src"):
+        return None
+    if kind == "reduce_scatter" and not (step.padded or _even_groups(step, mesh, "dst")):
+        return None
+    axes = tuple(a for a in mesh.names if a in step.axes)
+    return (kind, axes, step.op, step.src.dtype)
+
+
+def plan_jointly(programs: Sequence[Program], cost_model: CostModel | None = None) -> JointProgram:
+    """Merge ``programs`` (all on one mesh) into rounds of packed collectives."""
+    if not programs:
+        raise SpecError("a joint program needs at least one redistribution")
+    mesh = programs[0].mesh
+    if any(p.mesh != mesh for p in programs):
+        raise SpecError("every redistribution of a joint program must be on the same mesh",
+                        hint="call redistribute_many once per mesh")
+    model = cost_model or DEFAULT_COST_MODEL
+    rounds = []
+    sent = np.zeros(mesh.size, dtype=np.int64)
+    time, colls = 0.0, 0
+    for i in range(max(len(p.steps) for p in programs)):
+        buckets: dict[tuple, list[tuple[int, int]]] = {}
+        alone: list[Merged] = []
+        for j, p in enumerate(programs):
+            if i >= len(p.steps):
+                continue
+            s = p.steps[i]
+            sent += np.asarray(s.bytes_sent, dtype=np.int64)
+            key = packing_key(s, mesh)
+            if key is None:
+                alone.append(Merged(s.kind, ((j, i),)))
+                colls += int(s.is_collective)
+                time += model.step_time(s.axes, s.bytes_sent_max, s.is_collective)
+            else:
+                buckets.setdefault(key, []).append((j, i))
+        merged = []
+        for key, refs in buckets.items():
+            merged.append(Merged(key[0] if len(refs) > 1 else programs[refs[0][0]].steps[i].kind, tuple(refs)))
+            per_rank = sum(np.asarray(programs[j].steps[k].bytes_sent, dtype=np.int64) for j, k in refs)
+            colls += 1
+            time += model.step_time(key[1], int(np.max(per_rank)), True)
+        rounds.append(tuple(merged) + tuple(alone))
+    peak = max(p.cost.peak_bytes_max for p in programs)
+    cost = Cost(int(sent.max()), colls, peak, time)
+    return JointProgram(mesh, tuple(programs), tuple(rounds), cost)
+
+
+def compile_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Mesh | str, *,
+                 cost_model: CostModel | None = None) -> JointProgram:
+    """Compile every ``srcs[i] -> dsts[i]`` on ``mesh`` and merge them (see the module docstring)."""
+    from lowering.planner import compile
+
+    if len(srcs) != len(dsts):
+        raise SpecError(f"{len(srcs)} source types but {len(dsts)} destination types",
+                        hint="pass one destination type per source type")
+    return plan_jointly([compile(s, d, mesh, cost_model=cost_model) for s, d in zip(srcs, dsts)], cost_model)

@@ -1,0 +1,178 @@
+"""Packed collectives: several tensors' steps of one kind over one group as ONE collective.
+
+Each function takes the steps' pieces (per tensor: mesh rank -> pieces) and blocks, and
+returns the next blocks. Every tensor's part sits at a fixed offset inside each member's
+segment of one flat buffer, so a member's segment is the concatenation of its parts::
+
+    all_gather  [a0 b0] [a1 b1] [a2 b2]  =>  every rank: [a0 b0 | a1 b1 | a2 b2]
+
+Preconditions (``lowering.coalesce.packing_key``): equal blocks for an all_gather, equal
+or padded pieces for a reduce_scatter, one reduce op and one dtype per packed collective.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from lowering.kinds.base import numel
+from lowering.program import Step
+from torch_backend import comm
+from torch_backend.comm import finish_avg, rank_map
+from torch_backend.groups import MeshContext
+from torch_backend.runners import Pieces
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1) if t.is_contiguous() else t.contiguous().view(-1)
+
+
+def _stack(ctx: MeshContext, xs: Sequence[torch.Tensor]) -> dict[int, list[torch.Tensor]]:
+    """Per played rank, the plain local blocks of every tensor."""
+    return {r: [comm.local_of(x, r) for x in xs] for r in ctx.ranks}
+
+
+def _split(ctx: MeshContext, outs: dict[int, list[torch.Tensor]], count: int) -> list[torch.Tensor]:
+    """Per-rank lists of ``count`` tensors -> ``count`` tensors (LocalTensors when simulating)."""
+    if not ctx.is_local:
+        return outs[ctx.rank]
+    from torch.distributed._local_tensor import LocalTensor
+
+    return [LocalTensor({r: outs[r][j] for r in ctx.ranks}) for j in range(count)]
+
+
+def _mapped(ctx: MeshContext, fn: Callable[[int], torch.Tensor]) -> torch.Tensor:
+    """A buffer per played rank from ``fn(rank)`` (a LocalTensor when simulating)."""
+    return rank_map(ctx, fn)
+
+
+def all_gather(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
+               xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    blocks = _stack(ctx, xs)
+    sizes = {r: [p[r].chunk for p in pieces] for r in ctx.ranks}
+    send = _mapped(ctx, lambda r: torch.cat([_flat(b) for b in blocks[r]]))
+    out = _mapped(ctx, lambda r: blocks[r][0].new_empty(pieces[0][r].n * sum(sizes[r])))
+    comm.all_gather(ctx, out, send, ctx.group(steps[0].axes, ctx.ranks[0]))
+    res: dict[int, list[torch.Tensor]] = {}
+    with _plain(ctx):
+        for r in ctx.ranks:
+            o, total = comm.local_of(out, r), sum(sizes[r])
+            ys, off = [], 0
+            for j, p in enumerate(pieces):
+                y = blocks[r][j].new_empty(p[r].out_shape)
+                for i, pc in enumerate(p[r].recv):
+                    if pc.numel:
+                        y[pc.dst].copy_(o[i * total + off:i * total + off + pc.numel].view(pc.shape))
+                off += sizes[r][j]
+                ys.append(y)
+            res[r] = ys
+    return _split(ctx, res, len(xs))
+
+
+def reduce_scatter(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
+                   xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    blocks = _stack(ctx, xs)
+    op = steps[0].op or "sum"
+    # LocalTensorMode cannot split a buffer of 0 elements per member: keep one dummy element
+    sizes = {r: [p[r].chunk for p in pieces] for r in ctx.ranks}
+    total = {r: max(sum(sizes[r]), 1 if ctx.is_local else 0) for r in ctx.ranks}
+
+    def pack(r: int) -> torch.Tensor:
+        n = pieces[0][r].n
+        buf = blocks[r][0].new_zeros(n * total[r])
+        off = 0
+        for j, p in enumerate(pieces):
+            for i, pc in enumerate(p[r].send):
+                if pc.numel:
+                    start = i * total[r] + off
+                    buf[start:start + pc.numel].view(pc.shape).copy_(blocks[r][j][pc.src])
+            off += sizes[r][j]
+        return buf
+
+    send = _mapped(ctx, pack)
+    out = _mapped(ctx, lambda r: blocks[r][0].new_empty(total[r]))
+    comm.reduce_scatter(ctx, out, send, op, ctx.group(steps[0].axes, ctx.ranks[0]))
+    res: dict[int, list[torch.Tensor]] = {}
+    with _plain(ctx):
+        for r in ctx.ranks:
+            o, off, ys = comm.local_of(out, r), 0, []
+            for j, p in enumerate(pieces):
+                k = numel(p[r].out_shape)
+                ys.append(finish_avg(o[off:off + k].clone().view(p[r].out_shape), op, p[r].n))
+                off += sizes[r][j]
+            res[r] = ys
+    return _split(ctx, res, len(xs))
+
+
+def all_reduce(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
+               xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    blocks = _stack(ctx, xs)
+    op = steps[0].op or "sum"
+    buf = _mapped(ctx, lambda r: torch.cat([_flat(b) for b in blocks[r]]))
+    comm.all_reduce(ctx, buf, op, ctx.group(steps[0].axes, ctx.ranks[0]))
+    res: dict[int, list[torch.Tensor]] = {}
+    with _plain(ctx):
+        for r in ctx.ranks:
+            o, off, ys = comm.local_of(buf, r), 0, []
+            for j, b in enumerate(blocks[r]):
+                ys.append(finish_avg(o[off:off + b.numel()].view(b.shape), op, pieces[j][r].n))
+                off += b.numel()
+            res[r] = ys
+    return _split(ctx, res, len(xs))
+
+
+def exchange(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
+             xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """all_to_all and permute: per member, every tensor's piece for it, back to back."""
+    blocks = _stack(ctx, xs)
+    members = {r: pieces[0][r].members for r in ctx.ranks}
+    send_splits = {r: [sum(p[r].send[i].numel for p in pieces) for i in range(len(members[r]))] for r in ctx.ranks}
+    recv_splits = {r: [sum(p[r].recv[i].numel for p in pieces) for i in range(len(members[r]))] for r in ctx.ranks}
+
+    def pack(r: int) -> torch.Tensor:
+        parts = [_flat(blocks[r][j][p[r].send[i].src]) for i in range(len(members[r]))
+                 for j, p in enumerate(pieces) if p[r].send[i].numel]
+        return torch.cat(parts) if parts else blocks[r][0].new_empty(0)
+
+    send = _mapped(ctx, pack)
+    got = comm.all_to_all(ctx, send, send_splits, recv_splits, ctx.group(steps[0].axes, ctx.ranks[0]))
+    res: dict[int, list[torch.Tensor]] = {}
+    with _plain(ctx):
+        for r in ctx.ranks:
+            o = comm.local_of(got, r)
+            ys = []
+            for j, p in enumerate(pieces):
+                y = blocks[r][j].new_empty(p[r].out_shape)
+                sp = p[r].self_piece
+                if sp.numel:
+                    y[sp.dst].copy_(blocks[r][j][sp.src])
+                ys.append(y)
+            off = 0
+            for i in range(len(members[r])):
+                for j, p in enumerate(pieces):
+                    pc = p[r].recv[i]
+                    if pc.numel:
+                        ys[j][pc.dst].copy_(o[off:off + pc.numel].view(pc.shape))
+                        off += pc.numel
+            res[r] = ys
+    return _split(ctx, res, len(xs))
+
+
+class _plain:
+    """Plain per-rank torch ops under LocalTensorMode (the mode off), nothing elsewhere."""
+
+    def __init__(self, ctx: MeshContext) -> None:
+        self._cm = ctx.local_mode.disable() if ctx.is_local else None
+
+    def __enter__(self) -> None:
+        if self._cm is not None:
+            self._cm.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._cm is not None:
+            self._cm.__exit__(*exc)
+
+
+PACKED = {"all_gather": all_gather, "reduce_scatter": reduce_scatter, "all_reduce": all_reduce,
+          "exchange": exchange}

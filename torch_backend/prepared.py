@@ -1,0 +1,64 @@
+"""Prepared redistributions: everything about a call that does not depend on the tensor,
+done once, so that a training loop's hundreds of calls per step pay only for the data.
+
+    f = torch_backend.redistributor("f32[8@dp,16]", "f32[8,16]", "dp=2,tp=4")
+    y = f(x)   # == redistribute(x, "f32[8@dp,16]", "f32[8,16]", "dp=2,tp=4"), bit for bit
+
+The types are parsed and checked against the mesh, the program compiled, the mesh
+context resolved and this rank's pieces of every step built (its process groups
+created) when the redistributor is made; each call checks only the tensor (dtype,
+device, this rank's shape) and runs. Autograd works as with ``redistribute``; the
+backward program is bound on the first backward.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import torch
+
+from lowering.program import Program
+from spec_lang.ir import Mesh, TensorType
+from torch_backend import autograd
+from torch_backend.api import check_tensor, plan_call
+from torch_backend.executor import BoundProgram, bind
+
+
+class Redistributor:
+    """A compiled, bound redistribution; call it on this rank's block."""
+
+    def __init__(self, bound: BoundProgram, agree: bool | None = None) -> None:
+        self._bound = bound
+        self._agree = agree
+
+    @property
+    def program(self) -> Program:
+        return self._bound.program
+
+    @property
+    def src(self) -> TensorType:
+        return self._bound.program.src
+
+    @property
+    def dst(self) -> TensorType:
+        return self._bound.program.dst
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        b = self._bound
+        x = check_tensor(x, b.program.src, b.ctx, self._agree)
+        return autograd.apply(b.program, x, b.ctx, bound=b)
+
+    def __repr__(self) -> str:
+        return f"Redistributor({self.src} -> {self.dst} on {self.program.mesh})"
+
+
+def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any, *,
+                  timeout: timedelta | float | None = None, agree: bool | None = None) -> Redistributor:
+    """Prepare ``redistribute(x, src, dst, mesh)`` for many calls (see the module docstring).
+
+    Every check that does not depend on the tensor runs here, before any communication:
+    a bad type, mesh or world is a SpecError now, not at the first call.
+    """
+    program, ctx = plan_call(src, dst, mesh, timeout=timeout)
+    return Redistributor(bind(program, ctx), agree)
