@@ -174,3 +174,19 @@ def test_run_progress_counts_ranks_as_they_start(capsys, monkeypatch) -> None:
     assert said == ["starting 4 ranks (gloo)", "1/4 ranks started", "2/4 ranks started", "4 ranks started",
                     "process group ready (gloo); running the program", "5 timed runs done",
                     "a rank failed; collecting the reports", "all ranks reported"]
+
+
+def test_show_wraps_long_rank_lists_inside_tiles(capsys: pytest.CaptureFixture[str]) -> None:
+    """Replicated axes make long rank lists: they wrap at commas in their tile (one band)
+    rather than cutting the grid into bands or a rank number in two."""
+    rc, out, _ = _run(capsys, "show", "f32[10@tp]", "--mesh", "dp=3,tp=4,cp=5", "--no-color", "--width", "80")
+    assert rc == 0 and "band" not in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    columns: dict[int, str] = {}
+    for line in out.splitlines():
+        if line.startswith("\u2502"):
+            for j, cell in enumerate(line.split("\u2502")[2:-1]):
+                columns[j] = columns.get(j, "") + cell.strip()
+    # the layout algebra: block 0:3 (tp=0) is held by the ranks whose tp coordinate is 0
+    assert columns == {0: "0-4,20-24,40-44", 1: "5-9,25-29,45-49", 2: "10-14,30-34,50-54",
+                       3: "15-19,35-39,55-59"}, out

@@ -114,14 +114,35 @@ def grid(b: Any, shape: tuple[int, ...], fixed: list[tuple[int, int]]) -> Grid:
 
 def bands(g: Grid, width: int) -> tuple[int, list[range]]:
     """One tile width for every column (JAX's picture keeps every rank number whole), and
-    the column ranges that fit ``width`` side by side next to the row labels."""
-    cell = min(MAX_CELL, max(len(t) for t in g.col_labels + [t for row in g.cells for t, _ in row]))
+    the column ranges that fit ``width`` side by side next to the row labels.
+
+    Long rank lists wrap at commas inside their tile when that lets all columns fit in one
+    band; otherwise the grid is cut into bands of columns at the natural tile width.
+    """
+    texts = [t for row in g.cells for t, _ in row]
+    natural = min(MAX_CELL, max(len(t) for t in g.col_labels + texts))
+    narrowest = max(len(t) for t in g.col_labels + [tok + "," for t in texts for tok in t.split(",")])
     label = max(len(t) for t in [g.corner, *g.row_labels])
     # rich draws each column as padding 1 + text + padding 1, plus one border per column and one at the end
     room = width - (label + 3) - 1
-    per_band = max(1, room // (cell + 3))
     n = len(g.col_labels)
+    fit_one_band = room // n - 3
+    cell = natural if fit_one_band >= natural else (fit_one_band if fit_one_band >= narrowest else natural)
+    per_band = max(1, room // (cell + 3))
     return cell, [range(i, min(n, i + per_band)) for i in range(0, n, per_band)]
+
+
+def wrap_ranks(text: str, width: int) -> str:
+    """``0-4,20-24,40-44`` in tiles ``width`` wide: lines broken after commas."""
+    lines: list[str] = []
+    for tok in text.split(","):
+        if lines and len(lines[-1]) + 1 + len(tok) + 1 <= width:
+            lines[-1] += "," + tok
+        else:
+            if lines:
+                lines[-1] += ","
+            lines.append(tok)
+    return "\n".join(lines)
 
 
 def _table(g: Grid, cols: range, cell: int, colour: Any, title: str) -> Any:
@@ -133,7 +154,8 @@ def _table(g: Grid, cols: range, cell: int, colour: Any, title: str) -> Any:
     for j in cols:
         table.add_column(g.col_labels[j], justify="center", min_width=cell, max_width=cell, overflow="fold")
     for label, row in zip(g.row_labels, g.cells, strict=True):
-        table.add_row(label, *[Text(row[j][0], style=colour(row[j][1])) for j in cols])
+        table.add_row(label, *[Text(wrap_ranks(row[j][0], cell), style=colour(row[j][1]), justify="center")
+                               for j in cols])
     return table
 
 
