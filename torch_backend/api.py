@@ -54,7 +54,8 @@ def _type(t: TensorType | str, what: str) -> TensorType:
 
 def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str | None = None,
                  mesh: Mesh | str | Any | None = None, *,
-                 timeout: timedelta | float | None = None, agree: bool | None = None) -> torch.Tensor:
+                 timeout: timedelta | float | None = None, agree: bool | None = None,
+                 async_op: bool = False) -> Any:
     """Turn this rank's block ``x`` of type ``src`` into its block of type ``dst`` on ``mesh``.
 
     * local tensors: ``redistribute(x, 'f32[8@dp,16]', 'f32[8,16@dp]', 'dp=2,tp=4')``; the
@@ -74,8 +75,16 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
     fails on every rank at once, each naming the ranks at fault. It is off by default
     because a call that is wrong the same way everywhere already fails everywhere
     without it, and the extra collective costs a latency on every call.
+
+    ``async_op=True`` (local tensors) returns a handle at once, its last collective on the
+    wire where the kind allows (an even all_gather or reduce_scatter into its output, an
+    all_reduce); ``handle.wait()`` gives the result, differentiable like the sync call.
+    Every check still runs before any collective; do not modify ``x`` before ``wait()``.
     """
     if _is_dtensor(x):
+        if async_op:
+            raise SpecError("async_op=True takes a local tensor, not a DTensor",
+                            hint="pass dt.to_local() with its source type and mesh, or drop async_op")
         stated, dst = (None, src) if dst is None else (src, dst)
         return _redistribute_dtensor(x, stated, dst, mesh, timeout=timeout, agree=agree)
     if dst is None:
@@ -85,6 +94,8 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
         raise SpecError("redistribute of a local tensor needs the mesh",
                         hint="pass mesh='dp=2,tp=4' (or a DeviceMesh)")
     program, ctx, x = prepare(x, src, dst, mesh, timeout=timeout, agree=agree)
+    if async_op:
+        return autograd.apply_async(program, x, ctx)
     return autograd.apply(program, x, ctx)
 
 

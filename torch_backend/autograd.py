@@ -41,7 +41,7 @@ from lowering.program import Program
 from spec_lang.dual import dual_type
 from spec_lang.errors import SpecError
 from spec_lang.ir import TensorType
-from torch_backend.executor import BoundProgram, bind
+from torch_backend.executor import BoundProgram, Pending, bind
 from torch_backend.groups import MeshContext
 
 
@@ -82,3 +82,38 @@ def apply(program: Program, x: torch.Tensor, mesh_ctx: MeshContext, bound: Bound
     if torch.is_grad_enabled() and x.requires_grad:
         return Redistribute.apply(x, bound)
     return bound.run(x)
+
+
+class _Finish(torch.autograd.Function):
+    """The end of an async redistribution, on autograd's tape from ``x``."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, pending: Pending) -> torch.Tensor:  # type: ignore[override]
+        ctx.bound = pending.bound
+        return pending.result()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+        return ctx.bound.backward(backward_program).run(grad), None
+
+
+class Handle:
+    """What ``redistribute(..., async_op=True)`` returns: ``wait()`` gives the result (the
+    same tensor on every call), differentiable when the input requires grad."""
+
+    def __init__(self, pending: Pending, x: torch.Tensor) -> None:
+        self._pending, self._x, self._out = pending, x, None
+
+    def wait(self) -> torch.Tensor:
+        if self._out is None:
+            if torch.is_grad_enabled() and self._x.requires_grad:
+                self._out = _Finish.apply(self._x, self._pending)
+            else:
+                self._out = self._pending.result()
+        return self._out
+
+
+def apply_async(program: Program, x: torch.Tensor, mesh_ctx: MeshContext, bound: BoundProgram | None = None) -> Handle:
+    """Start ``program`` on ``x`` and return its handle (see ``executor.Pending``)."""
+    bound = bound if bound is not None else bind(program, mesh_ctx)
+    return Handle(Pending(bound, x.detach() if x.requires_grad else x), x)

@@ -7,6 +7,9 @@ current block, and returns the next block (a LocalTensor under LocalTensorMode).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
 from lowering.kinds import RankPieces
@@ -330,3 +333,32 @@ def _permute(ctx: MeshContext, g: GroupHandle, plan: RankPieces, x: torch.Tensor
     for p, tmp in later:
         y[p.dst].copy_(tmp)
     return y
+
+
+# ---- launched without waiting (async redistribute) ---------------------------------------
+
+Launched = tuple[Any, Callable[[], torch.Tensor]]  # (the work to wait for, what finishes the step)
+
+
+def launch(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> Launched | None:
+    """Start ``step``'s collective and return its work and finish, where the result lands
+    straight in its output (an even all_gather or reduce_scatter whose blocks lie back to
+    back, an all_reduce) on a real group; None where the step must run synchronously."""
+    p0 = _first(plans)
+    if ctx.is_local or p0.n == 1 or step.bytes_sent_max == 0:
+        return None
+    g = _group(ctx, step)
+    if step.kind == "all_gather" and p0.even and p0.direct:
+        y, src = x.new_empty(p0.out_shape), _flat(x)
+        work = comm.all_gather(ctx, y.view(-1), src, g, launch_only=True)
+        return work, lambda: y
+    op = step.op or "sum"
+    if step.kind == "reduce_scatter" and p0.direct:
+        y, src = x.new_empty(p0.out_shape), _flat(x)
+        work = comm.reduce_scatter(ctx, y.view(-1), src, op, g, launch_only=True)
+        return work, lambda: finish_avg(y, op, p0.n)
+    if step.kind == "all_reduce":
+        buf = x.clone(memory_format=torch.contiguous_format)
+        work = comm.all_reduce(ctx, buf, op, g, launch_only=True)
+        return work, lambda: finish_avg(buf, op, p0.n)
+    return None

@@ -89,17 +89,23 @@ def wait(ctx: MeshContext, work: Any) -> None:
         work.wait()
 
 
-def all_gather(ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, group: GroupHandle) -> None:
-    wait(ctx, _all_gather(wire_view(out), wire_view(inp), group=group.pg, async_op=True))
+def all_gather(ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, group: GroupHandle,
+               launch_only: bool = False) -> Any:
+    """Gather into ``out``; ``launch_only`` returns the work unwaited (wait with ``wait``)."""
+    work = _all_gather(wire_view(out), wire_view(inp), group=group.pg, async_op=True)
+    return work if launch_only else wait(ctx, work)
 
 
-def reduce_scatter(ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, op: str, group: GroupHandle) -> None:
-    wait(ctx, _reduce_scatter(wire_view(out, True), wire_view(inp, True), op=reduce_op(op, inp.dtype), group=group.pg,
-                              async_op=True))
+def reduce_scatter(ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, op: str, group: GroupHandle,
+                   launch_only: bool = False) -> Any:
+    work = _reduce_scatter(wire_view(out, True), wire_view(inp, True), op=reduce_op(op, inp.dtype), group=group.pg,
+                           async_op=True)
+    return work if launch_only else wait(ctx, work)
 
 
-def all_reduce(ctx: MeshContext, buf: torch.Tensor, op: str, group: GroupHandle) -> None:
-    wait(ctx, dist.all_reduce(wire_view(buf, True), op=reduce_op(op, buf.dtype), group=group.pg, async_op=True))
+def all_reduce(ctx: MeshContext, buf: torch.Tensor, op: str, group: GroupHandle, launch_only: bool = False) -> Any:
+    work = dist.all_reduce(wire_view(buf, True), op=reduce_op(op, buf.dtype), group=group.pg, async_op=True)
+    return work if launch_only else wait(ctx, work)
 
 
 def all_to_all(ctx: MeshContext, send: torch.Tensor, send_splits: dict[int, list[int]],

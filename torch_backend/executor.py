@@ -105,6 +105,53 @@ class BoundProgram:
         return self._backward
 
 
+class Pending:
+    """An async redistribution: ``wait()`` gives the result. Every step before the last
+    collective ran already and the last collective is on the wire (where its kind can be
+    launched, see ``collectives.launch``); ``wait()`` waits for it and runs what follows.
+    Do not modify the input before ``wait()``."""
+
+    def __init__(self, bound: BoundProgram, x: torch.Tensor) -> None:
+        self.bound, self._x = bound, x
+        steps = bound.program.steps
+        last = max((i for i, s in enumerate(steps) if s.is_collective and s.bytes_sent_max > 0), default=-1)
+        self._result: torch.Tensor | None = None
+        self._launched: collectives.Launched | None = None
+        self._rest = last + 1
+        y = execute(_prefix(bound.program, last), x, ctx=bound.ctx, pieces=bound.pieces[:last]) if last > 0 else x
+        if last >= 0:
+            self._launched = collectives.launch(bound.ctx, steps[last], bound.pieces[last], y)
+            if self._launched is None:  # run it now: collectives go out in call order on every rank
+                self._rest = last
+        self._y = y
+        if self._launched is None:
+            self.result()
+
+    def result(self) -> torch.Tensor:
+        """Wait for the collective in flight and run the remaining steps (once)."""
+        if self._result is None:
+            y = self._y
+            if self._launched is not None:
+                work, finish = self._launched
+                comm.wait(self.bound.ctx, work)
+                y = finish()
+            b = self.bound
+            rest = b.program.steps[self._rest:]
+            y = execute(_suffix(b.program, self._rest), y, ctx=b.ctx, pieces=b.pieces[self._rest:]) if rest else y
+            if _aliases(b.ctx, y, self._x):
+                y = rank_map(b.ctx, lambda r, t: t.clone(memory_format=torch.contiguous_format), y)
+            self._result, self._y, self._launched = y, None, None
+        return self._result
+
+
+def _prefix(program: Program, k: int) -> Program:
+    return Program(program.mesh, program.src, program.steps[k - 1].dst, program.steps[:k], program.cost)
+
+
+def _suffix(program: Program, k: int) -> Program:
+    return Program(program.mesh, program.steps[k].src, program.dst, program.steps[k:], program.cost)
+
+
 def bind(program: Program, ctx: MeshContext | None = None) -> BoundProgram:
     """Check ``program`` against ``ctx``, build this process's pieces and create its groups."""
     ctx = ctx if ctx is not None else context(program.mesh)

@@ -44,9 +44,13 @@ class Redistributor:
     def dst(self) -> TensorType:
         return self._bound.program.dst
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, *, async_op: bool = False) -> Any:
+        """This rank's block of the destination (with ``async_op``, a handle whose ``wait()``
+        gives it, as ``redistribute(..., async_op=True)``)."""
         b = self._bound
         x = check_tensor(x, b.program.src, b.ctx, self._agree)
+        if async_op:
+            return autograd.apply_async(b.program, x, b.ctx, bound=b)
         return autograd.apply(b.program, x, b.ctx, bound=b)
 
     def __repr__(self) -> str:
