@@ -230,6 +230,8 @@ def test_the_parser_marks_ir_errors_with_a_caret() -> None:
         ("f32[8@dp]{R:dp}", "f32[8@dp]{R:".__len__()),
         ("q32[8]", 0),
         ("f32[8]{P(prod):dp}", "f32[8]{".__len__()),
+        ("f32[8@f32,4@f32]", "f32[8@f32,4@".__len__()),  # an axis named like the dtype
+        ("dp[8@dp]", 0),
     ]
     for text, pos in cases:
         with pytest.raises(SpecError) as info:
