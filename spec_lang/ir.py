@@ -108,9 +108,12 @@ def _check_name(name: object, what: str) -> str:
 
 def _check_int(value: object, what: str, lowest: int, too_small: str, hint: str) -> int:
     """A plain int in [lowest, 2**63): bool refused, numpy ints canonicalised to int."""
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise SpecError(f"{what} must be an int, got {type(value).__name__} {value!r}", hint=hint)
-    n = operator.index(value)
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        n = operator.index(value)  # int and numpy ints; not float, not bool
+    except TypeError:
+        raise SpecError(f"{what} must be an int, got {type(value).__name__} {value!r}", hint=hint) from None
     if n < lowest:
         raise SpecError(too_small.format(n), subject=str(n), hint=hint)
     if n >= INT64_LIMIT:
