@@ -369,7 +369,7 @@ class TensorType:
     axis_types: tuple[tuple[str, AxisType], ...] = field(default=())
 
     def __post_init__(self) -> None:
-        dtype = self.dtype if self.dtype in DTYPES else canonical_dtype(self.dtype)
+        dtype = self.dtype if type(self.dtype) is str and self.dtype in DTYPES else canonical_dtype(self.dtype)
         if dtype is None:
             raise SpecError(
                 f"unknown dtype {self.dtype!r}", subject=self.dtype if isinstance(self.dtype, str) else None,
