@@ -85,13 +85,17 @@ class CostModel:
         object.__setattr__(self, "default_alpha", _seconds(self.default_alpha, "default_alpha"))
         object.__setattr__(self, "default_beta", _seconds(self.default_beta, "default_beta"))
         b = self.spare_axis_bytes
-        if isinstance(b, bool) or not hasattr(b, "__index__"):
+        try:
+            if isinstance(b, bool):
+                raise TypeError
+            n = operator.index(b)  # int and numpy ints; not float, not bool
+        except TypeError:
             raise SpecError(f"spare_axis_bytes must be an int (bytes), got {type(b).__name__} {b!r}",
-                            hint="give a byte count, e.g. 65536, or 0 for a pure bytes-first plan")
-        if operator.index(b) < 0:
+                            hint="give a byte count, e.g. 65536, or 0 for a pure bytes-first plan") from None
+        if n < 0:
             raise SpecError(f"spare_axis_bytes must be >= 0, got {b}",
                             hint="give a byte count, e.g. 65536, or 0 for a pure bytes-first plan")
-        object.__setattr__(self, "spare_axis_bytes", operator.index(b))
+        object.__setattr__(self, "spare_axis_bytes", n)
 
     @staticmethod
     def make(alpha: Mapping[str, float] | float | None = None, beta: Mapping[str, float] | float | None = None,

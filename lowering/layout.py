@@ -74,12 +74,16 @@ def local_shapes(t: TensorType, mesh: Mesh) -> tuple[tuple[int, ...], ...]:
 
 def local_shape(t: TensorType, mesh: Mesh, rank: int) -> tuple[int, ...]:
     """``rank``'s local shape; a rank off the mesh is a SpecError."""
-    if isinstance(rank, bool) or not hasattr(rank, "__index__") or not 0 <= operator.index(rank) < mesh.size:
+    try:
+        r = -1 if isinstance(rank, bool) else operator.index(rank)
+    except TypeError:
+        r = -1
+    if not 0 <= r < mesh.size:
         raise SpecError(
             f"rank {rank!r} is not on the mesh {mesh} (ranks 0..{mesh.size - 1})",
             hint="ranks are row-major over the mesh axes, from 0 to the mesh size - 1",
         )
-    b = boxes(t, mesh)[operator.index(rank)]
+    b = boxes(t, mesh)[r]
     return tuple(int(hi - lo) for lo, hi in b)
 
 

@@ -108,9 +108,12 @@ def _check_name(name: object, what: str) -> str:
 
 def _check_int(value: object, what: str, lowest: int, too_small: str, hint: str) -> int:
     """A plain int in [lowest, 2**63): bool refused, numpy ints canonicalised to int."""
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise SpecError(f"{what} must be an int, got {type(value).__name__} {value!r}", hint=hint)
-    n = operator.index(value)
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        n = operator.index(value)  # int and numpy ints; not float, not bool
+    except TypeError:
+        raise SpecError(f"{what} must be an int, got {type(value).__name__} {value!r}", hint=hint) from None
     if n < lowest:
         raise SpecError(too_small.format(n), subject=str(n), hint=hint)
     if n >= INT64_LIMIT:
@@ -366,7 +369,7 @@ class TensorType:
     axis_types: tuple[tuple[str, AxisType], ...] = field(default=())
 
     def __post_init__(self) -> None:
-        dtype = self.dtype if self.dtype in DTYPES else canonical_dtype(self.dtype)
+        dtype = self.dtype if type(self.dtype) is str and self.dtype in DTYPES else canonical_dtype(self.dtype)
         if dtype is None:
             raise SpecError(
                 f"unknown dtype {self.dtype!r}", subject=self.dtype if isinstance(self.dtype, str) else None,

@@ -125,7 +125,11 @@ def _parse_type(text: str) -> TensorType:
     for parsed and built types), and their errors get a caret here."""
     tree = _run(text, "type_start", _TYPE_HINT, "type").children[0]
     dtype_tok, *rest = tree.children
-    words: list[tuple[str, int]] = [(dtype_tok.value, dtype_tok.start_pos)]
+    try:
+        dtype = TensorType(dtype_tok.value, ()).dtype  # the dtype first, with its own caret
+    except SpecError as e:
+        raise e.at(text, dtype_tok.start_pos) from None
+    words: list[tuple[str, int]] = []  # axis names and sizes where written, for carets
     dims: list[Dim] = []
     axis_types: list[tuple[str, AxisType]] = []
     try:
@@ -144,7 +148,7 @@ def _parse_type(text: str) -> TensorType:
                     pairs = _names(group)
                     words += pairs
                     axis_types += [(name, at) for name, _ in pairs]
-        return TensorType(dtype_tok.value, tuple(dims), tuple(axis_types))
+        return TensorType(dtype, tuple(dims), tuple(axis_types))
     except SpecError as e:
         if e.text is not None:
             raise

@@ -140,3 +140,16 @@ def test_reducing_a_float8_partial_is_a_spec_error(fake_pg) -> None:  # noqa: AN
     with local_mode(fake_pg, 4), pytest.raises(SpecError, match="reduction of float8_e4m3fn cannot be carried out"):
         x = torch_backend.distribute(g, MESH, "f8_e4m3fn[8]{U:dp}")
         torch_backend.redistribute(x, "f8_e4m3fn[8]{U:dp}", "f8_e4m3fn[8]", MESH)
+
+
+@pytest.mark.parametrize("name", sorted(TORCH_DTYPES))
+@pytest.mark.parametrize("ann", ["{U:dp}", "{P(avg):dp}", "{P(max):dp}", "{P(min):dp}", "{V:dp}"])
+def test_test_data_exists_for_every_dtype_and_local_type(name: str, ann: str) -> None:
+    from spec_lang import parse_mesh
+    from torch_backend.data import all_blocks
+
+    t = parse(f"{name}[6@tp]{ann}")
+    g = global_tensor(t)
+    blocks = all_blocks(t, parse_mesh(MESH), g)
+    assert [b.dtype for b in blocks] == [g.dtype] * 4
+    assert [tuple(b.shape) for b in blocks] == [(3,)] * 4

@@ -19,10 +19,10 @@ from spec_lang.ir import DTYPES, MAX_MESH_AXES, AxisType, Dim, Mesh, TensorType
 from spec_lang.printer import format_type
 
 AXES = ["dp", "tp", "cp", "a", "b", "_x1"]
-BAD_AXES = ["", "1x", "a-b", "dp ", 3, None]
+BAD_AXES = ["", "1x", "a-b", "dp ", 3, None, ["dp"]]
 LONG = sorted(DTYPES)
 SHORT = sorted(s for s, _ in DTYPES.values())
-BAD_DTYPES = ["", "f33", "float8", "F32", "float32 ", "int", 32, None]
+BAD_DTYPES = ["", "f33", "float8", "F32", "float32 ", "int", 32, None, [], {"f32": 1}]
 
 # mostly valid fields, so that both accepted and refused objects are common
 sizes = st.one_of(
@@ -36,8 +36,8 @@ axis_lists = st.one_of(
     st.lists(axis_names, max_size=2),
     st.sampled_from(AXES),  # a bare string is refused, not split into letters
 )
-kinds = st.sampled_from(["R", "I", "V", "P", "U"] * 3 + ["X", "", "p"])
-ops = st.sampled_from(["sum"] * 8 + ["avg", "max", "min", "prod", ""])
+kinds = st.sampled_from(["R", "I", "V", "P", "U"] * 3 + ["X", "", "p", None, ["R"]])
+ops = st.sampled_from(["sum"] * 8 + ["avg", "max", "min", "prod", "", None, ["sum"]])
 
 
 def _try(fn, *args):  # noqa: ANN001, ANN202
@@ -230,6 +230,8 @@ def test_the_parser_marks_ir_errors_with_a_caret() -> None:
         ("f32[8@dp]{R:dp}", "f32[8@dp]{R:".__len__()),
         ("q32[8]", 0),
         ("f32[8]{P(prod):dp}", "f32[8]{".__len__()),
+        ("f32[8@f32,4@f32]", "f32[8@f32,4@".__len__()),  # an axis named like the dtype
+        ("dp[8@dp]", 0),
     ]
     for text, pos in cases:
         with pytest.raises(SpecError) as info:

@@ -28,7 +28,7 @@ _WIRE_NATIVE = frozenset({
 })
 _CARRIER = {1: torch.uint8, 2: torch.float16, 4: torch.int32, 8: torch.int64}
 # dtypes torch has no addition for (on CPU), so no reduction can run on them
-_NO_REDUCE = frozenset(
+NO_ARITHMETIC = frozenset(
     dt for name, dt in TORCH_DTYPES.items() if name.startswith("float8") or name in ("uint16", "uint32", "uint64")
 )
 
@@ -75,7 +75,7 @@ def wire_view(t: torch.Tensor, reducing: bool = False) -> torch.Tensor:
     if t.dtype == torch.bool:
         return t.view(torch.uint8)
     if reducing:
-        if t.dtype in _NO_REDUCE:
+        if t.dtype in NO_ARITHMETIC:
             raise SpecError(
                 f"a pending reduction of {dtype_name(t.dtype)} cannot be carried out: torch has no addition for it",
                 hint="cast the tensor to a wider dtype (float32, int64) before reducing its partial axes",
