@@ -17,10 +17,9 @@ def resolve(t: TensorType | str, mesh: Mesh | str) -> tuple[TensorType, Mesh]:
 
 def check_type(t: TensorType, mesh: Mesh, text: str | None = None) -> None:
     """Every axis the type names exists on the mesh; otherwise a SpecError at that axis."""
-    src = text if text is not None else str(t)
-    named = list(t.sharded_axes) + [a for a, _ in t.axis_types]
-    for a in named:
+    for a in (*t.sharded_axes, *(a for a, _ in t.axis_types)):
         if a not in mesh:
+            src = text if text is not None else str(t)  # formatted only for the error: calls are hot
             raise SpecError(
                 f"mesh axis {a!r} is not on the mesh {mesh}",
                 text=src, pos=locate(src, a, src.find("[")),

@@ -32,6 +32,7 @@ from spec_lang.parser import parse
 from torch_backend import autograd, comm
 from torch_backend.comm import rank_map
 from torch_backend.dtypes import dtype_name, short_name, to_torch_dtype
+from torch_backend.executor import BoundProgram, bind
 from torch_backend.groups import MeshContext, context
 
 
@@ -93,10 +94,14 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
     if mesh is None:
         raise SpecError("redistribute of a local tensor needs the mesh",
                         hint="pass mesh='dp=2,tp=4' (or a DeviceMesh)")
-    program, ctx, x = prepare(x, src, dst, mesh, timeout=timeout, agree=agree)
+    if not isinstance(x, torch.Tensor):
+        raise SpecError(f"expected a torch.Tensor, got {type(x).__name__}",
+                        hint="pass this rank's local block as a tensor")
+    bound = bound_call(src, dst, mesh, timeout=timeout)
+    x = check_tensor(x, bound.program.src, bound.ctx, agree)
     if async_op:
-        return autograd.apply_async(program, x, ctx)
-    return autograd.apply(program, x, ctx)
+        return autograd.apply_async(bound.program, x, bound.ctx, bound=bound)
+    return autograd.apply(bound.program, x, bound.ctx, bound=bound)
 
 
 def prepare(x: Any, src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any, *,
@@ -111,17 +116,43 @@ def prepare(x: Any, src: TensorType | str, dst: TensorType | str, mesh: Mesh | s
     return program, ctx, check_tensor(x, program.src, ctx, agree)
 
 
+# (src, dst, id(ctx)) -> the call's bound program; a hit skips parsing, checks and compiling.
+# The context is kept in the entry and compared by identity, so a recycled id never matches.
+_CALLS: dict[tuple[Any, Any, int], BoundProgram] = {}
+_CALLS_MAX = 4096
+
+
 def plan_call(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any, *,
               timeout: timedelta | float | None = None) -> tuple[Program, MeshContext]:
     """The checks of a call that do not depend on the tensor, and its program and context."""
-    s, d = _type(src, "source"), _type(dst, "destination")
+    bound = bound_call(src, dst, mesh, timeout=timeout)
+    return bound.program, bound.ctx
+
+
+def bound_call(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any, *,
+               timeout: timedelta | float | None = None) -> BoundProgram:
+    """``plan_call``'s program bound to its context (this rank's pieces, groups made), cached
+    per (src, dst, context): the hot path of a repeated call is two dictionary lookups."""
     ctx = context(mesh, timeout=timeout)
+    key = (src, dst, id(ctx))
+    try:
+        hit = _CALLS.get(key)
+    except TypeError:  # an unhashable type argument: _type refuses it below
+        hit, key = None, None
+    if hit is not None and hit.ctx is ctx:
+        return hit
+    s, d = _type(src, "source"), _type(dst, "destination")
     s_text = src if isinstance(src, str) else None
     d_text = dst if isinstance(dst, str) else None
     lowering.check_type(s, ctx.mesh, text=s_text)
     lowering.check_type(d, ctx.mesh, text=d_text)
     check_same_global(s, d, s_text, d_text)
-    return lowering.compile(s, d, ctx.mesh), ctx
+    bound = bind(lowering.compile(s, d, ctx.mesh), ctx)
+    if key is not None:
+        if len(_CALLS) >= _CALLS_MAX:
+            _CALLS.clear()
+        _CALLS[key] = bound
+    return bound
 
 
 def check_tensor(x: Any, s: TensorType, ctx: MeshContext, agree: bool | None) -> torch.Tensor:

@@ -22,7 +22,7 @@ import torch
 from lowering.coalesce import JointProgram, plan_jointly
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
-from torch_backend.api import _ranks_at_fault, check_tensor, plan_call
+from torch_backend.api import _ranks_at_fault, bound_call, check_tensor
 from torch_backend.autograd import backward_program
 from torch_backend.comm import rank_map
 from torch_backend.executor import _aliases, build_pieces
@@ -116,12 +116,8 @@ def redistribute_many(xs: Sequence[torch.Tensor], srcs: Sequence[TensorType | st
 def prepare_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Mesh | str | Any, *,
                  timeout: timedelta | float | None = None) -> JointBound:
     """The tensor-independent part of ``redistribute_many``: checked, compiled and bound."""
-    programs, ctx = [], None
-    for s, d in zip(srcs, dsts):
-        program, ctx = plan_call(s, d, mesh, timeout=timeout)
-        programs.append(program)
-    assert ctx is not None
-    return bind_joint(plan_jointly(programs), ctx)
+    bounds = [bound_call(s, d, mesh, timeout=timeout) for s, d in zip(srcs, dsts)]
+    return JointBound(plan_jointly([b.program for b in bounds]), bounds[0].ctx, [b.pieces for b in bounds])
 
 
 def _check_all(xs: Sequence[torch.Tensor], bound: JointBound, agree: bool | None) -> list[torch.Tensor]:

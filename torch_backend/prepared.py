@@ -21,8 +21,8 @@ import torch
 from lowering.program import Program
 from spec_lang.ir import Mesh, TensorType
 from torch_backend import autograd
-from torch_backend.api import check_tensor, plan_call
-from torch_backend.executor import BoundProgram, bind
+from torch_backend.api import bound_call, check_tensor
+from torch_backend.executor import BoundProgram
 
 
 class Redistributor:
@@ -64,5 +64,4 @@ def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str
     Every check that does not depend on the tensor runs here, before any communication:
     a bad type, mesh or world is a SpecError now, not at the first call.
     """
-    program, ctx = plan_call(src, dst, mesh, timeout=timeout)
-    return Redistributor(bind(program, ctx), agree)
+    return Redistributor(bound_call(src, dst, mesh, timeout=timeout), agree)

@@ -1,0 +1,149 @@
+"""Per-call host overhead on 2 gloo ranks (CPU), shardc against DTensor in one run:
+
+    python bench/overhead.py [--calls 2000] [--profile]
+
+1. ``f32[64,64] -> f32[64@dp,64]``: no communication (a local slice). shardc's
+   ``redistribute``, a prepared ``redistributor``, and ``DTensor.redistribute(Replicate ->
+   Shard(0))``. Targets: redistribute <= 25 us per call and <= 0.25x DTensor's.
+2. ``f32[64@dp,64] -> f32[64,64]``: one all_gather. The time outside the collective is
+   the call's time minus the bare ``all_gather_into_tensor`` on the same buffers.
+   Target: <= 30 us.
+3. 32 FSDP-like parameters, ``f32[n@dp,k] -> f32[n,k]`` looped (one redistribute per
+   parameter) against DTensor's loop. Target: <= 0.9x DTensor's loop.
+
+A figure is the median over 5 rounds of the mean per-call time in a round, slowest rank.
+``--profile`` prints rank 0's cProfile of the no-communication call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+WORLD = 2
+
+
+def _per_call(fn: Any, calls: int) -> float:
+    import torch.distributed as dist
+
+    for _ in range(20):
+        fn()
+    rounds = []
+    for _ in range(5):
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        rounds.append((time.perf_counter() - t0) / calls)
+    return statistics.median(rounds)
+
+
+def rank_main(rank: int, store: str, calls: int, profile: bool, out_path: str) -> None:
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    import torch_backend
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD,
+                            timeout=timedelta(seconds=120))
+    dm = init_device_mesh("cpu", (WORLD,), mesh_dim_names=("dp",))
+    mesh = "dp=2"
+    row: dict[str, float] = {}
+
+    full = torch.randn(64, 64)
+    row["local_shardc"] = _per_call(lambda: torch_backend.redistribute(full, "f32[64,64]", "f32[64@dp,64]", mesh),
+                                    calls)
+    prep = torch_backend.redistributor("f32[64,64]", "f32[64@dp,64]", mesh)
+    row["local_prepared"] = _per_call(lambda: prep(full), calls)
+    rep = DTensor.from_local(full, dm, [Replicate()], run_check=False)
+    row["local_dtensor"] = _per_call(lambda: rep.redistribute(dm, [Shard(0)]).to_local(), calls)
+    if profile and rank == 0:
+        import cProfile
+        import pstats
+
+        pr = cProfile.Profile()
+        pr.enable()
+        for _ in range(2000):
+            torch_backend.redistribute(full, "f32[64,64]", "f32[64@dp,64]", mesh)
+        pr.disable()
+        pstats.Stats(pr).sort_stats("cumulative").print_stats(25)
+
+    part = torch.randn(32, 64)
+    out = torch.empty(64, 64)
+    n = max(calls // 4, 50)
+    row["gather_shardc"] = _per_call(lambda: torch_backend.redistribute(part, "f32[64@dp,64]", "f32[64,64]", mesh), n)
+    gprep = torch_backend.redistributor("f32[64@dp,64]", "f32[64,64]", mesh)
+    row["gather_prepared"] = _per_call(lambda: gprep(part), n)
+    row["gather_bare"] = _per_call(lambda: dist.all_gather_into_tensor(out, part), n)
+    sh = DTensor.from_local(part, dm, [Shard(0)], run_check=False)
+    row["gather_dtensor"] = _per_call(lambda: sh.redistribute(dm, [Replicate()]).to_local(), n)
+
+    shapes = [((64, 128, 256, 512, 1024)[i % 5], (16, 32, 64, 128)[(i * 3) % 4]) for i in range(24)]
+    shapes += [((64, 128, 256, 512, 1024)[i % 5], 1) for i in range(8)]
+    xs = [torch.randn(a // WORLD, b) for a, b in shapes]
+    srcs = [f"f32[{a}@dp,{b}]" for a, b in shapes]
+    dsts = [f"f32[{a},{b}]" for a, b in shapes]
+    dts = [DTensor.from_local(x, dm, [Shard(0)], run_check=False) for x in xs]
+    m = max(calls // 100, 10)
+    row["loop32_shardc"] = _per_call(
+        lambda: [torch_backend.redistribute(x, s, d, mesh) for x, s, d in zip(xs, srcs, dsts)], m)
+    row["loop32_dtensor"] = _per_call(lambda: [d.redistribute(dm, [Replicate()]).to_local() for d in dts], m)
+    row["many32_shardc"] = _per_call(lambda: torch_backend.redistribute_many(xs, srcs, dsts, mesh), m)
+
+    gathered: list[Any] = [None] * WORLD
+    dist.all_gather_object(gathered, row)
+    if rank == 0:
+        Path(out_path).write_text(json.dumps({k: max(g[k] for g in gathered) for k in row}))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args()
+    import torch.multiprocessing as mp
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "row.json")
+        mp.spawn(rank_main, args=(os.path.join(tmp, "store"), args.calls, args.profile, out), nprocs=WORLD,
+                 join=True)
+        r = json.loads(Path(out).read_text())
+    us = {k: v * 1e6 for k, v in r.items()}
+    print(f"2 gloo ranks, {os.cpu_count()} cores; per call, median of 5 rounds, slowest rank")
+    print(f"1. no communication   shardc {us['local_shardc']:8.1f} us   prepared {us['local_prepared']:8.1f} us   "
+          f"DTensor {us['local_dtensor']:8.1f} us")
+    ratio = r["local_shardc"] / r["local_dtensor"]
+    print(f"   targets: <= 25 us: {'met' if us['local_shardc'] <= 25 else 'NOT met'}; ratio {ratio:.2f} <= 0.25: "
+          f"{'met' if ratio <= 0.25 else 'NOT met'}")
+    outside = us["gather_shardc"] - us["gather_bare"]
+    outside_p = us["gather_prepared"] - us["gather_bare"]
+    print(f"2. one all_gather     shardc {us['gather_shardc']:8.1f} us   prepared {us['gather_prepared']:8.1f} us   "
+          f"DTensor {us['gather_dtensor']:8.1f} us   bare collective {us['gather_bare']:8.1f} us")
+    print(f"   outside the collective: shardc {outside:.1f} us, prepared {outside_p:.1f} us "
+          f"(target <= 30 us: {'met' if outside <= 30 else 'NOT met'})")
+    loop = r["loop32_shardc"] / r["loop32_dtensor"]
+    print(f"3. 32 parameters      shardc loop {r['loop32_shardc'] * 1e3:7.2f} ms   DTensor loop "
+          f"{r['loop32_dtensor'] * 1e3:7.2f} ms   redistribute_many {r['many32_shardc'] * 1e3:7.2f} ms")
+    print(f"   ratio shardc loop / DTensor loop {loop:.2f} (target <= 0.9: {'met' if loop <= 0.9 else 'NOT met'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
