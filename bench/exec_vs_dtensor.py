@@ -2,19 +2,19 @@
 
     python bench/exec_vs_dtensor.py [--iters 20] [--sizes small,medium] [--json out.json]
 
-Every 8-rank case of the public corpus runs at two sizes: *small* (the corpus shapes)
+Every 8-rank case of ``bench/cases/redistribute.jsonl`` runs at two sizes: *small* (its shapes)
 and *medium* (one dim scaled so the global tensor has about 2**18 elements; the
 largest dim that neither side shards is scaled when there is one, so the layout's
 unevenness is kept). Each implementation gets 2 warm-up calls, then ``--iters`` timed
 calls, each after a barrier; a case's time is the median over calls of the slowest
-rank. DTensor gets flattened meshes for every contiguous axis group (as in the
-corpus), and its inputs are built with ``DTensor.from_local`` from the same blocks, in
+rank. DTensor gets flattened meshes for every contiguous axis group (as its recorded
+plans do), and its inputs are built with ``DTensor.from_local`` from the same blocks, in
 the ``_StridedShard`` form where a dim's axis order is not mesh order.
 
 Reported per case: both times, ``speedup = dtensor / shardc``, and whether DTensor's
 output was right. Summary: the median speedup, and the median over the cases where
-DTensor's default plan moves at least twice the lower bound (the corpus's
-``dtensor_default.bytes_sent_max`` vs ``lower_bound.bytes``, measured at the corpus
+DTensor's default plan moves at least twice the lower bound (the recorded
+``dtensor_default.bytes_sent_max`` vs ``lower_bound.bytes``, measured at the case
 size; the plans' shapes do not change with size).
 
 Numbers on a 2-core machine with 8 ranks are dominated by scheduling (8 processes
@@ -41,7 +41,7 @@ from spec_lang.ir import Dim, TensorType  # noqa: E402
 from spec_lang.parser import parse, parse_mesh  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = (REPO / ".." / "shared" / "corpus" / "redistribute_public.jsonl").resolve()
+CASES = REPO / "bench" / "cases" / "redistribute.jsonl"
 WORLD = 8
 MEDIUM = 2**18
 
@@ -62,7 +62,7 @@ def scaled(src: TensorType, dst: TensorType, target: int) -> tuple[TensorType, T
 
 def load_cases() -> list[dict[str, Any]]:
     out = []
-    for line in CORPUS.read_text().splitlines():
+    for line in CASES.read_text().splitlines():
         c = json.loads(line)
         if parse_mesh(c["mesh"]).size == WORLD and "large" not in c["tags"]:
             out.append(c)
@@ -204,8 +204,8 @@ def main() -> int:
     ap.add_argument("--sizes", default="small,medium")
     ap.add_argument("--json", default=None, help="also write rows and summary here")
     args = ap.parse_args()
-    if not CORPUS.is_file():
-        print(f"corpus not found at {CORPUS}", file=sys.stderr)
+    if not CASES.is_file():
+        print(f"cases not found at {CASES}", file=sys.stderr)
         return 2
     import torch.multiprocessing as mp
 
