@@ -89,7 +89,7 @@ def _flatten_all(dm: Any, names: tuple[str, ...]) -> None:
             dm[names[i:j]]._flatten()
 
 
-def rank_main(rank: int, port: int, iters: int, sizes: list[str], out_path: str) -> None:
+def rank_main(rank: int, store_path: str, iters: int, sizes: list[str], out_path: str) -> None:
     import logging
     from datetime import timedelta
 
@@ -104,7 +104,7 @@ def rank_main(rank: int, port: int, iters: int, sizes: list[str], out_path: str)
     from torch_backend.data import block, expected_block, global_tensor
 
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)  # its "suboptimal" notes
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD,
+    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=WORLD,
                             timeout=timedelta(seconds=120))
     meshes: dict[str, Any] = {}
     rows = []
@@ -209,13 +209,13 @@ def main() -> int:
         return 2
     import torch.multiprocessing as mp
 
-    from torch_backend.launcher import free_port
-
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rows.json")
         t0 = time.time()
-        mp.spawn(rank_main, args=(free_port(), args.iters, args.sizes.split(","), out), nprocs=WORLD, join=True)
+        # a FileStore in the temporary directory: no port that another process could take
+        store = os.path.join(tmp, "store")
+        mp.spawn(rank_main, args=(store, args.iters, args.sizes.split(","), out), nprocs=WORLD, join=True)
         rows = json.loads(Path(out).read_text())
     print(f"8 gloo ranks on CPU ({os.cpu_count()} cores), {args.iters} timed calls per case, "
           f"{time.time() - t0:.0f}s in all\n")
