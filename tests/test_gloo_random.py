@@ -16,8 +16,6 @@ the executor, and the test asserts that each path is hit.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
@@ -46,12 +44,12 @@ def executor_paths(program: Program, mesh: Mesh) -> set[str]:
     """The executor paths that ``program``'s steps take on real process groups."""
     out: set[str] = set()
     for st in program.steps:
-        if st.kind == "permute" and any(st.bytes_sent):
+        sb, db = boxes(st.src, mesh), boxes(st.dst, mesh)
+        if st.kind == "permute" and not np.array_equal(sb, db):  # some rank's block moves
             out.add("permute")
         if st.kind not in ("all_gather", "reduce_scatter"):
             continue
         gather = st.kind == "all_gather"
-        sb, db = boxes(st.src, mesh), boxes(st.dst, mesh)
         # all_gather: members' src blocks tile the dst block; reduce_scatter: members' dst
         # blocks tile the (reduced) src block
         whole, piece = (db, sb) if gather else (sb, db)
@@ -148,7 +146,7 @@ def test_the_draw_hits_every_real_group_path() -> None:
     cases, hits = gloo_cases()
     assert all(hits[p] >= PER_PATH for p in PATHS), hits
     assert len(cases) <= len(MESHES) * PLAIN_PER_MESH + len(PATHS) * PER_PATH
-    assert math.prod(parse_mesh(m).size for m in MESHES) == 8 ** len(MESHES)  # every mesh fills the pool
+    assert all(parse_mesh(m).size == 8 for m in MESHES)  # every case runs on all of the pool's ranks
 
 
 @pytest.mark.timeout(300)
