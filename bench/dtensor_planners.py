@@ -11,9 +11,9 @@ DTensor (torch 2.13) plans a redistribution in ``torch.distributed.tensor._redis
   collective on a flattened mesh, when such a mesh was created with ``_flatten()``.
   ``redistribute_local_tensor`` runs exactly these two calls, so we do too.
 
-Everything runs on the fake process group (rank 0), as the corpus anchors did:
+Everything runs on the fake process group (rank 0), as the recorded anchors did:
 flattened meshes exist for every contiguous axis group, and the min-cost planner uses
-DTensor's CPU topology default. Each transform is priced with the corpus cost model on
+DTensor's CPU topology default. Each transform is priced with the cost model of ``bench/regen_cases.py`` on
 the *padded* local buffers DTensor hands to the collective, per rank, from the exact
 per-rank layouts of shardc's layout algebra (``lowering.layout.boxes``):
 
@@ -27,7 +27,7 @@ local (chunk, ...)  0
 
 The unpadded figures use the true local sizes: (n-1)*b, (n-1)/n*B_in, 2(n-1)/n*B,
 (n-1)/n*B_local. Run ``python bench/dtensor_planners.py`` to print both live planners
-beside the figures recorded in the corpus (a disagreement is flagged, never hidden).
+beside the figures recorded in ``bench/cases/redistribute.jsonl`` (a disagreement is flagged, never hidden).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from spec_lang.ir import Mesh, TensorType  # noqa: E402
 from spec_lang.parser import parse, parse_mesh  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-CORPUS_PATH = (REPO_ROOT / ".." / "shared" / "corpus" / "redistribute_public.jsonl").resolve()
+CASES_PATH = REPO_ROOT / "bench" / "cases" / "redistribute.jsonl"
 PLANNERS = ("default", "min_cost")
 RECORDED_KEY = {"default": "dtensor_default", "min_cost": "dtensor_min_cost"}
 _TORCH_DTYPES = {
@@ -63,10 +63,10 @@ _TORCH_DTYPES = {
 }
 
 
-def load_corpus(path: Path = CORPUS_PATH) -> list[dict[str, Any]]:
+def load_cases(path: Path = CASES_PATH) -> list[dict[str, Any]]:
     """The redistribute cases, one dict per jsonl line."""
     if not path.is_file():
-        raise FileNotFoundError(f"corpus not found at {path} (expected ../shared/corpus beside the repo)")
+        raise FileNotFoundError(f"cases not found at {path} (run bench/regen_cases.py)")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
@@ -90,7 +90,7 @@ class DTStep:
 
 @dataclass(frozen=True)
 class DTPlan:
-    """A live DTensor plan for one case and planner, priced with the corpus cost model."""
+    """A live DTensor plan for one case and planner, priced with the cost model of ``bench/regen_cases.py``."""
 
     planner: str  # "default" or "min_cost"
     algorithm: str  # "greedy" or "graph" (what DTensor really ran)
@@ -108,7 +108,7 @@ class DTPlan:
 
 @dataclass
 class Comparison:
-    """Live figures beside the corpus's recorded ones for one planner."""
+    """Live figures beside the recorded ones for one planner."""
 
     planner: str
     live: DTPlan
@@ -208,7 +208,7 @@ class DTensorPlanners:
     # specs ---------------------------------------------------------------------------
     def spec(self, mesh: Mesh | str, t: TensorType, placements: str,
              order: dict[str, Sequence[str]] | None = None) -> Any:
-        """A DTensorSpec for ``placements`` (corpus text) and an optional shard_order."""
+        """A DTensorSpec for ``placements`` (text such as ``S(0),R``) and an optional shard_order."""
         import torch
         from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry, TensorMeta
         from torch.distributed.tensor.placement_types import Partial, Replicate, Shard, _StridedShard
@@ -240,7 +240,7 @@ class DTensorPlanners:
         return DTensorSpec(dm, tuple(pl), tensor_meta=meta, shard_order=tuple(entries))
 
     def case_specs(self, case: dict[str, Any]) -> tuple[Any, Any, TensorType, Mesh]:
-        """(src spec, dst spec, src type, mesh) from a corpus case's ``anchor_inputs.dtensor``."""
+        """(src spec, dst spec, src type, mesh) from a case's ``anchor_inputs.dtensor``."""
         m = parse_mesh(case["mesh"])
         t = parse(case["src"])
         inp = case["anchor_inputs"]["dtensor"]
@@ -271,7 +271,7 @@ class DTensorPlanners:
         return "graph" if forced or planner == "min_cost" else "greedy"
 
     def plan(self, case: dict[str, Any], planner: str) -> DTPlan:
-        """The live plan of ``planner`` ("default" or "min_cost") for a corpus case, priced."""
+        """The live plan of ``planner`` ("default" or "min_cost") for a case, priced."""
         try:
             src, dst, t, m = self.case_specs(case)
             infos = self.transform_infos(src, dst, planner)
@@ -280,7 +280,7 @@ class DTensorPlanners:
             return DTPlan(planner=planner, algorithm="?", error=f"{type(e).__name__}: {e}")
 
     def compare(self, case: dict[str, Any]) -> dict[str, Comparison]:
-        """Both live planners beside the corpus's recorded figures."""
+        """Both live planners beside the recorded figures."""
         return {p: compare_recorded(p, self.plan(case, p), case.get(RECORDED_KEY[p])) for p in PLANNERS}
 
 
@@ -390,7 +390,7 @@ def price_plan(infos: Sequence[Any], src_spec: Any, dst: TensorType, t: TensorTy
 
 
 def compare_recorded(planner: str, live: DTPlan, recorded: dict[str, Any] | None) -> Comparison:
-    """Flag every figure on which the live plan and the corpus's record disagree."""
+    """Flag every figure on which the live plan and the record disagree."""
     out = Comparison(planner, live, recorded)
     if live.error:
         out.mismatches.append(f"live planner failed: {live.error}")
@@ -444,7 +444,7 @@ def iter_comparisons(cases: Sequence[dict[str, Any]]) -> Iterator[tuple[dict[str
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Print live DTensor plans beside the corpus's records; return {case id: {planner: ...}}."""
+    """Print live DTensor plans beside the recorded ones; return {case id: {planner: ...}}."""
     from rich.console import Console
     from rich.table import Table
 
@@ -453,9 +453,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--steps", action="store_true", help="print every live step")
     ap.add_argument("--json", metavar="PATH", help="write the results as JSON ('-' for stdout)")
     args = ap.parse_args(argv)
-    cases = [c for c in load_corpus() if not args.ids or c["id"] in args.ids]
+    cases = [c for c in load_cases() if not args.ids or c["id"] in args.ids]
     console = Console(width=None if sys.stdout.isatty() else 200, quiet=args.json == "-")
-    table = Table(title="DTensor 2.13 planners, live vs corpus record (bytes_sent_max / collectives)")
+    table = Table(title="DTensor 2.13 planners, live vs recorded (bytes_sent_max / collectives)")
     for col in ("case", "mesh", "default live", "recorded", "min-cost live", "recorded", "agree"):
         table.add_column(col)
     results: dict[str, Any] = {}

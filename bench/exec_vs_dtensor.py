@@ -2,19 +2,19 @@
 
     python bench/exec_vs_dtensor.py [--iters 20] [--sizes small,medium] [--json out.json]
 
-Every 8-rank case of the public corpus runs at two sizes: *small* (the corpus shapes)
+Every 8-rank case of ``bench/cases/redistribute.jsonl`` runs at two sizes: *small* (its shapes)
 and *medium* (one dim scaled so the global tensor has about 2**18 elements; the
 largest dim that neither side shards is scaled when there is one, so the layout's
 unevenness is kept). Each implementation gets 2 warm-up calls, then ``--iters`` timed
 calls, each after a barrier; a case's time is the median over calls of the slowest
-rank. DTensor gets flattened meshes for every contiguous axis group (as in the
-corpus), and its inputs are built with ``DTensor.from_local`` from the same blocks, in
+rank. DTensor gets flattened meshes for every contiguous axis group (as its recorded
+plans do), and its inputs are built with ``DTensor.from_local`` from the same blocks, in
 the ``_StridedShard`` form where a dim's axis order is not mesh order.
 
 Reported per case: both times, ``speedup = dtensor / shardc``, and whether DTensor's
 output was right. Summary: the median speedup, and the median over the cases where
-DTensor's default plan moves at least twice the lower bound (the corpus's
-``dtensor_default.bytes_sent_max`` vs ``lower_bound.bytes``, measured at the corpus
+DTensor's default plan moves at least twice the lower bound (the recorded
+``dtensor_default.bytes_sent_max`` vs ``lower_bound.bytes``, measured at the case
 size; the plans' shapes do not change with size).
 
 Numbers on a 2-core machine with 8 ranks are dominated by scheduling (8 processes
@@ -41,7 +41,7 @@ from spec_lang.ir import Dim, TensorType  # noqa: E402
 from spec_lang.parser import parse, parse_mesh  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = (REPO / ".." / "shared" / "corpus" / "redistribute_public.jsonl").resolve()
+CASES = REPO / "bench" / "cases" / "redistribute.jsonl"
 WORLD = 8
 MEDIUM = 2**18
 
@@ -62,7 +62,7 @@ def scaled(src: TensorType, dst: TensorType, target: int) -> tuple[TensorType, T
 
 def load_cases() -> list[dict[str, Any]]:
     out = []
-    for line in CORPUS.read_text().splitlines():
+    for line in CASES.read_text().splitlines():
         c = json.loads(line)
         if parse_mesh(c["mesh"]).size == WORLD and "large" not in c["tags"]:
             out.append(c)
@@ -89,7 +89,7 @@ def _flatten_all(dm: Any, names: tuple[str, ...]) -> None:
             dm[names[i:j]]._flatten()
 
 
-def rank_main(rank: int, port: int, iters: int, sizes: list[str], out_path: str) -> None:
+def rank_main(rank: int, store_path: str, iters: int, sizes: list[str], out_path: str) -> None:
     import logging
     from datetime import timedelta
 
@@ -104,7 +104,7 @@ def rank_main(rank: int, port: int, iters: int, sizes: list[str], out_path: str)
     from torch_backend.data import block, expected_block, global_tensor
 
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)  # its "suboptimal" notes
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD,
+    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=WORLD,
                             timeout=timedelta(seconds=120))
     meshes: dict[str, Any] = {}
     rows = []
@@ -204,18 +204,18 @@ def main() -> int:
     ap.add_argument("--sizes", default="small,medium")
     ap.add_argument("--json", default=None, help="also write rows and summary here")
     args = ap.parse_args()
-    if not CORPUS.is_file():
-        print(f"corpus not found at {CORPUS}", file=sys.stderr)
+    if not CASES.is_file():
+        print(f"cases not found at {CASES}", file=sys.stderr)
         return 2
     import torch.multiprocessing as mp
-
-    from torch_backend.launcher import free_port
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rows.json")
         t0 = time.time()
-        mp.spawn(rank_main, args=(free_port(), args.iters, args.sizes.split(","), out), nprocs=WORLD, join=True)
+        # a FileStore in the temporary directory: no port that another process could take
+        store = os.path.join(tmp, "store")
+        mp.spawn(rank_main, args=(store, args.iters, args.sizes.split(","), out), nprocs=WORLD, join=True)
         rows = json.loads(Path(out).read_text())
     print(f"8 gloo ranks on CPU ({os.cpu_count()} cores), {args.iters} timed calls per case, "
           f"{time.time() - t0:.0f}s in all\n")

@@ -2,7 +2,7 @@
 
     python bench/pack_vs_copy.py [--iters 50] [--device cuda|cpu]
 
-For the exchange steps of the corpus's 8-rank cases, scaled to about 2**20 elements
+For the exchange steps of the 8-rank cases of ``bench/cases/redistribute.jsonl``, scaled to about 2**20 elements
 globally, this takes rank 0's plan and times (a) packing its pieces into the
 contiguous send buffer, (b) unpacking a receive buffer into its output block, and
 (c) one ``copy_`` of a contiguous buffer of the same size. (a)+(b) over 2*(c) is the
@@ -25,7 +25,7 @@ if __package__ in (None, ""):
 import torch  # noqa: E402
 
 import lowering  # noqa: E402
-from bench.exec_vs_dtensor import CORPUS, scaled  # noqa: E402
+from bench.exec_vs_dtensor import CASES, scaled  # noqa: E402
 from lowering.kinds import rank_pieces  # noqa: E402
 from spec_lang.parser import parse, parse_mesh  # noqa: E402
 from torch_backend.collectives import _pack_exchange, _unpack_exchange  # noqa: E402
@@ -62,7 +62,7 @@ def main() -> int:
     print(f"device: {device} - {name}; {args.iters} timed runs each, median\n")
     print(f"{'case':<11} {'step':<28} {'bytes':>9} {'pack':>9} {'unpack':>9} {'copy':>9} {'(p+u)/2c':>9}")
     ratios = []
-    for line in CORPUS.read_text().splitlines():
+    for line in CASES.read_text().splitlines():
         c = json.loads(line)
         mesh = parse_mesh(c["mesh"])
         if mesh.size != 8:

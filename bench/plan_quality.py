@@ -1,7 +1,7 @@
-"""Plan quality: shardc's redistribute plans against the bounds, DTensor and XLA on the corpus.
+"""Plan quality: shardc's redistribute plans against the bounds, DTensor and XLA on the redistribute cases.
 
 For every case of ``redistribute_public.jsonl``: shardc's bytes_sent_max, collectives and
-peak, the byte lower bound (shardc's and the corpus's), a send-side bound, DTensor's two
+peak, the byte lower bound (shardc's and the recorded one), a send-side bound, DTensor's two
 planners run live (bench/dtensor_planners.py) and XLA's recorded figures. A second pass
 compiles every case under a latency-aware cost model and reports what changes.
 
@@ -26,7 +26,7 @@ import numpy as np
 if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.dtensor_planners import DTensorPlanners, DTPlan, load_corpus  # noqa: E402
+from bench.dtensor_planners import DTensorPlanners, DTPlan, load_cases  # noqa: E402
 from lowering.bounds import lower_bound_detail  # noqa: E402
 from lowering.checks import resolve  # noqa: E402
 from lowering.cost import CostModel  # noqa: E402
@@ -141,7 +141,7 @@ class CaseResult:
     plan: list[str]
     compile_ms: float
     lb: int
-    lb_corpus: int
+    lb_anchor: int
     lb_recv: int
     lb_sent_avg: float
     send_bound: int | None  # sole-holder bound (S/R only)
@@ -151,13 +151,13 @@ class CaseResult:
     spare_traffic: bool  # shardc's plan has a collective over a spare axis
     dt_default: dict[str, Any]
     dt_min_cost: dict[str, Any]
-    dt_agrees_with_corpus: bool
+    dt_agrees_with_record: bool
     xla: dict[str, Any] | None
     anchors: dict[str, int]  # name -> bytes, for anchors that are correct (or not run)
     best_anchor: str | None
     best_anchor_bytes: int | None
     dt_best: str | None
-    status: str  # lb | send | slice | gap (+ "below-lb" when under the recv-based corpus bound)
+    status: str  # lb | send | slice | gap (+ "below-lb" when under the recorded recv-based bound)
     peak_limit: int
     latency: dict[str, Any] = field(default_factory=dict)
     pure_bytes: dict[str, Any] = field(default_factory=dict)  # the plan under PURE_BYTES_MODEL
@@ -187,7 +187,7 @@ def _dt_summary(plan: DTPlan, recorded: dict[str, Any] | None) -> dict[str, Any]
 
 
 def _anchors(case: dict[str, Any], dt: dict[str, dict[str, Any]]) -> dict[str, int]:
-    """Bytes of every anchor plan not known to be wrong (corpus records and live DTensor)."""
+    """Bytes of every anchor plan not known to be wrong (recorded anchors and live DTensor)."""
     out: dict[str, int] = {}
     for key in ("dtensor_default", "dtensor_min_cost", "xla"):
         rec = case.get(key)
@@ -252,11 +252,11 @@ def evaluate_case(case: dict[str, Any], planners: DTensorPlanners, latency: bool
         sr=not any(t.startswith("partial") for t in case["tags"]),
         bytes=prog.cost.bytes_sent_max, collectives=prog.cost.collectives, peak=prog.cost.peak_bytes_max,
         plan=[st.describe() for st in prog.steps], compile_ms=compile_ms,
-        lb=int(lb["bytes"]), lb_corpus=int(case["lower_bound"]["bytes"]), lb_recv=int(lb["recv_max_bytes"]),
+        lb=int(lb["bytes"]), lb_anchor=int(case["lower_bound"]["bytes"]), lb_recv=int(lb["recv_max_bytes"]),
         lb_sent_avg=sent_avg, send_bound=sole, sent_bound=sent_bound, slice_bound=slice_bound,
         spare=list(spare), spare_traffic=spare_traffic(prog),
         dt_default=dt["default"], dt_min_cost=dt["min_cost"],
-        dt_agrees_with_corpus=all(c.agrees for c in comp.values()),
+        dt_agrees_with_record=all(c.agrees for c in comp.values()),
         xla=None if xla is None else {"bytes": xla["bytes_sent_max"], "collectives": xla["collectives"],
                                       "correct": xla.get("correct")},
         anchors=anchors, best_anchor=best, best_anchor_bytes=anchors.get(best) if best else None,
@@ -321,13 +321,13 @@ def summarize(results: Sequence[CaseResult]) -> dict[str, Any]:
         "sr_at_send_bound": [r.id for r in sr if r.status.startswith("send")],
         "sr_at_slice_bound": [r.id for r in sr if r.status.startswith("slice")],
         "sr_with_spare_traffic": [r.id for r in sr if r.spare_traffic],
-        "sr_below_corpus_lb": [r.id for r in sr if r.bytes < r.lb_corpus],
+        "sr_below_recorded_lb": [r.id for r in sr if r.bytes < r.lb_anchor],
         "sr_gap": [{"id": r.id, "bytes": r.bytes, "lb": r.lb, "sent_bound": r.sent_bound} for r in sr
                    if r.status == "gap"],
         "partial_cases": len(partial),
         "partial_at_lb": [r.id for r in partial if r.status == "lb"],
         "partial_gap": [{"id": r.id, "bytes": r.bytes, "lb": r.lb} for r in partial if r.status != "lb"],
-        "lb_disagrees_with_corpus": [r.id for r in results if r.lb != r.lb_corpus],
+        "lb_disagrees_with_record": [r.id for r in results if r.lb != r.lb_anchor],
         "worse_than_best_anchor": [{"id": r.id, "bytes": r.bytes, "anchor": r.best_anchor,
                                     "anchor_bytes": r.best_anchor_bytes} for r in results if r.worse_than_anchor],
         "beats_best_anchor": [r.id for r in results
@@ -339,7 +339,7 @@ def summarize(results: Sequence[CaseResult]) -> dict[str, Any]:
         "peak_violations": [{"id": r.id, "peak": r.peak, "limit": r.peak_limit} for r in results if not r.peak_ok],
         "send_bound_violations": [v for r in results for v in _send_bound_violations(r)],
         "send_bound_checked_plans": sum(1 + len(r.anchors) for r in results if r.send_bound is not None),
-        "dtensor_live_vs_corpus_disagreements": [r.id for r in results if not r.dt_agrees_with_corpus],
+        "dtensor_live_vs_recorded_disagreements": [r.id for r in results if not r.dt_agrees_with_record],
         "bytes_total": {"shardc": sum(r.bytes for r in results),
                         "best_anchor": sum(r.best_anchor_bytes or 0 for r in results)},
         "latency_pass": _latency_summary(results),
@@ -407,7 +407,7 @@ def render_cases(results: Sequence[CaseResult], console: Any) -> None:
                 "DT min-cost", "XLA", "status"):
         table.add_column(col, overflow="fold")
     for r in results:
-        lb = str(r.lb) if r.lb == r.lb_corpus else f"[red]{r.lb} (corpus {r.lb_corpus})[/red]"
+        lb = str(r.lb) if r.lb == r.lb_anchor else f"[red]{r.lb} (recorded {r.lb_anchor})[/red]"
         send = "—" if r.send_bound is None else f"{r.send_bound}" + (
             f" ({r.sent_bound})" if r.sent_bound != r.send_bound else "") + (
             f" [{r.slice_bound}]" if r.slice_bound != r.sent_bound else "")
@@ -441,9 +441,9 @@ def render_summary(summary: dict[str, Any], console: Any) -> None:
         f"{len(s['sr_at_send_bound'])} {s['sr_at_send_bound']}; at the spare-slice bound: "
         f"{len(s['sr_at_slice_bound'])} {s['sr_at_slice_bound']}; gap: {len(s['sr_gap'])} {s['sr_gap']}",
         f"S/R plans with a collective over a spare axis (must be none): {s['sr_with_spare_traffic'] or 'none'}",
-        f"S/R below the corpus's (recv-based) bound: {s['sr_below_corpus_lb']}",
+        f"S/R below the recorded (recv-based) bound: {s['sr_below_recorded_lb']}",
         f"partial at the lower bound: {len(s['partial_at_lb'])}/{s['partial_cases']}; above: {s['partial_gap']}",
-        f"lower bound disagrees with the corpus: {s['lb_disagrees_with_corpus'] or 'none'}",
+        f"lower bound disagrees with the recorded one: {s['lb_disagrees_with_record'] or 'none'}",
         f"bytes > best anchor (must be none): {s['worse_than_best_anchor'] or 'none'}",
         f"bytes < best anchor: {len(s['beats_best_anchor'])}, equal: {len(s['ties_best_anchor'])}; "
         f"total bytes shardc {s['bytes_total']['shardc']} vs best anchor {s['bytes_total']['best_anchor']}",
@@ -458,7 +458,7 @@ def render_summary(summary: dict[str, Any], console: Any) -> None:
         f"{'all' if not s['peak_violations'] else s['peak_violations']}",
         f"send-side bound never above a plan's bytes: {not s['send_bound_violations']} "
         f"({s['send_bound_checked_plans']} plans checked) {s['send_bound_violations'] or ''}",
-        f"DTensor live vs corpus record disagreements: {s['dtensor_live_vs_corpus_disagreements'] or 'none'}",
+        f"DTensor live vs recorded disagreements: {s['dtensor_live_vs_recorded_disagreements'] or 'none'}",
         f"latency pass: {len(lat['changed'])}/{lat['cases']} plans changed; collectives "
         f"{lat['collectives_total'][0]} -> {lat['collectives_total'][1]}, bytes {lat['bytes_total'][0]} -> "
         f"{lat['bytes_total'][1]}, modelled time {lat['time_total_us'][0]} -> {lat['time_total_us'][1]} µs; "
@@ -477,7 +477,7 @@ def render_summary(summary: dict[str, Any], console: Any) -> None:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description="shardc plan quality on the redistribute corpus")
+    ap = argparse.ArgumentParser(description="shardc plan quality on the redistribute cases")
     ap.add_argument("--quick", action="store_true", help=f"a {len(QUICK_IDS)}-case smoke subset")
     ap.add_argument("--ids", nargs="*", help="only these case ids")
     ap.add_argument("--json", metavar="PATH", help="write results + summary as JSON ('-': stdout, no tables)")
@@ -501,7 +501,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from rich.console import Console
 
     args = parse_args(argv)
-    cases = select_cases(load_corpus(), args.quick, args.ids)
+    cases = select_cases(load_cases(), args.quick, args.ids)
     results = run(cases, latency=not args.no_latency)
     summary = summarize(results)
     failures = must_hold_failures(summary)

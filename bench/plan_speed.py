@@ -9,7 +9,7 @@
 * DTensor cached: the same two calls again (the first is a functools.cache hit).
 
 Medians over repetitions per case; the targets are a cold median < 1 ms and a cached
-median < 20 µs for meshes of up to 4 axes (the corpus); the 1024-rank cases are reported
+median < 20 µs for meshes of up to 4 axes (the redistribute cases); the 1024-rank cases are reported
 against the same targets, separately.
 
     PYTHONPATH=. .venv/bin/python bench/plan_speed.py [--quick] [--json PATH|-]
@@ -33,7 +33,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.dtensor_planners import PLANNERS, DTensorPlanners, load_corpus, plan_wall_time  # noqa: E402
+from bench.dtensor_planners import PLANNERS, DTensorPlanners, load_cases, plan_wall_time  # noqa: E402
 from lowering.placements import format_placements, placement_specs  # noqa: E402
 from lowering.planner import compile as shardc_compile  # noqa: E402
 from spec_lang.parser import parse, parse_mesh  # noqa: E402
@@ -50,7 +50,7 @@ LARGE_CASES: tuple[tuple[str, str, str, str], ...] = (
     ("big-1ax-uneven", "x=1024", "f32[1000@x,64]", "f32[1000,64@x]"),
     ("big-1ax-rs", "x=1024", "f32[4096,64]{U:x}", "f32[4096@x,64]"),
 )
-QUICK_CORPUS_IDS = ("rd-pub-001", "rd-pub-011", "rd-pub-018", "rd-pub-023", "rd-pub-045", "rd-pub-055",
+QUICK_CASE_IDS = ("rd-pub-001", "rd-pub-011", "rd-pub-018", "rd-pub-023", "rd-pub-045", "rd-pub-055",
                     "rd-pub-063", "rd-pub-079")
 QUICK_LARGE_IDS = ("big-1ax-a2a",)
 
@@ -138,7 +138,7 @@ def time_calls(fn: Callable[[], Any], reps: int) -> float:
 
 
 def dtensor_inputs(case: dict[str, Any]) -> dict[str, Any]:
-    """The case's DTensor placements (the corpus's, or derived from the types for extra cases)."""
+    """The case's DTensor placements (the recorded ones, or derived from the types for extra cases)."""
     if "anchor_inputs" in case:
         return case["anchor_inputs"]["dtensor"]
     out: dict[str, Any] = {}
@@ -223,7 +223,7 @@ def _group(results: Sequence[SpeedResult]) -> dict[str, Any]:
 def summarize(results: Sequence[SpeedResult]) -> dict[str, Any]:
     return {
         "targets": {"cold_s": COLD_TARGET_S, "cached_s": CACHED_TARGET_S},
-        "corpus": _group([r for r in results if not r.large]),
+        "cases": _group([r for r in results if not r.large]),
         "large": _group([r for r in results if r.large]),
     }
 
@@ -284,7 +284,7 @@ def _group_lines(name: str, g: dict[str, Any]) -> list[str]:
 
 
 def render_summary(summary: dict[str, Any], console: Any) -> None:
-    for line in _group_lines("corpus (<= 4 axes, <= 16 ranks)", summary["corpus"]) + _group_lines(
+    for line in _group_lines("cases (<= 4 axes, <= 16 ranks)", summary["cases"]) + _group_lines(
             "1024 ranks", summary["large"]):
         console.print(line, highlight=False)
 
@@ -304,12 +304,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def select(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    corpus = [c for c in load_corpus() if not args.quick or c["id"] in QUICK_CORPUS_IDS]
+    cases = [c for c in load_cases() if not args.quick or c["id"] in QUICK_CASE_IDS]
     large = [] if args.no_large else [
         {"id": i, "mesh": m, "src": s, "dst": d} for i, m, s, d in LARGE_CASES
         if not args.quick or i in QUICK_LARGE_IDS
     ]
-    return corpus, large
+    return cases, large
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -320,11 +320,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     cold_reps = args.cold_reps or (3 if args.quick else 7)
     cached_reps = args.cached_reps or (50 if args.quick else 200)
     large_reps = args.large_reps or (1 if args.quick else 3)
-    corpus, large = select(args)
+    cases, large = select(args)
     caches = shardc_caches()
     t0 = time.perf_counter()
     with DTensorPlanners() as planners:
-        results = [measure(c, planners, caches, cold_reps, cached_reps, False) for c in corpus]
+        results = [measure(c, planners, caches, cold_reps, cached_reps, False) for c in cases]
         results += [measure(c, planners, caches, large_reps, cached_reps, True) for c in large]
     summary = summarize(results)
     summary["wall_s"] = time.perf_counter() - t0

@@ -65,10 +65,14 @@ def main() -> int:
     failed |= bool(bad)
 
     if args.gloo:
-        from torch_utils import run_gloo
+        from torch_utils import GlooPool
 
         t0 = time.perf_counter()
-        results = run_gloo(8, gloo_cases, args.gloo, args.seed, timeout_s=3600, collective_timeout_s=60)
+        pool = GlooPool(8, collective_timeout_s=60)
+        try:
+            results = pool.run(gloo_cases, args.gloo, args.seed, timeout_s=3600)
+        finally:
+            pool.close()
         bad_g = {r: res for r, res in results.items() if res}
         print(f"gloo: {args.gloo} redistributions on 8 processes, {sum(map(len, bad_g.values()))} wrong, "
               f"{time.perf_counter() - t0:.1f} s")

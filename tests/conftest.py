@@ -2,20 +2,26 @@
 
 jax must see 8 CPU devices before anything imports it, so XLA_FLAGS is set here at
 import time. ``fake_pg`` gives tests a torch "fake" process group of a chosen world
-size under which ``LocalTensorMode`` simulates every rank in one process.
+size under which ``LocalTensorMode`` simulates every rank in one process; ``gloo_pool``
+is the one set of 8 real gloo ranks that every real-process test shares.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
-# CI (CI=true) replays the same examples every run, so a landing never hinges on luck;
-# local runs keep exploring new ones.
-settings.register_profile("ci", derandomize=True, print_blob=True)
+# CI (CI=true) replays the same examples every run, so a landing never hinges on luck,
+# and never fails on a slow example of a loaded runner; local runs keep exploring new ones.
+# Tests that name their own max_examples keep it; the rest get the profile's. "soak" is for
+# a long run by hand: ``pytest --hypothesis-profile=soak tests/test_executor_properties.py``.
+settings.register_profile("ci", derandomize=True, print_blob=True, deadline=None, max_examples=100,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("soak", deadline=None, max_examples=5000, suppress_health_check=[HealthCheck.too_slow])
 if os.environ.get("CI"):
     settings.load_profile("ci")
 
@@ -45,3 +51,18 @@ def fake_pg() -> Iterator[Callable[[int], None]]:
     yield ensure
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+@pytest.fixture(scope="session")
+def gloo_pool() -> Iterator[Any]:
+    """8 real gloo ranks on this machine, started on first use and shared by every test
+    (the start-up, 8 processes importing torch, is paid once). A job that fails or hangs
+    fails its test within the job's timeout, and the next job gets a fresh pool."""
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_gloo_available():
+        pytest.skip("torch built without gloo")
+    from torch_utils import GlooPool
+
+    pool = GlooPool(8, collective_timeout_s=30)
+    yield pool
+    pool.close()

@@ -4,13 +4,14 @@ on real gloo the last collective is really launched before ``wait()``."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from torch_utils import from_local, local_mode, random_blocks, run_gloo, to_local  # noqa: E402
+from torch_utils import from_local, local_mode, random_blocks, to_local  # noqa: E402
 
 import torch_backend  # noqa: E402
 from spec_lang import parse, parse_mesh  # noqa: E402
@@ -70,6 +71,13 @@ def _gloo_async(rank: int, world: int) -> list[str]:
         return out
 
     coll.launch = spy  # type: ignore[assignment]
+    try:
+        return _run_cases(rank, launched, bad)
+    finally:
+        coll.launch = real  # type: ignore[assignment]
+
+
+def _run_cases(rank: int, launched: list[bool], bad: list[str]) -> list[str]:
     for i, (m, s, d) in enumerate(CASES):
         mesh = parse_mesh(m)
         blocks = random_blocks(parse(s), mesh, np.random.default_rng(i))
@@ -90,7 +98,7 @@ def _gloo_async(rank: int, world: int) -> list[str]:
 
 
 @pytest.mark.timeout(240)
-def test_async_on_gloo_launches_and_matches() -> None:
-    results = run_gloo(8, _gloo_async, timeout_s=200, collective_timeout_s=30)
+def test_async_on_gloo_launches_and_matches(gloo_pool: Any) -> None:
+    results = gloo_pool.run(_gloo_async, timeout_s=200)
     bad = {r: v for r, v in results.items() if v}
     assert not bad, bad

@@ -18,7 +18,7 @@ from strategies import cases  # noqa: E402
 from torch_utils import adjoint  # noqa: E402
 
 
-@settings(max_examples=200, deadline=None,
+@settings(deadline=None,  # max_examples: the profile's (conftest.py)
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(cases(), st.integers(0, 2**31))
 def test_backward_is_the_adjoint(fake_pg, case: tuple, seed: int) -> None:  # noqa: ANN001

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import statistics
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -16,14 +17,11 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS = (ROOT / ".." / "shared" / "corpus" / "redistribute_public.jsonl").resolve()
 
 
 def _bench(name: str) -> ModuleType:
     pytest.importorskip("torch.distributed")
     pytest.importorskip("rich")
-    if not CORPUS.is_file():
-        pytest.skip(f"oracle corpus not found at {CORPUS}")
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     return importlib.import_module(f"bench.{name}")
@@ -84,8 +82,8 @@ def test_sr_cases_sit_at_a_bound(quality: tuple[ModuleType, dict[str, Any]]) -> 
     assert c48.spare == ["d"] and c48.slice_bound == 64 == c48.bytes > c48.lb == 56
     # the sole holder of 2 rows must send them to the 7 ranks that need 14 of 16 columns
     assert cases["rd-pub-022"].send_bound == 2 * 14 * 4 == cases["rd-pub-022"].bytes > cases["rd-pub-022"].lb
-    # an uneven 2-D exchange where max sent is below the recv-based corpus bound
-    assert cases["rd-pub-023"].bytes == cases["rd-pub-023"].send_bound == 36 < cases["rd-pub-023"].lb_corpus == 48
+    # an uneven 2-D exchange where max sent is below the recorded recv-based bound
+    assert cases["rd-pub-023"].bytes == cases["rd-pub-023"].send_bound == 36 < cases["rd-pub-023"].lb_anchor == 48
 
 
 def test_partial_cases_never_beat_the_lower_bound(quality: tuple[ModuleType, dict[str, Any]]) -> None:
@@ -94,16 +92,16 @@ def test_partial_cases_never_beat_the_lower_bound(quality: tuple[ModuleType, dic
     assert partial
     for r in partial:
         assert r.send_bound is None
-        assert r.bytes >= r.lb == r.lb_corpus, r.id
+        assert r.bytes >= r.lb == r.lb_anchor, r.id
 
 
-def test_live_dtensor_matches_the_corpus_record(quality: tuple[ModuleType, dict[str, Any]]) -> None:
+def test_live_dtensor_matches_the_record(quality: tuple[ModuleType, dict[str, Any]]) -> None:
     _, out = quality
     for r in out["cases"]:
         for d in (r.dt_default, r.dt_min_cost):
             assert d["error"] is None, r.id
             assert (d["bytes"], d["collectives"]) == (d["recorded_bytes"], d["recorded_collectives"]), r.id
-    assert out["summary"]["dtensor_live_vs_corpus_disagreements"] == []
+    assert out["summary"]["dtensor_live_vs_recorded_disagreements"] == []
 
 
 def test_peak_memory_and_send_bound_checks(quality: tuple[ModuleType, dict[str, Any]]) -> None:
@@ -150,10 +148,12 @@ def test_latency_pass_trades_bytes_for_fewer_collectives(quality: tuple[ModuleTy
 def test_speed_reports_every_case_and_both_planners(speed: tuple[ModuleType, dict[str, Any]]) -> None:
     mod, out = speed
     ids = [r.id for r in out["cases"]]
-    assert ids == list(mod.QUICK_CORPUS_IDS) + list(mod.QUICK_LARGE_IDS)
+    assert ids == list(mod.QUICK_CASE_IDS) + list(mod.QUICK_LARGE_IDS)
     for r in out["cases"]:
-        assert 0 < r.shardc_cached_s < r.shardc_cold_s, r.id  # a cache hit beats a cold compile
-        assert r.shardc_cached_s < 1e-3, r.id
+        # what is reported is what was measured: the cold figure is the median of its repetitions
+        assert r.shardc_cold_all_s and all(t > 0 for t in r.shardc_cold_all_s), r.id
+        assert r.shardc_cold_s == statistics.median(r.shardc_cold_all_s), r.id
+        assert r.shardc_cached_s > 0, r.id
         for p in ("default", "min_cost"):
             d = r.dtensor[p]
             assert d["error"] is None, (r.id, p, d["error"])
@@ -161,12 +161,29 @@ def test_speed_reports_every_case_and_both_planners(speed: tuple[ModuleType, dic
     assert any(r.large and r.ranks == 1024 for r in out["cases"])
 
 
-def test_speed_summary_states_the_targets(speed: tuple[ModuleType, dict[str, Any]]) -> None:
-    _, out = speed
+def test_speed_cached_figure_times_a_cache_hit(speed: tuple[ModuleType, dict[str, Any]]) -> None:
+    """The "cached" column times a cache hit: the second compile hands back the first's program."""
+    mod, out = speed
+    for r in out["cases"]:
+        first = mod.shardc_compile(r.src, r.dst, r.mesh)
+        assert mod.shardc_compile(r.src, r.dst, r.mesh) is first, r.id
+
+
+def test_speed_summary_follows_from_the_cases(speed: tuple[ModuleType, dict[str, Any]]) -> None:
+    mod, out = speed
     s = out["summary"]
-    assert s["targets"] == {"cold_s": 1e-3, "cached_s": 20e-6}
-    for group in ("corpus", "large"):
+    assert s["targets"] == {"cold_s": mod.COLD_TARGET_S, "cached_s": mod.CACHED_TARGET_S}
+    for group, large in (("cases", False), ("large", True)):
+        rs = [r for r in out["cases"] if r.large == large]
         g = s[group]
-        assert isinstance(g["cold_target_met"], bool) and isinstance(g["cached_target_met"], bool)
-        assert g["shardc_cold_median_s"] > g["shardc_cached_median_s"] > 0
-        assert "dtensor_default_cold_median_s" in g and "dtensor_min_cost_cold_median_s" in g
+        cold, cached = [r.shardc_cold_s for r in rs], [r.shardc_cached_s for r in rs]
+        assert g["cases"] == len(rs)
+        assert g["shardc_cold_median_s"] == statistics.median(cold)
+        assert g["shardc_cached_median_s"] == statistics.median(cached)
+        assert g["shardc_cold_max_s"] == max(cold)
+        assert g["cold_target_met"] == (statistics.median(cold) < mod.COLD_TARGET_S)
+        assert g["cached_target_met"] == (statistics.median(cached) < mod.CACHED_TARGET_S)
+        assert g["shardc_cold_cases_over_target"] == sum(c >= mod.COLD_TARGET_S for c in cold)
+        for p in ("default", "min_cost"):
+            assert g[f"dtensor_{p}_cold_median_s"] == statistics.median(float(r.dtensor[p]["cold_s"]) for r in rs)
+            assert g[f"dtensor_{p}_errors"] == []

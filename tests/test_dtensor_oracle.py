@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _corpus import corpus_params
+from _cases import case_params
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch.distributed._local_tensor")
@@ -276,9 +276,9 @@ def test_unnamed_device_mesh(fake_pg: Callable[[int], None]) -> None:
         from_placements([Shard(0), Replicate()], dm, (4,))
 
 
-@pytest.mark.parametrize("case", corpus_params("layouts_public.jsonl"))
-def test_corpus_matches_field(case: dict[str, Any], device_mesh: Callable[[str], Any]) -> None:
-    """distribute_tensor with the corpus's placements_used agrees with the slices iff ``matches``."""
+@pytest.mark.parametrize("case", case_params("layouts.jsonl"))
+def test_dtensor_matches_field(case: dict[str, Any], device_mesh: Callable[[str], Any]) -> None:
+    """distribute_tensor with the listed placements_used agrees with the slices iff ``matches``."""
     mesh, text = case["mesh"], case["type"]
     strided, _ = to_placements(text, mesh, strided=True)
     assert format_placements(strided) == format_placements(parse_placements(case["dtensor"]["placements_used"]))

@@ -24,7 +24,7 @@ from lowering.planner import compile  # noqa: E402
 from lowering.simulator import simulate  # noqa: E402
 
 
-@settings(max_examples=300, deadline=None,
+@settings(deadline=None,  # max_examples: the profile's (conftest.py)
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(cases(), st.integers(0, 2**31))
 def test_executor_matches_simulator(fake_pg, case: tuple, seed: int) -> None:  # noqa: ANN001

@@ -1,5 +1,5 @@
-"""Real gloo process groups: 8 ranks (one pool runs every scenario, to pay the start-up
-once) and ``shardc run`` on 4 ranks. Small tensors, hard timeouts everywhere."""
+"""Real gloo process groups: 8 ranks (the shared ``gloo_pool`` runs every scenario in one
+job) and ``shardc run`` on 4 ranks. Small tensors, hard timeouts everywhere."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
-from torch_utils import pairing, random_blocks, run_gloo  # noqa: E402
+from torch_utils import pairing, random_blocks  # noqa: E402
 
 from spec_lang import parse, parse_mesh  # noqa: E402
 from spec_lang.dual import dual_type  # noqa: E402
@@ -96,8 +96,8 @@ def scenarios(rank: int, world: int) -> dict:
 
 
 @pytest.fixture(scope="module")
-def gloo8() -> dict:
-    return run_gloo(8, scenarios, timeout_s=150, collective_timeout_s=30)
+def gloo8(gloo_pool) -> dict:
+    return gloo_pool.run(scenarios, timeout_s=150)
 
 
 @pytest.mark.timeout(200)

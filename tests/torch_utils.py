@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 import traceback
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -67,75 +66,122 @@ def shapes_ok(t: TensorType, mesh: Mesh, blocks: list[torch.Tensor]) -> bool:
 # ---- real gloo ranks --------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _pool_main(rank: int, world: int, port: int, fn: Callable[..., Any], args: tuple, q: Any,
-               timeout_s: float) -> None:
+def _pool_worker(rank: int, world: int, port: int, tasks: Any, results: Any, timeout_s: float) -> None:
+    """One rank of a :class:`GlooPool`: joins the group through the parent's store, then
+    runs jobs until it is told to stop."""
     import torch.distributed as dist
 
     try:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+        store = dist.TCPStore("127.0.0.1", port, world + 1, False, timeout=timedelta(seconds=timeout_s))
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
                                 timeout=timedelta(seconds=timeout_s))
-        q.put((rank, "ok", fn(rank, world, *args)))
     except BaseException as e:  # report everything: the parent asserts on it
-        q.put((rank, "error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        results.put((rank, None, "error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+        return
+    results.put((rank, None, "ready", None))
+    while (job := tasks.get()) is not None:
+        job_id, fn, args = job
+        try:
+            results.put((rank, job_id, "ok", fn(rank, world, *args)))
+        except BaseException as e:  # noqa: BLE001 - goes back to the parent
+            results.put((rank, job_id, "error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+    results.close()
+    results.join_thread()
+    os._exit(0)  # no destroy_process_group: it waits on the peers, and the pool is done with them
 
 
-def run_gloo(world: int, fn: Callable[..., Any], *args: Any, timeout_s: float = 60.0,
-             collective_timeout_s: float = 30.0) -> dict[int, Any]:
-    """Run ``fn(rank, world, *args)`` on ``world`` gloo ranks; returns {rank: result}.
+class GlooPool:
+    """``world`` gloo ranks, started once and reused: ``run(fn, *args)`` calls
+    ``fn(rank, world, *args)`` on every rank and returns ``{rank: result}``.
 
-    Raises AssertionError with every rank's error if any rank fails, or if the ranks do
-    not finish within ``timeout_s`` (then they are killed).
+    The parent hosts the TCPStore on a port the OS picks (port 0) and hands its number
+    to the ranks, so no other process can take the port in between. A job that fails on
+    any rank, or runs past its timeout, tears the pool down (its group may be broken)
+    and raises AssertionError with every rank's error; the next job starts a fresh pool.
     """
-    import queue as queue_mod
 
-    import torch.multiprocessing as mp
+    def __init__(self, world: int, collective_timeout_s: float = 30.0, start_timeout_s: float = 180.0) -> None:
+        self.world = world
+        self.collective_timeout_s = collective_timeout_s
+        self.start_timeout_s = start_timeout_s
+        self._procs: list[Any] = []
+        self._jobs = 0
 
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    port = free_port()
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    procs = [ctx.Process(target=_pool_main, args=(r, world, port, fn, args, q, collective_timeout_s))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    results: dict[int, Any] = {}
-    errors: dict[int, str] = {}
-    import time
+    def _start(self) -> None:
+        import torch.distributed as dist
+        import torch.multiprocessing as mp
 
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(results) + len(errors) < world:
+        ctx = mp.get_context("spawn")
+        self._store = dist.TCPStore("127.0.0.1", 0, self.world + 1, True, wait_for_workers=False,
+                                    timeout=timedelta(seconds=self.collective_timeout_s))
+        self._results = ctx.Queue()
+        self._tasks = [ctx.Queue() for _ in range(self.world)]
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        self._procs = [ctx.Process(target=_pool_worker, daemon=True,
+                                   args=(r, self.world, self._store.port, self._tasks[r], self._results,
+                                         self.collective_timeout_s))
+                       for r in range(self.world)]
+        for p in self._procs:
+            p.start()
+        try:
+            self._collect(None, self.start_timeout_s, "start")
+        except AssertionError:
+            self.close()
+            raise
+
+    def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float = 120.0) -> dict[int, Any]:
+        if not self._procs:
+            self._start()
+        self._jobs += 1
+        for q in self._tasks:
+            q.put((self._jobs, fn, args))
+        try:
+            return self._collect(self._jobs, timeout_s, getattr(fn, "__name__", "job"))
+        except BaseException:  # a failure, or the test's own timeout: the ranks may be mid-job
+            self.close()
+            raise
+
+    def _collect(self, job_id: int | None, timeout_s: float, what: str) -> dict[int, Any]:
+        import queue as queue_mod
+        import time
+
+        results: dict[int, Any] = {}
+        errors: dict[int, str] = {}
+        deadline = time.monotonic() + timeout_s
+        while len(results) + len(errors) < self.world:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise AssertionError(f"gloo ranks did not finish in {timeout_s}s; done: {sorted(results)}, "
+                raise AssertionError(f"gloo {what}: ranks did not finish in {timeout_s}s; done: {sorted(results)}, "
                                      f"errors: {errors}")
             try:
-                rank, status, payload = q.get(timeout=min(left, 1.0))
+                rank, jid, status, payload = self._results.get(timeout=min(left, 1.0))
             except queue_mod.Empty:
-                dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)
-                        and r not in results and r not in errors]
-                for r in dead:
-                    errors[r] = f"exited with code {procs[r].exitcode}"
+                for r, p in enumerate(self._procs):
+                    if p.exitcode is not None and r not in results and r not in errors:
+                        errors[r] = f"exited with code {p.exitcode}"
                 continue
-            (results if status == "ok" else errors)[rank] = payload
-    finally:
-        for p in procs:
+            if jid != job_id:
+                continue  # a stale report of an earlier, failed job
+            (errors if status == "error" else results)[rank] = payload
+        if errors:
+            raise AssertionError(f"gloo {what}: rank errors:\n" +
+                                 "\n".join(f"[rank {r}] {e}" for r, e in sorted(errors.items())))
+        return results
+
+    def close(self) -> None:
+        """Stop the ranks (asked first, then killed) and drop the store."""
+        for q in getattr(self, "_tasks", []):
+            try:
+                q.put(None)
+            except (OSError, ValueError):
+                pass
+        for p in self._procs:
             p.join(timeout=5)
             if p.is_alive():
                 p.kill()
                 p.join(timeout=5)
-    if errors:
-        raise AssertionError("rank errors:\n" + "\n".join(f"[rank {r}] {e}" for r, e in sorted(errors.items())))
-    return results
+        self._procs = []
+        self._store = None
 
 
 def numel(shape: tuple[int, ...]) -> int:

@@ -1,6 +1,7 @@
 """``shardc run``'s launcher: one process per rank on this machine, or the torchrun world.
 
-Local launch: the parent hosts a TCPStore on 127.0.0.1 (a free port), spawns one
+Local launch: the parent hosts a TCPStore on 127.0.0.1 on a port the OS picks (port 0,
+then handed to the ranks, so no other process can take it in between), spawns one
 process per rank (gloo on CPU, or NCCL with one GPU per rank when that many are
 visible), and collects each rank's report through a queue. The store belongs to the
 parent, so it survives any rank's death and the others can still read who failed.
@@ -44,15 +45,6 @@ class RunResult:
     reports: dict[int, dict[str, Any]] = field(default_factory=dict)
     failed_rank: int | None = None
     message: str = ""
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1 (for callers that init with tcp:// themselves)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def choose_backend(requested: str, world: int) -> str:

@@ -1,5 +1,5 @@
-"""Every public corpus redistribution through ``torch_backend.redistribute`` under
-LocalTensorMode: each rank's output equals its ``local_slices`` block of dst exactly
+"""Every redistribution of ``bench/cases/redistribute.jsonl`` through
+``torch_backend.redistribute`` under LocalTensorMode: each rank's output equals its ``local_slices`` block of dst exactly
 (P axes reduced first), matches the reference simulator, and leaves the input intact.
 The 4096x4096 cases are shrunk to 64x64 (same axes and divisibility)."""
 
@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from _corpus import corpus_params  # noqa: E402
+from _cases import case_params  # noqa: E402
 from torch_utils import from_local, local_mode, to_local  # noqa: E402
 
 import lowering  # noqa: E402
@@ -69,8 +69,8 @@ def run_case(fake_pg, mesh_text: str, src_text: str, dst_text: str) -> None:
         assert torch.equal(after[r], blocks[r]), f"rank {r}'s input was modified"
 
 
-@pytest.mark.parametrize("case", corpus_params("redistribute_public.jsonl"))
-def test_corpus_case(fake_pg, case):
+@pytest.mark.parametrize("case", case_params("redistribute.jsonl"))
+def test_redistribute_case(fake_pg, case):
     run_case(fake_pg, case["mesh"], shrink(case["src"]), shrink(case["dst"]))
 
 
@@ -82,8 +82,8 @@ def test_dtensor_bug_cases(fake_pg, src, dst):
     run_case(fake_pg, "dp=2,tp=4", src, dst)
 
 
-@pytest.mark.parametrize("case", corpus_params("redistribute_public.jsonl"))
-def test_corpus_wire_bytes_equal_cost(case):
+@pytest.mark.parametrize("case", case_params("redistribute.jsonl"))
+def test_case_wire_bytes_equal_cost(case):
     """What the real-backend executor puts on the wire is exactly the planner's cost (full size)."""
     program = lowering.compile(case["src"], case["dst"], case["mesh"])
     for step in program.steps:

@@ -1,4 +1,4 @@
-"""Every layout in the public corpus: lowering.local_slices gives exactly the listed slices.
+"""Every layout of ``bench/cases/layouts.jsonl``: ``local_slices`` gives exactly its slices.
 
 Even cases were measured with JAX's ``devices_indices_map``; uneven ones follow the
 chunk rule. Empty ranges are compared only as being empty (their start is arbitrary).
@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _corpus import corpus_params, load_corpus
+from _cases import case_params, load_cases
 
 from lowering import local_slices
 
-CASES = corpus_params("layouts_public.jsonl")
+CASES = case_params("layouts.jsonl")
 
 
 def _norm(box: list[list[int]]) -> tuple[tuple[int, int], ...] | str:
@@ -24,7 +24,7 @@ def _norm(box: list[list[int]]) -> tuple[tuple[int, int], ...] | str:
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_local_slices_match_corpus(case: dict[str, Any]) -> None:
+def test_local_slices_match_the_anchors(case: dict[str, Any]) -> None:
     got = local_slices(case["type"], case["mesh"])
     assert len(got) == len(case["slices"])
     for rank, (sl, want) in enumerate(zip(got, case["slices"], strict=True)):
@@ -32,9 +32,9 @@ def test_local_slices_match_corpus(case: dict[str, Any]) -> None:
         assert mine == _norm(want), f"{case['id']} rank {rank}: {mine} != {want}"
 
 
-def test_corpus_is_not_trivial() -> None:
-    """Guard against a silently empty or truncated corpus: it covers even and uneven cases."""
-    cases = load_corpus("layouts_public.jsonl")
+def test_layout_cases_are_not_trivial() -> None:
+    """Guard against a silently empty or truncated case file: it covers even and uneven cases."""
+    cases = load_cases("layouts.jsonl")
     assert len(cases) >= 60
     sources = {c["source"].split()[0] for c in cases}
     assert {"jax.devices_indices_map", "chunk-rule"} <= sources
@@ -42,8 +42,8 @@ def test_corpus_is_not_trivial() -> None:
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_placements_match_corpus(case: dict[str, Any]) -> None:
-    """The DTensor forms the corpus lists (torch-free text: S(d), _S(d,sf), R, P(op))."""
+def test_placements_match_dtensor(case: dict[str, Any]) -> None:
+    """The DTensor forms the case file lists (torch-free text: S(d), _S(d,sf), R, P(op))."""
     from lowering.placements import format_placements, parse_placements, placement_specs
 
     want = case["dtensor"]
