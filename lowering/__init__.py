@@ -28,6 +28,9 @@ _EXPORTS = {
     "compile": "lowering.planner",
     "lower_bound": "lowering.bounds",
     "simulate": "lowering.simulator",
+    # caches
+    "clear_caches": "lowering.caching",
+    "cache_stats": "lowering.caching",
 }
 
 __all__ = sorted(_EXPORTS)

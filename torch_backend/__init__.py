@@ -15,6 +15,7 @@ _EXPORTS = {
     "execute": "torch_backend.executor",
     "context": "torch_backend.groups",
     "MeshContext": "torch_backend.groups",
+    "clear_caches": "torch_backend.groups",
     "CollectiveError": "torch_backend.comm",
     "dual_type": "torch_backend.autograd",
     "backward_program": "torch_backend.autograd",

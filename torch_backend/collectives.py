@@ -7,10 +7,9 @@ LocalTensorMode). See ``torch_backend.executor`` for what each kind puts on the 
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import torch
 
+from lowering.caching import cached
 from lowering.program import Step
 from spec_lang.ir import Mesh
 from torch_backend import comm
@@ -20,7 +19,7 @@ from torch_backend.plan import StepPlan, flat_offset, wire_bytes
 
 Plans = dict[int, StepPlan]  # mesh rank -> plan, for each rank this process plays
 
-@lru_cache(maxsize=4096)
+@cached(maxsize=4096)
 def moves_data(step: Step, mesh: Mesh) -> bool:
     """Whether any rank sends anything in ``step`` (the same answer on every rank)."""
     return any(wire_bytes(step, mesh, 1))

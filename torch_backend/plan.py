@@ -16,10 +16,10 @@ sends total - own piece, never more than the padded price.)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import numpy as np
 
+from lowering.caching import MIB, cached
 from lowering.layout import boxes, group_ranks, overlap
 from lowering.program import Step
 from spec_lang.ir import Mesh
@@ -114,7 +114,7 @@ def _is_run(pieces: list[tuple[Slices, int]], shape: tuple[int, ...], chunk: int
     return True
 
 
-@lru_cache(maxsize=4096)
+@cached(maxsize=4096, max_bytes=16 * MIB)
 def plan_step(step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> StepPlan:
     """``rank``'s plan for ``step``; ``members`` is its group in process-group order."""
     src_b = boxes(step.src, mesh)
