@@ -338,7 +338,7 @@ def spare_collectives(program: Program) -> int:
     return sum(1 for s in program.steps if s.is_collective and spare.intersection(s.axes))
 
 
-@cached(maxsize=65536)
+@cached(maxsize=16384)  # keys hold search states: keep their count modest
 def _future(state: TensorType, goal: TensorType, mesh: Mesh) -> float:
     """Bytes every rank together must still send to reach ``goal`` (a lower bound)."""
     from lowering.bounds import lower_bound_detail
@@ -372,7 +372,7 @@ def move_bytes(state: TensorType, mv: Move, mesh: Mesh) -> np.ndarray:
     return out
 
 
-@cached(maxsize=16384)
+@cached(maxsize=2048)  # values hold new states (types): a few searches' worth
 def _moves(state: TensorType, goal: TensorType, mesh: Mesh, op: str) -> tuple[Move, ...]:
     return tuple(moves(state, goal, mesh, op))
 

@@ -22,6 +22,13 @@ Three ways to get a :class:`MeshContext` (``context()`` picks):
 
 New groups are made with ``use_local_synchronization=True``: only the members call
 ``new_group``, so groups can be created lazily by the ranks that need them.
+
+Caches (all bound to the current default group, so a new world starts empty): process
+groups per (ranks, timeout, device), so a second caller's timeout is honoured; contexts
+per (mesh, timeout), or per (DeviceMesh, timeout) with the DeviceMesh held weakly, and
+each DeviceMesh's layout read once (reading ``DeviceMesh.mesh`` builds a tensor), so a
+repeated ``context()`` parses and builds nothing. ``clear_caches()`` drops the contexts
+and every ``lowering`` cache, but keeps the process groups.
 """
 
 from __future__ import annotations
