@@ -17,7 +17,7 @@ import weakref
 
 import numpy as np
 
-from lowering.caching import MIB, cached
+from lowering.caching import MIB, cached, on_clear
 from spec_lang.ir import Dim, Mesh, TensorType
 
 
@@ -70,6 +70,7 @@ def boxes(t: TensorType, mesh: Mesh) -> np.ndarray:
 # have the same boxes: a miss reuses a live array. Keyed weakly, so the byte bound of
 # ``boxes`` (keyed by the type, whose hash is cached: a cheaper hit) still decides.
 _BOXES_BY_DIMS: weakref.WeakValueDictionary[tuple[tuple[Dim, ...], Mesh], np.ndarray] = weakref.WeakValueDictionary()
+on_clear(_BOXES_BY_DIMS.clear)
 
 
 @cached(maxsize=4096, max_bytes=8 * MIB)
