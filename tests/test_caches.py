@@ -147,6 +147,13 @@ def test_process_groups_are_cached_per_timeout(fake_pg, monkeypatch) -> None:
     assert groups._new_group(ranks, five, None) is a
     assert groups._new_group(ranks, nine, None) is b
     assert made == [five, nine]  # each made once, with its own timeout
+    # through contexts: a second timeout on the same mesh gets its own groups
+    ctx5, ctx9 = groups.context("dp=2,tp=4", timeout=5), groups.context("dp=2,tp=4", timeout=9)
+    assert groups.context("dp=2,tp=4", timeout=5) is ctx5
+    g5, g9 = ctx5.group(("tp",), ctx5.rank), ctx9.group(("tp",), ctx9.rank)
+    assert g5.members == g9.members == (0, 1, 2, 3)
+    assert g5.pg is not g9.pg
+    assert made[-2:] == [five, nine]
 
 
 def test_context_holds_a_device_mesh_weakly(fake_pg) -> None:
