@@ -33,6 +33,9 @@ _EXPORTS = {
     "JointProgram": "lowering.coalesce",
     "lower_bound": "lowering.bounds",
     "simulate": "lowering.simulator",
+    # caches
+    "clear_caches": "lowering.caching",
+    "cache_stats": "lowering.caching",
 }
 
 __all__ = sorted(_EXPORTS)

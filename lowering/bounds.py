@@ -16,10 +16,9 @@ No plan can beat it; the planner reports its ratio to it.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 
+from lowering.caching import cached
 from lowering.layout import box_numel, boxes, mesh_coords, overlap
 from spec_lang.ir import Mesh, TensorType
 
@@ -88,7 +87,7 @@ def lower_bound_detail(src: TensorType, dst: TensorType, mesh: Mesh) -> dict[str
     }
 
 
-@lru_cache(maxsize=4096)
+@cached(maxsize=4096)
 def _lower_bound(src: TensorType, dst: TensorType, mesh: Mesh) -> int:
     return int(lower_bound_detail(src, dst, mesh)["bytes"])
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
+from lowering.caching import cached
 from lowering.cost import DEFAULT_COST_MODEL, CostModel
 from lowering.kinds.groups import group_rows
 from lowering.program import Cost, Program, Step
@@ -63,7 +63,7 @@ class JointProgram:
         return "\n".join(lines)
 
 
-@lru_cache(maxsize=4096)
+@cached(maxsize=4096)
 def _even_groups(step: Step, mesh: Mesh, of: str) -> bool:
     """Whether every group of ``step`` holds blocks of one size (``of``: src or dst side)."""
     shapes = step.in_shapes if of == "src" else step.out_shapes

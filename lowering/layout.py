@@ -7,21 +7,23 @@ An empty chunk keeps the start the rule gives it.
 
 Boxes are numpy arrays of shape (world, ndim, 2) holding [start, stop) per dim;
 they are cached per (type, mesh), so the planner, the lower bound and the simulator
-all share one computation.
+all share one computation (and one array serves the types that differ only in dtype or
+P/R/I/V axes).
 """
 
 from __future__ import annotations
 
 import operator
-from functools import lru_cache
+import weakref
 
 import numpy as np
 
+from lowering.caching import MIB, cached, on_clear
 from spec_lang.errors import SpecError
-from spec_lang.ir import Mesh, TensorType
+from spec_lang.ir import Dim, Mesh, TensorType
 
 
-@lru_cache(maxsize=256)
+@cached(maxsize=256, max_bytes=8 * MIB)
 def mesh_coords(mesh: Mesh) -> np.ndarray:
     """(world, mesh.ndim) int array: row-major coordinates of every rank."""
     grids = np.indices(mesh.sizes).reshape(mesh.ndim, -1).T
@@ -48,28 +50,41 @@ def dim_ranges(size: int, axes: tuple[str, ...], mesh: Mesh) -> np.ndarray:
     return np.stack([start, start + length], axis=1)
 
 
-@lru_cache(maxsize=4096)
+@cached(maxsize=4096, max_bytes=24 * MIB)
 def boxes(t: TensorType, mesh: Mesh) -> np.ndarray:
     """(world, ndim, 2) int array: the global [start, stop) each rank holds, per dim.
 
     Partial, replicated and varying axes do not cut the box: every rank on such
     an axis holds the same index range (with, for P and V, different values).
     """
-    out = np.empty((mesh.size, t.ndim, 2), dtype=np.int64)
-    for d, dim in enumerate(t.dims):
-        out[:, d, :] = dim_ranges(dim.size, dim.axes, mesh)
-    out.setflags(write=False)
+    key = (t.dims, mesh)
+    out = _BOXES_BY_DIMS.get(key)
+    if out is None:
+        out = np.empty((mesh.size, t.ndim, 2), dtype=np.int64)
+        for d, dim in enumerate(t.dims):
+            out[:, d, :] = dim_ranges(dim.size, dim.axes, mesh)
+        out.setflags(write=False)
+        _BOXES_BY_DIMS[key] = out
     return out
 
 
-@lru_cache(maxsize=4096)
+# Types that differ only in dtype or in their P/R/I/V axes (many of a search's states)
+# have the same boxes: a miss reuses a live array. Keyed weakly, so the byte bound of
+# ``boxes`` (keyed by the type, whose hash is cached: a cheaper hit) still decides.
+_BOXES_BY_DIMS: weakref.WeakValueDictionary[tuple[tuple[Dim, ...], Mesh], np.ndarray] = weakref.WeakValueDictionary()
+on_clear(_BOXES_BY_DIMS.clear)
+
+
+@cached(maxsize=4096, max_bytes=8 * MIB)
 def local_shapes(t: TensorType, mesh: Mesh) -> tuple[tuple[int, ...], ...]:
-    """Every rank's local shape, in rank order."""
-    b = boxes(t, mesh)
-    sizes = b[:, :, 1] - b[:, :, 0]
+    """Every rank's local shape, in rank order (equal shapes are one shared tuple)."""
     if t.ndim == 0:
         return ((),) * mesh.size
-    return tuple(zip(*sizes.T.tolist()))  # column lists zipped: the fast way to int tuples
+    b = boxes(t, mesh)
+    sizes = b[:, :, 1] - b[:, :, 0]
+    shared: dict[tuple[int, ...], tuple[int, ...]] = {}
+    # column lists zipped: the fast way to int tuples; a world of equal blocks keeps one
+    return tuple(shared.setdefault(s, s) for s in zip(*sizes.T.tolist()))
 
 
 def local_shape(t: TensorType, mesh: Mesh, rank: int) -> tuple[int, ...]:
@@ -87,7 +102,7 @@ def local_shape(t: TensorType, mesh: Mesh, rank: int) -> tuple[int, ...]:
     return tuple(int(hi - lo) for lo, hi in b)
 
 
-@lru_cache(maxsize=4096)
+@cached(maxsize=4096, max_bytes=4 * MIB)
 def local_numel(t: TensorType, mesh: Mesh) -> np.ndarray:
     """(world,) elements each rank holds."""
     b = boxes(t, mesh)
@@ -118,23 +133,29 @@ def group_ranks(mesh: Mesh, axes: tuple[str, ...], rank: int) -> tuple[int, ...]
     The group holds every rank that shares ``rank``'s coordinates on the other axes.
     A rank's index in this tuple is its rank in the flattened collective.
     """
-    return _groups(mesh, axes)[1][_groups(mesh, axes)[0][rank]]
+    group_of, groups = _groups(mesh, axes)
+    return tuple(groups[group_of[rank]].tolist())
 
 
-@lru_cache(maxsize=1024)
-def _groups(mesh: Mesh, axes: tuple[str, ...]) -> tuple[np.ndarray, tuple[tuple[int, ...], ...]]:
+# Arrays, not tuples of Python ints: a search over a big mesh asks for the groups of many
+# axis tuples, and an int array holds a 4,096-rank table in a fifth of the memory.
+@cached(maxsize=1024, max_bytes=8 * MIB)
+def _groups(mesh: Mesh, axes: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(group index of every rank, (num_groups, n) ranks of each group in group order)."""
     idx = [mesh.index(a) for a in axes]
     rest = [i for i in range(mesh.ndim) if i not in idx]
     ranks = np.arange(mesh.size).reshape(mesh.sizes)
-    perm = np.transpose(ranks, rest + idx).reshape(-1, mesh.group_size(axes) if axes else 1)
+    perm = np.ascontiguousarray(np.transpose(ranks, rest + idx).reshape(-1, mesh.group_size(axes) if axes else 1))
     group_of = np.empty(mesh.size, dtype=np.int64)
     group_of[perm] = np.arange(perm.shape[0])[:, None]
-    return group_of, tuple(map(tuple, perm.tolist()))
+    perm.setflags(write=False)
+    group_of.setflags(write=False)
+    return group_of, perm
 
 
 def all_groups(mesh: Mesh, axes: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
     """Every group over ``axes`` (each ordered as in ``group_ranks``)."""
-    return _groups(mesh, axes)[1]
+    return tuple(map(tuple, _groups(mesh, axes)[1].tolist()))
 
 
 def local_slices(t: TensorType | str, mesh: Mesh | str) -> list[tuple[slice, ...]]:

@@ -26,11 +26,11 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Sequence
-from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
 
+from lowering.caching import MIB, cached
 from lowering.checks import check_same_global, resolve
 from lowering.cost import DEFAULT_COST_MODEL, SPARE_AXIS_BYTES, CostModel
 from lowering.kinds import kind_of, priced_step
@@ -70,7 +70,7 @@ def compile(  # noqa: A001 - the public name the issue asks for
     return _compile(s, d, m, cost_model or DEFAULT_COST_MODEL)
 
 
-@lru_cache(maxsize=8192)
+@cached(maxsize=8192, max_bytes=32 * MIB)
 def _compile(src: TensorType, dst: TensorType, mesh: Mesh, model: CostModel) -> Program:
     op = check_partial_conversion(src, dst)
     start, goal = erase(src), erase(dst)
@@ -193,7 +193,7 @@ def _normal_form(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
     return None
 
 
-@lru_cache(maxsize=4096)
+@cached(maxsize=4096)
 def _sent_floor(start: TensorType, goal: TensorType, mesh: Mesh) -> int:
     """Bytes the busiest rank sends in any plan, at least: the lower bound's ``sent_avg``
     rounded up (every needed element arrives, so total sends cover the transfers). The
@@ -330,7 +330,7 @@ def spare_collectives(program: Program) -> int:
     return sum(1 for s in program.steps if s.is_collective and spare.intersection(s.axes))
 
 
-@lru_cache(maxsize=65536)
+@cached(maxsize=16384)  # keys hold search states: keep their count modest
 def _future(state: TensorType, goal: TensorType, mesh: Mesh) -> float:
     """Bytes every rank together must still send to reach ``goal`` (a lower bound)."""
     from lowering.bounds import lower_bound_detail
@@ -346,7 +346,7 @@ def _unwind(node: tuple | None) -> list[tuple[TensorType, Move]]:
     return path[::-1]
 
 
-@lru_cache(maxsize=65536)
+@cached(maxsize=65536, max_bytes=24 * MIB)
 def move_bytes(state: TensorType, mv: Move, mesh: Mesh) -> np.ndarray:
     """(world,) elements each rank sends in this move (read-only; cached, since a state
     expanded under a second label prices the same moves again)."""
@@ -355,7 +355,7 @@ def move_bytes(state: TensorType, mv: Move, mesh: Mesh) -> np.ndarray:
     return out
 
 
-@lru_cache(maxsize=16384)
+@cached(maxsize=2048)  # values hold new states (types): a few searches' worth
 def _moves(state: TensorType, goal: TensorType, mesh: Mesh, op: str) -> tuple[Move, ...]:
     return tuple(moves(state, goal, mesh, op))
 

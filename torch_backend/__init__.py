@@ -18,6 +18,7 @@ _EXPORTS = {
     "execute": "torch_backend.executor",
     "context": "torch_backend.groups",
     "MeshContext": "torch_backend.groups",
+    "clear_caches": "torch_backend.groups",
     "CollectiveError": "torch_backend.comm",
     "dual_type": "spec_lang.dual",
     "backward_program": "torch_backend.autograd",

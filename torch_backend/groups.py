@@ -22,10 +22,19 @@ Three ways to get a :class:`MeshContext` (``context()`` picks):
 
 New groups are made with ``use_local_synchronization=True``: only the members call
 ``new_group``, so groups can be created lazily by the ranks that need them.
+
+Caches (all bound to the current default group, so a new world starts empty): process
+groups per (ranks, timeout, device), so a second caller's timeout is honoured; contexts
+per (mesh, timeout), or per (DeviceMesh, timeout) with the DeviceMesh held weakly, and
+each DeviceMesh's layout read once (reading ``DeviceMesh.mesh`` builds a tensor), so a
+repeated ``context()`` parses and builds nothing. ``clear_caches()`` drops the contexts
+and every ``lowering`` cache, but keeps the process groups.
 """
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -38,14 +47,18 @@ from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh
 from spec_lang.parser import parse_mesh
 
+_ENABLED_LOCAL_MODE: list[Callable[[], Any]] = []  # torch's lookup, imported on first use
+
 
 def local_tensor_mode() -> Any | None:
     """The enabled LocalTensorMode, or None (also None where torch lacks it)."""
-    try:
-        from torch.distributed._local_tensor import enabled_local_tensor_mode
-    except ImportError:  # torch without LocalTensorMode
-        return None
-    return enabled_local_tensor_mode()
+    if not _ENABLED_LOCAL_MODE:
+        try:
+            from torch.distributed._local_tensor import enabled_local_tensor_mode
+        except ImportError:  # torch without LocalTensorMode
+            enabled_local_tensor_mode = lambda: None  # noqa: E731
+        _ENABLED_LOCAL_MODE.append(enabled_local_tensor_mode)
+    return _ENABLED_LOCAL_MODE[0]()
 
 
 @dataclass(frozen=True)
@@ -60,18 +73,42 @@ class GroupHandle:
         return len(self.members)
 
 
-# The cache belongs to one default group: it holds a reference to that group so that a
+# The caches belong to one default group: they hold a reference to that group so that a
 # destroyed-and-recreated world (tests do this) can never be mistaken for the old one.
-_CACHE: dict[str, Any] = {"world": None, "groups": {}, "contexts": {}}
+#   groups:   (sorted global ranks, timeout, device) -> process group
+#   contexts: (Mesh, timeout) -> MeshContext, for meshes given as a string or a Mesh
+#   dm_contexts: DeviceMesh (weakly) -> {timeout: MeshContext}
+# A DeviceMesh is held weakly everywhere (a dead one drops its entries, and a new mesh at
+# the same address can never hit them); its contexts hold it through a weakref only.
+_CACHE: dict[str, Any] = {"world": None, "groups": {}, "contexts": {}, "dm_contexts": weakref.WeakKeyDictionary()}
+# DeviceMesh (weakly) -> (Mesh, mesh rank -> global rank). Reading ``DeviceMesh.mesh``
+# rebuilds a tensor from the mesh layout each time, so it is read once per DeviceMesh.
+_DEVICE_MESHES: weakref.WeakKeyDictionary[Any, tuple[Mesh, tuple[int, ...]]] = weakref.WeakKeyDictionary()
 
 
-def _group_cache() -> dict[tuple[int, ...], Any]:
+def _group_cache() -> dict[tuple, Any]:
     world = dist.distributed_c10d._get_default_group()
     if _CACHE["world"] is not world:
         _CACHE["world"] = world
         _CACHE["groups"] = {}
         _CACHE["contexts"] = {}
+        _CACHE["dm_contexts"] = weakref.WeakKeyDictionary()
     return _CACHE["groups"]
+
+
+def clear_caches() -> None:
+    """Empty every cache of ``lowering`` (compiled programs, layout arrays, per-rank plans)
+    and this module's contexts and resolved DeviceMeshes.
+
+    Process groups stay cached: making one again is a collective call that every member
+    would have to join, so dropping them on one rank only could hang the others.
+    """
+    from lowering.caching import clear_caches as clear_lowering
+
+    clear_lowering()
+    _CACHE["contexts"] = {}
+    _CACHE["dm_contexts"] = weakref.WeakKeyDictionary()
+    _DEVICE_MESHES.clear()
 
 
 @dataclass
@@ -82,10 +119,15 @@ class MeshContext:
     ranks: tuple[int, ...]  # mesh ranks this process executes (all of them under LocalTensorMode)
     to_global: tuple[int, ...]  # mesh rank -> global rank
     local_mode: Any | None = None  # the LocalTensorMode, if simulating
-    device_mesh: Any | None = None
+    dm_ref: Callable[[], Any] | None = field(default=None, repr=False)  # weakref to the DeviceMesh
     timeout: timedelta | None = None
     backend: str = "gloo"
     _members: dict[tuple[str, ...], GroupHandle] = field(default_factory=dict, repr=False)
+
+    @property
+    def device_mesh(self) -> Any | None:
+        """The DeviceMesh this context was made for (None for a mesh string, or once it died)."""
+        return self.dm_ref() if self.dm_ref is not None else None
 
     @property
     def is_local(self) -> bool:
@@ -120,8 +162,9 @@ class MeshContext:
     def _real_group(self, axes: tuple[str, ...]) -> GroupHandle:
         mine = group_ranks(self.mesh, axes, self.rank)
         pg = None
-        if self.device_mesh is not None and len(axes) == 1:
-            pg = self.device_mesh.get_group(axes[0])
+        dm = self.device_mesh
+        if dm is not None and len(axes) == 1:
+            pg = dm.get_group(axes[0])
         if pg is None:
             device = None
             if self.backend == "nccl" and torch.cuda.is_available():
@@ -146,11 +189,17 @@ class MeshContext:
 
 
 def _new_group(ranks: tuple[int, ...], timeout: timedelta | None, device: Any) -> Any:
+    """The process group over global ``ranks``, made once per (ranks, timeout, device).
+
+    The backend is the default group's (the cache belongs to one default group). The
+    whole world is the default group itself, whose own timeout applies; a context's
+    timeout still bounds each wait (``comm``)."""
     world = dist.get_world_size()
     if ranks == tuple(range(world)):
         return dist.group.WORLD
     cache = _group_cache()
-    pg = cache.get(ranks)
+    key = (ranks, timeout, None if device is None else str(device))
+    pg = cache.get(key)
     if pg is None:
         kwargs: dict[str, Any] = {"use_local_synchronization": True}
         if timeout is not None:
@@ -158,39 +207,73 @@ def _new_group(ranks: tuple[int, ...], timeout: timedelta | None, device: Any) -
         if device is not None:
             kwargs["device_id"] = device
         pg = dist.new_group(list(ranks), **kwargs)
-        cache[ranks] = pg
+        cache[key] = pg
     return pg
 
 
-def _mesh_of_device_mesh(dm: Any) -> Mesh:
+def _read_device_mesh(dm: Any) -> tuple[Mesh, tuple[int, ...]]:
     names = getattr(dm, "mesh_dim_names", None)
     if not names:
         raise SpecError("the DeviceMesh has no mesh_dim_names",
                         hint="create it with init_device_mesh(..., mesh_dim_names=('dp', 'tp'))")
-    return Mesh(tuple(names), tuple(int(s) for s in dm.mesh.shape))
+    layout = dm.mesh  # a tensor rebuilt on every read: read it once
+    return Mesh(tuple(names), tuple(int(s) for s in layout.shape)), tuple(int(g) for g in layout.flatten().tolist())
+
+
+def _resolve_device_mesh(dm: Any) -> tuple[Mesh, tuple[int, ...]]:
+    """(Mesh, mesh rank -> global rank) of a DeviceMesh, read once per DeviceMesh."""
+    try:
+        return _DEVICE_MESHES[dm]
+    except KeyError:
+        pass
+    except TypeError:  # not weakly referenceable (a stand-in object): read it every time
+        return _read_device_mesh(dm)
+    got = _read_device_mesh(dm)
+    _DEVICE_MESHES[dm] = got
+    return got
+
+
+def _is_device_mesh(obj: Any) -> bool:
+    # look on the type first: reading DeviceMesh.mesh on the instance builds a tensor
+    return hasattr(type(obj), "get_group") and (hasattr(type(obj), "mesh") or hasattr(obj, "mesh"))
+
+
+def _weak(dm: Any) -> Callable[[], Any] | None:
+    if dm is None:
+        return None
+    try:
+        return weakref.ref(dm)
+    except TypeError:  # not weakly referenceable: hold it (only stand-in objects)
+        return lambda: dm
 
 
 def context(mesh: Mesh | str | Any, *, timeout: timedelta | float | None = None) -> MeshContext:
     """The MeshContext for ``mesh`` (str, Mesh or DeviceMesh) in the current process.
 
     Raises SpecError (before any communication) when there is no process group, or the
-    world does not match the mesh.
+    world does not match the mesh. On real process groups the context is cached per
+    (mesh, timeout), or per (DeviceMesh, timeout) holding the DeviceMesh weakly, so a
+    repeated call parses nothing and builds nothing.
     """
     if isinstance(timeout, (int, float)):
         timeout = timedelta(seconds=float(timeout))
     dm = None
     if isinstance(mesh, (str, Mesh)):
         m = parse_mesh(mesh)
-    elif hasattr(mesh, "mesh") and hasattr(mesh, "get_group"):
+        to_global = None
+    elif _is_device_mesh(mesh):
         dm = mesh
-        m = _mesh_of_device_mesh(mesh)
+        m, to_global = _resolve_device_mesh(mesh)
     else:
         raise SpecError(f"expected a mesh, got {type(mesh).__name__}",
                         hint="pass a mesh string like 'dp=2,tp=4', a spec_lang Mesh, or a named DeviceMesh")
     lm = local_tensor_mode()
-    if dm is not None:
-        to_global = tuple(int(g) for g in dm.mesh.flatten().tolist())
-    else:
+    if lm is None and dist.is_initialized():
+        _group_cache()  # binds the caches to the current default group (a new world starts empty)
+        ctx = _cached_context(m, dm, timeout)
+        if ctx is not None:
+            return ctx
+    if to_global is None:
         to_global = tuple(range(m.size))
     if lm is not None:
         ranks = tuple(sorted(lm.ranks))
@@ -202,7 +285,7 @@ def context(mesh: Mesh | str | Any, *, timeout: timedelta | float | None = None)
         if not dist.is_initialized():
             raise SpecError("LocalTensorMode needs a default process group",
                             hint=f"dist.init_process_group('fake', store=FakeStore(), rank=0, world_size={m.size})")
-        return MeshContext(m, ranks, to_global, local_mode=lm, device_mesh=dm, timeout=timeout, backend="local")
+        return MeshContext(m, ranks, to_global, local_mode=lm, dm_ref=_weak(dm), timeout=timeout, backend="local")
     if not dist.is_initialized():
         raise SpecError(
             "no torch.distributed process group is initialized",
@@ -219,12 +302,27 @@ def context(mesh: Mesh | str | Any, *, timeout: timedelta | float | None = None)
     if me not in to_global:
         raise SpecError(f"global rank {me} is not on the DeviceMesh {to_global}",
                         hint="call redistribute only on the ranks of the mesh")
-    # contexts (and the groups they resolved) are reused across calls on the same world
-    _group_cache()  # binds the cache to the current default group (a new world starts empty)
-    key = (m, id(dm), timeout)
-    ctx = _CACHE["contexts"].get(key)
-    if ctx is None or ctx.device_mesh is not dm:
-        backend = str(dist.get_backend())
-        ctx = MeshContext(m, (to_global.index(me),), to_global, device_mesh=dm, timeout=timeout, backend=backend)
-        _CACHE["contexts"][key] = ctx
+    backend = str(dist.get_backend())
+    ctx = MeshContext(m, (to_global.index(me),), to_global, dm_ref=_weak(dm), timeout=timeout, backend=backend)
+    _store_context(m, dm, timeout, ctx)
     return ctx
+
+
+def _cached_context(m: Mesh, dm: Any, timeout: timedelta | None) -> MeshContext | None:
+    if dm is None:
+        return _CACHE["contexts"].get((m, timeout))
+    try:
+        per_dm = _CACHE["dm_contexts"].get(dm)
+    except TypeError:  # not weakly referenceable: never cached
+        return None
+    return None if per_dm is None else per_dm.get(timeout)
+
+
+def _store_context(m: Mesh, dm: Any, timeout: timedelta | None, ctx: MeshContext) -> None:
+    if dm is None:
+        _CACHE["contexts"][(m, timeout)] = ctx
+        return
+    try:
+        _CACHE["dm_contexts"].setdefault(dm, {})[timeout] = ctx
+    except TypeError:
+        pass

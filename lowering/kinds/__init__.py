@@ -13,11 +13,11 @@ numpy semantics and dual; this package builds priced Steps from them and runs th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lowering.caching import MIB, cached
 from lowering.kinds import exchange, gather, local, reduce  # noqa: F401 - each registers its kinds
 from lowering.kinds.base import KINDS, Piece, RankPieces, StepKind, kind_of
 from lowering.layout import group_ranks, local_shapes
@@ -113,7 +113,7 @@ def members_of(step: Step, mesh: Mesh, rank: int) -> tuple[int, ...]:
     return tuple(sorted(group_ranks(mesh, step.axes, rank)))
 
 
-@lru_cache(maxsize=4096)
+@cached(maxsize=4096, max_bytes=32 * MIB)
 def rank_pieces(step: Step, mesh: Mesh, rank: int, members: tuple[int, ...] | None = None) -> RankPieces:
     """``rank``'s pieces of ``step``: only this rank's, read off the layout algebra."""
     return kind_of(step.kind).pieces(step, mesh, rank, members if members is not None else

@@ -7,10 +7,9 @@ small groups) or factorised by dim with prefix sums (used where pairs would be m
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 
+from lowering.caching import MIB, cached
 from lowering.kinds.groups import group_rows
 from lowering.layout import box_numel, boxes, overlap
 from spec_lang.ir import Mesh, TensorType
@@ -90,7 +89,7 @@ def _few_pairs(mesh: Mesh, axes: tuple[str, ...]) -> bool:
     return mesh.size * mesh.group_size(axes) <= _PAIRS_DIRECT
 
 
-@lru_cache(maxsize=16384)
+@cached(maxsize=16384, max_bytes=16 * MIB)
 def exchange_bytes(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> np.ndarray:
     """(world,) elements each rank sends in an exact box exchange over ``axes`` (read-only).
 
@@ -111,7 +110,7 @@ def exchange_bytes_factorised(src: TensorType, dst: TensorType, mesh: Mesh, axes
     return total - own
 
 
-@lru_cache(maxsize=4096)
+@cached(maxsize=4096)
 def max_senders_per_receiver(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> int:
     """How many peers the busiest receiver hears from (1 means a pure permutation)."""
     if _few_pairs(mesh, axes):

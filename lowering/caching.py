@@ -1,0 +1,245 @@
+"""Caches for the planner's pure functions, bounded by the bytes they hold.
+
+Planning a mesh of thousands of ranks builds world-sized arrays (layout boxes, the
+bytes each rank sends in a move, every rank's local shape), and a process that compiles
+many distinct programs would keep all of them if its caches were capped by entry count
+only. ``@cached(max_bytes=..., maxsize=...)`` is ``functools.lru_cache`` with a second
+bound: an estimate of the bytes its values hold, evicting least recently used entries
+until both bounds hold. Every cache registers itself, so ``clear_caches()`` empties them
+all at once (decorated functions keep ``cache_clear()`` and ``cache_info()``). With no
+``max_bytes`` (small values: ints, flags, short tuples) it is ``functools.lru_cache``
+itself, registered, so the hot paths of the search pay nothing for the registry.
+
+The estimate is cheap, not exact: a numpy array counts its ``nbytes``; a tuple, list
+or dict counts its slots plus its elements, sampled when long (a tuple of 4,096 equal
+shapes costs about its slots); a dataclass (a Program, a Step) counts its fields, except
+the IR's types and meshes, which are small and shared.
+
+Thread safety: a hit reads the table without a lock; inserting and evicting hold one.
+Two threads missing on the same key may both compute it (the functions are pure), and
+the first result stored wins.
+
+Imports neither torch nor jax.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from spec_lang.ir import AxisType, Dim, Mesh, TensorType
+
+MIB = 1 << 20
+# IR objects: small, and shared by every cache that mentions them (the parser returns one
+# object per string), so a value that refers to them is not charged for them
+_SHARED = (TensorType, Mesh, Dim, AxisType)
+_SAMPLE = 8  # elements of a long container whose sizes stand for all of them
+_MAX_DEPTH = 6
+_KWARGS = object()  # separates positional from keyword arguments in a key
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """One cache's counters: ``functools``' four, plus the bytes held and both bounds."""
+
+    name: str
+    hits: int
+    misses: int
+    maxsize: int | None
+    currsize: int
+    bytes: int
+    max_bytes: int
+
+
+def estimate_bytes(value: Any, _depth: int = 0) -> int:
+    """A cheap estimate of the memory ``value`` keeps alive (shared objects count again)."""
+    if isinstance(value, np.ndarray):
+        return value.nbytes + 112
+    if value is None or value is True or value is False:
+        return 0
+    if isinstance(value, int):
+        return 0 if -5 <= value <= 256 else 28  # small ints are shared by the interpreter
+    if isinstance(value, float):
+        return 24
+    if isinstance(value, (str, bytes)):
+        return sys.getsizeof(value)
+    if isinstance(value, _SHARED):
+        return 0
+    if _depth >= _MAX_DEPTH:
+        return 64
+    if isinstance(value, (tuple, list, frozenset, set)):
+        return 56 + 8 * len(value) + _elements(value, _depth)
+    if isinstance(value, dict):
+        return 232 + 24 * len(value) + _elements(value.values(), _depth) + _elements(value.keys(), _depth)
+    fields = getattr(value, "__dict__", None)
+    if fields is not None:
+        return 56 + sum(estimate_bytes(v, _depth + 1) for v in fields.values())
+    try:
+        return sys.getsizeof(value)
+    except TypeError:
+        return 64
+
+
+def _elements(items: Any, depth: int) -> int:
+    """The elements' bytes: all of them when few, else a spread sample scaled up. Equal
+    objects in the sample (the same shape for every rank) scale by how few are distinct."""
+    seq = items if isinstance(items, (tuple, list)) else tuple(items)
+    n = len(seq)
+    if n <= _SAMPLE:
+        return sum(estimate_bytes(v, depth + 1) for v in seq)
+    sample = [seq[i * (n - 1) // (_SAMPLE - 1)] for i in range(_SAMPLE)]
+    distinct = {id(v): v for v in sample}
+    per = sum(estimate_bytes(v, depth + 1) for v in distinct.values()) / len(distinct)
+    if len(distinct) == 1:  # one object in every slot sampled: counted once
+        return int(per)
+    return int(per * n * len(distinct) / _SAMPLE)
+
+
+class _Store:
+    """One cache's table (key -> (value, bytes)), its totals and its bounds."""
+
+    def __init__(self, name: str, maxsize: int | None, max_bytes: int) -> None:
+        self.name = name
+        self.maxsize = maxsize
+        self.max_bytes = max_bytes
+        self.table: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self.bytes = 0
+        self.hits_box = [0]  # a list: the wrapper's hit path bumps it without an attribute lookup
+        self.misses = 0
+        self.lock = threading.Lock()
+
+    def put(self, key: Any, value: Any) -> Any:
+        size = estimate_bytes(value)
+        with self.lock:
+            self.misses += 1
+            held = self.table.get(key)
+            if held is not None:  # another thread stored it meanwhile: keep one copy
+                return held[0]
+            if size > self.max_bytes:  # bigger than the whole cache: never stored
+                return value
+            self.table[key] = (value, size)
+            self.bytes += size
+            while self.bytes > self.max_bytes or (self.maxsize is not None and len(self.table) > self.maxsize):
+                _, (_, dropped) = self.table.popitem(last=False)
+                self.bytes -= dropped
+        return value
+
+    def clear(self) -> None:
+        with self.lock:
+            self.table.clear()
+            self.bytes = 0
+            self.hits_box[0] = 0
+            self.misses = 0
+
+    def info(self) -> CacheInfo:
+        return CacheInfo(self.name, self.hits_box[0], self.misses, self.maxsize, len(self.table), self.bytes,
+                         self.max_bytes)
+
+
+class _LruStore:
+    """A count-bounded ``functools.lru_cache``, registered like a :class:`_Store`."""
+
+    def __init__(self, name: str, lru: Any) -> None:
+        self.name = name
+        self.lru = lru
+
+    @property
+    def bytes(self) -> int:
+        return 0  # small values only: not estimated
+
+    def clear(self) -> None:
+        self.lru.cache_clear()
+
+    def info(self) -> CacheInfo:
+        i = self.lru.cache_info()
+        return CacheInfo(self.name, i.hits, i.misses, i.maxsize, i.currsize, 0, 0)
+
+
+_REGISTRY: list[_Store | _LruStore] = []
+_CLEAR_HOOKS: list[Callable[[], None]] = []
+
+
+def cached(*, maxsize: int | None = None, max_bytes: int | None = None) -> Callable[[F], F]:
+    """Memoise a pure function; evict least recently used entries past ``maxsize`` entries
+    or past ``max_bytes`` held (by :func:`estimate_bytes`).
+
+    Without ``max_bytes`` this is ``functools.lru_cache(maxsize)`` (for small values: ints,
+    flags, short tuples), registered for :func:`clear_caches`. Arguments must be hashable;
+    exceptions are not cached.
+    """
+    if maxsize is not None and maxsize < 1:
+        raise ValueError("maxsize must be at least 1, or None for no entry bound")
+    if max_bytes is not None and max_bytes < 1:
+        raise ValueError("max_bytes must be at least 1, or None for no byte bound")
+
+    def decorate(fn: F) -> F:
+        name = f"{fn.__module__}.{fn.__qualname__}"
+        if max_bytes is None:
+            lru = functools.lru_cache(maxsize=maxsize)(fn)
+            _REGISTRY.append(_LruStore(name, lru))
+            return lru  # type: ignore[return-value]
+        store = _Store(name, maxsize, max_bytes)
+        get, touch, hits = store.table.get, store.table.move_to_end, store.hits_box
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            key = (*args, _KWARGS, *kwargs.items()) if kwargs else args
+            held = get(key)
+            if held is not None:
+                try:
+                    touch(key)
+                except KeyError:  # evicted by another thread just now: the value is still right
+                    pass
+                hits[0] += 1
+                return held[0]
+            return store.put(key, fn(*args, **kwargs))
+
+        wrapper.cache_clear = store.clear  # type: ignore[attr-defined]
+        wrapper.cache_info = store.info  # type: ignore[attr-defined]
+        _REGISTRY.append(store)
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def on_clear(hook: Callable[[], None]) -> Callable[[], None]:
+    """Also run ``hook`` on ``clear_caches()`` (for caches kept elsewhere, such as the
+    parser's); returns it, so it can decorate."""
+    if hook not in _CLEAR_HOOKS:
+        _CLEAR_HOOKS.append(hook)
+    return hook
+
+
+def cache_stats() -> list[CacheInfo]:
+    """Every registered cache's counters, in registration order."""
+    return [s.info() for s in _REGISTRY]
+
+
+def cache_bytes() -> int:
+    """The bytes every registered cache holds, by the estimate."""
+    return sum(s.bytes for s in _REGISTRY)
+
+
+def clear_caches() -> None:
+    """Empty every cache of ``lowering`` (layout, cost, bounds, planner) and of the
+    parser's parsed strings, and those registered with :func:`on_clear`. Compiling
+    afterwards gives equal programs; it only takes the time of a first compile again."""
+    for store in _REGISTRY:
+        store.clear()
+    for hook in _CLEAR_HOOKS:
+        hook()
+    from spec_lang import parser
+
+    for name in ("_parse_type", "_parse_mesh"):  # not the loaded grammar
+        fn = getattr(parser, name, None)
+        if callable(getattr(fn, "cache_clear", None)):
+            fn.cache_clear()
