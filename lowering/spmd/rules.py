@@ -8,9 +8,8 @@ operators from one local type to another, used to suggest the fix for a refused 
 
 from __future__ import annotations
 
-from spec_lang.errors import SpecError
-
 from lowering.spmd.types import LocalType
+from spec_lang.errors import SpecError
 
 COLLECTIVES = ("all_gather", "all_reduce", "reduce_scatter", "all_to_all", "reinterpret", "convert", "redistribute")
 
