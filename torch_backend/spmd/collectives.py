@@ -23,6 +23,7 @@ from torch_backend.autograd import check_differentiable
 from torch_backend.dtypes import dtype_name
 from torch_backend.executor import execute
 from torch_backend.groups import MeshContext
+from torch_backend.spmd.check import unchecked
 from torch_backend.spmd.mesh import as_axes, mesh_context
 from torch_backend.spmd.tags import SIZES, attach, recorded_size, typeof
 
@@ -74,6 +75,12 @@ def typed_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: An
     """Check, build and run ``op(x, axis, src, dst)``; the result carries its type."""
     s, d = as_local_type(src, "src"), as_local_type(dst, "dst")
     routed = check_pair(op, s, d) or op  # refuses a bad pair before anything else
+    with unchecked():
+        return _run(op, routed, x, axis, s, d, mesh, size)
+
+
+def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: LocalType, mesh: Any,
+         size: int | None) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise SpecError(f"spmd.{op} needs a tensor, got {type(x).__name__}")
     ctx = mesh_context(mesh)
