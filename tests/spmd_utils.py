@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch_utils import from_local, local_mode, to_local
-
-_NUMBERS: dict[str, int] = {}
-_NEXT = itertools.count(1)
 
 
 def num(name: str) -> int:
@@ -19,9 +15,10 @@ def num(name: str) -> int:
         return sum(num(p.strip()) for p in name.split("+"))
     if name == "0":
         return 0
-    if name not in _NUMBERS:
-        _NUMBERS[name] = next(_NEXT) * 7  # spread out, so sums of distinct letters rarely collide
-    return _NUMBERS[name]
+    n = 0
+    for c in name:  # the name's characters as base-128 digits: the same number in every process
+        n = n * 128 + ord(c)
+    return n
 
 
 def T(*names: str) -> torch.Tensor:

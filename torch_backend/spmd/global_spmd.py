@@ -49,8 +49,10 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *,
         raise SpecError(f"linear takes x[..., in] and w[out, in], got {list(x.shape)} and {list(w.shape)}")
     letters = "abcdefgh"[: x.ndim - 1]
     types = einsum_types("linear", f"{letters}y,zy->{letters}z", [typeof(x), typeof(w)], _axes(out_partial_axes))
-    if b is not None:
-        types = propagate("add", [types, typeof(b)])  # P + R is refused with the fix
+    if b is not None:  # the bias' dim 0 is the output's last dim
+        last = x.ndim - 1
+        bias = {a: LocalType("S", dim=last) if t.kind == "S" and t.dim == 0 else t for a, t in typeof(b).items()}
+        types = propagate("add", [types, bias])  # P + R is refused with the fix
     with unchecked():
         y = torch.nn.functional.linear(x, w, b)
     return attach(y, types)
