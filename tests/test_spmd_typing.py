@@ -177,3 +177,14 @@ def test_typing_is_erasable(fake_pg) -> None:
             else:
                 results.append(from_local(model(x, w)))
     assert all(torch.equal(a, b) for a, b in zip(*results))
+
+
+def test_affine_ops_and_local_einsum_under_typecheck() -> None:
+    p, r, v = typed({"tp": P}, 2, 3), typed({"tp": R}, 4, 3), typed({"tp": V}, 2, 3)
+    with spmd.typecheck():
+        assert spmd.typeof(torch.nn.functional.linear(p, r)) == {"tp": P}
+        with pytest.raises(SpecError, match=r"add\(P, R\)"):
+            torch.nn.functional.linear(p, r, typed({"tp": R}, 4))
+        with pytest.raises(SpecError, match="addmm is not linear"):
+            torch.addmm(typed({"tp": R}, 2, 4), p, r.t())
+        assert spmd.typeof(torch.einsum("...j,kj->...k", v, r)) == {"tp": V}  # local: no partition spec

@@ -20,7 +20,7 @@ from functools import lru_cache
 from lowering.kinds import kind_of, make_program, make_step
 from lowering.program import Program
 from lowering.spmd.rules import check_pair
-from lowering.spmd.types import LocalType, R
+from lowering.spmd.types import I, LocalType, R
 from spec_lang.dual import dual_type
 from spec_lang.errors import SpecError
 from spec_lang.ir import AxisType, Dim, Mesh, TensorType, canonical_dtype
@@ -62,7 +62,7 @@ def step_types(op: str, src: LocalType, dst: LocalType, group: tuple[str, ...], 
         return typed(sh, lt, group, dtype, sizes)
 
     def stack0(sh: Shape) -> TensorType:  # V blocks of shape sh, stacked on a new dim 0
-        return t((n, *sh), R.__class__("I"), {0: n})
+        return t((n, *sh), I, {0: n})
 
     a, b = src.base, dst.base
     if op == "all_gather":

@@ -30,7 +30,7 @@ ADDITIVE = frozenset({"add", "sub", "subtract", "cat", "concat", "concatenate", 
                       "add_", "sub_", "sum_to_size"})
 # linear in each tensor argument separately: one P, the rest R
 MULTILINEAR = frozenset({"mul", "multiply", "matmul", "mm", "bmm", "einsum", "linear", "outer", "dot", "tensordot",
-                         "div", "true_divide", "baddbmm", "addmm", "mv", "inner", "kron"})
+                         "div", "true_divide", "mv", "inner", "kron"})
 # linear in their one tensor argument (shape ops, reductions over dims, copies)
 UNARY_LINEAR = frozenset({
     "view", "reshape", "transpose", "permute", "t", "contiguous", "flatten", "unflatten", "squeeze", "unsqueeze",

@@ -81,11 +81,15 @@ class _TypeCheck(TorchFunctionMode):
         name = op_name(func)
         if name in _SKIP:
             return func(*args, **kwargs)
-        if name == "einsum" and args and isinstance(args[0], str):
+        sharded = any(t.kind == "S" for d in typed for t in d.values())
+        if name == "einsum" and sharded and args and isinstance(args[0], str):
             ops = args[1:] if not (len(args) == 2 and isinstance(args[1], (list, tuple))) else args[1]
             out_types = einsum_types(name, args[0], [getattr(x, TYPES, None) or {} for x in ops])
-        elif name in ("matmul", "mm", "linear") and any(t.kind == "S" for d in typed for t in d.values()):
+        elif name in ("matmul", "mm", "linear") and sharded:
             out_types = _matmul_types(name, tensors)
+        elif name == "linear" and len(tensors) > 2:  # x @ w.T + b: affine, the bias is an addition
+            xw = propagate(name, [t for t in (getattr(x, TYPES, None) for x in tensors[:2]) if t])
+            out_types = propagate("add", [xw, getattr(tensors[2], TYPES, None) or {}])
         else:
             out_types = propagate(name, typed, scalar and name in ("add", "sub", "rsub"))
         with unchecked():
