@@ -135,3 +135,16 @@ def test_mesh_and_types_are_required(fake_pg) -> None:
             spmd.all_reduce(x, 3, src=P, dst=R, mesh="x=3")
         out = spmd.all_reduce(x, "x", src=P, dst=I, mesh="x=3")
         assert spmd.typeof(out) == {"x": I}
+
+
+def test_a_device_mesh_names_the_axes(fake_pg) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    fake_pg(6)
+    dm = init_device_mesh("cpu", (2, 3), mesh_dim_names=("dp", "tp"))
+    with local_mode(fake_pg, 6) as lm, spmd.use_mesh(dm):
+        x = to_local(lm, [torch.full((2,), float(r), dtype=torch.float64) for r in range(6)])
+        y = spmd.all_reduce(x, "tp", src=P, dst=R)
+        assert [b.tolist() for b in from_local(y)] == [[3.0, 3.0]] * 3 + [[12.0, 12.0]] * 3
+        z = spmd.all_gather(x, "dp", src=V, dst=I, mesh=dm)
+        assert from_local(z)[4].tolist() == [[1.0, 1.0], [4.0, 4.0]]
