@@ -108,6 +108,14 @@ def check_pair(op: str, src: LocalType, dst: LocalType) -> str | None:
         raise SpecError(f"{op}(src={src!r}, dst={dst!r}) is not a valid pair: source and destination are equal",
                         hint="nothing to do; an all_to_all moves the split from one dim to another")
     if pair not in ALLOWED[op]:
+        if op in ("all_reduce", "reduce_scatter") and src.base != "P":
+            if src.base == "V":
+                hint = "if each rank holds an addend, spmd.reinterpret(x, axis, src=V, dst=P) first"
+            else:
+                hint = f"{src!r} is the same on every rank: there is nothing to reduce"
+                if src.base != dst.base:
+                    hint += f"; {fix_for(src, dst)}"
+            raise SpecError(f"{op}(src={src!r}, dst={dst!r}) is not a valid pair: {_WHY[op]}", hint=hint)
         if op == "convert" and src.base == "P":
             raise SpecError(f"convert(src={src!r}, dst={dst!r}) is not a valid pair: you cannot convert out of P, "
                             "only a collective finishes a pending reduction",
@@ -125,13 +133,11 @@ def check_pair(op: str, src: LocalType, dst: LocalType) -> str | None:
 
 def backward_of(op: str, src: LocalType, dst: LocalType) -> tuple[str, LocalType, LocalType]:
     """The forward/backward table: the typed collective that computes ``op(src, dst)``'s gradient."""
-    from lowering.spmd.types import LocalType as T
-
     b_op, b_src, b_dst = BACKWARD[(op, _letter(src), _letter(dst))]
 
     def typed(letter: str, like: tuple[LocalType, ...]) -> LocalType:
         if letter != "S":
-            return T(letter)
+            return LocalType(letter)
         shard = [t for t in like if t.kind == "S"]
         return shard[0]
 
