@@ -115,7 +115,7 @@ def test_every_other_pair_is_refused(op, a, b) -> None:
 @pytest.mark.parametrize("op,s,d,rule,fix", [
     ("all_reduce", R, R, "its source is P", "nothing to reduce"),
     ("all_reduce", V, R, "its source is P", r"reinterpret\(x, axis, src=V, dst=P\) first"),
-    ("reduce_scatter", I, S(0), "source P", "nothing to reduce; from I to S.0. use spmd.convert"),
+    ("reduce_scatter", I, S(0), "source P", "nothing to reduce; from I to S.0. use spmd.convert.x, axis, src=I, dst=S.0..$"),
     ("convert", P, R, "cannot convert out of P", "all_reduce"),
     ("reinterpret", V, R, "reinterpret keeps every local tensor", "all_gather"),
     ("all_gather", P, R, "collects varying blocks", "all_reduce"),

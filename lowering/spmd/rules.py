@@ -89,6 +89,8 @@ def fix_for(src: LocalType, dst: LocalType) -> str:
     if a == b:
         return "the types are the same" + ("; all_to_all moves the split to another dim" if a == "V" else "")
     ways = TRANSITIONS.get((a, b), ())
+    if "S" in (src.kind, dst.kind):  # reinterpret takes no S(i)
+        ways = tuple(w for w in ways if not w.startswith("reinterpret"))
     if not ways:
         return "no operator does this"
     calls = [f"spmd.{w.split('(')[0]}(x, axis, src={src!r}, dst={dst!r})" for w in ways]
