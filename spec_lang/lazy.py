@@ -17,7 +17,8 @@ def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str],
         module = exports.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
+        imported = importlib.import_module(module)
+        value = imported if module == f"{package}.{name}" else getattr(imported, name)  # a subpackage itself
         namespace[name] = value
         return value
 

@@ -61,7 +61,7 @@ STEPS = _steps()
 
 
 def test_every_kind_is_exercised() -> None:
-    assert {s.kind for _, _, s in STEPS} == set(KINDS)
+    assert {s.kind for _, _, s in STEPS} == {k for k, v in KINDS.items() if v.planned}
 
 
 @pytest.mark.parametrize("name,mesh,step", STEPS, ids=[n for n, _, _ in STEPS])

@@ -13,6 +13,7 @@ _EXPORTS = {
     "redistribute": "torch_backend.api",
     "distribute": "torch_backend.api",
     "redistributor": "torch_backend.prepared",
+    "spmd": "torch_backend.spmd",
     "redistribute_many": "torch_backend.coalesce",
     "Redistributor": "torch_backend.prepared",
     "execute": "torch_backend.executor",

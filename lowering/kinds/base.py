@@ -81,6 +81,7 @@ class StepKind:
     name: ClassVar[str]
     collective: ClassVar[bool] = False
     reduces: ClassVar[bool] = False  # finishes a pending P(op): the step carries the op
+    planned: ClassVar[bool] = True  # the planner emits it (False: only the typed SPMD API builds it)
 
     def infer(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> Signature:
         raise NotImplementedError

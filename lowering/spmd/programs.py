@@ -1,0 +1,137 @@
+"""Each typed collective as a Program of step kinds, and its backward from the kinds' duals.
+
+A call ``op(x, axes, src=..., dst=...)`` on a block of local shape ``shape`` becomes the
+types of one mesh-axis group (every other mesh axis unannotated) and a short program:
+one collective at most, plus local steps. V is S(0) of a new dim of the group's size
+(the ``stack`` kind), so ``all_gather(V, R)`` is ``stack`` then ``all_gather``::
+
+    A                  [A]                   [A, B, C]
+    B  =stack=>  [B]   (dim 0 split)  =all_gather=>  [A, B, C]
+    C                  [C]                   [A, B, C]
+
+The backward program is the forward's steps reversed, each replaced by its kind's
+``dual``; ``tests/test_spmd_rules.py`` checks it equals the forward/backward table.
+"""
+
+from __future__ import annotations
+
+from lowering.caching import MIB, cached
+from lowering.kinds import kind_of, make_program, make_step
+from lowering.program import Program
+from lowering.spmd.rules import check_pair
+from lowering.spmd.types import I, LocalType, R
+from spec_lang.dual import dual_type
+from spec_lang.errors import SpecError
+from spec_lang.ir import AxisType, Dim, Mesh, TensorType, canonical_dtype
+
+Shape = tuple[int, ...]
+
+
+def typed(shape: Shape, t: LocalType, group: tuple[str, ...], dtype: str,
+          sizes: dict[int, int] | None = None) -> TensorType:
+    """The type of a block of ``shape`` that is ``t`` on the group; ``sizes``: global sizes of
+    the dims the group splits (S(i) gets ``sizes[i]``)."""
+    dims = [Dim(int(s)) for s in shape]
+    for d, n in (sizes or {}).items():
+        dims[d] = Dim(n, group)
+    kinds = {"R": (AxisType("R"),), "V": (AxisType("V"),), "P": (AxisType("P", t.op),)}.get(t.kind, ())
+    ann = tuple((a, k) for a in group for k in kinds)
+    return TensorType(canonical_dtype(dtype) or dtype, tuple(dims), ann)
+
+
+def _need_dim(op: str, t: LocalType, shape: Shape) -> int:
+    if t.dim is not None and t.dim >= len(shape):
+        raise SpecError(f"{op}: {t!r} names dim {t.dim}, but the tensor has {len(shape)} dims",
+                        hint=f"use S(i) with i < {len(shape)}")
+    return 0 if t.dim is None else t.dim
+
+
+def _need_leading(op: str, shape: Shape, n: int, why: str) -> None:
+    if not shape or shape[0] != n:
+        raise SpecError(f"{op}: the local tensor has shape {list(shape)}, but {why} needs dim 0 of the "
+                        f"group's size {n}", hint=f"give dim 0 size {n}, or use S(i) for concat semantics")
+
+
+def step_types(op: str, src: LocalType, dst: LocalType, group: tuple[str, ...], shape: Shape, dtype: str,
+               mesh: Mesh, size: int | None) -> list[tuple[str, TensorType, TensorType]]:
+    """(kind, src type, dst type) of each step; ``size``: the global length of src's S(i) dim."""
+    n = mesh.group_size(group)
+
+    def t(sh: Shape, lt: LocalType, sizes: dict[int, int] | None = None) -> TensorType:
+        return typed(sh, lt, group, dtype, sizes)
+
+    def stack0(sh: Shape) -> TensorType:  # V blocks of shape sh, stacked on a new dim 0
+        return t((n, *sh), I, {0: n})
+
+    a, b = src.base, dst.base
+    if op == "all_gather":
+        if src.kind == "S":
+            i = _need_dim(op, src, shape)
+            full = shape[:i] + (size,) + shape[i + 1:]
+            return [("all_gather", t(full, src, {i: size}), t(full, dst))]
+        return [("stack", t(shape, src), stack0(shape)), ("all_gather", stack0(shape), t((n, *shape), dst))]
+    if op == "all_reduce":
+        return [("all_reduce", t(shape, src), t(shape, dst))]
+    if op == "reduce_scatter":
+        if dst.kind == "S":
+            i = _need_dim(op, dst, shape)
+            return [("reduce_scatter", t(shape, src), t(shape, dst, {i: shape[i]}))]
+        _need_leading(op, shape, n, "reduce_scatter(P, V)")
+        return [("reduce_scatter", t(shape, src), stack0(shape[1:])), ("stack", stack0(shape[1:]), t(shape[1:], dst))]
+    if op == "all_to_all":
+        if src.kind == "S":
+            i, j = _need_dim(op, src, shape), _need_dim(op, dst, shape)
+            full = shape[:i] + (size,) + shape[i + 1:]
+            return [("all_to_all", t(full, src, {i: size}), t(full, dst, {j: full[j]}))]
+        _need_leading(op, shape, n, "all_to_all(V, V)")
+        mid = TensorType(canonical_dtype(dtype) or dtype, (Dim(n), Dim(n, group)) + tuple(Dim(s) for s in shape[1:]))
+        return [("stack", t(shape, src), stack0(shape)), ("all_to_all", stack0(shape), mid), ("stack", mid, t(shape, dst))]
+    if (a, b) in (("R", "I"), ("I", "R")):
+        return [("reinterpret", t(shape, src), t(shape, dst))]
+    if op == "reinterpret":
+        kind = "pcast" if dst.op == "sum" else "reinterpret"
+        if a == "I":
+            return [("reinterpret", t(shape, src), t(shape, R)), (kind, t(shape, R), t(shape, dst))]
+        return [(kind, t(shape, src), t(shape, dst))]
+    # convert
+    if b == "P" and a in ("R", "I"):
+        return [("zero_fill", t(shape, src), t(shape, dst))]
+    if dst.kind == "S":
+        i = _need_dim(op, dst, shape)
+        return [("slice", t(shape, src), t(shape, dst, {i: shape[i]}))]
+    if b == "V":
+        _need_leading(op, shape, n, f"convert({src!r}, V)")
+        return [("slice", t(shape, src), stack0(shape[1:])), ("stack", stack0(shape[1:]), t(shape[1:], dst))]
+    if src.kind == "S":
+        i = _need_dim(op, src, shape)
+        full = shape[:i] + (size,) + shape[i + 1:]
+        return [("zero_pad", t(shape, src, {i: size}), t(full, dst))]
+    return [("stack", t(shape, src), stack0(shape)), ("zero_pad", stack0(shape), t((n, *shape), dst))]
+
+
+@cached(maxsize=4096, max_bytes=16 * MIB)
+def program_for(op: str, src: LocalType, dst: LocalType, group: tuple[str, ...], shape: Shape, dtype: str,
+                mesh: Mesh, size: int | None = None) -> Program:
+    """The checked Program of ``op(src, dst)`` over ``group`` for a block of ``shape``.
+
+    The pair is checked first (a SpecError names the rule and the fix); the steps then go
+    through ``make_step``, so each kind's type rule checks them too.
+    """
+    routed = check_pair(op, src, dst) or op
+    for a in group:
+        if a not in mesh:
+            raise SpecError(f"mesh axis {a!r} is not on the mesh {mesh}", hint=f"use one of {', '.join(mesh.names)}")
+    if len(set(group)) != len(group) or not group:
+        raise SpecError(f"axes {list(group)} must name each mesh axis once", hint="e.g. 'tp' or ('dp', 'tp')")
+    steps = [make_step(k, s, d, mesh, axes=group if kind_of(k).collective else None)
+             for k, s, d in step_types(routed, src, dst, group, shape, dtype, mesh, size)]
+    return make_program(steps, mesh)
+
+
+@cached(maxsize=4096, max_bytes=16 * MIB)
+def backward_program(program: Program) -> Program:
+    """The gradient's program: the steps reversed, each replaced by its kind's dual."""
+    steps = []
+    for st in reversed(program.steps):
+        steps.extend(kind_of(st.kind).dual(st, program.mesh))
+    return make_program(steps, program.mesh, src=dual_type(program.dst))

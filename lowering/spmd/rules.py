@@ -1,0 +1,148 @@
+"""Which (src, dst) pairs each typed collective takes, and its backward (torch-free).
+
+The SPMD type system's tables, as data: ``ALLOWED`` per collective (S(i) written ``S``),
+``BACKWARD`` (the forward/backward table, row by row) and ``TRANSITIONS`` (the
+operators from one local type to another, used to suggest the fix for a refused pair).
+``check_pair`` refuses a pair before anything is built or sent.
+"""
+
+from __future__ import annotations
+
+from lowering.spmd.types import LocalType
+from spec_lang.errors import SpecError
+
+COLLECTIVES = ("all_gather", "all_reduce", "reduce_scatter", "all_to_all", "reinterpret", "convert", "redistribute")
+
+ALLOWED: dict[str, frozenset[tuple[str, str]]] = {
+    "all_gather": frozenset({("V", "R"), ("V", "I"), ("S", "R"), ("S", "I")}),
+    "all_reduce": frozenset({("P", "R"), ("P", "I")}),
+    "reduce_scatter": frozenset({("P", "V"), ("P", "S")}),
+    "all_to_all": frozenset({("V", "V"), ("S", "S")}),
+    "reinterpret": frozenset({("R", "I"), ("I", "R"), ("R", "V"), ("I", "V"), ("V", "P"), ("R", "P"), ("I", "P")}),
+    "convert": frozenset({("R", "I"), ("I", "R"), ("R", "V"), ("I", "V"), ("R", "S"), ("I", "S"),
+                          ("R", "P"), ("I", "P"), ("V", "P"), ("S", "P")}),
+    "redistribute": frozenset({("S", "R"), ("S", "I"), ("P", "R"), ("P", "I"), ("P", "S"), ("S", "S")}),
+}
+
+# redistribute(src, dst) runs this collective (semantics preserving, with communication)
+REDISTRIBUTE = {("S", "R"): "all_gather", ("S", "I"): "all_gather", ("P", "R"): "all_reduce",
+                ("P", "I"): "all_reduce", ("P", "S"): "reduce_scatter", ("S", "S"): "all_to_all"}
+
+# forward (op, src, dst) -> backward (op, src, dst); S stands for S(i) on both sides
+BACKWARD: dict[tuple[str, str, str], tuple[str, str, str]] = {
+    ("all_gather", "V", "R"): ("reduce_scatter", "P", "V"),
+    ("all_gather", "V", "I"): ("convert", "I", "V"),
+    ("all_gather", "S", "R"): ("reduce_scatter", "P", "S"),
+    ("all_gather", "S", "I"): ("convert", "I", "S"),
+    ("all_reduce", "P", "R"): ("all_reduce", "P", "R"),
+    ("all_reduce", "P", "I"): ("reinterpret", "I", "R"),
+    ("reduce_scatter", "P", "V"): ("all_gather", "V", "R"),
+    ("reduce_scatter", "P", "S"): ("all_gather", "S", "R"),
+    ("all_to_all", "V", "V"): ("all_to_all", "V", "V"),
+    ("all_to_all", "S", "S"): ("all_to_all", "S", "S"),  # with i and j swapped
+    ("reinterpret", "R", "I"): ("convert", "I", "P"),
+    ("reinterpret", "I", "R"): ("all_reduce", "P", "I"),
+    ("reinterpret", "R", "V"): ("reinterpret", "V", "P"),
+    ("reinterpret", "V", "P"): ("reinterpret", "R", "V"),
+    ("reinterpret", "R", "P"): ("reinterpret", "R", "P"),
+    ("convert", "R", "I"): ("convert", "I", "P"),
+    ("convert", "I", "R"): ("all_reduce", "P", "I"),
+    ("convert", "R", "V"): ("convert", "V", "P"),
+    ("convert", "R", "S"): ("convert", "S", "P"),
+    ("convert", "I", "V"): ("all_gather", "V", "I"),
+    ("convert", "I", "S"): ("all_gather", "S", "I"),
+    ("convert", "R", "P"): ("convert", "R", "P"),
+    ("convert", "I", "P"): ("reinterpret", "R", "I"),
+    ("convert", "V", "P"): ("convert", "R", "V"),
+    ("convert", "S", "P"): ("convert", "R", "S"),
+}
+
+# the ways from one local type to another (the "comms by state transition" table)
+TRANSITIONS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("R", "I"): ("reinterpret(R,I)",), ("R", "V"): ("reinterpret(R,V)", "convert(R,V)"),
+    ("R", "P"): ("reinterpret(R,P)", "convert(R,P)"), ("I", "R"): ("reinterpret(I,R)",),
+    ("I", "V"): ("reinterpret(I,V)", "convert(I,V)"), ("I", "P"): ("convert(I,P)",),
+    ("V", "R"): ("all_gather(V,R)",), ("V", "I"): ("all_gather(V,I)",), ("V", "V"): ("all_to_all(V,V)",),
+    ("V", "P"): ("reinterpret(V,P)", "convert(V,P)"), ("P", "R"): ("all_reduce(P,R)",),
+    ("P", "I"): ("all_reduce(P,I)",), ("P", "V"): ("reduce_scatter(P,V)",),
+}
+
+_WHY = {
+    "all_gather": "an all_gather collects varying blocks (V or S(i)) into a replicated (R) or invariant (I) value",
+    "all_reduce": "an all_reduce finishes a pending reduction: its source is P and its result R or I",
+    "reduce_scatter": "a reduce_scatter finishes a pending reduction (source P) into blocks (V or S(i))",
+    "all_to_all": "an all_to_all trades a mesh axis for a tensor dim: V to V, or S(i) to S(j)",
+    "reinterpret": "reinterpret keeps every local tensor: R <-> I, and R, I or V into V or P only",
+    "convert": "convert keeps the value without communication: from R or I to anything, from V or S(i) "
+               "to P; nothing leaves P without a collective",
+    "redistribute": "redistribute keeps the value with one collective: S(i) to R, I or S(j), and P to R, I or S(i)",
+}
+
+
+def _letter(t: LocalType) -> str:
+    return "S" if t.kind == "S" else t.kind
+
+
+def fix_for(src: LocalType, dst: LocalType) -> str:
+    """The suggestion for a refused pair: the operators that go from src to dst."""
+    a, b = src.base, dst.base
+    if a == b:
+        return "the types are the same" + ("; all_to_all moves the split to another dim" if a == "V" else "")
+    ways = TRANSITIONS.get((a, b), ())
+    if "S" in (src.kind, dst.kind):  # reinterpret takes no S(i)
+        ways = tuple(w for w in ways if not w.startswith("reinterpret"))
+    if not ways:
+        return "no operator does this"
+    calls = [f"spmd.{w.split('(')[0]}(x, axis, src={src!r}, dst={dst!r})" for w in ways]
+    return f"from {src!r} to {dst!r} use " + " or ".join(calls)
+
+
+def check_pair(op: str, src: LocalType, dst: LocalType) -> str | None:
+    """Refuse (SpecError) a pair ``op`` does not take; returns the routed collective for redistribute."""
+    if op not in ALLOWED:
+        raise SpecError(f"unknown typed collective {op!r}", hint=f"use one of {', '.join(COLLECTIVES)}")
+    pair = (_letter(src), _letter(dst))
+    if op in ("reinterpret",) and "S" in pair:
+        raise SpecError(f"reinterpret(src={src!r}, dst={dst!r}) is not a valid pair: reinterpret does not take "
+                        "S(i) (it keeps the local tensor, so S(i) would mean the same as V)",
+                        hint=f"write V for the varying side, or use convert(src={src!r}, dst={dst!r})")
+    if op in ("all_to_all", "redistribute") and pair == ("S", "S") and src == dst:
+        raise SpecError(f"{op}(src={src!r}, dst={dst!r}) is not a valid pair: source and destination are equal",
+                        hint="nothing to do; an all_to_all moves the split from one dim to another")
+    if pair not in ALLOWED[op]:
+        if op in ("all_reduce", "reduce_scatter") and src.base != "P":
+            if src.base == "V":
+                hint = "if each rank holds an addend, spmd.reinterpret(x, axis, src=V, dst=P) first"
+            else:
+                hint = f"{src!r} is the same on every rank: there is nothing to reduce"
+                if src.base != dst.base:
+                    hint += f"; {fix_for(src, dst)}"
+            raise SpecError(f"{op}(src={src!r}, dst={dst!r}) is not a valid pair: {_WHY[op]}", hint=hint)
+        if op == "convert" and src.base == "P":
+            raise SpecError(f"convert(src={src!r}, dst={dst!r}) is not a valid pair: you cannot convert out of P, "
+                            "only a collective finishes a pending reduction",
+                            hint=f"use all_reduce(x, axis, src={src!r}, dst=R|I) or reduce_scatter(x, axis, "
+                            f"src={src!r}, dst=S(i))")
+        raise SpecError(f"{op}(src={src!r}, dst={dst!r}) is not a valid pair: {_WHY[op]}", hint=fix_for(src, dst))
+    if src.kind == "P" and src.op != "sum" and op not in ("all_reduce", "reduce_scatter", "redistribute"):
+        raise SpecError(f"{op}(src={src!r}, dst={dst!r}): only a collective takes P({src.op!r})",
+                        hint="reduce it with all_reduce or reduce_scatter")
+    if dst.kind == "P" and dst.op != "sum" and not (op == "reinterpret" and src.base in ("R", "I")):
+        raise SpecError(f"{op}(src={src!r}, dst={dst!r}): only a pending sum is made this way",
+                        hint="reinterpret R or I as P('avg'|'max'|'min') (equal copies reduce to the copy)")
+    return REDISTRIBUTE.get(pair) if op == "redistribute" else op
+
+
+def backward_of(op: str, src: LocalType, dst: LocalType) -> tuple[str, LocalType, LocalType]:
+    """The forward/backward table: the typed collective that computes ``op(src, dst)``'s gradient."""
+    b_op, b_src, b_dst = BACKWARD[(op, _letter(src), _letter(dst))]
+
+    def typed(letter: str, like: tuple[LocalType, ...]) -> LocalType:
+        if letter != "S":
+            return LocalType(letter)
+        shard = [t for t in like if t.kind == "S"]
+        return shard[0]
+
+    if op == "all_to_all" and src.kind == "S":
+        return b_op, dst, src
+    return b_op, typed(b_src, (dst, src)), typed(b_dst, (src, dst))

@@ -1,0 +1,127 @@
+"""``typecheck()``: the SPMD type system's rules applied to ordinary torch ops (opt-in).
+
+A TorchFunctionMode: each op whose tensor arguments carry types gets its output typed by
+``lowering.spmd.propagate`` (or refused, before it runs, with a SpecError naming the op,
+the argument types and the collective or convert that is missing). Untyped tensors are
+outside the checker; ops on them run untouched. The spmd functions themselves run their
+internals unchecked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from lowering.spmd.propagate import einsum_types, propagate
+from torch_backend.spmd.tags import TYPES
+
+_SKIP = frozenset({"__get__", "__set__", "size", "dim", "numel", "item", "tolist", "__repr__", "__format__",
+                   "__len__", "__bool__", "__hash__", "__iter__", "data_ptr", "is_contiguous", "stride",
+                   "__reduce_ex__", "__deepcopy__", "__setstate__", "element_size", "storage_offset",
+                   "untyped_storage", "backward", "register_hook", "_is_view", "requires_grad_"})
+
+_state = {"bypass": 0}
+
+
+@contextmanager
+def unchecked() -> Iterator[None]:
+    """Run the spmd functions' own torch ops without the checker."""
+    _state["bypass"] += 1
+    try:
+        yield
+    finally:
+        _state["bypass"] -= 1
+
+
+def op_name(func: Any) -> str:
+    name = getattr(func, "__name__", None) or str(func)
+    if name.startswith("__") and name.endswith("__"):
+        name = name[2:-2]
+        if name.startswith(("r", "i")) and name[1:] in ("add", "sub", "mul", "truediv", "matmul"):
+            name = name[1:]
+    return {"truediv": "div"}.get(name, name)
+
+
+def _tensors(args: Any, out: list) -> bool:
+    """Collect the tensors of (nested) args; True when a Python number is among them."""
+    scalar = False
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            scalar |= _tensors(a, out)
+        elif isinstance(a, (int, float)) and not isinstance(a, bool):
+            scalar = True
+    return scalar
+
+
+def _attach_all(out: Any, types: dict) -> Any:
+    if isinstance(out, torch.Tensor):
+        setattr(out, TYPES, dict(types))
+    elif isinstance(out, (list, tuple)):
+        for o in out:
+            _attach_all(o, types)
+    return out
+
+
+class _TypeCheck(TorchFunctionMode):
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if _state["bypass"]:
+            return func(*args, **kwargs)
+        tensors: list = []
+        scalar = _tensors(args, tensors)
+        typed = [t for t in (getattr(x, TYPES, None) for x in tensors) if t]
+        if not typed:
+            return func(*args, **kwargs)
+        name = op_name(func)
+        if name in _SKIP:
+            return func(*args, **kwargs)
+        sharded = any(t.kind == "S" for d in typed for t in d.values())
+        if name == "einsum" and sharded and args and isinstance(args[0], str):
+            ops = args[1:] if not (len(args) == 2 and isinstance(args[1], (list, tuple))) else args[1]
+            out_types = einsum_types(name, args[0], [getattr(x, TYPES, None) or {} for x in ops])
+        elif name in ("matmul", "mm", "linear") and sharded:
+            out_types = _matmul_types(name, tensors)
+        elif name == "linear" and len(tensors) > 2:  # x @ w.T + b: affine, the bias is an addition
+            xw = propagate(name, [t for t in (getattr(x, TYPES, None) for x in tensors[:2]) if t])
+            out_types = propagate("add", [xw, getattr(tensors[2], TYPES, None) or {}])
+        else:
+            out_types = propagate(name, typed, scalar and name in ("add", "sub", "rsub"))
+        with unchecked():
+            out = func(*args, **kwargs)
+        return _attach_all(out, out_types)
+
+
+def _matmul_types(name: str, tensors: list) -> dict:
+    """matmul/mm/linear with S(i) operands: the einsum rule on their equation."""
+    a, b = tensors[0], tensors[1]
+    letters = "abcdefgh"
+    if name == "linear":  # x[..., i] @ w[o, i]^T
+        xs = letters[: a.ndim - 1] + "y"
+        eq = f"{xs},zy->{xs[:-1]}z"
+    else:
+        if a.ndim < 2 or b.ndim < 2 or a.ndim != b.ndim:
+            eq = None
+        else:
+            batch = letters[: a.ndim - 2]
+            eq = f"{batch}xy,{batch}yz->{batch}xz"
+    ts = [getattr(t, TYPES, None) or {} for t in (a, b)]
+    if eq is None:
+        return propagate(name, [t for t in ts if t])
+    out = einsum_types(name, eq, ts)
+    if name == "linear" and len(tensors) > 2:
+        out = propagate("add", [out, getattr(tensors[2], TYPES, None) or {}])
+    return out
+
+
+@contextmanager
+def typecheck() -> Iterator[None]:
+    """Check every torch op in the scope against the SPMD type system's rules (opt-in; the
+    same code runs, with the same numbers, without it)."""
+    with _TypeCheck():
+        yield

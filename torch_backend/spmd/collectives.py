@@ -1,0 +1,168 @@
+"""The typed per-axis collectives: each call is one Program (``lowering.spmd.programs``)
+run by the executor, with the program of its kinds' duals as its backward.
+
+Everything is checked before the first collective: the (src, dst) pair against the
+SPMD type system's tables, the axes against the mesh, and every rank's local shape
+against the program's source type, so a refused call sends nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lowering.layout import local_shape
+from lowering.program import Program
+from lowering.spmd.programs import backward_program, program_for
+from lowering.spmd.rules import check_pair
+from lowering.spmd.types import LocalType, as_local_type
+from spec_lang.errors import SpecError
+from torch_backend.api import check_local
+from torch_backend.autograd import check_differentiable
+from torch_backend.dtypes import dtype_name
+from torch_backend.executor import execute
+from torch_backend.groups import MeshContext
+from torch_backend.spmd.check import unchecked
+from torch_backend.spmd.mesh import as_axes, mesh_context
+from torch_backend.spmd.tags import SIZES, attach, recorded_size, typeof
+
+
+class _Typed(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, program: Program, mesh_ctx: MeshContext) -> torch.Tensor:  # type: ignore[override]
+        ctx.program, ctx.mesh_ctx = program, mesh_ctx
+        return execute(program, x, ctx=mesh_ctx)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
+        check_differentiable(ctx.program.src, ctx.program.dst)
+        return execute(backward_program(ctx.program), grad.contiguous(), ctx=ctx.mesh_ctx), None, None
+
+
+def _shapes(x: torch.Tensor, ctx: MeshContext) -> dict[int, tuple[int, ...]]:
+    inner = getattr(x, "_local_tensors", None)
+    if ctx.is_local and inner is not None:
+        return {r: tuple(inner[r].shape) for r in ctx.ranks}
+    return {r: tuple(x.shape) for r in ctx.ranks}
+
+
+def _src_size(x: torch.Tensor, src: LocalType, group: tuple[str, ...], ctx: MeshContext,
+              shapes: dict[int, tuple[int, ...]], size: int | None) -> int | None:
+    """The global length of the dim an S(i) source splits: given, recorded by the call that
+    made ``x``, the group's blocks added up (LocalTensorMode sees them all), or n blocks."""
+    if src.kind != "S":
+        return None
+    i = src.dim
+    r0 = ctx.ranks[0]
+    if i is None or i >= len(shapes[r0]):
+        raise SpecError(f"{src!r} names dim {i}, but the tensor has {len(shapes[r0])} dims",
+                        hint=f"use S(i) with i < {len(shapes[r0])}")
+    if size is not None:
+        return int(size)
+    got = recorded_size(x, group)
+    if got is not None:
+        return got
+    if ctx.is_local:
+        from lowering.layout import group_ranks
+
+        return sum(shapes[q][i] for q in group_ranks(ctx.mesh, group, r0))
+    return ctx.mesh.group_size(group) * shapes[r0][i]
+
+
+def typed_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: Any = None,
+               size: int | None = None) -> torch.Tensor:
+    """Check, build and run ``op(x, axis, src, dst)``; the result carries its type."""
+    s, d = as_local_type(src, "src"), as_local_type(dst, "dst")
+    routed = check_pair(op, s, d) or op  # refuses a bad pair before anything else
+    with unchecked():
+        return _run(op, routed, x, axis, s, d, mesh, size)
+
+
+def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: LocalType, mesh: Any,
+         size: int | None) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise SpecError(f"spmd.{op} needs a tensor, got {type(x).__name__}")
+    ctx = mesh_context(mesh)
+    group = as_axes(axis, ctx.mesh.names)
+    have = typeof(x)
+    for a in group:
+        if a in have and have[a].base != s.base:
+            raise SpecError(f"spmd.{op}: x is {have[a]!r} on axis {a!r}, but src={s!r}",
+                            hint=f"pass src={have[a]!r}, or convert x first")
+    shapes = _shapes(x, ctx)
+    n_src = _src_size(x, s, group, ctx, shapes, size)
+    shape = shapes[ctx.ranks[0]]
+    program = program_for(routed, s, d, group, shape, dtype_name(x.dtype), ctx.mesh, n_src)
+    for r in ctx.ranks:
+        want = local_shape(program.src, ctx.mesh, r)
+        if shapes[r] != want:
+            raise SpecError(f"spmd.{op}: rank {r} holds shape {list(shapes[r])}, but {s!r} over {list(group)} "
+                            f"gives it {list(want)} (uneven blocks follow torch.chunk)",
+                            hint="give every rank its block, or pass size= (the global length of the split dim)")
+    x = check_local(x, program.src, ctx)
+    y = _Typed.apply(x, program, ctx) if torch.is_grad_enabled() and x.requires_grad else execute(program, x, ctx=ctx)
+    out = {**have, **{a: d for a in group}}
+    sizes = {k: v for k, v in (getattr(x, SIZES, None) or {}).items() if not set(k) & set(group)}
+    if d.kind == "S":
+        sizes[group] = program.dst.dims[d.dim].size  # type: ignore[index]
+    return attach(y, out, sizes)
+
+
+def all_gather(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
+               size: int | None = None) -> torch.Tensor:
+    """Every rank gets the group's blocks: V stacks them on a new dim 0, S(i) concatenates
+    them on dim i; dst R (gradient: reduce_scatter) or I (gradient: the rank's own piece)::
+
+        A                        [A0]
+        B  =>  [A, B, C]         [A1]  =>  [A0, A1, A2]
+        C                        [A2]
+    """
+    return typed_call("all_gather", x, axis, src, dst, mesh, size)
+
+
+def all_reduce(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh: Any = None) -> torch.Tensor:
+    """Finish the pending reduction: ``+A, +B, +C  =>  A + B + C`` on every rank (R or I)."""
+    return typed_call("all_reduce", x, axis, src, dst, mesh)
+
+
+def reduce_scatter(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh: Any = None) -> torch.Tensor:
+    """Finish the pending reduction, keeping this rank's piece: V unbinds dim 0, S(i) chunks dim i::
+
+        +[Ax, Bx, Cx]      Ax + Ay + Az
+        +[Ay, By, Cy]  =>  Bx + By + Bz
+        +[Az, Bz, Cz]      Cx + Cy + Cz
+    """
+    return typed_call("reduce_scatter", x, axis, src, dst, mesh)
+
+
+def all_to_all(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
+               size: int | None = None) -> torch.Tensor:
+    """V -> V transposes the mesh axis with dim 0; S(i) -> S(j) unsplits dim i and splits dim j::
+
+        [A0, A1, A2]      [A0, B0, C0]
+        [B0, B1, B2]  =>  [A1, B1, C1]
+        [C0, C1, C2]      [A2, B2, C2]
+    """
+    return typed_call("all_to_all", x, axis, src, dst, mesh, size)
+
+
+def reinterpret(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None) -> torch.Tensor:
+    """Change the type, not the local tensor (the value may change: reinterpret(R,P) is n times it)."""
+    return typed_call("reinterpret", x, axis, src, dst, mesh)
+
+
+def convert(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
+            size: int | None = None) -> torch.Tensor:
+    """Change the type, keeping the value, without communication (slicing or zeroing locally)::
+
+        convert(R, P):  [A]  =>  +[A], +[0], +[0]      convert(V, P):  A, B, C  =>  +[A,0,0], +[0,B,0], +[0,0,C]
+    """
+    return typed_call("convert", x, axis, src, dst, mesh, size)
+
+
+def redistribute(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
+                 size: int | None = None) -> torch.Tensor:
+    """Keep the value, with one collective: S(i)->R|I all_gather, P->R|I all_reduce,
+    P->S(i) reduce_scatter, S(i)->S(j) all_to_all."""
+    return typed_call("redistribute", x, axis, src, dst, mesh, size)

@@ -1,0 +1,119 @@
+"""Global SPMD: ``einsum``/``linear`` with explicit partial outputs, and ``local_map``.
+
+``spmd.linear(h, w, out_partial_axes="tp")`` is the row-parallel matmul of Megatron-style
+tensor parallelism: ``h`` is S(1) and ``w`` S(1) on tp, the contracted label is sharded,
+and the result is declared P on tp in one step (never implicitly)::
+
+    h[:, A] @ w[:, A]^T      +y_A
+    h[:, B] @ w[:, B]^T  =>  +y_B      (y = y_A + y_B + y_C)
+    h[:, C] @ w[:, C]^T      +y_C
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from lowering.spmd.propagate import einsum_types, propagate
+from lowering.spmd.types import LocalType, as_local_type
+from spec_lang.errors import SpecError
+from torch_backend.spmd.check import unchecked
+from torch_backend.spmd.tags import TYPES, attach, typeof
+
+
+def _axes(out_partial_axes: str | Sequence[str] | None) -> tuple[str, ...]:
+    if out_partial_axes is None:
+        return ()
+    if isinstance(out_partial_axes, str):
+        return (out_partial_axes,)
+    return tuple(out_partial_axes)
+
+
+def einsum(eq: str, *xs: torch.Tensor, out_partial_axes: str | Sequence[str] | None = None) -> torch.Tensor:
+    """``torch.einsum`` whose result type follows the SPMD type system (global SPMD where an
+    operand is S(i)); a contracted sharded label needs its axis in ``out_partial_axes``,
+    which makes the result P there."""
+    types = einsum_types("einsum", eq, [typeof(x) for x in xs], _axes(out_partial_axes))
+    with unchecked():
+        y = torch.einsum(eq, *xs)
+    return attach(y, types)
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *,
+           out_partial_axes: str | Sequence[str] | None = None) -> torch.Tensor:
+    """``x @ w.T (+ b)`` typed like ``einsum``. With a partial result, the bias must be added
+    after the reduction (a replicated bias added to every rank's partial sum counts n times)."""
+    if x.ndim < 1 or w.ndim != 2:
+        raise SpecError(f"linear takes x[..., in] and w[out, in], got {list(x.shape)} and {list(w.shape)}")
+    letters = "abcdefgh"[: x.ndim - 1]
+    types = einsum_types("linear", f"{letters}y,zy->{letters}z", [typeof(x), typeof(w)], _axes(out_partial_axes))
+    if b is not None:  # the bias' dim 0 is the output's last dim
+        last = x.ndim - 1
+        bias = {a: LocalType("S", dim=last) if t.kind == "S" and t.dim == 0 else t for a, t in typeof(b).items()}
+        types = propagate("add", [types, bias])  # P + R is refused with the fix
+    with unchecked():
+        y = torch.nn.functional.linear(x, w, b)
+    return attach(y, types)
+
+
+def _as_types(spec: Any, what: str) -> dict[str, LocalType] | None:
+    if spec is None:
+        return None
+    if not isinstance(spec, dict):
+        raise SpecError(f"local_map {what} are dicts {{axis: type}} (or None), got {type(spec).__name__}",
+                        hint="e.g. in_types=({'tp': spmd.S(1)}, {'tp': spmd.S(0)})")
+    return {a: as_local_type(t, f"{what} of axis {a!r}") for a, t in spec.items()}
+
+
+def _local(types: dict[str, LocalType]) -> dict[str, LocalType]:
+    return {a: LocalType("V") if t.kind == "S" else t for a, t in types.items()}
+
+
+def local_map(fn: Callable[..., Any], *, in_types: Sequence[Any], out_types: Any) -> Callable[..., Any]:
+    """Run ``fn`` in local SPMD on the axes the types name (shard_map per mesh axis): each
+    tensor argument must have its ``in_types`` (S(i) turns into V inside: the partition spec
+    is dropped), and each output, V inside, leaves with its ``out_types`` (the global type).
+    """
+    ins = [_as_types(t, "in_types") for t in in_types]
+    multi = isinstance(out_types, (list, tuple))
+    outs = [_as_types(t, "out_types") for t in (out_types if multi else (out_types,))]
+
+    def wrapped(*args: Any) -> Any:
+        if len(args) != len(ins):
+            raise SpecError(f"local_map: {len(args)} arguments but {len(ins)} in_types",
+                            hint="give one in_types entry per argument (None for non-tensors)")
+        local_args = []
+        for k, (x, want) in enumerate(zip(args, ins)):
+            if want is None or not isinstance(x, torch.Tensor):
+                local_args.append(x)
+                continue
+            have = typeof(x)
+            for a, t in want.items():
+                if a in have and have[a] != t:
+                    raise SpecError(f"local_map: argument {k} is {have[a]!r} on axis {a!r}, in_types says {t!r}",
+                                    hint="redistribute it first, or fix in_types")
+            with unchecked():
+                inner = x.view_as(x)  # same data, its own type
+            local_args.append(attach(inner, {**have, **_local(want)}))
+        result = fn(*local_args)
+        got = list(result) if multi else [result]
+        if len(got) != len(outs):
+            raise SpecError(f"local_map: fn returned {len(got)} outputs but out_types has {len(outs)}")
+        final = []
+        for k, (y, want) in enumerate(zip(got, outs)):
+            if want is None or not isinstance(y, torch.Tensor):
+                final.append(y)
+                continue
+            have = getattr(y, TYPES, None) or {}
+            for a, t in want.items():
+                if a in have and have[a].base != t.base:
+                    raise SpecError(f"local_map: output {k} is {have[a]!r} on axis {a!r} inside, out_types says "
+                                    f"{t!r}", hint="add the collective or convert inside fn, or fix out_types")
+            with unchecked():
+                outer = y.view_as(y)
+            final.append(attach(outer, {**have, **want}))
+        return type(result)(final) if multi else final[0]
+
+    return wrapped

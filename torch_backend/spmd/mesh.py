@@ -1,0 +1,55 @@
+"""``use_mesh``: the mesh that axis names refer to, for a scope."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from spec_lang.errors import SpecError
+from torch_backend.groups import MeshContext, context
+
+_MESH: ContextVar[Any] = ContextVar("spmd_mesh", default=None)
+
+
+@contextmanager
+def use_mesh(mesh: Any) -> Iterator[Any]:
+    """Make ``mesh`` (a DeviceMesh, spec_lang Mesh or a string like ``"dp=2,tp=4"``) the mesh
+    of every spmd call in the scope that does not pass ``mesh=``."""
+    if mesh is None:
+        raise SpecError("use_mesh needs a mesh", hint="pass a DeviceMesh or a string like 'dp=2,tp=4'")
+    token = _MESH.set(mesh)
+    try:
+        yield mesh
+    finally:
+        _MESH.reset(token)
+
+
+def current_mesh(mesh: Any = None) -> Any:
+    m = mesh if mesh is not None else _MESH.get()
+    if m is None:
+        raise SpecError("no mesh: axis names need one", hint="wrap the code in `with spmd.use_mesh(mesh):` "
+                        "or pass mesh='dp=2,tp=4' (or a DeviceMesh)")
+    return m
+
+
+def mesh_context(mesh: Any = None) -> MeshContext:
+    """The MeshContext of ``mesh`` or of the enclosing ``use_mesh`` (a string resolves over the
+    default world, or over the fake world under LocalTensorMode)."""
+    return context(current_mesh(mesh))
+
+
+def as_axes(axis: Any, mesh_names: tuple[str, ...]) -> tuple[str, ...]:
+    """``"tp"`` or ``("dp", "tp")`` as a tuple of mesh axes (one flattened group, in the given order)."""
+    axes = (axis,) if isinstance(axis, str) else tuple(axis) if isinstance(axis, (tuple, list)) else None
+    if not axes or not all(isinstance(a, str) for a in axes):
+        raise SpecError(f"axis must be a mesh-axis name or a tuple of names, got {axis!r}",
+                        hint=f"use one of {', '.join(mesh_names)}, or a tuple of them")
+    for a in axes:
+        if a not in mesh_names:
+            raise SpecError(f"mesh axis {a!r} is not on the mesh ({', '.join(mesh_names)})",
+                            hint=f"use one of {', '.join(mesh_names)}")
+    if len(set(axes)) != len(axes):
+        raise SpecError(f"axis {axes!r} names a mesh axis twice", hint="name each mesh axis once")
+    return axes
