@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 from spmd_megatron import H, parallel, single  # noqa: E402
 from spmd_utils import T, Tv  # noqa: E402
-from torch_utils import run_gloo  # noqa: E402
+from torch_utils import GlooPool  # noqa: E402
 
 
 def _diagrams(rank: int, world: int) -> dict:
@@ -40,8 +40,26 @@ def _diagrams(rank: int, world: int) -> dict:
     return out
 
 
+_POOLS: dict[int, GlooPool] = {}
+
+
+def _pool(world: int) -> GlooPool:
+    """A pool of ``world`` gloo ranks shared by this module's tests (closed at exit)."""
+    if world not in _POOLS:
+        _POOLS[world] = GlooPool(world, collective_timeout_s=30)
+    return _POOLS[world]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_pools() -> object:
+    yield
+    for p in _POOLS.values():
+        p.close()
+    _POOLS.clear()
+
+
 def test_diagrams_on_three_gloo_processes() -> None:
-    res = run_gloo(3, _diagrams, timeout_s=120)
+    res = _pool(3).run(_diagrams, timeout_s=120)
     abc = [float(T(c)) for c in "ABC"]
     for r in range(3):
         ag, g = res[r]["ag"]
@@ -57,7 +75,7 @@ def test_diagrams_on_three_gloo_processes() -> None:
 @pytest.mark.parametrize("mode", ["local", "global"])
 def test_megatron_mlp_matches_single_process(mode: str) -> None:
     losses, weights = single()
-    res = run_gloo(2, parallel, mode, timeout_s=120)
+    res = _pool(2).run(parallel, mode, timeout_s=120)
     h = H // 2
     for r in range(2):
         got_losses, lists = res[r]

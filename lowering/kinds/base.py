@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -33,16 +33,32 @@ if TYPE_CHECKING:
 Slices = tuple[slice, ...]
 
 
-@dataclass(frozen=True)
-class Piece:
+class Piece(NamedTuple):
     """A box moved between two ranks: ``src`` slices the sender's input block, ``dst``
-    slices the receiver's output block (the side that does not apply is empty)."""
+    slices the receiver's output block (the side that does not apply is empty). A tuple:
+    a rank of a 1,024-rank group builds thousands of them on its first call."""
 
     peer: int
     src: Slices
     dst: Slices
     shape: tuple[int, ...]
     numel: int
+
+
+def pieces_of(peers: Sequence[int], boxes_: np.ndarray, base: np.ndarray, side: str) -> tuple[Piece, ...]:
+    """One Piece per peer for the global boxes ``boxes_`` (n, ndim, 2), each as slices of a
+    buffer holding global box ``base``, on the ``side`` ("src" or "dst") it applies to.
+    Vectorised: one pass of numpy, then plain tuples (per-rank work linear in the group)."""
+    ext = boxes_[..., 1] - boxes_[..., 0]
+    lo = (boxes_[..., 0] - base[:, 0]).tolist()
+    hi = (boxes_[..., 1] - base[:, 0]).tolist()
+    numels = np.prod(ext, axis=1).tolist()
+    shapes = ext.tolist()
+    out = []
+    for q, a, b, sh, n in zip(peers, lo, hi, shapes, numels):
+        sl = tuple(map(slice, a, b))
+        out.append(Piece(q, sl, (), tuple(sh), n) if side == "src" else Piece(q, (), sl, tuple(sh), n))
+    return tuple(out)
 
 
 @dataclass(frozen=True, kw_only=True)

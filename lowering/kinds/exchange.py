@@ -30,6 +30,7 @@ from lowering.kinds.base import (
     dual_steps,
     erase,
     numel,
+    pieces_of,
     refuse,
     register,
     rel,
@@ -98,16 +99,12 @@ class AllToAll(StepKind):
     def pieces(self, step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> RankPieces:
         src_b, dst_b = boxes(step.src, mesh), boxes(step.dst, mesh)
         me_in, me_out = src_b[rank], dst_b[rank]
-        send, recv = [], []
-        for q in members:
-            out_box, in_box = overlap(me_in, dst_b[q]), overlap(src_b[q], me_out)
-            so, si = box_shape(out_box), box_shape(in_box)
-            if q == rank:
-                send.append(Piece(q, (), (), so, 0))
-                recv.append(Piece(q, (), (), si, 0))
-            else:
-                send.append(Piece(q, rel(out_box, me_in), (), so, numel(so)))
-                recv.append(Piece(q, (), rel(in_box, me_out), si, numel(si)))
+        peers = np.asarray(members, dtype=np.int64)
+        send = list(pieces_of(members, overlap(me_in[None], dst_b[peers]), me_in, "src"))
+        recv = list(pieces_of(members, overlap(src_b[peers], me_out[None]), me_out, "dst"))
+        i = members.index(rank)  # the own piece is copied locally, not sent
+        send[i] = Piece(rank, (), (), send[i].shape, 0)
+        recv[i] = Piece(rank, (), (), recv[i].shape, 0)
         own = overlap(me_in, me_out)
         self_piece = Piece(rank, rel(own, me_in), rel(own, me_out), box_shape(own), numel(box_shape(own)))
         return ExchangePieces(kind=step.kind, rank=rank, in_shape=box_shape(me_in), out_shape=box_shape(me_out),

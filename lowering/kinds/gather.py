@@ -32,10 +32,9 @@ from lowering.kinds.base import (
     dual_steps,
     erase,
     is_run,
-    numel,
+    pieces_of,
     refuse,
     register,
-    rel,
     same_except,
 )
 from lowering.kinds.groups import group_rows, per_rank
@@ -96,12 +95,9 @@ class AllGather(StepKind):
         out_shape = box_shape(me_out)
         listed = group_ranks(mesh, step.axes, rank) if members != (rank,) else (rank,)
 
-        def piece(q: int) -> Piece:
-            shape = box_shape(src_b[q])
-            return Piece(q, (), rel(src_b[q], me_out), shape, numel(shape))
-
-        recv = tuple(piece(q) for q in members)
-        ring = tuple(piece(q) for q in listed)
+        recv = pieces_of(members, src_b[np.asarray(members, dtype=np.int64)], me_out, "dst")
+        by_peer = {p.peer: p for p in recv}
+        ring = tuple(by_peer[q] for q in listed)
         sizes = [p.numel for p in recv]
         even = len(set(sizes)) == 1
         if even:

@@ -38,10 +38,10 @@ from lowering.kinds.base import (
     dual_steps,
     is_run,
     numel,
+    pieces_of,
     reduce_arrays,
     refuse,
     register,
-    rel,
     same_except,
 )
 from lowering.kinds.groups import group_rows, per_rank
@@ -119,10 +119,7 @@ class ReduceScatter(StepKind):
         dst_b = boxes(step.dst, mesh)
         me_in = boxes(step.src, mesh)[rank]
         in_shape = box_shape(me_in)
-        send = []
-        for q in members:
-            shape = box_shape(dst_b[q])
-            send.append(Piece(q, rel(dst_b[q], me_in), (), shape, numel(shape)))
+        send = pieces_of(members, dst_b[np.asarray(members, dtype=np.int64)], me_in, "src")
         sizes = [p.numel for p in send]
         n, chunk, even = len(members), max(sizes), len(set(sizes)) == 1
         if even or step.padded:
