@@ -11,7 +11,8 @@
 3. 32 FSDP-like parameters, ``f32[n@dp,k] -> f32[n,k]`` looped (one redistribute per
    parameter) against DTensor's loop. Target: <= 0.9x DTensor's loop.
 
-A figure is the median over 5 rounds of the mean per-call time in a round, slowest rank.
+A figure is the median over 7 rounds of the mean per-call time in a round, slowest rank;
+the calls compared in one part take turns within each round (load drift hits them alike).
 ``--profile`` prints rank 0's cProfile of the no-communication call.
 """
 
@@ -33,19 +34,24 @@ if __package__ in (None, ""):
 WORLD = 2
 
 
-def _per_call(fn: Any, calls: int) -> float:
+
+def _interleaved(fns: dict[str, Any], calls: int, rounds: int = 7) -> dict[str, float]:
+    """Median over rounds of each function's mean per-call time; within a round the
+    functions take turns, so a drift of the machine's load hits them alike."""
     import torch.distributed as dist
 
-    for _ in range(20):
-        fn()
-    rounds = []
-    for _ in range(5):
-        dist.barrier()
-        t0 = time.perf_counter()
-        for _ in range(calls):
+    for fn in fns.values():
+        for _ in range(20):
             fn()
-        rounds.append((time.perf_counter() - t0) / calls)
-    return statistics.median(rounds)
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            times[k].append((time.perf_counter() - t0) / calls)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def rank_main(rank: int, store: str, calls: int, profile: bool, out_path: str) -> None:
@@ -65,12 +71,14 @@ def rank_main(rank: int, store: str, calls: int, profile: bool, out_path: str) -
     row: dict[str, float] = {}
 
     full = torch.randn(64, 64)
-    row["local_shardc"] = _per_call(lambda: torch_backend.redistribute(full, "f32[64,64]", "f32[64@dp,64]", mesh),
-                                    calls)
     prep = torch_backend.redistributor("f32[64,64]", "f32[64@dp,64]", mesh)
-    row["local_prepared"] = _per_call(lambda: prep(full), calls)
     rep = DTensor.from_local(full, dm, [Replicate()], run_check=False)
-    row["local_dtensor"] = _per_call(lambda: rep.redistribute(dm, [Shard(0)]).to_local(), calls)
+    got = _interleaved({
+        "local_shardc": lambda: torch_backend.redistribute(full, "f32[64,64]", "f32[64@dp,64]", mesh),
+        "local_prepared": lambda: prep(full),
+        "local_dtensor": lambda: rep.redistribute(dm, [Shard(0)]).to_local(),
+    }, calls)
+    row.update(got)
     if profile and rank == 0:
         import cProfile
         import pstats
@@ -85,12 +93,15 @@ def rank_main(rank: int, store: str, calls: int, profile: bool, out_path: str) -
     part = torch.randn(32, 64)
     out = torch.empty(64, 64)
     n = max(calls // 4, 50)
-    row["gather_shardc"] = _per_call(lambda: torch_backend.redistribute(part, "f32[64@dp,64]", "f32[64,64]", mesh), n)
     gprep = torch_backend.redistributor("f32[64@dp,64]", "f32[64,64]", mesh)
-    row["gather_prepared"] = _per_call(lambda: gprep(part), n)
-    row["gather_bare"] = _per_call(lambda: dist.all_gather_into_tensor(out, part), n)
     sh = DTensor.from_local(part, dm, [Shard(0)], run_check=False)
-    row["gather_dtensor"] = _per_call(lambda: sh.redistribute(dm, [Replicate()]).to_local(), n)
+    bare = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    row.update(_interleaved({
+        "gather_bare": lambda: bare(out, part),
+        "gather_shardc": lambda: torch_backend.redistribute(part, "f32[64@dp,64]", "f32[64,64]", mesh),
+        "gather_prepared": lambda: gprep(part),
+        "gather_dtensor": lambda: sh.redistribute(dm, [Replicate()]).to_local(),
+    }, n))
 
     shapes = [((64, 128, 256, 512, 1024)[i % 5], (16, 32, 64, 128)[(i * 3) % 4]) for i in range(24)]
     shapes += [((64, 128, 256, 512, 1024)[i % 5], 1) for i in range(8)]
@@ -99,10 +110,11 @@ def rank_main(rank: int, store: str, calls: int, profile: bool, out_path: str) -
     dsts = [f"f32[{a},{b}]" for a, b in shapes]
     dts = [DTensor.from_local(x, dm, [Shard(0)], run_check=False) for x in xs]
     m = max(calls // 100, 10)
-    row["loop32_shardc"] = _per_call(
-        lambda: [torch_backend.redistribute(x, s, d, mesh) for x, s, d in zip(xs, srcs, dsts)], m)
-    row["loop32_dtensor"] = _per_call(lambda: [d.redistribute(dm, [Replicate()]).to_local() for d in dts], m)
-    row["many32_shardc"] = _per_call(lambda: torch_backend.redistribute_many(xs, srcs, dsts, mesh), m)
+    row.update(_interleaved({
+        "loop32_shardc": lambda: [torch_backend.redistribute(x, s, d, mesh) for x, s, d in zip(xs, srcs, dsts)],
+        "loop32_dtensor": lambda: [d.redistribute(dm, [Replicate()]).to_local() for d in dts],
+        "many32_shardc": lambda: torch_backend.redistribute_many(xs, srcs, dsts, mesh),
+    }, m))
 
     gathered: list[Any] = [None] * WORLD
     dist.all_gather_object(gathered, row)
@@ -126,7 +138,7 @@ def main() -> int:
                  join=True)
         r = json.loads(Path(out).read_text())
     us = {k: v * 1e6 for k, v in r.items()}
-    print(f"2 gloo ranks, {os.cpu_count()} cores; per call, median of 5 rounds, slowest rank")
+    print(f"2 gloo ranks, {os.cpu_count()} cores; per call, median of 7 interleaved rounds, slowest rank")
     print(f"1. no communication   shardc {us['local_shardc']:8.1f} us   prepared {us['local_prepared']:8.1f} us   "
           f"DTensor {us['local_dtensor']:8.1f} us")
     ratio = r["local_shardc"] / r["local_dtensor"]

@@ -23,7 +23,7 @@ import torch
 import lowering
 from lowering.checks import check_same_global
 from lowering.kinds.local import keeps_values
-from lowering.layout import boxes, local_shape
+from lowering.layout import boxes, local_shape, local_shapes
 from lowering.program import Program
 from spec_lang.dual import dual_type
 from spec_lang.errors import SpecError
@@ -35,13 +35,17 @@ from torch_backend.dtypes import dtype_name, short_name, to_torch_dtype
 from torch_backend.executor import BoundProgram, bind
 from torch_backend.groups import MeshContext, context
 
+_DTENSOR: list[Any] = []  # the DTensor class, imported on the first call (not per call)
+
 
 def _is_dtensor(x: Any) -> bool:
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # pragma: no cover - torch without DTensor
-        return False
-    return isinstance(x, DTensor)
+    if not _DTENSOR:
+        try:
+            from torch.distributed.tensor import DTensor as cls
+        except ImportError:  # pragma: no cover - torch without DTensor: nothing is one
+            cls = ()
+        _DTENSOR.append(cls)
+    return isinstance(x, _DTENSOR[0])
 
 
 def _type(t: TensorType | str, what: str) -> TensorType:
@@ -224,7 +228,7 @@ def check_local(x: torch.Tensor, t: TensorType, ctx: MeshContext) -> torch.Tenso
 
 
 def _check_shape(shape: tuple[int, ...], t: TensorType, mesh: Mesh, rank: int) -> None:
-    want = local_shape(t, mesh, rank)
+    want = local_shapes(t, mesh)[rank]  # one cached lookup: this runs on every call
     if shape != want:
         hint = f"give rank {rank} its block of {t}, of shape {list(want)}"
         if shape == t.shape and want != t.shape:
