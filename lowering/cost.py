@@ -83,9 +83,13 @@ class CostModel:
 DEFAULT_COST_MODEL = CostModel()
 
 
+@lru_cache(maxsize=1024)
 def _group_index_array(mesh: Mesh, axes: tuple[str, ...]) -> np.ndarray:
-    """(num_groups, n) rank array, rows in group order."""
-    return np.asarray(all_groups(mesh, axes), dtype=np.int64).reshape(-1, mesh.group_size(axes))
+    """(num_groups, n) rank array, rows in group order (read-only; cached: every priced
+    move needs it, and building it from tuples costs more than the pricing)."""
+    out = np.asarray(all_groups(mesh, axes), dtype=np.int64).reshape(-1, mesh.group_size(axes))
+    out.setflags(write=False)
+    return out
 
 
 def _dim_factors(a: TensorType, b: TensorType, mesh: Mesh, axes: tuple[str, ...],
