@@ -6,8 +6,9 @@ planner always answers. Each route goes through the normal form, one phase at a 
 1. slice every axis the goal shards and the state replicates onto its goal dim (free,
    and it shrinks what the reduction and the exchange carry);
 2. finish the pending reduction: one ``reduce_scatter`` onto the dims the goal shards
-   with the pending axes, then one ``all_reduce`` of the rest (or one ``all_reduce`` of
-   them all), as in::
+   with the pending axes, then one ``all_reduce`` of the rest; or the rest onto the
+   longest dim in the same ``reduce_scatter`` (gathered back later); or one
+   ``all_reduce`` of them all, as in::
 
        +[A0, A1]      [A0+B0]                 +A
        +[B0, B1]  =>  [A1+B1]   (then)        +B  =>  A + B
@@ -18,7 +19,8 @@ planner always answers. Each route goes through the normal form, one phase at a 
    exchange to the goal; or gather every axis past each dim's common prefix with the
    goal and slice the goal's axes back (valid for every pair, at a price);
 4. convert into the goal's new partial axes (``zero_fill`` for sum, a ``reinterpret``
-   otherwise; local).
+   otherwise; local), or, for a new P(sum) axis that shards the source, keep it sharded
+   (minor on its dim) and ``zero_pad`` it at the end.
 
 Every state is erased (R and I look alike), as in ``lowering.moves``. The planner prices
 the routes with its own pricing and keeps the cheapest.
@@ -33,21 +35,25 @@ Path = list[tuple[TensorType, Move]]
 
 
 def fallback_routes(start: TensorType, goal: TensorType, mesh: Mesh, op: str) -> list[Path]:
-    """Up to six routes (reduce_scatter or all_reduce, times three ways to rearrange),
+    """Up to eighteen routes (three ways to reduce, three to rearrange, zero_pad or not),
     each ending exactly at ``goal``; the gather-then-slice ones always exist."""
     out = []
-    for scatter in (True, False):
-        for exchange in ("first", "last", None):
-            path = _route(start, goal, mesh, op, scatter=scatter, exchange=exchange)
-            if path is not None and path not in out:
-                out.append(path)
-        if not any(a in start.partial_axes and a not in goal.partial_axes for a in mesh.names):
-            break  # nothing to reduce: the two reduction variants are the same route
+    # a new P(sum) axis that shards the source can stay put and be zero-padded at the end
+    pads = (False, True) if (goal.partial_op or op) == "sum" and any(
+        a in start.sharded_axes for a in goal.partial_axes) else (False,)
+    for pad in pads:
+        for scatter in ("goal", "all", None):
+            for exchange in ("first", "last", None):
+                path = _route(start, goal, mesh, op, scatter=scatter, exchange=exchange, pad=pad)
+                if path is not None and path not in out:
+                    out.append(path)
+            if not any(a in start.partial_axes and a not in goal.partial_axes for a in mesh.names):
+                break  # nothing to reduce: the two reduction variants are the same route
     return out
 
 
-def _route(start: TensorType, goal: TensorType, mesh: Mesh, op: str, *, scatter: bool,
-           exchange: str | None) -> Path | None:
+def _route(start: TensorType, goal: TensorType, mesh: Mesh, op: str, *, scatter: str | None,
+           exchange: str | None, pad: bool = False) -> Path | None:
     path: Path = []
 
     def go(kind: str, axes: tuple[str, ...], dims: tuple[int, ...], nxt: TensorType) -> TensorType:
@@ -57,8 +63,13 @@ def _route(start: TensorType, goal: TensorType, mesh: Mesh, op: str, *, scatter:
     goal_p = set(goal.partial_axes)
     pending = [a for a in mesh.names if a in start.partial_axes and a not in goal_p]
     new_p = tuple(a for a in mesh.names if a in goal_p and a not in start.partial_axes)
-    # the goal with its new partial axes replicated: they are converted last, from R
+    # the goal with its new partial axes replicated: they are converted last, from R; with
+    # ``pad``, those the source shards stay minor on their dim, to be zero-padded
     target = with_partial(goal, goal_p - set(new_p), goal.partial_op or op, mesh)
+    padded = [a for a in start.sharded_axes if a in new_p] if pad else []
+    if padded:
+        target = with_dims(target, [g.axes + tuple(a for a in d.axes if a in padded)
+                                    for g, d in zip(target.dims, start.dims)])
 
     state = _slice_goal_axes(start, target, mesh, go)
     if pending:
@@ -71,6 +82,16 @@ def _route(start: TensorType, goal: TensorType, mesh: Mesh, op: str, *, scatter:
                 if want:
                     dims[k] = dims[k] + want
                     on.append((k, want))
+            if scatter == "all" and left and not all(a in (x for _, w in on for x in w) for a in left):
+                # the rest onto the longest dim too: a smaller block to rearrange, and the
+                # gather back joins the last gather
+                rest = tuple(a for a in left if not any(a in w for _, w in on))
+                k = max(range(state.ndim), key=lambda i: state.dims[i].size) if state.ndim else None
+                if k is not None:
+                    dims[k] = dims[k] + rest
+                    on = [(i, w + rest) if i == k else (i, w) for i, w in on]
+                    if all(i != k for i, _ in on):
+                        on = sorted(on + [(k, rest)])
             if on:
                 axes = tuple(a for _, w in on for a in w)
                 left = [a for a in left if a not in axes]
@@ -83,8 +104,17 @@ def _route(start: TensorType, goal: TensorType, mesh: Mesh, op: str, *, scatter:
     state = _rearrange(state, target, mesh, go, exchange)
     if state is None:
         return None
+    goal_op = goal.partial_op or op
+    for k, d in enumerate(target.dims):
+        for a in reversed(d.axes):  # minor first: zero_pad takes the minor axis of a dim
+            if a not in padded:
+                break
+            dims = [x.axes for x in state.dims]
+            dims[k] = dims[k][:-1]
+            state = go("zero_pad", (a,), (k,), with_partial(with_dims(state, dims), set(state.partial_axes) | {a},
+                                                           goal_op, mesh))
+    new_p = tuple(a for a in new_p if a not in state.partial_axes)
     if new_p:
-        goal_op = goal.partial_op or op
         kind = "zero_fill" if goal_op == "sum" else "reinterpret"
         state = go(kind, new_p, (), with_partial(state, set(state.partial_axes) | set(new_p), goal_op, mesh))
     return path if state == goal else None

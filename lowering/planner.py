@@ -3,11 +3,12 @@
 Passes, in the spirit of Shardy's reshard-to-collectives:
 
 1. *check*: same shape and dtype, every axis on the mesh, the partial conversions
-   allowed by seed 004 (no P(op) -> P(other op), convert(S,P) only for sum, V axes
-   untouched).
+   allowed by the SPMD type system (no P(op) -> P(other op), convert(S,P) only for
+   sum, V axes untouched). Only these refusals raise: every other pair compiles.
 2. *search*: first the normal form of Rink et al. alone (slice first, size-preserving
    exchange or the one reduction, gather last), kept when provably cheapest; else a
-   best-first search over erased states (``lowering.moves``): local slices,
+   best-first search, within a deterministic work budget, from the cheapest
+   constructive route (``lowering.fallback``) as its first incumbent, over erased states (``lowering.moves``): local slices,
    all_gathers of minor suffixes (flattened over several axes, one dim or several),
    all_to_alls that move a suffix between dims, direct exact exchanges to the goal and
    to the normal form, reduce_scatter / all_reduce of pending partial axes (flattened
@@ -18,7 +19,8 @@ Passes, in the spirit of Shardy's reshard-to-collectives:
 3. *assemble*: steps get their exact per-rank shapes, and the R/I annotations of the
    user's types are restored on the first and last state.
 
-The result is cached per (src, dst, mesh, cost model).
+The result is cached per (src, dst, mesh, cost model, budget); ``Program.optimal`` says
+whether the search proved it cheapest or ran out of its budget first.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from lowering.checks import check_same_global, resolve
+from lowering.checks import check_budget, check_partial_conversion, check_same_global, resolve
 from lowering.cost import (
     DEFAULT_COST_MODEL,
     SPARE_AXIS_BYTES,
@@ -96,18 +98,7 @@ def compile(  # noqa: A001 - the public name the issue asks for
         if name not in m:
             raise SpecError(f"the cost model names axis {name!r}, which is not on the mesh {m}",
                             hint=f"use the mesh axes {', '.join(m.names)}")
-    return _compile(s, d, m, cost_model or DEFAULT_COST_MODEL, check_budget(budget_s))
-
-
-def check_budget(budget_s: object) -> float:
-    """``budget_s`` as a float; SpecError unless it is a positive finite number."""
-    ok = isinstance(budget_s, (int, float)) and not isinstance(budget_s, bool)
-    if not ok or not math.isfinite(budget_s) or budget_s <= 0:  # type: ignore[arg-type]
-        raise SpecError(
-            f"budget_s must be a positive finite number of seconds, got {budget_s!r}",
-            hint=f"use the default {DEFAULT_BUDGET_S} s, or more for a plan proven optimal on a large mesh",
-        )
-    return float(budget_s)  # type: ignore[arg-type]
+    return _compile(s, d, m, cost_model or DEFAULT_COST_MODEL, check_budget(budget_s, DEFAULT_BUDGET_S))
 
 
 @lru_cache(maxsize=8192)
@@ -138,36 +129,6 @@ def fallback_program(src: TensorType, dst: TensorType, mesh: Mesh,
     routes = fallback_routes(start, goal, mesh, op)
     best = min(routes, key=lambda p: _path_key(p, start, goal, mesh, model))
     return _assemble(best, src, dst, mesh, model, False)
-
-
-def check_partial_conversion(src: TensorType, dst: TensorType) -> str:
-    """The reduce op in play; SpecError where seed 004 defines no conversion."""
-    sv, dv = set(src.axes_of_kind("V")), set(dst.axes_of_kind("V"))
-    if sv != dv:
-        raise SpecError(
-            f"varying axes differ: source {sorted(sv)}, destination {sorted(dv)}",
-            text=str(dst), pos=str(dst).find("{"),
-            hint="a V axis has no global value to preserve; keep V axes the same on both sides "
-            "(reinterpret them in local code instead)",
-        )
-    sop, dop = src.partial_op, dst.partial_op
-    if sop and dop and sop != dop:
-        raise SpecError(
-            f"cannot turn a pending {sop} into a pending {dop}",
-            text=str(dst), pos=str(dst).find("{"),
-            hint=f"reduce the source first (redistribute to a type without P({sop})), then convert",
-        )
-    for a in dst.partial_axes:
-        if a in src.partial_axes:
-            continue
-        if src.dim_of(a) is not None and dop != "sum":
-            raise SpecError(
-                f"no conversion from a dim sharded on {a!r} to P({dop}) on {a!r}",
-                text=str(dst), pos=str(dst).find(a, str(dst).find("{")),
-                hint="seed 004 defines convert(S, P) only for sum (zero padding); "
-                "gather the dim first, then convert R to P(" + str(dop) + ")",
-            )
-    return sop or dop or "sum"
 
 
 def _normal_form(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
