@@ -374,17 +374,22 @@ def _dominated(labels: Sequence[_Label], lab: _Label) -> bool:
 
 def _key(model: CostModel, time: float, sent: np.ndarray, colls: int, peak: int, future: float,
          extra: int = 0) -> tuple:
-    """Search key: (bytes estimate, bytes, collectives, peak) for the bytes-first model,
-    else (time, bytes, collectives, peak). The bytes estimate is an A* term that never
+    """Search key: (bytes estimate, collectives estimate, peak) for the bytes-first model,
+    else (time, bytes, collectives, peak). Every term is a lower bound on the final
+    program's, so the first goal popped is the cheapest, and the search can stop as soon
+    as the frontier's best key reaches a complete program's. The bytes estimate never
     overshoots: the final max over ranks is at least the mean over ranks of what was
     sent plus the transfers still needed (the lower bound's ``sent_avg`` from here).
     ``extra`` is the latency charge for collectives over spare axes (bytes-first only);
-    it only grows along a path, so the estimate stays a lower bound."""
+    it only grows along a path, so the estimate stays a lower bound. Where transfers are
+    still needed, one more collective at least is too: that term lets a search whose
+    incumbent is at the byte bound stop once no path with fewer collectives is left,
+    instead of walking every state of equal bytes."""
     total = int(sent.max())
     if not model.bytes_first:
         return (time, total, colls, peak)
     estimate = max(total, -(-int(sent.sum() + future) // len(sent)))
-    return (estimate + extra, total + extra, colls, peak)
+    return (estimate + extra, colls + int(future > 0), peak)
 
 
 def spare_axes(src: TensorType, dst: TensorType, mesh: Mesh) -> tuple[str, ...]:
