@@ -57,8 +57,8 @@ _MAX_LABELS = 2
 DEFAULT_BUDGET_S = 0.05
 # The search's cut-off is a count of priced moves, not the clock, so that every rank
 # compiles the same program: ``budget_s`` buys ``budget_s * _MOVES_PER_S`` of them on a
-# 64-rank mesh, scaled by sqrt(64 / ranks) (a move's numpy work grows with the world,
-# less than linearly). The rate was measured in CPU time on a shared 2-core machine
+# 64-rank mesh, scaled with the world (``work_budget``), the fallback's collectives
+# included. The rate was measured in CPU time on a shared 2-core machine
 # (about 120 us per priced move at 64 ranks, moves generated and labels kept included),
 # so the count runs out inside the budget. The clock is only a safety net, at
 # ``_CLOCK_FACTOR`` times the budget, for a machine far slower than that (or a first
@@ -235,13 +235,16 @@ def _search(start: TensorType, goal: TensorType, mesh: Mesh, op: str, model: Cos
             hint="this pair passed the checks, so this is a planner bug: please report it",
         )
     best = min(routes, key=lambda p: _path_key(p, start, goal, mesh, model))
+    priced = len({(s, mv) for route in routes for s, mv in route if mv.kind in COLLECTIVE_KINDS})
     return _search_labels(start, goal, mesh, op, model, _MAX_LABELS, best,
-                          work=work_budget(budget_s, mesh), deadline=t0 + _CLOCK_FACTOR * budget_s)
+                          work=work_budget(budget_s, mesh) - priced, deadline=t0 + _CLOCK_FACTOR * budget_s)
 
 
 def work_budget(budget_s: float, mesh: Mesh) -> int:
-    """The moves the search may price within ``budget_s`` on ``mesh`` (deterministic)."""
-    return int(budget_s * _MOVES_PER_S * math.sqrt(64 / mesh.size))
+    """The moves the planner may price within ``budget_s`` on ``mesh`` (deterministic): a
+    move's numpy work grows with the world, less than linearly, and is all overhead on a
+    few ranks, hence the scale (64 / ranks)^0.75, at most 4."""
+    return int(budget_s * _MOVES_PER_S * min(4.0, (64 / mesh.size) ** 0.75))
 
 
 def _path_key(path: list[tuple[TensorType, Move]], start: TensorType, goal: TensorType, mesh: Mesh,
