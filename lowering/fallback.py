@@ -7,8 +7,8 @@ planner always answers. Each route goes through the normal form, one phase at a 
    and it shrinks what the reduction and the exchange carry);
 2. finish the pending reduction: one ``reduce_scatter`` onto the dims the goal shards
    with the pending axes, then one ``all_reduce`` of the rest; or the rest onto the
-   longest dim in the same ``reduce_scatter`` (gathered back later); or one
-   ``all_reduce`` of them all, as in::
+   longest dim in the same ``reduce_scatter`` (gathered back later); or all of them
+   onto one dim (each dim in turn); or one ``all_reduce`` of them all, as in::
 
        +[A0, A1]      [A0+B0]                 +A
        +[B0, B1]  =>  [A1+B1]   (then)        +B  =>  A + B
@@ -35,14 +35,14 @@ Path = list[tuple[TensorType, Move]]
 
 
 def fallback_routes(start: TensorType, goal: TensorType, mesh: Mesh, op: str) -> list[Path]:
-    """Up to eighteen routes (three ways to reduce, three to rearrange, zero_pad or not),
+    """Up to 36 routes (up to six ways to reduce, three to rearrange, zero_pad or not),
     each ending exactly at ``goal``; the gather-then-slice ones always exist."""
     out = []
     # a new P(sum) axis that shards the source can stay put and be zero-padded at the end
     pads = (False, True) if (goal.partial_op or op) == "sum" and any(
         a in start.sharded_axes for a in goal.partial_axes) else (False,)
     for pad in pads:
-        for scatter in ("goal", "all", None):
+        for scatter in ("goal", "all", None, *range(start.ndim)):
             for exchange in ("first", "last", None):
                 path = _route(start, goal, mesh, op, scatter=scatter, exchange=exchange, pad=pad)
                 if path is not None and path not in out:
@@ -52,7 +52,7 @@ def fallback_routes(start: TensorType, goal: TensorType, mesh: Mesh, op: str) ->
     return out
 
 
-def _route(start: TensorType, goal: TensorType, mesh: Mesh, op: str, *, scatter: str | None,
+def _route(start: TensorType, goal: TensorType, mesh: Mesh, op: str, *, scatter: str | int | None,
            exchange: str | None, pad: bool = False) -> Path | None:
     path: Path = []
 
@@ -74,7 +74,13 @@ def _route(start: TensorType, goal: TensorType, mesh: Mesh, op: str, *, scatter:
     state = _slice_goal_axes(start, target, mesh, go)
     if pending:
         left = list(pending)
-        if scatter:
+        if isinstance(scatter, int):  # all of them onto one dim, where the pieces may be even
+            dims = [d.axes for d in state.dims]
+            dims[scatter] = dims[scatter] + tuple(left)
+            state = go("reduce_scatter", tuple(left), (scatter,),
+                       with_partial(with_dims(state, dims), set(state.partial_axes) - set(left), op, mesh))
+            left = []
+        elif scatter is not None:
             dims = [d.axes for d in state.dims]
             on = []
             for k, g in enumerate(target.dims):
