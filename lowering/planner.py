@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import math
 import time
 from collections.abc import Sequence
 from functools import lru_cache
@@ -58,12 +57,12 @@ DEFAULT_BUDGET_S = 0.05
 # The search's cut-off is a count of priced moves, not the clock, so that every rank
 # compiles the same program: ``budget_s`` buys ``budget_s * _MOVES_PER_S`` of them on a
 # 64-rank mesh, scaled with the world (``work_budget``), the fallback's collectives
-# included. The rate was measured in CPU time on a shared 2-core machine
-# (about 120 us per priced move at 64 ranks, moves generated and labels kept included),
-# so the count runs out inside the budget. The clock is only a safety net, at
-# ``_CLOCK_FACTOR`` times the budget, for a machine far slower than that (or a first
-# call that pays for imports): where it fires, ranks may disagree.
-_MOVES_PER_S = 5_000
+# included. The rate was measured in CPU time on a 2-core machine, loaded and idle
+# (100-200 us per priced move at 64 ranks, moves generated and labels kept included),
+# and set with a margin, so the count runs out inside the budget. The clock is only a
+# safety net, at ``_CLOCK_FACTOR`` times the budget, for a machine far slower than that
+# (or a first call that pays for imports): where it fires, ranks may disagree.
+_MOVES_PER_S = 4_000
 _CLOCK_FACTOR = 100
 
 
