@@ -443,7 +443,9 @@ def move_bytes(state: TensorType, mv: Move, mesh: Mesh) -> np.ndarray:
 
 @lru_cache(maxsize=16384)
 def _moves(state: TensorType, goal: TensorType, mesh: Mesh, op: str) -> tuple[Move, ...]:
-    return tuple(moves(state, goal, mesh, op))
+    # the same move can come from two generators (a suffix all_to_all that is also the
+    # direct exchange): price it once, first place kept
+    return tuple(dict.fromkeys(moves(state, goal, mesh, op)))
 
 
 def _price(state: TensorType, mv: Move, mesh: Mesh) -> Step:
