@@ -94,3 +94,20 @@ def test_a_finished_search_is_marked_optimal() -> None:
 def test_the_budget_must_be_a_positive_finite_number(bad: object) -> None:
     with pytest.raises(SpecError, match="budget_s must be a positive finite number"):
         compile("f32[8@tp]", "f32[8]", "tp=2", budget_s=bad)  # type: ignore[arg-type]
+
+
+def test_the_budget_benchmark_draws_the_same_valid_cases_and_compiles_them() -> None:
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from bench import plan_budget
+
+    assert plan_budget.cases(12, 3) == plan_budget.cases(12, 3)
+    assert plan_budget.cases(12, 3)[:2] == list(plan_budget.FIXED_CASES)
+    rows = plan_budget.measure(6, 3)
+    summary = plan_budget.summarize(rows, plan_budget.BUDGET_S)
+    assert summary["cases"] == 6 and summary["errors"] == 0
+    assert all(r["bytes"] is not None and r["optimal"] in (True, False) for r in rows)
