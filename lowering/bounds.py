@@ -16,40 +16,9 @@ No plan can beat it; the planner reports its ratio to it.
 
 from __future__ import annotations
 
-import numpy as np
-
 from lowering.caching import cached
-from lowering.layout import box_numel, boxes, mesh_coords, overlap
+from lowering.layout import box_numel, boxes, overlap
 from spec_lang.ir import Mesh, TensorType
-
-
-def _coverage(t: TensorType, mesh: Mesh, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Compressed grid of how many of ``ranks`` hold each element: (counts, cell sizes)."""
-    b = boxes(t, mesh)[ranks]
-    cuts = [np.unique(np.concatenate([[0, d.size], b[:, i, 0], b[:, i, 1]])) for i, d in enumerate(t.dims)]
-    shape = tuple(max(len(c) - 1, 1) for c in cuts)
-    if t.ndim == 0:
-        counts = np.asarray(len(b), dtype=np.int64)
-    else:
-        # a difference array: +-1 at the 2^ndim corners of every box, then a prefix sum
-        # along each dim gives every cell's count, with no loop over ranks
-        lo = np.stack([np.searchsorted(c, b[:, i, 0]) for i, c in enumerate(cuts)], axis=1)
-        hi = np.stack([np.searchsorted(c, b[:, i, 1]) for i, c in enumerate(cuts)], axis=1)
-        diff = np.zeros(tuple(n + 1 for n in shape), dtype=np.int64)
-        for corner in range(1 << t.ndim):
-            pick = [(corner >> i) & 1 for i in range(t.ndim)]
-            idx = tuple(np.where(p, hi[:, i], lo[:, i]) for i, p in enumerate(pick))
-            np.add.at(diff, idx, (-1) ** sum(pick))
-        for i in range(t.ndim):
-            diff = np.cumsum(diff, axis=i)
-        counts = diff[tuple(slice(0, n) for n in shape)]
-    sizes = np.ones_like(counts)
-    for i, c in enumerate(cuts):
-        w = np.diff(c) if len(c) > 1 else np.array([0])
-        shape = [1] * t.ndim
-        shape[i] = len(w)
-        sizes = sizes * w.reshape(shape)
-    return counts, sizes
 
 
 def lower_bound_detail(src: TensorType, dst: TensorType, mesh: Mesh) -> dict[str, float]:
@@ -68,17 +37,11 @@ def lower_bound_detail(src: TensorType, dst: TensorType, mesh: Mesh) -> dict[str
     else:
         recv = int(box_numel(db).max())
         k = mesh.group_size(reduced)
-        coords = mesh_coords(mesh)
-        kept = [mesh.index(a) for a in mesh.names if a in dst_p]
-        total = 0.0
-        # one class per coordinate on the kept partial axes: its own reduction
-        _, class_of = np.unique(coords[:, kept], axis=0, return_inverse=True) if kept else (
-            None, np.zeros(mesh.size, dtype=np.int64))
-        for cls in np.unique(class_of):
-            ranks = np.flatnonzero(class_of.reshape(-1) == cls)
-            counts, sizes = _coverage(dst, mesh, ranks)
-            needed = counts > 0
-            total += float(((k - 1 + counts - 1) * sizes)[needed].sum())
+        # per class of ranks (one per coordinate on the kept partial axes), every element is
+        # needed (the class's dst blocks tile the tensor), so the sum over its cells of
+        # (k-1) + (needers-1) is (k-2)*numel + the class's dst block sizes; over all classes:
+        classes = mesh.size // mesh.group_size(tuple(a for a in mesh.names if a not in dst_p))
+        total = float(classes * (k - 2) * src.numel + int(box_numel(db).sum()))
         sent_avg = total / mesh.size
     return {
         "bytes": int(max(recv * item, -(-int(sent_avg * item * 1000) // 1000))),

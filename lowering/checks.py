@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from spec_lang.errors import SpecError, locate
 from spec_lang.ir import Mesh, TensorType
 from spec_lang.parser import parse, parse_mesh
@@ -42,3 +44,44 @@ def check_same_global(src: TensorType, dst: TensorType, src_text: str | None = N
             text=dst_text or str(dst), pos=(dst_text or str(dst)).find("["),
             hint="redistribute changes the layout, not the shape; give both types the same sizes",
         )
+
+
+def check_partial_conversion(src: TensorType, dst: TensorType) -> str:
+    """The reduce op in play; SpecError where the SPMD type system defines no conversion."""
+    sv, dv = set(src.axes_of_kind("V")), set(dst.axes_of_kind("V"))
+    if sv != dv:
+        raise SpecError(
+            f"varying axes differ: source {sorted(sv)}, destination {sorted(dv)}",
+            text=str(dst), pos=str(dst).find("{"),
+            hint="a V axis has no global value to preserve; keep V axes the same on both sides "
+            "(reinterpret them in local code instead)",
+        )
+    sop, dop = src.partial_op, dst.partial_op
+    if sop and dop and sop != dop:
+        raise SpecError(
+            f"cannot turn a pending {sop} into a pending {dop}",
+            text=str(dst), pos=str(dst).find("{"),
+            hint=f"reduce the source first (redistribute to a type without P({sop})), then convert",
+        )
+    for a in dst.partial_axes:
+        if a in src.partial_axes:
+            continue
+        if src.dim_of(a) is not None and dop != "sum":
+            raise SpecError(
+                f"no conversion from a dim sharded on {a!r} to P({dop}) on {a!r}",
+                text=str(dst), pos=str(dst).find(a, str(dst).find("{")),
+                hint="the SPMD type system defines convert(S, P) only for sum (zero padding); "
+                "gather the dim first, then convert R to P(" + str(dop) + ")",
+            )
+    return sop or dop or "sum"
+
+
+def check_budget(budget_s: object, default: float) -> float:
+    """``budget_s`` as a float; SpecError unless it is a positive finite number."""
+    ok = isinstance(budget_s, (int, float)) and not isinstance(budget_s, bool)
+    if not ok or not math.isfinite(budget_s) or budget_s <= 0:  # type: ignore[arg-type]
+        raise SpecError(
+            f"budget_s must be a positive finite number of seconds, got {budget_s!r}",
+            hint=f"use the default {default} s, or more for a plan proven optimal on a large mesh",
+        )
+    return float(budget_s)  # type: ignore[arg-type]

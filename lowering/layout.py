@@ -38,8 +38,10 @@ def chunk_range(start: np.ndarray, length: np.ndarray, n: int, c: np.ndarray) ->
     return start + lo, hi - lo
 
 
+@cached(maxsize=4096, max_bytes=16 * MIB)
 def dim_ranges(size: int, axes: tuple[str, ...], mesh: Mesh) -> np.ndarray:
-    """(world, 2) [start, stop) of one dim of ``size`` sharded by ``axes``."""
+    """(world, 2) [start, stop) of one dim of ``size`` sharded by ``axes`` (read-only; cached,
+    since the planner's states share most of their dims)."""
     coords = mesh_coords(mesh)
     world = mesh.size
     start = np.zeros(world, dtype=np.int64)
@@ -47,7 +49,9 @@ def dim_ranges(size: int, axes: tuple[str, ...], mesh: Mesh) -> np.ndarray:
     for a in axes:
         i = mesh.index(a)
         start, length = chunk_range(start, length, mesh.sizes[i], coords[:, i])
-    return np.stack([start, start + length], axis=1)
+    out = np.stack([start, start + length], axis=1)
+    out.setflags(write=False)
+    return out
 
 
 @cached(maxsize=4096, max_bytes=24 * MIB)

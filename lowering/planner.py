@@ -3,11 +3,12 @@
 Passes, in the spirit of Shardy's reshard-to-collectives:
 
 1. *check*: same shape and dtype, every axis on the mesh, the partial conversions
-   allowed by seed 004 (no P(op) -> P(other op), convert(S,P) only for sum, V axes
-   untouched).
+   allowed by the SPMD type system (no P(op) -> P(other op), convert(S,P) only for
+   sum, V axes untouched). Only these refusals raise: every other pair compiles.
 2. *search*: first the normal form of Rink et al. alone (slice first, size-preserving
    exchange or the one reduction, gather last), kept when provably cheapest; else a
-   best-first search over erased states (``lowering.moves``): local slices,
+   best-first search, within a deterministic work budget, from the cheapest
+   constructive route (``lowering.fallback``) as its first incumbent, over erased states (``lowering.moves``): local slices,
    all_gathers of minor suffixes (flattened over several axes, one dim or several),
    all_to_alls that move a suffix between dims, direct exact exchanges to the goal and
    to the normal form, reduce_scatter / all_reduce of pending partial axes (flattened
@@ -18,21 +19,24 @@ Passes, in the spirit of Shardy's reshard-to-collectives:
 3. *assemble*: steps get their exact per-rank shapes, and the R/I annotations of the
    user's types are restored on the first and last state.
 
-The result is cached per (src, dst, mesh, cost model).
+The result is cached per (src, dst, mesh, cost model, budget); ``Program.optimal`` says
+whether the search proved it cheapest or ran out of its budget first.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 from lowering.caching import MIB, cached
-from lowering.checks import check_same_global, resolve
+from lowering.checks import check_budget, check_partial_conversion, check_same_global, resolve
 from lowering.cost import DEFAULT_COST_MODEL, SPARE_AXIS_BYTES, CostModel
+from lowering.fallback import fallback_routes
 from lowering.kinds import kind_of, priced_step
 from lowering.layout import local_numel
 from lowering.moves import Move, erase, moves
@@ -40,8 +44,18 @@ from lowering.program import COLLECTIVE_KINDS, Program, Step, program_cost
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 
-_MAX_EXPANSIONS = 4000
 _MAX_LABELS = 2
+DEFAULT_BUDGET_S = 0.05
+# The search's cut-off is a count of priced moves, not the clock, so that every rank
+# compiles the same program: ``budget_s`` buys ``budget_s * _MOVES_PER_S`` of them on a
+# 64-rank mesh, scaled with the world (``work_budget``), the fallback's collectives
+# included. The rate was measured in CPU time on a 2-core machine, loaded and idle
+# (100-200 us per priced move at 64 ranks, moves generated and labels kept included),
+# and set with a margin, so the count runs out inside the budget. The clock is only a
+# safety net, at ``_CLOCK_FACTOR`` times the budget, for a machine far slower than that
+# (or a first call that pays for imports): where it fires, ranks may disagree.
+_MOVES_PER_S = 4_000
+_CLOCK_FACTOR = 100
 
 
 def compile(  # noqa: A001 - the public name the issue asks for
@@ -50,8 +64,16 @@ def compile(  # noqa: A001 - the public name the issue asks for
     mesh: Mesh | str,
     *,
     cost_model: CostModel | None = None,
+    budget_s: float = DEFAULT_BUDGET_S,
 ) -> Program:
-    """Compile ``src -> dst`` on ``mesh`` into the cheapest Program found."""
+    """Compile ``src -> dst`` on ``mesh`` into the cheapest Program found within ``budget_s``.
+
+    Always answers for a pair the checks accept: where the search runs out of its budget,
+    the cheapest program found so far (at worst a constructive route through the normal
+    form) comes back with ``Program.optimal`` False. The budget is a deterministic count
+    of planner work calibrated to seconds (see docs/planner.md), so every rank compiles
+    the same program.
+    """
     s, m = resolve(src, mesh)
     d, _ = resolve(dst, m)
     check_same_global(s, d, src if isinstance(src, str) else None, dst if isinstance(dst, str) else None)
@@ -67,49 +89,37 @@ def compile(  # noqa: A001 - the public name the issue asks for
         if name not in m:
             raise SpecError(f"the cost model names axis {name!r}, which is not on the mesh {m}",
                             hint=f"use the mesh axes {', '.join(m.names)}")
-    return _compile(s, d, m, cost_model or DEFAULT_COST_MODEL)
+    return _compile(s, d, m, cost_model or DEFAULT_COST_MODEL, check_budget(budget_s, DEFAULT_BUDGET_S))
 
 
 @cached(maxsize=8192, max_bytes=32 * MIB)
-def _compile(src: TensorType, dst: TensorType, mesh: Mesh, model: CostModel) -> Program:
+def _compile(src: TensorType, dst: TensorType, mesh: Mesh, model: CostModel,
+             budget_s: float = DEFAULT_BUDGET_S) -> Program:
+    t0 = time.perf_counter()
     op = check_partial_conversion(src, dst)
     start, goal = erase(src), erase(dst)
-    path = _normal_form(start, goal, mesh, op, model)
+    path, optimal = _normal_form(start, goal, mesh, op, model), True
     if path is None:
-        path = _search(start, goal, mesh, op, model)
+        path, optimal = _search(start, goal, mesh, op, model, budget_s, t0)
+    return _assemble(path, src, dst, mesh, model, optimal)
+
+
+def _assemble(path: list[tuple[TensorType, Move]], src: TensorType, dst: TensorType, mesh: Mesh,
+              model: CostModel, optimal: bool) -> Program:
     steps = [_price(mv_src, mv, mesh) for mv_src, mv in path]
     steps = _restore_annotations(steps, src, dst, mesh)
-    return Program(mesh, src, dst, tuple(steps), program_cost(steps, src, mesh, model))
+    return Program(mesh, src, dst, tuple(steps), program_cost(steps, src, mesh, model), optimal)
 
 
-def check_partial_conversion(src: TensorType, dst: TensorType) -> str:
-    """The reduce op in play; SpecError where seed 004 defines no conversion."""
-    sv, dv = set(src.axes_of_kind("V")), set(dst.axes_of_kind("V"))
-    if sv != dv:
-        raise SpecError(
-            f"varying axes differ: source {sorted(sv)}, destination {sorted(dv)}",
-            text=str(dst), pos=str(dst).find("{"),
-            hint="a V axis has no global value to preserve; keep V axes the same on both sides "
-            "(reinterpret them in local code instead)",
-        )
-    sop, dop = src.partial_op, dst.partial_op
-    if sop and dop and sop != dop:
-        raise SpecError(
-            f"cannot turn a pending {sop} into a pending {dop}",
-            text=str(dst), pos=str(dst).find("{"),
-            hint=f"reduce the source first (redistribute to a type without P({sop})), then convert",
-        )
-    for a in dst.partial_axes:
-        if a in src.partial_axes:
-            continue
-        if src.dim_of(a) is not None and dop != "sum":
-            raise SpecError(
-                f"no conversion from a dim sharded on {a!r} to P({dop}) on {a!r}",
-                text=str(dst), pos=str(dst).find(a, str(dst).find("{")),
-                hint="the SPMD type system defines convert(S, P) only for sum (zero padding, docs/planner.md); "
-                "gather the dim first, then convert R to P(" + str(dop) + ")",
-            )
-    return sop or dop or "sum"
+def fallback_program(src: TensorType, dst: TensorType, mesh: Mesh,
+                     model: CostModel = DEFAULT_COST_MODEL) -> Program:
+    """The cheapest constructive route alone (what the search starts from), never searched:
+    for tests and benchmarks of the fallback."""
+    op = check_partial_conversion(src, dst)
+    start, goal = erase(src), erase(dst)
+    routes = fallback_routes(start, goal, mesh, op)
+    best = min(routes, key=lambda p: _path_key(p, start, goal, mesh, model))
+    return _assemble(best, src, dst, mesh, model, False)
 
 
 def _normal_form(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
@@ -203,25 +213,82 @@ def _sent_floor(start: TensorType, goal: TensorType, mesh: Mesh) -> int:
     return int(np.ceil(lower_bound_detail(start, goal, mesh)["sent_avg_bytes"] - 1e-9))
 
 
-def _search(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
-            model: CostModel) -> list[tuple[TensorType, Move]]:
-    """Best-first search with up to ``_MAX_LABELS`` labels per state (see ``_search_labels``);
-    where that runs out of expansions, once more with one label per state, which always
-    ends (a plain A* over states)."""
-    path = _search_labels(start, goal, mesh, op, model, _MAX_LABELS)
-    if path is None:
-        path = _search_labels(start, goal, mesh, op, model, 1)
-    if path is None:
+def _search(start: TensorType, goal: TensorType, mesh: Mesh, op: str, model: CostModel,
+            budget_s: float, t0: float) -> tuple[list[tuple[TensorType, Move]], bool]:
+    """The cheapest path found within the budget, and whether the search proved it cheapest.
+
+    The constructive fallback (``lowering.fallback``) is the first incumbent, so there is
+    always an answer; the search replaces it with any cheaper complete path it finds."""
+    routes = fallback_routes(start, goal, mesh, op)
+    if not routes:  # the checks accepted a pair no route reaches: a planner bug, said plainly
         raise SpecError(
             f"no program reaches {goal} from {start} on mesh {mesh}",
-            hint="check that every partial axis of the destination can be produced from the source "
-            "(the SPMD type system's conversions, docs/planner.md)",
+            hint="this pair passed the checks, so this is a planner bug: please report it",
         )
-    return path
+    best = min(routes, key=lambda p: _path_key(p, start, goal, mesh, model))
+    priced = len({(s, mv) for route in routes for s, mv in route if mv.kind in COLLECTIVE_KINDS})
+    return _search_labels(start, goal, mesh, op, model, _MAX_LABELS, best,
+                          work=work_budget(budget_s, mesh) - priced, deadline=t0 + _CLOCK_FACTOR * budget_s)
 
 
-def _search_labels(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
-                   model: CostModel, max_labels: int) -> list[tuple[TensorType, Move]] | None:
+def work_budget(budget_s: float, mesh: Mesh) -> int:
+    """The moves the planner may price within ``budget_s`` on ``mesh`` (deterministic): a
+    move's numpy work grows with the world, less than linearly, and is all overhead on a
+    few ranks, hence the scale (64 / ranks)^0.75, at most 4."""
+    return int(budget_s * _MOVES_PER_S * min(4.0, (64 / mesh.size) ** 0.75))
+
+
+def _path_key(path: list[tuple[TensorType, Move]], start: TensorType, goal: TensorType, mesh: Mesh,
+              model: CostModel) -> tuple:
+    """The search key of a complete path (its final label's)."""
+    ctx = _Ctx(start, goal, mesh, model)
+    lab = ctx.first
+    for state, mv in path:
+        lab = ctx.extend(lab, state, mv)
+    return ctx.key(lab, goal)
+
+
+class _Ctx:
+    """What every label update of one search shares."""
+
+    def __init__(self, start: TensorType, goal: TensorType, mesh: Mesh, model: CostModel) -> None:
+        self.goal, self.mesh, self.model = goal, mesh, model
+        self.spare = set(spare_axes(start, goal, mesh))
+        self.charge = model.spare_axis_bytes if model.bytes_first else 0
+        # spare-axis collectives so far, and whether a spare axis was sliced: a sliced spare axis
+        # must be gathered back (the goal replicates it), so its charge is due from the slice on,
+        # which keeps the search from exploring split plans the charge will rule out
+        self.first = _Label(np.zeros(mesh.size, dtype=np.int64), 0.0, 0,
+                            int((local_numel(start, mesh) * start.itemsize).max()), 0, 0, False)
+
+    def extend(self, lab: _Label, state: TensorType, mv: Move) -> _Label:
+        mesh, model = self.mesh, self.model
+        step_sent = move_bytes(state, mv, mesh) * state.itemsize
+        coll = mv.kind in COLLECTIVE_KINDS
+        on_spare = bool(self.spare.intersection(mv.axes))
+        n_spare = lab.spare_colls + int(coll and on_spare)
+        sliced = lab.spare_sliced or (on_spare and not coll)
+        # bytes-first: time is a multiple of bytes, which the label already holds
+        time = lab.time if model.bytes_first else lab.time + model.step_time(mv.axes, int(step_sent.max()), coll)
+        return _Label(
+            lab.sent + step_sent, time, lab.colls + int(coll), max(lab.peak, _live_max(state, mv.dst, mesh)),
+            self.charge * max(n_spare, int(sliced)), n_spare, sliced,
+        )
+
+    def key(self, lab: _Label, state: TensorType) -> tuple:
+        future = _future(state, self.goal, self.mesh) if self.model.bytes_first else 0.0
+        return _key(self.model, lab.time, lab.sent, lab.colls, lab.peak, future, lab.charge)
+
+
+@cached(maxsize=65536)
+def _live_max(state: TensorType, nxt: TensorType, mesh: Mesh) -> int:
+    """Bytes live on the busiest rank during a step (its input and output)."""
+    return int((local_numel(state, mesh) + local_numel(nxt, mesh)).max()) * state.itemsize
+
+
+def _search_labels(start: TensorType, goal: TensorType, mesh: Mesh, op: str, model: CostModel,
+                   max_labels: int, incumbent: list[tuple[TensorType, Move]], work: int,
+                   deadline: float) -> tuple[list[tuple[TensorType, Move]], bool]:
     """Best-first search from ``start`` to ``goal``; see ``_key`` for the order.
 
     A path's cost is a vector (bytes each rank has sent), so two paths to one state can
@@ -229,56 +296,53 @@ def _search_labels(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
     *label* (sent vector, time, collectives, peak, spare-axis charge) that no label
     already expanded there dominates, not just once: with an estimate that never
     overshoots, the first goal popped is then the cheapest plan in the search space, as
-    long as no state needs more than ``max_labels`` labels. None when the expansion
-    budget runs out first.
+    long as no state needs more than ``max_labels`` labels.
+
+    ``incumbent`` is a complete path: nothing whose key reaches its key is pushed, and
+    the search ends, proving it cheapest, once nothing cheaper is left. ``work`` bounds
+    the moves priced (a deterministic cut-off: every rank stops at the same point);
+    ``deadline`` (``time.perf_counter()``) is a safety net for a machine far slower than
+    the calibration. Cut off, the search returns the cheapest complete path it has seen
+    (the incumbent at worst) and False.
     """
     if start == goal:
-        return []
+        return [], True
+    ctx = _Ctx(start, goal, mesh, model)
+    best_key = _path_key(incumbent, start, goal, mesh, model)
+    best: tuple | None = None  # a pushed goal node cheaper than the incumbent
     tie = itertools.count()
-    zero = np.zeros(mesh.size, dtype=np.int64)
-    peak0 = int((local_numel(start, mesh) * start.itemsize).max())
-
-    def future(state: TensorType) -> float:
-        return _future(state, goal, mesh) if model.bytes_first else 0.0
-
-    spare = set(spare_axes(start, goal, mesh))
-    charge = model.spare_axis_bytes if model.bytes_first else 0
     expanded: dict[TensorType, list[_Label]] = {}
-    # spare-axis collectives so far, and whether a spare axis was sliced: a sliced spare axis
-    # must be gathered back (the goal replicates it), so its charge is due from the slice on,
-    # which keeps the search from exploring split plans the charge will rule out
-    first = _Label(zero, 0.0, 0, peak0, 0, 0, False)
-    frontier = [(_key(model, 0.0, zero, 0, peak0, future(start)), next(tie), start, first, None)]
-    expansions = 0
+    first = ctx.first
+    frontier = [(ctx.key(first, start), next(tie), start, first, None)]
     while frontier:
-        _, _, state, lab, node = heapq.heappop(frontier)
+        key, _, state, lab, node = heapq.heappop(frontier)
+        if key >= best_key:
+            break  # nothing left beats the best complete path
         seen = expanded.setdefault(state, [])
         if len(seen) >= max_labels or _dominated(seen, lab):
             continue
         seen.append(lab)
         if state == goal:
-            return _unwind(node)
-        expansions += 1
-        if expansions > _MAX_EXPANSIONS:
-            break
-        for mv in _moves(state, goal, mesh, op):
-            step_sent = move_bytes(state, mv, mesh) * state.itemsize
-            coll = mv.kind in COLLECTIVE_KINDS
-            live = (local_numel(state, mesh) + local_numel(mv.dst, mesh)) * state.itemsize
-            on_spare = bool(spare.intersection(mv.axes))
-            n_spare = lab.spare_colls + int(coll and on_spare)
-            sliced = lab.spare_sliced or (on_spare and not coll)
-            lab2 = _Label(
-                lab.sent + step_sent, lab.time + model.step_time(mv.axes, int(step_sent.max()), coll),
-                lab.colls + int(coll), max(lab.peak, int(live.max())),
-                charge * max(n_spare, int(sliced)), n_spare, sliced,
-            )
+            return _unwind(node), True
+        if work <= 0 or time.perf_counter() > deadline:
+            return (incumbent if best is None else _unwind(best)), False
+        nexts = _moves(state, goal, mesh, op)
+        work -= len(nexts)
+        for mv in nexts:
             seen = expanded.get(mv.dst, ())
-            if len(seen) >= max_labels or _dominated(seen, lab2):
+            if len(seen) >= max_labels:
                 continue
-            key2 = _key(model, lab2.time, lab2.sent, lab2.colls, lab2.peak, future(mv.dst), lab2.charge)
-            heapq.heappush(frontier, (key2, next(tie), mv.dst, lab2, (state, mv, node)))
-    return None
+            lab2 = ctx.extend(lab, state, mv)
+            if _dominated(seen, lab2):
+                continue
+            key2 = ctx.key(lab2, mv.dst)
+            if key2 >= best_key:
+                continue
+            node2 = (state, mv, node)
+            if mv.dst == goal:
+                best_key, best = key2, node2
+            heapq.heappush(frontier, (key2, next(tie), mv.dst, lab2, node2))
+    return (incumbent if best is None else _unwind(best)), True
 
 
 class _Label(NamedTuple):
@@ -304,17 +368,22 @@ def _dominated(labels: Sequence[_Label], lab: _Label) -> bool:
 
 def _key(model: CostModel, time: float, sent: np.ndarray, colls: int, peak: int, future: float,
          extra: int = 0) -> tuple:
-    """Search key: (bytes estimate, bytes, collectives, peak) for the bytes-first model,
-    else (time, bytes, collectives, peak). The bytes estimate is an A* term that never
+    """Search key: (bytes estimate, collectives estimate, peak) for the bytes-first model,
+    else (time, bytes, collectives, peak). Every term is a lower bound on the final
+    program's, so the first goal popped is the cheapest, and the search can stop as soon
+    as the frontier's best key reaches a complete program's. The bytes estimate never
     overshoots: the final max over ranks is at least the mean over ranks of what was
     sent plus the transfers still needed (the lower bound's ``sent_avg`` from here).
     ``extra`` is the latency charge for collectives over spare axes (bytes-first only);
-    it only grows along a path, so the estimate stays a lower bound."""
+    it only grows along a path, so the estimate stays a lower bound. Where transfers are
+    still needed, one more collective at least is too: that term lets a search whose
+    incumbent is at the byte bound stop once no path with fewer collectives is left,
+    instead of walking every state of equal bytes."""
     total = int(sent.max())
     if not model.bytes_first:
         return (time, total, colls, peak)
     estimate = max(total, -(-int(sent.sum() + future) // len(sent)))
-    return (estimate + extra, total + extra, colls, peak)
+    return (estimate + extra, colls + int(future > 0), peak)
 
 
 def spare_axes(src: TensorType, dst: TensorType, mesh: Mesh) -> tuple[str, ...]:
@@ -357,7 +426,9 @@ def move_bytes(state: TensorType, mv: Move, mesh: Mesh) -> np.ndarray:
 
 @cached(maxsize=2048)  # values hold new states (types): a few searches' worth
 def _moves(state: TensorType, goal: TensorType, mesh: Mesh, op: str) -> tuple[Move, ...]:
-    return tuple(moves(state, goal, mesh, op))
+    # the same move can come from two generators (a suffix all_to_all that is also the
+    # direct exchange): price it once, first place kept
+    return tuple(dict.fromkeys(moves(state, goal, mesh, op)))
 
 
 def _price(state: TensorType, mv: Move, mesh: Mesh) -> Step:

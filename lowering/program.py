@@ -103,6 +103,9 @@ class Program:
     dst: TensorType
     steps: tuple[Step, ...]
     cost: Cost
+    # True when the planner proved it the cheapest in its search space; False when the
+    # search ran out of its budget and this is the best program found within it
+    optimal: bool = True
 
     def __iter__(self) -> Iterator[Step]:
         return iter(self.steps)
@@ -123,6 +126,8 @@ class Program:
             f"  cost: {c.bytes_sent_max} B sent (max rank), {c.collectives} collective(s), "
             f"peak {c.peak_bytes_max} B"
         )
+        if not self.optimal:
+            lines.append("  (the best program found within the planner's budget; not proven optimal)")
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
@@ -132,6 +137,7 @@ class Program:
             "dst": str(self.dst),
             "steps": [s.to_json() for s in self.steps],
             "cost": self.cost.to_json(),
+            "optimal": self.optimal,
         }
 
     def to_json_str(self) -> str:

@@ -7,21 +7,25 @@ from hypothesis import strategies as st
 
 from spec_lang.ir import AxisType, Dim, Mesh, TensorType
 
-AXES = ("a", "b", "c", "d")
+AXES = ("a", "b", "c", "d", "e", "f", "g", "h")
 
 
 @st.composite
-def meshes(draw: st.DrawFn) -> Mesh:
-    n = draw(st.integers(1, 4))
+def meshes(draw: st.DrawFn, max_axes: int = 4, max_ranks: int = 16) -> Mesh:
+    """Up to ``max_axes`` axes of 1-4 ranks, at most ``max_ranks`` ranks in all."""
+    n = draw(st.integers(1, max_axes))
     sizes = [draw(st.sampled_from([1, 2, 2, 3, 4])) for _ in range(n)]
-    while np.prod(sizes) > 16:
-        sizes[sizes.index(max(sizes))] = 2
+    while np.prod(sizes) > max_ranks:
+        big = sizes.index(max(sizes))
+        sizes[big] = 2 if sizes[big] > 2 else 1
     return Mesh(AXES[:n], tuple(sizes))
 
 
 @st.composite
-def layouts(draw: st.DrawFn, mesh: Mesh, shape: tuple[int, ...], partial: frozenset[str], op: str) -> TensorType:
-    """A random assignment of the mesh axes to dims (in random order), partial or replicated."""
+def layouts(draw: st.DrawFn, mesh: Mesh, shape: tuple[int, ...], partial: frozenset[str], op: str,
+            varying: frozenset[str] = frozenset(), explicit_i: bool = False) -> TensorType:
+    """A random assignment of the mesh axes to dims (in random order), partial or replicated;
+    ``varying`` axes are V; with ``explicit_i`` a replicated axis may be written ``I``."""
     dims: list[list[str]] = [[] for _ in shape]
     types: list[tuple[str, AxisType]] = []
     order = draw(st.permutations(mesh.names))
@@ -29,27 +33,36 @@ def layouts(draw: st.DrawFn, mesh: Mesh, shape: tuple[int, ...], partial: frozen
         if a in partial:
             types.append((a, AxisType("P", op)))
             continue
+        if a in varying:
+            types.append((a, AxisType("V")))
+            continue
         choice = draw(st.integers(-2, len(shape) - 1)) if shape else -1
         if choice >= 0:
             dims[choice].append(a)
         elif choice == -2:
             types.append((a, AxisType("R")))
+        elif explicit_i and draw(st.booleans()):
+            types.append((a, AxisType("I")))
     return TensorType("float32", tuple(Dim(s, tuple(ax)) for s, ax in zip(shape, dims)), tuple(types))
 
 
 @st.composite
-def cases(draw: st.DrawFn) -> tuple[TensorType, TensorType, Mesh]:
-    mesh = draw(meshes())
+def cases(draw: st.DrawFn, max_axes: int = 4, max_ranks: int = 16,
+          varying: bool = False, explicit_i: bool = False) -> tuple[TensorType, TensorType, Mesh]:
+    """A valid (src, dst, mesh). The defaults are the small cases most tests use; the wide
+    ones (up to 8 axes, 1,024 ranks, V axes, explicit I) test the planner's budget."""
+    mesh = draw(meshes(max_axes, max_ranks))
     shape = tuple(draw(st.lists(st.integers(1, 9), min_size=1, max_size=3)))
     op = draw(st.sampled_from(["sum", "sum", "avg", "max", "min"]))
-    src_p = frozenset(draw(st.sets(st.sampled_from(mesh.names), max_size=2)))
+    v = frozenset(draw(st.sets(st.sampled_from(mesh.names), max_size=2))) if varying else frozenset()
+    src_p = frozenset(draw(st.sets(st.sampled_from(mesh.names), max_size=2))) - v
     # dst keeps some of src's partial axes (and, for sum, may add new ones from replicated axes)
     dst_p = frozenset(a for a in src_p if draw(st.booleans()))
-    src = draw(layouts(mesh, shape, src_p, op))
+    src = draw(layouts(mesh, shape, src_p, op, v, explicit_i))
     if op == "sum" or not src_p:
-        extra = [a for a in mesh.names if a not in src.sharded_axes and a not in src_p]
+        extra = [a for a in mesh.names if a not in src.sharded_axes and a not in src_p and a not in v]
         dst_p |= frozenset(a for a in extra if draw(st.integers(0, 3)) == 0)
-    dst = draw(layouts(mesh, shape, dst_p, op if (src_p or op == "sum") else "sum"))
+    dst = draw(layouts(mesh, shape, dst_p, op if (src_p or op == "sum") else "sum", v, explicit_i))
     return src, dst, mesh
 
 

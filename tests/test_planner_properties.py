@@ -47,8 +47,8 @@ def test_spare_axis_charge_trades_bytes_consistently(case: tuple, charge: int) -
     from lowering.cost import CostModel
 
     src, dst, mesh = case
-    pure = compile(src, dst, mesh, cost_model=CostModel.make(spare_axis_bytes=0))
-    charged = compile(src, dst, mesh, cost_model=CostModel.make(spare_axis_bytes=charge))
+    pure = compile(src, dst, mesh, cost_model=CostModel.make(spare_axis_bytes=0), budget_s=5.0)
+    charged = compile(src, dst, mesh, cost_model=CostModel.make(spare_axis_bytes=charge), budget_s=5.0)
     assert pure.cost.bytes_sent_max <= charged.cost.bytes_sent_max, (str(pure), str(charged))
     assert _charged(charged, charge) <= _charged(pure, charge), (str(pure), str(charged))
     if not (src.partial_axes and not set(src.partial_axes) <= set(dst.partial_axes)):

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from lowering.layout import all_groups
+from lowering.layout import _groups
 from spec_lang.ir import Mesh
 
 
 def group_rows(mesh: Mesh, axes: tuple[str, ...]) -> np.ndarray:
-    """(num_groups, n) rank array, each row one group in the step's group order."""
-    return np.asarray(all_groups(mesh, axes), dtype=np.int64).reshape(-1, mesh.group_size(axes))
+    """(num_groups, n) rank array, each row one group in the step's group order (read-only,
+    the layout algebra's cached groups)."""
+    return _groups(mesh, axes)[1]
 
 
 def per_rank(mesh: Mesh, rows: np.ndarray, values: np.ndarray) -> np.ndarray:

@@ -1,0 +1,160 @@
+"""Plan budget: cold compile time on a 6-axis mesh of 2s (64 ranks), against the time budget.
+
+Real meshes have 5 or 6 axes (dp, fsdp, cp, tp, ep, pp). This draws seeded random
+redistributions on ``a=2,b=2,c=2,d=2,e=2,f=2``: 1-3 dims of 1-9 elements, up to 3 axes
+per dim, a pending sum on about one axis in five, and a destination that keeps some of it
+(or converts new axes into it). Two fixed cases that once took seconds come first.
+
+Every compile is cold: every lru_cache of ``lowering`` and ``spec_lang`` is cleared and the
+types are re-parsed, untimed, before it. Prints the median, p90 and max compile time (wall
+clock, and the process's CPU time, which is what an idle core would take: on a shared,
+loaded machine the wall clock says more about the neighbours), how
+many cases ran over the budget plus 10%, and how many programs were not proven optimal
+(the search ran out of its budget; the best plan found, or the constructive fallback, was
+returned).
+
+    PYTHONPATH=. .venv/bin/python bench/plan_budget.py [--cases 60] [--seed 0] [--json PATH|-]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+if __package__ in (None, ""):  # run as a script: make the repo root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.plan_speed import clear_shardc_caches, no_gc, shardc_caches  # noqa: E402
+from lowering.planner import compile as shardc_compile  # noqa: E402
+from spec_lang.parser import parse, parse_mesh  # noqa: E402
+
+MESH = "a=2,b=2,c=2,d=2,e=2,f=2"
+BUDGET_S = 0.05  # the planner's default search budget
+FIXED_CASES = (
+    ("f32[3@f,1@e,1@(d,b,a)]{U:c}", "f32[3@(f,e),1,1]"),
+    ("f32[2@(c,d),1@b,8@(a,e)]", "f32[2,1@c,8@e]"),
+)
+
+
+def random_case(rng: np.random.Generator, names: Sequence[str]) -> tuple[str, str]:
+    """One valid (src, dst) pair as text, drawn from ``rng`` alone (deterministic per seed)."""
+    ndim = int(rng.integers(1, 4))
+    shape = [int(rng.integers(1, 10)) for _ in range(ndim)]
+
+    def layout(partial: list[str], new_partial: float) -> tuple[list[list[str]], list[str]]:
+        dims: list[list[str]] = [[] for _ in shape]
+        part = []
+        for a in rng.permutation(list(names)):
+            a = str(a)
+            if a in partial or (new_partial and rng.random() < new_partial):
+                part.append(a)
+                continue
+            k = int(rng.integers(-1, ndim))
+            if k >= 0 and len(dims[k]) < 3:
+                dims[k].append(a)
+        return dims, part
+
+    src_dims, src_p = layout([a for a in names if rng.random() < 0.2], 0.0)
+    keep = [a for a in src_p if rng.random() < 0.3]
+    dst_dims, dst_p = layout(keep, 0.05)
+    return _text(shape, src_dims, src_p, names), _text(shape, dst_dims, dst_p, names)
+
+
+def _text(shape: list[int], dims: list[list[str]], partial: list[str], names: Sequence[str]) -> str:
+    parts = []
+    for s, ax in zip(shape, dims):
+        if not ax:
+            parts.append(str(s))
+        elif len(ax) == 1:
+            parts.append(f"{s}@{ax[0]}")
+        else:
+            parts.append(f"{s}@({','.join(ax)})")
+    p = [a for a in names if a in partial]
+    ann = "" if not p else "{U:" + (p[0] if len(p) == 1 else "(" + ",".join(p) + ")") + "}"
+    return f"f32[{','.join(parts)}]{ann}"
+
+
+def cases(n: int, seed: int) -> list[tuple[str, str]]:
+    rng = np.random.default_rng(seed)
+    names = parse_mesh(MESH).names
+    out = list(FIXED_CASES)
+    while len(out) < n:
+        out.append(random_case(rng, names))
+    return out
+
+
+def measure(n: int, seed: int, budget_s: float | None = None) -> list[dict[str, Any]]:
+    caches = shardc_caches()
+    rows = []
+    for src, dst in cases(n, seed):
+        clear_shardc_caches(caches)
+        s, d, m = parse(src), parse(dst), parse_mesh(MESH)
+        kwargs = {} if budget_s is None else {"budget_s": budget_s}
+        with no_gc():
+            t0, c0 = time.perf_counter(), time.process_time()
+            try:
+                prog = shardc_compile(s, d, m, **kwargs)
+                err = None
+            except ValueError as e:
+                prog, err = None, str(e).splitlines()[0]
+            dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+        rows.append({
+            "src": src, "dst": dst, "ms": dt * 1e3, "cpu_ms": cpu * 1e3, "error": err,
+            "bytes": None if prog is None else prog.cost.bytes_sent_max,
+            "collectives": None if prog is None else prog.cost.collectives,
+            "optimal": None if prog is None else bool(getattr(prog, "optimal", True)),
+        })
+    return rows
+
+
+def summarize(rows: Sequence[dict[str, Any]], budget_s: float) -> dict[str, Any]:
+    limit = budget_s * 1e3 * 1.1
+    out: dict[str, Any] = {"cases": len(rows)}
+    for col in ("ms", "cpu_ms"):
+        xs = sorted(r[col] for r in rows)
+        out[col] = {"median": statistics.median(xs), "p90": xs[min(len(xs) - 1, int(0.9 * len(xs)))],
+                    "max": xs[-1], "over_budget_plus_10pct": sum(x > limit for x in xs)}
+    return {
+        **out,
+        "not_proven_optimal": sum(r["optimal"] is False for r in rows),
+        "errors": sum(r["error"] is not None for r in rows),
+        "slowest": [(r["src"], r["dst"], round(r["ms"], 1))
+                    for r in sorted(rows, key=lambda r: -r["ms"])[:5]],
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description="shardc cold compile time on a 6-axis mesh against the budget")
+    ap.add_argument("--cases", type=int, default=60, help="cases, the two fixed ones included (default 60)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--budget", type=float, default=None, help="budget_s passed to compile (default: the planner's)")
+    ap.add_argument("--json", metavar="PATH", help="write rows + summary as JSON ('-': stdout only)")
+    args = ap.parse_args(argv)
+    rows = measure(args.cases, args.seed, args.budget)
+    summary = summarize(rows, args.budget or BUDGET_S)
+    if args.json == "-":
+        print(json.dumps({"rows": rows, "summary": summary}, indent=2))
+        return summary
+    print(f"6-axis mesh {MESH}, {summary['cases']} cases (seed {args.seed}), cold compiles:")
+    for col, name in (("ms", "wall"), ("cpu_ms", "cpu ")):
+        g = summary[col]
+        print(f"  {name}: median {g['median']:.2f} ms, p90 {g['p90']:.2f} ms, max {g['max']:.1f} ms, "
+              f"over the budget + 10% ({(args.budget or BUDGET_S) * 1.1e3:.0f} ms): {g['over_budget_plus_10pct']}")
+    print(f"  not proven optimal (budget ran out): {summary['not_proven_optimal']}; errors: {summary['errors']}")
+    for s, d, t in summary["slowest"]:
+        print(f"  slow: {t:8.1f} ms  {s} -> {d}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "summary": summary}, indent=2))
+    return summary
+
+
+if __name__ == "__main__":
+    main()
