@@ -27,8 +27,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lowering.planner import compile as shardc_compile  # noqa: E402
-from spec_lang.ir import Mesh  # noqa: E402
+from lowering.planner import compile as shardc_compile
+from spec_lang.ir import Mesh
 
 MIB = 1 << 20
 # 4,096 ranks each, six axes (the orders differ, so boxes and groups do too)

@@ -48,10 +48,10 @@ import numpy as np
 if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lowering.layout import boxes  # noqa: E402
-from lowering.placements import from_placements, parse_placements  # noqa: E402
-from spec_lang.ir import Mesh, TensorType  # noqa: E402
-from spec_lang.parser import parse, parse_mesh  # noqa: E402
+from lowering.layout import boxes
+from lowering.placements import from_placements, parse_placements
+from spec_lang.ir import Mesh, TensorType
+from spec_lang.parser import parse, parse_mesh
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CASES_PATH = REPO_ROOT / "bench" / "cases" / "redistribute.jsonl"
@@ -276,7 +276,7 @@ class DTensorPlanners:
             src, dst, t, m = self.case_specs(case)
             infos = self.transform_infos(src, dst, planner)
             return price_plan(infos, src, parse(case["dst"]), t, m, planner, self.algorithm(src, dst, planner))
-        except Exception as e:  # noqa: BLE001 - a planner failure is a result, reported per case
+        except Exception as e:
             return DTPlan(planner=planner, algorithm="?", error=f"{type(e).__name__}: {e}")
 
     def compare(self, case: dict[str, Any]) -> dict[str, Comparison]:

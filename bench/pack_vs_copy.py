@@ -22,14 +22,14 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-import lowering  # noqa: E402
-from bench.exec_vs_dtensor import CASES, scaled  # noqa: E402
-from lowering.kinds import rank_pieces  # noqa: E402
-from spec_lang.parser import parse, parse_mesh  # noqa: E402
-from torch_backend.collectives import _pack_exchange, _unpack_exchange  # noqa: E402
-from torch_backend.dtypes import to_torch_dtype  # noqa: E402
+import lowering
+from bench.exec_vs_dtensor import CASES, scaled
+from lowering.kinds import rank_pieces
+from spec_lang.parser import parse, parse_mesh
+from torch_backend.collectives import _pack_exchange, _unpack_exchange
+from torch_backend.dtypes import to_torch_dtype
 
 TARGET = 2**20
 
@@ -39,7 +39,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timeit(fn, device: torch.device, iters: int) -> float:  # noqa: ANN001
+def timeit(fn, device: torch.device, iters: int) -> float:
     for _ in range(3):
         fn()
     ts = []

@@ -29,9 +29,9 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import lowering  # noqa: E402
-from lowering.kinds import rank_pieces, wire_bytes  # noqa: E402
-from lowering.program import Program  # noqa: E402
+import lowering
+from lowering.kinds import rank_pieces, wire_bytes
+from lowering.program import Program
 
 
 def _one_rank_plan(program: Program, rank: int) -> list:

@@ -32,9 +32,9 @@ import numpy as np
 if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.plan_speed import clear_shardc_caches, no_gc, shardc_caches  # noqa: E402
-from lowering.planner import compile as shardc_compile  # noqa: E402
-from spec_lang.parser import parse, parse_mesh  # noqa: E402
+from bench.plan_speed import clear_shardc_caches, no_gc, shardc_caches
+from lowering.planner import compile as shardc_compile
+from spec_lang.parser import parse, parse_mesh
 
 MESH = "a=2,b=2,c=2,d=2,e=2,f=2"
 BUDGET_S = 0.05  # the planner's default search budget

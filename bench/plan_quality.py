@@ -26,15 +26,15 @@ import numpy as np
 if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.dtensor_planners import DTensorPlanners, DTPlan, load_cases  # noqa: E402
-from lowering.bounds import lower_bound_detail  # noqa: E402
-from lowering.checks import resolve  # noqa: E402
-from lowering.cost import CostModel  # noqa: E402
-from lowering.layout import boxes, local_numel  # noqa: E402
-from lowering.planner import compile as shardc_compile  # noqa: E402
-from lowering.planner import program_cost, spare_axes, spare_collectives  # noqa: E402
-from lowering.program import Program  # noqa: E402
-from spec_lang.ir import Mesh, TensorType  # noqa: E402
+from bench.dtensor_planners import DTensorPlanners, DTPlan, load_cases
+from lowering.bounds import lower_bound_detail
+from lowering.checks import resolve
+from lowering.cost import CostModel
+from lowering.layout import boxes, local_numel
+from lowering.planner import compile as shardc_compile
+from lowering.planner import program_cost, spare_axes, spare_collectives
+from lowering.program import Program
+from spec_lang.ir import Mesh, TensorType
 
 LATENCY_MODEL = CostModel.make(default_alpha=5e-6, default_beta=1e-10)
 # the bytes-first model without its latency charge on spare axes: what splitting every

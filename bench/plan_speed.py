@@ -33,10 +33,10 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.dtensor_planners import PLANNERS, DTensorPlanners, load_cases, plan_wall_time  # noqa: E402
-from lowering.placements import format_placements, placement_specs  # noqa: E402
-from lowering.planner import compile as shardc_compile  # noqa: E402
-from spec_lang.parser import parse, parse_mesh  # noqa: E402
+from bench.dtensor_planners import PLANNERS, DTensorPlanners, load_cases, plan_wall_time
+from lowering.placements import format_placements, placement_specs
+from lowering.planner import compile as shardc_compile
+from spec_lang.parser import parse, parse_mesh
 
 COLD_TARGET_S = 1e-3
 CACHED_TARGET_S = 20e-6
@@ -156,7 +156,7 @@ def time_dtensor(planners: DTensorPlanners, case: dict[str, Any], cold_reps: int
     out: dict[str, dict[str, float | str | None]] = {}
     try:
         src, dst, _, _ = planners.case_specs({**case, "anchor_inputs": {"dtensor": dtensor_inputs(case)}})
-    except Exception as e:  # noqa: BLE001 - reported per case
+    except Exception as e:
         return {p: {"cold_s": None, "cached_s": None, "error": f"{type(e).__name__}: {e}"} for p in PLANNERS}
     for p in PLANNERS:
         try:
@@ -164,7 +164,7 @@ def time_dtensor(planners: DTensorPlanners, case: dict[str, Any], cold_reps: int
                 cold = statistics.median(plan_wall_time(planners, src, dst, p, cold=True) for _ in range(cold_reps))
             cached = time_calls(lambda p=p: plan_wall_time(planners, src, dst, p, cold=False), cached_reps)
             out[p] = {"cold_s": cold, "cached_s": cached, "error": None}
-        except Exception as e:  # noqa: BLE001 - a planner failure is a result
+        except Exception as e:
             out[p] = {"cold_s": None, "cached_s": None, "error": f"{type(e).__name__}: {e}"}
     return out
 

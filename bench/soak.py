@@ -19,7 +19,7 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from soak_cases import check_local, fuzz_parsers, gloo_cases, random_redistributions  # noqa: E402
+from soak_cases import check_local, fuzz_parsers, gloo_cases, random_redistributions
 
 
 def fake_world(world: int) -> None:

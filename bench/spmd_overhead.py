@@ -25,10 +25,10 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from torch_backend import spmd  # noqa: E402
-from torch_backend.spmd import P, R, S, V  # noqa: E402
+from torch_backend import spmd
+from torch_backend.spmd import P, R, S, V
 
 OPS = 50
 

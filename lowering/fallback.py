@@ -126,7 +126,7 @@ def _route(start: TensorType, goal: TensorType, mesh: Mesh, op: str, *, scatter:
     return path if state == goal else None
 
 
-def _slice_goal_axes(state: TensorType, target: TensorType, mesh: Mesh, go) -> TensorType:  # noqa: ANN001
+def _slice_goal_axes(state: TensorType, target: TensorType, mesh: Mesh, go) -> TensorType:
     """Slice, one axis at a time in the goal's order, every axis ``target`` shards and
     ``state`` replicates (appended minor on the goal's dim)."""
     free = set(replicated(state, mesh))
@@ -139,7 +139,7 @@ def _slice_goal_axes(state: TensorType, target: TensorType, mesh: Mesh, go) -> T
     return state
 
 
-def _rearrange(state: TensorType, target: TensorType, mesh: Mesh, go, exchange: str | None) -> TensorType | None:  # noqa: ANN001
+def _rearrange(state: TensorType, target: TensorType, mesh: Mesh, go, exchange: str | None) -> TensorType | None:
     """Shard/Replicate moves ``state -> target`` (same partial axes, every axis ``target``
     shards already sharded in ``state``): an exchange to the normal form, then gathers
     (``exchange="first"``); gathers of the minor axes ``target`` does not shard, then an

@@ -58,7 +58,7 @@ _MOVES_PER_S = 4_000
 _CLOCK_FACTOR = 100
 
 
-def compile(  # noqa: A001 - the public name the issue asks for
+def compile(
     src: TensorType | str,
     dst: TensorType | str,
     mesh: Mesh | str,

@@ -6,14 +6,14 @@ from spec_lang.parser import parse, parse_mesh, parse_shard_order
 from spec_lang.printer import format_type
 
 
-def from_jax(spec_or_sharding, shape=None, dtype=None, mesh=None):  # noqa: ANN001, ANN201
+def from_jax(spec_or_sharding, shape=None, dtype=None, mesh=None):
     """PartitionSpec / NamedSharding (or a jax.Array) -> TensorType. jax is imported lazily."""
     from spec_lang.jax_interop import from_jax as _from_jax
 
     return _from_jax(spec_or_sharding, shape=shape, dtype=dtype, mesh=mesh)
 
 
-def to_jax(t, mesh):  # noqa: ANN001, ANN201
+def to_jax(t, mesh):
     """TensorType -> jax.sharding.NamedSharding on the first N devices."""
     from spec_lang.jax_interop import to_jax as _to_jax
 

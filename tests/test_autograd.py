@@ -18,7 +18,7 @@ from spec_lang import SpecError, parse, parse_mesh  # noqa: E402
 from spec_lang.dual import dual_type  # noqa: E402
 from torch_backend.autograd import backward_program  # noqa: E402
 
-# src, dst, forward kinds, backward kinds (seed 004's forward/backward table), on dp=2,tp=2
+# src, dst, forward kinds, backward kinds (the SPMD type system's forward/backward table), on dp=2,tp=2
 DUALITY = [
     ("f64[8@dp]", "f64[8]", ["all_gather"], ["slice"]),  # all_gather(S,I) <- convert(I,S)
     ("f64[8@dp]", "f64[8]{R:dp}", ["all_gather"], ["reduce_scatter"]),  # all_gather(S,R) <- reduce_scatter

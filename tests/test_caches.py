@@ -134,7 +134,7 @@ def test_process_groups_are_cached_per_timeout(fake_pg, monkeypatch) -> None:
     made: list[timedelta | None] = []
     real_new_group = dist.new_group
 
-    def recording_new_group(ranks, **kwargs):  # noqa: ANN001, ANN003, ANN202
+    def recording_new_group(ranks, **kwargs):
         made.append(kwargs.get("timeout"))
         return real_new_group(ranks, **kwargs)
 
@@ -187,7 +187,7 @@ def test_context_reads_the_device_mesh_layout_once(fake_pg, monkeypatch) -> None
     reads = []
     prop = DeviceMesh.mesh
 
-    def counted(self):  # noqa: ANN001, ANN202
+    def counted(self):
         reads.append(1)
         return prop.fget(self)
 

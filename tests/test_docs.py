@@ -134,7 +134,7 @@ def _run_session(where: str, body: str) -> None:
             with contextlib.redirect_stdout(buf):
                 exec(compile(stmt, where, "single"), ns)  # as the REPL: expression values are shown
             shown = _lines(buf.getvalue())
-        except Exception as e:  # noqa: BLE001 - the docs show exceptions too
+        except Exception as e:
             shown = _lines(f"{type(e).__name__}: {e}")
             assert shown[:len(expected)] == expected, f"{where}: >>> {stmt}"
             continue

@@ -125,7 +125,7 @@ def _bits(x: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("name", NEW)
 @pytest.mark.parametrize(("src", "dst"), [("[8@(dp,tp),6]", "[8,6@tp]"), ("[8@dp,6]", "[8@tp,6@dp]")])
-def test_redistribute_new_dtypes_under_local_tensor_mode(fake_pg, name: str, src: str, dst: str) -> None:  # noqa: ANN001
+def test_redistribute_new_dtypes_under_local_tensor_mode(fake_pg, name: str, src: str, dst: str) -> None:
     g = global_tensor(parse(f"{name}[8,6]"))
     with local_mode(fake_pg, 4):
         x = torch_backend.distribute(g, MESH, name + src)
@@ -135,7 +135,7 @@ def test_redistribute_new_dtypes_under_local_tensor_mode(fake_pg, name: str, src
         assert torch.equal(_bits(outs[r]), _bits(g[sl])), f"rank {r}"
 
 
-def test_reducing_a_float8_partial_is_a_spec_error(fake_pg) -> None:  # noqa: ANN001
+def test_reducing_a_float8_partial_is_a_spec_error(fake_pg) -> None:
     g = global_tensor(parse("f8_e4m3fn[8]"))
     with local_mode(fake_pg, 4), pytest.raises(SpecError, match="reduction of float8_e4m3fn cannot be carried out"):
         x = torch_backend.distribute(g, MESH, "f8_e4m3fn[8]{U:dp}")

@@ -27,7 +27,7 @@ from lowering.simulator import simulate  # noqa: E402
 @settings(deadline=None,  # max_examples: the profile's (conftest.py)
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(cases(), st.integers(0, 2**31))
-def test_executor_matches_simulator(fake_pg, case: tuple, seed: int) -> None:  # noqa: ANN001
+def test_executor_matches_simulator(fake_pg, case: tuple, seed: int) -> None:
     src, dst, mesh = case
     src, dst = src.replace(dtype="float64"), dst.replace(dtype="float64")
     prog = compile(src, dst, mesh)

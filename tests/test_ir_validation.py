@@ -40,7 +40,7 @@ kinds = st.sampled_from(["R", "I", "V", "P", "U"] * 3 + ["X", "", "p", None, ["R
 ops = st.sampled_from(["sum"] * 8 + ["avg", "max", "min", "prod", "", None, ["sum"]])
 
 
-def _try(fn, *args):  # noqa: ANN001, ANN202
+def _try(fn, *args):
     """``fn(*args)``, or None if it raised SpecError (anything else propagates and fails)."""
     try:
         return fn(*args)
@@ -177,7 +177,7 @@ def test_constructors_canonicalise_equivalent_spellings() -> None:
         (lambda: Mesh(("a", "b"), (2**32, 2**32)), "does not fit in int64"),
     ],
 )
-def test_constructor_refusals(build, needle: str) -> None:  # noqa: ANN001
+def test_constructor_refusals(build, needle: str) -> None:
     with pytest.raises(SpecError) as info:
         build()
     assert needle in info.value.message

@@ -27,7 +27,7 @@ def test_to_jax_without_a_mesh_is_a_spec_error() -> None:
         (P("dp"), (2**62, 4), "does not fit in int64", None),
     ],
 )
-def test_from_jax_errors_quote_the_users_partition_spec(spec, shape, needle: str, word: str | None) -> None:  # noqa: ANN001
+def test_from_jax_errors_quote_the_users_partition_spec(spec, shape, needle: str, word: str | None) -> None:
     with pytest.raises(SpecError) as info:
         from_jax(spec, shape=shape)
     e = info.value

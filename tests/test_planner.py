@@ -12,7 +12,7 @@ from spec_lang import SpecError
 MESH = "dp=2,tp=4"
 
 
-def kinds(prog) -> list[str]:  # noqa: ANN001
+def kinds(prog) -> list[str]:
     return [s.kind for s in prog.steps]
 
 

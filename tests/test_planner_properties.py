@@ -34,7 +34,7 @@ def test_simulated_program_gives_destination_shards(case: tuple, seed: int) -> N
         assert [tuple(o.shape) for o in outs] == list(prog.steps[-1].out_shapes)
 
 
-def _charged(prog, charge: int) -> int:  # noqa: ANN001
+def _charged(prog, charge: int) -> int:
     from lowering.planner import spare_collectives
 
     return prog.cost.bytes_sent_max + charge * spare_collectives(prog)

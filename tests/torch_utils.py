@@ -83,7 +83,7 @@ def _pool_worker(rank: int, world: int, port: int, tasks: Any, results: Any, tim
         job_id, fn, args = job
         try:
             results.put((rank, job_id, "ok", fn(rank, world, *args)))
-        except BaseException as e:  # noqa: BLE001 - goes back to the parent
+        except BaseException as e:
             results.put((rank, job_id, "error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
     results.close()
     results.join_thread()

@@ -70,7 +70,7 @@ def _child(rank: int, world: int, spec: RunSpec, port: int, q: Any) -> None:
         init(spec, rank, world, store)
         _count(store, "joined")
         report = run_rank(spec, store)
-    except BaseException as e:  # noqa: BLE001 - everything goes back to the parent
+    except BaseException as e:
         report = {"rank": rank, "ok": False, "error": f"{type(e).__name__}: {e}"}
     q.put(report)
     q.close()
@@ -86,7 +86,7 @@ def _count(store: Any, key: str) -> None:
     """Add one to a progress counter in the store (advisory: never masks the real error)."""
     try:
         store.add(f"shardc/{key}", 1)
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
 
 
@@ -96,7 +96,7 @@ def _progress(store: Any, done: int, failed: int) -> dict[str, int]:
     def read(key: str) -> int:
         try:
             return int(store.add(f"shardc/{key}", 0))
-        except Exception:  # noqa: BLE001
+        except Exception:
             return 0
 
     return {"up": read("up"), "joined": read("joined"), "bench": read("bench"), "done": done, "failed": failed}
