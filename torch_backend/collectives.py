@@ -14,11 +14,13 @@ import torch
 
 from lowering.kinds import RankPieces
 from lowering.kinds.base import flat_offset, numel
+from lowering.kinds.copies import as_run
 from lowering.program import Step
 from torch_backend import comm
 from torch_backend.comm import finish_avg, rank_map
 from torch_backend.groups import GroupHandle, MeshContext
 from torch_backend.runners import Pieces, runs
+from torch_backend.strided import contiguous, run_copies
 
 Plans = Pieces
 
@@ -260,25 +262,21 @@ def all_reduce(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
 
 
 def _pack_exchange(plan: RankPieces, t: torch.Tensor) -> torch.Tensor:
-    buf = t.new_empty(sum(p.numel for p in plan.send))
-    off = 0
-    for p in plan.send:
-        if p.numel:
-            buf[off:off + p.numel].view(p.shape).copy_(t[p.src])
-            off += p.numel
-    return buf
+    """The send pieces back to back: a view of the input where they already lie so."""
+    t = contiguous(t)
+    n = plan.send_elems
+    off = as_run(plan.pack_copies, n)
+    if off is not None:
+        return t.view(-1)[off:off + n]
+    return run_copies(plan.pack_copies, t, t.new_empty(n))
 
 
 def _unpack_exchange(plan: RankPieces, t: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
     y = t.new_empty(plan.out_shape)
-    sp = plan.self_piece
-    if sp is not None and sp.numel:
-        y[sp.dst].copy_(t[sp.src])
-    off = 0
-    for p in plan.recv:
-        if p.numel:
-            y[p.dst].copy_(recv[off:off + p.numel].view(p.shape))
-            off += p.numel
+    if plan.self_copies:
+        run_copies(plan.self_copies, contiguous(t), y)
+    if plan.unpack_copies:
+        run_copies(plan.unpack_copies, contiguous(recv), y)
     return y
 
 
