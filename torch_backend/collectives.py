@@ -92,11 +92,7 @@ def all_gather(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
     out = rank_map(ctx, lambda r, t: t.new_empty(plans[r].n * plans[r].chunk), x)
     comm.all_gather(ctx, out, send, g)
 
-    def unpack(r: int, o: torch.Tensor) -> torch.Tensor:
-        c = plans[r].chunk
-        return _place(plans[r], [(p, o[i * c:i * c + p.numel]) for i, p in enumerate(plans[r].recv)])
-
-    return rank_map(ctx, unpack, out)
+    return rank_map(ctx, lambda r, o: run_copies(plans[r].place_copies, o, o.new_empty(plans[r].out_shape)), out)
 
 
 def _gather_ring(ctx: MeshContext, g: GroupHandle, plan: RankPieces, x: torch.Tensor) -> torch.Tensor:
@@ -128,7 +124,7 @@ def _gather_ring(ctx: MeshContext, g: GroupHandle, plan: RankPieces, x: torch.Te
         comm.p2p(ctx, sends, recvs, g)
     if plan.direct:
         return y
-    return _place(plan, [(p, seg(k)) for k, p in enumerate(ring)])
+    return run_copies(plan.ring_copies, buf, y)
 
 
 def _gather_a2a(ctx: MeshContext, g: GroupHandle, plans: Plans, x: torch.Tensor) -> torch.Tensor:
@@ -190,10 +186,7 @@ def reduce_scatter(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) 
     def pack(r: int, t: torch.Tensor) -> torch.Tensor:
         p, c = plans[r], chunk(r)
         buf = t.new_zeros(p.n * c) if not p.even or c != p.chunk else t.new_empty(p.n * c)
-        for i, pc in enumerate(p.send):
-            if pc.numel:
-                buf[i * c:i * c + pc.numel].view(pc.shape).copy_(t[pc.src])
-        return buf
+        return run_copies(p.pack_copies, contiguous(t), buf)  # c != chunk only where every piece is empty
 
     send = rank_map(ctx, pack, x)
     out = rank_map(ctx, lambda r, t: t.new_empty(chunk(r)), x)

@@ -16,7 +16,12 @@ import torch
 
 from lowering.kinds.copies import Copy
 
-_WIDE = ((16, None), (8, torch.int64), (4, torch.int32), (2, torch.int16))
+# byte-for-byte element types; complex128 is the only 16-byte one (a copy moves its bits unchanged)
+_WIDE = ((16, torch.complex128), (8, torch.int64), (4, torch.int32), (2, torch.int16))
+_NARROW = 64  # runs of at most this many bytes are copied as wide elements
+# the copy kernels pay per innermost row: rows of at most _COLUMNS elements are copied
+# column by column instead, where there are enough of them to amortise the extra calls
+_COLUMNS, _LONG = 4, 16384
 
 
 def contiguous(t: torch.Tensor) -> torch.Tensor:
@@ -29,7 +34,7 @@ def _width(c: Copy, item: int, so: int, do: int) -> torch.dtype | None:
         return None
     inner = c.src.size[-1] * item
     for w, dt in _WIDE:
-        if dt is None or w <= item or inner % w:
+        if w <= item or inner % w:
             continue
         if (so + c.src.offset) * item % w or (do + c.dst.offset) * item % w:
             continue
@@ -46,8 +51,12 @@ def run_copies(copies: Sequence[Copy], src: torch.Tensor, dst: torch.Tensor) -> 
     for c in copies:
         d = dst.as_strided(c.dst.size, c.dst.stride, do + c.dst.offset)
         s = src.as_strided(c.src.size, c.src.stride, so + c.src.offset)
-        wide = _width(c, item, so, do) if c.src.size[-1] * item <= 8 else None
+        wide = _width(c, item, so, do) if c.src.size[-1] * item <= _NARROW else None
         if wide is not None:
             d, s = d.view(wide), s.view(wide)
-        d.copy_(s)
+        if d.dim() >= 2 and d.shape[-1] <= _COLUMNS and d.numel() >= _LONG:
+            for j in range(d.shape[-1]):  # a few long strided columns beat many tiny rows
+                d.select(-1, j).copy_(s.select(-1, j))
+        else:
+            d.copy_(s)
     return dst

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from lowering.kinds.base import Slices, numel
+from lowering.kinds.base import Piece, Slices, numel
 
 
 class View(NamedTuple):
@@ -119,6 +119,25 @@ def plan_copies(pairs: Iterable[tuple[View, View]]) -> tuple[Copy, ...]:
             break
         ops = folded
     return tuple(_simplify(c) for c in ops)
+
+
+def boxes_to_runs(pieces: Sequence[Piece], offsets: Sequence[int], shape: tuple[int, ...]) -> tuple[Copy, ...]:
+    """Pack: each piece's ``src`` box of a ``shape`` block to the flat run at its offset."""
+    return plan_copies((box_view(p.src, shape), run_view(o, p.shape)) for p, o in zip(pieces, offsets) if p.numel)
+
+
+def runs_to_boxes(pieces: Sequence[Piece], offsets: Sequence[int], shape: tuple[int, ...]) -> tuple[Copy, ...]:
+    """Unpack: the flat run at each piece's offset to its ``dst`` box of a ``shape`` block."""
+    return plan_copies((run_view(o, p.shape), box_view(p.dst, shape)) for p, o in zip(pieces, offsets) if p.numel)
+
+
+def back_to_back(pieces: Sequence[Piece]) -> list[int]:
+    """The offsets of the pieces laid out one after the other."""
+    out, off = [], 0
+    for p in pieces:
+        out.append(off)
+        off += p.numel
+    return out
 
 
 def as_run(copies: Sequence[Copy], total: int) -> int | None:

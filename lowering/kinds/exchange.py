@@ -37,7 +37,7 @@ from lowering.kinds.base import (
     rel,
     same_except,
 )
-from lowering.kinds.copies import Copy, box_view, plan_copies, run_view
+from lowering.kinds.copies import Copy, back_to_back, box_view, boxes_to_runs, plan_copies, runs_to_boxes
 from lowering.kinds.exchange_geometry import exchange_bytes, max_senders_per_receiver, received_elems
 from lowering.layout import box_numel, boxes, overlap
 from spec_lang.ir import Mesh, TensorType
@@ -56,20 +56,18 @@ class ExchangePieces(RankPieces):
     @cached_property
     def pack_copies(self) -> tuple[Copy, ...]:
         """Input block -> flat send buffer (the send pieces back to back)."""
-        return plan_copies((box_view(p.src, self.in_shape), run_view(o, p.shape))
-                           for p, o in zip(self.send, _offsets(self.send)) if p.numel)
+        return boxes_to_runs(self.send, back_to_back(self.send), self.in_shape)
 
     @cached_property
     def unpack_copies(self) -> tuple[Copy, ...]:
         """Flat receive buffer -> output block."""
-        return plan_copies((run_view(o, p.shape), box_view(p.dst, self.out_shape))
-                           for p, o in zip(self.recv, _offsets(self.recv)) if p.numel)
+        return runs_to_boxes(self.recv, back_to_back(self.recv), self.out_shape)
 
     @cached_property
     def self_copies(self) -> tuple[Copy, ...]:
         """Input block -> output block: the piece this rank keeps."""
         sp = self.self_piece
-        if not sp.numel:
+        if not sp.numel:  # an empty piece has no slices
             return ()
         return plan_copies([(box_view(sp.src, self.in_shape), box_view(sp.dst, self.out_shape))])
 
@@ -80,14 +78,6 @@ class ExchangePieces(RankPieces):
     @cached_property
     def recv_elems(self) -> int:
         return sum(p.numel for p in self.recv)
-
-
-def _offsets(pieces: Sequence[Piece]) -> list[int]:
-    out, off = [], 0
-    for p in pieces:
-        out.append(off)
-        off += p.numel
-    return out
 
 
 def involved_axes(a: TensorType, b: TensorType, mesh: Mesh) -> tuple[str, ...]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -37,6 +38,7 @@ from lowering.kinds.base import (
     register,
     same_except,
 )
+from lowering.kinds.copies import Copy, back_to_back, runs_to_boxes
 from lowering.kinds.groups import group_rows, per_rank
 from lowering.layout import box_numel, boxes, group_ranks
 from spec_lang.ir import Mesh, TensorType
@@ -53,6 +55,16 @@ class GatherPieces(RankPieces):
     chunk: int  # the largest member block
     even: bool
     direct: bool  # the members' blocks lie back to back in the output: gather straight into it
+
+    @cached_property
+    def place_copies(self) -> tuple[Copy, ...]:
+        """The even gather's buffer (member i at i*chunk) -> output block."""
+        return runs_to_boxes(self.recv, [i * self.chunk for i in range(len(self.recv))], self.out_shape)
+
+    @cached_property
+    def ring_copies(self) -> tuple[Copy, ...]:
+        """The ring's buffer (blocks back to back in the group order) -> output block."""
+        return runs_to_boxes(self.ring, back_to_back(self.ring), self.out_shape)
 
 
 @register

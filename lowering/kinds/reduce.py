@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -44,6 +45,7 @@ from lowering.kinds.base import (
     register,
     same_except,
 )
+from lowering.kinds.copies import Copy, boxes_to_runs
 from lowering.kinds.groups import group_rows, per_rank
 from lowering.layout import box_numel, boxes
 from spec_lang.ir import Mesh, TensorType
@@ -58,6 +60,11 @@ class ScatterPieces(RankPieces):
     chunk: int  # the largest piece: the per-member chunk on the wire when padded
     even: bool
     direct: bool  # the pieces lie at i*chunk in the input: reduce straight from it
+
+    @cached_property
+    def pack_copies(self) -> tuple[Copy, ...]:
+        """Input block -> the send buffer (member i's piece at i*chunk)."""
+        return boxes_to_runs(self.send, [i * self.chunk for i in range(len(self.send))], self.in_shape)
 
 
 def _reduced(kind: str, src: TensorType, dst: TensorType, axes: tuple[str, ...] | None) -> tuple[str, ...]:
