@@ -20,6 +20,7 @@ from torch_backend import comm
 from torch_backend.comm import finish_avg, rank_map
 from torch_backend.groups import GroupHandle, MeshContext
 from torch_backend.runners import Pieces, runs
+from torch_backend.scratch import buffer
 from torch_backend.strided import contiguous, run_copies
 
 Plans = Pieces
@@ -89,7 +90,7 @@ def all_gather(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
         return y
     send = rank_map(ctx, lambda r, t: _flat(t), x)
     # chunk sizes are per rank: under LocalTensorMode, groups may hold blocks of different sizes
-    out = rank_map(ctx, lambda r, t: t.new_empty(plans[r].n * plans[r].chunk), x)
+    out = rank_map(ctx, lambda r, t: buffer(plans[r], "gathered", plans[r].n * plans[r].chunk, t), x)
     comm.all_gather(ctx, out, send, g)
 
     return rank_map(ctx, lambda r, o: run_copies(plans[r].place_copies, o, o.new_empty(plans[r].out_shape)), out)
@@ -109,7 +110,7 @@ def _gather_ring(ctx: MeshContext, g: GroupHandle, plan: RankPieces, x: torch.Te
     for p in ring:
         offs.append(offs[-1] + p.numel)
     y = x.new_empty(plan.out_shape)
-    buf = y.view(-1) if plan.direct else x.new_empty(offs[-1])
+    buf = y.view(-1) if plan.direct else buffer(plan, "ring", offs[-1], x)
 
     def seg(k: int) -> torch.Tensor:
         return buf[offs[k]:offs[k + 1]]
@@ -185,7 +186,8 @@ def reduce_scatter(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) 
 
     def pack(r: int, t: torch.Tensor) -> torch.Tensor:
         p, c = plans[r], chunk(r)
-        buf = t.new_zeros(p.n * c) if not p.even or c != p.chunk else t.new_empty(p.n * c)
+        # padding is zero from the start and no call writes it
+        buf = buffer(p, "send", p.n * c, t, zero=not p.even or c != p.chunk)
         return run_copies(p.pack_copies, contiguous(t), buf)  # c != chunk only where every piece is empty
 
     send = rank_map(ctx, pack, x)
@@ -261,7 +263,7 @@ def _pack_exchange(plan: RankPieces, t: torch.Tensor) -> torch.Tensor:
     off = as_run(plan.pack_copies, n)
     if off is not None:
         return t.view(-1)[off:off + n]
-    return run_copies(plan.pack_copies, t, t.new_empty(n))
+    return run_copies(plan.pack_copies, t, buffer(plan, "send", n, t))
 
 
 def _unpack_exchange(plan: RankPieces, t: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
@@ -294,8 +296,26 @@ def all_to_all(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
     send_splits = {r: [pc.numel for pc in p.send] for r, p in plans.items()}
     recv_splits = {r: [pc.numel for pc in p.recv] for r, p in plans.items()}
     send = rank_map(ctx, lambda r, t: _pack_exchange(plans[r], t), x)
+    if not ctx.is_local:
+        return _exchange_into(ctx, _group(ctx, step), _first(plans), x, send, send_splits, recv_splits)
     got = comm.all_to_all(ctx, send, send_splits, recv_splits, _group(ctx, step))
     return rank_map(ctx, lambda r, t, o: _unpack_exchange(plans[r], t, o), x, got)
+
+
+def _exchange_into(ctx: MeshContext, g: GroupHandle, plan: RankPieces, x: torch.Tensor, send: torch.Tensor,
+                   send_splits: dict[int, list[int]], recv_splits: dict[int, list[int]]) -> torch.Tensor:
+    """A real group's exchange: received straight into the output block where the received
+    pieces lie there back to back, else into a (reused) buffer and unpacked."""
+    y = x.new_empty(plan.out_shape)
+    n = plan.recv_elems
+    off = as_run(plan.unpack_copies, n, into=True)
+    recv = y.view(-1)[off:off + n] if off is not None else buffer(plan, "recv", n, x)
+    comm.all_to_all(ctx, send, send_splits, recv_splits, g, out=recv)
+    if plan.self_copies:
+        run_copies(plan.self_copies, contiguous(x), y)
+    if off is None and plan.unpack_copies:
+        run_copies(plan.unpack_copies, recv, y)
+    return y
 
 
 def _permute(ctx: MeshContext, g: GroupHandle, plan: RankPieces, x: torch.Tensor) -> torch.Tensor:
@@ -317,7 +337,7 @@ def _permute(ctx: MeshContext, g: GroupHandle, plan: RankPieces, x: torch.Tensor
             if off is not None:
                 recvs.append((yf[off:off + p.numel], p.peer))
             else:
-                tmp = x.new_empty(p.shape)
+                tmp = buffer(plan, f"recv{p.peer}", p.numel, x).view(p.shape)
                 recvs.append((tmp, p.peer))
                 later.append((p, tmp))
     comm.p2p(ctx, sends, recvs, g)

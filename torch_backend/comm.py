@@ -109,11 +109,13 @@ def all_reduce(ctx: MeshContext, buf: torch.Tensor, op: str, group: GroupHandle,
 
 
 def all_to_all(ctx: MeshContext, send: torch.Tensor, send_splits: dict[int, list[int]],
-               recv_splits: dict[int, list[int]], group: GroupHandle) -> torch.Tensor:
-    """Exact-split all_to_all_single; returns the flat receive buffer (process-group order)."""
+               recv_splits: dict[int, list[int]], group: GroupHandle,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+    """Exact-split all_to_all_single; returns the flat receive buffer (process-group order):
+    ``out`` where given (real groups; a flat contiguous tensor of the received size)."""
     if not ctx.is_local:
         mine_in, mine_out = send_splits[ctx.rank], recv_splits[ctx.rank]
-        recv = torch.empty(sum(mine_out), dtype=send.dtype, device=send.device)
+        recv = out if out is not None else torch.empty(sum(mine_out), dtype=send.dtype, device=send.device)
         wait(ctx, dist.all_to_all_single(wire_view(recv), wire_view(send), mine_out, mine_in, group=group.pg,
                                          async_op=True))
         return recv

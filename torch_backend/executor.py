@@ -47,6 +47,7 @@ from torch_backend import collectives, comm, local_steps, typed_steps  # noqa: F
 from torch_backend.comm import CollectiveError, rank_map
 from torch_backend.groups import MeshContext, context
 from torch_backend.runners import RUNNERS, Pieces
+from torch_backend.scratch import Scratch, using
 
 __all__ = ["BoundProgram", "CollectiveError", "Pieces", "bind", "build_pieces", "execute"]
 StepHook = Callable[[int, Step], None]
@@ -94,14 +95,21 @@ class BoundProgram:
     ctx: MeshContext
     pieces: list[Pieces]
     _backward: BoundProgram | None = None
+    scratch: Scratch | None = None  # a prepared program's reused send/receive buffers
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
-        return execute(self.program, x, ctx=self.ctx, pieces=self.pieces)
+        with using(self.scratch):
+            return execute(self.program, x, ctx=self.ctx, pieces=self.pieces)
+
+    def prepared(self) -> BoundProgram:
+        """This program with buffers of its own that every call reuses (see ``scratch``)."""
+        return BoundProgram(self.program, self.ctx, self.pieces, scratch=Scratch())
 
     def backward(self, make: Callable[[Program], Program]) -> BoundProgram:
         """The bound program of ``make(self.program)`` (the gradient's), cached here."""
         if self._backward is None:
-            self._backward = bind(make(self.program), self.ctx)
+            bwd = bind(make(self.program), self.ctx)
+            self._backward = bwd.prepared() if self.scratch is not None else bwd
         return self._backward
 
 
@@ -118,7 +126,11 @@ class Pending:
         self._result: torch.Tensor | None = None
         self._launched: collectives.Launched | None = None
         self._rest = last + 1
-        y = execute(_prefix(bound.program, last), x, ctx=bound.ctx, pieces=bound.pieces[:last]) if last > 0 else x
+        if last > 0:
+            with using(bound.scratch):
+                y = execute(_prefix(bound.program, last), x, ctx=bound.ctx, pieces=bound.pieces[:last])
+        else:
+            y = x
         if last >= 0:
             self._launched = collectives.launch(bound.ctx, steps[last], bound.pieces[last], y)
             if self._launched is None:  # run it now: collectives go out in call order on every rank
@@ -137,7 +149,9 @@ class Pending:
                 y = finish()
             b = self.bound
             rest = b.program.steps[self._rest:]
-            y = execute(_suffix(b.program, self._rest), y, ctx=b.ctx, pieces=b.pieces[self._rest:]) if rest else y
+            if rest:
+                with using(b.scratch):
+                    y = execute(_suffix(b.program, self._rest), y, ctx=b.ctx, pieces=b.pieces[self._rest:])
             if _aliases(b.ctx, y, self._x):
                 y = rank_map(b.ctx, lambda r, t: t.clone(memory_format=torch.contiguous_format), y)
             self._result, self._y, self._launched = y, None, None

@@ -64,4 +64,4 @@ def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str
     Every check that does not depend on the tensor runs here, before any communication:
     a bad type, mesh or world is a SpecError now, not at the first call.
     """
-    return Redistributor(bound_call(src, dst, mesh, timeout=timeout), agree)
+    return Redistributor(bound_call(src, dst, mesh, timeout=timeout).prepared(), agree)

@@ -140,12 +140,14 @@ def back_to_back(pieces: Sequence[Piece]) -> list[int]:
     return out
 
 
-def as_run(copies: Sequence[Copy], total: int) -> int | None:
-    """If ``copies`` move one contiguous run of the source to the whole of a ``total``-element
-    destination in order, that run's offset (the destination can be a view: no copy)."""
+def as_run(copies: Sequence[Copy], total: int, into: bool = False) -> int | None:
+    """If ``copies`` move one contiguous run of ``total`` elements in order, that run's offset
+    in the source (``into``: in the destination), the other side being a whole flat buffer:
+    then that buffer can be a view of the block and the copy skipped."""
     if len(copies) != 1:
         return None
     c = copies[0]
-    if c.src.stride == (1,) and c.dst.stride == (1,) and c.dst.offset == 0 and c.src.size == (total,):
-        return c.src.offset
+    run, whole = (c.dst, c.src) if into else (c.src, c.dst)
+    if run.stride == (1,) and whole.stride == (1,) and whole.offset == 0 and whole.size == (total,):
+        return run.offset
     return None

@@ -1,0 +1,63 @@
+"""Scratch buffers a prepared program reuses across calls (send and receive buffers).
+
+A step asks ``buffer(plan, role, n, like)`` for a flat buffer of ``n`` elements. Outside a
+prepared program that is a fresh tensor; inside one (``using(scratch)``, set by
+``BoundProgram.run``) it is the buffer this (plan, role, dtype, device) got on the first
+call, so a loop of calls allocates nothing after the first, and a CUDA graph captured
+after one warm-up call sees fixed addresses.
+
+Only buffers that die within the step are scratch: a pack's send buffer, a receive
+buffer that is unpacked into a new output, a gather's staging buffer. A step's result
+never is, so a later call cannot overwrite what an earlier one returned. Each thread
+has its own buffers; collectives launched without waiting (async) never use them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+import torch
+
+
+class Scratch:
+    """The reused buffers of one bound program, per thread."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def get(self, key: tuple[Any, ...], n: int, like: torch.Tensor, zero: bool) -> torch.Tensor:
+        bufs = self._local.__dict__.setdefault("bufs", {})
+        k = (*key, n, like.dtype, like.device)
+        buf = bufs.get(k)
+        if buf is None:
+            buf = like.new_zeros(n) if zero else like.new_empty(n)
+            bufs[k] = buf
+        return buf
+
+
+_ACTIVE: ContextVar[Scratch | None] = ContextVar("shardc_scratch", default=None)
+
+
+@contextmanager
+def using(scratch: Scratch | None) -> Iterator[None]:
+    token = _ACTIVE.set(scratch)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+def buffer(plan: object, role: str, n: int, like: torch.Tensor, zero: bool = False) -> torch.Tensor:
+    """A flat ``n``-element buffer of ``like``'s dtype and device for ``role`` in ``plan``'s step.
+
+    ``zero``: zero-filled when made (a reused one keeps whatever the step left outside
+    the regions it writes, so only padding that no call writes may rely on it).
+    """
+    scratch = _ACTIVE.get()
+    if scratch is None:
+        return like.new_zeros(n) if zero else like.new_empty(n)
+    return scratch.get((id(plan), role), n, like, zero)
