@@ -124,7 +124,7 @@ def run_cases(rank: int, world: int, cases: list[tuple[str, str, str]]) -> list[
     from planner_oracle import shards_of
 
     from lowering.simulator import simulate
-    from torch_backend import redistribute
+    from torch_backend import redistribute, redistributor
 
     bad = []
     for i, (m_text, s_text, d_text) in enumerate(cases):
@@ -139,6 +139,15 @@ def run_cases(rank: int, world: int, cases: list[tuple[str, str, str]]) -> list[
             bad.append(f"{m_text}: {s_text} -> {d_text}")
         if not torch.equal(x, torch.from_numpy(inputs[rank])):
             bad.append(f"{m_text}: {s_text} -> {d_text} modified its input")
+        # a prepared program reuses its buffers: a second call on other data must leave
+        # the first call's result alone
+        f = redistributor(src, dst, m_text, timeout=20)
+        other = [-a for a in inputs]
+        y1 = f(x)
+        y2 = f(torch.from_numpy(other[rank].copy()))
+        want2 = simulate(compile(src, dst, mesh), other)[rank]
+        if not (torch.equal(y1, y) and np.array_equal(y2.numpy(), want2)):
+            bad.append(f"{m_text}: {s_text} -> {d_text} prepared")
     return bad
 
 
