@@ -60,35 +60,44 @@ def run_view(offset: int, shape: tuple[int, ...]) -> View:
     return View(offset, tuple(shape), row_major(shape))
 
 
+def _run_length(ops: list[Copy], i: int) -> tuple[int, int, int]:
+    """How many copies from ``i`` on share one shape and strides and step by a constant
+    offset on both sides, and those steps."""
+    a = ops[i]
+    j, ds, dd = i + 1, 0, 0
+    while j < len(ops):
+        b = ops[j]
+        if (b.src.size, b.src.stride, b.dst.size, b.dst.stride) != (a.src.size, a.src.stride,
+                                                                      a.dst.size, a.dst.stride):
+            break
+        step_s, step_d = b.src.offset - ops[j - 1].src.offset, b.dst.offset - ops[j - 1].dst.offset
+        if j == i + 1:
+            if step_s < 0 or step_d <= 0:  # a piece sent to several peers is read again: stride 0
+                break
+            ds, dd = step_s, step_d
+        elif (step_s, step_d) != (ds, dd):
+            break
+        j += 1
+    return j - i, ds, dd
+
+
 def _fold(ops: list[Copy]) -> list[Copy]:
     """One pass: consecutive copies of one shape and strides whose offsets step by a
-    constant on both sides become one copy with a leading dim."""
+    constant on both sides become one copy with a leading dim. A pair that would take
+    the head of a longer run (the piece before the own one, say) is left alone."""
     out: list[Copy] = []
     i = 0
     while i < len(ops):
         a = ops[i]
-        j = i + 1
-        ds = dd = 0
-        while j < len(ops):
-            b = ops[j]
-            if (b.src.size, b.src.stride, b.dst.size, b.dst.stride) != (a.src.size, a.src.stride,
-                                                                          a.dst.size, a.dst.stride):
-                break
-            step_s, step_d = b.src.offset - ops[j - 1].src.offset, b.dst.offset - ops[j - 1].dst.offset
-            if j == i + 1:
-                if step_s < 0 or step_d <= 0:  # a piece sent to several peers is read again: stride 0
-                    break
-                ds, dd = step_s, step_d
-            elif (step_s, step_d) != (ds, dd):
-                break
-            j += 1
-        k = j - i
+        k, ds, dd = _run_length(ops, i)
+        if k == 2 and i + 1 < len(ops) and _run_length(ops, i + 1)[0] > 2:
+            k = 1
         if k == 1:
             out.append(a)
         else:
             out.append(Copy(View(a.src.offset, (k,) + a.src.size, (ds,) + a.src.stride),
                             View(a.dst.offset, (k,) + a.dst.size, (dd,) + a.dst.stride)))
-        i = j
+        i += k
     return out
 
 
