@@ -1,6 +1,6 @@
 """The executor's local pack/unpack vs a plain device-to-device copy of the same bytes.
 
-    python bench/pack_vs_copy.py [--iters 50] [--device cuda|cpu] [--threads 1] [--elems 1048576 8388608]
+    python bench/pack_vs_copy.py [--iters 50] [--device cuda|cpu] [--threads 1] [--elems 1048576 2097152 4194304]
 
 For the exchange steps of the 8-rank cases of ``bench/cases/redistribute.jsonl``, scaled to
 ``--elems`` elements globally (each size in turn), this takes rank 0's plan and times
@@ -9,9 +9,11 @@ into its output block, and (c) one ``copy_`` of a contiguous buffer of the same 
 (a)+(b) over 2*(c) is the overhead of exact box exchanges over a single memcpy each way;
 1.0 means packing costs exactly as much as a copy. Each step is timed twice in the same
 run: ``per-piece`` is one copy per peer (the executor's former path, kept here as the
-reference), ``planned`` is the executor's folded strided copies. The target is a median
-of at most 2.5x for blocks of 1 MiB and more. Runs on CUDA when available, else on CPU
-(one intra-op thread by default: on a shared machine a thread pool's wake-ups are noise).
+reference), ``planned`` is the executor's folded strided copies into the buffers a
+prepared program reuses across calls. The target is a median of at most 2.5x for
+blocks of 1 MiB and more on CPU; on CUDA, at least 0.8x of the device's copy bandwidth
+(2*copy/(pack+unpack)). Runs on CUDA when available, else on CPU (one intra-op thread
+by default: on a shared machine a thread pool's wake-ups are noise).
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ from lowering.kinds import RankPieces, rank_pieces
 from spec_lang.parser import parse, parse_mesh
 from torch_backend.collectives import _pack_exchange, _unpack_exchange
 from torch_backend.dtypes import to_torch_dtype
+from torch_backend.scratch import Scratch, using
 
-TARGET = 2.5
+TARGET = 2.5  # CPU: (pack+unpack)/(2*copy), median over blocks of 1 MiB and more
+CUDA_TARGET = 0.8  # CUDA: the fraction of copy bandwidth, 2*copy/(pack+unpack)
 BIG = 2**20  # bytes: the target applies to blocks at least this big
 
 
@@ -110,8 +114,9 @@ def run_size(elems: int, device: torch.device, iters: int) -> list[tuple[int, fl
             tc = timeit(lambda: flat_dst.copy_(flat_src), device, iters)  # noqa: B023
             old = (timeit(lambda: pack_per_piece(plan, x), device, iters)  # noqa: B023
                    + timeit(lambda: unpack_per_piece(plan, x, recv), device, iters))  # noqa: B023
-            tp = timeit(lambda: _pack_exchange(plan, x), device, iters)  # noqa: B023
-            tu = timeit(lambda: _unpack_exchange(plan, x, recv), device, iters)  # noqa: B023
+            with using(Scratch()):  # as a prepared program runs: its send buffer is reused
+                tp = timeit(lambda: _pack_exchange(plan, x), device, iters)  # noqa: B023
+                tu = timeit(lambda: _unpack_exchange(plan, x, recv), device, iters)  # noqa: B023
             block = x.numel() * item
             r_old, r_new = old / (2 * tc), (tp + tu) / (2 * tc)
             out.append((block, r_old, r_new))
@@ -125,7 +130,7 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--threads", type=int, default=1, help="CPU intra-op threads (0: leave torch's default)")
-    ap.add_argument("--elems", type=int, nargs="+", default=[2**20, 2**23],
+    ap.add_argument("--elems", type=int, nargs="+", default=[2**20, 2**21, 2**22],
                     help="global elements each case is scaled to (one table per size)")
     args = ap.parse_args()
     device = torch.device(args.device)
@@ -140,7 +145,12 @@ def main() -> int:
     if big:
         med = statistics.median(r[2] for r in big)
         print(f"blocks >= 1 MiB ({len(big)} steps): median per-piece {statistics.median(r[1] for r in big):.2f}x, "
-              f"planned {med:.2f}x; target <= {TARGET}x on {device.type}: {'met' if med <= TARGET else 'NOT met'}")
+              f"planned {med:.2f}x", end="; ")
+        if device.type == "cuda":
+            frac = 1 / med
+            print(f"{frac:.2f}x of copy bandwidth, target >= {CUDA_TARGET}x: {'met' if frac >= CUDA_TARGET else 'NOT met'}")
+        else:
+            print(f"target <= {TARGET}x on cpu: {'met' if med <= TARGET else 'NOT met'}")
     return 0
 
 

@@ -23,7 +23,10 @@ What goes on the wire (per rank, in elements; equal to the planner's ``bytes_sen
 * ``all_reduce``: ``all_reduce`` on a contiguous copy.
 * ``all_to_all``: pieces packed in process-group order into one send buffer (the
   rank's own piece is copied locally, split size 0), ``all_to_all_single`` with exact
-  per-peer splits, unpacked into the output block.
+  per-peer splits, unpacked into the output block. Packing and unpacking run the
+  pieces' copy plans (``lowering.kinds.copies``: a few folded strided copies); where
+  the pieces lie back to back, the send buffer is a view of the input and, on a real
+  group, the receive buffer a view of the output.
 * ``permute``: ``batch_isend_irecv`` straight from/into the blocks when a piece is one
   contiguous run (``all_to_all_single`` under LocalTensorMode).
 

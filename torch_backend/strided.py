@@ -19,7 +19,7 @@ from lowering.kinds.copies import Copy
 # byte-for-byte element types; complex128 is the only 16-byte one (a copy moves its bits unchanged)
 _WIDE = ((16, torch.complex128), (8, torch.int64), (4, torch.int32), (2, torch.int16))
 _NARROW = 64  # runs of at most this many bytes are copied as wide elements
-# the copy kernels pay per innermost row: rows of at most _COLUMNS elements are copied
+# CPU copy kernels pay per innermost row: rows of at most _COLUMNS elements are copied
 # column by column instead, where there are enough of them to amortise the extra calls
 _COLUMNS, _LONG = 4, 16384
 
@@ -54,7 +54,7 @@ def run_copies(copies: Sequence[Copy], src: torch.Tensor, dst: torch.Tensor) -> 
         wide = _width(c, item, so, do) if c.src.size[-1] * item <= _NARROW else None
         if wide is not None:
             d, s = d.view(wide), s.view(wide)
-        if d.dim() >= 2 and d.shape[-1] <= _COLUMNS and d.numel() >= _LONG:
+        if d.dim() >= 2 and d.shape[-1] <= _COLUMNS and d.numel() >= _LONG and d.device.type == "cpu":
             for j in range(d.shape[-1]):  # a few long strided columns beat many tiny rows
                 d.select(-1, j).copy_(s.select(-1, j))
         else:
