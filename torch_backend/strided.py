@@ -54,9 +54,22 @@ def run_copies(copies: Sequence[Copy], src: torch.Tensor, dst: torch.Tensor) -> 
         wide = _width(c, item, so, do) if c.src.size[-1] * item <= _NARROW else None
         if wide is not None:
             d, s = d.view(wide), s.view(wide)
-        if d.dim() >= 2 and d.shape[-1] <= _COLUMNS and d.numel() >= _LONG and d.device.type == "cpu":
-            for j in range(d.shape[-1]):  # a few long strided columns beat many tiny rows
-                d.select(-1, j).copy_(s.select(-1, j))
+        m = _short_inner(d)
+        if m is not None:
+            for j in range(d.shape[m]):  # a few long strided copies beat many tiny rows
+                d.select(m, j).copy_(s.select(m, j))
         else:
             d.copy_(s)
     return dst
+
+
+def _short_inner(d: torch.Tensor) -> int | None:
+    """The dim a CPU copy into ``d`` would run innermost (its smallest stride), where it is
+    short and the copy long: copying along each of its indices in turn is faster."""
+    if d.dim() < 2 or d.device.type != "cpu" or d.numel() < _LONG:
+        return None
+    dims = [k for k in range(d.dim()) if d.shape[k] > 1]
+    if len(dims) < 2:
+        return None
+    m = min(dims, key=lambda k: d.stride(k))
+    return m if d.shape[m] <= _COLUMNS else None
