@@ -73,6 +73,28 @@ def test_exchange_copy_plans_match_per_piece(dtype: torch.dtype) -> None:
     assert seen > 50
 
 
+@pytest.mark.parametrize("mesh_text,src,dst", [
+    ("x=8", "f32[32768@x,64]", "f32[32768,64@x]"),  # narrow column pieces: wide elements
+    ("x=8", "f32[32768@x,8]", "f32[32768,8@x]"),  # one-element columns: a transposing pack
+    ("dp=2,tp=4", "f32[4096,64@(dp,tp),16]", "f32[4096,64,16@(dp,tp)]"),  # interleaved peers in the output
+    ("dp=2,tp=4", "f32[8@dp,30000@tp,10]", "f32[8,30000,10@(dp,tp)]"),  # odd strides
+    ("x=4", "f64[65536,6@x]", "f64[65536@x,6]"),
+])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int16])
+def test_large_blocks_take_the_fast_paths_and_match(mesh_text: str, src: str, dst: str, dtype: torch.dtype) -> None:
+    """Blocks big enough for the column-by-column copies and wide elements."""
+    mesh = parse_mesh(mesh_text)
+    for step in lowering.compile(parse(src), parse(dst), mesh).steps:
+        if step.kind not in ("all_to_all", "permute"):
+            continue
+        for r in range(mesh.size):
+            plan = rank_pieces(step, mesh, r)
+            x = torch.randint(-1000, 1000, plan.in_shape).to(dtype)
+            recv = torch.randint(-1000, 1000, (plan.recv_elems,)).to(dtype)
+            assert torch.equal(_pack_exchange(plan, x), _pack_per_piece(plan, x))
+            assert torch.equal(_unpack_exchange(plan, x, recv), _unpack_per_piece(plan, x, recv))
+
+
 def test_regular_exchange_folds_to_two_copies_and_a_run_is_a_view() -> None:
     mesh = parse_mesh("x=8")
     step = lowering.compile(parse("f32[64@x,64]"), parse("f32[64,64@x]"), mesh).steps[0]
