@@ -14,7 +14,6 @@ import torch
 
 from lowering.kinds import RankPieces
 from lowering.kinds.base import flat_offset, numel
-from lowering.kinds.copies import as_run
 from lowering.program import Step
 from torch_backend import comm
 from torch_backend.comm import finish_avg, rank_map
@@ -260,7 +259,7 @@ def _pack_exchange(plan: RankPieces, t: torch.Tensor) -> torch.Tensor:
     """The send pieces back to back: a view of the input where they already lie so."""
     t = contiguous(t)
     n = plan.send_elems
-    off = as_run(plan.pack_copies, n)
+    off = plan.send_run
     if off is not None:
         return t.view(-1)[off:off + n]
     return run_copies(plan.pack_copies, t, buffer(plan, "send", n, t))
@@ -308,7 +307,7 @@ def _exchange_into(ctx: MeshContext, g: GroupHandle, plan: RankPieces, x: torch.
     pieces lie there back to back, else into a (reused) buffer and unpacked."""
     y = x.new_empty(plan.out_shape)
     n = plan.recv_elems
-    off = as_run(plan.unpack_copies, n, into=True)
+    off = plan.recv_run
     recv = y.view(-1)[off:off + n] if off is not None else buffer(plan, "recv", n, x)
     comm.all_to_all(ctx, send, send_splits, recv_splits, g, out=recv)
     if plan.self_copies:

@@ -19,9 +19,14 @@ from lowering.kinds.copies import Copy
 # byte-for-byte element types; complex128 is the only 16-byte one (a copy moves its bits unchanged)
 _WIDE = ((16, torch.complex128), (8, torch.int64), (4, torch.int32), (2, torch.int16))
 _NARROW = 64  # runs of at most this many bytes are copied as wide elements
-# CPU copy kernels pay per innermost row: rows of at most _COLUMNS elements are copied
-# column by column instead, where there are enough of them to amortise the extra calls
+# CPU copy kernels pay per innermost row: a copy whose innermost dim is at most _COLUMNS
+# long is run along each of its indices instead, where it has enough elements to amortise
+# the extra calls
 _COLUMNS, _LONG = 4, 16384
+
+How = tuple[torch.dtype | None, int, int | None]  # (wide dtype, elements per wide one, dim to split)
+_HOW: dict[tuple[Copy, int], How] = {}
+_HOW_MAX = 1 << 14
 
 
 def contiguous(t: torch.Tensor) -> torch.Tensor:
@@ -30,7 +35,7 @@ def contiguous(t: torch.Tensor) -> torch.Tensor:
 
 def _width(c: Copy, item: int, so: int, do: int) -> torch.dtype | None:
     """The widest integer dtype that tiles every innermost run of ``c`` (None: keep the dtype)."""
-    if c.src.stride[-1] != 1 or c.dst.stride[-1] != 1 or len(c.src.size) < 2:
+    if c.src.stride[-1] != 1 or c.dst.stride[-1] != 1 or len(c.src.size) < 2 or c.src.size[-1] * item > _NARROW:
         return None
     inner = c.src.size[-1] * item
     for w, dt in _WIDE:
@@ -44,32 +49,54 @@ def _width(c: Copy, item: int, so: int, do: int) -> torch.dtype | None:
     return None
 
 
+def _split_dim(size: Sequence[int], dst_stride: Sequence[int]) -> int | None:
+    """The dim a CPU copy would run innermost (the destination's smallest stride), where it
+    is short and the copy long: copying along each of its indices in turn is faster."""
+    n = 1
+    for s in size:
+        n *= s
+    dims = [k for k in range(len(size)) if size[k] > 1]
+    if n < _LONG or len(dims) < 2:
+        return None
+    m = min(dims, key=lambda k: dst_stride[k])
+    return m if size[m] <= _COLUMNS else None
+
+
+def _how(c: Copy, item: int, so: int, do: int) -> How:
+    """How to run ``c`` for elements of ``item`` bytes, from storage offsets ``so``/``do``
+    (cached for aligned storage offsets, the common case)."""
+    aligned = (so * item) % 16 == 0 and (do * item) % 16 == 0
+    key = (c, item)
+    if aligned:
+        got = _HOW.get(key)
+        if got is not None:
+            return got
+    dt = _width(c, item, so, do)
+    k = torch.empty(0, dtype=dt).element_size() // item if dt is not None else 1
+    size = c.dst.size[:-1] + (c.dst.size[-1] // k,) if k > 1 else c.dst.size
+    stride = tuple(s // k for s in c.dst.stride[:-1]) + (1,) if k > 1 else c.dst.stride
+    how = (dt, k, _split_dim(size, stride))
+    if aligned:
+        if len(_HOW) >= _HOW_MAX:
+            _HOW.clear()
+        _HOW[key] = how
+    return how
+
+
 def run_copies(copies: Sequence[Copy], src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
     """Copy into ``dst`` (contiguous) from ``src`` (contiguous) along ``copies``; returns dst."""
     so, do = src.storage_offset(), dst.storage_offset()
     item = dst.element_size()
+    cpu = dst.device.type == "cpu"
     for c in copies:
         d = dst.as_strided(c.dst.size, c.dst.stride, do + c.dst.offset)
         s = src.as_strided(c.src.size, c.src.stride, so + c.src.offset)
-        wide = _width(c, item, so, do) if c.src.size[-1] * item <= _NARROW else None
+        wide, _, m = _how(c, item, so, do)
         if wide is not None:
             d, s = d.view(wide), s.view(wide)
-        m = _short_inner(d)
-        if m is not None:
-            for j in range(d.shape[m]):  # a few long strided copies beat many tiny rows
+        if m is not None and cpu:
+            for j in range(d.shape[m]):
                 d.select(m, j).copy_(s.select(m, j))
         else:
             d.copy_(s)
     return dst
-
-
-def _short_inner(d: torch.Tensor) -> int | None:
-    """The dim a CPU copy into ``d`` would run innermost (its smallest stride), where it is
-    short and the copy long: copying along each of its indices in turn is faster."""
-    if d.dim() < 2 or d.device.type != "cpu" or d.numel() < _LONG:
-        return None
-    dims = [k for k in range(d.dim()) if d.shape[k] > 1]
-    if len(dims) < 2:
-        return None
-    m = min(dims, key=lambda k: d.stride(k))
-    return m if d.shape[m] <= _COLUMNS else None

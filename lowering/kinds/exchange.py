@@ -37,7 +37,15 @@ from lowering.kinds.base import (
     rel,
     same_except,
 )
-from lowering.kinds.copies import Copy, back_to_back, box_view, boxes_to_runs, plan_copies, runs_to_boxes
+from lowering.kinds.copies import (
+    Copy,
+    as_run,
+    back_to_back,
+    box_view,
+    boxes_to_runs,
+    plan_copies,
+    runs_to_boxes,
+)
 from lowering.kinds.exchange_geometry import exchange_bytes, max_senders_per_receiver, received_elems
 from lowering.layout import box_numel, boxes, overlap
 from spec_lang.ir import Mesh, TensorType
@@ -74,6 +82,16 @@ class ExchangePieces(RankPieces):
     @property
     def send_elems(self) -> int:
         return self.wire_elems
+
+    @cached_property
+    def send_run(self) -> int | None:
+        """Where the send pieces lie back to back in the input (the send buffer is a view)."""
+        return as_run(self.pack_copies, self.send_elems)
+
+    @cached_property
+    def recv_run(self) -> int | None:
+        """Where the received pieces lie back to back in the output (received straight there)."""
+        return as_run(self.unpack_copies, self.recv_elems, into=True)
 
     @cached_property
     def recv_elems(self) -> int:
