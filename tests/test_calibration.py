@@ -186,3 +186,22 @@ def test_compile_refuses_a_bad_cost_model(tmp_path) -> None:
     with pytest.raises(SpecError, match="names axis 'cp', which is not on the mesh") as e:
         lowering.compile("f32[8@dp]", "f32[8]", MESH, cost_model=other)
     assert "calibrated on" in e.value.hint
+
+
+def test_the_benchmarks_spearman_matches_the_closed_form() -> None:
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from bench.calibration import average_ranks, spearman
+
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        x, y = rng.permutation(12), rng.permutation(12)  # no ties: 1 - 6 sum d^2 / (n (n^2 - 1))
+        d = x - y
+        assert spearman(x, y) == pytest.approx(1 - 6 * float(np.sum(d * d)) / (12 * (144 - 1)))
+    assert list(average_ranks([3.0, 1.0, 3.0, 2.0])) == [2.5, 0.0, 2.5, 1.0]
+    assert spearman([1, 2, 3], [1e-3, 5e-3, 2e-3]) == pytest.approx(0.5)
+    assert np.isnan(spearman([1, 1, 1], [1, 2, 3]))
