@@ -37,11 +37,13 @@ from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh
 
 DEFAULT_SIZES = (1 << 10, 1 << 14, 1 << 18, 1 << 22)  # 1 KiB .. 4 MiB
+MAX_SIZE = 1 << 28  # 256 MiB: every rank holds a tensor of this size during a probe
 KINDS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
 # probes are compiled with this model: no spare axis ever pays for splitting a reduction, so
 # each probe is the one collective it is named for (on 2 ranks an all_to_all is a permute)
 PROBE_MODEL = CostModel(spare_axis_bytes=1 << 62)
-_SIZES_HINT = "give sizes in bytes with an optional K/M suffix, e.g. --sizes 1K,16K,256K,4M (2 or more distinct)"
+_SIZES_HINT = ("give sizes in bytes with an optional K/M suffix, up to 256M, e.g. --sizes 1K,16K,256K,4M "
+               "(2 or more distinct)")
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ def parse_sizes(text: str) -> tuple[int, ...]:
         word = part.strip()
         scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(word[-1:].upper(), 1)
         digits = word[:-1] if scale > 1 else word
-        if not digits.isdigit() or int(digits) * scale <= 0:
+        if not digits.isdigit() or not 0 < int(digits) * scale <= MAX_SIZE:
             raise SpecError(f"bad message size {word!r}", text=text, pos=pos + part.index(word) if word else pos,
                             hint=_SIZES_HINT)
         out.append(int(digits) * scale)

@@ -107,7 +107,7 @@ def test_groups_of_a_mesh() -> None:
 def test_parse_sizes() -> None:
     assert parse_sizes("4M,1K, 16k,1024") == (1024, 16384, 4 << 20)
     for bad, needle in [("1K,x", "bad message size 'x'"), ("1K,-4", "bad message size"), ("1K", "2 or more"),
-                        ("1K,1024", "2 or more"), ("1K,,2K", "bad message size")]:
+                        ("1K,1024", "2 or more"), ("1K,,2K", "bad message size"), ("1K,1G", "bad message size '1G'")]:
         with pytest.raises(SpecError, match=needle) as e:
             parse_sizes(bad)
         assert e.value.hint and e.value.text == bad
