@@ -19,7 +19,9 @@ In one world of 8 gloo ranks (a FileStore in a temporary directory), for each me
 Reported: each case's predicted ``program.cost.time_s`` and measured time, and the
 Spearman rank correlation between them, per size and over both sizes pooled. For
 comparison, the same correlation for the program's bytes alone (what the default
-bytes-first model ranks by) and its collective count. Spearman is Pearson's correlation
+bytes-first model ranks by) and its collective count. Where the calibrated model picks
+another plan than the default, the default's plan is timed too, and the bench reports
+how often the calibrated plan was the faster one. Spearman is Pearson's correlation
 of the ranks, ties given their average rank.
 
 Numbers on a 2-core machine with 8 ranks are dominated by scheduling (8 processes
@@ -35,6 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -113,17 +116,24 @@ def rank_main(rank: int, store_path: str, iters: int, sizes: list[str], cal_size
                 if size == "medium":
                     s, d = scaled(s, d, MEDIUM)
                 prog = lowering.compile(s, d, m, cost_model=model)
-                bound = bind(prog, ctx)
                 x = block(prog.src, m, global_tensor(prog.src), rank)
-                rows.append({"id": c["id"], "mesh": mesh_text, "size": size, "src": str(s), "dst": str(d),
-                             "predicted_s": prog.cost.time_s, "bytes_sent_max": prog.cost.bytes_sent_max,
-                             "collectives": prog.cost.collectives,
-                             "measured_s": _time(lambda b=bound, x=x: b.run(x), iters)})
+                row = {"id": c["id"], "mesh": mesh_text, "size": size, "src": str(s), "dst": str(d),
+                       "predicted_s": prog.cost.time_s, "bytes_sent_max": prog.cost.bytes_sent_max,
+                       "collectives": prog.cost.collectives,
+                       "measured_s": _time(partial(bind(prog, ctx).run, x), iters)}
+                default = lowering.compile(s, d, m)
+                if default.steps != prog.steps:  # the calibrated model chose another plan: time both
+                    row["default_bytes_sent_max"] = default.cost.bytes_sent_max
+                    row["default_collectives"] = default.cost.collectives
+                    row["default_measured_s"] = _time(partial(bind(default, ctx).run, x), iters)
+                rows.append(row)
     everyone: list[Any] = [None] * WORLD
     dist.all_gather_object(everyone, rows)
     if rank == 0:
         for i, row in enumerate(rows):
-            row["measured_s"] = max(g[i]["measured_s"] for g in everyone)
+            for key in ("measured_s", "default_measured_s"):
+                if key in row:
+                    row[key] = max(g[i][key] for g in everyone)
         Path(out_path).write_text(json.dumps({"rows": rows, "models": models}))
     dist.barrier()
     dist.destroy_process_group()
@@ -149,8 +159,21 @@ def report(rows: list[dict[str, Any]], models: dict[str, Any]) -> dict[str, Any]
             "spearman_bytes_vs_measured": spearman([r["bytes_sent_max"] for r in sel], measured),
             "spearman_collectives_vs_measured": spearman([r["collectives"] for r in sel], measured),
         }
+    changed = [r for r in rows if "default_measured_s" in r]
+    if changed:
+        ratios = [r["measured_s"] / r["default_measured_s"] for r in changed]
+        summary["changed_plans"] = {
+            "cases": len(changed),
+            "median_time_ratio_calibrated_over_default": statistics.median(ratios),
+            "calibrated_faster": sum(q < 1 for q in ratios),
+        }
+        print(f"\nthe calibrated model chose another plan than the bytes-first default in {len(changed)} of "
+              f"{len(rows)} cases: measured time calibrated plan / default plan, median "
+              f"{statistics.median(ratios):.2f}, calibrated faster in {sum(q < 1 for q in ratios)}")
     print("\nSpearman rank correlation with the measured time (slowest rank, median of calls):")
     for label, s in summary.items():
+        if label == "changed_plans":
+            continue
         print(f"  {label:<7} over {s['cases']:>3} cases: calibrated time_s {s['spearman_predicted_vs_measured']:.3f}"
               f"   (bytes alone {s['spearman_bytes_vs_measured']:.3f}, "
               f"collectives alone {s['spearman_collectives_vs_measured']:.3f})")
