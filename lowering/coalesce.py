@@ -133,7 +133,7 @@ def compile_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | s
     ``cost_model`` is what ``compile`` takes (a CostModel, its JSON dict or file path)."""
     from lowering.planner import compile
 
-    cost_model = as_cost_model(cost_model)
+    cost_model = as_cost_model(cost_model, mesh)
     if len(srcs) != len(dsts):
         raise SpecError(f"{len(srcs)} source types but {len(dsts)} destination types",
                         hint="pass one destination type per source type")

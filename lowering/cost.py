@@ -229,13 +229,16 @@ class CostModel:
     @staticmethod
     def load(path: str | os.PathLike[str]) -> CostModel:
         """Read a model from a JSON file (what ``shardc calibrate --out`` writes)."""
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as e:
-            raise SpecError(f"cannot read the cost model file {os.fspath(path)!r}: {e.strerror}",
-                            hint="give the path of a JSON file written by shardc calibrate --out") from None
-        return CostModel.from_json(text)
+        return CostModel.from_json(_read(path))
+
+
+def _read(path: str | os.PathLike[str]) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise SpecError(f"cannot read the cost model file {os.fspath(path)!r}: {e.strerror}",
+                        hint="give the path of a JSON file written by shardc calibrate --out") from None
 
 
 FORMAT = "shardc-cost-model/1"
@@ -266,19 +269,40 @@ def _check_groups(groups: object) -> tuple[tuple[tuple[str, ...], float, float],
     return tuple(out)
 
 
-def as_cost_model(value: object) -> CostModel | None:
-    """``compile``'s ``cost_model=``: None, a CostModel, its JSON dict, or a JSON file's path."""
+def as_cost_model(value: object, mesh: object = None) -> CostModel | None:
+    """``compile``'s ``cost_model=``: None, a CostModel, its JSON dict, or a JSON file's path.
+
+    A calibrated model's JSON names the mesh it was measured on; with ``mesh`` given, a
+    different one (other axis sizes are other group sizes, so other alphas) is refused.
+    """
     if value is None or isinstance(value, CostModel):
         return value
-    if isinstance(value, Mapping):
-        return CostModel.from_json(value)
     if isinstance(value, (str, os.PathLike)):
-        return CostModel.load(value)
-    raise SpecError(
-        f"cost_model must be a lowering.CostModel, a dict or a path to its JSON, got {type(value).__name__}",
-        hint="build one with CostModel.make(alpha={'dp': 5e-6}, beta={'dp': 1e-10}), "
-        "or pass the file shardc calibrate --out wrote",
-    )
+        text = _read(value)
+        model = CostModel.from_json(text)
+        data: object = json.loads(text)
+    elif isinstance(value, Mapping):
+        model, data = CostModel.from_json(value), value
+    else:
+        raise SpecError(
+            f"cost_model must be a lowering.CostModel, a dict or a path to its JSON, got {type(value).__name__}",
+            hint="build one with CostModel.make(alpha={'dp': 5e-6}, beta={'dp': 1e-10}), "
+            "or pass the file shardc calibrate --out wrote",
+        )
+    measured_on = data.get("mesh") if isinstance(data, Mapping) else None
+    if mesh is not None and measured_on is not None:
+        from spec_lang.parser import parse_mesh
+
+        if not isinstance(measured_on, str):
+            raise SpecError(f"the cost model's mesh is a mesh string like dp=2,tp=4, got {measured_on!r}",
+                            hint=_JSON_HINT)
+        measured_on = str(parse_mesh(measured_on))
+        mesh = str(parse_mesh(mesh)) if isinstance(mesh, str) else str(mesh)
+    if mesh is not None and measured_on is not None and measured_on != mesh:
+        raise SpecError(f"the cost model was calibrated on the mesh {measured_on}, not {mesh}",
+                        hint=f"calibrate this mesh (shardc calibrate --mesh {mesh}), or drop the model's "
+                        "\"mesh\" key to use it anyway")
+    return model
 
 
 DEFAULT_COST_MODEL = CostModel()

@@ -81,7 +81,7 @@ def compile(
     s, m = resolve(src, mesh)
     d, _ = resolve(dst, m)
     check_same_global(s, d, src if isinstance(src, str) else None, dst if isinstance(dst, str) else None)
-    cost_model = as_cost_model(cost_model)
+    cost_model = as_cost_model(cost_model, m)
     if cost_model is not None and cost_model.spare_axis_bytes < 0:
         raise SpecError(f"spare_axis_bytes must be >= 0, got {cost_model.spare_axis_bytes}",
                         hint=f"use 0 for a pure bytes-first model, or the default {SPARE_AXIS_BYTES}")

@@ -205,3 +205,20 @@ def test_the_benchmarks_spearman_matches_the_closed_form() -> None:
     assert list(average_ranks([3.0, 1.0, 3.0, 2.0])) == [2.5, 0.0, 2.5, 1.0]
     assert spearman([1, 2, 3], [1e-3, 5e-3, 2e-3]) == pytest.approx(0.5)
     assert np.isnan(spearman([1, 1, 1], [1, 2, 3]))
+
+
+def test_a_model_calibrated_on_another_mesh_is_refused(tmp_path) -> None:
+    data = CostModel.make(alpha={"dp": 1e-5, "tp": 1e-6}).to_json()
+    data["mesh"] = "dp=4, tp=2"
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(data))
+    for form in (data, str(path)):
+        with pytest.raises(SpecError, match="calibrated on the mesh dp=4,tp=2, not dp=2,tp=4") as e:
+            lowering.compile("f32[8@dp]", "f32[8]", MESH, cost_model=form)
+        assert "shardc calibrate --mesh dp=2,tp=4" in e.value.hint
+        with pytest.raises(SpecError, match="calibrated on the mesh"):
+            lowering.compile_many(["f32[8@dp]"], ["f32[8]"], "dp=2,tp=4", cost_model=form)
+        assert lowering.compile("f32[8@dp]", "f32[8]", "dp=4,tp=2", cost_model=form).cost.collectives == 1
+    with pytest.raises(SpecError, match="mesh string"):
+        lowering.compile("f32[8@dp]", "f32[8]", MESH, cost_model={**data, "mesh": 8})
+    assert CostModel.load(path) == CostModel.from_json(data)  # loading alone does not judge the mesh
