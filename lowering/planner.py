@@ -27,15 +27,16 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import os
 import time
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from lowering.caching import MIB, cached
 from lowering.checks import check_budget, check_partial_conversion, check_same_global, resolve
-from lowering.cost import DEFAULT_COST_MODEL, SPARE_AXIS_BYTES, CostModel
+from lowering.cost import DEFAULT_COST_MODEL, SPARE_AXIS_BYTES, CostModel, as_cost_model
 from lowering.fallback import fallback_routes
 from lowering.kinds import kind_of, priced_step
 from lowering.layout import local_numel
@@ -63,7 +64,7 @@ def compile(
     dst: TensorType | str,
     mesh: Mesh | str,
     *,
-    cost_model: CostModel | None = None,
+    cost_model: CostModel | Mapping[str, Any] | str | os.PathLike[str] | None = None,
     budget_s: float = DEFAULT_BUDGET_S,
 ) -> Program:
     """Compile ``src -> dst`` on ``mesh`` into the cheapest Program found within ``budget_s``.
@@ -73,22 +74,22 @@ def compile(
     form) comes back with ``Program.optimal`` False. The budget is a deterministic count
     of planner work calibrated to seconds (see docs/planner.md), so every rank compiles
     the same program.
+
+    ``cost_model``: a CostModel, its JSON dict, or the path of a JSON file (what
+    ``shardc calibrate --out`` writes); None is the default bytes-first model.
     """
     s, m = resolve(src, mesh)
     d, _ = resolve(dst, m)
     check_same_global(s, d, src if isinstance(src, str) else None, dst if isinstance(dst, str) else None)
-    if cost_model is not None and not isinstance(cost_model, CostModel):
-        raise SpecError(
-            f"cost_model must be a lowering.CostModel, got {type(cost_model).__name__}",
-            hint="build one with CostModel.make(alpha={'dp': 5e-6}, beta={'dp': 1e-10})",
-        )
+    cost_model = as_cost_model(cost_model, m)
     if cost_model is not None and cost_model.spare_axis_bytes < 0:
         raise SpecError(f"spare_axis_bytes must be >= 0, got {cost_model.spare_axis_bytes}",
                         hint=f"use 0 for a pure bytes-first model, or the default {SPARE_AXIS_BYTES}")
-    for name, _ in (cost_model.alpha + cost_model.beta) if cost_model else ():
+    for name in sorted(cost_model.axis_names()) if cost_model else ():
         if name not in m:
             raise SpecError(f"the cost model names axis {name!r}, which is not on the mesh {m}",
-                            hint=f"use the mesh axes {', '.join(m.names)}")
+                            hint=f"use the mesh axes {', '.join(m.names)} (a calibrated model fits the mesh "
+                            "it was calibrated on)")
     return _compile(s, d, m, cost_model or DEFAULT_COST_MODEL, check_budget(budget_s, DEFAULT_BUDGET_S))
 
 
