@@ -68,7 +68,7 @@ def lower_bound(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str) 
 
 
 @cached(maxsize=16384)  # keys hold search states: keep their count modest
-def holder_classes(state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[np.ndarray, np.ndarray] | None:
+def holder_classes(state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[np.ndarray | None, np.ndarray] | None:
     """Per class of ranks holding the same values, what it must still send: a floor on
     the busiest rank that is per class, not an average over the world.
 
@@ -86,8 +86,9 @@ def holder_classes(state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[np.
                               every class once, 2 elements per rank at least
 
     Returns ``(ranks, need)``: (classes, members) rank indices and (classes,) elements
-    each class must still send, or None where the goal has partial axes the state has
-    not (a free convert into new partial axes makes data appear without a send).
+    each class must still send (``ranks`` is None where every class is one rank: ``need``
+    is then in rank order), or None where the goal has partial axes the state has not
+    (a free convert into new partial axes makes data appear without a send).
     """
     from lowering.layout import _groups
     from lowering.moves import replicated
@@ -107,4 +108,4 @@ def holder_classes(state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[np.
         inside = overlap_numel(sb[:, None], db).sum(axis=1) // mesh.group_size(tuple(rep_g))
         need = need - inside
     need.setflags(write=False)
-    return ranks, need
+    return (ranks if ranks.shape[1] > 1 else None), need

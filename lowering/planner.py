@@ -382,6 +382,8 @@ def _class_floor(sent: np.ndarray, state: TensorType, goal: TensorType, mesh: Me
     if classes is None:
         return 0
     ranks, need = classes
+    if ranks is None:  # one rank a class, in rank order
+        return int((sent + need * state.itemsize).max())
     return -(-int((sent[ranks].sum(axis=1) + need * state.itemsize).max()) // ranks.shape[1])
 
 
