@@ -30,7 +30,8 @@ def lower_bound_detail(src: TensorType, dst: TensorType, mesh: Mesh) -> dict[str
     dst_p = set(dst.partial_axes)
     if dst_p - src_p:
         return {"bytes": 0, "recv_max_bytes": 0, "sent_avg_bytes": 0.0}
-    reduced = tuple(a for a in mesh.names if a in src_p and a not in dst_p)
+    # a pending reduction over axes of size 1 is already done: every contribution is local
+    reduced = tuple(a for a in mesh.names if a in src_p and a not in dst_p and mesh.axis_size(a) > 1)
     sb, db = boxes(src, mesh), boxes(dst, mesh)
     if not reduced:
         lack = local_numel(dst, mesh) - overlap_numel(sb, db)
