@@ -16,15 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.exec_vs_dtensor import _time
 
 WORLD = 8
 
@@ -36,20 +36,6 @@ def layer(count: int) -> list[tuple[int, int]]:
     out = [(rows[i % len(rows)], cols[(i * 3) % len(cols)]) for i in range(count * 3 // 4)]
     out += [(rows[i % len(rows)], 1) for i in range(count - len(out))]
     return out
-
-
-def _time(fn: Any, iters: int) -> float:
-    import torch.distributed as dist
-
-    for _ in range(2):
-        fn()
-    times = []
-    for _ in range(iters):
-        dist.barrier()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def rank_main(rank: int, store: str, iters: int, count: int, out_path: str) -> None:

@@ -125,6 +125,7 @@ def summarize(rows: Sequence[dict[str, Any]], budget_s: float) -> dict[str, Any]
     return {
         **out,
         "not_proven_optimal": sum(r["optimal"] is False for r in rows),
+        "bytes_total": sum(r["bytes"] or 0 for r in rows),
         "errors": sum(r["error"] is not None for r in rows),
         "slowest": [(r["src"], r["dst"], round(r["ms"], 1))
                     for r in sorted(rows, key=lambda r: -r["ms"])[:5]],
@@ -148,7 +149,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         g = summary[col]
         print(f"  {name}: median {g['median']:.2f} ms, p90 {g['p90']:.2f} ms, max {g['max']:.1f} ms, "
               f"over the budget + 10% ({(args.budget or BUDGET_S) * 1.1e3:.0f} ms): {g['over_budget_plus_10pct']}")
-    print(f"  not proven optimal (budget ran out): {summary['not_proven_optimal']}; errors: {summary['errors']}")
+    print(f"  not proven optimal (budget ran out): {summary['not_proven_optimal']}; errors: {summary['errors']}; "
+          f"bytes (max rank) summed over the cases: {summary['bytes_total']} (--json: per case)")
     for s, d, t in summary["slowest"]:
         print(f"  slow: {t:8.1f} ms  {s} -> {d}")
     if args.json:

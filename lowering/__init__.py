@@ -13,6 +13,11 @@ _EXPORTS = {
     "local_shape": "lowering.layout",
     "local_shapes": "lowering.layout",
     "local_slices": "lowering.layout",
+    # the uneven placements (their semantics; the pipeline does not take them yet)
+    "DynamicShard": "lowering.uneven",
+    "RaggedShard": "lowering.uneven",
+    "PartitionedShard": "lowering.uneven",
+    "local_indices": "lowering.uneven",
     # checks
     "check_type": "lowering.checks",
     "resolve": "lowering.checks",

@@ -16,8 +16,10 @@ No plan can beat it; the planner reports its ratio to it.
 
 from __future__ import annotations
 
+import numpy as np
+
 from lowering.caching import cached
-from lowering.layout import box_numel, boxes, overlap
+from lowering.layout import boxes, local_numel, overlap_numel
 from spec_lang.ir import Mesh, TensorType
 
 
@@ -28,20 +30,21 @@ def lower_bound_detail(src: TensorType, dst: TensorType, mesh: Mesh) -> dict[str
     dst_p = set(dst.partial_axes)
     if dst_p - src_p:
         return {"bytes": 0, "recv_max_bytes": 0, "sent_avg_bytes": 0.0}
-    reduced = tuple(a for a in mesh.names if a in src_p and a not in dst_p)
+    # a pending reduction over axes of size 1 is already done: every contribution is local
+    reduced = tuple(a for a in mesh.names if a in src_p and a not in dst_p and mesh.axis_size(a) > 1)
     sb, db = boxes(src, mesh), boxes(dst, mesh)
     if not reduced:
-        lack = box_numel(db) - box_numel(overlap(sb, db))
+        lack = local_numel(dst, mesh) - overlap_numel(sb, db)
         recv = int(lack.max()) if lack.size else 0
         sent_avg = float(lack.sum()) / mesh.size
     else:
-        recv = int(box_numel(db).max())
+        recv = int(local_numel(dst, mesh).max())
         k = mesh.group_size(reduced)
         # per class of ranks (one per coordinate on the kept partial axes), every element is
         # needed (the class's dst blocks tile the tensor), so the sum over its cells of
         # (k-1) + (needers-1) is (k-2)*numel + the class's dst block sizes; over all classes:
         classes = mesh.size // mesh.group_size(tuple(a for a in mesh.names if a not in dst_p))
-        total = float(classes * (k - 2) * src.numel + int(box_numel(db).sum()))
+        total = float(classes * (k - 2) * src.numel + int(local_numel(dst, mesh).sum()))
         sent_avg = total / mesh.size
     return {
         "bytes": int(max(recv * item, -(-int(sent_avg * item * 1000) // 1000))),
@@ -63,3 +66,47 @@ def lower_bound(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str) 
     d, _ = resolve(dst, m)
     check_same_global(s, d)
     return _lower_bound(s, d, m)
+
+
+@cached(maxsize=16384)  # keys hold search states: keep their count modest
+def holder_classes(state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[np.ndarray | None, np.ndarray] | None:
+    """Per class of ranks holding the same values, what it must still send: a floor on
+    the busiest rank that is per class, not an average over the world.
+
+    A *holder class* is the ranks that differ only on ``state``'s replicated axes: they
+    hold one block with the same values (the same P and V coordinates), and no rank
+    outside the class holds those values. So every element of the class's block that a
+    rank outside the class needs (its own value, or a sum over the pending axes that
+    includes the class's contribution) must be sent by some member at least once, and
+    the busiest member sends at least the class's sends (so far and still due) over its
+    size::
+
+        state 4@x{U:p} -> goal 4@x      classes: (x=0,p=0) (x=0,p=1) (x=1,p=0) ...
+        x=0,p=0: [a0+ a1+]    each class holds its block alone, and the other
+        x=0,p=1: [a0+ a1+]    p-member needs the sum: every element leaves
+                              every class once, 2 elements per rank at least
+
+    Returns ``(ranks, need)``: (classes, members) rank indices and (classes,) elements
+    each class must still send (``ranks`` is None where every class is one rank: ``need``
+    is then in rank order), or None where the goal has partial axes the state has not
+    (a free convert into new partial axes makes data appear without a send).
+    """
+    from lowering.layout import _groups
+    from lowering.moves import replicated
+
+    if set(goal.partial_axes) - set(state.partial_axes):
+        return None
+    rep_t = replicated(state, mesh)
+    rep_g = replicated(goal, mesh)
+    ranks = _groups(mesh, tuple(rep_t))[1]
+    sb = boxes(state, mesh)[ranks[:, 0]]
+    need = local_numel(state, mesh)[ranks[:, 0]]
+    if all(mesh.sizes[mesh.index(a)] == 1 or a in rep_t for a in rep_g):
+        # every needer of an element some member needs is in the class (they differ on
+        # goal-replicated axes, which the class spans): those elements may stay inside;
+        # each goal block is counted once per rank needing it, hence the division
+        db = boxes(goal, mesh)[ranks]
+        inside = overlap_numel(sb[:, None], db).sum(axis=1) // mesh.group_size(tuple(rep_g))
+        need = need - inside
+    need.setflags(write=False)
+    return (ranks if ranks.shape[1] > 1 else None), need

@@ -237,9 +237,10 @@ def clear_caches() -> None:
         store.clear()
     for hook in _CLEAR_HOOKS:
         hook()
-    from spec_lang import parser
+    from spec_lang import ir, parser
 
-    for name in ("_parse_type", "_parse_mesh"):  # not the loaded grammar
-        fn = getattr(parser, name, None)
+    # spec_lang keeps its own small caches (it cannot import this module); not the grammar
+    for module, name in ((parser, "_parse_type"), (parser, "_parse_mesh"), (ir, "_dim_axes_ok"), (ir, "_check_layout")):
+        fn = getattr(module, name, None)
         if callable(getattr(fn, "cache_clear", None)):
             fn.cache_clear()

@@ -12,13 +12,15 @@ latency, per merged group.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from lowering.caching import cached
-from lowering.cost import DEFAULT_COST_MODEL, CostModel
+from lowering.cost import DEFAULT_COST_MODEL, CostModel, as_cost_model
 from lowering.kinds.groups import group_rows
 from lowering.program import Cost, Program, Step
 from spec_lang.errors import SpecError
@@ -125,10 +127,13 @@ def plan_jointly(programs: Sequence[Program], cost_model: CostModel | None = Non
 
 
 def compile_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Mesh | str, *,
-                 cost_model: CostModel | None = None) -> JointProgram:
-    """Compile every ``srcs[i] -> dsts[i]`` on ``mesh`` and merge them (see the module docstring)."""
+                 cost_model: CostModel | Mapping[str, Any] | str | os.PathLike[str] | None = None) -> JointProgram:
+    """Compile every ``srcs[i] -> dsts[i]`` on ``mesh`` and merge them (see the module docstring).
+
+    ``cost_model`` is what ``compile`` takes (a CostModel, its JSON dict or file path)."""
     from lowering.planner import compile
 
+    cost_model = as_cost_model(cost_model, mesh)
     if len(srcs) != len(dsts):
         raise SpecError(f"{len(srcs)} source types but {len(dsts)} destination types",
                         hint="pass one destination type per source type")

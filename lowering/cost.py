@@ -9,8 +9,15 @@ over its steps.
 
 Time is ``sum(alpha(step axes) + beta(step axes) * max bytes of the step)``, with
 per-axis alpha (latency, s) and beta (s/byte); a flattened group pays the slowest of its
-axes. The default model prices bytes only, so plans are chosen by bytes, then by
+axes, unless the model has its own (alpha, beta) for that group of axes (a calibrated
+model measures flattened groups too: a group of 8 ranks is not priced like its slowest
+axis of 2). The default model prices bytes only, so plans are chosen by bytes, then by
 collective count, then by peak memory.
+
+A model is saved and loaded as JSON (``to_json`` / ``from_json`` / ``load``), which is
+what ``shardc calibrate`` writes from timings on a real backend
+(``lowering.calibration``); ``compile(..., cost_model=)`` takes a CostModel, such a dict
+or the path of such a file (``as_cost_model``).
 
 One exception keeps the bytes-first model honest about latency: a *spare* axis is
 one that both the source and the destination replicate, so no data has to cross it.
@@ -23,11 +30,14 @@ split only where the saving pays for that latency, as an alpha-beta model would.
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 import operator
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from spec_lang.errors import SpecError
 
@@ -64,6 +74,8 @@ class CostModel:
     default_alpha: float = 0.0
     default_beta: float = 1e-10
     spare_axis_bytes: int = SPARE_AXIS_BYTES  # bytes-first only; see the module docstring
+    # (sorted axes of a flattened group, alpha, beta): overrides the slowest-axis price
+    groups: tuple[tuple[tuple[str, ...], float, float], ...] = field(default=())
 
     def __post_init__(self) -> None:
         for what in ("alpha", "beta"):
@@ -96,6 +108,7 @@ class CostModel:
             raise SpecError(f"spare_axis_bytes must be >= 0, got {b}",
                             hint="give a byte count, e.g. 65536, or 0 for a pure bytes-first plan")
         object.__setattr__(self, "spare_axis_bytes", n)
+        object.__setattr__(self, "groups", _check_groups(self.groups))
 
     @staticmethod
     def make(alpha: Mapping[str, float] | float | None = None, beta: Mapping[str, float] | float | None = None,
@@ -119,13 +132,29 @@ class CostModel:
             default_beta, beta = _seconds(beta, "beta"), None
         return CostModel(table(alpha, "alpha"), table(beta, "beta"), default_alpha, default_beta, spare_axis_bytes)
 
+    def _group(self, axes: tuple[str, ...]) -> tuple[tuple[str, ...], float, float] | None:
+        if len(axes) < 2 or not self.groups:
+            return None
+        key = tuple(sorted(axes))
+        return next((g for g in self.groups if g[0] == key), None)
+
     def alpha_of(self, axes: tuple[str, ...]) -> float:
+        g = self._group(axes)
+        if g is not None:
+            return g[1]
         table = dict(self.alpha)
         return max((table.get(a, self.default_alpha) for a in axes), default=0.0)
 
     def beta_of(self, axes: tuple[str, ...]) -> float:
+        g = self._group(axes)
+        if g is not None:
+            return g[2]
         table = dict(self.beta)
         return max((table.get(a, self.default_beta) for a in axes), default=0.0)
+
+    def axis_names(self) -> set[str]:
+        """Every mesh axis the model names (compile checks them against the mesh)."""
+        return {a for a, _ in self.alpha + self.beta} | {a for g in self.groups for a in g[0]}
 
     def step_time(self, axes: tuple[str, ...], bytes_max: int, collective: bool) -> float:
         if not collective:
@@ -139,7 +168,141 @@ class CostModel:
             self.default_alpha == 0.0
             and all(v == 0.0 for _, v in self.alpha)
             and all(v == self.default_beta for _, v in self.beta)
+            and all(a == 0.0 and b == self.default_beta for _, a, b in self.groups)
         )
+
+    def to_json(self) -> dict[str, Any]:
+        """The model as a JSON-able dict; ``CostModel.from_json`` reads it back."""
+        return {
+            "format": FORMAT,
+            "alpha": dict(self.alpha),
+            "beta": dict(self.beta),
+            "default_alpha": self.default_alpha,
+            "default_beta": self.default_beta,
+            "spare_axis_bytes": self.spare_axis_bytes,
+            "groups": [{"axes": list(axes), "alpha": a, "beta": b} for axes, a, b in self.groups],
+        }
+
+    @staticmethod
+    def from_json(data: object) -> CostModel:
+        """A model from ``to_json``'s dict (or the JSON text of one); SpecError on anything else.
+
+        Keys a calibration adds about itself (``backend``, ``mesh``, ``fit``) are allowed and
+        ignored; any other unknown key is refused, so a misspelt ``alpah`` is not silently
+        the default.
+        """
+        if isinstance(data, str):
+            try:
+                data = json.loads(data)
+            except json.JSONDecodeError as e:
+                raise SpecError(f"the cost model is not valid JSON: {e.msg}", text=data, pos=e.pos,
+                                hint=_JSON_HINT) from None
+        if not isinstance(data, Mapping):
+            raise SpecError(f"a cost model is a JSON object, got {type(data).__name__}", hint=_JSON_HINT)
+        unknown = sorted(set(data) - _JSON_KEYS)
+        if unknown:
+            raise SpecError(f"the cost model has unknown key(s) {unknown}",
+                            hint=f"the keys are {', '.join(sorted(_JSON_KEYS))}")
+        if data.get("format", FORMAT) != FORMAT:
+            raise SpecError(f"the cost model's format is {data['format']!r}, not {FORMAT!r}", hint=_JSON_HINT)
+        groups = data.get("groups", [])
+        if not isinstance(groups, list) or not all(isinstance(g, Mapping) and set(g) == {"axes", "alpha", "beta"}
+                                                   for g in groups):
+            raise SpecError(f"groups must be a list of {{axes, alpha, beta}} objects, got {groups!r}",
+                            hint=_JSON_HINT)
+        for g in groups:
+            if not isinstance(g["axes"], list):
+                raise SpecError(f"a group's axes are a list of mesh axis names, got {g['axes']!r}", hint=_JSON_HINT)
+        for what in ("alpha", "beta"):
+            if not isinstance(data.get(what, {}), Mapping):
+                raise SpecError(f"{what} must be an object of mesh axis -> seconds, got {data[what]!r}",
+                                hint=_JSON_HINT)
+        return CostModel(
+            tuple(sorted(data.get("alpha", {}).items())),
+            tuple(sorted(data.get("beta", {}).items())),
+            data.get("default_alpha", 0.0),
+            data.get("default_beta", 1e-10),
+            data.get("spare_axis_bytes", SPARE_AXIS_BYTES),
+            tuple((tuple(g["axes"]), g["alpha"], g["beta"]) for g in groups),
+        )
+
+    @staticmethod
+    def load(path: str | os.PathLike[str]) -> CostModel:
+        """Read a model from a JSON file (what ``shardc calibrate --out`` writes)."""
+        return CostModel.from_json(_read(path))
+
+
+def _read(path: str | os.PathLike[str]) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise SpecError(f"cannot read the cost model file {os.fspath(path)!r}: {e.strerror}",
+                        hint="give the path of a JSON file written by shardc calibrate --out") from None
+
+
+FORMAT = "shardc-cost-model/1"
+_JSON_KEYS = {"format", "alpha", "beta", "default_alpha", "default_beta", "spare_axis_bytes", "groups",
+              "backend", "mesh", "fit"}
+_JSON_HINT = ("write it as {\"alpha\": {\"dp\": 5e-6}, \"beta\": {\"dp\": 1e-10}, \"groups\": "
+              "[{\"axes\": [\"dp\", \"tp\"], \"alpha\": 8e-6, \"beta\": 2e-10}]}, as shardc calibrate does")
+
+
+def _check_groups(groups: object) -> tuple[tuple[tuple[str, ...], float, float], ...]:
+    """Each flattened group's entry: 2+ distinct str axes (kept sorted), checked alpha and beta."""
+    if not isinstance(groups, tuple) or not all(isinstance(g, tuple) and len(g) == 3 for g in groups):
+        raise SpecError(f"CostModel.groups must be a tuple of (axes, alpha, beta), got {groups!r}",
+                        hint="e.g. groups=((('dp', 'tp'), 8e-6, 2e-10),)")
+    out: list[tuple[tuple[str, ...], float, float]] = []
+    for axes, a, b in groups:
+        if (not isinstance(axes, tuple) or len(axes) < 2 or len(set(axes)) != len(axes)
+                or not all(isinstance(x, str) for x in axes)):
+            raise SpecError(f"a group of the cost model is 2 or more distinct mesh axis names, got {axes!r}",
+                            hint="give per-axis values in alpha/beta; groups are for flattened axes, e.g. ('dp', 'tp')")
+        key = tuple(sorted(axes))
+        if any(g[0] == key for g in out):
+            raise SpecError(f"the cost model gives the group {key} twice", subject=key[0],
+                            hint="give each flattened group one entry")
+        label = ",".join(key)
+        out.append((key, _seconds(a, f"alpha of group ({label})", key[0]),
+                    _seconds(b, f"beta of group ({label})", key[0])))
+    return tuple(out)
+
+
+def as_cost_model(value: object, mesh: object = None) -> CostModel | None:
+    """``compile``'s ``cost_model=``: None, a CostModel, its JSON dict, or a JSON file's path.
+
+    A calibrated model's JSON names the mesh it was measured on; with ``mesh`` given, a
+    different one (other axis sizes are other group sizes, so other alphas) is refused.
+    """
+    if value is None or isinstance(value, CostModel):
+        return value
+    if isinstance(value, (str, os.PathLike)):
+        text = _read(value)
+        model = CostModel.from_json(text)
+        data: object = json.loads(text)
+    elif isinstance(value, Mapping):
+        model, data = CostModel.from_json(value), value
+    else:
+        raise SpecError(
+            f"cost_model must be a lowering.CostModel, a dict or a path to its JSON, got {type(value).__name__}",
+            hint="build one with CostModel.make(alpha={'dp': 5e-6}, beta={'dp': 1e-10}), "
+            "or pass the file shardc calibrate --out wrote",
+        )
+    measured_on = data.get("mesh") if isinstance(data, Mapping) else None
+    if mesh is not None and measured_on is not None:
+        from spec_lang.parser import parse_mesh
+
+        if not isinstance(measured_on, str):
+            raise SpecError(f"the cost model's mesh is a mesh string like dp=2,tp=4, got {measured_on!r}",
+                            hint=_JSON_HINT)
+        measured_on = str(parse_mesh(measured_on))
+        mesh = str(parse_mesh(mesh)) if isinstance(mesh, str) else str(mesh)
+    if mesh is not None and measured_on is not None and measured_on != mesh:
+        raise SpecError(f"the cost model was calibrated on the mesh {measured_on}, not {mesh}",
+                        hint=f"calibrate this mesh (shardc calibrate --mesh {mesh}), or drop the model's "
+                        "\"mesh\" key to use it anyway")
+    return model
 
 
 DEFAULT_COST_MODEL = CostModel()

@@ -43,15 +43,30 @@ def dim_ranges(size: int, axes: tuple[str, ...], mesh: Mesh) -> np.ndarray:
     """(world, 2) [start, stop) of one dim of ``size`` sharded by ``axes`` (read-only; cached,
     since the planner's states share most of their dims)."""
     coords = mesh_coords(mesh)
-    world = mesh.size
-    start = np.zeros(world, dtype=np.int64)
-    length = np.full(world, size, dtype=np.int64)
-    for a in axes:
-        i = mesh.index(a)
-        start, length = chunk_range(start, length, mesh.sizes[i], coords[:, i])
-    out = np.stack([start, start + length], axis=1)
+    idx = [mesh.index(a) for a in axes]
+    if mesh.group_size(axes) <= _SMALL_GROUP:
+        # the chunks of the few blocks the axes make, in plain Python (numpy's per-call cost
+        # dominates there), then one lookup per rank by its block's row-major index
+        table = [(0, size)]
+        for i in idx:
+            n = mesh.sizes[i]
+            table = [(s + min(c * -(-ln // n), ln), min((c + 1) * -(-ln // n), ln) - min(c * -(-ln // n), ln))
+                     for s, ln in table for c in range(n)]
+        block = np.zeros(mesh.size, dtype=np.int64)
+        for i in idx:
+            block = block * mesh.sizes[i] + coords[:, i]
+        out = np.array([(s, s + ln) for s, ln in table], dtype=np.int64).reshape(-1, 2)[block]
+    else:
+        start = np.zeros(mesh.size, dtype=np.int64)
+        length = np.full(mesh.size, size, dtype=np.int64)
+        for i in idx:
+            start, length = chunk_range(start, length, mesh.sizes[i], coords[:, i])
+        out = np.stack([start, start + length], axis=1)
     out.setflags(write=False)
     return out
+
+
+_SMALL_GROUP = 256
 
 
 @cached(maxsize=4096, max_bytes=24 * MIB)
@@ -129,6 +144,11 @@ def overlap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def box_numel(b: np.ndarray) -> np.ndarray:
     return np.prod(b[..., 1] - b[..., 0], axis=-1)
+
+
+def overlap_numel(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``box_numel(overlap(a, b))`` without building the boxes (the pricing's hot path)."""
+    return np.prod(np.maximum(np.minimum(a[..., 1], b[..., 1]) - np.maximum(a[..., 0], b[..., 0]), 0), axis=-1)
 
 
 def group_ranks(mesh: Mesh, axes: tuple[str, ...], rank: int) -> tuple[int, ...]:

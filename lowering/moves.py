@@ -10,7 +10,11 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from lowering.kinds.base import erase
+from lowering.kinds.exchange import involved_axes
 from spec_lang.ir import AxisType, Dim, Mesh, TensorType
+
+__all__ = ["Move", "erase", "exchange_move", "involved_axes", "moves", "replicated", "with_dims", "with_partial"]
 
 
 @dataclass(frozen=True)
@@ -21,11 +25,6 @@ class Move:
     axes: tuple[str, ...]
     dims: tuple[int, ...]
     dst: TensorType
-
-
-def erase(t: TensorType) -> TensorType:
-    """Drop R/I annotations (forward values are the same); keep P and V."""
-    return t.replace(axis_types=tuple((a, at) for a, at in t.axis_types if at.kind in ("P", "V")))
 
 
 def with_dims(t: TensorType, axes_per_dim: list[tuple[str, ...]]) -> TensorType:
@@ -45,18 +44,6 @@ def with_partial(t: TensorType, axes: set[str], op: str, mesh: Mesh) -> TensorTy
 def replicated(t: TensorType, mesh: Mesh) -> list[str]:
     used = set(t.sharded_axes) | {a for a, _ in t.axis_types}
     return [a for a in mesh.names if a not in used]
-
-
-def involved_axes(a: TensorType, b: TensorType, mesh: Mesh) -> tuple[str, ...]:
-    """Axes whose block position differs between a and b (past each dim's common prefix)."""
-    out: set[str] = set()
-    for da, db in zip(a.dims, b.dims):
-        p = 0
-        while p < min(len(da.axes), len(db.axes)) and da.axes[p] == db.axes[p]:
-            p += 1
-        out.update(da.axes[p:])
-        out.update(db.axes[p:])
-    return tuple(x for x in mesh.names if x in out)
 
 
 def exchange_move(a: TensorType, b: TensorType, mesh: Mesh) -> Move | None:

@@ -27,15 +27,16 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import os
 import time
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from lowering.caching import MIB, cached
 from lowering.checks import check_budget, check_partial_conversion, check_same_global, resolve
-from lowering.cost import DEFAULT_COST_MODEL, SPARE_AXIS_BYTES, CostModel
+from lowering.cost import DEFAULT_COST_MODEL, SPARE_AXIS_BYTES, CostModel, as_cost_model
 from lowering.fallback import fallback_routes
 from lowering.kinds import kind_of, priced_step
 from lowering.layout import local_numel
@@ -63,7 +64,7 @@ def compile(
     dst: TensorType | str,
     mesh: Mesh | str,
     *,
-    cost_model: CostModel | None = None,
+    cost_model: CostModel | Mapping[str, Any] | str | os.PathLike[str] | None = None,
     budget_s: float = DEFAULT_BUDGET_S,
 ) -> Program:
     """Compile ``src -> dst`` on ``mesh`` into the cheapest Program found within ``budget_s``.
@@ -73,22 +74,22 @@ def compile(
     form) comes back with ``Program.optimal`` False. The budget is a deterministic count
     of planner work calibrated to seconds (see docs/planner.md), so every rank compiles
     the same program.
+
+    ``cost_model``: a CostModel, its JSON dict, or the path of a JSON file (what
+    ``shardc calibrate --out`` writes); None is the default bytes-first model.
     """
     s, m = resolve(src, mesh)
     d, _ = resolve(dst, m)
     check_same_global(s, d, src if isinstance(src, str) else None, dst if isinstance(dst, str) else None)
-    if cost_model is not None and not isinstance(cost_model, CostModel):
-        raise SpecError(
-            f"cost_model must be a lowering.CostModel, got {type(cost_model).__name__}",
-            hint="build one with CostModel.make(alpha={'dp': 5e-6}, beta={'dp': 1e-10})",
-        )
+    cost_model = as_cost_model(cost_model, m)
     if cost_model is not None and cost_model.spare_axis_bytes < 0:
         raise SpecError(f"spare_axis_bytes must be >= 0, got {cost_model.spare_axis_bytes}",
                         hint=f"use 0 for a pure bytes-first model, or the default {SPARE_AXIS_BYTES}")
-    for name, _ in (cost_model.alpha + cost_model.beta) if cost_model else ():
+    for name in sorted(cost_model.axis_names()) if cost_model else ():
         if name not in m:
             raise SpecError(f"the cost model names axis {name!r}, which is not on the mesh {m}",
-                            hint=f"use the mesh axes {', '.join(m.names)}")
+                            hint=f"use the mesh axes {', '.join(m.names)} (a calibrated model fits the mesh "
+                            "it was calibrated on)")
     return _compile(s, d, m, cost_model or DEFAULT_COST_MODEL, check_budget(budget_s, DEFAULT_BUDGET_S))
 
 
@@ -206,11 +207,13 @@ def _normal_form(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
 @cached(maxsize=4096)
 def _sent_floor(start: TensorType, goal: TensorType, mesh: Mesh) -> int:
     """Bytes the busiest rank sends in any plan, at least: the lower bound's ``sent_avg``
-    rounded up (every needed element arrives, so total sends cover the transfers). The
+    rounded up (every needed element arrives, so total sends cover the transfers), or the
+    per-class floor (``_class_floor``) where that is higher. The
     receive side of the lower bound is no floor for *sent* bytes on uneven layouts."""
     from lowering.bounds import lower_bound_detail
 
-    return int(np.ceil(lower_bound_detail(start, goal, mesh)["sent_avg_bytes"] - 1e-9))
+    avg = int(np.ceil(lower_bound_detail(start, goal, mesh)["sent_avg_bytes"] - 1e-9))
+    return max(avg, _class_floor(np.zeros(mesh.size, dtype=np.int64), start, goal, mesh))
 
 
 def _search(start: TensorType, goal: TensorType, mesh: Mesh, op: str, model: CostModel,
@@ -253,8 +256,9 @@ class _Ctx:
 
     def __init__(self, start: TensorType, goal: TensorType, mesh: Mesh, model: CostModel) -> None:
         self.goal, self.mesh, self.model = goal, mesh, model
+        self.bytes_first = model.bytes_first  # a property that walks the model's tables
         self.spare = set(spare_axes(start, goal, mesh))
-        self.charge = model.spare_axis_bytes if model.bytes_first else 0
+        self.charge = model.spare_axis_bytes if self.bytes_first else 0
         # spare-axis collectives so far, and whether a spare axis was sliced: a sliced spare axis
         # must be gathered back (the goal replicates it), so its charge is due from the slice on,
         # which keeps the search from exploring split plans the charge will rule out
@@ -269,15 +273,18 @@ class _Ctx:
         n_spare = lab.spare_colls + int(coll and on_spare)
         sliced = lab.spare_sliced or (on_spare and not coll)
         # bytes-first: time is a multiple of bytes, which the label already holds
-        time = lab.time if model.bytes_first else lab.time + model.step_time(mv.axes, int(step_sent.max()), coll)
+        time = lab.time if self.bytes_first else lab.time + model.step_time(mv.axes, int(step_sent.max()), coll)
         return _Label(
             lab.sent + step_sent, time, lab.colls + int(coll), max(lab.peak, _live_max(state, mv.dst, mesh)),
             self.charge * max(n_spare, int(sliced)), n_spare, sliced,
         )
 
     def key(self, lab: _Label, state: TensorType) -> tuple:
-        future = _future(state, self.goal, self.mesh) if self.model.bytes_first else 0.0
-        return _key(self.model, lab.time, lab.sent, lab.colls, lab.peak, future, lab.charge)
+        if not self.bytes_first:
+            return _key(self.model, lab.time, lab.sent, lab.colls, lab.peak, 0.0, lab.charge)
+        future = _future(state, self.goal, self.mesh)
+        return _key(self.model, lab.time, lab.sent, lab.colls, lab.peak, future, lab.charge,
+                    _class_floor(lab.sent, state, self.goal, self.mesh))
 
 
 @cached(maxsize=65536)
@@ -366,8 +373,23 @@ def _dominated(labels: Sequence[_Label], lab: _Label) -> bool:
     )
 
 
+def _class_floor(sent: np.ndarray, state: TensorType, goal: TensorType, mesh: Mesh) -> int:
+    """Bytes the busiest rank will have sent at least, per holder class (``lowering.bounds.
+    holder_classes``): its members' sends so far plus what the class must still send, over
+    its size, at the class where that is largest."""
+    from lowering.bounds import holder_classes
+
+    classes = holder_classes(state, goal, mesh)
+    if classes is None:
+        return 0
+    ranks, need = classes
+    if ranks is None:  # one rank a class, in rank order
+        return int((sent + need * state.itemsize).max())
+    return -(-int((sent[ranks].sum(axis=1) + need * state.itemsize).max()) // ranks.shape[1])
+
+
 def _key(model: CostModel, time: float, sent: np.ndarray, colls: int, peak: int, future: float,
-         extra: int = 0) -> tuple:
+         extra: int = 0, floor: int = 0) -> tuple:
     """Search key: (bytes estimate, collectives estimate, peak) for the bytes-first model,
     else (time, bytes, collectives, peak). Every term is a lower bound on the final
     program's, so the first goal popped is the cheapest, and the search can stop as soon
@@ -378,11 +400,13 @@ def _key(model: CostModel, time: float, sent: np.ndarray, colls: int, peak: int,
     it only grows along a path, so the estimate stays a lower bound. Where transfers are
     still needed, one more collective at least is too: that term lets a search whose
     incumbent is at the byte bound stop once no path with fewer collectives is left,
-    instead of walking every state of equal bytes."""
+    instead of walking every state of equal bytes. ``floor`` is the per-class bound
+    (``_class_floor``): what the busiest member of some class of ranks holding the same
+    values must have sent by the end, which the world average can hide."""
     total = int(sent.max())
     if not model.bytes_first:
         return (time, total, colls, peak)
-    estimate = max(total, -(-int(sent.sum() + future) // len(sent)))
+    estimate = max(total, floor, -(-int(sent.sum() + future) // len(sent)))
     return (estimate + extra, colls + int(future > 0), peak)
 
 

@@ -151,7 +151,9 @@ def test_peak_is_bounded_by_endpoints_plus_one_step() -> None:
 
 def test_bad_cost_model_is_a_spec_error() -> None:
     with pytest.raises(SpecError, match="cost_model must be"):
-        compile("f32[8@dp]", "f32[8]", MESH, cost_model="fast")  # type: ignore[arg-type]
+        compile("f32[8@dp]", "f32[8]", MESH, cost_model=3.5)  # type: ignore[arg-type]
+    with pytest.raises(SpecError, match="cannot read the cost model file 'fast'"):  # a str is a path
+        compile("f32[8@dp]", "f32[8]", MESH, cost_model="fast")
     with pytest.raises(SpecError, match="not on the mesh"):
         compile("f32[8@dp]", "f32[8]", MESH, cost_model=CostModel.make(alpha={"pp": 1e-6}))
     with pytest.raises(SpecError, match="spare_axis_bytes must be >= 0"):

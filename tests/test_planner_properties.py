@@ -12,7 +12,7 @@ from lowering.planner import compile
 from lowering.simulator import simulate
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases(), st.integers(0, 2**31))
 def test_simulated_program_gives_destination_shards(case: tuple, seed: int) -> None:
     src, dst, mesh = case

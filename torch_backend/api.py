@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 import lowering
+from lowering.caching import on_clear
 from lowering.checks import check_same_global
 from lowering.kinds.local import keeps_values
 from lowering.layout import boxes, local_shape, local_shapes
@@ -124,6 +125,7 @@ def prepare(x: Any, src: TensorType | str, dst: TensorType | str, mesh: Mesh | s
 # The context is kept in the entry and compared by identity, so a recycled id never matches.
 _CALLS: dict[tuple[Any, Any, int], BoundProgram] = {}
 _CALLS_MAX = 4096
+on_clear(_CALLS.clear)  # lowering.clear_caches() and torch_backend.clear_caches() empty it
 
 
 def plan_call(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any, *,

@@ -12,22 +12,23 @@ program of the gradients' programs as the backward.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import torch
 
-from lowering.coalesce import JointProgram, plan_jointly
+from lowering.coalesce import JointProgram, Merged, plan_jointly
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
+from torch_backend import collectives, comm
 from torch_backend.api import _ranks_at_fault, bound_call, check_tensor
 from torch_backend.autograd import backward_program
 from torch_backend.comm import rank_map
 from torch_backend.executor import _aliases, build_pieces
 from torch_backend.groups import MeshContext
-from torch_backend.packed import PACKED
+from torch_backend.packed import LAUNCHABLE, PACKED
 from torch_backend.runners import RUNNERS, Pieces
 
 
@@ -41,19 +42,27 @@ class JointBound:
     _backward: JointBound | None = None
 
     def run(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        ys = list(xs)
-        for rnd in self.joint.rounds:
+        return self.unaliased(xs, self.run_rounds(list(xs), self.joint.rounds))
+
+    def run_rounds(self, ys: list[torch.Tensor], rounds: Sequence[tuple[Merged, ...]]) -> list[torch.Tensor]:
+        for rnd in rounds:
             for g in rnd:
-                if not g.packed:
-                    j, i = g.members[0]
-                    step = self.joint.programs[j].steps[i]
-                    ys[j] = RUNNERS[step.kind](self.ctx, step, self.pieces[j][i], ys[j])
-                    continue
-                steps = [self.joint.step(ref) for ref in g.members]
-                outs = PACKED[g.kind](self.ctx, steps, [self.pieces[j][i] for j, i in g.members],
-                                      [ys[j] for j, _ in g.members])
-                for (j, _), y in zip(g.members, outs):
-                    ys[j] = y
+                self.run_group(g, ys)
+        return ys
+
+    def run_group(self, g: Merged, ys: list[torch.Tensor]) -> None:
+        if not g.packed:
+            j, i = g.members[0]
+            step = self.joint.programs[j].steps[i]
+            ys[j] = RUNNERS[step.kind](self.ctx, step, self.pieces[j][i], ys[j])
+            return
+        steps = [self.joint.step(ref) for ref in g.members]
+        outs = PACKED[g.kind](self.ctx, steps, [self.pieces[j][i] for j, i in g.members], [ys[j] for j, _ in g.members])
+        for (j, _), y in zip(g.members, outs):
+            ys[j] = y
+
+    def unaliased(self, xs: Sequence[torch.Tensor], ys: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The results, none sharing memory with an input (a lone view is copied)."""
         for j, (x, y) in enumerate(zip(xs, ys)):
             if _aliases(self.ctx, y, x):
                 ys[j] = rank_map(self.ctx, lambda r, t: t.clone(memory_format=torch.contiguous_format), y)
@@ -63,6 +72,67 @@ class JointBound:
         if self._backward is None:
             self._backward = bind_joint(plan_jointly([backward_program(p) for p in self.joint.programs]), self.ctx)
         return self._backward
+
+
+class JointPending:
+    """``redistribute_many(..., async_op=True)``: every round but the last ran; in the last,
+    the packed all_gathers, reduce_scatters and all_reduces (and single steps that can be
+    launched, see ``collectives.launch``) are on the wire, and the other steps ran.
+    ``result()`` waits for them, in launch order, and unpacks (once)."""
+
+    def __init__(self, bound: JointBound, xs: Sequence[torch.Tensor]) -> None:
+        self.bound, self._xs = bound, list(xs)
+        rounds, ctx = bound.joint.rounds, bound.ctx
+        ys = bound.run_rounds(list(xs), rounds[:-1])
+        self._inflight: list[tuple[tuple[int, ...], Any, Callable[[], Any]]] = []
+        for g in rounds[-1] if rounds else ():
+            launched = None if ctx.is_local else self._launch(g, ys)
+            if launched is None:
+                bound.run_group(g, ys)
+            else:
+                self._inflight.append(launched)
+        self._ys, self._result = ys, None
+
+    def _launch(self, g: Merged, ys: list[torch.Tensor]) -> tuple[tuple[int, ...], Any, Callable[[], Any]] | None:
+        b = self.bound
+        if g.packed and g.kind in LAUNCHABLE:
+            steps = [b.joint.step(ref) for ref in g.members]
+            work, unpack = PACKED[g.kind](b.ctx, steps, [b.pieces[j][i] for j, i in g.members],
+                                          [ys[j] for j, _ in g.members], launch_only=True)
+            return tuple(j for j, _ in g.members), work, unpack
+        if not g.packed:
+            j, i = g.members[0]
+            out = collectives.launch(b.ctx, b.joint.programs[j].steps[i], b.pieces[j][i], ys[j])
+            if out is not None:
+                work, finish = out
+                return (j,), work, lambda: [finish()]
+        return None
+
+    def result(self) -> list[torch.Tensor]:
+        if self._result is None:
+            ys = self._ys
+            for members, work, unpack in self._inflight:
+                comm.wait(self.bound.ctx, work)
+                for j, y in zip(members, unpack()):
+                    ys[j] = y
+            self._result, self._inflight = self.bound.unaliased(self._xs, ys), []
+        return list(self._result)
+
+
+class ManyHandle:
+    """What ``redistribute_many(..., async_op=True)`` returns: ``wait()`` gives the results
+    (the same list on every call), differentiable when an input requires grad."""
+
+    def __init__(self, pending: JointPending, xs: Sequence[torch.Tensor]) -> None:
+        self._pending, self._xs, self._out = pending, list(xs), None
+
+    def wait(self) -> list[torch.Tensor]:
+        if self._out is None:
+            if torch.is_grad_enabled() and any(x.requires_grad for x in self._xs):
+                self._out = list(_ManyFinish.apply(self._pending, *self._xs))
+            else:
+                self._out = self._pending.result()
+        return self._out
 
 
 def bind_joint(joint: JointProgram, ctx: MeshContext) -> JointBound:
@@ -82,6 +152,15 @@ class _Many(torch.autograd.Function):
         return (None, *bound.backward().run(filled))
 
 
+class _ManyFinish(_Many):
+    """The end of an async joint redistribution, on autograd's tape from the inputs."""
+
+    @staticmethod
+    def forward(ctx: Any, pending: JointPending, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
+        ctx.bound = pending.bound
+        return tuple(pending.result())
+
+
 def _zeros(bound: JointBound, j: int) -> torch.Tensor:
     """A zero gradient for an output autograd did not use (its dual type's blocks)."""
     from lowering.layout import local_shapes
@@ -95,10 +174,13 @@ def _zeros(bound: JointBound, j: int) -> torch.Tensor:
 
 def redistribute_many(xs: Sequence[torch.Tensor], srcs: Sequence[TensorType | str],
                       dsts: Sequence[TensorType | str], mesh: Mesh | str | Any, *,
-                      timeout: timedelta | float | None = None, agree: bool | None = None) -> list[torch.Tensor]:
+                      timeout: timedelta | float | None = None, agree: bool | None = None,
+                      async_op: bool = False) -> Any:
     """Redistribute ``xs[i]`` from ``srcs[i]`` to ``dsts[i]``, all on ``mesh``, jointly.
 
     Returns the new blocks in order; the inputs are never modified. See the module docstring.
+    ``async_op=True`` returns a handle at once, the last round's collectives on the wire;
+    ``handle.wait()`` gives the list (do not modify the inputs before it).
     """
     if isinstance(xs, torch.Tensor) or not isinstance(xs, Sequence):
         raise SpecError("redistribute_many takes a sequence of tensors",
@@ -108,6 +190,8 @@ def redistribute_many(xs: Sequence[torch.Tensor], srcs: Sequence[TensorType | st
                         hint="pass one source and one destination type per tensor (at least one)")
     bound = prepare_many(srcs, dsts, mesh, timeout=timeout)
     checked = _check_all(xs, bound, agree)
+    if async_op:
+        return ManyHandle(JointPending(bound, [x.detach() if x.requires_grad else x for x in checked]), checked)
     if torch.is_grad_enabled() and any(x.requires_grad for x in checked):
         return list(_Many.apply(bound, *checked))
     return bound.run(checked)

@@ -59,7 +59,10 @@ def under_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def _child(rank: int, world: int, spec: RunSpec, port: int, q: Any) -> None:
+RankFn = Callable[[Any, Any], dict[str, Any]]  # (spec, store) -> this rank's report
+
+
+def _child(rank: int, world: int, spec: RunSpec, port: int, q: Any, rank_fn: RankFn = run_rank) -> None:
     """Entry point of a spawned rank."""
     import torch.distributed as dist
 
@@ -69,7 +72,7 @@ def _child(rank: int, world: int, spec: RunSpec, port: int, q: Any) -> None:
         _count(store, "up")
         init(spec, rank, world, store)
         _count(store, "joined")
-        report = run_rank(spec, store)
+        report = rank_fn(spec, store)
     except BaseException as e:
         report = {"rank": rank, "ok": False, "error": f"{type(e).__name__}: {e}"}
     q.put(report)
@@ -102,12 +105,16 @@ def _progress(store: Any, done: int, failed: int) -> dict[str, int]:
     return {"up": read("up"), "joined": read("joined"), "bench": read("bench"), "done": done, "failed": failed}
 
 
-def launch_local(spec: RunSpec, world: int,
-                 on_progress: Callable[[dict[str, int]], None] | None = None) -> RunResult:
+def launch_local(spec: RunSpec | Any, world: int,
+                 on_progress: Callable[[dict[str, int]], None] | None = None,
+                 rank_fn: RankFn = run_rank) -> RunResult:
     """Spawn ``world`` ranks on this machine and run ``spec``.
 
     ``on_progress`` is called a few times a second with ``{up, joined, bench, done, failed}``
     rank counts (read from the store the parent owns), for ``shardc run``'s progress display.
+    ``rank_fn(spec, store)`` is what each rank runs once it joined the process group
+    (a module-level function: it is pickled to the spawned ranks); ``spec`` needs the
+    ``backend`` and ``timeout`` that ``init`` reads. ``shardc calibrate`` passes its own.
     """
     import torch.distributed as dist
     import torch.multiprocessing as mp
@@ -117,7 +124,7 @@ def launch_local(spec: RunSpec, world: int,
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    procs = [ctx.Process(target=_child, args=(r, world, spec, store.port, q), daemon=True) for r in range(world)]
+    procs = [ctx.Process(target=_child, args=(r, world, spec, store.port, q, rank_fn), daemon=True) for r in range(world)]
     for p in procs:
         p.start()
     try:
@@ -209,12 +216,12 @@ def merge(reports: dict[int, dict[str, Any]], died: dict[int, int], hung: list[i
     return res
 
 
-def launch_torchrun(spec: RunSpec) -> RunResult | None:
+def launch_torchrun(spec: RunSpec | Any, rank_fn: RankFn = run_rank) -> RunResult | None:
     """Run on the torchrun world; rank 0 gets the merged result, the others None."""
     import torch.distributed as dist
 
     store = init(spec)
-    report = run_rank(spec, store)
+    report = rank_fn(spec, store)
     world = dist.get_world_size()
     if report.get("error"):
         # the group may be broken: no gather; every rank speaks for itself

@@ -13,6 +13,7 @@ or padded pieces for a reduce_scatter, one reduce op and one dtype per packed co
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -48,12 +49,17 @@ def _mapped(ctx: MeshContext, fn: Callable[[int], torch.Tensor]) -> torch.Tensor
 
 
 def all_gather(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
-               xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+               xs: Sequence[torch.Tensor], launch_only: bool = False) -> Any:
     blocks = _stack(ctx, xs)
     sizes = {r: [p[r].chunk for p in pieces] for r in ctx.ranks}
     send = _mapped(ctx, lambda r: torch.cat([_flat(b) for b in blocks[r]]))
     out = _mapped(ctx, lambda r: blocks[r][0].new_empty(pieces[0][r].n * sum(sizes[r])))
-    comm.all_gather(ctx, out, send, ctx.group(steps[0].axes, ctx.ranks[0]))
+    work = comm.all_gather(ctx, out, send, ctx.group(steps[0].axes, ctx.ranks[0]), launch_only=True)
+    return _finished(ctx, work, lambda: _unpack_gather(ctx, pieces, blocks, sizes, out, len(xs)), launch_only)
+
+
+def _unpack_gather(ctx: MeshContext, pieces: Sequence[Pieces], blocks: dict[int, list[torch.Tensor]],
+                   sizes: dict[int, list[int]], out: torch.Tensor, count: int) -> list[torch.Tensor]:
     res: dict[int, list[torch.Tensor]] = {}
     with _plain(ctx):
         for r in ctx.ranks:
@@ -67,11 +73,11 @@ def all_gather(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces]
                 off += sizes[r][j]
                 ys.append(y)
             res[r] = ys
-    return _split(ctx, res, len(xs))
+    return _split(ctx, res, count)
 
 
 def reduce_scatter(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
-                   xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+                   xs: Sequence[torch.Tensor], launch_only: bool = False) -> Any:
     blocks = _stack(ctx, xs)
     op = steps[0].op or "sum"
     # LocalTensorMode cannot split a buffer of 0 elements per member: keep one dummy element
@@ -92,34 +98,50 @@ def reduce_scatter(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pie
 
     send = _mapped(ctx, pack)
     out = _mapped(ctx, lambda r: blocks[r][0].new_empty(total[r]))
-    comm.reduce_scatter(ctx, out, send, op, ctx.group(steps[0].axes, ctx.ranks[0]))
-    res: dict[int, list[torch.Tensor]] = {}
-    with _plain(ctx):
-        for r in ctx.ranks:
-            o, off, ys = comm.local_of(out, r), 0, []
-            for j, p in enumerate(pieces):
-                k = numel(p[r].out_shape)
-                ys.append(finish_avg(o[off:off + k].clone().view(p[r].out_shape), op, p[r].n))
-                off += sizes[r][j]
-            res[r] = ys
-    return _split(ctx, res, len(xs))
+    work = comm.reduce_scatter(ctx, out, send, op, ctx.group(steps[0].axes, ctx.ranks[0]), launch_only=True)
+
+    def unpack() -> list[torch.Tensor]:
+        res: dict[int, list[torch.Tensor]] = {}
+        with _plain(ctx):
+            for r in ctx.ranks:
+                o, off, ys = comm.local_of(out, r), 0, []
+                for j, p in enumerate(pieces):
+                    k = numel(p[r].out_shape)
+                    ys.append(finish_avg(o[off:off + k].clone().view(p[r].out_shape), op, p[r].n))
+                    off += sizes[r][j]
+                res[r] = ys
+        return _split(ctx, res, len(xs))
+
+    return _finished(ctx, work, unpack, launch_only)
 
 
 def all_reduce(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
-               xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+               xs: Sequence[torch.Tensor], launch_only: bool = False) -> Any:
     blocks = _stack(ctx, xs)
     op = steps[0].op or "sum"
     buf = _mapped(ctx, lambda r: torch.cat([_flat(b) for b in blocks[r]]))
-    comm.all_reduce(ctx, buf, op, ctx.group(steps[0].axes, ctx.ranks[0]))
-    res: dict[int, list[torch.Tensor]] = {}
-    with _plain(ctx):
-        for r in ctx.ranks:
-            o, off, ys = comm.local_of(buf, r), 0, []
-            for j, b in enumerate(blocks[r]):
-                ys.append(finish_avg(o[off:off + b.numel()].view(b.shape), op, pieces[j][r].n))
-                off += b.numel()
-            res[r] = ys
-    return _split(ctx, res, len(xs))
+    work = comm.all_reduce(ctx, buf, op, ctx.group(steps[0].axes, ctx.ranks[0]), launch_only=True)
+
+    def unpack() -> list[torch.Tensor]:
+        res: dict[int, list[torch.Tensor]] = {}
+        with _plain(ctx):
+            for r in ctx.ranks:
+                o, off, ys = comm.local_of(buf, r), 0, []
+                for j, b in enumerate(blocks[r]):
+                    ys.append(finish_avg(o[off:off + b.numel()].view(b.shape), op, pieces[j][r].n))
+                    off += b.numel()
+                res[r] = ys
+        return _split(ctx, res, len(xs))
+
+    return _finished(ctx, work, unpack, launch_only)
+
+
+def _finished(ctx: MeshContext, work: Any, unpack: Callable[[], list[torch.Tensor]], launch_only: bool) -> Any:
+    """``(work, unpack)`` for an async caller; otherwise wait and unpack now."""
+    if launch_only:
+        return work, unpack
+    comm.wait(ctx, work)
+    return unpack()
 
 
 def exchange(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
@@ -176,3 +198,4 @@ class _plain:
 
 PACKED = {"all_gather": all_gather, "reduce_scatter": reduce_scatter, "all_reduce": all_reduce,
           "exchange": exchange}
+LAUNCHABLE = frozenset({"all_gather", "reduce_scatter", "all_reduce"})  # take launch_only

@@ -11,7 +11,7 @@ import numpy as np
 
 from lowering.caching import MIB, cached
 from lowering.kinds.groups import group_rows
-from lowering.layout import box_numel, boxes, overlap
+from lowering.layout import box_numel, boxes, overlap, overlap_numel
 from spec_lang.ir import Mesh, TensorType
 
 
@@ -133,12 +133,11 @@ def max_senders_factorised(src: TensorType, dst: TensorType, mesh: Mesh, axes: t
 def exchange_bytes_bruteforce(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> np.ndarray:
     """All pairs of the group intersected: the definition, kept for tests."""
     groups = group_rows(mesh, axes)
-    pair = box_numel(overlap(boxes(src, mesh)[groups][:, :, None], boxes(dst, mesh)[groups][:, None, :]))
-    n = groups.shape[1]
-    pair[:, np.arange(n), np.arange(n)] = 0
+    sb, db = boxes(src, mesh), boxes(dst, mesh)
+    pair = overlap_numel(sb[groups][:, :, None], db[groups][:, None, :])
     sent = np.zeros(mesh.size, dtype=np.int64)
     sent[groups.reshape(-1)] = pair.sum(axis=2).reshape(-1)
-    return sent
+    return sent - overlap_numel(sb, db)  # the own piece is kept, not sent
 
 
 def received_elems(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> np.ndarray:

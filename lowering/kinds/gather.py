@@ -40,7 +40,7 @@ from lowering.kinds.base import (
 )
 from lowering.kinds.copies import Copy, back_to_back, runs_to_boxes
 from lowering.kinds.groups import group_rows, per_rank
-from lowering.layout import box_numel, boxes, group_ranks
+from lowering.layout import boxes, group_ranks, local_numel
 from spec_lang.ir import Mesh, TensorType
 
 if TYPE_CHECKING:
@@ -98,8 +98,9 @@ class AllGather(StepKind):
               padded: bool = True) -> np.ndarray:
         """A ring over the group: each rank sends every block but its successor's."""
         rows = group_rows(mesh, axes)
-        pieces = box_numel(boxes(src, mesh)[rows])  # (G, n)
-        return per_rank(mesh, rows, pieces.sum(axis=1, keepdims=True) - np.roll(pieces, -1, axis=1))
+        pieces = local_numel(src, mesh)[rows]  # (G, n)
+        successor = np.concatenate((pieces[:, 1:], pieces[:, :1]), axis=1)
+        return per_rank(mesh, rows, pieces.sum(axis=1, keepdims=True) - successor)
 
     def pieces(self, step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> RankPieces:
         src_b = boxes(step.src, mesh)

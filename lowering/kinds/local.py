@@ -202,8 +202,19 @@ class ZeroPad(StepKind):
         return dual_steps(step, mesh, "slice")  # convert(S, P) <- convert(R, S)
 
 
+class Relabel(StepKind):
+    """A local kind that changes types only: every rank keeps its tensor as it is."""
+
+    def pieces(self, step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> RankPieces:
+        shape = box_shape(boxes(step.src, mesh)[rank])
+        return RankPieces(kind=self.name, rank=rank, in_shape=shape, out_shape=shape, members=(rank,))
+
+    def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return [np.array(x, copy=True) for x in xs]
+
+
 @register
-class Reinterpret(StepKind):
+class Reinterpret(Relabel):
     name = "reinterpret"
 
     def infer(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> Signature:
@@ -224,13 +235,6 @@ class Reinterpret(StepKind):
         if not changed:
             raise refuse(self.name, src, dst, "no axis changes its type", "the types are already equal")
         return Signature(_given(axes, tuple(changed), self.name, src, dst), ())
-
-    def pieces(self, step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> RankPieces:
-        shape = box_shape(boxes(step.src, mesh)[rank])
-        return RankPieces(kind=self.name, rank=rank, in_shape=shape, out_shape=shape, members=(rank,))
-
-    def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return [np.array(x, copy=True) for x in xs]
 
     def dual(self, step: Step, mesh: Mesh) -> tuple[Step, ...]:
         # reinterpret(R, I) <- convert(I, P); reinterpret(I, R) <- all_reduce(I);

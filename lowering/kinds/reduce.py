@@ -47,7 +47,7 @@ from lowering.kinds.base import (
 )
 from lowering.kinds.copies import Copy, boxes_to_runs
 from lowering.kinds.groups import group_rows, per_rank
-from lowering.layout import box_numel, boxes
+from lowering.layout import box_numel, boxes, local_numel
 from spec_lang.ir import Mesh, TensorType
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ class ReduceScatter(StepKind):
         """A ring: (n-1) chunks of the largest piece when padded; unpadded, every piece
         but the rank's own (sent to its reducer)."""
         rows = group_rows(mesh, axes)
-        pieces = box_numel(boxes(dst, mesh)[rows])
+        pieces = local_numel(dst, mesh)[rows]
         if padded:
             return per_rank(mesh, rows, (rows.shape[1] - 1) * pieces.max(axis=1, keepdims=True))
         return per_rank(mesh, rows, pieces.sum(axis=1, keepdims=True) - pieces)
@@ -168,7 +168,7 @@ class AllReduce(StepKind):
               padded: bool = True) -> np.ndarray:
         """A ring all_reduce: 2(n-1)/n of the block, rounded up."""
         n = mesh.group_size(axes)
-        return -(-(2 * (n - 1) * box_numel(boxes(src, mesh))) // n)
+        return -(-(2 * (n - 1) * local_numel(src, mesh)) // n)
 
     def pieces(self, step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> RankPieces:
         shape = box_shape(boxes(step.src, mesh)[rank])

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lowering.kinds.base import RankPieces, Signature, StepKind, box_shape, dual_steps, refuse, register
+from lowering.kinds.local import Relabel
 from lowering.layout import boxes
 from spec_lang.ir import Dim, Mesh, TensorType
 
@@ -46,7 +47,7 @@ def _same_shell(kind: str, src: TensorType, dst: TensorType) -> None:
 
 
 @register
-class Pcast(StepKind):
+class Pcast(Relabel):
     name = "pcast"
     planned = False
 
@@ -68,13 +69,6 @@ class Pcast(StepKind):
             raise refuse(self.name, src, dst, f"the types change axes {changed}, not {list(axes)}",
                          f"pass axes={tuple(changed)!r}, or leave axes out")
         return Signature(tuple(changed) if axes is None else tuple(axes), ())
-
-    def pieces(self, step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> RankPieces:
-        shape = box_shape(boxes(step.src, mesh)[rank])
-        return RankPieces(kind=self.name, rank=rank, in_shape=shape, out_shape=shape, members=(rank,))
-
-    def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return [np.array(x, copy=True) for x in xs]
 
     def dual(self, step: Step, mesh: Mesh) -> tuple[Step, ...]:
         return dual_steps(step, mesh, "pcast")

@@ -1,4 +1,4 @@
-"""The ``shardc`` command line: parse, show, plan, run.
+"""The ``shardc`` command line: parse, show, plan, run, calibrate.
 
 Each subcommand lives in its own module and is imported only when used, so
 ``shardc parse`` and ``shardc plan`` never import torch.
@@ -18,6 +18,8 @@ SUBCOMMANDS = {
     "show": ("torch_backend.cli.show_cmd", "a picture of which rank holds which block"),
     "plan": ("torch_backend.cli.plan_cmd", "compile a redistribution and print its program and cost"),
     "run": ("torch_backend.cli.run_cmd", "compile and run a redistribution on local ranks or under torchrun"),
+    "calibrate": ("torch_backend.cli.calibrate_cmd", "fit a cost model (alpha, beta per mesh axis) to timed "
+                  "collectives on local ranks; writes JSON for compile"),
 }
 
 

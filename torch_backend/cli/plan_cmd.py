@@ -17,6 +17,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="latency per collective in seconds: one number for every axis, or dp=5e-6,tp=1e-6")
     p.add_argument("--beta", default=None,
                    help="seconds per byte: one number for every axis, or dp=1e-10,tp=2e-11")
+    p.add_argument("--cost-model", default=None, metavar="PATH",
+                   help="a cost model JSON file (what shardc calibrate --out writes) instead of --alpha/--beta")
     p.add_argument("--spare-axis-bytes", type=int, default=None, metavar="B",
                    help="bytes-first model: the charge for a collective over an axis both types "
                    "replicate (splitting a pending reduction pays only above it; default 64 KiB); "
@@ -67,6 +69,11 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError("--spare-axis-bytes must be >= 0", text=str(spare), pos=0,
                         hint="give a byte count, e.g. --spare-axis-bytes 0 for a pure bytes-first plan")
     model = CostModel.make(alpha, beta, a0, b0, spare)
+    if args.cost_model is not None:
+        if args.alpha is not None or args.beta is not None or args.spare_axis_bytes is not None:
+            raise SpecError("--cost-model replaces --alpha, --beta and --spare-axis-bytes", text=args.cost_model,
+                            pos=0, hint="give either a --cost-model file or the per-axis flags, not both")
+        model = CostModel.load(args.cost_model)
     prog = compile(args.src, args.dst, mesh, cost_model=model)
     lb = lower_bound(args.src, args.dst, mesh)
     ratio = (prog.cost.bytes_sent_max / lb) if lb else (1.0 if prog.cost.bytes_sent_max == 0 else float("inf"))

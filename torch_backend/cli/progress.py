@@ -15,8 +15,11 @@ from typing import Any
 class RunProgress:
     """Stages: starting ranks -> joining the process group -> (timing runs ->) reports in."""
 
-    def __init__(self, world: int, backend: str, bench: int, *, rich: bool, plain: bool) -> None:
+    def __init__(self, world: int, backend: str, bench: int, *, rich: bool, plain: bool,
+                 command: str = "shardc run", runs: str = "runs", doing: str = "running the program") -> None:
+        """``bench``: how many timed units rank 0 counts (``runs``, or ``probes`` for calibrate)."""
         self.world, self.backend, self.bench = world, backend, bench
+        self.command, self.runs, self.doing = command, runs, doing
         self.t0 = time.monotonic()
         self.said: set[str] = set()
         self.last_up = 0
@@ -45,7 +48,7 @@ class RunProgress:
     def _say(self, text: str) -> None:
         if self.plain:
             self.last_line = time.monotonic()
-            print(f"shardc run: [{time.monotonic() - self.t0:5.1f}s] {text}", file=sys.stderr, flush=True)
+            print(f"{self.command}: [{time.monotonic() - self.t0:5.1f}s] {text}", file=sys.stderr, flush=True)
 
     def __call__(self, state: dict[str, int]) -> None:
         w = self.world
@@ -56,15 +59,15 @@ class RunProgress:
         elif state["joined"] < w:
             desc, done, total = "joining the process group", state["joined"], w
         elif self.bench and state["bench"] < self.bench and state["done"] == 0:
-            desc, done, total = f"timing {self.bench} runs", state["bench"], self.bench
+            desc, done, total = f"timing {self.bench} {self.runs}", state["bench"], self.bench
         else:
             desc, done, total = "running; ranks reported", state["done"], w
         if self.bar is not None:
             self.bar.update(self.task, description=desc, completed=done, total=total)
         milestones = [
             (state["up"] >= w, f"{w} ranks started"),
-            (state["joined"] >= w, f"process group ready ({self.backend}); running the program"),
-            (bool(self.bench) and state["bench"] >= self.bench, f"{self.bench} timed runs done"),
+            (state["joined"] >= w, f"process group ready ({self.backend}); {self.doing}"),
+            (bool(self.bench) and state["bench"] >= self.bench, f"{self.bench} timed {self.runs} done"),
             (state["failed"] > 0, "a rank failed; collecting the reports"),
         ]
         if state["up"] < w and state["up"] != self.last_up and time.monotonic() - self.last_line > 2.0:

@@ -1,0 +1,123 @@
+"""``shardc calibrate``: fit a cost model to collective times measured on local ranks.
+
+    shardc calibrate --backend gloo --mesh dp=2,tp=4 --out gloo-dp2-tp4.json
+    shardc plan --mesh dp=2,tp=4 --cost-model gloo-dp2-tp4.json 'f32[64]{U:tp}' 'f32[64@tp]'
+
+Spawns the mesh's ranks on this machine (as ``shardc run`` does), times an all_gather,
+reduce_scatter, all_reduce and all_to_all over each mesh axis and each flattened group
+of axes at a few message sizes, fits alpha (latency) and beta (seconds per byte) per
+group (``lowering.calibration``), prints them with each fit's R^2, and writes the model
+as JSON for ``compile(..., cost_model=path)`` and ``shardc plan --cost-model``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from spec_lang.errors import SpecError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mesh", required=True, help="mesh, e.g. dp=2,tp=4 (its size is the number of ranks)")
+    p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="gloo",
+                   help="the backend to calibrate (default gloo; auto: NCCL when every rank can have a GPU)")
+    p.add_argument("--out", default=None, metavar="PATH", help="write the fitted model here as JSON")
+    p.add_argument("--sizes", default="1K,16K,256K,4M",
+                   help="message sizes (bytes of the full tensor, K/M suffixes), default 1K,16K,256K,4M")
+    p.add_argument("--iters", type=int, default=5, metavar="N", help="timed runs per probe, after a warm-up (default 5)")
+    p.add_argument("--json", action="store_true", help="print the model and the fit as JSON instead of text")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                   help="seconds each collective may take before the ranks give up (default 60)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from lowering.calibration import Sample, calibration_json, fit_model, parse_sizes, probes
+    from spec_lang import parse_mesh
+
+    mesh = parse_mesh(args.mesh)
+    sizes = parse_sizes(args.sizes)
+    if args.iters < 1:
+        raise SpecError("--iters must be >= 1", text=str(args.iters), pos=0, hint="e.g. --iters 5")
+    if args.timeout <= 0:
+        raise SpecError("--timeout must be positive", hint="e.g. --timeout 30")
+    if mesh.size < 2 or not probes(mesh, sizes):
+        raise SpecError(f"the mesh {mesh} has no axis of size > 1: nothing to calibrate", text=args.mesh, pos=0,
+                        hint="give a mesh with 2 or more ranks, e.g. --mesh dp=2,tp=4")
+    if args.out is not None:
+        _check_writable(args.out)
+
+    from torch_backend import launcher
+    from torch_backend.calibrate import CalibrateSpec, calibrate_rank, slowest
+    from torch_backend.cli.progress import RunProgress
+
+    spec = CalibrateSpec(mesh=args.mesh, sizes=sizes, iters=args.iters, timeout=args.timeout)
+    spec.backend = launcher.choose_backend(args.backend, mesh.size)
+    if spec.backend == "nccl":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SpecError("--backend nccl needs CUDA GPUs, and none is visible", hint="use --backend gloo")
+    n_probes = len(probes(mesh, sizes))
+    if launcher.under_torchrun():
+        result = launcher.launch_torchrun(spec, rank_fn=calibrate_rank)
+        if result is None:  # not rank 0
+            return 0
+    else:
+        progress = RunProgress(mesh.size, spec.backend, n_probes, rich=sys.stderr.isatty(), plain=not args.json,
+                               command="shardc calibrate", runs="probes", doing="timing the probes")
+        try:
+            result = launcher.launch_local(spec, mesh.size, on_progress=progress, rank_fn=calibrate_rank)
+        finally:
+            progress.close()
+    if not result.ok:
+        if args.json:
+            print(json.dumps({"ok": False, "error": result.message, "failed_rank": result.failed_rank,
+                              "text": None, "position": None, "hint": "re-run, or raise --timeout"}, indent=2))
+        print(f"calibration FAILED on {result.world} ranks ({result.backend}):\n{result.message}", file=sys.stderr)
+        return 1
+    samples = slowest([[Sample(tuple(a), k, b, t) for a, k, b, t in rep["samples"]]
+                       for _, rep in sorted(result.reports.items())])
+    model, fits = fit_model(samples, mesh)
+    data = calibration_json(model, fits, backend=result.backend, mesh=mesh, sizes=sizes, iters=args.iters)
+    if args.out is not None:
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2)
+            f.write("\n")
+    if args.json:
+        print(json.dumps({"ok": True, "out": args.out, "model": data,
+                          "samples": [_sample_json(s) for s in samples]}, indent=2))
+        return 0
+    _print(data, result.world, result.backend, len(samples), args.out)
+    return 0
+
+
+def _check_writable(path: str) -> None:
+    """Refuse an --out we could not write before spending a minute on the ranks."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path) or not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+        raise SpecError(f"cannot write the cost model to {path!r}", text=path, pos=0,
+                        hint="give a file path in an existing, writable directory, e.g. --out model.json")
+
+
+def _sample_json(s: Any) -> dict[str, Any]:
+    return {"axes": list(s.axes), "kind": s.kind, "bytes_max": s.bytes_max, "seconds": s.seconds}
+
+
+def _print(data: dict[str, Any], world: int, backend: str, n: int, out: str | None) -> None:
+    fit = data["fit"]
+    print(f"calibrated {backend} on {world} ranks, mesh {data['mesh']}: {n} samples "
+          f"({len(fit['sizes'])} sizes x 4 collectives per group, median of {fit['iters']} runs, slowest rank)")
+    print(f"  {'axes':<12} {'ranks':>5} {'alpha':>10} {'beta':>12} {'bandwidth':>11} {'R^2':>6}")
+    for g in fit["groups"]:
+        axes = ",".join(g["axes"])
+        bw = f"{1 / g['beta'] / 1e9:8.2f} GB/s" if g["beta"] > 0 else "       inf"
+        print(f"  {axes:<12} {g['group_size']:>5} {g['alpha'] * 1e6:7.1f} us {g['beta'] * 1e9:8.4f} ns/B "
+              f"{bw:>11} {g['r2']:6.3f}")
+    if out is not None:
+        print(f"wrote {out}: use it with compile(..., cost_model={out!r}) or shardc plan --cost-model {out}")
+    else:
+        print("(not saved: pass --out model.json to keep it)")
