@@ -183,6 +183,9 @@ def test_context_reads_the_device_mesh_layout_once(fake_pg, monkeypatch) -> None
     from torch_backend import groups
 
     fake_pg(8)
+    # DeviceMeshes compare by value: an equal one left by an earlier test would already be
+    # resolved in the (weakly keyed) cache
+    groups.clear_caches()
     dm = init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
     reads = []
     prop = DeviceMesh.mesh
