@@ -46,7 +46,13 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.exec_vs_dtensor import MEDIUM, WORLD, load_cases, scaled
+from bench.exec_vs_dtensor import (
+    MEDIUM,
+    WORLD,
+    _time,
+    load_cases,
+    scaled,
+)
 from lowering.calibration import DEFAULT_SIZES, parse_sizes
 from spec_lang.parser import parse, parse_mesh
 
@@ -67,20 +73,6 @@ def spearman(x: Any, y: Any) -> float:
     dx, dy = rx - rx.mean(), ry - ry.mean()
     denom = float(np.sqrt(np.sum(dx * dx) * np.sum(dy * dy)))
     return float(np.sum(dx * dy) / denom) if denom > 0 else float("nan")
-
-
-def _time(fn: Any, iters: int) -> float:
-    import torch.distributed as dist
-
-    for _ in range(2):
-        fn()
-    times = []
-    for _ in range(iters):
-        dist.barrier()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def rank_main(rank: int, store_path: str, iters: int, sizes: list[str], cal_sizes: list[int], cal_iters: int,
