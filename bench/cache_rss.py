@@ -28,7 +28,8 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lowering.planner import compile as shardc_compile
-from spec_lang.ir import Mesh
+from spec_lang.ir import Dim, Mesh, TensorType, U
+from spec_lang.printer import format_type
 
 MIB = 1 << 20
 # 4,096 ranks each, six axes (the orders differ, so boxes and groups do too)
@@ -72,18 +73,8 @@ def random_type(rng: random.Random, mesh: Mesh, shape: tuple[int, ...], partial_
             per_dim[rng.randrange(len(shape))].append(name)
         elif partial_ok and not partial and r < 0.5:
             partial.append(name)
-    dims = []
-    for size, axes in zip(shape, per_dim, strict=True):
-        if not axes:
-            dims.append(str(size))
-        elif len(axes) == 1:
-            dims.append(f"{size}@{axes[0]}")
-        else:
-            dims.append(f"{size}@({','.join(axes)})")
-    text = f"f32[{','.join(dims)}]"
-    if partial:
-        text += "{U:(" + ",".join(partial) + ")}" if len(partial) > 1 else "{U:" + partial[0] + "}"
-    return text
+    dims = tuple(Dim(size, tuple(axes)) for size, axes in zip(shape, per_dim, strict=True))
+    return format_type(TensorType("f32", dims, tuple((a, U) for a in partial)), short_dtype=True)
 
 
 def cases(count: int, seed: int) -> list[tuple[str, str, str]]:

@@ -34,7 +34,9 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable
 
 from bench.plan_speed import clear_shardc_caches, no_gc, shardc_caches
 from lowering.planner import compile as shardc_compile
+from spec_lang.ir import Dim, TensorType, U
 from spec_lang.parser import parse, parse_mesh
+from spec_lang.printer import format_type
 
 MESH = "a=2,b=2,c=2,d=2,e=2,f=2"
 BUDGET_S = 0.05  # the planner's default search budget
@@ -69,17 +71,10 @@ def random_case(rng: np.random.Generator, names: Sequence[str]) -> tuple[str, st
 
 
 def _text(shape: list[int], dims: list[list[str]], partial: list[str], names: Sequence[str]) -> str:
-    parts = []
-    for s, ax in zip(shape, dims):
-        if not ax:
-            parts.append(str(s))
-        elif len(ax) == 1:
-            parts.append(f"{s}@{ax[0]}")
-        else:
-            parts.append(f"{s}@({','.join(ax)})")
-    p = [a for a in names if a in partial]
-    ann = "" if not p else "{U:" + (p[0] if len(p) == 1 else "(" + ",".join(p) + ")") + "}"
-    return f"f32[{','.join(parts)}]{ann}"
+    """The case's type in the DSL, through the canonical printer (partial axes in mesh order)."""
+    t = TensorType("f32", tuple(Dim(s, tuple(ax)) for s, ax in zip(shape, dims)),
+                   tuple((a, U) for a in names if a in partial))
+    return format_type(t, short_dtype=True)
 
 
 def cases(n: int, seed: int) -> list[tuple[str, str]]:
