@@ -27,6 +27,16 @@ def check_type(t: TensorType, mesh: Mesh, text: str | None = None) -> None:
                 text=src, pos=locate(src, a, src.find("[")),
                 hint=f"use one of the mesh axes {', '.join(mesh.names)}, or add {a!r} to the mesh",
             )
+    for d in t.dims:
+        if d.split is not None and d.split.shards != mesh.axis_size(d.axes[0]):
+            src = text if text is not None else str(t)
+            what = {"sizes": "chunk sizes", "ragged": "local units", "parts": "rows of splits"}[d.split.kind]
+            raise SpecError(
+                f"the uneven split {d.split} gives {d.split.shards} {what} for mesh axis {d.axes[0]!r} "
+                f"of {mesh.axis_size(d.axes[0])} ranks",
+                text=src, pos=src.find("<") if "<" in src else None,
+                hint=f"give one entry per rank of {d.axes[0]!r}",
+            )
 
 
 def check_same_global(src: TensorType, dst: TensorType, src_text: str | None = None,

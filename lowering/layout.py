@@ -76,6 +76,9 @@ def boxes(t: TensorType, mesh: Mesh) -> np.ndarray:
     Partial, replicated and varying axes do not cut the box: every rank on such
     an axis holds the same index range (with, for P and V, different values).
     """
+    if any(d.split is not None for d in t.dims):
+        raise SpecError(f"{t} splits a dim unevenly: its ranks hold blocks, not one box each",
+                        hint="ask lowering.blocks.rank_layout for an uneven type's blocks")
     key = (t.dims, mesh)
     out = _BOXES_BY_DIMS.get(key)
     if out is None:
@@ -99,6 +102,10 @@ def local_shapes(t: TensorType, mesh: Mesh) -> tuple[tuple[int, ...], ...]:
     """Every rank's local shape, in rank order (equal shapes are one shared tuple)."""
     if t.ndim == 0:
         return ((),) * mesh.size
+    if any(d.split is not None for d in t.dims):
+        from lowering.blocks import layouts
+
+        return tuple(lay.shape for lay in layouts(t, mesh))
     b = boxes(t, mesh)
     sizes = b[:, :, 1] - b[:, :, 0]
     shared: dict[tuple[int, ...], tuple[int, ...]] = {}
@@ -117,15 +124,17 @@ def local_shape(t: TensorType, mesh: Mesh, rank: int) -> tuple[int, ...]:
             f"rank {rank!r} is not on the mesh {mesh} (ranks 0..{mesh.size - 1})",
             hint="ranks are row-major over the mesh axes, from 0 to the mesh size - 1",
         )
-    b = boxes(t, mesh)[r]
-    return tuple(int(hi - lo) for lo, hi in b)
+    return local_shapes(t, mesh)[r]
 
 
 @cached(maxsize=4096, max_bytes=4 * MIB)
 def local_numel(t: TensorType, mesh: Mesh) -> np.ndarray:
     """(world,) elements each rank holds."""
-    b = boxes(t, mesh)
-    out = np.prod(b[:, :, 1] - b[:, :, 0], axis=1)
+    if any(d.split is not None for d in t.dims):
+        out = np.array([int(np.prod(s)) for s in local_shapes(t, mesh)], dtype=np.int64)
+    else:
+        b = boxes(t, mesh)
+        out = np.prod(b[:, :, 1] - b[:, :, 0], axis=1)
     out.setflags(write=False)
     return out
 

@@ -37,7 +37,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lowering.layout import box_slices, boxes
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 
@@ -263,14 +262,8 @@ class PartitionedShard:
 def local_indices(t: TensorType | str, mesh: Mesh | str) -> list[np.ndarray]:
     """For each rank, the row-major flat global index of every element of its local tensor,
     in the local tensor's order (the layout algebra's blocks, flattened)."""
+    from lowering.blocks import block_indices, layouts
     from lowering.checks import resolve
 
     tt, m = resolve(t, mesh)
-    shape = tt.shape
-    out = []
-    for b in boxes(tt, m):
-        sl = box_slices(b)
-        grids = np.meshgrid(*[np.arange(s.start, s.stop) for s in sl], indexing="ij")
-        out.append(np.ravel_multi_index(tuple(g.reshape(-1) for g in grids), shape) if shape
-                   else np.zeros(1, dtype=np.int64))
-    return out
+    return [block_indices(lay, tt.shape) for lay in layouts(tt, m)]

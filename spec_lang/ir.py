@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
 from spec_lang.errors import SpecError
+from spec_lang.split import Split
 
 # canonical (JAX's long) name -> (JAX's short name, bytes per element). The names are
 # exactly what ``jax.typeof`` prints (``str`` and ``str_short``). Sub-byte types (int1,
@@ -222,10 +223,15 @@ _REPEAT_HINT = "a mesh axis may shard one dim or carry one local type, not both 
 
 @dataclass(frozen=True)
 class Dim:
-    """One tensor dim: its global size and the mesh axes that shard it, major to minor."""
+    """One tensor dim: its global size and the mesh axes that shard it, major to minor.
+
+    ``split`` (an uneven placement: explicit sizes, ragged units or partitions) replaces
+    torch.chunk's even rule; a split dim is sharded by exactly one mesh axis.
+    """
 
     size: int
     axes: tuple[str, ...] = ()
+    split: Split | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.axes, str):
@@ -244,6 +250,29 @@ class Dim:
             ))
         if axes is not self.axes:
             object.__setattr__(self, "axes", axes)
+        if self.split is not None:
+            _check_split(self)
+
+
+def _check_split(d: Dim) -> None:
+    sp = d.split
+    if not isinstance(sp, Split):
+        raise SpecError(f"Dim split must be a Split, got {type(sp).__name__} {sp!r}",
+                        hint="write Dim(10, ('dp',), Split('sizes', (3, 0, 7)))")
+    if len(d.axes) != 1:
+        raise SpecError(
+            f"an uneven split shards its dim over exactly one mesh axis, got {len(d.axes)} "
+            f"({', '.join(d.axes) or 'none'})",
+            hint="shard other dims with the other axes; an uneven split composed with a second "
+                 "axis on the same dim is not supported",
+        )
+    total = sp.total
+    if total is not None and total != d.size:
+        what = "DynamicShard chunk sizes" if sp.kind == "sizes" else "PartitionedShard splits"
+        raise SpecError(
+            f"{what} {sp} sum to {total}, but the dim has {d.size}",
+            hint="the sizes must add up to the dim exactly (uneven placements never pad)",
+        )
 
 
 @lru_cache(maxsize=4096)  # the planner builds many Dims from few axis lists
@@ -311,6 +340,8 @@ def _check_layout(dims: tuple[Dim, ...], axis_types: tuple) -> tuple[tuple[tuple
                 hint="write dims=(Dim(8, ('dp',)), Dim(16))",
             )
         numel *= d.size
+        if d.split is not None and d.split.kind == "ragged":
+            _check_ragged(dims, i)
         for a in d.axes:
             if a in owner:
                 raise SpecError(
@@ -353,6 +384,33 @@ def _check_layout(dims: tuple[Dim, ...], axis_types: tuple) -> tuple[tuple[tuple
         if at.kind != "I":
             out.append((a, at))
     return tuple(out), numel
+
+
+def _check_ragged(dims: tuple[Dim, ...], i: int) -> None:
+    """A ragged split flattens the leading ``span`` dims: it sits on dim 0, the other dims of
+    the prefix are whole, and the flattened prefix divides by the units."""
+    sp = dims[i].split
+    assert sp is not None
+    hint = "a RaggedShard flattens the leading dims: put it on dim 0, leave the other prefix dims unsharded"
+    if i != 0:
+        raise SpecError(f"a ragged split must be on dim 0 (the flattened prefix), not dim {i}", hint=hint)
+    if sp.span > len(dims):
+        raise SpecError(f"a ragged split over {sp.span} dims, but the tensor has {len(dims)}",
+                        hint=f"use over k with k <= {len(dims)}")
+    for d in dims[1:sp.span]:
+        if d.axes:
+            raise SpecError(f"a ragged split over {sp.span} dims flattens dims sharded by {', '.join(d.axes)}",
+                            hint=hint)
+    flat = 1
+    for d in dims[:sp.span]:
+        flat *= d.size
+    units = sum(sp.values)
+    if flat % units:
+        raise SpecError(
+            f"RaggedShard: the flattened prefix ({flat} positions) does not divide by the {units} units "
+            f"of {list(sp.values)}",
+            hint="pick units whose sum divides the product of the prefix dims",
+        )
 
 
 @dataclass(frozen=True, eq=False)

@@ -8,6 +8,7 @@ from typing import Any
 
 from spec_lang.errors import SpecError, locate
 from spec_lang.ir import AxisType, Dim, Mesh, TensorType
+from spec_lang.split import Split
 
 _TYPE_HINT = "write a type like f32[8@(dp,tp),16] or float32[8@dp,16]{U:tp}"
 _MESH_HINT = "write a mesh like dp=2,tp=4 (axis=size, in mesh order)"
@@ -35,6 +36,8 @@ def _describe_expected(expected: set[str]) -> str:
         "RBRACE": "'}'", "LBRACE": "'{'", "COLON": "':'", "AT": "'@'", "EQUAL": "'='",
         "INT": "a number", "NAME": "an axis name", "KIND": "a local type (U, R, I, V, P(op))",
         "DTYPE": "a dtype", "AXIS_CONT": "',axis'", "STRING": "a quoted name",
+        "LESSTHAN": "'<'", "MORETHAN": "'>'", "VBAR": "'|'", "RAGGED": "'ragged'", "OVER": "'over'",
+        "PARTS": "'parts' or 'aligned'",
         "$END": "the end",
     }
     parts = sorted({names.get(e, e) for e in expected})
@@ -140,7 +143,13 @@ def _parse_type(text: str) -> TensorType:
                 words.append((str(size), size_tok.start_pos))
                 pairs = _names(node.children[1]) if len(node.children) > 1 else []
                 words += pairs
-                dims.append(Dim(size, tuple(n for n, _ in pairs)))
+                split = _split(node.children[2], text) if len(node.children) > 2 else None
+                try:
+                    dims.append(Dim(size, tuple(n for n, _ in pairs), split))
+                except SpecError as e:
+                    if split is None or e.subject is not None:
+                        raise
+                    raise e.at(text, node.children[2].meta.start_pos) from None
             elif node.data == "annotations":
                 for ann in node.children:
                     kind_tok, group = ann.children
@@ -153,6 +162,22 @@ def _parse_type(text: str) -> TensorType:
         if e.text is not None:
             raise
         raise e.at(text, _caret(e, words, text, text.find("["))) from None
+
+
+def _split(node: Any, text: str) -> Split:
+    """An uneven split: ``<3,0,7>``, ``<ragged 1,2,1 over 2>``, ``<parts 4,6|2,4>``."""
+    lists = [[_int(t, text, "size") for t in ch.children] for ch in node.children if hasattr(ch, "data")]
+    try:
+        if node.data == "sizes_split":
+            return Split("sizes", tuple(lists[0]))
+        if node.data == "ragged_split":
+            toks = [ch for ch in node.children if not hasattr(ch, "data")]
+            over = [t for t in toks if t.type == "INT"]
+            return Split("ragged", tuple(lists[0]), span=_int(over[0], text, "span") if over else 1)
+        head = next(ch for ch in node.children if not hasattr(ch, "data"))
+        return Split("parts", tuple(map(tuple, lists)), aligned=head.value == "aligned")
+    except SpecError as e:
+        raise e.at(text, node.meta.start_pos) from None
 
 
 def _axis_type(tok: Any, text: str) -> AxisType:

@@ -19,7 +19,8 @@ def format_type(t: TensorType, short_dtype: bool = False) -> str:
     from spec_lang.ir import DTYPES
 
     dtype = DTYPES[t.dtype][0] if short_dtype else t.dtype
-    dims = ",".join(f"{d.size}@{_axes(d.axes)}" if d.axes else str(d.size) for d in t.dims)
+    dims = ",".join(f"{d.size}@{_axes(d.axes)}{d.split if d.split is not None else ''}" if d.axes else str(d.size)
+                    for d in t.dims)
     groups: dict[str, list[str]] = {}
     for name, at in t.axis_types:
         groups.setdefault(at.code, []).append(name)

@@ -1,0 +1,122 @@
+"""How one mesh axis cuts a dim unevenly: the IR of the three uneven placements.
+
+A ``Dim`` sharded by a single mesh axis may carry a ``Split`` instead of torch.chunk's
+even rule. Three kinds, one per placement (``lowering.DynamicShard``, ``RaggedShard``
+and ``PartitionedShard`` are the user-facing classes; this is their torch-free core)::
+
+    sizes   10@dp<3,0,7>              rank s holds sizes[s] consecutive rows (zeros allowed)
+    ragged  24@dp<ragged 1,2,1>       rank s holds a run proportional to units[s]; with
+            4@dp<ragged 1,2,1 over 2>  ``over k`` the leading k dims are flattened first
+    parts   16@ep<parts 4,6|2,4>      partitions in partition-major order; rank s holds
+            16@ep<aligned 4,6|2,4>    its piece of every partition, or whole partitions
+
+``values`` holds the sizes (sizes), the units (ragged), or one row per shard (parts).
+The rules that need only the dim live here; the ones that need the whole type
+(``ragged`` flattens a prefix) live in ``TensorType``, and the count of entries against
+the mesh axis size is checked where a type meets a mesh.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+from spec_lang.errors import SpecError
+
+SPLIT_KINDS = ("sizes", "ragged", "parts")
+
+
+def _count(v: object, what: str, hint: str) -> int:
+    if isinstance(v, bool):
+        raise SpecError(f"{what} must hold ints, got {v!r}", hint=hint)
+    try:
+        n = operator.index(v)  # type: ignore[arg-type]
+    except TypeError:
+        raise SpecError(f"{what} must hold ints, got {v!r}", hint=hint) from None
+    if n < 0:
+        raise SpecError(f"{what} holds a negative size {n}", hint=hint)
+    return n
+
+
+def _row(values: object, what: str, hint: str) -> tuple[int, ...]:
+    if isinstance(values, (str, bytes)):
+        raise SpecError(f"{what} must be a sequence of ints, got {values!r}", hint=hint)
+    try:
+        items = tuple(values)  # type: ignore[arg-type]
+    except TypeError:
+        raise SpecError(f"{what} must be a sequence of ints, got {values!r}", hint=hint) from None
+    return tuple(_count(v, what, hint) for v in items)
+
+
+@dataclass(frozen=True)
+class Split:
+    """An uneven cut of one dim over one mesh axis (see the module docstring)."""
+
+    kind: str
+    values: tuple
+    span: int = 1  # ragged: the number of leading dims flattened
+    aligned: bool = False  # parts: each shard holds whole partitions
+
+    def __post_init__(self) -> None:
+        if self.kind not in SPLIT_KINDS:
+            raise SpecError(f"unknown uneven split {self.kind!r}", hint="use sizes, ragged or parts")
+        if self.kind == "parts":
+            hint = "give one row of partition sizes per shard: parts 4,6,4,2 | 2,4,8,2"
+            if isinstance(self.values, (str, bytes)):
+                raise SpecError(f"PartitionedShard splits must be rows of ints, got {self.values!r}", hint=hint)
+            try:
+                rows = tuple(_row(r, "PartitionedShard splits", hint) for r in self.values)
+            except TypeError:
+                raise SpecError(f"PartitionedShard splits must be rows of ints, got {self.values!r}",
+                                hint=hint) from None
+            if not rows or not rows[0] or any(len(r) != len(rows[0]) for r in rows):
+                raise SpecError(f"PartitionedShard splits must have one row per shard, every row with the same "
+                                f"number of partitions (>= 1), got rows of {[len(r) for r in rows]}", hint=hint)
+            if self.aligned and len(rows[0]) % len(rows):
+                raise SpecError(f"aligned PartitionedShard needs num_partitions ({len(rows[0])}) divisible by "
+                                f"the {len(rows)} shards",
+                                hint="each shard holds num_partitions / shards whole partitions; "
+                                     "use the unaligned form, or a partition count the shards divide")
+            values: tuple = rows
+        else:
+            what = "DynamicShard chunk sizes" if self.kind == "sizes" else "RaggedShard local_units"
+            values = _row(self.values, what, "give one count >= 0 per rank of the mesh axis")
+            if not values:
+                raise SpecError(f"{what} are empty", hint="give one count per rank of the mesh axis")
+            if self.kind == "ragged" and sum(values) == 0:
+                raise SpecError("RaggedShard local_units must hold at least one positive count",
+                                hint="e.g. 1,2,1,1: 20%, 40%, 20%, 20% of the flattened prefix")
+        if self.kind == "parts" and self.aligned is not False and self.aligned is not True:
+            raise SpecError(f"aligned must be a bool, got {self.aligned!r}", hint="aligned=True or False")
+        if self.kind != "parts" and self.aligned:
+            raise SpecError("only a PartitionedShard split is aligned", hint="drop aligned")
+        span = _count(self.span, "the ragged span", "over k flattens the leading k >= 1 dims")
+        if span < 1 or (self.kind != "ragged" and span != 1):
+            raise SpecError(f"span {span} is only for ragged splits, and at least 1",
+                            hint="over k flattens the leading k >= 1 dims of a RaggedShard")
+        object.__setattr__(self, "values", values)
+        object.__setattr__(self, "span", span)
+        object.__setattr__(self, "aligned", bool(self.aligned))
+
+    @property
+    def shards(self) -> int:
+        """The number of ranks of the mesh axis this split is written for."""
+        return len(self.values)
+
+    @property
+    def total(self) -> int | None:
+        """The dim size the split covers (None for ragged: its units are proportions)."""
+        if self.kind == "sizes":
+            return sum(self.values)
+        if self.kind == "parts":
+            return sum(map(sum, self.values))
+        return None
+
+    def __str__(self) -> str:
+        if self.kind == "sizes":
+            return "<" + ",".join(map(str, self.values)) + ">"
+        if self.kind == "ragged":
+            over = f" over {self.span}" if self.span != 1 else ""
+            return "<ragged " + ",".join(map(str, self.values)) + over + ">"
+        head = "aligned" if self.aligned else "parts"
+        return f"<{head} " + "|".join(",".join(map(str, r)) for r in self.values) + ">"
