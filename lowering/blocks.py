@@ -161,3 +161,25 @@ def block_indices(lay: LocalLayout, shape: tuple[int, ...]) -> np.ndarray:
     if lay.cat is None:
         return np.concatenate([p.reshape(-1) for p in parts])
     return np.concatenate(parts, axis=lay.cat).reshape(-1)
+
+
+def held_overlap(src: TensorType, dst: TensorType, mesh: Mesh) -> np.ndarray:
+    """(world,) per rank, how many of its destination elements it already holds as source."""
+    out = np.zeros(mesh.size, dtype=np.int64)
+    for r in range(mesh.size):
+        a, b = rank_layout(src, mesh, r).blocks, rank_layout(dst, mesh, r).blocks
+        if len(a) and len(b):
+            ext = np.minimum(a[:, None, :, 1], b[None, :, :, 1]) - np.maximum(a[:, None, :, 0], b[None, :, :, 0])
+            out[r] = int(np.prod(np.maximum(ext, 0), axis=-1).sum())
+    return out
+
+
+def local_part(full: np.ndarray, t: TensorType, mesh: Mesh, rank: int) -> np.ndarray:
+    """``rank``'s local tensor cut out of the global array ``full`` (a copy, in local order)."""
+    lay = rank_layout(t, mesh, rank)
+    if lay.cat is None or len(lay.blocks) == 1:
+        parts = [full[tuple(slice(int(lo), int(hi)) for lo, hi in b)] for b in lay.blocks]
+        if lay.cat is None:
+            return np.concatenate([p.reshape(-1) for p in parts]) if parts else np.zeros(0, full.dtype)
+        return parts[0].copy()
+    return np.concatenate([full[tuple(slice(int(lo), int(hi)) for lo, hi in b)] for b in lay.blocks], axis=lay.cat)

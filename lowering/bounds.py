@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from lowering.blocks import held_overlap, is_uneven
 from lowering.caching import cached
 from lowering.layout import boxes, local_numel, overlap_numel
 from spec_lang.ir import Mesh, TensorType
@@ -32,9 +33,11 @@ def lower_bound_detail(src: TensorType, dst: TensorType, mesh: Mesh) -> dict[str
         return {"bytes": 0, "recv_max_bytes": 0, "sent_avg_bytes": 0.0}
     # a pending reduction over axes of size 1 is already done: every contribution is local
     reduced = tuple(a for a in mesh.names if a in src_p and a not in dst_p and mesh.axis_size(a) > 1)
-    sb, db = boxes(src, mesh), boxes(dst, mesh)
     if not reduced:
-        lack = local_numel(dst, mesh) - overlap_numel(sb, db)
+        if is_uneven(src) or is_uneven(dst):
+            lack = local_numel(dst, mesh) - held_overlap(src, dst, mesh)
+        else:
+            lack = local_numel(dst, mesh) - overlap_numel(boxes(src, mesh), boxes(dst, mesh))
         recv = int(lack.max()) if lack.size else 0
         sent_avg = float(lack.sum()) / mesh.size
     else:

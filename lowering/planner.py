@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from lowering.blocks import is_uneven
 from lowering.caching import MIB, cached
 from lowering.checks import check_budget, check_partial_conversion, check_same_global, resolve
 from lowering.cost import DEFAULT_COST_MODEL, SPARE_AXIS_BYTES, CostModel, as_cost_model
@@ -42,6 +43,7 @@ from lowering.kinds import kind_of, priced_step
 from lowering.layout import local_numel
 from lowering.moves import Move, erase, moves
 from lowering.program import COLLECTIVE_KINDS, Program, Step, program_cost
+from lowering.uneven_planner import plan_uneven
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 
@@ -98,6 +100,8 @@ def _compile(src: TensorType, dst: TensorType, mesh: Mesh, model: CostModel,
              budget_s: float = DEFAULT_BUDGET_S) -> Program:
     t0 = time.perf_counter()
     op = check_partial_conversion(src, dst)
+    if is_uneven(src) or is_uneven(dst):
+        return plan_uneven(src, dst, mesh, model)
     start, goal = erase(src), erase(dst)
     path, optimal = _normal_form(start, goal, mesh, op, model), True
     if path is None:

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from lowering.layout import box_slices, boxes, group_ranks
+from lowering.blocks import local_part
+from lowering.layout import group_ranks
 from spec_lang.ir import Mesh, TensorType
 
 
 def shards_of(full: np.ndarray, t: TensorType, mesh: Mesh, rng: np.random.Generator) -> list[np.ndarray]:
     """Each rank's local block of ``full`` under ``t`` (partial axes split into contributions)."""
-    b = boxes(t, mesh)
-    out = [full[box_slices(b[r])].copy() for r in range(mesh.size)]
+    out = [local_part(full, t, mesh, r) for r in range(mesh.size)]
     axes = tuple(a for a in mesh.names if a in t.partial_axes)
     if not axes:
         return out
@@ -45,7 +45,7 @@ def shards_of(full: np.ndarray, t: TensorType, mesh: Mesh, rng: np.random.Genera
 
 def expected(full: np.ndarray, t: TensorType, mesh: Mesh) -> list[np.ndarray]:
     """What every rank must hold under ``t`` for a non-partial ``t``."""
-    return [full[box_slices(b)] for b in boxes(t, mesh)]
+    return [local_part(full, t, mesh, r) for r in range(mesh.size)]
 
 
 def reduce_partial(outs: list[np.ndarray], t: TensorType, mesh: Mesh) -> list[np.ndarray]:

@@ -45,6 +45,13 @@ PAIRS = [
     ("dp=2,tp=2,cp=2", "f32[6@dp,6@tp,5@cp]", "f32[6@dp,6,5]"),
     ("a=2,b=3,c=2", "f32[5@a,7@(b,c)]{U:c}", "f32[5,7@b]{R:a}") if False else
     ("a=2,b=3,c=2", "f32[5@a,7@b]{U:c}", "f32[5,7@(b,c)]{R:a}"),
+    # uneven placements: exact exchanges
+    ("dp=3", "f32[8@dp<3,1,4>,2]", "f32[8@dp<2,4,2>,2]"),
+    ("dp=3,tp=2", "f32[8,2]{U:dp}", "f32[8@dp<3,1,4>,2]"),
+    ("dp=3,tp=2", "f32[8@dp<3,1,4>,12]{U:tp}", "f32[8@dp<3,1,4>,12]"),
+    ("ep=2", "f32[32@ep<parts 4,6,4,2|2,4,8,2>,3]", "f32[32@ep<aligned 4,6,4,2|2,4,8,2>,3]"),
+    ("dp=3,tp=2", "f32[4@dp<ragged 1,2,1 over 2>,6,4@tp]", "f32[4,6,4]{U:dp}"),
+    ("dp=3,tp=2", "f32[4,6,4]{R:dp}", "f32[4@dp<ragged 1,2,1 over 2>,6,4]{U:tp}"),
 ]
 
 
@@ -104,6 +111,9 @@ def test_dual_is_the_exact_adjoint(name: str, mesh: Mesh, step: Step) -> None:
     ("reinterpret", "f32[8@tp]", "f32[8]"),  # dims change
     ("reinterpret", "f32[8]", "f32[8]{U:tp}"),  # R -> P(sum) changes the value
     ("permute", "f32[8@tp,4]", "f32[8,4@tp]"),  # more than one sender per receiver
+    ("all_to_allv", "f32[8]{U:tp}", "f32[8@tp<1,3,4,0>]"),  # it would finish a reduction
+    ("reduce_scatterv", "f32[8@tp<1,3,4,0>]", "f32[8]"),  # nothing pending
+    ("all_to_allv", "f32[8@tp<1,3,4,0>]", "f32[8@tp<1,3,4,0>]{V:dp}"),  # V axes change
 ])
 def test_refused_pairs_name_the_rule(kind: str, src: str, dst: str) -> None:
     with pytest.raises(SpecError, match=kind):

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from lowering.layout import boxes
+from lowering.blocks import local_part
 from spec_lang.ir import Mesh, TensorType
 
 
@@ -32,8 +32,7 @@ def random_arrays(t: TensorType, mesh: Mesh, rng: np.random.Generator, lo: int =
         if per_axis and j not in variants:
             variants[j] = rng.integers(lo, hi, size=t.shape)
         src = variants[j] if per_axis else full
-        box = boxes(t, mesh)[r]
-        out.append(np.asarray(src[tuple(slice(int(a), int(b)) for a, b in box)], dtype=np.float64))
+        out.append(np.asarray(local_part(src, t, mesh, r), dtype=np.float64))
     return out
 
 

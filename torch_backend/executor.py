@@ -46,7 +46,7 @@ from lowering.kinds import rank_pieces
 from lowering.layout import group_ranks
 from lowering.program import Program, Step
 from spec_lang.errors import SpecError
-from torch_backend import collectives, comm, local_steps, typed_steps  # noqa: F401 - each registers its runners
+from torch_backend import collectives, comm, local_steps, typed_steps, uneven_steps  # noqa: F401 - each registers its runners
 from torch_backend.comm import CollectiveError, rank_map
 from torch_backend.groups import MeshContext, context
 from torch_backend.runners import RUNNERS, Pieces

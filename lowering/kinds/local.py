@@ -45,7 +45,7 @@ from lowering.kinds.base import (
     replicated_axes,
     same_except,
 )
-from lowering.layout import boxes
+from lowering.layout import boxes, local_shapes
 from spec_lang.ir import Mesh, TensorType
 
 if TYPE_CHECKING:
@@ -206,7 +206,7 @@ class Relabel(StepKind):
     """A local kind that changes types only: every rank keeps its tensor as it is."""
 
     def pieces(self, step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> RankPieces:
-        shape = box_shape(boxes(step.src, mesh)[rank])
+        shape = local_shapes(step.src, mesh)[rank]  # uneven types too: a relabel moves nothing
         return RankPieces(kind=self.name, rank=rank, in_shape=shape, out_shape=shape, members=(rank,))
 
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -1,0 +1,353 @@
+"""``all_to_allv`` and ``reduce_scatterv``: exact per-peer exchanges between any two layouts.
+
+The uneven placements (explicit sizes, ragged runs, partitions) hold *blocks* in a local
+order (``lowering.blocks``), so their redistributions are exchanges of exactly the
+elements a rank needs, at exactly the split each peer has: never padded. One definition
+covers every pair of layouts, uneven or plain, on the mesh axes whose role changes (the
+*group*); a receiver hears from the *candidates* that hold what it needs::
+
+    sizes 3,1,4 -> sizes 2,4,2 (all_to_allv)        replicate a skewed split (all_to_allv)
+    r0 [a a a]      [a a]                          r0 [a a a]      [a a a b c c c c]
+    r1 [b]      =>  [a b c c]                      r1 [b]      =>  [a a a b c c c c]
+    r2 [c c c c]    [c c]                          r2 [c c c c]    [a a a b c c c c]
+
+``reduce_scatterv`` finishes a pending reduction the same way: each rank sends its
+contribution to each element straight to the rank that will hold the sum::
+
+    +A +A +A       (sizes 1,2,1)      r0 [A0]   r1 [A1 A2]   r2 [A3]   (each the sum)
+
+Who sends what, per mesh axis ``a`` of the group (the rule that makes each element
+arrive once per contribution, from a rank chosen without coordination):
+
+* the source shards a dim on ``a``: any coordinate (each holds other elements);
+* the source has a pending reduction on ``a`` the destination finishes: every
+  coordinate (each holds one contribution);
+* the source replicates on ``a``: the receiver's own coordinate (often itself), so the
+  load spreads and nothing moves that is already there;
+* the destination has a *new* pending sum on ``a``: the value stays on one coordinate
+  (the one that holds it, or coordinate 0 of a replicated source) and the others hold 0.
+
+Bytes on the wire are exactly the elements sent. A sole holder of an element others need
+sends it to each of them (no relay through other ranks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from lowering.blocks import LocalLayout, rank_layout
+from lowering.kinds.base import (
+    Piece,
+    RankPieces,
+    Signature,
+    StepKind,
+    dual_steps,
+    erase,
+    refuse,
+    register,
+    same_except,
+)
+from lowering.kinds.copies import Copy, View, as_run, plan_copies, row_major, run_view
+from lowering.layout import group_ranks, mesh_coords
+from spec_lang.ir import Mesh, TensorType
+
+if TYPE_CHECKING:
+    from lowering.program import Step
+
+
+def _role(t: TensorType, a: str) -> tuple:
+    d = t.dim_of(a)
+    if d is not None:
+        return ("S", d, t.dims[d].axes, t.dims[d].split)
+    at = t.axis_type(a)
+    return (at.kind if at.kind in ("P", "V") else "R",)
+
+
+def group_axes(src: TensorType, dst: TensorType, mesh: Mesh) -> tuple[str, ...]:
+    """The mesh axes whose role changes (mesh order): data moves only across these."""
+    return tuple(a for a in mesh.names if _role(src, a) != _role(dst, a))
+
+
+def _reduced(src: TensorType, dst: TensorType, axes: tuple[str, ...]) -> tuple[str, ...]:
+    dp = set(dst.partial_axes)
+    return tuple(a for a in axes if a in src.partial_axes and a not in dp)
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """Per group axis (by mesh index): must the sender share the receiver's coordinate,
+    and must the receiver sit on coordinate 0 to receive at all."""
+
+    same: tuple[int, ...]
+    zero: tuple[int, ...]
+
+
+def _rule(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> _Rule:
+    op = src.partial_op or dst.partial_op or "sum"
+    same, zero = [], []
+    for a in axes:
+        i = mesh.index(a)
+        new_sum = a in dst.partial_axes and a not in src.partial_axes and op == "sum"
+        if src.dim_of(a) is not None:
+            if new_sum:
+                same.append(i)
+        elif a in src.partial_axes:
+            pass
+        else:  # replicated in the source
+            same.append(i)
+            if new_sum:
+                zero.append(i)
+    return _Rule(tuple(same), tuple(zero))
+
+
+def _senders(rule: _Rule, coords: np.ndarray, r: int, members: Sequence[int]) -> list[int]:
+    """The group members that send to receiver ``r`` (every element it needs, once per
+    contribution)."""
+    cr = coords[r]
+    if any(cr[i] != 0 for i in rule.zero):
+        return []
+    idx = list(rule.same)
+    return [q for q in members if all(coords[q][i] == cr[i] for i in idx)]
+
+
+def _view(lay: LocalLayout, i: int, box: np.ndarray) -> View:
+    """Global ``box`` (inside block i) as a strided view of the contiguous local tensor."""
+    blk = lay.blocks[i]
+    if lay.cat is None:
+        shape = tuple(int(hi - lo) for lo, hi in blk)
+        strides = row_major(shape)
+        off = lay.offsets[i] + sum(int(box[k, 0] - blk[k, 0]) * strides[k] for k in range(len(shape)))
+        return View(off, tuple(int(hi - lo) for lo, hi in box), strides)
+    strides = row_major(lay.shape)
+    off = 0
+    for k in range(len(lay.shape)):
+        start = int(box[k, 0] - blk[k, 0]) + (lay.offsets[i] if k == lay.cat else 0)
+        off += start * strides[k]
+    return View(off, tuple(int(hi - lo) for lo, hi in box), strides)
+
+
+def _meet(a: LocalLayout, b: LocalLayout) -> list[tuple[int, int, np.ndarray]]:
+    """Non-empty intersections of a's blocks with b's, a's blocks outer (both sides list them
+    in this one order)."""
+    out = []
+    if not len(a.blocks) or not len(b.blocks):
+        return out
+    lo = np.maximum(a.blocks[:, None, :, 0], b.blocks[None, :, :, 0])
+    hi = np.minimum(a.blocks[:, None, :, 1], b.blocks[None, :, :, 1])
+    ok = (hi > lo).all(axis=-1)
+    for i, j in zip(*np.nonzero(ok)):
+        out.append((int(i), int(j), np.stack([lo[i, j], hi[i, j]], axis=-1)))
+    return out
+
+
+def _numel(box: np.ndarray) -> int:
+    return int(np.prod(box[:, 1] - box[:, 0]))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExchangeVPieces(RankPieces):
+    """One rank's share: per member the elements sent and received (process-group order,
+    the own entry 0), and the strided copies that pack, unpack and keep them."""
+
+    send: tuple[Piece, ...]
+    recv: tuple[Piece, ...]
+    pack_copies: tuple[Copy, ...]  # input -> flat send buffer
+    unpack_copies: tuple[Copy, ...]  # flat receive buffer -> output (accumulated by reduce_scatterv)
+    self_copies: tuple[Copy, ...]  # input -> output: what this rank keeps
+    covered: int  # output elements written (or first reduced) by the copies
+    send_elems: int
+    recv_elems: int
+    send_run: int | None
+    recv_run: int | None
+    divide: int  # an avg's contribution count: the reduced axes' group size
+
+    @property
+    def fills(self) -> bool:
+        """Some output elements receive nothing: they start at the reduction's identity."""
+        n = 1
+        for s in self.out_shape:
+            n *= s
+        return self.covered < n
+
+
+def _pieces(step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> ExchangeVPieces:
+    src, dst = step.src, step.dst
+    rule = _rule(src, dst, mesh, step.axes)
+    coords = mesh_coords(mesh)
+    me_in, me_out = rank_layout(src, mesh, rank), rank_layout(dst, mesh, rank)
+    send: list[Piece] = []
+    recv: list[Piece] = []
+    pack: list[tuple[View, View]] = []
+    unpack: list[tuple[View, View]] = []
+    keep: list[tuple[View, View]] = []
+    off_s = off_r = covered = 0
+    senders = _senders(rule, coords, rank, members)
+    for q in members:
+        # what q sends to me (in q's block order), and what I send to q
+        if q == rank:
+            if rank in senders:
+                for i, j, box in _meet(me_in, me_out):
+                    keep.append((_view(me_in, i, box), _view(me_out, j, box)))
+                    covered += _numel(box)
+            send.append(Piece(q, (), (), (0,), 0))
+            recv.append(Piece(q, (), (), (0,), 0))
+            continue
+        n_in = 0
+        if q in senders:
+            for _i, j, box in _meet(rank_layout(src, mesh, q), me_out):
+                k = _numel(box)
+                unpack.append((run_view(off_r + n_in, tuple(int(x) for x in box[:, 1] - box[:, 0])),
+                               _view(me_out, j, box)))
+                n_in += k
+        off_r += n_in
+        covered += n_in
+        recv.append(Piece(q, (), (), (n_in,), n_in))
+        n = 0
+        if rank in _senders(rule, coords, q, members):
+            for i, _j, box in _meet(me_in, rank_layout(dst, mesh, q)):
+                pack.append((_view(me_in, i, box), run_view(off_s + n, tuple(int(x) for x in box[:, 1] - box[:, 0]))))
+                n += _numel(box)
+        off_s += n
+        send.append(Piece(q, (), (), (n,), n))
+    pack_c, unpack_c = plan_copies(pack), plan_copies(unpack)
+    return ExchangeVPieces(
+        kind=step.kind, rank=rank, in_shape=me_in.shape, out_shape=me_out.shape, members=members,
+        wire_elems=off_s, send=tuple(send), recv=tuple(recv), pack_copies=pack_c, unpack_copies=unpack_c,
+        self_copies=plan_copies(keep), covered=covered, send_elems=off_s, recv_elems=off_r,
+        send_run=as_run(pack_c, off_s), recv_run=as_run(unpack_c, off_r, into=True),
+        divide=mesh.group_size(_reduced(src, dst, step.axes)),
+    )
+
+
+# ---- numpy semantics (the torch runner does the same with as_strided views) -----------------
+
+
+def _strided(flat: np.ndarray, v: View) -> np.ndarray:
+    item = flat.itemsize
+    return np.lib.stride_tricks.as_strided(flat[v.offset:], shape=v.size,
+                                           strides=tuple(s * item for s in v.stride), writeable=True)
+
+
+def identity(op: str, dtype: np.dtype) -> object:
+    """The value a reduction starts from (what a rank holds where it receives nothing)."""
+    if op in ("sum", "avg") or dtype == np.bool_:
+        return 0 if op != "min" or dtype != np.bool_ else True
+    if np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.complexfloating):
+        return -np.inf if op == "max" else np.inf
+    info = np.iinfo(dtype)
+    return info.min if op == "max" else info.max
+
+
+def _apply(copies: Sequence[Copy], src: np.ndarray, dst: np.ndarray, op: str | None) -> None:
+    for c in copies:
+        a, b = _strided(src, c.src), _strided(dst, c.dst)
+        if op is None:
+            b[...] = a
+        elif op in ("sum", "avg"):
+            b += a
+        elif op == "max":
+            np.maximum(b, a, out=b)
+        else:
+            np.minimum(b, a, out=b)
+
+
+def _simulate(step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray], op: str | None,
+              divide: int) -> list[np.ndarray]:
+    sends = {}
+    for p in pieces:
+        flat_in = np.ascontiguousarray(xs[p.rank]).reshape(-1)
+        buf = np.zeros(p.send_elems, dtype=flat_in.dtype)  # type: ignore[attr-defined]
+        _apply(p.pack_copies, flat_in, buf, None)  # type: ignore[attr-defined]
+        segs, off = {}, 0
+        for pc in p.send:  # type: ignore[attr-defined]
+            segs[pc.peer] = buf[off:off + pc.numel]
+            off += pc.numel
+        sends[p.rank] = segs
+    out = []
+    for p in pieces:
+        x = np.ascontiguousarray(xs[p.rank]).reshape(-1)
+        recv = np.concatenate([sends[pc.peer][p.rank] for pc in p.recv  # type: ignore[attr-defined]
+                               if pc.peer != p.rank] or [np.zeros(0, dtype=x.dtype)])
+        y = np.full(int(np.prod(p.out_shape)), identity(op or "sum", x.dtype), dtype=x.dtype)
+        _apply(p.self_copies, x, y, op)  # type: ignore[attr-defined]
+        _apply(p.unpack_copies, recv, y, op)  # type: ignore[attr-defined]
+        if op == "avg":
+            y = y / divide
+        out.append(y.reshape(p.out_shape))
+    return out
+
+
+# ---- the two kinds ---------------------------------------------------------------------------
+
+
+def _check(kind: str, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None,
+           reduces: bool) -> Signature:
+    from lowering.checks import check_partial_conversion
+
+    same_except(kind, src, dst, "an exchange never changes V axes")
+    op = check_partial_conversion(src, dst)
+    group = group_axes(erase(src), erase(dst), mesh)
+    if axes is not None:
+        if set(axes) != set(group):
+            raise refuse(kind, src, dst, f"the types change the roles of axes {list(group)}, not {list(axes)}",
+                         f"pass axes={group!r}, or leave axes out")
+        group = tuple(axes)
+    red = _reduced(src, dst, group)
+    if reduces and not red:
+        raise refuse(kind, src, dst, "no pending reduction is finished", "use all_to_allv")
+    if not reduces and red:
+        raise refuse(kind, src, dst, f"it finishes the pending reduction over {list(red)}",
+                     "use reduce_scatterv")
+    dims = tuple(k for k, (a, b) in enumerate(zip(src.dims, dst.dims)) if a != b)
+    return Signature(group, dims, op if reduces else None)
+
+
+def _price(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> np.ndarray:
+    """Elements each rank sends: its exact pieces (every rank's, for the planner)."""
+    from lowering.program import Step
+
+    step = Step("all_to_allv", axes, (), src, dst)
+    out = np.zeros(mesh.size, dtype=np.int64)
+    for r in range(mesh.size):
+        members = tuple(sorted(group_ranks(mesh, axes, r))) if axes else (r,)
+        out[r] = _pieces(step, mesh, r, members).send_elems
+    return out
+
+
+@register
+class AllToAllV(StepKind):
+    name = "all_to_allv"
+    collective = True
+
+    def infer(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> Signature:
+        return _check(self.name, src, dst, mesh, axes, reduces=False)
+
+    def price(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...],
+              padded: bool = True) -> np.ndarray:
+        return _price(src, dst, mesh, axes)
+
+    def pieces(self, step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> RankPieces:
+        return _pieces(step, mesh, rank, members)
+
+    def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return _simulate(step, pieces, xs, None, 1)
+
+    def dual(self, step: Step, mesh: Mesh) -> tuple[Step, ...]:
+        return dual_steps(step, mesh, None)
+
+
+@register
+class ReduceScatterV(AllToAllV):
+    name = "reduce_scatterv"
+    reduces = True
+
+    def infer(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> Signature:
+        return _check(self.name, src, dst, mesh, axes, reduces=True)
+
+    def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return _simulate(step, pieces, xs, step.op or "sum", pieces[0].divide)  # type: ignore[attr-defined]
+
