@@ -163,15 +163,30 @@ def block_indices(lay: LocalLayout, shape: tuple[int, ...]) -> np.ndarray:
     return np.concatenate(parts, axis=lay.cat).reshape(-1)
 
 
+@cached(maxsize=256, max_bytes=64 * MIB)
+def stacked_blocks(t: TensorType, mesh: Mesh) -> np.ndarray:
+    """(world, k, ndim, 2): every rank's blocks, padded with empty boxes to the most any
+    rank holds (for vectorised pricing over the world)."""
+    lays = layouts(t, mesh)
+    k = max(1, max(len(lay.blocks) for lay in lays))
+    out = np.zeros((mesh.size, k, t.ndim, 2), dtype=np.int64)
+    for r, lay in enumerate(lays):
+        out[r, :len(lay.blocks)] = lay.blocks
+    out.setflags(write=False)
+    return out
+
+
+def meet_numel(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Elements shared by the block lists ``a`` (..., ka, ndim, 2) and ``b`` (..., kb, ndim, 2)
+    (blocks within a list are disjoint), broadcasting over the leading axes."""
+    ext = np.minimum(a[..., :, None, :, 1], b[..., None, :, :, 1]) - \
+        np.maximum(a[..., :, None, :, 0], b[..., None, :, :, 0])
+    return np.prod(np.maximum(ext, 0), axis=-1).sum(axis=(-1, -2))
+
+
 def held_overlap(src: TensorType, dst: TensorType, mesh: Mesh) -> np.ndarray:
     """(world,) per rank, how many of its destination elements it already holds as source."""
-    out = np.zeros(mesh.size, dtype=np.int64)
-    for r in range(mesh.size):
-        a, b = rank_layout(src, mesh, r).blocks, rank_layout(dst, mesh, r).blocks
-        if len(a) and len(b):
-            ext = np.minimum(a[:, None, :, 1], b[None, :, :, 1]) - np.maximum(a[:, None, :, 0], b[None, :, :, 0])
-            out[r] = int(np.prod(np.maximum(ext, 0), axis=-1).sum())
-    return out
+    return meet_numel(stacked_blocks(src, mesh), stacked_blocks(dst, mesh)).astype(np.int64)
 
 
 def local_part(full: np.ndarray, t: TensorType, mesh: Mesh, rank: int) -> np.ndarray:

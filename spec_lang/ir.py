@@ -340,8 +340,15 @@ def _check_layout(dims: tuple[Dim, ...], axis_types: tuple) -> tuple[tuple[tuple
                 hint="write dims=(Dim(8, ('dp',)), Dim(16))",
             )
         numel *= d.size
-        if d.split is not None and d.split.kind == "ragged":
-            _check_ragged(dims, i)
+        if d.split is not None:
+            if d.split.kind == "ragged":
+                _check_ragged(dims, i)
+            if any(e.split is not None for e in dims[:i]):
+                raise SpecError(
+                    f"dims {next(k for k, e in enumerate(dims) if e.split is not None)} and {i} are both "
+                    "split unevenly: a type splits at most one dim unevenly",
+                    hint="split one dim unevenly and shard the others evenly (or not at all)",
+                )
         for a in d.axes:
             if a in owner:
                 raise SpecError(

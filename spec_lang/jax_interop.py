@@ -165,6 +165,7 @@ def _check_axes(t: TensorType, m: Mesh, text: str) -> None:
 def _refuse_unrepresentable(t: TensorType, m: Mesh | None) -> None:
     """Raise a SpecError saying why ``t`` has no JAX form (the even-ness check needs ``m``)."""
     text = str(t)
+    _refuse_uneven(t)
     for name, at in t.axis_types:
         if at.kind == "V":
             raise SpecError(
@@ -191,6 +192,17 @@ def _refuse_unrepresentable(t: TensorType, m: Mesh | None) -> None:
                 f"dim {i} of size {d.size} does not divide evenly over {_axes_text(d.axes)} ({n} shards): {why}",
                 text=text, pos=_dim_pos(t, i),
                 hint=f"pad dim {i} to a multiple of {n}, or use DTensor (lowering.to_placements)",
+            )
+
+
+def _refuse_uneven(t: TensorType) -> None:
+    for i, d in enumerate(t.dims):
+        if d.split is not None:
+            text = str(t)
+            raise SpecError(
+                f"dim {i} has the uneven split {d.split}: JAX shardings only split a dim evenly",
+                text=text, pos=text.find("<"),
+                hint="use DTensor (lowering.to_placements) for uneven placements, or an even sharding for JAX",
             )
 
 
@@ -249,6 +261,7 @@ def to_jax(t: TensorType | str, mesh: Mesh | str | Any) -> Any:
 def partition_spec_text(t: TensorType | str) -> str:
     """The PartitionSpec as JAX prints it (``P(('tp', 'dp'), None, unreduced={'cp'})``), jax-free."""
     tt = parse(t)
+    _refuse_uneven(tt)
     parts = []
     for d in tt.dims:
         if not d.axes:

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lowering.blocks import LocalLayout, rank_layout
+from lowering.blocks import LocalLayout, meet_numel, rank_layout, stacked_blocks
 from lowering.kinds.base import (
     Piece,
     RankPieces,
@@ -52,7 +52,7 @@ from lowering.kinds.base import (
     same_except,
 )
 from lowering.kinds.copies import Copy, View, as_run, plan_copies, row_major, run_view
-from lowering.layout import group_ranks, mesh_coords
+from lowering.layout import _groups, mesh_coords
 from spec_lang.ir import Mesh, TensorType
 
 if TYPE_CHECKING:
@@ -104,14 +104,11 @@ def _rule(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -
     return _Rule(tuple(same), tuple(zero))
 
 
-def _senders(rule: _Rule, coords: np.ndarray, r: int, members: Sequence[int]) -> list[int]:
-    """The group members that send to receiver ``r`` (every element it needs, once per
-    contribution)."""
-    cr = coords[r]
-    if any(cr[i] != 0 for i in rule.zero):
-        return []
-    idx = list(rule.same)
-    return [q for q in members if all(coords[q][i] == cr[i] for i in idx)]
+def _sends_to(rule: _Rule, coords: np.ndarray, q: int, r: int) -> bool:
+    """Does ``q`` send to receiver ``r`` (each element ``r`` needs arrives once per
+    contribution, from the one rank the rule picks)?"""
+    cq, cr = coords[q], coords[r]
+    return all(cr[i] == 0 for i in rule.zero) and all(cq[i] == cr[i] for i in rule.same)
 
 
 def _view(lay: LocalLayout, i: int, box: np.ndarray) -> View:
@@ -185,11 +182,10 @@ def _pieces(step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> Exch
     unpack: list[tuple[View, View]] = []
     keep: list[tuple[View, View]] = []
     off_s = off_r = covered = 0
-    senders = _senders(rule, coords, rank, members)
     for q in members:
         # what q sends to me (in q's block order), and what I send to q
         if q == rank:
-            if rank in senders:
+            if _sends_to(rule, coords, rank, rank):
                 for i, j, box in _meet(me_in, me_out):
                     keep.append((_view(me_in, i, box), _view(me_out, j, box)))
                     covered += _numel(box)
@@ -197,7 +193,7 @@ def _pieces(step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> Exch
             recv.append(Piece(q, (), (), (0,), 0))
             continue
         n_in = 0
-        if q in senders:
+        if _sends_to(rule, coords, q, rank):
             for _i, j, box in _meet(rank_layout(src, mesh, q), me_out):
                 k = _numel(box)
                 unpack.append((run_view(off_r + n_in, tuple(int(x) for x in box[:, 1] - box[:, 0])),
@@ -207,7 +203,7 @@ def _pieces(step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> Exch
         covered += n_in
         recv.append(Piece(q, (), (), (n_in,), n_in))
         n = 0
-        if rank in _senders(rule, coords, q, members):
+        if _sends_to(rule, coords, rank, q):
             for i, _j, box in _meet(me_in, rank_layout(dst, mesh, q)):
                 pack.append((_view(me_in, i, box), run_view(off_s + n, tuple(int(x) for x in box[:, 1] - box[:, 0]))))
                 n += _numel(box)
@@ -307,15 +303,29 @@ def _check(kind: str, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[
 
 
 def _price(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> np.ndarray:
-    """Elements each rank sends: its exact pieces (every rank's, for the planner)."""
-    from lowering.program import Step
-
-    step = Step("all_to_allv", axes, (), src, dst)
+    """Elements each rank sends: its exact pieces, for every rank at once (vectorised over
+    each group's sender x receiver pairs; receivers in chunks to bound memory)."""
+    rule = _rule(src, dst, mesh, axes)
+    coords = mesh_coords(mesh)
+    sb, db = stacked_blocks(src, mesh), stacked_blocks(dst, mesh)
     out = np.zeros(mesh.size, dtype=np.int64)
-    for r in range(mesh.size):
-        members = tuple(sorted(group_ranks(mesh, axes, r))) if axes else (r,)
-        out[r] = _pieces(step, mesh, r, members).send_elems
+    same, zero = list(rule.same), list(rule.zero)
+    groups = _groups(mesh, axes)[1] if axes else np.arange(mesh.size)[:, None]
+    for members in groups:
+        c = coords[members]
+        ok = (c[:, None, same] == c[None, :, same]).all(axis=-1) if same else np.ones((len(members),) * 2, bool)
+        if zero:
+            ok &= (c[None, :, zero] == 0).all(axis=-1)
+        np.fill_diagonal(ok, False)  # the own piece is copied locally
+        per = max(1, _PAIR_BUDGET // max(1, len(members) * sb.shape[1] * db.shape[1] * max(1, src.ndim)))
+        for lo in range(0, len(members), per):
+            recv = members[lo:lo + per]
+            n = meet_numel(sb[members][:, None], db[recv][None, :])  # (senders, receivers)
+            out[members] += (n * ok[:, lo:lo + per]).sum(axis=1)
     return out
+
+
+_PAIR_BUDGET = 1 << 22  # intersection entries per chunk (~64 MiB of int64 temporaries)
 
 
 @register
