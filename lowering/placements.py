@@ -13,6 +13,10 @@ and short strings (``S(0)``, ``_S(0,4)``, ``R``, ``P``, ``P(avg)``, also as a li
 ``[S(0), R, S(0)]``) all convert to. That keeps ``shardc parse`` and the checks
 importable without torch.
 
+The uneven placements (``DynamicShard``, ``RaggedShard``, ``PartitionedShard``; torch-free
+themselves) stand among the others, one per mesh axis like ``Shard``, and become a dim's
+``Split`` (``lowering.uneven_placements`` converts and checks them).
+
 A shard_order is accepted in two forms: shardc's sparse dict ``{0: ['tp', 'dp']}``
 (mesh dims by name or index, as a dict or its string) and torch's own
 ``DTensorSpec.shard_order``, a tuple of ``ShardOrderEntry(tensor_dim, mesh_dims)``
@@ -27,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lowering import uneven_placements as uneven
 from spec_lang.errors import SpecError, locate
 from spec_lang.ir import REDUCE_OPS, AxisType, Dim, Mesh, TensorType, canonical_dtype
 from spec_lang.parser import parse_mesh, parse_shard_order
@@ -36,14 +41,18 @@ _ORDER_HINT = "write shard_order as {tensor_dim: [mesh dims major->minor]}, e.g.
 
 @dataclass(frozen=True)
 class PlacementSpec:
-    """A torch-free placement: kind ``S`` (Shard), ``_S`` (_StridedShard), ``R`` or ``P``."""
+    """A torch-free placement: kind ``S`` (Shard), ``_S`` (_StridedShard), ``R``, ``P``, or
+    ``uneven`` (``uneven`` holds the DynamicShard/RaggedShard/PartitionedShard, ``dim`` its dim)."""
 
     kind: str
     dim: int = -1
     split_factor: int = 1
     op: str = "sum"
+    uneven: Any = None
 
     def __str__(self) -> str:
+        if self.kind == "uneven":
+            return uneven.uneven_text(self.uneven)
         if self.kind == "S":
             return f"S({self.dim})"
         if self.kind == "_S":
@@ -54,7 +63,7 @@ class PlacementSpec:
 
     @property
     def is_shard(self) -> bool:
-        return self.kind in ("S", "_S")
+        return self.kind in ("S", "_S", "uneven")
 
 
 _TEXT_RE = re.compile(
@@ -64,6 +73,8 @@ _TEXT_RE = re.compile(
 
 
 def _spec_from_text(text: str) -> PlacementSpec:
+    if re.match(uneven.UNEVEN_RE, text.strip()):
+        return as_spec(uneven.uneven_from_text(text))
     m = _TEXT_RE.match(text)
     if m is None:
         raise SpecError(
@@ -85,8 +96,15 @@ def parse_placements(text: str) -> list[PlacementSpec]:
     closing = {"[": "]", "(": ")"}
     if body and body[0] in closing and body.endswith(closing[body[0]]):  # a list as printed: [S(0), R]
         body = body[1:-1]
-    parts = re.findall(r"_?S\([^)]*\)|P\([^)]*\)|[^,\s]+", body)
-    return [_spec_from_text(p) for p in parts]
+    out = []
+    for m in re.finditer(uneven.UNEVEN_RE + r"|_?S\([^)]*\)|P\([^)]*\)|[^,\s]+", body):
+        try:
+            out.append(_spec_from_text(m.group()))
+        except SpecError as e:
+            if not re.match(uneven.UNEVEN_RE, m.group()):
+                raise
+            raise e.at(body, m.start()) from None
+    return out
 
 
 def as_spec(p: Any) -> PlacementSpec:
@@ -95,6 +113,8 @@ def as_spec(p: Any) -> PlacementSpec:
         return p
     if isinstance(p, str):
         return _spec_from_text(p)
+    if uneven.is_uneven_placement(p):
+        return PlacementSpec("uneven", uneven.placement_dim(p), uneven=p)
     name = type(p).__name__
     if name == "_StridedShard":
         return PlacementSpec("_S", int(p.dim), int(p.split_factor))
@@ -106,7 +126,8 @@ def as_spec(p: Any) -> PlacementSpec:
         return PlacementSpec("P", op=str(getattr(p, "reduce_op", "sum")))
     raise SpecError(
         f"unsupported placement {p!r} ({name})",
-        hint="shardc understands Shard, _StridedShard, Replicate and Partial",
+        hint="shardc understands Shard, _StridedShard, Replicate, Partial and the uneven "
+             "DynamicShard, RaggedShard and PartitionedShard (lowering)",
     )
 
 
@@ -141,7 +162,8 @@ def placement_specs(
     for name in m.names:
         d = tt.dim_of(name)
         if d is not None:
-            out.append(PlacementSpec("S", d))
+            split = tt.dims[d].split
+            out.append(PlacementSpec("S", d) if split is None else as_spec(uneven.placement_of(d, split)))
             continue
         at = tt.axis_type(name)
         if at.kind == "V":
@@ -182,6 +204,8 @@ def to_placements(
     accepts instead, with an empty shard_order (``{}``; ``None`` in torch's format, which is
     what a ``DTensorSpec`` with ``_StridedShard`` placements requires).
     R and I both become ``Replicate()`` (DTensor has no gradient-type distinction).
+    A dim with an uneven split gives its placement object (``lowering.DynamicShard``,
+    ``RaggedShard`` or ``PartitionedShard``), which torch has no class for.
     """
     if shard_order_format not in SHARD_ORDER_FORMATS:
         raise SpecError(f"unknown shard_order_format {shard_order_format!r}",
@@ -212,6 +236,8 @@ def _to_torch(s: PlacementSpec) -> Any:
     from torch.distributed.tensor import Partial, Replicate, Shard
     from torch.distributed.tensor.placement_types import _StridedShard
 
+    if s.kind == "uneven":
+        return s.uneven
     if s.kind == "S":
         return Shard(s.dim)
     if s.kind == "_S":
@@ -273,13 +299,15 @@ def check_placements(
     shard_order: Mapping[int, Sequence[int | str]] | Sequence[Any] | str | None,
     mesh: Mesh | str | Any,
     ndim: int,
+    shape: Sequence[int] | None = None,
 ) -> tuple[list[PlacementSpec], dict[int, tuple[int, ...]]]:
     """Apply DTensor's placements/shard_order rules; each broken rule has its own SpecError.
 
     ``shard_order`` is shardc's ``{tensor_dim: [mesh dims]}`` (a dict or its string) or
     torch's tuple of ``ShardOrderEntry``. Returns the normalized placements (negative Shard
     dims resolved) and the shard_order as ``{tensor_dim: mesh dim indices}``, so callers
-    need not re-validate.
+    need not re-validate. ``shape`` (``from_placements`` passes it) lets the uneven
+    placements' sizes be checked against the dims and mesh axis sizes.
     """
     m = as_mesh(mesh)
     if isinstance(placements, (str, bytes)):
@@ -304,6 +332,9 @@ def check_placements(
                 raise _err(f"split_factor {s.split_factor} < 1", specs, i, "split_factor is at least 1")
         elif s.kind == "P" and s.op not in REDUCE_OPS:
             raise _err(f"unknown Partial reduce op {s.op!r}", specs, i, f"use one of {', '.join(REDUCE_OPS)}")
+    if any(s.kind == "uneven" for s in specs):
+        uneven.check_uneven(specs, [s.dim if s.is_shard else None for s in specs], [s.uneven for s in specs],
+                     m.sizes, m.names, shape, lambda msg, at, hint: _err(msg, specs, at, hint))
     src = shard_order if isinstance(shard_order, str) else None
     if isinstance(shard_order, str):
         shard_order = parse_shard_order(shard_order)
@@ -442,7 +473,8 @@ def from_placements(
     ``shard_order`` takes either form ``check_placements`` does (shardc's dict or torch's
     ``ShardOrderEntry`` tuple).
 
-    ``Replicate`` becomes an unannotated axis (I) and ``Partial(op)`` becomes ``P(op)``.
+    ``Replicate`` becomes an unannotated axis (I) and ``Partial(op)`` becomes ``P(op)``;
+    an uneven placement becomes its dim's ``Split``.
     """
     m = as_mesh(mesh)
     try:
@@ -451,7 +483,7 @@ def from_placements(
         raise SpecError(f"shape must be a sequence of ints, got {shape!r}") from None
     if any(s < 0 for s in shape):
         raise SpecError(f"negative size in shape {list(shape)}")
-    specs, order = check_placements(placements, shard_order, m, len(shape))
+    specs, order = check_placements(placements, shard_order, m, len(shape), shape)
     orders = _strided_order(specs, m) if any(s.kind == "_S" for s in specs) else {}
     if not orders:
         for md, s in enumerate(specs):
@@ -465,6 +497,7 @@ def from_placements(
             f"mixed Partial reduce ops {sorted(ops)}", specs, next(i for i, s in enumerate(specs) if s.kind == "P"),
             "the order of a mixed reduction changes its value; reduce one op first",
         )
-    dims = tuple(Dim(size, tuple(m.names[i] for i in orders.get(d, ()))) for d, size in enumerate(shape))
+    splits = dict(uneven.split_of(s.uneven) for s in specs if s.kind == "uneven")
+    dims = tuple(Dim(size, tuple(m.names[i] for i in orders.get(d, ())), splits.get(d)) for d, size in enumerate(shape))
     axis_types = tuple((m.names[i], AxisType("P", s.op)) for i, s in enumerate(specs) if s.kind == "P")
     return TensorType(_dtype_name(dtype), dims, axis_types)

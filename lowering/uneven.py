@@ -26,8 +26,8 @@ local tensor shape.
       unaligned: shard 0 [P00 P01 P02 P03]   shard 1 [P10 P11 P12 P13]
       aligned:   shard 0 [P00 P10 P01 P11]   shard 1 [P02 P12 P03 P13]
 
-These are the placements' semantics only; the DSL, the layout algebra and the planner
-do not take them yet.
+These are the placements' semantics; in a type each is a dim's split (``spec_lang.split``,
+``lowering.uneven_placements`` converts both ways), and the planner does not take them yet.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ The DSL *is* JAX's printed type (``float32[8@dp,16]{U:tp}``), so the mapping is 
 Some types have no JAX form, and ``to_jax`` refuses them rather than guess: uneven dims
 (shardc uses the torch.chunk rule axis by axis, XLA pads the flattened tiling, and they
 differ for uneven multi-axis dims; JAX's public API refuses uneven shardings anyway),
+uneven splits (explicit sizes, ragged units, partitions: a JAX sharding cuts evenly),
 ``P(avg|max|min)`` (DTensor-only reductions) and ``V`` (shard_map's per-rank view).
 
 jax is imported only inside these functions, so ``spec_lang`` imports without it.
@@ -200,9 +201,9 @@ def _refuse_uneven(t: TensorType) -> None:
         if d.split is not None:
             text = str(t)
             raise SpecError(
-                f"dim {i} has the uneven split {d.split}: JAX shardings only split a dim evenly",
-                text=text, pos=text.find("<"),
-                hint="use DTensor (lowering.to_placements) for uneven placements, or an even sharding for JAX",
+                f"dim {i} has the uneven split {d.split}: a JAX sharding cuts every dim evenly",
+                text=text, pos=_dim_pos(t, i),
+                hint="use DTensor placements (lowering.to_placements) for explicit sizes, ragged units or partitions",
             )
 
 
@@ -215,6 +216,7 @@ def _dim_pos(t: TensorType, i: int) -> int:
     pos = len(t.dtype) + 1
     for d in t.dims[:i]:
         pos += len(str(d.size)) + (len(_axes_text(d.axes)) + 1 if d.axes else 0) + 1
+        pos += len(str(d.split)) if d.split is not None else 0
     return pos
 
 

@@ -17,6 +17,7 @@ from lowering.layout import local_shape
 from spec_lang import SpecError, parse, parse_mesh, parse_shard_order
 from spec_lang.ir import DTYPES, MAX_MESH_AXES, AxisType, Dim, Mesh, TensorType
 from spec_lang.printer import format_type
+from spec_lang.split import Split
 
 AXES = ["dp", "tp", "cp", "a", "b", "_x1"]
 BAD_AXES = ["", "1x", "a-b", "dp ", 3, None, ["dp"]]
@@ -50,17 +51,36 @@ def _try(fn, *args):
 
 
 @st.composite
+def raw_splits(draw: st.DrawFn, size: object) -> tuple | None:
+    """Mostly no split; else a Split's fields, often summing to ``size``, sometimes bad."""
+    if type(size) is not int or draw(st.integers(0, 1)):
+        return None
+    k = draw(st.integers(0, 3))
+    kind = draw(st.sampled_from(["sizes", "ragged", "parts"] * 3 + ["bogus"]))
+    good = {"sizes": (size - k, k), "ragged": (1, k % 2), "parts": ((size - k, 0), (k, 0)), "bogus": (1,)}[kind]
+    values = draw(st.sampled_from([good] * 8 + [(-1, 2), "12", ((1,), (2, 3)), (), (True, 1)]))
+    span = draw(st.sampled_from([1] * 8 + [2, 0, -1]))
+    return kind, values, span, draw(st.sampled_from([kind == "parts" and k % 2 == 0] * 6 + [True, 1]))
+
+
+@st.composite
 def raw_types(draw: st.DrawFn) -> tuple:
     dtype = draw(st.sampled_from(LONG + SHORT + BAD_DTYPES))
-    dims = [(draw(sizes), draw(axis_lists)) for _ in range(draw(st.integers(0, 4)))]
+    dims = []
+    for _ in range(draw(st.integers(0, 4))):
+        size = draw(sizes)
+        dims.append((size, draw(axis_lists), draw(raw_splits(size))))
     ann = [(draw(axis_names), draw(kinds), draw(ops)) for _ in range(draw(st.integers(0, 3)))]
     return dtype, dims, ann, draw(st.booleans())
 
 
 def _build(dtype: object, dims: list, ann: list, as_list: bool) -> TensorType | None:
     built_dims = []
-    for size, axes in dims:
-        d = _try(Dim, size, axes)
+    for size, axes, raw_split in dims:
+        split = None if raw_split is None else _try(Split, *raw_split)
+        if raw_split is not None and split is None:
+            return None
+        d = _try(Dim, size, axes, split)
         if d is None:
             return None
         built_dims.append(d)
@@ -98,7 +118,7 @@ def _assert_canonical(t: TensorType) -> None:
 @given(raw_types())
 def test_only_spec_error_escapes_and_accepted_types_round_trip(raw: tuple) -> None:
     t = _build(*raw)
-    event("accepted" if t is not None else "refused")
+    event("refused" if t is None else "accepted, uneven" if any(d.split for d in t.dims) else "accepted")
     if t is not None:
         _assert_canonical(t)
 

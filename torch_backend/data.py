@@ -5,8 +5,9 @@ integers, exact in every dtype that can be reduced (bf16 included), so sums in a
 agree. float8 holds only some of them: the global tensor is cast once and every block is
 cut from it, so moves stay bit-exact (and torch cannot reduce float8 anyway).
 
-A rank's block under ``t``: the global slice (``lowering.layout``), then per non-sharding
-axis kind:
+A rank's block under ``t``: the global slice (``lowering.layout``; for an uneven type the
+rank's blocks, ``lowering.blocks.rank_layout``, concatenated in local order), then per
+non-sharding axis kind:
 
 * R / I: the same on every rank;
 * P(op): shares whose reduction over the P group is the slice (sum: rank 0 of the group
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from lowering.blocks import is_uneven, rank_layout
 from lowering.layout import boxes
 from spec_lang.ir import Mesh, TensorType
 from torch_backend.dtypes import NO_ARITHMETIC, to_torch_dtype
@@ -53,8 +55,8 @@ def _coord_index(mesh: Mesh, rank: int, axes: tuple[str, ...]) -> tuple[int, int
 
 def block(t: TensorType, mesh: Mesh, g: torch.Tensor, rank: int) -> torch.Tensor:
     """``rank``'s local block of global tensor ``g`` under type ``t`` (a fresh tensor)."""
-    box = boxes(t, mesh)[rank]
-    x = g[tuple(slice(int(lo), int(hi)) for lo, hi in box)].clone()
+    x = _uneven_slice(t, mesh, g, rank) if is_uneven(t) else \
+        g[tuple(slice(int(lo), int(hi)) for lo, hi in boxes(t, mesh)[rank])].clone()
     v_axes = t.axes_of_kind("V")
     if v_axes:
         j, _ = _coord_index(mesh, rank, v_axes)
@@ -64,6 +66,17 @@ def block(t: TensorType, mesh: Mesh, g: torch.Tensor, rank: int) -> torch.Tensor
         j, k = _coord_index(mesh, rank, p_axes)
         x = _share(x, t.partial_op or "sum", j, k)
     return x
+
+
+def _uneven_slice(t: TensorType, mesh: Mesh, g: torch.Tensor, rank: int) -> torch.Tensor:
+    """``rank``'s blocks of ``g``, concatenated in local order (flattened first when ``cat`` is None)."""
+    lay = rank_layout(t, mesh, rank)
+    parts = [g[tuple(slice(int(lo), int(hi)) for lo, hi in b)] for b in lay.blocks]
+    if not parts:
+        return g.new_empty(lay.shape)
+    if lay.cat is None:
+        return torch.cat([p.reshape(-1) for p in parts])
+    return torch.cat(parts, dim=lay.cat)
 
 
 def _add(x: torch.Tensor, j: int) -> torch.Tensor:

@@ -4,6 +4,10 @@ Prints the canonical type (long and short dtype), the JAX PartitionSpec (or why 
 cannot express it), and with ``--mesh`` the DTensor placements, shard_order, the
 ``_StridedShard`` form and each rank's slice and local shape. Neither torch nor jax
 is imported: placements are printed in their textual form (``S(0),R,P(sum)``).
+
+An uneven type's rank holds several blocks (``lowering.blocks.rank_layout``): its
+entry lists them in local order (``blocks``, concatenated along ``cat``, or flattened
+and concatenated when ``cat`` is None) in place of one slice.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import json
 from typing import Any
 
 from spec_lang.errors import SpecError
-from torch_backend.cli.ranks import ranks_text
+from torch_backend.cli.ranks import blocks_text, box_text, cat_text, ranks_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,12 +82,18 @@ def describe(type_text: str, mesh_text: str | None, all_ranks: bool = False) -> 
     out["local_shapes"] = None
     if mesh.size > MAX_RANKS:
         return out
-    b = boxes(t, mesh)
-    sizes = b[:, :, 1] - b[:, :, 0]
+    from lowering.blocks import is_uneven, layouts
+
+    lays = layouts(t, mesh) if is_uneven(t) else None
+    if lays is None:
+        b = boxes(t, mesh)
+        sizes = b[:, :, 1] - b[:, :, 0]
+    else:
+        sizes = np.array([lay.shape for lay in lays], dtype=np.int64)
     # one small int per rank naming its shape: per-dim distinct sizes in mixed radix (a 1-d
     # unique per dim is fast; a row-wise unique over millions of ranks is not)
     key = np.zeros(mesh.size, dtype=np.int64)
-    for d in range(t.ndim):
+    for d in range(sizes.shape[1]):
         values, idx = np.unique(sizes[:, d], return_inverse=True)
         key = key * len(values) + idx.reshape(-1)
     present = np.flatnonzero(np.bincount(key))
@@ -93,7 +103,18 @@ def describe(type_text: str, mesh_text: str | None, all_ranks: bool = False) -> 
         holders = np.flatnonzero(key == k)
         out["local_shapes"].append({"shape": sizes[holders[0]].tolist(), "count": len(holders),
                                     "ranks": ranks_text(holders, max_runs=16)})
-    if mesh.size <= LIST_RANKS or all_ranks:
+    if lays is not None and (mesh.size <= LIST_RANKS or all_ranks):
+        out["ranks"] = [
+            {
+                "rank": r,
+                "coords": dict(zip(mesh.names, mesh.coords(r), strict=True)),
+                "blocks": lay.blocks.tolist(),
+                "cat": lay.cat,
+                "shape": list(lay.shape),
+            }
+            for r, lay in enumerate(lays)
+        ]
+    elif mesh.size <= LIST_RANKS or all_ranks:
         out["ranks"] = [
             {
                 "rank": r,
@@ -137,12 +158,24 @@ def _text(info: dict[str, Any]) -> str:
         for s in info["local_shapes"]:
             lines.append(f"  shape {tuple(s['shape'])} on {s['count']:,} rank(s): {s['ranks']}")
         return "\n".join(lines)
-    lines.append("local:")
+    if info["ranks"] and "blocks" in info["ranks"][0]:
+        lines.append(f"local:        each rank's blocks in local order ({cat_text(_Lay(info['ranks'][0]))}):")
+    else:
+        lines.append("local:")
     for r in info["ranks"]:
         coords = ",".join(f"{k}={v}" for k, v in r["coords"].items())
-        sl = "[" + ", ".join(f"{a}:{b}" for a, b in r["slices"]) + "]"
-        lines.append(f"  rank {r['rank']:>3} ({coords}): {sl} shape {tuple(r['shape'])}")
+        if "blocks" in r:
+            lines.append(f"  rank {r['rank']:>3} ({coords}): {blocks_text(_Lay(r))}")
+            continue
+        lines.append(f"  rank {r['rank']:>3} ({coords}): {box_text(r['slices'])} shape {tuple(r['shape'])}")
     return "\n".join(lines)
+
+
+class _Lay:
+    """A rank entry of ``describe`` read back as the layout fields the text helpers use."""
+
+    def __init__(self, r: dict[str, Any]) -> None:
+        self.blocks, self.cat, self.shape = r["blocks"], r["cat"], r["shape"]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,4 +1,5 @@
-"""Rank sets as short text: ``[0,1,2,3,6]`` -> ``0-3,6`` (shared by ``parse`` and ``show``)."""
+"""Rank sets as short text: ``[0,1,2,3,6]`` -> ``0-3,6``, and a rank's blocks as text
+(shared by ``parse`` and ``show``)."""
 
 from __future__ import annotations
 
@@ -27,3 +28,18 @@ def ranks_text(ranks: Sequence[int] | Any, max_runs: int | None = None) -> str:
     if len(shown) < len(runs):
         text += f",... ({len(runs) - len(shown)} more runs)"
     return text
+
+
+def box_text(box: Any) -> str:
+    """A global box ``[[0, 4], [2, 8]]`` -> ``[0:4, 2:8]``."""
+    return "[" + ", ".join(f"{int(a)}:{int(b)}" for a, b in box) + "]"
+
+
+def blocks_text(lay: Any) -> str:
+    """A rank's layout (``lowering.blocks.LocalLayout``) as one line: its blocks in local order."""
+    return (" ".join(box_text(b) for b in lay.blocks) or "no blocks") + f" shape {tuple(lay.shape)}"
+
+
+def cat_text(lay: Any) -> str:
+    """How a layout's blocks make up the local tensor."""
+    return "flattened, then concatenated" if lay.cat is None else f"concatenated along dim {lay.cat}"

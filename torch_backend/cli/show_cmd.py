@@ -14,6 +14,10 @@ The picture always fits the console: every tile has the same width (as in JAX's
 picture, so every rank number is whole), and a grid wider than the console is cut
 into bands of columns drawn one under the other, each labelled. A dim with more than
 MAX_SEGMENTS blocks draws its first and last ones and says how many are left out.
+
+An uneven type (a dim with explicit sizes, ragged units or partitions) puts several
+blocks on a rank, in a permuted order; the picture tiles all of them, and the lines
+below it list each rank's blocks in local order (``lowering.blocks.rank_layout``).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spec_lang.errors import SpecError
-from torch_backend.cli.ranks import ranks_text
+from torch_backend.cli.ranks import blocks_text, cat_text, ranks_text
 
 _PALETTE = (
     "on dark_blue", "on dark_green", "on dark_red", "on purple4", "on dark_orange3", "on deep_sky_blue4",
@@ -34,6 +38,7 @@ _PALETTE = (
 MIN_WIDTH = 24  # below this not even one tile and its row label fit
 MAX_SEGMENTS = 64  # blocks drawn per dim; beyond, the first and last MAX_SEGMENTS // 2
 MAX_CELL = 24  # widest tile text before it wraps inside the tile
+LIST_RANKS = 64  # an uneven type's blocks are listed for this many ranks at most
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,13 +57,14 @@ def cuts(b: Any, d: int, size: int) -> list[tuple[int, int]]:
     return [(lo, hi) for lo, hi in zip(pts[:-1], pts[1:], strict=True) if hi > lo]
 
 
-def holders(b: Any, lo: tuple[int, ...], hi: tuple[int, ...]) -> list[int]:
-    """Ranks whose block contains the tile [lo, hi)."""
+def holders(b: Any, lo: tuple[int, ...], hi: tuple[int, ...], owners: Any = None) -> list[int]:
+    """Ranks whose block contains the tile [lo, hi): block i is rank i's, or ``owners[i]``'s."""
     import numpy as np
 
     lo_a, hi_a = np.array(lo), np.array(hi)
     ok = (b[:, :, 0] <= lo_a).all(axis=1) & (b[:, :, 1] >= hi_a).all(axis=1) & (b[:, :, 1] > b[:, :, 0]).all(axis=1)
-    return [int(r) for r in np.nonzero(ok)[0]]
+    hit = np.nonzero(ok)[0]
+    return [int(r) for r in (hit if owners is None else np.unique(owners[hit]))]
 
 
 def _elide(segs: list[tuple[int, int]]) -> tuple[list[tuple[int, int] | None], int]:
@@ -81,7 +87,7 @@ class Grid:
     elided: list[str]  # notes on blocks left out
 
 
-def grid(b: Any, shape: tuple[int, ...], fixed: list[tuple[int, int]]) -> Grid:
+def grid(b: Any, shape: tuple[int, ...], fixed: list[tuple[int, int]], owners: Any = None) -> Grid:
     nd = len(shape)
     rows, row_gap = _elide(cuts(b, nd - 2, shape[-2]) if nd >= 2 else [(0, 1)])
     cols, col_gap = _elide(cuts(b, nd - 1, shape[-1]))
@@ -99,7 +105,7 @@ def grid(b: Any, shape: tuple[int, ...], fixed: list[tuple[int, int]]) -> Grid:
                 continue
             lo = tuple(s[0] for s in fixed) + ((r[0],) if nd >= 2 else ()) + (c[0],)
             hi = tuple(s[1] for s in fixed) + ((r[1],) if nd >= 2 else ()) + (c[1],)
-            who = holders(b, lo, hi)
+            who = holders(b, lo, hi, owners)
             line.append((ranks_text(who) or "-", tuple(who)))
         cells.append(line)
     return Grid(
@@ -178,13 +184,28 @@ def notes(t: Any, mesh: Any) -> list[str]:
     return out
 
 
+def all_blocks(t: Any, mesh: Any) -> tuple[Any, Any, list[Any] | None]:
+    """Every block of every rank, the rank holding each (None: block r is rank r's box) and,
+    for an uneven type, each rank's layout."""
+    import numpy as np
+
+    from lowering.blocks import is_uneven, layouts
+    from lowering.layout import boxes
+
+    if not is_uneven(t):
+        return boxes(t, mesh), None, None
+    lays = layouts(t, mesh)
+    b = np.concatenate([lay.blocks for lay in lays]).reshape(-1, t.ndim, 2)
+    owners = np.repeat(np.arange(mesh.size), [len(lay.blocks) for lay in lays])
+    return b, owners, lays
+
+
 def render(type_text: str, mesh_text: str, console: Any) -> None:
     """Print the picture of ``type_text`` on ``mesh_text`` to a rich console, fitted to its width."""
     from lowering.checks import resolve
-    from lowering.layout import boxes
 
     t, mesh = resolve(type_text, mesh_text)
-    b = boxes(t, mesh)
+    b, owners, lays = all_blocks(t, mesh)
     console.print(f"[bold]{t}[/bold] on mesh {mesh}")
     console.print("tiles list the ranks holding them", style="dim")
     if t.ndim == 0:
@@ -211,7 +232,7 @@ def render(type_text: str, mesh_text: str, console: Any) -> None:
             if None in fixed:
                 console.print("...")
                 continue
-            g = grid(b, t.shape, list(fixed))
+            g = grid(b, t.shape, list(fixed), owners)
             said.update(g.elided)
             cell, col_bands = bands(g, console.width)
             head = "[" + ", ".join(f"{lo}:{hi}" for lo, hi in fixed) + ", :, :]" if fixed else ""
@@ -226,11 +247,27 @@ def render(type_text: str, mesh_text: str, console: Any) -> None:
                 said.add(f"wider than {console.width} columns, so drawn in bands (--width W for wider ones)")
         for line in sorted(said):
             console.print(f"note: {line}", markup=False)
-    empty = [r for r in range(mesh.size) if (b[r, :, 1] <= b[r, :, 0]).any()]
-    if empty:
-        console.print(f"ranks holding no elements (uneven chunk rule): {ranks_text(empty, max_runs=16)}")
+    if lays is not None:
+        _rank_blocks(lays, mesh, console)
+        empty = [r for r, lay in enumerate(lays) if 0 in lay.shape]
+        if empty:
+            console.print(f"ranks holding no elements (uneven split): {ranks_text(empty, max_runs=16)}")
+    else:
+        empty = [r for r in range(mesh.size) if (b[r, :, 1] <= b[r, :, 0]).any()]
+        if empty:
+            console.print(f"ranks holding no elements (uneven chunk rule): {ranks_text(empty, max_runs=16)}")
     for line in notes(t, mesh):
         console.print(line, markup=False)
+
+
+def _rank_blocks(lays: list[Any], mesh: Any, console: Any) -> None:
+    """An uneven type's blocks, rank by rank, in local order."""
+    console.print(f"each rank's blocks, in local order ({cat_text(lays[0])}):")
+    for r, lay in enumerate(lays[:LIST_RANKS]):
+        coords = ",".join(f"{k}={v}" for k, v in zip(mesh.names, mesh.coords(r), strict=True))
+        console.print(f"  rank {r:>3} ({coords}): {blocks_text(lay)}", markup=False, soft_wrap=True)
+    if len(lays) > LIST_RANKS:
+        console.print(f"  ... ({len(lays) - LIST_RANKS} more ranks)")
 
 
 def run(args: argparse.Namespace) -> int:
