@@ -14,8 +14,10 @@ def local_part(g: torch.Tensor, t: TensorType, mesh: Mesh, rank: int) -> torch.T
     over several dims)."""
     lay = rank_layout(t, mesh, rank)
     parts = [g[tuple(slice(int(lo), int(hi)) for lo, hi in b)] for b in lay.blocks]
+    if not parts:
+        return g.new_empty(lay.shape)
     if lay.cat is None:
-        return torch.cat([p.reshape(-1) for p in parts]) if parts else g.new_empty(0)
+        return torch.cat([p.reshape(-1) for p in parts])
     if len(parts) == 1:
         return parts[0].clone()
     return torch.cat(parts, dim=lay.cat)

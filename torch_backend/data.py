@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import torch
 
-from lowering.blocks import is_uneven, rank_layout
-from lowering.layout import boxes
 from spec_lang.ir import Mesh, TensorType
+from torch_backend.blocks import local_part
 from torch_backend.dtypes import NO_ARITHMETIC, to_torch_dtype
 
 
@@ -55,8 +54,7 @@ def _coord_index(mesh: Mesh, rank: int, axes: tuple[str, ...]) -> tuple[int, int
 
 def block(t: TensorType, mesh: Mesh, g: torch.Tensor, rank: int) -> torch.Tensor:
     """``rank``'s local block of global tensor ``g`` under type ``t`` (a fresh tensor)."""
-    x = _uneven_slice(t, mesh, g, rank) if is_uneven(t) else \
-        g[tuple(slice(int(lo), int(hi)) for lo, hi in boxes(t, mesh)[rank])].clone()
+    x = local_part(g, t, mesh, rank)
     v_axes = t.axes_of_kind("V")
     if v_axes:
         j, _ = _coord_index(mesh, rank, v_axes)
@@ -66,17 +64,6 @@ def block(t: TensorType, mesh: Mesh, g: torch.Tensor, rank: int) -> torch.Tensor
         j, k = _coord_index(mesh, rank, p_axes)
         x = _share(x, t.partial_op or "sum", j, k)
     return x
-
-
-def _uneven_slice(t: TensorType, mesh: Mesh, g: torch.Tensor, rank: int) -> torch.Tensor:
-    """``rank``'s blocks of ``g``, concatenated in local order (flattened first when ``cat`` is None)."""
-    lay = rank_layout(t, mesh, rank)
-    parts = [g[tuple(slice(int(lo), int(hi)) for lo, hi in b)] for b in lay.blocks]
-    if not parts:
-        return g.new_empty(lay.shape)
-    if lay.cat is None:
-        return torch.cat([p.reshape(-1) for p in parts])
-    return torch.cat(parts, dim=lay.cat)
 
 
 def _add(x: torch.Tensor, j: int) -> torch.Tensor:
