@@ -13,7 +13,7 @@ _EXPORTS = {
     "local_shape": "lowering.layout",
     "local_shapes": "lowering.layout",
     "local_slices": "lowering.layout",
-    # the uneven placements (their semantics; the pipeline does not take them yet)
+    # the uneven placements (also written in the DSL: 10@dp<3,0,7>, <ragged ...>, <parts ...>)
     "DynamicShard": "lowering.uneven",
     "RaggedShard": "lowering.uneven",
     "PartitionedShard": "lowering.uneven",
