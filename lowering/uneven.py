@@ -27,7 +27,7 @@ local tensor shape.
       aligned:   shard 0 [P00 P10 P01 P11]   shard 1 [P02 P12 P03 P13]
 
 These are the placements' semantics; in a type each is a dim's split (``spec_lang.split``,
-``lowering.uneven_placements`` converts both ways), and the planner does not take them yet.
+``lowering.uneven_placements`` converts both ways), written in the DSL as ``10@dp<3,0,7>``, ``<ragged ...>``, ``<parts ...>``; the planner moves them with exact exchanges (``lowering.kinds.uneven_exchange``).
 """
 
 from __future__ import annotations

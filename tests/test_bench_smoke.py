@@ -1,4 +1,5 @@
-"""Smoke test of bench/plan_quality.py and bench/plan_speed.py in --quick mode.
+"""Smoke test of bench/plan_quality.py and bench/plan_speed.py in --quick mode, and of
+bench/uneven.py at a tiny scale (8 gloo ranks).
 
 Both benchmarks run in-process (DTensor's planners on the fake process group) and the
 test checks real properties of what they return, not just that they ran.
@@ -187,3 +188,32 @@ def test_speed_summary_follows_from_the_cases(speed: tuple[ModuleType, dict[str,
         for p in ("default", "min_cost"):
             assert g[f"dtensor_{p}_cold_median_s"] == statistics.median(float(r.dtensor[p]["cold_s"]) for r in rs)
             assert g[f"dtensor_{p}_errors"] == []
+
+
+# ---- uneven placements (8 gloo ranks, tiny tensors) -----------------------------------------
+
+
+def test_uneven_bench_is_exact_and_at_a_bound() -> None:
+    import contextlib
+    import io
+
+    mod = _bench("uneven")
+    with contextlib.redirect_stdout(io.StringIO()):
+        out = mod.main(["--scale", "1", "--hidden", "8", "--iters", "2", "--json", "-"])
+    rows = {c["name"]: c["stats"] for c in out["cases"]}
+    assert len(rows) == 10 and out["summary"]["all_ok"]
+    for name, s in rows.items():
+        assert s["ok"] and s["shardc_s"] > 0 and s["padded_s"] > 0 and s["through_r_s"] > 0, name
+        # the bound holds for the larger of sent and received; the floors for sent (and, with
+        # a pending reduction, received) bytes of a plan without relays
+        assert max(s["bytes_sent_max"], s["bytes_recv_max"]) >= s["lower_bound"], name
+        assert max(s["bytes_sent_max"], s["bytes_recv_max"]) >= s["direct_floor"], name
+        if s["sole_holder_floor"] is not None:
+            assert s["bytes_sent_max"] >= s["sole_holder_floor"], name
+    assert out["summary"]["above_every_bound"] == []
+    assert set(out["summary"]["at_bound"]) == {"moe to experts", "fsdp reshard", "fsdp flat to even", "quant to even"}
+    assert out["summary"]["sole_holder_at_a_floor"] == out["summary"]["sole_holder_cases"]
+    # a skewed gather to Replicate: the largest holder sends its rows to all 7 others
+    g = rows["moe gather"]
+    assert g["bytes_sent_max"] == g["direct_floor"] == 7 * 154 * 8 * 4 > g["lower_bound"] == 512 * 8 * 4
+    assert rows["fsdp reshard"]["bytes_sent_max"] == 0  # Replicate -> ragged is a local slice
