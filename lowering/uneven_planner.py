@@ -30,7 +30,7 @@ def _step(src: TensorType, dst: TensorType, mesh: Mesh) -> Step | None:
     if not axes:
         return None
     red = [a for a in axes if a in src.partial_axes and a not in dst.partial_axes]
-    kind = "reduce_scatterv" if red else "all_to_allv"
+    kind = "reduce_scatterv" if red else "all_to_allv"  # refined when priced: slicev, all_gatherv
     sig = kind_of(kind).infer(src, dst, mesh, None)
     return priced_step(kind, src, dst, mesh, sig.axes, sig.dims, sig.op)
 

@@ -11,6 +11,7 @@ accumulating each contribution into the output (``reduce_scatterv``)::
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -40,7 +41,7 @@ def _exchange(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> to
     return comm.all_to_all(ctx, send, send_splits, recv_splits, g, out=recv)
 
 
-@runs("all_to_allv")
+@runs("all_to_allv", "slicev")
 def all_to_allv(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
     """Each rank's exact pieces to each peer (uneven sizes, any block order)::
 
@@ -112,3 +113,68 @@ def reduce_scatterv(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor)
     if got is None:
         return rank_map(ctx, lambda r, t: finish(r, t, None), x)
     return rank_map(ctx, finish, x, got)
+
+
+@runs("all_gatherv")
+def all_gatherv(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
+    """Uneven pieces gathered around the ring, each forwarded once at its exact size::
+
+        r0 [a a a]      round 1: a->r1 b->r2 c->r0     [a a a b c c c c]
+        r1 [b]      =>  round 2: c->r1 a->r2 b->r0  => (on every rank)
+        r2 [c c c c]
+
+    Point-to-point on a real group; under LocalTensorMode (no p2p) each round is an
+    all_to_all whose only non-empty split is the successor's, so the bytes are the same.
+    """
+    def start(r: int, t: torch.Tensor) -> torch.Tensor:
+        p = plans[r]
+        buf = buffer(p, "ring", sum(p.segments), t)  # type: ignore[attr-defined]
+        i = p.position  # type: ignore[attr-defined]
+        o, n = p.offsets[i], p.segments[i]  # type: ignore[attr-defined]
+        run_copies(p.pack_copies, contiguous(t), buf[o:o + n])  # type: ignore[attr-defined]
+        return buf
+
+    buf = rank_map(ctx, start, x)
+    p0 = _first(plans)
+    n = p0.n
+    if n > 1 and step.bytes_sent_max:
+        g = _group(ctx, step)
+        for k in range(n - 1):
+            _ring_round(ctx, g, plans, buf, k)
+
+    def finish(r: int, b: torch.Tensor) -> torch.Tensor:
+        p = plans[r]
+        return run_copies(p.unpack_copies, b, b.new_empty(p.out_shape))  # type: ignore[attr-defined]
+
+    return rank_map(ctx, finish, buf)
+
+
+def _ring_round(ctx: MeshContext, g: Any, plans: Plans, buf: torch.Tensor, k: int) -> None:
+    """Round k: position i sends segment (i-k) to its successor, receives (i-k-1) from its
+    predecessor (empty segments skipped on both sides)."""
+    def seg(p: Any, j: int) -> tuple[int, int]:
+        j %= p.n
+        return p.offsets[j], p.segments[j]
+
+    if not ctx.is_local:
+        p = _first(plans)
+        i = p.position
+        so, sn = seg(p, i - k)
+        ro, rn = seg(p, i - k - 1)
+        succ, pred = p.members[(i + 1) % p.n], p.members[(i - 1) % p.n]
+        comm.p2p(ctx, [(buf[so:so + sn], succ)] if sn else [], [(buf[ro:ro + rn], pred)] if rn else [], g)
+        return
+    send_splits, recv_splits = {}, {}
+    for r, p in plans.items():
+        i = p.position  # type: ignore[attr-defined]
+        send_splits[r] = [seg(p, i - k)[1] if j == (i + 1) % p.n else 0 for j in range(p.n)]
+        recv_splits[r] = [seg(p, i - k - 1)[1] if j == (i - 1) % p.n else 0 for j in range(p.n)]
+    send = rank_map(ctx, lambda r, b: (lambda o, c: b[o:o + c])(*seg(plans[r], plans[r].position - k)), buf)
+    got = comm.all_to_all(ctx, send, send_splits, recv_splits, g)
+
+    def land(r: int, b: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        off, cnt = seg(plans[r], plans[r].position - k - 1)
+        b[off:off + cnt].copy_(o)
+        return b
+
+    rank_map(ctx, land, buf, got)

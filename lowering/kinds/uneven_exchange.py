@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lowering.blocks import LocalLayout, meet_numel, rank_layout, stacked_blocks
+from lowering.caching import MIB, cached
 from lowering.kinds.base import (
     Piece,
     RankPieces,
@@ -302,6 +303,7 @@ def _check(kind: str, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[
     return Signature(group, dims, op if reduces else None)
 
 
+@cached(maxsize=1024, max_bytes=8 * MIB)
 def _price(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> np.ndarray:
     """Elements each rank sends: its exact pieces, for every rank at once (vectorised over
     each group's sender x receiver pairs; receivers in chunks to bound memory)."""
@@ -322,6 +324,7 @@ def _price(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) 
             recv = members[lo:lo + per]
             n = meet_numel(sb[members][:, None], db[recv][None, :])  # (senders, receivers)
             out[members] += (n * ok[:, lo:lo + per]).sum(axis=1)
+    out.setflags(write=False)
     return out
 
 
@@ -335,6 +338,11 @@ class AllToAllV(StepKind):
 
     def infer(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> Signature:
         return _check(self.name, src, dst, mesh, axes, reduces=False)
+
+    def refine(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> str:
+        from lowering.kinds.uneven_gather import refine_exchange
+
+        return refine_exchange(src, dst, mesh, axes, _price(src, dst, mesh, axes))
 
     def price(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...],
               padded: bool = True) -> np.ndarray:
@@ -357,6 +365,9 @@ class ReduceScatterV(AllToAllV):
 
     def infer(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> Signature:
         return _check(self.name, src, dst, mesh, axes, reduces=True)
+
+    def refine(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> str:
+        return self.name
 
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return _simulate(step, pieces, xs, step.op or "sum", pieces[0].divide)  # type: ignore[attr-defined]
