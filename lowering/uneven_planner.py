@@ -21,6 +21,7 @@ from lowering.kinds import kind_of, priced_step
 from lowering.kinds.base import erase
 from lowering.kinds.uneven_exchange import group_axes
 from lowering.program import Program, Step, program_cost
+from spec_lang.errors import SpecError
 from spec_lang.ir import Dim, Mesh, TensorType
 
 
@@ -50,7 +51,10 @@ def _midpoints(src: TensorType, dst: TensorType, mesh: Mesh) -> list[TensorType]
             dims[k] = Dim(dim.size, dim.axes + red_r)
         else:  # a split dim takes no second axis: shard it evenly by the reduced axes instead
             dims[k] = Dim(dim.size, red_r)
-        mid = TensorType(dst.dtype, tuple(dims), keep)
+        try:
+            mid = TensorType(dst.dtype, tuple(dims), keep)
+        except SpecError:  # e.g. a dim inside a ragged prefix takes no axis: no midpoint there
+            continue
         if mid.partial_axes == tuple(a for a in dst.partial_axes if a not in red_r) and mid != dst:
             out.append(mid)
     return out

@@ -92,13 +92,25 @@ def _fold(ops: list[Copy]) -> list[Copy]:
         k, ds, dd = _run_length(ops, i)
         if k == 2 and i + 1 < len(ops) and _run_length(ops, i + 1)[0] > 2:
             k = 1
-        if k == 1:
-            out.append(a)
+        dst = View(a.dst.offset, (k,) + a.dst.size, (dd,) + a.dst.stride)
+        if k == 1 or _self_overlaps(dst):  # copies that write one element twice stay apart:
+            out.append(a)  # an accumulating unpack (reduce_scatterv) must add each of them
+            k = 1
         else:
-            out.append(Copy(View(a.src.offset, (k,) + a.src.size, (ds,) + a.src.stride),
-                            View(a.dst.offset, (k,) + a.dst.size, (dd,) + a.dst.stride)))
+            out.append(Copy(View(a.src.offset, (k,) + a.src.size, (ds,) + a.src.stride), dst))
         i += k
     return out
+
+
+def _self_overlaps(v: View) -> bool:
+    """Whether two elements of the view may share one memory location (conservative: dims
+    sorted by stride, each must step past everything the smaller ones reach)."""
+    reach = 0
+    for n, s in sorted(((n, s) for n, s in zip(v.size, v.stride) if n > 1), key=lambda d: d[1]):
+        if s <= reach:
+            return True
+        reach += (n - 1) * s
+    return False
 
 
 def _simplify(c: Copy) -> Copy:
