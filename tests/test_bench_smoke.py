@@ -207,13 +207,17 @@ def test_uneven_bench_is_exact_and_at_a_bound() -> None:
         # the bound holds for the larger of sent and received; the floors for sent (and, with
         # a pending reduction, received) bytes of a plan without relays
         assert max(s["bytes_sent_max"], s["bytes_recv_max"]) >= s["lower_bound"], name
-        assert max(s["bytes_sent_max"], s["bytes_recv_max"]) >= s["direct_floor"], name
+        if "all_gatherv" not in s["steps"]:  # the ring relays: below the direct floor
+            assert max(s["bytes_sent_max"], s["bytes_recv_max"]) >= s["direct_floor"], name
         if s["sole_holder_floor"] is not None:
             assert s["bytes_sent_max"] >= s["sole_holder_floor"], name
     assert out["summary"]["above_every_bound"] == []
-    assert set(out["summary"]["at_bound"]) == {"moe to experts", "fsdp reshard", "fsdp flat to even", "quant to even"}
+    assert set(out["summary"]["at_bound"]) == {"moe gather", "moe to experts", "fsdp unshard", "fsdp reshard",
+                                               "fsdp flat to even", "quant gather", "quant to even"}
     assert out["summary"]["sole_holder_at_a_floor"] == out["summary"]["sole_holder_cases"]
-    # a skewed gather to Replicate: the largest holder sends its rows to all 7 others
+    # a skewed gather to Replicate goes around the ring: at the bound, below the direct
+    # exchange, in which the largest holder would send its rows to all 7 others
     g = rows["moe gather"]
-    assert g["bytes_sent_max"] == g["direct_floor"] == 7 * 154 * 8 * 4 > g["lower_bound"] == 512 * 8 * 4
+    assert g["steps"] == ["all_gatherv"]
+    assert g["bytes_sent_max"] == g["lower_bound"] == 512 * 8 * 4 < g["direct_floor"] == 7 * 154 * 8 * 4
     assert rows["fsdp reshard"]["bytes_sent_max"] == 0  # Replicate -> ragged is a local slice

@@ -46,7 +46,7 @@ def _settings(name: str) -> settings:
                     suppress_health_check=[HealthCheck.too_slow])
 
 
-UNEVEN_KINDS = ("all_to_allv", "reduce_scatterv")
+UNEVEN_KINDS = ("all_to_allv", "all_gatherv", "reduce_scatterv")
 
 
 def _data(src: TensorType, mesh: Mesh, seed: int) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -140,6 +140,13 @@ def test_bytes_are_the_exact_pieces(case: tuple[TensorType, TensorType, Mesh]) -
         assert step.kind in UNEVEN_KINDS, f"{step.describe()} in an uneven program: {src} -> {dst}"
         assert wire_bytes(step, mesh) == step.bytes_sent
         pieces = [rank_pieces(step, mesh, r) for r in range(mesh.size)]
+        if step.kind == "all_gatherv":  # a ring: each rank forwards all segments but its successor's
+            for p in pieces:
+                segs = p.segments  # type: ignore[attr-defined]
+                assert all(pieces[q].segments == segs for q in p.members)  # type: ignore[attr-defined]
+                succ = (p.position + 1) % p.n  # type: ignore[attr-defined]
+                assert p.wire_elems == (sum(segs) - segs[succ] if p.n > 1 else 0)
+            continue
         for p in pieces:
             assert sum(pc.numel for pc in p.send) == p.send_elems == p.wire_elems  # type: ignore[attr-defined]
             assert sum(pc.numel for pc in p.recv) == p.recv_elems  # type: ignore[attr-defined]

@@ -52,6 +52,15 @@ class GatherVPieces(RankPieces):
     unpack_copies: tuple[Copy, ...]  # ring buffer -> output
 
     @property
+    def send_elems(self) -> int:
+        return self.wire_elems
+
+    @property
+    def recv_elems(self) -> int:
+        """Every segment but its own: exactly what it lacks."""
+        return sum(self.segments) - self.segments[self.position]
+
+    @property
     def position(self) -> int:
         return self.members.index(self.rank)
 
