@@ -27,7 +27,7 @@ from typing import NamedTuple
 import numpy as np
 
 from lowering.caching import MIB, cached
-from lowering.layout import boxes, dim_ranges, mesh_coords
+from lowering.layout import boxes, chunk_range, dim_ranges, mesh_coords
 from spec_lang.ir import Mesh, TensorType
 
 
@@ -55,17 +55,17 @@ def split_dim(t: TensorType) -> int | None:
     return None
 
 
-def _runs(t: TensorType, d: int, c: int) -> list[tuple[int, int]]:
-    """Shard ``c``'s [start, stop) runs of the split dim (flattened prefix positions for a
-    ragged split), in local order."""
+def _runs(t: TensorType, d: int, c: int, length: int) -> list[tuple[int, int]]:
+    """Shard ``c``'s [start, stop) runs of the split dim within a chunk of ``length``
+    (flattened prefix positions for a ragged split over several dims), in local order."""
     sp = t.dims[d].split
     assert sp is not None
     if sp.kind == "sizes":
         start = sum(sp.values[:c])
         return [(start, start + sp.values[c])]
     if sp.kind == "ragged":
-        flat = 1
-        for dim in t.dims[:sp.span]:
+        flat = length
+        for dim in t.dims[1:sp.span]:
             flat *= dim.size
         unit = flat // sum(sp.values)
         start = sum(sp.values[:c]) * unit
@@ -110,6 +110,25 @@ def flat_run_boxes(a: int, b: int, shape: tuple[int, ...]) -> list[list[tuple[in
     return out
 
 
+def _split_runs(t: TensorType, d: int, mesh: Mesh, rank: int) -> list[tuple[int, int]]:
+    """The split dim's runs on ``rank``, in mesh-order semantics: the axes before the split
+    cut the dim evenly first, the split applies within that chunk, and the axes after it
+    cut the split's (single) run evenly."""
+    dim = t.dims[d]
+    coords = mesh_coords(mesh)[rank]
+    start, length = 0, dim.size
+    if dim.split_at:
+        lo, hi = dim_ranges(dim.size, dim.axes[:dim.split_at], mesh)[rank]
+        start, length = int(lo), int(hi - lo)
+    c = int(coords[mesh.index(dim.axes[dim.split_at])])
+    runs = [(start + a, start + b) for a, b in _runs(t, d, c, length)]
+    for a in dim.axes[dim.split_at + 1:]:  # the IR allows minor axes after a single run only
+        (lo, hi), = runs
+        s, n = chunk_range(lo, hi - lo, mesh.axis_size(a), int(coords[mesh.index(a)]))
+        runs = [(int(s), int(s + n))]
+    return runs
+
+
 @cached(maxsize=4096, max_bytes=16 * MIB)
 def rank_layout(t: TensorType, mesh: Mesh, rank: int) -> LocalLayout:
     """``rank``'s blocks in local order (see the module docstring); a rank's own work."""
@@ -120,9 +139,8 @@ def rank_layout(t: TensorType, mesh: Mesh, rank: int) -> LocalLayout:
         return LocalLayout(shape, box[None], (0,), 0 if t.ndim else None)
     sp = t.dims[d].split
     assert sp is not None
-    c = int(mesh_coords(mesh)[rank, mesh.index(t.dims[d].axes[0])])
+    runs = _split_runs(t, d, mesh, rank)
     other = [dim_ranges(dim.size, dim.axes, mesh)[rank] if k != d else None for k, dim in enumerate(t.dims)]
-    runs = _runs(t, d, c)
     if sp.kind == "ragged" and sp.span > 1:
         prefix = tuple(dim.size for dim in t.dims[:sp.span])
         tail = [(int(r[0]), int(r[1])) for r in other[sp.span:]]  # type: ignore[index]

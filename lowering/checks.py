@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from spec_lang.errors import SpecError, locate
-from spec_lang.ir import Mesh, TensorType
+from spec_lang.ir import Dim, Mesh, TensorType
 from spec_lang.parser import parse, parse_mesh
 
 
@@ -28,15 +28,40 @@ def check_type(t: TensorType, mesh: Mesh, text: str | None = None) -> None:
                 hint=f"use one of the mesh axes {', '.join(mesh.names)}, or add {a!r} to the mesh",
             )
     for d in t.dims:
-        if d.split is not None and d.split.shards != mesh.axis_size(d.axes[0]):
-            src = text if text is not None else str(t)
-            what = {"sizes": "chunk sizes", "ragged": "local units", "parts": "rows of splits"}[d.split.kind]
-            raise SpecError(
-                f"the uneven split {d.split} gives {d.split.shards} {what} for mesh axis {d.axes[0]!r} "
-                f"of {mesh.axis_size(d.axes[0])} ranks",
-                text=src, pos=src.find("<") if "<" in src else None,
-                hint=f"give one entry per rank of {d.axes[0]!r}",
-            )
+        if d.split is not None:
+            _check_split(t, d, mesh, text)
+
+
+def _check_split(t: TensorType, d: Dim, mesh: Mesh, text: str | None) -> None:
+    """An uneven split against the mesh: one entry per rank of its axis, and, under major
+    axes, every chunk they cut as long as the split says."""
+    sp, axis = d.split, d.axes[d.split_at]
+    assert sp is not None
+    src = text if text is not None else str(t)
+    pos = src.find("<") if "<" in src else None
+    if sp.shards != mesh.axis_size(axis):
+        what = {"sizes": "chunk sizes", "ragged": "local units", "parts": "rows of splits"}[sp.kind]
+        raise SpecError(
+            f"the uneven split {sp} gives {sp.shards} {what} for mesh axis {axis!r} "
+            f"of {mesh.axis_size(axis)} ranks",
+            text=src, pos=pos, hint=f"give one entry per rank of {axis!r}",
+        )
+    if d.split_at == 0:
+        return
+    from lowering.layout import dim_ranges
+
+    major = d.axes[:d.split_at]
+    lengths = sorted({int(hi - lo) for lo, hi in dim_ranges(d.size, major, mesh)})
+    total, units = sp.total, sum(sp.values) if sp.kind == "ragged" else None
+    bad = [n for n in lengths if (n != total if total is not None else n % units)]  # type: ignore[operator]
+    if bad:
+        need = f"sum to each chunk ({total})" if total is not None else f"divide each chunk by {units} units"
+        raise SpecError(
+            f"the uneven split {sp} on {axis!r} applies within each chunk that {', '.join(major)} cut "
+            f"from the dim of {d.size}, of lengths {lengths}; its entries must {need}",
+            text=src, pos=pos,
+            hint=f"make the dim {mesh.group_size(major)} x the split's total, or put {axis!r} first on the dim",
+        )
 
 
 def check_same_global(src: TensorType, dst: TensorType, src_text: str | None = None,

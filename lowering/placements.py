@@ -163,6 +163,14 @@ def placement_specs(
         d = tt.dim_of(name)
         if d is not None:
             split = tt.dims[d].split
+            if split is not None and len(tt.dims[d].axes) > 1:
+                text = str(tt)
+                raise SpecError(
+                    f"dim {d} composes the uneven split {split} with other mesh axes "
+                    f"({', '.join(tt.dims[d].axes)}): DTensor has no placement for that",
+                    text=text, pos=text.find("<"),
+                    hint="keep such types in shardc (redistribute takes them), or split the dim over one axis alone",
+                )
             out.append(PlacementSpec("S", d) if split is None else as_spec(uneven.placement_of(d, split)))
             continue
         at = tt.axis_type(name)

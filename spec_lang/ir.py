@@ -226,12 +226,16 @@ class Dim:
     """One tensor dim: its global size and the mesh axes that shard it, major to minor.
 
     ``split`` (an uneven placement: explicit sizes, ragged units or partitions) replaces
-    torch.chunk's even rule; a split dim is sharded by exactly one mesh axis.
+    torch.chunk's even rule for the axis ``axes[split_at]``. The other axes of the dim keep
+    the even rule, in mesh order semantics (major to minor): axes before the split cut the
+    dim first, and the split applies within each of their chunks (each chunk must then be
+    as long as the split says); axes after it cut the split's run evenly.
     """
 
     size: int
     axes: tuple[str, ...] = ()
     split: Split | None = None
+    split_at: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.axes, str):
@@ -259,15 +263,25 @@ def _check_split(d: Dim) -> None:
     if not isinstance(sp, Split):
         raise SpecError(f"Dim split must be a Split, got {type(sp).__name__} {sp!r}",
                         hint="write Dim(10, ('dp',), Split('sizes', (3, 0, 7)))")
-    if len(d.axes) != 1:
+    if not d.axes:
+        raise SpecError("an uneven split needs the mesh axis it splits over",
+                        hint="write it after the axis: 10@dp<3,0,7>")
+    k = d.split_at
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < len(d.axes):
+        raise SpecError(f"split_at must index the dim's axes (0..{len(d.axes) - 1}), got {k!r}",
+                        hint="split_at is the position of the axis that carries the split")
+    if len(d.axes) > 1 and sp.kind == "ragged" and sp.span > 1:
         raise SpecError(
-            f"an uneven split shards its dim over exactly one mesh axis, got {len(d.axes)} "
-            f"({', '.join(d.axes) or 'none'})",
-            hint="shard other dims with the other axes; an uneven split composed with a second "
-                 "axis on the same dim is not supported",
+            f"a ragged split over {sp.span} dims takes its dim alone, but {', '.join(d.axes)} all shard it",
+            hint="shard other dims with the other axes, or use a ragged split over one dim",
+        )
+    if k < len(d.axes) - 1 and sp.kind == "parts":
+        raise SpecError(
+            f"a PartitionedShard split cannot be cut further by the minor axes {', '.join(d.axes[k + 1:])}",
+            hint="put the partitioned axis last on its dim (minor), or shard another dim with the other axes",
         )
     total = sp.total
-    if total is not None and total != d.size:
+    if k == 0 and total is not None and total != d.size:
         what = "DynamicShard chunk sizes" if sp.kind == "sizes" else "PartitionedShard splits"
         raise SpecError(
             f"{what} {sp} sum to {total}, but the dim has {d.size}",

@@ -141,15 +141,15 @@ def _parse_type(text: str) -> TensorType:
                 size_tok = node.children[0]
                 size = _int(size_tok, text, "dim size")
                 words.append((str(size), size_tok.start_pos))
-                pairs = _names(node.children[1]) if len(node.children) > 1 else []
+                pairs, split, at, split_node = _dim_axes(node.children[1], text) if len(node.children) > 1 \
+                    else ([], None, 0, None)
                 words += pairs
-                split = _split(node.children[2], text) if len(node.children) > 2 else None
                 try:
-                    dims.append(Dim(size, tuple(n for n, _ in pairs), split))
+                    dims.append(Dim(size, tuple(n for n, _ in pairs), split, at))
                 except SpecError as e:
-                    if split is None or e.subject is not None:
+                    if split_node is None or e.subject is not None:
                         raise
-                    raise e.at(text, node.children[2].meta.start_pos) from None
+                    raise e.at(text, split_node.meta.start_pos) from None
             elif node.data == "annotations":
                 for ann in node.children:
                     kind_tok, group = ann.children
@@ -162,6 +162,28 @@ def _parse_type(text: str) -> TensorType:
         if e.text is not None:
             raise
         raise e.at(text, _caret(e, words, text, text.find("["))) from None
+
+
+def _dim_axes(tree: Any, text: str) -> tuple[list[Any], Split | None, int, Any]:
+    """A dim's axis list: (name, position) pairs, the split if one axis carries it, that
+    axis's index and the split's tree node (for carets)."""
+    pairs: list[Any] = []
+    split, at, split_node = None, 0, None
+    for item in tree.children:
+        tok = item.children[0]
+        if tok.type == "AXIS_CONT":
+            name = tok.value[1:].strip()
+            pairs.append((name, tok.start_pos + len(tok.value) - len(name)))
+        else:
+            pairs.append((tok.value, tok.start_pos))
+        if len(item.children) > 1:
+            if split_node is not None:
+                raise SpecError("a dim has at most one uneven split", text=text,
+                                pos=item.children[1].meta.start_pos,
+                                hint="split one of the dim's axes unevenly; the others cut it evenly")
+            split_node = item.children[1]
+            split, at = _split(split_node, text), len(pairs) - 1
+    return pairs, split, at, split_node
 
 
 def _split(node: Any, text: str) -> Split:

@@ -41,18 +41,20 @@ def composition(draw: st.DrawFn, total: int, parts: int) -> tuple[int, ...]:
 
 
 @st.composite
-def splits(draw: st.DrawFn, shape: tuple[int, ...], n: int, kind: str | None = None) -> tuple[int, Split]:
-    """``(dim, split)``: an uneven cut over an axis of ``n`` ranks that fits ``shape``."""
+def splits(draw: st.DrawFn, shape: tuple[int, ...], n: int, kind: str | None = None,
+           dim: int | None = None) -> tuple[int, Split]:
+    """``(dim, split)``: an uneven cut over an axis of ``n`` ranks that fits ``shape`` (on
+    ``dim`` where given; a ragged one over that one dim)."""
     kind = kind or draw(st.sampled_from(KINDS))
     if kind == "ragged":
-        span = draw(st.integers(1, len(shape)))
+        span = 1 if dim is not None else draw(st.integers(1, len(shape)))
         flat = math.prod(shape[:span])
         divisors = [t for t in range(1, min(flat, 12) + 1) if flat % t == 0]
         if not divisors:  # an empty prefix: no unit sum divides 0 positions but any does
             divisors = [1, 2, 3]
         total = draw(st.sampled_from(divisors))
         return 0, Split("ragged", draw(composition(total, n)), span=span)
-    dim = draw(st.integers(0, len(shape) - 1))
+    dim = draw(st.integers(0, len(shape) - 1)) if dim is None else dim
     if kind == "sizes":
         return dim, Split("sizes", draw(composition(shape[dim], n)))
     aligned = kind == "aligned"
@@ -70,6 +72,7 @@ def layouts(draw: st.DrawFn, mesh: Mesh, shape: tuple[int, ...], partial: frozen
     ``partial`` axes, P(op)."""
     dims: list[list[str]] = [[] for _ in shape]
     split_at: dict[int, Split] = {}
+    split_pos: dict[int, int] = {}
     blocked: set[int] = set()
     free = [a for a in mesh.names if a not in partial]
     if uneven:
@@ -80,6 +83,19 @@ def layouts(draw: st.DrawFn, mesh: Mesh, shape: tuple[int, ...], partial: frozen
         dims[d].append(u)
         split_at[d] = sp
         blocked = set(range(sp.span)) if sp.kind == "ragged" else {d}
+        others = [a for a in free if a != u]
+        if others and sp.span == 1 and draw(st.integers(0, 2)) == 0:
+            # compose another axis on the split dim, in mesh-order semantics
+            b = draw(st.sampled_from(others))
+            nb = mesh.axis_size(b)
+            if draw(st.booleans()) and shape[d] % nb == 0:  # major: the split fits each chunk
+                kind = sp.kind if sp.kind != "parts" else ("aligned" if sp.aligned else "parts")
+                _, sp = draw(splits(shape[:d] + (shape[d] // nb,) + shape[d + 1:], mesh.axis_size(u), kind, d))
+                split_at[d] = sp
+                dims[d].insert(0, b)
+                split_pos[d] = 1
+            elif sp.kind != "parts":  # minor: cuts the split's single run evenly
+                dims[d].append(b)
     types: list[tuple[str, AxisType]] = []
     for a in draw(st.permutations(mesh.names)):
         if any(a in ax for ax in dims):
@@ -93,7 +109,8 @@ def layouts(draw: st.DrawFn, mesh: Mesh, shape: tuple[int, ...], partial: frozen
             dims[open_dims[choice]].append(a)
         elif choice == -2:
             types.append((a, AxisType("R")))
-    return TensorType(dtype, tuple(Dim(s, tuple(ax), split_at.get(k)) for k, (s, ax) in enumerate(zip(shape, dims))),
+    return TensorType(dtype, tuple(Dim(s, tuple(ax), split_at.get(k), split_pos.get(k, 0))
+                                   for k, (s, ax) in enumerate(zip(shape, dims))),
                       tuple(types))
 
 

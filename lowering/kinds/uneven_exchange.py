@@ -63,7 +63,12 @@ if TYPE_CHECKING:
 def _role(t: TensorType, a: str) -> tuple:
     d = t.dim_of(a)
     if d is not None:
-        return ("S", d, t.dims[d].axes, t.dims[d].split)
+        # which chunk a coordinate picks depends on the axes up to it (and a split among
+        # them): axes of a common major prefix keep their chunks, so data never crosses them
+        dim = t.dims[d]
+        i = dim.axes.index(a)
+        split = (dim.split, dim.split_at) if dim.split is not None and dim.split_at <= i else None
+        return ("S", d, dim.axes[:i + 1], split)
     at = t.axis_type(a)
     return (at.kind if at.kind in ("P", "V") else "R",)
 
