@@ -154,3 +154,35 @@ def test_bytes_async_and_backward_on_4_ranks(pool4) -> None:
 def test_bad_type_refused_on_every_rank(pool2, pool4, world: int) -> None:
     results = (pool2 if world == 2 else pool4).run(refused, timeout_s=60)
     assert all("sum to 7" in msg for msg in results.values()), results
+
+
+def sizes_then_data(rank: int, world: int) -> dict:
+    """Each rank knows only its own token count: exchange the sizes, then the data; and a
+    rank whose partition sizes do not match its tensor fails every rank, no hang."""
+    from spec_lang.errors import SpecError
+    from torch_backend import redistribute, uneven_type
+
+    counts = [3, 0, 5, 2][:world]
+    start = sum(counts[:rank])
+    x = torch.arange(start * 2, (start + counts[rank]) * 2, dtype=torch.float64).reshape(-1, 2)
+    t = uneven_type(x, f"ep={world}", "ep")
+    total = sum(counts)
+    y = redistribute(x, t, f"f64[{total}@ep,2]", f"ep={world}", timeout=20)
+    full = torch.arange(total * 2, dtype=torch.float64).reshape(total, 2)
+    ok = bool(torch.equal(y, full.chunk(world)[rank] if rank < len(full.chunk(world)) else full[:0]))
+    parts = [counts[rank], 0] if rank else [counts[rank] + 1, 0]  # rank 0 is wrong
+    try:
+        uneven_type(x, f"ep={world}", "ep", partitions=parts)
+        err = ""
+    except SpecError as e:
+        err = e.message
+    return {"type": str(t), "ok": ok, "error": err}
+
+
+@pytest.mark.timeout(300)
+def test_sizes_then_data_on_4_ranks(pool4) -> None:
+    results = pool4.run(sizes_then_data, timeout_s=120)
+    assert {res["type"] for res in results.values()} == {"float64[10@ep<3,0,5,2>,2]"}
+    assert all(res["ok"] for res in results.values()), results
+    assert "do not add up" in results[0]["error"]
+    assert all("rank(s) [0]" in results[r]["error"] for r in (1, 2, 3)), results

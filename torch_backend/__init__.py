@@ -12,6 +12,7 @@ from spec_lang.lazy import lazy_exports
 _EXPORTS = {
     "redistribute": "torch_backend.api",
     "distribute": "torch_backend.api",
+    "uneven_type": "torch_backend.sizes",
     "redistributor": "torch_backend.prepared",
     "spmd": "torch_backend.spmd",
     "redistribute_many": "torch_backend.coalesce",
