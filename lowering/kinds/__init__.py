@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lowering.caching import MIB, cached
-from lowering.kinds import exchange, gather, local, reduce, retype, uneven_exchange, uneven_gather  # noqa: F401 - each registers its kinds
+from lowering.kinds import (  # noqa: F401 - each registers its kinds
+    exchange,
+    gather,
+    local,
+    reduce,
+    retype,
+    uneven_exchange,
+    uneven_gather,
+)
 from lowering.kinds.base import KINDS, Piece, RankPieces, StepKind, kind_of
 from lowering.layout import group_ranks, local_shapes
 from spec_lang.errors import SpecError

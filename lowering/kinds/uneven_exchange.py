@@ -372,6 +372,8 @@ class ReduceScatterV(AllToAllV):
         return _check(self.name, src, dst, mesh, axes, reduces=True)
 
     def refine(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> str:
+        # Direct, not around a ring: a ring reduce-scatter sends fewer bytes on skewed pieces
+        # but takes n-1 rounds, several times slower on gloo in bench/uneven.py
         return self.name
 
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
