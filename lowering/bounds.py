@@ -113,3 +113,41 @@ def holder_classes(state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[np.
         need = need - inside
     need.setflags(write=False)
     return (ranks if ranks.shape[1] > 1 else None), need
+
+
+@cached(maxsize=16384)  # keys hold search states: keep their count modest
+def new_partial_transfers(state: TensorType, goal: TensorType, mesh: Mesh) -> int:
+    """Element transfers any plan still needs where ``goal`` has partial axes ``state`` has
+    not (``lower_bound_detail`` says 0 there, since a convert into them is free): a floor
+    on the sends of the whole world.
+
+    The ranks that differ only on the new partial axes (a *group*) hold one goal block
+    between them, as a sum: one member may hold the values and the others zeros (or
+    other parts of the sum), but every element of the block must reach some member.
+    Without a pending reduction, what no member holds (at least the block less the sum
+    of the members' overlaps with it) needs one transfer into the group each::
+
+        state 4@x -> goal 4{U:x}      group (x=0, x=1): x=0 holds [0,2), x=1 holds [2,4),
+                                      the block is [0,4): nothing to send (zero_pad)
+        state 4@x -> goal 4{U:y}      group (y=0, y=1) on x=0 holds [0,2) only:
+                                      2 elements to bring in, per x coordinate
+
+    With a reduction pending over axes of size > 1, the goal replicates them, so a group
+    sits at one coordinate of them and holds none of the other contributions: every
+    element of its block needs a transfer in (of a partial sum, at the least).
+    """
+    from lowering.layout import _groups
+
+    new = set(goal.partial_axes) - set(state.partial_axes)
+    if not new or is_uneven(state) or is_uneven(goal):
+        return 0
+    # the goal with its new partial axes replicated: every member's box is the group's block
+    held = goal.replace(axis_types=tuple((a, t) for a, t in goal.axis_types if a not in new))
+    new_axes = tuple(a for a in mesh.names if a in new)
+    reduced = [a for a in state.partial_axes if a not in goal.partial_axes and mesh.axis_size(a) > 1]
+    if reduced:
+        return int(local_numel(held, mesh).sum()) // mesh.group_size(new_axes)
+    ranks = _groups(mesh, new_axes)[1]
+    ov = overlap_numel(boxes(state, mesh), boxes(held, mesh))[ranks].sum(axis=1)
+    block = local_numel(held, mesh)[ranks[:, 0]]
+    return int(np.maximum(block - ov, 0).sum())

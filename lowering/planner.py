@@ -232,9 +232,10 @@ def _search(start: TensorType, goal: TensorType, mesh: Mesh, op: str, model: Cos
             f"no program reaches {goal} from {start} on mesh {mesh}",
             hint="this pair passed the checks, so this is a planner bug: please report it",
         )
-    best = min(routes, key=lambda p: _path_key(p, start, goal, mesh, model))
+    ctx = _Ctx(start, goal, mesh, model)
+    best_key, _, best = min((ctx.path_key(p), i, p) for i, p in enumerate(routes))
     priced = len({(s, mv) for route in routes for s, mv in route if mv.kind in COLLECTIVE_KINDS})
-    return _search_labels(start, goal, mesh, op, model, _MAX_LABELS, best,
+    return _search_labels(ctx, start, op, _MAX_LABELS, best, best_key,
                           work=work_budget(budget_s, mesh) - priced, deadline=t0 + _CLOCK_FACTOR * budget_s)
 
 
@@ -248,11 +249,7 @@ def work_budget(budget_s: float, mesh: Mesh) -> int:
 def _path_key(path: list[tuple[TensorType, Move]], start: TensorType, goal: TensorType, mesh: Mesh,
               model: CostModel) -> tuple:
     """The search key of a complete path (its final label's)."""
-    ctx = _Ctx(start, goal, mesh, model)
-    lab = ctx.first
-    for state, mv in path:
-        lab = ctx.extend(lab, state, mv)
-    return ctx.key(lab, goal)
+    return _Ctx(start, goal, mesh, model).path_key(path)
 
 
 class _Ctx:
@@ -269,19 +266,30 @@ class _Ctx:
         self.first = _Label(np.zeros(mesh.size, dtype=np.int64), 0.0, 0,
                             int((local_numel(start, mesh) * start.itemsize).max()), 0, 0, False)
 
-    def extend(self, lab: _Label, state: TensorType, mv: Move) -> _Label:
+    def extend(self, lab: _Label, state: TensorType, mv: Move, bound: tuple | None = None) -> _Label | None:
+        """``lab`` after ``mv``; None where ``bound`` is given and the bytes and collectives
+        so far alone already put the key above it (the bounds and the peak, the costlier
+        terms, are then never computed)."""
         mesh, model = self.mesh, self.model
-        step_sent = move_bytes(state, mv, mesh) * state.itemsize
+        sent = lab.sent + move_bytes(state, mv, mesh) * state.itemsize
         coll = mv.kind in COLLECTIVE_KINDS
         on_spare = bool(self.spare.intersection(mv.axes))
         n_spare = lab.spare_colls + int(coll and on_spare)
         sliced = lab.spare_sliced or (on_spare and not coll)
+        charge = self.charge * max(n_spare, int(sliced))
+        if bound is not None and self.bytes_first and (int(sent.max()) + charge, lab.colls + int(coll)) > bound[:2]:
+            return None  # every term of ``_key`` is at least its counterpart here
         # bytes-first: time is a multiple of bytes, which the label already holds
-        time = lab.time if self.bytes_first else lab.time + model.step_time(mv.axes, int(step_sent.max()), coll)
-        return _Label(
-            lab.sent + step_sent, time, lab.colls + int(coll), max(lab.peak, _live_max(state, mv.dst, mesh)),
-            self.charge * max(n_spare, int(sliced)), n_spare, sliced,
-        )
+        time = lab.time if self.bytes_first else lab.time + model.step_time(mv.axes, int((sent - lab.sent).max()), coll)
+        return _Label(sent, time, lab.colls + int(coll), max(lab.peak, _live_max(state, mv.dst, mesh)),
+                      charge, n_spare, sliced)
+
+    def path_key(self, path: list[tuple[TensorType, Move]]) -> tuple:
+        """The search key of a complete path from the start (its final label's)."""
+        lab = self.first
+        for state, mv in path:
+            lab = self.extend(lab, state, mv)
+        return self.key(lab, self.goal)
 
     def key(self, lab: _Label, state: TensorType) -> tuple:
         if not self.bytes_first:
@@ -297,8 +305,8 @@ def _live_max(state: TensorType, nxt: TensorType, mesh: Mesh) -> int:
     return int((local_numel(state, mesh) + local_numel(nxt, mesh)).max()) * state.itemsize
 
 
-def _search_labels(start: TensorType, goal: TensorType, mesh: Mesh, op: str, model: CostModel,
-                   max_labels: int, incumbent: list[tuple[TensorType, Move]], work: int,
+def _search_labels(ctx: _Ctx, start: TensorType, op: str, max_labels: int,
+                   incumbent: list[tuple[TensorType, Move]], best_key: tuple, work: int,
                    deadline: float) -> tuple[list[tuple[TensorType, Move]], bool]:
     """Best-first search from ``start`` to ``goal``; see ``_key`` for the order.
 
@@ -309,17 +317,17 @@ def _search_labels(start: TensorType, goal: TensorType, mesh: Mesh, op: str, mod
     overshoots, the first goal popped is then the cheapest plan in the search space, as
     long as no state needs more than ``max_labels`` labels.
 
-    ``incumbent`` is a complete path: nothing whose key reaches its key is pushed, and
-    the search ends, proving it cheapest, once nothing cheaper is left. ``work`` bounds
+    ``incumbent`` is a complete path, ``best_key`` its key (``ctx.path_key``): nothing
+    whose key reaches it is pushed, and the search ends, proving it cheapest, once
+    nothing cheaper is left. ``work`` bounds
     the moves priced (a deterministic cut-off: every rank stops at the same point);
     ``deadline`` (``time.perf_counter()``) is a safety net for a machine far slower than
     the calibration. Cut off, the search returns the cheapest complete path it has seen
     (the incumbent at worst) and False.
     """
+    goal, mesh = ctx.goal, ctx.mesh
     if start == goal:
         return [], True
-    ctx = _Ctx(start, goal, mesh, model)
-    best_key = _path_key(incumbent, start, goal, mesh, model)
     best: tuple | None = None  # a pushed goal node cheaper than the incumbent
     tie = itertools.count()
     expanded: dict[TensorType, list[_Label]] = {}
@@ -343,8 +351,8 @@ def _search_labels(start: TensorType, goal: TensorType, mesh: Mesh, op: str, mod
             seen = expanded.get(mv.dst, ())
             if len(seen) >= max_labels:
                 continue
-            lab2 = ctx.extend(lab, state, mv)
-            if _dominated(seen, lab2):
+            lab2 = ctx.extend(lab, state, mv, best_key)
+            if lab2 is None or _dominated(seen, lab2):
                 continue
             key2 = ctx.key(lab2, mv.dst)
             if key2 >= best_key:
@@ -430,9 +438,10 @@ def spare_collectives(program: Program) -> int:
 @cached(maxsize=16384)  # keys hold search states: keep their count modest
 def _future(state: TensorType, goal: TensorType, mesh: Mesh) -> float:
     """Bytes every rank together must still send to reach ``goal`` (a lower bound)."""
-    from lowering.bounds import lower_bound_detail
+    from lowering.bounds import lower_bound_detail, new_partial_transfers
 
-    return float(lower_bound_detail(state, goal, mesh)["sent_avg_bytes"]) * mesh.size
+    detail = lower_bound_detail(state, goal, mesh)["sent_avg_bytes"]
+    return max(float(detail) * mesh.size, float(new_partial_transfers(state, goal, mesh) * state.itemsize))
 
 
 def _unwind(node: tuple | None) -> list[tuple[TensorType, Move]]:
