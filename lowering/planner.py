@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -296,7 +297,7 @@ class _Ctx:
             return _key(self.model, lab.time, lab.sent, lab.colls, lab.peak, 0.0, lab.charge)
         future = _future(state, self.goal, self.mesh)
         return _key(self.model, lab.time, lab.sent, lab.colls, lab.peak, future, lab.charge,
-                    _class_floor(lab.sent, state, self.goal, self.mesh))
+                    _class_floor(lab.sent, state, self.goal, self.mesh), state.itemsize)
 
 
 @cached(maxsize=65536)
@@ -395,13 +396,15 @@ def _class_floor(sent: np.ndarray, state: TensorType, goal: TensorType, mesh: Me
     if classes is None:
         return 0
     ranks, need = classes
+    item = state.itemsize
     if ranks is None:  # one rank a class, in rank order
-        return int((sent + need * state.itemsize).max())
-    return -(-int((sent[ranks].sum(axis=1) + need * state.itemsize).max()) // ranks.shape[1])
+        return int((sent + need * item).max())
+    # every step sends whole elements, so the busiest member sends a whole number of them
+    return item * -(-int((sent[ranks].sum(axis=1) // item + need).max()) // ranks.shape[1])
 
 
 def _key(model: CostModel, time: float, sent: np.ndarray, colls: int, peak: int, future: float,
-         extra: int = 0, floor: int = 0) -> tuple:
+         extra: int = 0, floor: int = 0, item: int = 1) -> tuple:
     """Search key: (bytes estimate, collectives estimate, peak) for the bytes-first model,
     else (time, bytes, collectives, peak). Every term is a lower bound on the final
     program's, so the first goal popped is the cheapest, and the search can stop as soon
@@ -418,7 +421,10 @@ def _key(model: CostModel, time: float, sent: np.ndarray, colls: int, peak: int,
     total = int(sent.max())
     if not model.bytes_first:
         return (time, total, colls, peak)
-    estimate = max(total, floor, -(-int(sent.sum() + future) // len(sent)))
+    # in whole elements: every step sends whole ones, so the busiest rank sends at least
+    # the world's elements over its size, rounded up (on tiny tensors, a large step)
+    elements = int(sent.sum()) // item + math.ceil(future / item - 1e-6)
+    estimate = max(total, floor, item * -(-elements // len(sent)))
     return (estimate + extra, colls + int(future > 0), peak)
 
 

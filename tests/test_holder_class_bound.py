@@ -9,9 +9,10 @@ constructive fallback (a different route through other states)."""
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from strategies import cases
 
+from lowering.blocks import is_uneven
 from lowering.moves import erase
 from lowering.planner import _class_floor, _sent_floor, compile, fallback_program
 
@@ -78,3 +79,28 @@ def test_a_goal_with_new_partial_axes_has_a_floor() -> None:
     for s in (src, reducing):
         prog = compile(s, dst, mesh, budget_s=5.0)
         assert sum(int(np.sum(step.bytes_sent)) for step in prog.steps) >= new_partial_transfers(s, dst, mesh) * 4
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(varying=True, explicit_i=True))
+def test_the_search_key_never_overshoots_a_route(case: tuple) -> None:
+    # the whole key (bytes in whole elements, collectives, peak) at every state along each
+    # constructive route is at most the route's final key: the search may stop on it
+    from lowering.checks import check_partial_conversion
+    from lowering.cost import DEFAULT_COST_MODEL
+    from lowering.fallback import fallback_routes
+    from lowering.planner import _Ctx
+
+    src, dst, mesh = case
+    start, goal = erase(src), erase(dst)
+    assume(not is_uneven(src) and not is_uneven(dst))
+    ctx = _Ctx(start, goal, mesh, DEFAULT_COST_MODEL)
+    for route in fallback_routes(start, goal, mesh, check_partial_conversion(src, dst)):
+        labels = [ctx.first]
+        for state, mv in route:
+            labels.append(ctx.extend(labels[-1], state, mv))
+        end = labels[-1]  # what the route costs, the spare-axis charge included
+        final = (int(end.sent.max(initial=0)) + end.charge, end.colls, end.peak)
+        assert ctx.path_key(route) == final
+        for (state, _), lab in zip(route, labels):
+            assert ctx.key(lab, state) <= final, (str(state), route)
