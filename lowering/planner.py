@@ -293,11 +293,25 @@ class _Ctx:
         return self.key(lab, self.goal)
 
     def key(self, lab: _Label, state: TensorType) -> tuple:
+        """The search key: a lower bound on the key of every complete path through here."""
+        return self.keys(lab, state)[1]
+
+    def keys(self, lab: _Label, state: TensorType) -> tuple[tuple, tuple]:
+        """(order, bound): the frontier's order, and the key that prunes and proves.
+
+        The bound counts whole elements (every step sends whole ones), which is tighter
+        on tiny tensors; the order keeps the byte floors, because the rounding changes
+        which states a budgeted search reaches first, and not always for the better
+        (on the cases of bench/plan_budget.py it found 2 worse plans and no better one).
+        """
         if not self.bytes_first:
-            return _key(self.model, lab.time, lab.sent, lab.colls, lab.peak, 0.0, lab.charge)
+            k = _key(self.model, lab.time, lab.sent, lab.colls, lab.peak, 0.0, lab.charge)
+            return k, k
         future = _future(state, self.goal, self.mesh)
-        return _key(self.model, lab.time, lab.sent, lab.colls, lab.peak, future, lab.charge,
-                    _class_floor(lab.sent, state, self.goal, self.mesh), state.itemsize)
+        args = (self.model, lab.time, lab.sent, lab.colls, lab.peak, future, lab.charge)
+        item = state.itemsize
+        return (_key(*args, _class_floor(lab.sent, state, self.goal, self.mesh, whole=False), item, whole=False),
+                _key(*args, _class_floor(lab.sent, state, self.goal, self.mesh), item))
 
 
 @cached(maxsize=65536)
@@ -333,11 +347,13 @@ def _search_labels(ctx: _Ctx, start: TensorType, op: str, max_labels: int,
     tie = itertools.count()
     expanded: dict[TensorType, list[_Label]] = {}
     first = ctx.first
-    frontier = [(ctx.key(first, start), next(tie), start, first, None)]
+    frontier = [(*ctx.keys(first, start), next(tie), start, first, None)]
     while frontier:
-        key, _, state, lab, node = heapq.heappop(frontier)
+        key, bound, _, state, lab, node = heapq.heappop(frontier)
         if key >= best_key:
             break  # nothing left beats the best complete path
+        if bound >= best_key:
+            continue  # this one cannot (the incumbent improved since it was pushed)
         seen = expanded.setdefault(state, [])
         if len(seen) >= max_labels or _dominated(seen, lab):
             continue
@@ -355,13 +371,13 @@ def _search_labels(ctx: _Ctx, start: TensorType, op: str, max_labels: int,
             lab2 = ctx.extend(lab, state, mv, best_key)
             if lab2 is None or _dominated(seen, lab2):
                 continue
-            key2 = ctx.key(lab2, mv.dst)
-            if key2 >= best_key:
+            key2, bound2 = ctx.keys(lab2, mv.dst)
+            if bound2 >= best_key:
                 continue
             node2 = (state, mv, node)
             if mv.dst == goal:
-                best_key, best = key2, node2
-            heapq.heappush(frontier, (key2, next(tie), mv.dst, lab2, node2))
+                best_key, best = bound2, node2
+            heapq.heappush(frontier, (key2, bound2, next(tie), mv.dst, lab2, node2))
     return (incumbent if best is None else _unwind(best)), True
 
 
@@ -386,10 +402,10 @@ def _dominated(labels: Sequence[_Label], lab: _Label) -> bool:
     )
 
 
-def _class_floor(sent: np.ndarray, state: TensorType, goal: TensorType, mesh: Mesh) -> int:
+def _class_floor(sent: np.ndarray, state: TensorType, goal: TensorType, mesh: Mesh, whole: bool = True) -> int:
     """Bytes the busiest rank will have sent at least, per holder class (``lowering.bounds.
     holder_classes``): its members' sends so far plus what the class must still send, over
-    its size, at the class where that is largest."""
+    its size, at the class where that is largest; in whole elements unless ``whole`` is False."""
     from lowering.bounds import holder_classes
 
     classes = holder_classes(state, goal, mesh)
@@ -399,12 +415,14 @@ def _class_floor(sent: np.ndarray, state: TensorType, goal: TensorType, mesh: Me
     item = state.itemsize
     if ranks is None:  # one rank a class, in rank order
         return int((sent + need * item).max())
+    if not whole:
+        return -(-int((sent[ranks].sum(axis=1) + need * item).max()) // ranks.shape[1])
     # every step sends whole elements, so the busiest member sends a whole number of them
     return item * -(-int((sent[ranks].sum(axis=1) // item + need).max()) // ranks.shape[1])
 
 
 def _key(model: CostModel, time: float, sent: np.ndarray, colls: int, peak: int, future: float,
-         extra: int = 0, floor: int = 0, item: int = 1) -> tuple:
+         extra: int = 0, floor: int = 0, item: int = 1, whole: bool = True) -> tuple:
     """Search key: (bytes estimate, collectives estimate, peak) for the bytes-first model,
     else (time, bytes, collectives, peak). Every term is a lower bound on the final
     program's, so the first goal popped is the cheapest, and the search can stop as soon
@@ -417,14 +435,18 @@ def _key(model: CostModel, time: float, sent: np.ndarray, colls: int, peak: int,
     incumbent is at the byte bound stop once no path with fewer collectives is left,
     instead of walking every state of equal bytes. ``floor`` is the per-class bound
     (``_class_floor``): what the busiest member of some class of ranks holding the same
-    values must have sent by the end, which the world average can hide."""
+    values must have sent by the end, which the world average can hide. ``whole``: the
+    world mean in whole elements of ``item`` bytes (every step sends whole ones)."""
     total = int(sent.max())
     if not model.bytes_first:
         return (time, total, colls, peak)
     # in whole elements: every step sends whole ones, so the busiest rank sends at least
     # the world's elements over its size, rounded up (on tiny tensors, a large step)
-    elements = int(sent.sum()) // item + math.ceil(future / item - 1e-6)
-    estimate = max(total, floor, item * -(-elements // len(sent)))
+    if whole:
+        elements = int(sent.sum()) // item + math.ceil(future / item - 1e-6)
+        estimate = max(total, floor, item * -(-elements // len(sent)))
+    else:
+        estimate = max(total, floor, -(-int(sent.sum() + future) // len(sent)))
     return (estimate + extra, colls + int(future > 0), peak)
 
 
