@@ -92,19 +92,27 @@ def holder_classes(state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[np.
     Returns ``(ranks, need)``: (classes, members) rank indices and (classes,) elements
     each class must still send (``ranks`` is None where every class is one rank: ``need``
     is then in rank order), or None where the goal has partial axes the state has not
-    (a free convert into new partial axes makes data appear without a send).
+    and replicates no axis of size > 1 that the state does not (a free convert into new
+    partial axes makes data appear without a send, and any rank of a sum's group may
+    hold the values: the class may keep them). Where it does, the ranks at another
+    coordinate of that axis need every element of the block, with the class's values,
+    and none of their groups meets the class.
     """
     from lowering.layout import _groups
     from lowering.moves import replicated
 
-    if set(goal.partial_axes) - set(state.partial_axes):
-        return None
     rep_t = replicated(state, mesh)
     rep_g = replicated(goal, mesh)
+    inside_only = all(mesh.sizes[mesh.index(a)] == 1 or a in rep_t for a in rep_g)
+    if set(goal.partial_axes) - set(state.partial_axes) and inside_only:
+        return None
+    # (with new partial axes, ranks differing on them share a need; but where the goal
+    # replicates an axis of size > 1 that the state does not, the ranks at another
+    # coordinate of it lie outside every class and need all of its block, as below)
     ranks = _groups(mesh, tuple(rep_t))[1]
     sb = boxes(state, mesh)[ranks[:, 0]]
     need = local_numel(state, mesh)[ranks[:, 0]]
-    if all(mesh.sizes[mesh.index(a)] == 1 or a in rep_t for a in rep_g):
+    if inside_only:
         # every needer of an element some member needs is in the class (they differ on
         # goal-replicated axes, which the class spans): those elements may stay inside;
         # each goal block is counted once per rank needing it, hence the division
