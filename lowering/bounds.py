@@ -92,19 +92,27 @@ def holder_classes(state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[np.
     Returns ``(ranks, need)``: (classes, members) rank indices and (classes,) elements
     each class must still send (``ranks`` is None where every class is one rank: ``need``
     is then in rank order), or None where the goal has partial axes the state has not
-    (a free convert into new partial axes makes data appear without a send).
+    and replicates no axis of size > 1 that the state does not (a free convert into new
+    partial axes makes data appear without a send, and any rank of a sum's group may
+    hold the values: the class may keep them). Where it does, the ranks at another
+    coordinate of that axis need every element of the block, with the class's values,
+    and none of their groups meets the class.
     """
     from lowering.layout import _groups
     from lowering.moves import replicated
 
-    if set(goal.partial_axes) - set(state.partial_axes):
-        return None
     rep_t = replicated(state, mesh)
     rep_g = replicated(goal, mesh)
+    inside_only = all(mesh.sizes[mesh.index(a)] == 1 or a in rep_t for a in rep_g)
+    if set(goal.partial_axes) - set(state.partial_axes) and inside_only:
+        return None
+    # (with new partial axes, ranks differing on them share a need; but where the goal
+    # replicates an axis of size > 1 that the state does not, the ranks at another
+    # coordinate of it lie outside every class and need all of its block, as below)
     ranks = _groups(mesh, tuple(rep_t))[1]
     sb = boxes(state, mesh)[ranks[:, 0]]
     need = local_numel(state, mesh)[ranks[:, 0]]
-    if all(mesh.sizes[mesh.index(a)] == 1 or a in rep_t for a in rep_g):
+    if inside_only:
         # every needer of an element some member needs is in the class (they differ on
         # goal-replicated axes, which the class spans): those elements may stay inside;
         # each goal block is counted once per rank needing it, hence the division
@@ -113,3 +121,41 @@ def holder_classes(state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[np.
         need = need - inside
     need.setflags(write=False)
     return (ranks if ranks.shape[1] > 1 else None), need
+
+
+@cached(maxsize=16384)  # keys hold search states: keep their count modest
+def new_partial_transfers(state: TensorType, goal: TensorType, mesh: Mesh) -> int:
+    """Element transfers any plan still needs where ``goal`` has partial axes ``state`` has
+    not (``lower_bound_detail`` says 0 there, since a convert into them is free): a floor
+    on the sends of the whole world.
+
+    The ranks that differ only on the new partial axes (a *group*) hold one goal block
+    between them, as a sum: one member may hold the values and the others zeros (or
+    other parts of the sum), but every element of the block must reach some member.
+    Without a pending reduction, what no member holds (at least the block less the sum
+    of the members' overlaps with it) needs one transfer into the group each::
+
+        state 4@x -> goal 4{U:x}      group (x=0, x=1): x=0 holds [0,2), x=1 holds [2,4),
+                                      the block is [0,4): nothing to send (zero_pad)
+        state 4@x -> goal 4{U:y}      group (y=0, y=1) on x=0 holds [0,2) only:
+                                      2 elements to bring in, per x coordinate
+
+    With a reduction pending over axes of size > 1, the goal replicates them, so a group
+    sits at one coordinate of them and holds none of the other contributions: every
+    element of its block needs a transfer in (of a partial sum, at the least).
+    """
+    from lowering.layout import _groups
+
+    new = set(goal.partial_axes) - set(state.partial_axes)
+    if not new or is_uneven(state) or is_uneven(goal):
+        return 0
+    # the goal with its new partial axes replicated: every member's box is the group's block
+    held = goal.replace(axis_types=tuple((a, t) for a, t in goal.axis_types if a not in new))
+    new_axes = tuple(a for a in mesh.names if a in new)
+    reduced = [a for a in state.partial_axes if a not in goal.partial_axes and mesh.axis_size(a) > 1]
+    if reduced:
+        return int(local_numel(held, mesh).sum()) // mesh.group_size(new_axes)
+    ranks = _groups(mesh, new_axes)[1]
+    ov = overlap_numel(boxes(state, mesh), boxes(held, mesh))[ranks].sum(axis=1)
+    block = local_numel(held, mesh)[ranks[:, 0]]
+    return int(np.maximum(block - ov, 0).sum())

@@ -10,6 +10,7 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from lowering.caching import cached
 from lowering.kinds.base import erase
 from lowering.kinds.exchange import involved_axes
 from spec_lang.ir import AxisType, Dim, Mesh, TensorType
@@ -31,8 +32,15 @@ def with_dims(t: TensorType, axes_per_dim: list[tuple[str, ...]]) -> TensorType:
     """``t`` with new dim axes; an axis put on a dim loses its local type (a type lists
     each axis once), so a move that would drop a pending P is caught by its P check."""
     on_dims = {a for ax in axes_per_dim for a in ax}
-    return t.replace(dims=tuple(Dim(d.size, ax) for d, ax in zip(t.dims, axes_per_dim)),
+    # a dim that keeps its axes keeps its object (cheaper to build, hash and compare)
+    return t.replace(dims=tuple(d if d.axes == ax and d.split is None else _dim(d.size, ax) for d, ax in zip(t.dims, axes_per_dim)),
                      axis_types=tuple((a, at) for a, at in t.axis_types if a not in on_dims))
+
+
+@cached(maxsize=4096)
+def _dim(size: int, axes: tuple[str, ...]) -> Dim:
+    """One shared Dim per (size, axes): the search builds the same dims over and over."""
+    return Dim(size, axes)
 
 
 def with_partial(t: TensorType, axes: set[str], op: str, mesh: Mesh) -> TensorType:

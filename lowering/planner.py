@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -232,9 +233,10 @@ def _search(start: TensorType, goal: TensorType, mesh: Mesh, op: str, model: Cos
             f"no program reaches {goal} from {start} on mesh {mesh}",
             hint="this pair passed the checks, so this is a planner bug: please report it",
         )
-    best = min(routes, key=lambda p: _path_key(p, start, goal, mesh, model))
+    ctx = _Ctx(start, goal, mesh, model)
+    best_key, _, best = min((ctx.path_key(p), i, p) for i, p in enumerate(routes))
     priced = len({(s, mv) for route in routes for s, mv in route if mv.kind in COLLECTIVE_KINDS})
-    return _search_labels(start, goal, mesh, op, model, _MAX_LABELS, best,
+    return _search_labels(ctx, start, op, _MAX_LABELS, best, best_key,
                           work=work_budget(budget_s, mesh) - priced, deadline=t0 + _CLOCK_FACTOR * budget_s)
 
 
@@ -248,11 +250,7 @@ def work_budget(budget_s: float, mesh: Mesh) -> int:
 def _path_key(path: list[tuple[TensorType, Move]], start: TensorType, goal: TensorType, mesh: Mesh,
               model: CostModel) -> tuple:
     """The search key of a complete path (its final label's)."""
-    ctx = _Ctx(start, goal, mesh, model)
-    lab = ctx.first
-    for state, mv in path:
-        lab = ctx.extend(lab, state, mv)
-    return ctx.key(lab, goal)
+    return _Ctx(start, goal, mesh, model).path_key(path)
 
 
 class _Ctx:
@@ -269,26 +267,51 @@ class _Ctx:
         self.first = _Label(np.zeros(mesh.size, dtype=np.int64), 0.0, 0,
                             int((local_numel(start, mesh) * start.itemsize).max()), 0, 0, False)
 
-    def extend(self, lab: _Label, state: TensorType, mv: Move) -> _Label:
+    def extend(self, lab: _Label, state: TensorType, mv: Move, bound: tuple | None = None) -> _Label | None:
+        """``lab`` after ``mv``; None where ``bound`` is given and the bytes and collectives
+        so far alone already put the key above it (the bounds and the peak, the costlier
+        terms, are then never computed)."""
         mesh, model = self.mesh, self.model
-        step_sent = move_bytes(state, mv, mesh) * state.itemsize
+        sent = lab.sent + move_bytes(state, mv, mesh) * state.itemsize
         coll = mv.kind in COLLECTIVE_KINDS
         on_spare = bool(self.spare.intersection(mv.axes))
         n_spare = lab.spare_colls + int(coll and on_spare)
         sliced = lab.spare_sliced or (on_spare and not coll)
+        charge = self.charge * max(n_spare, int(sliced))
+        if bound is not None and self.bytes_first and (int(sent.max()) + charge, lab.colls + int(coll)) > bound[:2]:
+            return None  # every term of ``_key`` is at least its counterpart here
         # bytes-first: time is a multiple of bytes, which the label already holds
-        time = lab.time if self.bytes_first else lab.time + model.step_time(mv.axes, int(step_sent.max()), coll)
-        return _Label(
-            lab.sent + step_sent, time, lab.colls + int(coll), max(lab.peak, _live_max(state, mv.dst, mesh)),
-            self.charge * max(n_spare, int(sliced)), n_spare, sliced,
-        )
+        time = lab.time if self.bytes_first else lab.time + model.step_time(mv.axes, int((sent - lab.sent).max()), coll)
+        return _Label(sent, time, lab.colls + int(coll), max(lab.peak, _live_max(state, mv.dst, mesh)),
+                      charge, n_spare, sliced)
+
+    def path_key(self, path: list[tuple[TensorType, Move]]) -> tuple:
+        """The search key of a complete path from the start (its final label's)."""
+        lab = self.first
+        for state, mv in path:
+            lab = self.extend(lab, state, mv)
+        return self.key(lab, self.goal)
 
     def key(self, lab: _Label, state: TensorType) -> tuple:
+        """The search key: a lower bound on the key of every complete path through here."""
+        return self.keys(lab, state)[1]
+
+    def keys(self, lab: _Label, state: TensorType) -> tuple[tuple, tuple]:
+        """(order, bound): the frontier's order, and the key that prunes and proves.
+
+        The bound counts whole elements (every step sends whole ones), which is tighter
+        on tiny tensors; the order keeps the byte floors, because the rounding changes
+        which states a budgeted search reaches first, and not always for the better
+        (on the cases of bench/plan_budget.py it found 2 worse plans and no better one).
+        """
         if not self.bytes_first:
-            return _key(self.model, lab.time, lab.sent, lab.colls, lab.peak, 0.0, lab.charge)
+            k = _key(self.model, lab.time, lab.sent, lab.colls, lab.peak, 0.0, lab.charge)
+            return k, k
         future = _future(state, self.goal, self.mesh)
-        return _key(self.model, lab.time, lab.sent, lab.colls, lab.peak, future, lab.charge,
-                    _class_floor(lab.sent, state, self.goal, self.mesh))
+        args = (self.model, lab.time, lab.sent, lab.colls, lab.peak, future, lab.charge)
+        item = state.itemsize
+        return (_key(*args, _class_floor(lab.sent, state, self.goal, self.mesh, whole=False), item, whole=False),
+                _key(*args, _class_floor(lab.sent, state, self.goal, self.mesh), item))
 
 
 @cached(maxsize=65536)
@@ -297,8 +320,8 @@ def _live_max(state: TensorType, nxt: TensorType, mesh: Mesh) -> int:
     return int((local_numel(state, mesh) + local_numel(nxt, mesh)).max()) * state.itemsize
 
 
-def _search_labels(start: TensorType, goal: TensorType, mesh: Mesh, op: str, model: CostModel,
-                   max_labels: int, incumbent: list[tuple[TensorType, Move]], work: int,
+def _search_labels(ctx: _Ctx, start: TensorType, op: str, max_labels: int,
+                   incumbent: list[tuple[TensorType, Move]], best_key: tuple, work: int,
                    deadline: float) -> tuple[list[tuple[TensorType, Move]], bool]:
     """Best-first search from ``start`` to ``goal``; see ``_key`` for the order.
 
@@ -309,26 +332,28 @@ def _search_labels(start: TensorType, goal: TensorType, mesh: Mesh, op: str, mod
     overshoots, the first goal popped is then the cheapest plan in the search space, as
     long as no state needs more than ``max_labels`` labels.
 
-    ``incumbent`` is a complete path: nothing whose key reaches its key is pushed, and
-    the search ends, proving it cheapest, once nothing cheaper is left. ``work`` bounds
+    ``incumbent`` is a complete path, ``best_key`` its key (``ctx.path_key``): nothing
+    whose key reaches it is pushed, and the search ends, proving it cheapest, once
+    nothing cheaper is left. ``work`` bounds
     the moves priced (a deterministic cut-off: every rank stops at the same point);
     ``deadline`` (``time.perf_counter()``) is a safety net for a machine far slower than
     the calibration. Cut off, the search returns the cheapest complete path it has seen
     (the incumbent at worst) and False.
     """
+    goal, mesh = ctx.goal, ctx.mesh
     if start == goal:
         return [], True
-    ctx = _Ctx(start, goal, mesh, model)
-    best_key = _path_key(incumbent, start, goal, mesh, model)
     best: tuple | None = None  # a pushed goal node cheaper than the incumbent
     tie = itertools.count()
     expanded: dict[TensorType, list[_Label]] = {}
     first = ctx.first
-    frontier = [(ctx.key(first, start), next(tie), start, first, None)]
+    frontier = [(*ctx.keys(first, start), next(tie), start, first, None)]
     while frontier:
-        key, _, state, lab, node = heapq.heappop(frontier)
+        key, bound, _, state, lab, node = heapq.heappop(frontier)
         if key >= best_key:
             break  # nothing left beats the best complete path
+        if bound >= best_key:
+            continue  # this one cannot (the incumbent improved since it was pushed)
         seen = expanded.setdefault(state, [])
         if len(seen) >= max_labels or _dominated(seen, lab):
             continue
@@ -343,16 +368,16 @@ def _search_labels(start: TensorType, goal: TensorType, mesh: Mesh, op: str, mod
             seen = expanded.get(mv.dst, ())
             if len(seen) >= max_labels:
                 continue
-            lab2 = ctx.extend(lab, state, mv)
-            if _dominated(seen, lab2):
+            lab2 = ctx.extend(lab, state, mv, best_key)
+            if lab2 is None or _dominated(seen, lab2):
                 continue
-            key2 = ctx.key(lab2, mv.dst)
-            if key2 >= best_key:
+            key2, bound2 = ctx.keys(lab2, mv.dst)
+            if bound2 >= best_key:
                 continue
             node2 = (state, mv, node)
             if mv.dst == goal:
-                best_key, best = key2, node2
-            heapq.heappush(frontier, (key2, next(tie), mv.dst, lab2, node2))
+                best_key, best = bound2, node2
+            heapq.heappush(frontier, (key2, bound2, next(tie), mv.dst, lab2, node2))
     return (incumbent if best is None else _unwind(best)), True
 
 
@@ -377,23 +402,27 @@ def _dominated(labels: Sequence[_Label], lab: _Label) -> bool:
     )
 
 
-def _class_floor(sent: np.ndarray, state: TensorType, goal: TensorType, mesh: Mesh) -> int:
+def _class_floor(sent: np.ndarray, state: TensorType, goal: TensorType, mesh: Mesh, whole: bool = True) -> int:
     """Bytes the busiest rank will have sent at least, per holder class (``lowering.bounds.
     holder_classes``): its members' sends so far plus what the class must still send, over
-    its size, at the class where that is largest."""
+    its size, at the class where that is largest; in whole elements unless ``whole`` is False."""
     from lowering.bounds import holder_classes
 
     classes = holder_classes(state, goal, mesh)
     if classes is None:
         return 0
     ranks, need = classes
+    item = state.itemsize
     if ranks is None:  # one rank a class, in rank order
-        return int((sent + need * state.itemsize).max())
-    return -(-int((sent[ranks].sum(axis=1) + need * state.itemsize).max()) // ranks.shape[1])
+        return int((sent + need * item).max())
+    if not whole:
+        return -(-int((sent[ranks].sum(axis=1) + need * item).max()) // ranks.shape[1])
+    # every step sends whole elements, so the busiest member sends a whole number of them
+    return item * -(-int((sent[ranks].sum(axis=1) // item + need).max()) // ranks.shape[1])
 
 
 def _key(model: CostModel, time: float, sent: np.ndarray, colls: int, peak: int, future: float,
-         extra: int = 0, floor: int = 0) -> tuple:
+         extra: int = 0, floor: int = 0, item: int = 1, whole: bool = True) -> tuple:
     """Search key: (bytes estimate, collectives estimate, peak) for the bytes-first model,
     else (time, bytes, collectives, peak). Every term is a lower bound on the final
     program's, so the first goal popped is the cheapest, and the search can stop as soon
@@ -406,11 +435,18 @@ def _key(model: CostModel, time: float, sent: np.ndarray, colls: int, peak: int,
     incumbent is at the byte bound stop once no path with fewer collectives is left,
     instead of walking every state of equal bytes. ``floor`` is the per-class bound
     (``_class_floor``): what the busiest member of some class of ranks holding the same
-    values must have sent by the end, which the world average can hide."""
+    values must have sent by the end, which the world average can hide. ``whole``: the
+    world mean in whole elements of ``item`` bytes (every step sends whole ones)."""
     total = int(sent.max())
     if not model.bytes_first:
         return (time, total, colls, peak)
-    estimate = max(total, floor, -(-int(sent.sum() + future) // len(sent)))
+    # in whole elements: every step sends whole ones, so the busiest rank sends at least
+    # the world's elements over its size, rounded up (on tiny tensors, a large step)
+    if whole:
+        elements = int(sent.sum()) // item + math.ceil(future / item - 1e-6)
+        estimate = max(total, floor, item * -(-elements // len(sent)))
+    else:
+        estimate = max(total, floor, -(-int(sent.sum() + future) // len(sent)))
     return (estimate + extra, colls + int(future > 0), peak)
 
 
@@ -430,9 +466,10 @@ def spare_collectives(program: Program) -> int:
 @cached(maxsize=16384)  # keys hold search states: keep their count modest
 def _future(state: TensorType, goal: TensorType, mesh: Mesh) -> float:
     """Bytes every rank together must still send to reach ``goal`` (a lower bound)."""
-    from lowering.bounds import lower_bound_detail
+    from lowering.bounds import lower_bound_detail, new_partial_transfers
 
-    return float(lower_bound_detail(state, goal, mesh)["sent_avg_bytes"]) * mesh.size
+    detail = lower_bound_detail(state, goal, mesh)["sent_avg_bytes"]
+    return max(float(detail) * mesh.size, float(new_partial_transfers(state, goal, mesh) * state.itemsize))
 
 
 def _unwind(node: tuple | None) -> list[tuple[TensorType, Move]]:

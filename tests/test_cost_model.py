@@ -10,6 +10,7 @@ from strategies import cases
 
 from lowering.bounds import lower_bound_detail
 from lowering.kinds.exchange_geometry import (
+    exchange_bytes,
     exchange_bytes_bruteforce,
     exchange_bytes_factorised,
     max_senders_factorised,
@@ -47,6 +48,9 @@ def test_factorised_pricing_equals_all_pairs(case: tuple) -> None:
     np.testing.assert_array_equal(
         exchange_bytes_factorised(src, dst, mesh, mv.axes), exchange_bytes_bruteforce(src, dst, mesh, mv.axes)
     )
+    # the planner's price (the tiled shortcut where the group's dst blocks tile every src block)
+    np.testing.assert_array_equal(exchange_bytes(src, dst, mesh, mv.axes),
+                                  exchange_bytes_bruteforce(src, dst, mesh, mv.axes))
     sb, db = boxes(src, mesh), boxes(dst, mesh)
     heard = 0
     for r in range(mesh.size):

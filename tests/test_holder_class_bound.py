@@ -9,9 +9,10 @@ constructive fallback (a different route through other states)."""
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from strategies import cases
 
+from lowering.blocks import is_uneven
 from lowering.moves import erase
 from lowering.planner import _class_floor, _sent_floor, compile, fallback_program
 
@@ -42,3 +43,64 @@ def test_the_floor_is_the_busiest_holder_on_a_small_uneven_tensor() -> None:
     src, dst = erase(parse("f32[3@f,1@e,1@(d,b,a)]{U:c}")), erase(parse("f32[3@(f,e),1,1]"))
     assert _sent_floor(src, dst, mesh) == 8
     assert compile(src, dst, mesh, budget_s=5.0).cost.bytes_sent_max >= 8
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(varying=True, explicit_i=True))
+def test_the_world_floor_never_overshoots_a_program(case: tuple) -> None:
+    # the search's world estimate (``_future``, with the floor for goals with new partial
+    # axes) plus what the world has sent so far never exceeds what the program sends in all
+    from lowering.planner import _future
+
+    src, dst, mesh = case
+    goal = erase(dst)
+    for prog in (compile(src, dst, mesh, budget_s=5.0), fallback_program(src, dst, mesh)):
+        total = sum(int(np.sum(step.bytes_sent or 0)) for step in prog.steps)
+        sent = 0
+        for step in prog.steps:
+            assert sent + _future(erase(step.src), goal, mesh) <= total, (str(prog), str(step.src))
+            sent += int(np.sum(step.bytes_sent or 0))
+
+
+def test_a_goal_with_new_partial_axes_has_a_floor() -> None:
+    # the goal is a sum over f: the two ranks differing on f hold their block between them,
+    # so every element of it must reach one of them. Moving a 4-element dim from e to d,
+    # the (c, d, e) pairs with d != e hold none of their 2 elements: 4 pairs x 2. With a
+    # sum pending over c, no pair holds the other c-contribution: 8 pairs x 2 elements.
+    from lowering.bounds import lower_bound_detail, new_partial_transfers
+    from spec_lang.parser import parse, parse_mesh
+
+    mesh = parse_mesh("c=2,d=2,e=2,f=2")
+    src, dst = erase(parse("f32[4@e]")), erase(parse("f32[4@d]{U:f}"))
+    assert lower_bound_detail(src, dst, mesh)["bytes"] == 0
+    assert new_partial_transfers(src, dst, mesh) == 8
+    reducing = erase(parse("f32[4@e]{U:c}"))
+    assert new_partial_transfers(reducing, dst, mesh) == 16
+    for s in (src, reducing):
+        prog = compile(s, dst, mesh, budget_s=5.0)
+        assert sum(int(np.sum(step.bytes_sent)) for step in prog.steps) >= new_partial_transfers(s, dst, mesh) * 4
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(varying=True, explicit_i=True))
+def test_the_search_key_never_overshoots_a_route(case: tuple) -> None:
+    # the whole key (bytes in whole elements, collectives, peak) at every state along each
+    # constructive route is at most the route's final key: the search may stop on it
+    from lowering.checks import check_partial_conversion
+    from lowering.cost import DEFAULT_COST_MODEL
+    from lowering.fallback import fallback_routes
+    from lowering.planner import _Ctx
+
+    src, dst, mesh = case
+    start, goal = erase(src), erase(dst)
+    assume(not is_uneven(src) and not is_uneven(dst))
+    ctx = _Ctx(start, goal, mesh, DEFAULT_COST_MODEL)
+    for route in fallback_routes(start, goal, mesh, check_partial_conversion(src, dst)):
+        labels = [ctx.first]
+        for state, mv in route:
+            labels.append(ctx.extend(labels[-1], state, mv))
+        end = labels[-1]  # what the route costs, the spare-axis charge included
+        final = (int(end.sent.max(initial=0)) + end.charge, end.colls, end.peak)
+        assert ctx.path_key(route) == final
+        for (state, _), lab in zip(route, labels):
+            assert ctx.key(lab, state) <= final, (str(state), route)

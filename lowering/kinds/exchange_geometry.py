@@ -11,7 +11,7 @@ import numpy as np
 
 from lowering.caching import MIB, cached
 from lowering.kinds.groups import group_rows
-from lowering.layout import box_numel, boxes, overlap, overlap_numel
+from lowering.layout import box_numel, boxes, local_numel, overlap, overlap_numel
 from spec_lang.ir import Mesh, TensorType
 
 
@@ -96,12 +96,35 @@ def exchange_bytes(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str
     Rank q sends (src block of q) ∩ (dst block of r) to every other member r. Cached:
     the search prices a move once and the assembly prices the chosen ones again.
     """
-    if _few_pairs(mesh, axes):
+    if _tiled_by_group(src, dst, axes):
+        out = local_numel(src, mesh) - overlap_numel(boxes(src, mesh), boxes(dst, mesh))
+    elif _few_pairs(mesh, axes):
         out = exchange_bytes_bruteforce(src, dst, mesh, axes)
     else:
         out = exchange_bytes_factorised(src, dst, mesh, axes)
     out.setflags(write=False)
     return out
+
+
+def _tiled_by_group(src: TensorType, dst: TensorType, axes: tuple[str, ...]) -> bool:
+    """Whether every rank's src block is tiled by its group's dst blocks, so a rank sends
+    all it holds but its own dst piece: every dim's axes past its common prefix are group
+    axes, and every group axis shards dst. The group's members then share that prefix
+    block, which the chunks of the group axes cut into disjoint dst blocks that cover it::
+
+        src 8@(x,y) -> dst 8@(y,x), group (x, y): the four dst blocks tile [0, 8), so
+        rank (x=0, y=1), holding [2, 4), sends [2, 4) less its dst block [4, 6): 2
+    """
+    group = set(axes)
+    if not group <= set(dst.sharded_axes):
+        return False
+    for da, db in zip(src.dims, dst.dims):
+        p = 0
+        while p < min(len(da.axes), len(db.axes)) and da.axes[p] == db.axes[p]:
+            p += 1
+        if not set(da.axes[p:]) <= group or not set(db.axes[p:]) <= group:
+            return False
+    return True
 
 
 def exchange_bytes_factorised(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> np.ndarray:
