@@ -94,6 +94,29 @@ def scenarios(rank: int, world: int) -> dict:
         grads.append(gx)
     want = execute(torch_backend.backward_program(lowering.compile(s, "f64[8,6]", MESH)), gy, ctx=context(MESH))
     out["grad"] = all(torch.equal(gx, want) for gx in grads)
+    # a collective that fails: the same CollectiveError as the interpreter's (every rank fails
+    # alike before anything reaches the wire, so no rank waits)
+    from torch_backend import comm
+    from torch_backend.comm import CollectiveError
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    x = block(parse("f32[8@dp,6]"), mesh, global_tensor(parse("f32[8@dp,6]")), rank)
+    program = lowering.compile("f32[8@dp,6]", "f32[8,6]", MESH)
+    real, comm.all_gather = comm.all_gather, boom
+    messages = []
+    try:
+        for call in (lambda: torch_backend.redistribute(x, "f32[8@dp,6]", "f32[8,6]", MESH),
+                     lambda: execute(program, x, ctx=context(MESH))):
+            try:
+                call()
+            except CollectiveError as e:
+                messages.append((str(e), type(e.__cause__).__name__))
+    finally:
+        comm.all_gather = real
+    out["failure"] = len(messages) == 2 and messages[0] == messages[1] and "step 1/1" in messages[0][0] \
+        and messages[0][1] == "RuntimeError"
     return out
 
 
@@ -110,6 +133,12 @@ def test_hot_path_matches_the_interpreter(hot8, name, runs):
     assert not bad, f"{name}: differs on ranks {bad}"
     bad = [r for r, res in hot8.items() if not res[f"{name} errors"]]
     assert not bad, f"{name}: a tensor that does not fit passed on ranks {bad}"
+
+
+@pytest.mark.timeout(200)
+def test_hot_path_failure_is_the_interpreters(hot8):
+    bad = [r for r, res in hot8.items() if not res["failure"]]
+    assert not bad, f"a failed collective reads differently on ranks {bad}"
 
 
 @pytest.mark.timeout(200)

@@ -19,6 +19,7 @@ and programs with no steps keep the interpreter (``executor.execute``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NoReturn
 
 import torch
 
@@ -64,8 +65,10 @@ def _collective(ctx: MeshContext, program: Program, step: Step, p: RankPieces) -
     op = step.op or "sum"
     n = p.n
 
-    def failed(e: RuntimeError) -> CollectiveError:
-        return e if isinstance(e, CollectiveError) else collective_error(ctx, program, 0, step, e)
+    def failed(e: RuntimeError) -> NoReturn:
+        if isinstance(e, CollectiveError):
+            raise e
+        raise collective_error(ctx, program, 0, step, e) from e
 
     if kind == "all_gather" and p.even and p.direct and _stacks(shape, p.in_shape, n):
         def gather_stacked(x: torch.Tensor) -> torch.Tensor:
@@ -73,7 +76,7 @@ def _collective(ctx: MeshContext, program: Program, step: Step, p: RankPieces) -
             try:
                 comm.all_gather(ctx, y, _dense(x), g)
             except RuntimeError as e:
-                raise failed(e) from e
+                failed(e)
             return y
 
         return gather_stacked
@@ -83,7 +86,7 @@ def _collective(ctx: MeshContext, program: Program, step: Step, p: RankPieces) -
             try:
                 comm.all_gather(ctx, y.view(-1), _flat(x), g)
             except RuntimeError as e:
-                raise failed(e) from e
+                failed(e)
             return y
 
         return gather
@@ -93,7 +96,7 @@ def _collective(ctx: MeshContext, program: Program, step: Step, p: RankPieces) -
             try:
                 comm.reduce_scatter(ctx, y, _dense(x), op, g)
             except RuntimeError as e:
-                raise failed(e) from e
+                failed(e)
             return finish_avg(y, op, n)
 
         return scatter_stacked
@@ -103,7 +106,7 @@ def _collective(ctx: MeshContext, program: Program, step: Step, p: RankPieces) -
             try:
                 comm.reduce_scatter(ctx, y.view(-1), _flat(x), op, g)
             except RuntimeError as e:
-                raise failed(e) from e
+                failed(e)
             return finish_avg(y, op, n)
 
         return scatter
@@ -113,7 +116,7 @@ def _collective(ctx: MeshContext, program: Program, step: Step, p: RankPieces) -
             try:
                 comm.all_reduce(ctx, buf, op, g)
             except RuntimeError as e:
-                raise failed(e) from e
+                failed(e)
             return finish_avg(buf, op, n)
 
         return reduce
