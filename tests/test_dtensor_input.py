@@ -92,13 +92,13 @@ def test_agreeing_forms_give_dtensor_result(sharded, how):
 
 def test_agree_is_passed_through(sharded, monkeypatch):
     seen = {}
-    real = torch_backend.api.prepare
+    real = torch_backend.api.check_tensor
 
-    def spy(*args, **kwargs):
-        seen.update(kwargs)
-        return real(*args, **kwargs)
+    def spy(x, s, ctx, agree, *rest):
+        seen["agree"] = agree
+        return real(x, s, ctx, agree, *rest)
 
-    monkeypatch.setattr(torch_backend.api, "prepare", spy)
+    monkeypatch.setattr(torch_backend.api, "check_tensor", spy)
     _, _, d = sharded
     torch_backend.redistribute(d, "f32[12@(dp,tp),10]", "f32[12@tp,10]", agree=True)
     assert seen["agree"] is True

@@ -36,7 +36,7 @@ from torch_backend.blocks import local_part
 from torch_backend.comm import rank_map
 from torch_backend.dtypes import dtype_name, short_name, to_torch_dtype
 from torch_backend.executor import BoundProgram, bind
-from torch_backend.groups import MeshContext, context
+from torch_backend.groups import MeshContext, context, real_world
 
 _DTENSOR: list[Any] = []  # the DTensor class, imported on the first call (not per call)
 
@@ -89,6 +89,13 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
     all_reduce); ``handle.wait()`` gives the result, differentiable like the sync call.
     Every check still runs before any collective; do not modify ``x`` before ``wait()``.
     """
+    if type(x) is torch.Tensor and type(src) is str and type(dst) is str and type(mesh) is str:
+        hot = _HOT.get((src, dst, mesh))
+        if (hot is not None and timeout is None and not async_op and hot[0] is real_world()
+                and fits_block(x, hot[2]) and not (agree if agree is not None else _AGREE[0] if _AGREE else agree_default())):
+            if x.requires_grad and torch.is_grad_enabled():
+                return autograd.Redistribute.apply(x, hot[1])
+            return hot[3](x)
     if _is_dtensor(x):
         if async_op:
             raise SpecError("async_op=True takes a local tensor, not a DTensor",
@@ -105,10 +112,31 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
         raise SpecError(f"expected a torch.Tensor, got {type(x).__name__}",
                         hint="pass this rank's local block as a tensor")
     bound = bound_call(src, dst, mesh, timeout=timeout)
-    x = check_tensor(x, bound.program.src, bound.ctx, agree)
+    x = check_tensor(x, bound.program.src, bound.ctx, agree, bound)
     if async_op:
         return autograd.apply_async(bound.program, x, bound.ctx, bound=bound)
+    if timeout is None and type(x) is torch.Tensor and type(src) is str and type(dst) is str and type(mesh) is str:
+        _remember_hot((src, dst, mesh), bound)
     return autograd.apply(bound.program, x, bound.ctx, bound=bound)
+
+
+# The hot path of a call repeated with the same strings (a plain tensor on a real process
+# group; no timeout, agree or async_op): (src, dst, mesh) -> (default group, bound program,
+# what the tensor must have, the bound function). Such a call is one lookup, the tensor's
+# three comparisons and the run, as long as the default group is the same object.
+_HOT: dict[tuple[str, str, str], tuple[Any, BoundProgram, tuple[Any, ...], Any]] = {}
+on_clear(_HOT.clear)
+
+
+def _remember_hot(key: tuple[str, str, str], bound: BoundProgram) -> None:
+    world = real_world()
+    if world is None:
+        return
+    want = bound.expect if bound.expect is not None else expected_block(bound.program.src, bound.ctx)
+    if want:
+        if len(_HOT) >= _CALLS_MAX:
+            _HOT.clear()
+        _HOT[key] = (world, bound, want, bound.runner())
 
 
 def prepare(x: Any, src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any, *,
@@ -137,10 +165,34 @@ def plan_call(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | A
     return bound.program, bound.ctx
 
 
+# (src, dst, mesh) as strings -> (default group, bound program): a repeated call written
+# with strings and no timeout skips ``context()`` too, while the default group is the same
+_TEXT_CALLS: dict[tuple[str, str, str], tuple[Any, BoundProgram]] = {}
+on_clear(_TEXT_CALLS.clear)
+
+
 def bound_call(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any, *,
                timeout: timedelta | float | None = None) -> BoundProgram:
     """``plan_call``'s program bound to its context (this rank's pieces, groups made), cached
-    per (src, dst, context): the hot path of a repeated call is two dictionary lookups."""
+    per (src, dst, context): the hot path of a repeated call is two dictionary lookups,
+    or one where the types and the mesh are strings (on a real process group)."""
+    if timeout is None and type(mesh) is str and type(src) is str and type(dst) is str:
+        world = real_world()
+        key = (src, dst, mesh)
+        hit = _TEXT_CALLS.get(key)
+        if world is not None and hit is not None and hit[0] is world:
+            return hit[1]
+        bound = _bound_call(src, dst, mesh, None)
+        if world is not None:
+            if len(_TEXT_CALLS) >= _CALLS_MAX:
+                _TEXT_CALLS.clear()
+            _TEXT_CALLS[key] = (world, bound)
+        return bound
+    return _bound_call(src, dst, mesh, timeout)
+
+
+def _bound_call(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any,
+                timeout: timedelta | float | None) -> BoundProgram:
     ctx = context(mesh, timeout=timeout)
     key = (src, dst, id(ctx))
     try:
@@ -163,15 +215,44 @@ def bound_call(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | 
     return bound
 
 
-def check_tensor(x: Any, s: TensorType, ctx: MeshContext, agree: bool | None) -> torch.Tensor:
+_AGREE: list[bool] = []  # SHARDC_AGREE as read at the first call of this process
+
+
+def agree_default() -> bool:
+    """``SHARDC_AGREE`` (not empty, not ``0``): whether a call without ``agree=`` agrees.
+
+    Read once per process, at the first call (an environment lookup on every call costs
+    more than the rest of the check); after changing the variable in a running process,
+    call ``torch_backend.clear_caches()`` to have it read again.
+    """
+    if not _AGREE:
+        _AGREE.append(os.environ.get("SHARDC_AGREE", "") not in ("", "0"))
+    return _AGREE[0]
+
+
+on_clear(_AGREE.clear)
+
+
+def check_tensor(x: Any, s: TensorType, ctx: MeshContext, agree: bool | None,
+                 bound: BoundProgram | None = None) -> torch.Tensor:
     """The tensor's checks against the source type; with ``agree`` (or ``SHARDC_AGREE=1``) one
-    4-byte all_reduce makes a tensor wrong on some ranks fail on every rank at once."""
+    4-byte all_reduce makes a tensor wrong on some ranks fail on every rank at once.
+
+    ``bound``: the call's bound program (its source type is ``s``), which keeps what a
+    plain tensor of a real group must have (dtype, device, this rank's shape): a tensor
+    that has it passes with three comparisons; any other goes through every check."""
     if not isinstance(x, torch.Tensor):
         raise SpecError(f"expected a torch.Tensor, got {type(x).__name__}",
                         hint="pass this rank's local block as a tensor")
     if agree is None:
-        agree = os.environ.get("SHARDC_AGREE", "") not in ("", "0")
+        agree = _AGREE[0] if _AGREE else agree_default()
     if not agree or ctx.is_local:  # LocalTensorMode checks every rank in this process
+        if bound is not None:
+            want = bound.expect
+            if want is None:
+                want = bound.expect = expected_block(s, ctx)
+            if fits_block(x, want):
+                return x
         return check_local(x, s, ctx)
     try:
         x = check_local(x, s, ctx)
@@ -198,6 +279,26 @@ def _ranks_at_fault(ctx: MeshContext, mine_bad: bool) -> list[int]:
         flags[ctx.rank] = 1
     comm.all_reduce(ctx, flags, "sum", ctx.group(ctx.mesh.names, ctx.rank))
     return [int(r) for r in torch.nonzero(flags).flatten()]
+
+
+_DEVICE_TEST = {"gloo": "is_cpu", "nccl": "is_cuda"}  # check_local's device rule per backend
+
+
+def expected_block(t: TensorType, ctx: MeshContext) -> tuple[Any, ...]:
+    """(torch dtype, this rank's shape, the device flag to test or None) that pass every
+    check of ``check_local`` on a real group; () where the fast test does not apply
+    (LocalTensorMode, a dtype torch cannot hold, a type whose shapes cannot be read)."""
+    if ctx.is_local:
+        return ()
+    try:
+        return to_torch_dtype(t.dtype), local_shapes(t, ctx.mesh)[ctx.rank], _DEVICE_TEST.get(ctx.backend)
+    except SpecError:
+        return ()
+
+
+def fits_block(x: torch.Tensor, want: tuple[Any, ...]) -> bool:
+    """``x`` passes every check of ``check_local`` (``want``: ``expected_block``'s, not empty)."""
+    return bool(want) and x.dtype is want[0] and x.shape == want[1] and (want[2] is None or getattr(x, want[2]))
 
 
 def check_local(x: torch.Tensor, t: TensorType, ctx: MeshContext) -> torch.Tensor:
@@ -294,9 +395,9 @@ def _redistribute_dtensor(x: Any, src: TensorType | str | None, dst: TensorType 
         s = _check_dtensor_source(src, s, m)
     d = _type(dst, "destination")
     # the input's gradient has dual(src)'s layout: a P(sum) where src says R
-    program, ctx, local = prepare(x.to_local(grad_placements=_grad_placements(s, m)), s, d, dm,
-                                  timeout=timeout, agree=agree)
-    y = autograd.apply(program, local, ctx)
+    bound = bound_call(s, d, dm, timeout=timeout)
+    local = check_tensor(x.to_local(grad_placements=_grad_placements(s, m)), bound.program.src, bound.ctx, agree, bound)
+    y = autograd.apply(bound.program, local, bound.ctx, bound=bound)
     placements, _ = to_placements(d, m, strided=True)
     # the incoming gradient must have dual(dst)'s layout (a P(sum) where dst says R), which is
     # what the backward program expects; DTensor would otherwise normalize it to Replicate

@@ -79,7 +79,7 @@ def apply(program: Program, x: torch.Tensor, mesh_ctx: MeshContext, bound: Bound
     """Run ``program`` differentiably when autograd is recording ``x``, plainly otherwise
     (``bound``: the program already bound to ``mesh_ctx``, as a prepared call keeps it)."""
     bound = bound if bound is not None else bind(program, mesh_ctx)
-    if torch.is_grad_enabled() and x.requires_grad:
+    if x.requires_grad and torch.is_grad_enabled():
         return Redistribute.apply(x, bound)
     return bound.run(x)
 

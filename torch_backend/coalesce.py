@@ -11,7 +11,6 @@ program of the gradients' programs as the backward.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -23,7 +22,7 @@ from lowering.coalesce import JointProgram, Merged, plan_jointly
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from torch_backend import collectives, comm
-from torch_backend.api import _ranks_at_fault, bound_call, check_tensor
+from torch_backend.api import _ranks_at_fault, agree_default, bound_call, check_tensor
 from torch_backend.autograd import backward_program
 from torch_backend.comm import rank_map
 from torch_backend.executor import _aliases, build_pieces
@@ -208,7 +207,7 @@ def _check_all(xs: Sequence[torch.Tensor], bound: JointBound, agree: bool | None
     """Every tensor against its source type; with ``agree``, one all_reduce for all of them."""
     ctx = bound.ctx
     if agree is None:
-        agree = os.environ.get("SHARDC_AGREE", "") not in ("", "0")
+        agree = agree_default()
     error, out = None, []
     for i, (x, p) in enumerate(zip(xs, bound.joint.programs)):
         try:

@@ -38,17 +38,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from lowering.kinds import rank_pieces
-from lowering.layout import group_ranks
 from lowering.program import Program, Step
 from spec_lang.errors import SpecError
 from torch_backend import collectives, comm, local_steps, typed_steps, uneven_steps  # noqa: F401 - each registers its runners
 from torch_backend.comm import CollectiveError, rank_map
 from torch_backend.groups import MeshContext, context
+from torch_backend.lean import collective_error, lean_run
 from torch_backend.runners import RUNNERS, Pieces
 from torch_backend.scratch import Scratch, using
 
@@ -88,19 +89,39 @@ def build_pieces(program: Program, ctx: MeshContext) -> list[Pieces]:
     return out
 
 
+_UNSET: Any = object()
+
+
 @dataclass(eq=False)
 class BoundProgram:
     """A program bound to where it runs: its context and this process's pieces of every
     step (groups created), built once and replayed by every call; its backward is bound
-    on first use."""
+    on first use. A one-step program on a real group runs as one function bound on the
+    first call (``torch_backend.lean``), without the interpreter's per-call work."""
 
     program: Program
     ctx: MeshContext
     pieces: list[Pieces]
     _backward: BoundProgram | None = None
     scratch: Scratch | None = None  # a prepared program's reused send/receive buffers
+    _lean: Any = field(default=_UNSET, repr=False)  # lean_run's function (None: interpret)
+    expect: Any = field(default=None, repr=False)  # what api.check_tensor's fast test compares, once made
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
+        lean = self._lean
+        if lean is _UNSET:
+            lean = self.runner()
+        if lean is not None:
+            return lean(x)
+        return self._interpret(x)
+
+    def runner(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The function ``run`` calls: the program's lean one where it has one."""
+        if self._lean is _UNSET:
+            self._lean = lean_run(self.program, self.ctx, self.pieces, _aliases, self.scratch)
+        return self._lean if self._lean is not None else self._interpret
+
+    def _interpret(self, x: torch.Tensor) -> torch.Tensor:
         with using(self.scratch):
             return execute(self.program, x, ctx=self.ctx, pieces=self.pieces)
 
@@ -196,11 +217,7 @@ def execute(program: Program, x: torch.Tensor, *, ctx: MeshContext | None = None
         except RuntimeError as e:
             if not step.is_collective or isinstance(e, CollectiveError):
                 raise
-            raise CollectiveError(
-                f"rank {ctx.ranks[0] if len(ctx.ranks) == 1 else list(ctx.ranks)}: step {i + 1}/{len(program)} "
-                f"{step.describe()} on group {list(group_ranks(program.mesh, step.axes, ctx.ranks[0]))} "
-                f"failed: {e}"
-            ) from e
+            raise collective_error(ctx, program, i, step, e) from e
         if timings is not None:
             if y.is_cuda:
                 torch.cuda.synchronize(y.device)

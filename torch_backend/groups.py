@@ -308,6 +308,16 @@ def context(mesh: Mesh | str | Any, *, timeout: timedelta | float | None = None)
     return ctx
 
 
+def real_world() -> Any | None:
+    """The default process group where calls run on it (initialized, not under
+    LocalTensorMode), else None. A cache of what ``context()`` led to may keep its entries
+    while this stays the same object (a new world gets new contexts)."""
+    world = dist.GroupMember.WORLD  # None before init_process_group and after destroy
+    if world is None or local_tensor_mode() is not None:
+        return None
+    return world
+
+
 def _cached_context(m: Mesh, dm: Any, timeout: timedelta | None) -> MeshContext | None:
     if dm is None:
         return _CACHE["contexts"].get((m, timeout))

@@ -21,7 +21,7 @@ import torch
 from lowering.program import Program
 from spec_lang.ir import Mesh, TensorType
 from torch_backend import autograd
-from torch_backend.api import bound_call, check_tensor
+from torch_backend.api import agree_default, bound_call, check_tensor, expected_block, fits_block
 from torch_backend.executor import BoundProgram
 
 
@@ -31,6 +31,9 @@ class Redistributor:
     def __init__(self, bound: BoundProgram, agree: bool | None = None) -> None:
         self._bound = bound
         self._agree = agree
+        # what a plain tensor of a real group must have, and the bound function: a call that
+        # fits runs it straight away (with agree, async_op or anything else, every check runs)
+        self._hot = (expected_block(bound.program.src, bound.ctx), bound.runner())
 
     @property
     def program(self) -> Program:
@@ -48,7 +51,13 @@ class Redistributor:
         """This rank's block of the destination (with ``async_op``, a handle whose ``wait()``
         gives it, as ``redistribute(..., async_op=True)``)."""
         b = self._bound
-        x = check_tensor(x, b.program.src, b.ctx, self._agree)
+        want, run = self._hot
+        if want and not async_op and type(x) is torch.Tensor and fits_block(x, want) and not (
+                self._agree if self._agree is not None else agree_default()):
+            if x.requires_grad and torch.is_grad_enabled():
+                return autograd.Redistribute.apply(x, b)
+            return run(x)
+        x = check_tensor(x, b.program.src, b.ctx, self._agree, b)
         if async_op:
             return autograd.apply_async(b.program, x, b.ctx, bound=b)
         return autograd.apply(b.program, x, b.ctx, bound=b)

@@ -15,8 +15,6 @@ has its own buffers; collectives launched without waiting (async) never use them
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
@@ -42,13 +40,20 @@ class Scratch:
 _ACTIVE: ContextVar[Scratch | None] = ContextVar("shardc_scratch", default=None)
 
 
-@contextmanager
-def using(scratch: Scratch | None) -> Iterator[None]:
-    token = _ACTIVE.set(scratch)
-    try:
-        yield
-    finally:
-        _ACTIVE.reset(token)
+class using:  # lower case: it reads as a function, ``with using(scratch):``
+    """Make ``scratch`` the active buffers within the block (a class, not a generator:
+    it runs on every call of a bound program)."""
+
+    __slots__ = ("_scratch", "_token")
+
+    def __init__(self, scratch: Scratch | None) -> None:
+        self._scratch = scratch
+
+    def __enter__(self) -> None:
+        self._token = _ACTIVE.set(self._scratch)
+
+    def __exit__(self, *exc: object) -> None:
+        _ACTIVE.reset(self._token)
 
 
 def buffer(plan: object, role: str, n: int, like: torch.Tensor, zero: bool = False) -> torch.Tensor:
