@@ -6,8 +6,9 @@ order, and a RaggedShard over flattened prefix dims holds a run of positions tha
 box only by luck. So a rank's local tensor is described as a list of global boxes,
 *blocks*, in local order, each at an offset of the local tensor::
 
-    f32[16@ep<parts 4,2,6,4|2,4,2,4>]  on ep=2     (global order P00 P10 P01 P11 ...)
-    rank 0: blocks [0:4] [6:8] [12:14] [16:20]? ... concatenated along dim 0
+    f32[32@ep<parts 4,6,4,2|2,4,8,2>]  on ep=2    (global order P00 P10 P01 P11 ...)
+    rank 0: blocks [0:4] [6:12] [16:20] [28:30]   concatenated along dim 0
+    rank 1: blocks [4:6] [12:16] [20:28] [30:32]
 
 * ``cat`` is the local dim the blocks are concatenated along (the split dim), or None
   when the local tensor is 1-D and each block is flattened (a ragged split over more

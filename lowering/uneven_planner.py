@@ -19,7 +19,7 @@ from __future__ import annotations
 from lowering.cost import CostModel
 from lowering.kinds import kind_of, priced_step
 from lowering.kinds.base import erase
-from lowering.kinds.uneven_exchange import group_axes
+from lowering.kinds.uneven_exchange import _reduced, group_axes
 from lowering.program import Program, Step, program_cost
 from spec_lang.errors import SpecError
 from spec_lang.ir import Dim, Mesh, TensorType
@@ -30,8 +30,7 @@ def _step(src: TensorType, dst: TensorType, mesh: Mesh) -> Step | None:
     axes = group_axes(erase(src), erase(dst), mesh)
     if not axes:
         return None
-    red = [a for a in axes if a in src.partial_axes and a not in dst.partial_axes]
-    kind = "reduce_scatterv" if red else "all_to_allv"  # refined when priced: slicev, all_gatherv
+    kind = "reduce_scatterv" if _reduced(src, dst, axes) else "all_to_allv"  # refined when priced: slicev, all_gatherv
     sig = kind_of(kind).infer(src, dst, mesh, None)
     return priced_step(kind, src, dst, mesh, sig.axes, sig.dims, sig.op)
 
@@ -76,5 +75,5 @@ def plan_uneven(src: TensorType, dst: TensorType, mesh: Mesh, model: CostModel) 
         return (c.bytes_sent_max, c.time_s, c.collectives, len(steps))
 
     best = min(routes, key=key)
-    steps = _restore_annotations(best, src, dst, mesh) if best else _restore_annotations([], src, dst, mesh)
+    steps = _restore_annotations(best, src, dst, mesh)
     return Program(mesh, src, dst, tuple(steps), program_cost(steps, src, mesh, model), True)

@@ -96,11 +96,11 @@ def _shape(ctx: Any, x: torch.Tensor) -> tuple[int, ...]:
 
 
 def _counts(x: torch.Tensor, dim: int, partitions: Any, r: int, ctx: Any) -> list[int]:
+    n = int(local_of(x, r).shape[dim]) if ctx.is_local else int(x.shape[dim])
     if partitions is None:
-        return [int(local_of(x, r).shape[dim]) if ctx.is_local else int(x.shape[dim])]
+        return [n]
     p = local_of(partitions, r) if ctx.is_local and isinstance(partitions, torch.Tensor) else partitions
     vals = [int(v) for v in (p.tolist() if isinstance(p, torch.Tensor) else p)]
-    n = int(local_of(x, r).shape[dim]) if ctx.is_local else int(x.shape[dim])
     if sum(vals) != n or any(v < 0 for v in vals):
         raise SpecError(f"rank {r}'s partition sizes {vals} do not add up to its {n} elements along dim {dim}",
                         hint="list this rank's piece of every partition, in local order, sizes >= 0")

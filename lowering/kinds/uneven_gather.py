@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lowering.blocks import meet_numel, rank_layout, stacked_blocks
-from lowering.kinds.base import RankPieces, Signature, StepKind, refuse, register
+from lowering.kinds.base import RankPieces, Signature, refuse, register
 from lowering.kinds.copies import Copy, View, plan_copies, run_view
 from lowering.kinds.uneven_exchange import AllToAllV, _meet, _numel, _simulate, _view
 from lowering.layout import _groups
@@ -176,5 +176,3 @@ def refine_exchange(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[st
         return AllGatherV.name
     return AllToAllV.name
 
-
-__all__ = ["AllGatherV", "SliceV", "StepKind", "is_gather", "refine_exchange"]
