@@ -35,6 +35,18 @@ def test_plan_json_has_cost_and_lower_bound(capsys: pytest.CaptureFixture[str]) 
     assert [s["kind"] for s in data["steps"]] == ["reduce_scatter"]
 
 
+def test_a_zero_bound_under_a_costly_plan_gives_valid_json(capsys: pytest.CaptureFixture[str]) -> None:
+    # moving a pending sum to another axis sends bytes, while the element bound is 0:
+    # no finite ratio, and JSON has no Infinity, so the field is null
+    rc, out, _ = _run(capsys, "plan", "--mesh", MESH, "f32[8]{U:dp}", "f32[8]{U:tp}", "--json")
+    assert rc == 0
+    data = json.loads(out, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert data["lower_bound"] == 0 and data["cost"]["bytes_sent_max"] > 0
+    assert data["ratio_to_lower_bound"] is None
+    rc, out, _ = _run(capsys, "plan", "--mesh", MESH, "f32[8]{U:dp}", "f32[8]{U:tp}")
+    assert rc == 0 and "lower bound: 0 B   ratio: none (the bound is 0 B)" in out
+
+
 def test_spare_axis_bytes_zero_is_the_pure_bytes_plan(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = _run(capsys, "plan", "--mesh", MESH, "f32[8,16]{U:tp}", "f32[8@tp,16]", "--json",
                       "--spare-axis-bytes", "0")

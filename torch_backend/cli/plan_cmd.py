@@ -76,7 +76,9 @@ def run(args: argparse.Namespace) -> int:
         model = CostModel.load(args.cost_model)
     prog = compile(args.src, args.dst, mesh, cost_model=model)
     lb = lower_bound(args.src, args.dst, mesh)
-    ratio = (prog.cost.bytes_sent_max / lb) if lb else (1.0 if prog.cost.bytes_sent_max == 0 else float("inf"))
+    # a zero bound under a plan that sends bytes has no finite ratio: JSON has no Infinity,
+    # so it says null there, and the text says why
+    ratio = (prog.cost.bytes_sent_max / lb) if lb else (1.0 if prog.cost.bytes_sent_max == 0 else None)
     if args.json:
         data = {"ok": True, **prog.to_json()}
         data["lower_bound"] = lb
@@ -84,5 +86,6 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2))
         return 0
     print(prog)
-    print(f"  lower bound: {lb} B   ratio: {ratio:.2f}x")
+    shown = f"{ratio:.2f}x" if ratio is not None else "none (the bound is 0 B)"
+    print(f"  lower bound: {lb} B   ratio: {shown}")
     return 0
