@@ -23,14 +23,14 @@ from lowering.kinds.copies import Copy
 _WIDE = ((16, torch.complex128), (8, torch.int64), (4, torch.int32), (2, torch.int16))
 _BITS = {w: dt for w, dt in _WIDE} | {1: torch.uint8}  # the fastest CPU copy per element size
 _NARROW = 64  # runs of at most this many bytes are copied as wide elements
-_BITS_MIN = 4096  # elements: below this the two extra views cost more than they save
+_BITS_MIN = 4096  # elements of the destination: below this the two extra views cost more than they save
 # CPU copy kernels pay per innermost row: a copy whose innermost dim is at most _COLUMNS
 # long (and _COLUMN_BYTES wide) is run along each of its indices instead, where it has
 # enough elements to amortise the extra calls; a strided element costs more the wider it is
 _COLUMNS, _COLUMN_BYTES, _LONG = 4, 32, 16384
 
-How = tuple[torch.dtype | None, int | None]  # (dtype to copy as, None: its own; CPU: dim to split)
-_HOW: dict[tuple[Copy, torch.dtype, bool], How] = {}
+How = tuple[torch.dtype | None, int | None]  # (wide dtype, None: none; CPU: dim to split)
+_HOW: dict[tuple[Copy, int, bool], How] = {}
 _HOW_MAX = 1 << 14
 
 
@@ -67,19 +67,16 @@ def _split_dim(size: Sequence[int], dst_stride: Sequence[int], width: int) -> in
     return m if size[m] <= _COLUMNS and size[m] * width <= _COLUMN_BYTES else None
 
 
-def _how(c: Copy, dtype: torch.dtype, cpu: bool, so: int, do: int) -> How:
-    """How to run ``c`` on ``dtype`` elements from storage offsets ``so``/``do`` (cached for
-    aligned storage offsets, the common case)."""
-    item = dtype.itemsize
+def _how(c: Copy, item: int, cpu: bool, so: int, do: int) -> How:
+    """How to run ``c`` for elements of ``item`` bytes from storage offsets ``so``/``do``
+    (cached for aligned storage offsets, the common case)."""
     aligned = (so * item) % 16 == 0 and (do * item) % 16 == 0
-    key = (c, dtype, cpu)
+    key = (c, item, cpu)
     if aligned:
         got = _HOW.get(key)
         if got is not None:
             return got
     dt = _width(c, item, so, do)
-    if dt is None and cpu and c.numel >= _BITS_MIN and _BITS.get(item, dtype) != dtype:
-        dt = _BITS[item]
     width = dt.itemsize if dt is not None else item
     k = width // item
     size = c.dst.size[:-1] + (c.dst.size[-1] // k,) if k > 1 else c.dst.size
@@ -94,18 +91,23 @@ def _how(c: Copy, dtype: torch.dtype, cpu: bool, so: int, do: int) -> How:
 
 def run_copies(copies: Sequence[Copy], src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
     """Copy into ``dst`` (contiguous) from ``src`` (contiguous) along ``copies``; returns dst."""
+    out = dst
     so, do = src.storage_offset(), dst.storage_offset()
-    dtype = dst.dtype
+    item = dst.element_size()
     cpu = dst.device.type == "cpu"
+    if cpu and dst.numel() >= _BITS_MIN:  # both whole tensors at once: one view each per call
+        bits = _BITS.get(item, dst.dtype)
+        if bits != dst.dtype:
+            src, dst = src.view(bits), dst.view(bits)
     for c in copies:
         d = dst.as_strided(c.dst.size, c.dst.stride, do + c.dst.offset)
         s = src.as_strided(c.src.size, c.src.stride, so + c.src.offset)
-        as_dtype, m = _how(c, dtype, cpu, so, do)
-        if as_dtype is not None:
-            d, s = d.view(as_dtype), s.view(as_dtype)
+        wide, m = _how(c, item, cpu, so, do)
+        if wide is not None:
+            d, s = d.view(wide), s.view(wide)
         if m is not None:
             for j in range(d.shape[m]):
                 d.select(m, j).copy_(s.select(m, j))
         else:
             d.copy_(s)
-    return dst
+    return out
