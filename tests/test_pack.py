@@ -25,7 +25,7 @@ from lowering.kinds import rank_pieces  # noqa: E402
 from lowering.kinds.copies import Copy, View, as_run, plan_copies  # noqa: E402
 from lowering.simulator import simulate  # noqa: E402
 from spec_lang import parse, parse_mesh  # noqa: E402
-from torch_backend.collectives import _pack_exchange, _unpack_exchange  # noqa: E402
+from torch_backend.collectives import _finish_into, _pack_exchange, _receive_into, _unpack_exchange  # noqa: E402
 from torch_backend.strided import run_copies  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,7 +68,11 @@ def test_exchange_copy_plans_match_per_piece(dtype: torch.dtype) -> None:
             x = torch.arange(int(np.prod(plan.in_shape)), dtype=torch.int64).to(dtype).view(plan.in_shape)
             assert torch.equal(_pack_exchange(plan, x), _pack_per_piece(plan, x)), step.describe()
             recv = torch.arange(plan.recv_elems, dtype=torch.int64).to(dtype) + 3
-            assert torch.equal(_unpack_exchange(plan, x, recv), _unpack_per_piece(plan, x, recv)), step.describe()
+            want = _unpack_per_piece(plan, x, recv)
+            assert torch.equal(_unpack_exchange(plan, x, recv), want), step.describe()
+            y, landing = _receive_into(plan, x)  # a real group's receive: in place where it can
+            landing.copy_(recv)
+            assert torch.equal(_finish_into(plan, x, y, landing), want), step.describe()
             seen += 1
     assert seen > 50
 
