@@ -141,7 +141,8 @@ def test_narrow_runs_keep_their_bits() -> None:
 
 
 _BITS_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.bool,
-                torch.int16, torch.int32, torch.int64, torch.complex64, torch.complex128]
+                torch.int16, torch.int32, torch.int64, torch.complex64, torch.complex128] + [
+    getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "uint16", "uint32") if hasattr(torch, n)]
 
 
 def _random_bits(n: int, dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
