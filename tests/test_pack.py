@@ -25,7 +25,7 @@ from lowering.kinds import rank_pieces  # noqa: E402
 from lowering.kinds.copies import Copy, View, as_run, plan_copies  # noqa: E402
 from lowering.simulator import simulate  # noqa: E402
 from spec_lang import parse, parse_mesh  # noqa: E402
-from torch_backend.collectives import _pack_exchange, _unpack_exchange  # noqa: E402
+from torch_backend.collectives import _finish_into, _pack_exchange, _receive_into, _unpack_exchange  # noqa: E402
 from torch_backend.strided import run_copies  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,7 +68,11 @@ def test_exchange_copy_plans_match_per_piece(dtype: torch.dtype) -> None:
             x = torch.arange(int(np.prod(plan.in_shape)), dtype=torch.int64).to(dtype).view(plan.in_shape)
             assert torch.equal(_pack_exchange(plan, x), _pack_per_piece(plan, x)), step.describe()
             recv = torch.arange(plan.recv_elems, dtype=torch.int64).to(dtype) + 3
-            assert torch.equal(_unpack_exchange(plan, x, recv), _unpack_per_piece(plan, x, recv)), step.describe()
+            want = _unpack_per_piece(plan, x, recv)
+            assert torch.equal(_unpack_exchange(plan, x, recv), want), step.describe()
+            y, landing = _receive_into(plan, x)  # a real group's receive: in place where it can
+            landing.copy_(recv)
+            assert torch.equal(_finish_into(plan, x, y, landing), want), step.describe()
             seen += 1
     assert seen > 50
 
@@ -80,7 +84,7 @@ def test_exchange_copy_plans_match_per_piece(dtype: torch.dtype) -> None:
     ("dp=2,tp=4", "f32[8@dp,30000@tp,10]", "f32[8,30000,10@(dp,tp)]"),  # odd strides
     ("x=4", "f64[65536,6@x]", "f64[65536@x,6]"),
 ])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.int16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int16, torch.bfloat16, torch.int8, torch.bool])
 def test_large_blocks_take_the_fast_paths_and_match(mesh_text: str, src: str, dst: str, dtype: torch.dtype) -> None:
     """Blocks big enough for the column-by-column copies and wide elements."""
     mesh = parse_mesh(mesh_text)
@@ -89,8 +93,8 @@ def test_large_blocks_take_the_fast_paths_and_match(mesh_text: str, src: str, ds
             continue
         for r in range(mesh.size):
             plan = rank_pieces(step, mesh, r)
-            x = torch.randint(-1000, 1000, plan.in_shape).to(dtype)
-            recv = torch.randint(-1000, 1000, (plan.recv_elems,)).to(dtype)
+            x = torch.randint(-100, 100, plan.in_shape).to(dtype)
+            recv = torch.randint(-100, 100, (plan.recv_elems,)).to(dtype)
             assert torch.equal(_pack_exchange(plan, x), _pack_per_piece(plan, x))
             assert torch.equal(_unpack_exchange(plan, x, recv), _unpack_per_piece(plan, x, recv))
 
@@ -134,6 +138,62 @@ def test_narrow_runs_keep_their_bits() -> None:
     got = dst.view(torch.int32).view(2048, 4)[:, 2:].reshape(-1)
     assert torch.equal(got, bits)
     assert torch.equal(dst.view(2048, 4)[:, :2], torch.zeros(2048, 2))
+
+
+_BITS_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.bool,
+                torch.int16, torch.int32, torch.int64, torch.complex64, torch.complex128] + [
+    getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "uint16", "uint32") if hasattr(torch, n)]
+
+
+def _random_bits(n: int, dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
+    """``n`` elements of random bits (NaN payloads, negative zeros, subnormals included); bools 0 or 1."""
+    if dtype == torch.bool:
+        return torch.randint(0, 2, (n,), generator=g).to(torch.bool)
+    raw = torch.randint(0, 256, (n * dtype.itemsize,), dtype=torch.uint8, generator=g)
+    return raw.view(dtype)
+
+
+def _by_index(c: Copy, src: torch.Tensor, dst: torch.Tensor) -> None:
+    """The simple path: every element's flat index computed and moved one by one, as bytes."""
+    def flat(v: View, base: int) -> torch.Tensor:
+        idx = torch.full((), base + v.offset, dtype=torch.int64)
+        for n, st in zip(v.size, v.stride):
+            idx = idx.unsqueeze(-1) + torch.arange(n) * st
+        return idx.reshape(-1)
+    item = dst.element_size()
+    s8 = src.untyped_storage()
+    d8 = dst.view(torch.uint8).view(-1, item) if dst.numel() else dst.view(torch.uint8)
+    sb = torch.empty(0, dtype=torch.uint8).set_(s8).view(-1, item)
+    d8[flat(c.dst, 0)] = sb[flat(c.src, src.storage_offset())]
+
+
+def _extent(v: View) -> int:
+    if 0 in v.size:
+        return v.offset
+    return v.offset + sum((n - 1) * st for n, st in zip(v.size, v.stride)) + 1
+
+
+@pytest.mark.parametrize("dtype", _BITS_DTYPES)
+def test_copies_as_other_dtypes_keep_every_bit(dtype: torch.dtype) -> None:
+    """Large CPU copies run as wider or unsigned integers, split by columns or not; whatever
+    the path, each moves exactly the simple per-element path's bytes: odd storage offsets,
+    run lengths that no wide element tiles, rows of 1 to 9 elements, zero-size copies."""
+    g = torch.Generator().manual_seed(dtype.itemsize * 7 + len(str(dtype)))
+    rows = 5000  # past the size where the integer views and the column split start
+    for k in range(1, 10):
+        for stride in (k, k + 1, 2 * k, 2 * k + 3):
+            for so, do in ((0, 0), (1, 0), (0, 3), (2, 2), (4, 8)):
+                off = (so + do + k) % 3 * (stride - k)  # the first or last columns of the row, or aligned
+                for c in (Copy(View(off, (rows, k), (stride, 1)), View(3, (rows, k), (k, 1))),  # pack-like
+                          Copy(View(3, (rows, k), (k, 1)), View(off, (rows, k), (stride, 1))),  # unpack-like
+                          Copy(View(off, (k, rows), (1, stride)), View(0, (k, rows), (rows, 1))),  # transposing
+                          Copy(View(off, (0, k), (stride, 1)), View(0, (0, k), (k, 1)))):  # zero-size
+                    src = _random_bits(so + _extent(c.src) + 5, dtype, g)[so:]
+                    dst = _random_bits(do + _extent(c.dst) + 5, dtype, g)
+                    fast, ref = dst.clone()[do:], dst.clone()[do:]
+                    run_copies([c], src, fast)
+                    _by_index(c, src, ref)
+                    assert torch.equal(fast.view(torch.uint8), ref.view(torch.uint8)), (k, stride, so, do, c)
 
 
 def test_gather_and_scatter_copy_plans(fake_pg: FakePG) -> None:

@@ -305,14 +305,24 @@ def _exchange_into(ctx: MeshContext, g: GroupHandle, plan: RankPieces, x: torch.
                    send_splits: dict[int, list[int]], recv_splits: dict[int, list[int]]) -> torch.Tensor:
     """A real group's exchange: received straight into the output block where the received
     pieces lie there back to back, else into a (reused) buffer and unpacked."""
-    y = x.new_empty(plan.out_shape)
-    n = plan.recv_elems
-    off = plan.recv_run
-    recv = y.view(-1)[off:off + n] if off is not None else buffer(plan, "recv", n, x)
+    y, recv = _receive_into(plan, x)
     comm.all_to_all(ctx, send, send_splits, recv_splits, g, out=recv)
+    return _finish_into(plan, x, y, recv)
+
+
+def _receive_into(plan: RankPieces, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A new output block, and where a real group's receive lands: a view of that block
+    where the received pieces lie in it back to back, else a (reused) buffer."""
+    y = x.new_empty(plan.out_shape)
+    n, off = plan.recv_elems, plan.recv_run
+    return y, (y.view(-1)[off:off + n] if off is not None else buffer(plan, "recv", n, x))
+
+
+def _finish_into(plan: RankPieces, x: torch.Tensor, y: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
+    """The own piece copied in, and the received ones unpacked unless they landed in place."""
     if plan.self_copies:
         run_copies(plan.self_copies, contiguous(x), y)
-    if off is None and plan.unpack_copies:
+    if plan.recv_run is None and plan.unpack_copies:
         run_copies(plan.unpack_copies, recv, y)
     return y
 

@@ -6,6 +6,11 @@ offset. No host synchronisation, no allocation: a CUDA graph can capture it.
 A narrow innermost run (the 2-element rows of a ``[n, 2] -> [n, 8]`` unpack) is copied
 as one wider integer element per run where sizes, strides and offsets allow: CPU copy
 kernels pay per element, so this is several times faster and moves the same bytes.
+A large CPU copy that cannot widen and whose innermost loop is strided (a transposing
+pack, a column of a split copy) still moves unsigned or wide integers of the element's
+size (float32 as int32, int8 and bool as uint8): torch's strided CPU copy of those runs up
+to twice as fast as of floats or signed bytes (bench/pack_vs_copy.py), and bits are bits.
+Contiguous inner loops are vectorised whatever the dtype and keep it.
 """
 
 from __future__ import annotations
@@ -18,14 +23,16 @@ from lowering.kinds.copies import Copy
 
 # byte-for-byte element types; complex128 is the only 16-byte one (a copy moves its bits unchanged)
 _WIDE = ((16, torch.complex128), (8, torch.int64), (4, torch.int32), (2, torch.int16))
+_BITS = {w: dt for w, dt in _WIDE} | {1: torch.uint8}  # the fastest CPU copy per element size
 _NARROW = 64  # runs of at most this many bytes are copied as wide elements
+_BITS_MIN = 4096  # elements: below this the two extra views cost more than they save
 # CPU copy kernels pay per innermost row: a copy whose innermost dim is at most _COLUMNS
-# long is run along each of its indices instead, where it has enough elements to amortise
-# the extra calls
-_COLUMNS, _LONG = 4, 16384
+# long (and _COLUMN_BYTES wide) is run along each of its indices instead, where it has
+# enough elements to amortise the extra calls; a strided element costs more the wider it is
+_COLUMNS, _COLUMN_BYTES, _LONG = 4, 32, 16384
 
-How = tuple[torch.dtype | None, int, int | None]  # (wide dtype, elements per wide one, dim to split)
-_HOW: dict[tuple[Copy, int], How] = {}
+How = tuple[torch.dtype | None, int | None]  # (dtype to copy as, None: its own; CPU: dim to split)
+_HOW: dict[tuple[Copy, int, bool], How] = {}
 _HOW_MAX = 1 << 14
 
 
@@ -49,7 +56,7 @@ def _width(c: Copy, item: int, so: int, do: int) -> torch.dtype | None:
     return None
 
 
-def _split_dim(size: Sequence[int], dst_stride: Sequence[int]) -> int | None:
+def _split_dim(size: Sequence[int], dst_stride: Sequence[int], width: int) -> int | None:
     """The dim a CPU copy would run innermost (the destination's smallest stride), where it
     is short and the copy long: copying along each of its indices in turn is faster."""
     n = 1
@@ -59,23 +66,37 @@ def _split_dim(size: Sequence[int], dst_stride: Sequence[int]) -> int | None:
     if n < _LONG or len(dims) < 2:
         return None
     m = min(dims, key=lambda k: dst_stride[k])
-    return m if size[m] <= _COLUMNS else None
+    return m if size[m] <= _COLUMNS and size[m] * width <= _COLUMN_BYTES else None
 
 
-def _how(c: Copy, item: int, so: int, do: int) -> How:
-    """How to run ``c`` for elements of ``item`` bytes, from storage offsets ``so``/``do``
+def _strided_inner(c: Copy, split: int | None) -> bool:
+    """Whether the CPU copy's innermost loop (the destination's smallest stride, the split
+    dim aside) steps by more than one element on either side: a gather or a scatter."""
+    dims = [k for k in range(len(c.dst.size)) if c.dst.size[k] > 1 and k != split]
+    if not dims:
+        return False
+    k = min(dims, key=lambda k: c.dst.stride[k])
+    return c.src.stride[k] != 1 or c.dst.stride[k] != 1
+
+
+def _how(c: Copy, item: int, cpu: bool, so: int, do: int) -> How:
+    """How to run ``c`` for elements of ``item`` bytes from storage offsets ``so``/``do``
     (cached for aligned storage offsets, the common case)."""
     aligned = (so * item) % 16 == 0 and (do * item) % 16 == 0
-    key = (c, item)
+    key = (c, item, cpu)
     if aligned:
         got = _HOW.get(key)
         if got is not None:
             return got
     dt = _width(c, item, so, do)
-    k = torch.empty(0, dtype=dt).element_size() // item if dt is not None else 1
+    width = dt.itemsize if dt is not None else item
+    k = width // item
     size = c.dst.size[:-1] + (c.dst.size[-1] // k,) if k > 1 else c.dst.size
     stride = tuple(s // k for s in c.dst.stride[:-1]) + (1,) if k > 1 else c.dst.stride
-    how = (dt, k, _split_dim(size, stride))
+    m = _split_dim(size, stride, width) if cpu else None
+    if dt is None and cpu and c.numel >= _BITS_MIN and item in _BITS and _strided_inner(c, m):
+        dt = _BITS[item]
+    how = (dt, m)
     if aligned:
         if len(_HOW) >= _HOW_MAX:
             _HOW.clear()
@@ -91,10 +112,10 @@ def run_copies(copies: Sequence[Copy], src: torch.Tensor, dst: torch.Tensor) -> 
     for c in copies:
         d = dst.as_strided(c.dst.size, c.dst.stride, do + c.dst.offset)
         s = src.as_strided(c.src.size, c.src.stride, so + c.src.offset)
-        wide, _, m = _how(c, item, so, do)
-        if wide is not None:
-            d, s = d.view(wide), s.view(wide)
-        if m is not None and cpu:
+        as_dtype, m = _how(c, item, cpu, so, do)
+        if as_dtype is not None and as_dtype != d.dtype:
+            d, s = d.view(as_dtype), s.view(as_dtype)
+        if m is not None:
             for j in range(d.shape[m]):
                 d.select(m, j).copy_(s.select(m, j))
         else:
