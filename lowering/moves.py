@@ -33,8 +33,11 @@ def with_dims(t: TensorType, axes_per_dim: list[tuple[str, ...]]) -> TensorType:
     each axis once), so a move that would drop a pending P is caught by its P check."""
     on_dims = {a for ax in axes_per_dim for a in ax}
     # a dim that keeps its axes keeps its object (cheaper to build, hash and compare)
-    return t.replace(dims=tuple(d if d.axes == ax and d.split is None else _dim(d.size, ax) for d, ax in zip(t.dims, axes_per_dim)),
-                     axis_types=tuple((a, at) for a, at in t.axis_types if a not in on_dims))
+    dims = tuple(d if d.axes == ax and d.split is None else _dim(d.size, ax) for d, ax in zip(t.dims, axes_per_dim))
+    types = tuple((a, at) for a, at in t.axis_types if a not in on_dims)
+    if len(on_dims) != sum(len(ax) for ax in axes_per_dim) or any(d.split is not None for d in dims):
+        return t.replace(dims=dims, axis_types=types)  # the constructor says what is wrong
+    return t.derive(dims, types)  # no axis twice: valid, as ``t`` is
 
 
 @cached(maxsize=4096)
@@ -46,7 +49,9 @@ def _dim(size: int, axes: tuple[str, ...]) -> Dim:
 def with_partial(t: TensorType, axes: set[str], op: str, mesh: Mesh) -> TensorType:
     keep = [(a, at) for a, at in t.axis_types if at.kind != "P"]
     keep += [(a, AxisType("P", op)) for a in mesh.names if a in axes]
-    return t.replace(axis_types=tuple(keep))
+    if any(a in axes for a in t.sharded_axes) or any(a in axes and at.kind != "P" for a, at in t.axis_types):
+        return t.replace(axis_types=tuple(keep))  # the constructor says what is wrong
+    return t.derive(t.dims, tuple(keep))  # one op, each axis once: valid, as ``t`` is
 
 
 def replicated(t: TensorType, mesh: Mesh) -> list[str]:

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import operator
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import lru_cache
+from typing import Any, Generic, TypeVar
 
 from spec_lang.errors import SpecError
 from spec_lang.split import Split
@@ -133,6 +135,30 @@ def _as_tuple(value: object, what: str) -> tuple:
     raise SpecError(f"{what} must be a tuple, got {type(value).__name__} {value!r}")
 
 
+_T = TypeVar("_T")
+
+
+class _memo(Generic[_T]):
+    """``functools.cached_property`` without its lock (Python 3.11 takes one on every first
+    read, which the planner pays for each of the many states it builds): the value is a pure
+    function of a frozen object, so two threads computing it at once store equal values."""
+
+    def __init__(self, fn: Callable[[Any], _T]) -> None:
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> _T:
+        if obj is None:
+            return self  # type: ignore[return-value]
+        value = self.fn(obj)
+        obj.__dict__[self.name] = value  # an instance attribute: later reads skip this descriptor
+        return value
+
+
 @dataclass(frozen=True)
 class Mesh:
     """Named mesh axes in mesh order; rank = row-major coordinate over them."""
@@ -174,7 +200,7 @@ class Mesh:
         object.__setattr__(self, "names", names)
         object.__setattr__(self, "sizes", sizes)
 
-    @cached_property
+    @_memo
     def size(self) -> int:
         n = 1
         for s in self.sizes:
@@ -472,11 +498,11 @@ class TensorType:
         self.__dict__.update(dtype=dtype, dims=dims, axis_types=axis_types)
 
     # computed once: the planner hashes and compares states hundreds of thousands of times
-    @cached_property
+    @_memo
     def _key(self) -> tuple:
         return (self.dtype, self.dims, frozenset(self.axis_types))
 
-    @cached_property
+    @_memo
     def _hash(self) -> int:
         return hash(self._key)
 
@@ -518,7 +544,7 @@ class TensorType:
             n *= d.size
         return n
 
-    @cached_property
+    @_memo
     def sharded_axes(self) -> tuple[str, ...]:
         return tuple(a for d in self.dims for a in d.axes)
 
@@ -536,7 +562,7 @@ class TensorType:
                 return t
         return I
 
-    @cached_property
+    @_memo
     def partial_axes(self) -> tuple[str, ...]:
         return tuple(a for a, t in self.axis_types if t.kind == "P")
 
@@ -550,6 +576,19 @@ class TensorType:
 
     def axes_of_kind(self, kind: str) -> tuple[str, ...]:
         return tuple(a for a, t in self.axis_types if t.kind == kind)
+
+    def derive(self, dims: tuple[Dim, ...], axis_types: tuple[tuple[str, AxisType], ...]) -> TensorType:
+        """This type with new dims and local types, built without the constructor's checks.
+
+        For the planner, which builds thousands of states from valid ones: the caller vouches
+        that ``dims`` are valid Dims of this type's sizes (even: no split) and that no mesh
+        axis appears twice over ``dims`` and ``axis_types``, with one reduce op and no
+        explicit I, so the result is what the constructor would build. Anything else goes
+        through ``replace``, which checks.
+        """
+        out = object.__new__(TensorType)
+        out.__dict__.update(dtype=self.dtype, dims=dims, axis_types=axis_types)
+        return out
 
     def replace(
         self,
