@@ -55,6 +55,7 @@ class _Ctx:
         # which keeps the search from exploring split plans the charge will rule out
         self.first = _Label(np.zeros(mesh.size, dtype=np.int64), 0.0, 0,
                             int((local_numel(start, mesh) * start.itemsize).max()), 0, 0, False, 0, 0)
+        self._prefixes: dict[tuple, _Label] = {}
 
     def extend(self, lab: _Label, state: TensorType, mv: Move, bound: tuple | None = None) -> _Label | None:
         """``lab`` after ``mv``; None where ``bound`` is given and the bytes and collectives
@@ -80,9 +81,14 @@ class _Ctx:
 
     def path_key(self, path: list[tuple[TensorType, Move]]) -> tuple:
         """The search key of a complete path from the start (its final label's)."""
-        lab = self.first
+        lab, prefix = self.first, ()
         for state, mv in path:
-            lab = self.extend(lab, state, mv)
+            # the constructive routes share their first steps: each prefix is priced once
+            prefix = (*prefix, (state, mv))
+            held = self._prefixes.get(prefix)
+            if held is None:
+                held = self._prefixes[prefix] = self.extend(lab, state, mv)
+            lab = held
         return self.key(lab, self.goal)
 
     def key(self, lab: _Label, state: TensorType) -> tuple:
@@ -107,11 +113,14 @@ class _Ctx:
         goal, mesh = self.goal, self.mesh
         future = _future(state, goal, mesh)
         item = state.itemsize
-        floor_bytes, floor_whole = _class_floors(lab.sent, state, goal, mesh)
         colls = lab.colls + int(future > 0)
         elements = lab.sent_sum // item + math.ceil(future / item - 1e-6)
         world = mesh.size
-        bound = (max(lab.sent_max, floor_whole, item * -(-elements // world)) + lab.charge, colls, lab.peak)
+        base = max(lab.sent_max, item * -(-elements // world))
+        if cutoff is not None and (base + lab.charge, colls, lab.peak) >= cutoff:
+            return None  # the world alone prunes it: the class floors only raise the bound
+        floor_bytes, floor_whole = _class_floors(lab.sent, state, goal, mesh)
+        bound = (max(base, floor_whole) + lab.charge, colls, lab.peak)
         if cutoff is not None and bound >= cutoff:
             return None
         order = (max(lab.sent_max, floor_bytes, -(-int(lab.sent_sum + future) // world)) + lab.charge, colls, lab.peak)

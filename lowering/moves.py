@@ -46,9 +46,15 @@ def _dim(size: int, axes: tuple[str, ...]) -> Dim:
     return Dim(size, axes)
 
 
+@cached(maxsize=16)
+def _partial(op: str) -> AxisType:
+    return AxisType("P", op)
+
+
 def with_partial(t: TensorType, axes: set[str], op: str, mesh: Mesh) -> TensorType:
     keep = [(a, at) for a, at in t.axis_types if at.kind != "P"]
-    keep += [(a, AxisType("P", op)) for a in mesh.names if a in axes]
+    p = _partial(op)
+    keep += [(a, p) for a in mesh.names if a in axes]
     if any(a in axes for a in t.sharded_axes) or any(a in axes and at.kind != "P" for a, at in t.axis_types):
         return t.replace(axis_types=tuple(keep))  # the constructor says what is wrong
     return t.derive(t.dims, tuple(keep))  # one op, each axis once: valid, as ``t`` is

@@ -200,6 +200,17 @@ class Mesh:
         object.__setattr__(self, "names", names)
         object.__setattr__(self, "sizes", sizes)
 
+    # hashed on every cached layout lookup: once per object (not shipped, as TensorType's)
+    @_memo
+    def _hash(self) -> int:
+        return hash((self.names, self.sizes))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     @_memo
     def size(self) -> int:
         n = 1
