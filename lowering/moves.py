@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from lowering.caching import cached
 from lowering.kinds.base import erase
@@ -18,9 +18,9 @@ from spec_lang.ir import AxisType, Dim, Mesh, TensorType
 __all__ = ["Move", "erase", "exchange_move", "involved_axes", "moves", "replicated", "with_dims", "with_partial"]
 
 
-@dataclass(frozen=True)
-class Move:
-    """A candidate step before it is priced: kind, group axes, dims and the next state."""
+class Move(NamedTuple):
+    """A candidate step before it is priced: kind, group axes, dims and the next state (a
+    named tuple: the search builds and hashes thousands)."""
 
     kind: str
     axes: tuple[str, ...]

@@ -274,6 +274,17 @@ class Dim:
     split: Split | None = None
     split_at: int = 0
 
+    # hashed with every state's dims: once per object (not shipped, as TensorType's)
+    @_memo
+    def _hash(self) -> int:
+        return hash((self.size, self.axes, self.split, self.split_at))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     def __post_init__(self) -> None:
         if isinstance(self.axes, str):
             raise SpecError(
