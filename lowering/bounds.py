@@ -20,7 +20,7 @@ import numpy as np
 
 from lowering.blocks import held_overlap, is_uneven
 from lowering.caching import cached
-from lowering.layout import boxes, local_numel, overlap_numel
+from lowering.layout import boxes, local_numel, overlap_numel, own_overlap_numel
 from spec_lang.ir import Mesh, TensorType
 
 
@@ -37,7 +37,7 @@ def lower_bound_detail(src: TensorType, dst: TensorType, mesh: Mesh) -> dict[str
         if is_uneven(src) or is_uneven(dst):
             lack = local_numel(dst, mesh) - held_overlap(src, dst, mesh)
         else:
-            lack = local_numel(dst, mesh) - overlap_numel(boxes(src, mesh), boxes(dst, mesh))
+            lack = local_numel(dst, mesh) - own_overlap_numel(src, dst, mesh)
         recv = int(lack.max()) if lack.size else 0
         sent_avg = float(lack.sum()) / mesh.size
     else:
@@ -156,6 +156,6 @@ def new_partial_transfers(state: TensorType, goal: TensorType, mesh: Mesh) -> in
     if reduced:
         return int(local_numel(held, mesh).sum()) // mesh.group_size(new_axes)
     ranks = _groups(mesh, new_axes)[1]
-    ov = overlap_numel(boxes(state, mesh), boxes(held, mesh))[ranks].sum(axis=1)
+    ov = own_overlap_numel(state, held, mesh)[ranks].sum(axis=1)
     block = local_numel(held, mesh)[ranks[:, 0]]
     return int(np.maximum(block - ov, 0).sum())

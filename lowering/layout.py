@@ -132,9 +132,43 @@ def local_numel(t: TensorType, mesh: Mesh) -> np.ndarray:
     """(world,) elements each rank holds."""
     if any(d.split is not None for d in t.dims):
         out = np.array([int(np.prod(s)) for s in local_shapes(t, mesh)], dtype=np.int64)
+    elif not t.dims:
+        out = np.ones(mesh.size, dtype=np.int64)
     else:
-        b = boxes(t, mesh)
-        out = np.prod(b[:, :, 1] - b[:, :, 0], axis=1)
+        # a box is a product of per-dim ranges, and a search's states share most of their
+        # dims: the per-dim lengths are cached, the box is never built
+        out = _dim_lengths(t.dims[0].size, t.dims[0].axes, mesh)
+        for d in t.dims[1:]:
+            out = out * _dim_lengths(d.size, d.axes, mesh)
+        if len(t.dims) == 1:
+            out = out.copy()
+    out.setflags(write=False)
+    return out
+
+
+@cached(maxsize=4096, max_bytes=4 * MIB)
+def _dim_lengths(size: int, axes: tuple[str, ...], mesh: Mesh) -> np.ndarray:
+    r = dim_ranges(size, axes, mesh)
+    out = r[:, 1] - r[:, 0]
+    out.setflags(write=False)
+    return out
+
+
+def own_overlap_numel(a: TensorType, b: TensorType, mesh: Mesh) -> np.ndarray:
+    """(world,) elements of each rank's ``a`` block that its own ``b`` block holds too
+    (``overlap_numel(boxes(a), boxes(b))`` for even types), from per-dim overlaps."""
+    if any(d.split is not None for d in a.dims + b.dims):
+        return overlap_numel(boxes(a, mesh), boxes(b, mesh))
+    out = np.ones(mesh.size, dtype=np.int64)
+    for da, db in zip(a.dims, b.dims):
+        out = out * _dim_overlap(da.size, da.axes, db.axes, mesh)
+    return out
+
+
+@cached(maxsize=4096, max_bytes=4 * MIB)
+def _dim_overlap(size: int, axes_a: tuple[str, ...], axes_b: tuple[str, ...], mesh: Mesh) -> np.ndarray:
+    ra, rb = dim_ranges(size, axes_a, mesh), dim_ranges(size, axes_b, mesh)
+    out = np.maximum(np.minimum(ra[:, 1], rb[:, 1]) - np.maximum(ra[:, 0], rb[:, 0]), 0)
     out.setflags(write=False)
     return out
 
