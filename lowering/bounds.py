@@ -110,9 +110,9 @@ def holder_classes(state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[np.
     # replicates an axis of size > 1 that the state does not, the ranks at another
     # coordinate of it lie outside every class and need all of its block, as below)
     ranks = _groups(mesh, tuple(rep_t))[1]
-    sb = boxes(state, mesh)[ranks[:, 0]]
     need = local_numel(state, mesh)[ranks[:, 0]]
     if inside_only:
+        sb = boxes(state, mesh)[ranks[:, 0]]
         # every needer of an element some member needs is in the class (they differ on
         # goal-replicated axes, which the class spans): those elements may stay inside;
         # each goal block is counted once per rank needing it, hence the division

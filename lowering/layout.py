@@ -156,13 +156,15 @@ def _dim_lengths(size: int, axes: tuple[str, ...], mesh: Mesh) -> np.ndarray:
 
 def own_overlap_numel(a: TensorType, b: TensorType, mesh: Mesh) -> np.ndarray:
     """(world,) elements of each rank's ``a`` block that its own ``b`` block holds too
-    (``overlap_numel(boxes(a), boxes(b))`` for even types), from per-dim overlaps."""
+    (``overlap_numel(boxes(a), boxes(b))``), from cached per-dim overlaps (read-only)."""
     if any(d.split is not None for d in a.dims + b.dims):
         return overlap_numel(boxes(a, mesh), boxes(b, mesh))
-    out = np.ones(mesh.size, dtype=np.int64)
-    for da, db in zip(a.dims, b.dims):
+    if not a.dims:
+        return np.ones(mesh.size, dtype=np.int64)
+    out = _dim_overlap(a.dims[0].size, a.dims[0].axes, b.dims[0].axes, mesh)
+    for da, db in zip(a.dims[1:], b.dims[1:]):
         out = out * _dim_overlap(da.size, da.axes, db.axes, mesh)
-    return out
+    return out  # read-only where it is one dim's cached array: callers only read it
 
 
 @cached(maxsize=4096, max_bytes=4 * MIB)
