@@ -56,6 +56,9 @@ class _Ctx:
         self.first = _Label(np.zeros(mesh.size, dtype=np.int64), 0.0, 0,
                             int((local_numel(start, mesh) * start.itemsize).max()), 0, 0, False, 0, 0)
         self._prefixes: dict[tuple, _Label] = {}
+        # per state, what its keys read: the floors of what is still due (one hash a lookup)
+        self._future_of: dict[TensorType, float] = {}
+        self._classes_of: dict[TensorType, tuple[np.ndarray | None, np.ndarray] | None] = {}
 
     def extend(self, lab: _Label, state: TensorType, mv: Move, bound: tuple | None = None) -> _Label | None:
         """``lab`` after ``mv``; None where ``bound`` is given and the bytes and collectives
@@ -111,7 +114,9 @@ class _Ctx:
             k = (lab.time, lab.sent_max, lab.colls, lab.peak)
             return None if cutoff is not None and k >= cutoff else (k, k)
         goal, mesh = self.goal, self.mesh
-        future = _future(state, goal, mesh)
+        future = self._future_of.get(state)
+        if future is None:
+            future = self._future_of[state] = _future(state, goal, mesh)
         item = state.itemsize
         colls = lab.colls + int(future > 0)
         elements = lab.sent_sum // item + math.ceil(future / item - 1e-6)
@@ -119,7 +124,11 @@ class _Ctx:
         base = max(lab.sent_max, item * -(-elements // world))
         if cutoff is not None and (base + lab.charge, colls, lab.peak) >= cutoff:
             return None  # the world alone prunes it: the class floors only raise the bound
-        floor_bytes, floor_whole = _class_floors(lab.sent, state, goal, mesh)
+        if state in self._classes_of:
+            classes = self._classes_of[state]
+        else:
+            classes = self._classes_of[state] = _classes_in_bytes(state, goal, mesh)
+        floor_bytes, floor_whole = _floors(lab.sent, classes, item)
         bound = (max(base, floor_whole) + lab.charge, colls, lab.peak)
         if cutoff is not None and bound >= cutoff:
             return None
@@ -142,23 +151,32 @@ def _dominated(labels: Sequence[_Label], lab: _Label) -> bool:
     )
 
 
-def _class_floors(sent: np.ndarray, state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[int, int]:
-    """``_class_floor`` in bytes and in whole elements, from one look at the classes."""
+def _classes_in_bytes(state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[np.ndarray | None, np.ndarray] | None:
+    """``lowering.bounds.holder_classes`` with what each class must still send in bytes."""
     from lowering.bounds import holder_classes
 
     classes = holder_classes(state, goal, mesh)
+    return None if classes is None else (classes[0], classes[1] * state.itemsize)
+
+
+def _floors(sent: np.ndarray, classes: tuple[np.ndarray | None, np.ndarray] | None, item: int) -> tuple[int, int]:
+    """``_class_floor`` in bytes and in whole elements, from ``_classes_in_bytes``."""
     if classes is None:
         return 0, 0
     ranks, need = classes
-    item = state.itemsize
     if ranks is None:  # one rank a class, in rank order
-        f = int((sent + need * item).max())
+        f = int((sent + need).max())
         return f, f
     members = ranks.shape[1]
-    held = sent[ranks].sum(axis=1)
-    # every step sends whole elements, so the busiest member sends a whole number of them
-    return (-(-int((held + need * item).max()) // members),
-            item * -(-int((held // item + need).max()) // members))
+    most = int((sent[ranks].sum(axis=1) + need).max())
+    # every step sends whole elements, so the busiest member sends a whole number of them;
+    # ``need`` is whole elements, so the class's whole elements are ``most // item``
+    return -(-most // members), item * -(-(most // item) // members)
+
+
+def _class_floors(sent: np.ndarray, state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[int, int]:
+    """``_class_floor`` in bytes and in whole elements, from one look at the classes."""
+    return _floors(sent, _classes_in_bytes(state, goal, mesh), state.itemsize)
 
 
 def _class_floor(sent: np.ndarray, state: TensorType, goal: TensorType, mesh: Mesh, whole: bool = True) -> int:
