@@ -30,12 +30,13 @@ class Move(NamedTuple):
 
 def with_dims(t: TensorType, axes_per_dim: list[tuple[str, ...]]) -> TensorType:
     """``t`` with new dim axes; an axis put on a dim loses its local type (a type lists
-    each axis once), so a move that would drop a pending P is caught by its P check."""
-    on_dims = {a for ax in axes_per_dim for a in ax}
+    each axis once), so a move that would drop a pending P is caught by its P check.
+    The search's states are even: a dim that changes is built without a split."""
+    on_dims = set().union(*axes_per_dim)
     # a dim that keeps its axes keeps its object (cheaper to build, hash and compare)
-    dims = tuple(d if d.axes == ax and d.split is None else _dim(d.size, ax) for d, ax in zip(t.dims, axes_per_dim))
-    types = tuple((a, at) for a, at in t.axis_types if a not in on_dims)
-    if len(on_dims) != sum(len(ax) for ax in axes_per_dim) or any(d.split is not None for d in dims):
+    dims = tuple([d if d.axes == ax and d.split is None else _dim(d.size, ax) for d, ax in zip(t.dims, axes_per_dim)])
+    types = tuple([(a, at) for a, at in t.axis_types if a not in on_dims]) if t.axis_types else ()
+    if len(on_dims) != sum(map(len, axes_per_dim)):
         return t.replace(dims=dims, axis_types=types)  # the constructor says what is wrong
     return t.derive(dims, types)  # no axis twice: valid, as ``t`` is
 
