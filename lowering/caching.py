@@ -125,12 +125,13 @@ class _Store:
         size = value.nbytes + 112 if type(value) is np.ndarray else estimate_bytes(value)
         with self.lock:
             self.misses += 1
-            held = self.table.get(key)
-            if held is not None:  # another thread stored it meanwhile: keep one copy
-                return held[0]
             if size > self.max_bytes:  # bigger than the whole cache: never stored
-                return value
-            self.table[key] = [value, size, False]
+                held = self.table.get(key)
+                return value if held is None else held[0]
+            entry = [value, size, False]
+            held = self.table.setdefault(key, entry)  # one hash of the key
+            if held is not entry:  # another thread stored it meanwhile: keep one copy
+                return held[0]
             self.bytes += size
             while self.bytes > self.max_bytes or (self.maxsize is not None and len(self.table) > self.maxsize):
                 oldest, entry = self.table.popitem(last=False)
