@@ -232,10 +232,9 @@ def spare_collectives(program: Program) -> int:
 @cached(maxsize=16384)  # keys hold search states: keep their count modest
 def _future(state: TensorType, goal: TensorType, mesh: Mesh) -> float:
     """Bytes every rank together must still send to reach ``goal`` (a lower bound)."""
-    from lowering.bounds import lower_bound_detail, new_partial_transfers
+    from lowering.bounds import new_partial_transfers, sent_avg_bytes
 
-    detail = lower_bound_detail(state, goal, mesh)["sent_avg_bytes"]
-    return max(float(detail) * mesh.size, float(new_partial_transfers(state, goal, mesh) * state.itemsize))
+    return max(float(sent_avg_bytes(state, goal, mesh)) * mesh.size, float(new_partial_transfers(state, goal, mesh) * state.itemsize))
 
 
 @cached(maxsize=65536, max_bytes=24 * MIB)
