@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Generic, TypeVar
 
 from spec_lang.errors import SpecError
+from spec_lang.memo import memo as _memo
 from spec_lang.split import Split
 
 # canonical (JAX's long) name -> (JAX's short name, bytes per element). The names are
@@ -133,30 +132,6 @@ def _as_tuple(value: object, what: str) -> tuple:
     if isinstance(value, list):
         return tuple(value)
     raise SpecError(f"{what} must be a tuple, got {type(value).__name__} {value!r}")
-
-
-_T = TypeVar("_T")
-
-
-class _memo(Generic[_T]):
-    """``functools.cached_property`` without its lock (Python 3.11 takes one on every first
-    read, which the planner pays for each of the many states it builds): the value is a pure
-    function of a frozen object, so two threads computing it at once store equal values."""
-
-    def __init__(self, fn: Callable[[Any], _T]) -> None:
-        self.fn = fn
-        self.name = fn.__name__
-        self.__doc__ = fn.__doc__
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, obj: Any, owner: type | None = None) -> _T:
-        if obj is None:
-            return self  # type: ignore[return-value]
-        value = self.fn(obj)
-        obj.__dict__[self.name] = value  # an instance attribute: later reads skip this descriptor
-        return value
 
 
 @dataclass(frozen=True)
