@@ -48,6 +48,7 @@ class _Ctx:
     def __init__(self, start: TensorType, goal: TensorType, mesh: Mesh, model: CostModel) -> None:
         self.goal, self.mesh, self.model = goal, mesh, model
         self.bytes_first = model.bytes_first  # a property that walks the model's tables
+        self.item = start.itemsize  # every state of a search has the start's dtype
         self.spare = set(spare_axes(start, goal, mesh))
         self.charge = model.spare_axis_bytes if self.bytes_first else 0
         # spare-axis collectives so far, and whether a spare axis was sliced: a sliced spare axis
@@ -66,7 +67,8 @@ class _Ctx:
         terms, are then never computed)."""
         mesh = self.mesh
         step = move_bytes(state, mv, mesh)
-        sent = lab.sent + step * state.itemsize
+        item = self.item
+        sent = lab.sent + step * item
         sent_max = int(sent.max())
         coll = mv.kind in COLLECTIVE_KINDS
         on_spare = not self.spare.isdisjoint(mv.axes)
@@ -80,7 +82,7 @@ class _Ctx:
         time = lab.time if self.bytes_first else lab.time + self.model.step_time(
             mv.axes, int((sent - lab.sent).max()), coll)
         return _Label(sent, time, colls, max(lab.peak, _live_max(state, mv.dst, mesh)), charge, n_spare, sliced,
-                      sent_max, lab.sent_sum + int(step.sum()) * state.itemsize)
+                      sent_max, lab.sent_sum + int(step.sum()) * item)
 
     def path_key(self, path: list[tuple[TensorType, Move]]) -> tuple:
         """The search key of a complete path from the start (its final label's)."""
@@ -117,7 +119,7 @@ class _Ctx:
         future = self._future_of.get(state)
         if future is None:
             future = self._future_of[state] = _future(state, goal, mesh)
-        item = state.itemsize
+        item = self.item
         colls = lab.colls + int(future > 0)
         elements = lab.sent_sum // item + math.ceil(future / item - 1e-6)
         world = mesh.size

@@ -17,7 +17,5 @@ def group_rows(mesh: Mesh, axes: tuple[str, ...]) -> np.ndarray:
 def per_rank(mesh: Mesh, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Scatter (num_groups, n) per-member values back to a (world,) array in rank order."""
     out = np.zeros(mesh.size, dtype=np.int64)
-    if values.shape != rows.shape:  # one value per group: every member gets it
-        values = np.broadcast_to(values, rows.shape)
-    out[rows.ravel()] = values.ravel()
+    out[rows] = values  # (num_groups, 1) values broadcast: every member gets its group's
     return out
