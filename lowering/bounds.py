@@ -20,40 +20,49 @@ import numpy as np
 
 from lowering.blocks import held_overlap, is_uneven
 from lowering.caching import cached
-from lowering.layout import boxes, local_numel, overlap_numel
+from lowering.layout import boxes, local_numel, overlap_numel, own_overlap_numel
 from spec_lang.ir import Mesh, TensorType
 
 
 def lower_bound_detail(src: TensorType, dst: TensorType, mesh: Mesh) -> dict[str, float]:
     """``{"bytes", "recv_max_bytes", "sent_avg_bytes"}`` for ``src -> dst`` on ``mesh``."""
     item = src.itemsize
+    recv, sent_avg = _recv_max_and_sent_avg(src, dst, mesh, True)
+    return {
+        "bytes": int(max(recv * item, -(-int(sent_avg * item * 1000) // 1000))),
+        "recv_max_bytes": recv * item,
+        "sent_avg_bytes": sent_avg * item,
+    }
+
+
+def sent_avg_bytes(src: TensorType, dst: TensorType, mesh: Mesh) -> float:
+    """``lower_bound_detail``'s ``sent_avg_bytes`` alone (the search asks for it per state)."""
+    return _recv_max_and_sent_avg(src, dst, mesh, False)[1] * src.itemsize
+
+
+def _recv_max_and_sent_avg(src: TensorType, dst: TensorType, mesh: Mesh, recv_too: bool) -> tuple[int, float]:
+    """(``recv_max``, ``sent_avg``) in elements; ``recv_max`` is 0 unless ``recv_too``."""
     src_p = set(src.partial_axes)
     dst_p = set(dst.partial_axes)
     if dst_p - src_p:
-        return {"bytes": 0, "recv_max_bytes": 0, "sent_avg_bytes": 0.0}
+        return 0, 0.0
     # a pending reduction over axes of size 1 is already done: every contribution is local
     reduced = tuple(a for a in mesh.names if a in src_p and a not in dst_p and mesh.axis_size(a) > 1)
     if not reduced:
         if is_uneven(src) or is_uneven(dst):
             lack = local_numel(dst, mesh) - held_overlap(src, dst, mesh)
         else:
-            lack = local_numel(dst, mesh) - overlap_numel(boxes(src, mesh), boxes(dst, mesh))
-        recv = int(lack.max()) if lack.size else 0
-        sent_avg = float(lack.sum()) / mesh.size
-    else:
-        recv = int(local_numel(dst, mesh).max())
-        k = mesh.group_size(reduced)
-        # per class of ranks (one per coordinate on the kept partial axes), every element is
-        # needed (the class's dst blocks tile the tensor), so the sum over its cells of
-        # (k-1) + (needers-1) is (k-2)*numel + the class's dst block sizes; over all classes:
-        classes = mesh.size // mesh.group_size(tuple(a for a in mesh.names if a not in dst_p))
-        total = float(classes * (k - 2) * src.numel + int(local_numel(dst, mesh).sum()))
-        sent_avg = total / mesh.size
-    return {
-        "bytes": int(max(recv * item, -(-int(sent_avg * item * 1000) // 1000))),
-        "recv_max_bytes": recv * item,
-        "sent_avg_bytes": sent_avg * item,
-    }
+            lack = local_numel(dst, mesh) - own_overlap_numel(src, dst, mesh)
+        recv = int(lack.max()) if recv_too and lack.size else 0
+        return recv, float(lack.sum()) / mesh.size
+    recv = int(local_numel(dst, mesh).max()) if recv_too else 0
+    k = mesh.group_size(reduced)
+    # per class of ranks (one per coordinate on the kept partial axes), every element is
+    # needed (the class's dst blocks tile the tensor), so the sum over its cells of
+    # (k-1) + (needers-1) is (k-2)*numel + the class's dst block sizes; over all classes:
+    classes = mesh.size // mesh.group_size(tuple(a for a in mesh.names if a not in dst_p))
+    total = float(classes * (k - 2) * src.numel + int(local_numel(dst, mesh).sum()))
+    return recv, total / mesh.size
 
 
 @cached(maxsize=4096)
@@ -110,9 +119,9 @@ def holder_classes(state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[np.
     # replicates an axis of size > 1 that the state does not, the ranks at another
     # coordinate of it lie outside every class and need all of its block, as below)
     ranks = _groups(mesh, tuple(rep_t))[1]
-    sb = boxes(state, mesh)[ranks[:, 0]]
     need = local_numel(state, mesh)[ranks[:, 0]]
     if inside_only:
+        sb = boxes(state, mesh)[ranks[:, 0]]
         # every needer of an element some member needs is in the class (they differ on
         # goal-replicated axes, which the class spans): those elements may stay inside;
         # each goal block is counted once per rank needing it, hence the division
@@ -150,12 +159,12 @@ def new_partial_transfers(state: TensorType, goal: TensorType, mesh: Mesh) -> in
     if not new or is_uneven(state) or is_uneven(goal):
         return 0
     # the goal with its new partial axes replicated: every member's box is the group's block
-    held = goal.replace(axis_types=tuple((a, t) for a, t in goal.axis_types if a not in new))
+    held = goal.derive(goal.dims, tuple((a, t) for a, t in goal.axis_types if a not in new))  # fewer types: valid
     new_axes = tuple(a for a in mesh.names if a in new)
     reduced = [a for a in state.partial_axes if a not in goal.partial_axes and mesh.axis_size(a) > 1]
     if reduced:
         return int(local_numel(held, mesh).sum()) // mesh.group_size(new_axes)
     ranks = _groups(mesh, new_axes)[1]
-    ov = overlap_numel(boxes(state, mesh), boxes(held, mesh))[ranks].sum(axis=1)
+    ov = own_overlap_numel(state, held, mesh)[ranks].sum(axis=1)
     block = local_numel(held, mesh)[ranks[:, 0]]
     return int(np.maximum(block - ov, 0).sum())

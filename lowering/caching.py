@@ -5,7 +5,9 @@ bytes each rank sends in a move, every rank's local shape), and a process that c
 many distinct programs would keep all of them if its caches were capped by entry count
 only. ``@cached(max_bytes=..., maxsize=...)`` is ``functools.lru_cache`` with a second
 bound: an estimate of the bytes its values hold, evicting least recently used entries
-until both bounds hold. Every cache registers itself, so ``clear_caches()`` empties them
+until both bounds hold (nearly: a hit marks its entry instead of moving it, and eviction
+gives a marked entry a second chance, as the CLOCK algorithm does, so a hit hashes its
+key once). Every cache registers itself, so ``clear_caches()`` empties them
 all at once (decorated functions keep ``cache_clear()`` and ``cache_info()``). With no
 ``max_bytes`` (small values: ints, flags, short tuples) it is ``functools.lru_cache``
 itself, registered, so the hot paths of the search pay nothing for the registry.
@@ -105,32 +107,39 @@ def _elements(items: Any, depth: int) -> int:
 
 
 class _Store:
-    """One cache's table (key -> (value, bytes)), its totals and its bounds."""
+    """One cache's table (key -> [value, bytes, hit since it last reached the front]), its
+    totals and its bounds."""
 
     def __init__(self, name: str, maxsize: int | None, max_bytes: int) -> None:
         self.name = name
         self.maxsize = maxsize
         self.max_bytes = max_bytes
-        self.table: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self.table: OrderedDict[Any, list[Any]] = OrderedDict()
         self.bytes = 0
         self.hits_box = [0]  # a list: the wrapper's hit path bumps it without an attribute lookup
         self.misses = 0
         self.lock = threading.Lock()
 
     def put(self, key: Any, value: Any) -> Any:
-        size = estimate_bytes(value)
+        # an array (most values of the hot caches) is priced inline: what estimate_bytes says
+        size = value.nbytes + 112 if type(value) is np.ndarray else estimate_bytes(value)
         with self.lock:
             self.misses += 1
-            held = self.table.get(key)
-            if held is not None:  # another thread stored it meanwhile: keep one copy
-                return held[0]
             if size > self.max_bytes:  # bigger than the whole cache: never stored
-                return value
-            self.table[key] = (value, size)
+                held = self.table.get(key)
+                return value if held is None else held[0]
+            entry = [value, size, False]
+            held = self.table.setdefault(key, entry)  # one hash of the key
+            if held is not entry:  # another thread stored it meanwhile: keep one copy
+                return held[0]
             self.bytes += size
             while self.bytes > self.max_bytes or (self.maxsize is not None and len(self.table) > self.maxsize):
-                _, (_, dropped) = self.table.popitem(last=False)
-                self.bytes -= dropped
+                oldest, entry = self.table.popitem(last=False)
+                if entry[2] or oldest is key:  # hit since it was last here (or just stored): kept
+                    entry[2] = False
+                    self.table[oldest] = entry
+                    continue
+                self.bytes -= entry[1]
         return value
 
     def clear(self) -> None:
@@ -169,8 +178,8 @@ _CLEAR_HOOKS: list[Callable[[], None]] = []
 
 
 def cached(*, maxsize: int | None = None, max_bytes: int | None = None) -> Callable[[F], F]:
-    """Memoise a pure function; evict least recently used entries past ``maxsize`` entries
-    or past ``max_bytes`` held (by :func:`estimate_bytes`).
+    """Memoise a pure function; evict (nearly) least recently used entries past ``maxsize``
+    entries or past ``max_bytes`` held (by :func:`estimate_bytes`).
 
     Without ``max_bytes`` this is ``functools.lru_cache(maxsize)`` (for small values: ints,
     flags, short tuples), registered for :func:`clear_caches`. Arguments must be hashable;
@@ -188,17 +197,14 @@ def cached(*, maxsize: int | None = None, max_bytes: int | None = None) -> Calla
             _REGISTRY.append(_LruStore(name, lru))
             return lru  # type: ignore[return-value]
         store = _Store(name, maxsize, max_bytes)
-        get, touch, hits = store.table.get, store.table.move_to_end, store.hits_box
+        get, hits = store.table.get, store.hits_box
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             key = (*args, _KWARGS, *kwargs.items()) if kwargs else args
             held = get(key)
             if held is not None:
-                try:
-                    touch(key)
-                except KeyError:  # evicted by another thread just now: the value is still right
-                    pass
+                held[2] = True  # a second chance at eviction (a write, not a move: no lock)
                 hits[0] += 1
                 return held[0]
             return store.put(key, fn(*args, **kwargs))

@@ -43,8 +43,7 @@ def fallback_routes(start: TensorType, goal: TensorType, mesh: Mesh, op: str) ->
         a in start.sharded_axes for a in goal.partial_axes) else (False,)
     for pad in pads:
         for scatter in ("goal", "all", None, *range(start.ndim)):
-            for exchange in ("first", "last", None):
-                path = _route(start, goal, mesh, op, scatter=scatter, exchange=exchange, pad=pad)
+            for path in _routes(start, goal, mesh, op, scatter=scatter, exchanges=("first", "last", None), pad=pad):
                 if path is not None and path not in out:
                     out.append(path)
             if not any(a in start.partial_axes and a not in goal.partial_axes for a in mesh.names):
@@ -52,8 +51,10 @@ def fallback_routes(start: TensorType, goal: TensorType, mesh: Mesh, op: str) ->
     return out
 
 
-def _route(start: TensorType, goal: TensorType, mesh: Mesh, op: str, *, scatter: str | int | None,
-           exchange: str | None, pad: bool = False) -> Path | None:
+def _routes(start: TensorType, goal: TensorType, mesh: Mesh, op: str, *, scatter: str | int | None,
+            exchanges: tuple[str | None, ...], pad: bool = False) -> list[Path | None]:
+    """One route per way to rearrange in ``exchanges`` (None where it fails), all through
+    the same slices and reduction (built once)."""
     path: Path = []
 
     def go(kind: str, axes: tuple[str, ...], dims: tuple[int, ...], nxt: TensorType) -> TensorType:
@@ -107,23 +108,29 @@ def _route(start: TensorType, goal: TensorType, mesh: Mesh, op: str, *, scatter:
         if left:
             state = go("all_reduce", tuple(left), (), with_partial(state, set(state.partial_axes) - set(left), op, mesh))
         state = _slice_goal_axes(state, target, mesh, go)
-    state = _rearrange(state, target, mesh, go, exchange)
-    if state is None:
-        return None
+    prefix, reduced = list(path), state
     goal_op = goal.partial_op or op
-    for k, d in enumerate(target.dims):
-        for a in reversed(d.axes):  # minor first: zero_pad takes the minor axis of a dim
-            if a not in padded:
-                break
-            dims = [x.axes for x in state.dims]
-            dims[k] = dims[k][:-1]
-            state = go("zero_pad", (a,), (k,), with_partial(with_dims(state, dims), set(state.partial_axes) | {a},
-                                                           goal_op, mesh))
-    new_p = tuple(a for a in new_p if a not in state.partial_axes)
-    if new_p:
-        kind = "zero_fill" if goal_op == "sum" else "reinterpret"
-        state = go(kind, new_p, (), with_partial(state, set(state.partial_axes) | set(new_p), goal_op, mesh))
-    return path if state == goal else None
+    out: list[Path | None] = []
+    for exchange in exchanges:
+        path[:] = prefix
+        state = _rearrange(reduced, target, mesh, go, exchange)
+        if state is None:
+            out.append(None)
+            continue
+        for k, d in enumerate(target.dims):
+            for a in reversed(d.axes):  # minor first: zero_pad takes the minor axis of a dim
+                if a not in padded:
+                    break
+                dims = [x.axes for x in state.dims]
+                dims[k] = dims[k][:-1]
+                state = go("zero_pad", (a,), (k,), with_partial(with_dims(state, dims), set(state.partial_axes) | {a},
+                                                               goal_op, mesh))
+        converts = tuple(a for a in new_p if a not in state.partial_axes)
+        if converts:
+            kind = "zero_fill" if goal_op == "sum" else "reinterpret"
+            state = go(kind, converts, (), with_partial(state, set(state.partial_axes) | set(converts), goal_op, mesh))
+        out.append(list(path) if state == goal else None)
+    return out
 
 
 def _slice_goal_axes(state: TensorType, target: TensorType, mesh: Mesh, go) -> TensorType:

@@ -41,32 +41,26 @@ def chunk_range(start: np.ndarray, length: np.ndarray, n: int, c: np.ndarray) ->
 @cached(maxsize=4096, max_bytes=16 * MIB)
 def dim_ranges(size: int, axes: tuple[str, ...], mesh: Mesh) -> np.ndarray:
     """(world, 2) [start, stop) of one dim of ``size`` sharded by ``axes`` (read-only; cached,
-    since the planner's states share most of their dims)."""
-    coords = mesh_coords(mesh)
-    idx = [mesh.index(a) for a in axes]
-    if mesh.group_size(axes) <= _SMALL_GROUP:
-        # the chunks of the few blocks the axes make, in plain Python (numpy's per-call cost
-        # dominates there), then one lookup per rank by its block's row-major index
-        table = [(0, size)]
-        for i in idx:
-            n = mesh.sizes[i]
-            table = [(s + min(c * -(-ln // n), ln), min((c + 1) * -(-ln // n), ln) - min(c * -(-ln // n), ln))
-                     for s, ln in table for c in range(n)]
-        block = np.zeros(mesh.size, dtype=np.int64)
-        for i in idx:
-            block = block * mesh.sizes[i] + coords[:, i]
-        out = np.array([(s, s + ln) for s, ln in table], dtype=np.int64).reshape(-1, 2)[block]
+    since the planner's states share most of their dims).
+
+    The minor axis chunks the ranges of the axes before it, which are cached too: the
+    search's states grow and shrink their dims at the minor end, so a new dim is one
+    chunking of a known one."""
+    if not axes:
+        out = np.empty((mesh.size, 2), dtype=np.int64)
+        out[:, 0], out[:, 1] = 0, size
     else:
-        start = np.zeros(mesh.size, dtype=np.int64)
-        length = np.full(mesh.size, size, dtype=np.int64)
-        for i in idx:
-            start, length = chunk_range(start, length, mesh.sizes[i], coords[:, i])
-        out = np.stack([start, start + length], axis=1)
+        major = dim_ranges(size, axes[:-1], mesh)
+        start = major[:, 0]
+        start, length = chunk_range(start, major[:, 1] - start, mesh.axis_size(axes[-1]),
+                                    mesh_coords(mesh)[:, mesh.index(axes[-1])])
+        out = np.empty((mesh.size, 2), dtype=np.int64)
+        out[:, 0] = start
+        out[:, 1] = start + length
     out.setflags(write=False)
     return out
 
 
-_SMALL_GROUP = 256
 
 
 @cached(maxsize=4096, max_bytes=24 * MIB)
@@ -132,9 +126,45 @@ def local_numel(t: TensorType, mesh: Mesh) -> np.ndarray:
     """(world,) elements each rank holds."""
     if any(d.split is not None for d in t.dims):
         out = np.array([int(np.prod(s)) for s in local_shapes(t, mesh)], dtype=np.int64)
+    elif not t.dims:
+        out = np.ones(mesh.size, dtype=np.int64)
     else:
-        b = boxes(t, mesh)
-        out = np.prod(b[:, :, 1] - b[:, :, 0], axis=1)
+        # a box is a product of per-dim ranges, and a search's states share most of their
+        # dims: the per-dim lengths are cached, the box is never built
+        out = _dim_lengths(t.dims[0].size, t.dims[0].axes, mesh)
+        for d in t.dims[1:]:
+            out = out * _dim_lengths(d.size, d.axes, mesh)
+        if len(t.dims) == 1:
+            out = out.copy()
+    out.setflags(write=False)
+    return out
+
+
+@cached(maxsize=4096, max_bytes=4 * MIB)
+def _dim_lengths(size: int, axes: tuple[str, ...], mesh: Mesh) -> np.ndarray:
+    r = dim_ranges(size, axes, mesh)
+    out = r[:, 1] - r[:, 0]
+    out.setflags(write=False)
+    return out
+
+
+def own_overlap_numel(a: TensorType, b: TensorType, mesh: Mesh) -> np.ndarray:
+    """(world,) elements of each rank's ``a`` block that its own ``b`` block holds too
+    (``overlap_numel(boxes(a), boxes(b))``), from cached per-dim overlaps (read-only)."""
+    if any(d.split is not None for d in a.dims + b.dims):
+        return overlap_numel(boxes(a, mesh), boxes(b, mesh))
+    if not a.dims:
+        return np.ones(mesh.size, dtype=np.int64)
+    out = _dim_overlap(a.dims[0].size, a.dims[0].axes, b.dims[0].axes, mesh)
+    for da, db in zip(a.dims[1:], b.dims[1:]):
+        out = out * _dim_overlap(da.size, da.axes, db.axes, mesh)
+    return out  # read-only where it is one dim's cached array: callers only read it
+
+
+@cached(maxsize=4096, max_bytes=4 * MIB)
+def _dim_overlap(size: int, axes_a: tuple[str, ...], axes_b: tuple[str, ...], mesh: Mesh) -> np.ndarray:
+    ra, rb = dim_ranges(size, axes_a, mesh), dim_ranges(size, axes_b, mesh)
+    out = np.maximum(np.minimum(ra[:, 1], rb[:, 1]) - np.maximum(ra[:, 0], rb[:, 0]), 0)
     out.setflags(write=False)
     return out
 

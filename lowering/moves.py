@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from lowering.caching import cached
 from lowering.kinds.base import erase
@@ -18,9 +18,9 @@ from spec_lang.ir import AxisType, Dim, Mesh, TensorType
 __all__ = ["Move", "erase", "exchange_move", "involved_axes", "moves", "replicated", "with_dims", "with_partial"]
 
 
-@dataclass(frozen=True)
-class Move:
-    """A candidate step before it is priced: kind, group axes, dims and the next state."""
+class Move(NamedTuple):
+    """A candidate step before it is priced: kind, group axes, dims and the next state (a
+    named tuple: the search builds and hashes thousands)."""
 
     kind: str
     axes: tuple[str, ...]
@@ -30,11 +30,15 @@ class Move:
 
 def with_dims(t: TensorType, axes_per_dim: list[tuple[str, ...]]) -> TensorType:
     """``t`` with new dim axes; an axis put on a dim loses its local type (a type lists
-    each axis once), so a move that would drop a pending P is caught by its P check."""
-    on_dims = {a for ax in axes_per_dim for a in ax}
+    each axis once), so a move that would drop a pending P is caught by its P check.
+    The search's states are even: a dim that changes is built without a split."""
+    on_dims = set().union(*axes_per_dim)
     # a dim that keeps its axes keeps its object (cheaper to build, hash and compare)
-    return t.replace(dims=tuple(d if d.axes == ax and d.split is None else _dim(d.size, ax) for d, ax in zip(t.dims, axes_per_dim)),
-                     axis_types=tuple((a, at) for a, at in t.axis_types if a not in on_dims))
+    dims = tuple([d if d.axes == ax and d.split is None else _dim(d.size, ax) for d, ax in zip(t.dims, axes_per_dim)])
+    types = tuple([(a, at) for a, at in t.axis_types if a not in on_dims]) if t.axis_types else ()
+    if len(on_dims) != sum(map(len, axes_per_dim)):
+        return t.replace(dims=dims, axis_types=types)  # the constructor says what is wrong
+    return t.derive(dims, types)  # no axis twice: valid, as ``t`` is
 
 
 @cached(maxsize=4096)
@@ -43,10 +47,18 @@ def _dim(size: int, axes: tuple[str, ...]) -> Dim:
     return Dim(size, axes)
 
 
+@cached(maxsize=16)
+def _partial(op: str) -> AxisType:
+    return AxisType("P", op)
+
+
 def with_partial(t: TensorType, axes: set[str], op: str, mesh: Mesh) -> TensorType:
     keep = [(a, at) for a, at in t.axis_types if at.kind != "P"]
-    keep += [(a, AxisType("P", op)) for a in mesh.names if a in axes]
-    return t.replace(axis_types=tuple(keep))
+    p = _partial(op)
+    keep += [(a, p) for a in mesh.names if a in axes]
+    if any(a in axes for a in t.sharded_axes) or any(a in axes and at.kind != "P" for a, at in t.axis_types):
+        return t.replace(axis_types=tuple(keep))  # the constructor says what is wrong
+    return t.derive(t.dims, tuple(keep))  # one op, each axis once: valid, as ``t`` is
 
 
 def replicated(t: TensorType, mesh: Mesh) -> list[str]:

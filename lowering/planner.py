@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import math
 import os
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -40,8 +39,17 @@ from lowering.caching import MIB, cached
 from lowering.checks import check_budget, check_partial_conversion, check_same_global, resolve
 from lowering.cost import DEFAULT_COST_MODEL, SPARE_AXIS_BYTES, CostModel, as_cost_model
 from lowering.fallback import fallback_routes
-from lowering.kinds import kind_of, priced_step
-from lowering.layout import local_numel
+from lowering.kinds import priced_step
+from lowering.labels import (  # noqa: F401 - _class_floor, _future: the tests read them here
+    _class_floor,
+    _Ctx,
+    _dominated,
+    _future,
+    _Label,
+    move_bytes,
+    spare_axes,
+    spare_collectives,
+)
 from lowering.moves import Move, erase, moves
 from lowering.program import COLLECTIVE_KINDS, Program, Step, program_cost
 from lowering.uneven_planner import plan_uneven
@@ -253,73 +261,6 @@ def _path_key(path: list[tuple[TensorType, Move]], start: TensorType, goal: Tens
     return _Ctx(start, goal, mesh, model).path_key(path)
 
 
-class _Ctx:
-    """What every label update of one search shares."""
-
-    def __init__(self, start: TensorType, goal: TensorType, mesh: Mesh, model: CostModel) -> None:
-        self.goal, self.mesh, self.model = goal, mesh, model
-        self.bytes_first = model.bytes_first  # a property that walks the model's tables
-        self.spare = set(spare_axes(start, goal, mesh))
-        self.charge = model.spare_axis_bytes if self.bytes_first else 0
-        # spare-axis collectives so far, and whether a spare axis was sliced: a sliced spare axis
-        # must be gathered back (the goal replicates it), so its charge is due from the slice on,
-        # which keeps the search from exploring split plans the charge will rule out
-        self.first = _Label(np.zeros(mesh.size, dtype=np.int64), 0.0, 0,
-                            int((local_numel(start, mesh) * start.itemsize).max()), 0, 0, False)
-
-    def extend(self, lab: _Label, state: TensorType, mv: Move, bound: tuple | None = None) -> _Label | None:
-        """``lab`` after ``mv``; None where ``bound`` is given and the bytes and collectives
-        so far alone already put the key above it (the bounds and the peak, the costlier
-        terms, are then never computed)."""
-        mesh, model = self.mesh, self.model
-        sent = lab.sent + move_bytes(state, mv, mesh) * state.itemsize
-        coll = mv.kind in COLLECTIVE_KINDS
-        on_spare = bool(self.spare.intersection(mv.axes))
-        n_spare = lab.spare_colls + int(coll and on_spare)
-        sliced = lab.spare_sliced or (on_spare and not coll)
-        charge = self.charge * max(n_spare, int(sliced))
-        if bound is not None and self.bytes_first and (int(sent.max()) + charge, lab.colls + int(coll)) > bound[:2]:
-            return None  # every term of ``_key`` is at least its counterpart here
-        # bytes-first: time is a multiple of bytes, which the label already holds
-        time = lab.time if self.bytes_first else lab.time + model.step_time(mv.axes, int((sent - lab.sent).max()), coll)
-        return _Label(sent, time, lab.colls + int(coll), max(lab.peak, _live_max(state, mv.dst, mesh)),
-                      charge, n_spare, sliced)
-
-    def path_key(self, path: list[tuple[TensorType, Move]]) -> tuple:
-        """The search key of a complete path from the start (its final label's)."""
-        lab = self.first
-        for state, mv in path:
-            lab = self.extend(lab, state, mv)
-        return self.key(lab, self.goal)
-
-    def key(self, lab: _Label, state: TensorType) -> tuple:
-        """The search key: a lower bound on the key of every complete path through here."""
-        return self.keys(lab, state)[1]
-
-    def keys(self, lab: _Label, state: TensorType) -> tuple[tuple, tuple]:
-        """(order, bound): the frontier's order, and the key that prunes and proves.
-
-        The bound counts whole elements (every step sends whole ones), which is tighter
-        on tiny tensors; the order keeps the byte floors, because the rounding changes
-        which states a budgeted search reaches first, and not always for the better
-        (on the cases of bench/plan_budget.py it found 2 worse plans and no better one).
-        """
-        if not self.bytes_first:
-            k = _key(self.model, lab.time, lab.sent, lab.colls, lab.peak, 0.0, lab.charge)
-            return k, k
-        future = _future(state, self.goal, self.mesh)
-        args = (self.model, lab.time, lab.sent, lab.colls, lab.peak, future, lab.charge)
-        item = state.itemsize
-        return (_key(*args, _class_floor(lab.sent, state, self.goal, self.mesh, whole=False), item, whole=False),
-                _key(*args, _class_floor(lab.sent, state, self.goal, self.mesh), item))
-
-
-@cached(maxsize=65536)
-def _live_max(state: TensorType, nxt: TensorType, mesh: Mesh) -> int:
-    """Bytes live on the busiest rank during a step (its input and output)."""
-    return int((local_numel(state, mesh) + local_numel(nxt, mesh)).max()) * state.itemsize
-
-
 def _search_labels(ctx: _Ctx, start: TensorType, op: str, max_labels: int,
                    incumbent: list[tuple[TensorType, Move]], best_key: tuple, work: int,
                    deadline: float) -> tuple[list[tuple[TensorType, Move]], bool]:
@@ -371,105 +312,15 @@ def _search_labels(ctx: _Ctx, start: TensorType, op: str, max_labels: int,
             lab2 = ctx.extend(lab, state, mv, best_key)
             if lab2 is None or _dominated(seen, lab2):
                 continue
-            key2, bound2 = ctx.keys(lab2, mv.dst)
-            if bound2 >= best_key:
+            keys = ctx.keys(lab2, mv.dst, best_key)
+            if keys is None:
                 continue
+            key2, bound2 = keys
             node2 = (state, mv, node)
             if mv.dst == goal:
                 best_key, best = bound2, node2
             heapq.heappush(frontier, (key2, bound2, next(tie), mv.dst, lab2, node2))
     return (incumbent if best is None else _unwind(best)), True
-
-
-class _Label(NamedTuple):
-    """What a path to a state has cost so far."""
-
-    sent: np.ndarray  # (world,) bytes sent per rank
-    time: float
-    colls: int
-    peak: int
-    charge: int  # spare-axis charge due (bytes-first model)
-    spare_colls: int
-    spare_sliced: bool
-
-
-def _dominated(labels: Sequence[_Label], lab: _Label) -> bool:
-    """Whether some label is no worse than ``lab`` in every term (so ``lab`` can be dropped)."""
-    return any(
-        u.time <= lab.time and u.colls <= lab.colls and u.peak <= lab.peak and u.charge <= lab.charge
-        and bool((u.sent <= lab.sent).all())
-        for u in labels
-    )
-
-
-def _class_floor(sent: np.ndarray, state: TensorType, goal: TensorType, mesh: Mesh, whole: bool = True) -> int:
-    """Bytes the busiest rank will have sent at least, per holder class (``lowering.bounds.
-    holder_classes``): its members' sends so far plus what the class must still send, over
-    its size, at the class where that is largest; in whole elements unless ``whole`` is False."""
-    from lowering.bounds import holder_classes
-
-    classes = holder_classes(state, goal, mesh)
-    if classes is None:
-        return 0
-    ranks, need = classes
-    item = state.itemsize
-    if ranks is None:  # one rank a class, in rank order
-        return int((sent + need * item).max())
-    if not whole:
-        return -(-int((sent[ranks].sum(axis=1) + need * item).max()) // ranks.shape[1])
-    # every step sends whole elements, so the busiest member sends a whole number of them
-    return item * -(-int((sent[ranks].sum(axis=1) // item + need).max()) // ranks.shape[1])
-
-
-def _key(model: CostModel, time: float, sent: np.ndarray, colls: int, peak: int, future: float,
-         extra: int = 0, floor: int = 0, item: int = 1, whole: bool = True) -> tuple:
-    """Search key: (bytes estimate, collectives estimate, peak) for the bytes-first model,
-    else (time, bytes, collectives, peak). Every term is a lower bound on the final
-    program's, so the first goal popped is the cheapest, and the search can stop as soon
-    as the frontier's best key reaches a complete program's. The bytes estimate never
-    overshoots: the final max over ranks is at least the mean over ranks of what was
-    sent plus the transfers still needed (the lower bound's ``sent_avg`` from here).
-    ``extra`` is the latency charge for collectives over spare axes (bytes-first only);
-    it only grows along a path, so the estimate stays a lower bound. Where transfers are
-    still needed, one more collective at least is too: that term lets a search whose
-    incumbent is at the byte bound stop once no path with fewer collectives is left,
-    instead of walking every state of equal bytes. ``floor`` is the per-class bound
-    (``_class_floor``): what the busiest member of some class of ranks holding the same
-    values must have sent by the end, which the world average can hide. ``whole``: the
-    world mean in whole elements of ``item`` bytes (every step sends whole ones)."""
-    total = int(sent.max())
-    if not model.bytes_first:
-        return (time, total, colls, peak)
-    # in whole elements: every step sends whole ones, so the busiest rank sends at least
-    # the world's elements over its size, rounded up (on tiny tensors, a large step)
-    if whole:
-        elements = int(sent.sum()) // item + math.ceil(future / item - 1e-6)
-        estimate = max(total, floor, item * -(-elements // len(sent)))
-    else:
-        estimate = max(total, floor, -(-int(sent.sum() + future) // len(sent)))
-    return (estimate + extra, colls + int(future > 0), peak)
-
-
-def spare_axes(src: TensorType, dst: TensorType, mesh: Mesh) -> tuple[str, ...]:
-    """Mesh axes that both types replicate (not sharded, not P, not V): no data must cross them."""
-    used = set(src.sharded_axes) | set(dst.sharded_axes)
-    used |= {a for t in (src, dst) for a, at in t.axis_types if at.kind in ("P", "V")}
-    return tuple(a for a in mesh.names if a not in used)
-
-
-def spare_collectives(program: Program) -> int:
-    """How many of ``program``'s collectives run over a spare axis of its two end types."""
-    spare = set(spare_axes(program.src, program.dst, program.mesh))
-    return sum(1 for s in program.steps if s.is_collective and spare.intersection(s.axes))
-
-
-@cached(maxsize=16384)  # keys hold search states: keep their count modest
-def _future(state: TensorType, goal: TensorType, mesh: Mesh) -> float:
-    """Bytes every rank together must still send to reach ``goal`` (a lower bound)."""
-    from lowering.bounds import lower_bound_detail, new_partial_transfers
-
-    detail = lower_bound_detail(state, goal, mesh)["sent_avg_bytes"]
-    return max(float(detail) * mesh.size, float(new_partial_transfers(state, goal, mesh) * state.itemsize))
 
 
 def _unwind(node: tuple | None) -> list[tuple[TensorType, Move]]:
@@ -478,15 +329,6 @@ def _unwind(node: tuple | None) -> list[tuple[TensorType, Move]]:
         state, mv, node = node
         path.append((state, mv))
     return path[::-1]
-
-
-@cached(maxsize=65536, max_bytes=24 * MIB)
-def move_bytes(state: TensorType, mv: Move, mesh: Mesh) -> np.ndarray:
-    """(world,) elements each rank sends in this move (read-only; cached, since a state
-    expanded under a second label prices the same moves again)."""
-    out = kind_of(mv.kind).price(state, mv.dst, mesh, mv.axes)
-    out.setflags(write=False)
-    return out
 
 
 @cached(maxsize=2048)  # values hold new states (types): a few searches' worth

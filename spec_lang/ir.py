@@ -23,9 +23,10 @@ from __future__ import annotations
 import operator
 import re
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import lru_cache
 
 from spec_lang.errors import SpecError
+from spec_lang.memo import memo as _memo
 from spec_lang.split import Split
 
 # canonical (JAX's long) name -> (JAX's short name, bytes per element). The names are
@@ -174,7 +175,18 @@ class Mesh:
         object.__setattr__(self, "names", names)
         object.__setattr__(self, "sizes", sizes)
 
-    @cached_property
+    # hashed on every cached layout lookup: once per object (not shipped, as TensorType's)
+    @_memo
+    def _hash(self) -> int:
+        return hash((self.names, self.sizes))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+    @_memo
     def size(self) -> int:
         n = 1
         for s in self.sizes:
@@ -236,6 +248,17 @@ class Dim:
     axes: tuple[str, ...] = ()
     split: Split | None = None
     split_at: int = 0
+
+    # hashed with every state's dims: once per object (not shipped, as TensorType's)
+    @_memo
+    def _hash(self) -> int:
+        return hash((self.size, self.axes, self.split, self.split_at))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
     def __post_init__(self) -> None:
         if isinstance(self.axes, str):
@@ -472,11 +495,11 @@ class TensorType:
         self.__dict__.update(dtype=dtype, dims=dims, axis_types=axis_types)
 
     # computed once: the planner hashes and compares states hundreds of thousands of times
-    @cached_property
+    @_memo
     def _key(self) -> tuple:
         return (self.dtype, self.dims, frozenset(self.axis_types))
 
-    @cached_property
+    @_memo
     def _hash(self) -> int:
         return hash(self._key)
 
@@ -518,7 +541,7 @@ class TensorType:
             n *= d.size
         return n
 
-    @cached_property
+    @_memo
     def sharded_axes(self) -> tuple[str, ...]:
         return tuple(a for d in self.dims for a in d.axes)
 
@@ -536,7 +559,7 @@ class TensorType:
                 return t
         return I
 
-    @cached_property
+    @_memo
     def partial_axes(self) -> tuple[str, ...]:
         return tuple(a for a, t in self.axis_types if t.kind == "P")
 
@@ -550,6 +573,19 @@ class TensorType:
 
     def axes_of_kind(self, kind: str) -> tuple[str, ...]:
         return tuple(a for a, t in self.axis_types if t.kind == kind)
+
+    def derive(self, dims: tuple[Dim, ...], axis_types: tuple[tuple[str, AxisType], ...]) -> TensorType:
+        """This type with new dims and local types, built without the constructor's checks.
+
+        For the planner, which builds thousands of states from valid ones: the caller vouches
+        that ``dims`` are valid Dims of this type's sizes (even: no split) and that no mesh
+        axis appears twice over ``dims`` and ``axis_types``, with one reduce op and no
+        explicit I, so the result is what the constructor would build. Anything else goes
+        through ``replace``, which checks.
+        """
+        out = object.__new__(TensorType)
+        out.__dict__.update(dtype=self.dtype, dims=dims, axis_types=axis_types)
+        return out
 
     def replace(
         self,

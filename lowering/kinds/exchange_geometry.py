@@ -11,7 +11,7 @@ import numpy as np
 
 from lowering.caching import MIB, cached
 from lowering.kinds.groups import group_rows
-from lowering.layout import box_numel, boxes, local_numel, overlap, overlap_numel
+from lowering.layout import box_numel, boxes, local_numel, overlap, overlap_numel, own_overlap_numel
 from spec_lang.ir import Mesh, TensorType
 
 
@@ -97,7 +97,7 @@ def exchange_bytes(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str
     the search prices a move once and the assembly prices the chosen ones again.
     """
     if _tiled_by_group(src, dst, axes):
-        out = local_numel(src, mesh) - overlap_numel(boxes(src, mesh), boxes(dst, mesh))
+        out = local_numel(src, mesh) - own_overlap_numel(src, dst, mesh)
     elif _few_pairs(mesh, axes):
         out = exchange_bytes_bruteforce(src, dst, mesh, axes)
     else:

@@ -17,5 +17,5 @@ def group_rows(mesh: Mesh, axes: tuple[str, ...]) -> np.ndarray:
 def per_rank(mesh: Mesh, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Scatter (num_groups, n) per-member values back to a (world,) array in rank order."""
     out = np.zeros(mesh.size, dtype=np.int64)
-    out[rows.reshape(-1)] = np.broadcast_to(values, rows.shape).reshape(-1)
+    out[rows] = values  # (num_groups, 1) values broadcast: every member gets its group's
     return out

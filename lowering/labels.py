@@ -1,0 +1,248 @@
+"""What a search path has cost so far (its *label*) and the search key built on it.
+
+A label holds the bytes each rank has sent, the time, the collectives, the peak and the
+spare-axis charge of a path from the start; the key adds the floors of what any
+completion must still cost (``lowering.bounds``), so it never overshoots the final
+program's key: the best-first search of ``lowering.planner`` can stop, proving its
+incumbent cheapest, once the frontier's best key reaches it.
+
+Everything here runs once per priced move, so the hot paths keep a label's max and
+sum over ranks, compute the bound before the frontier's order (a state the bound
+prunes never pays for the order) and share the holder classes between both floors.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from lowering.caching import MIB, cached
+from lowering.cost import CostModel
+from lowering.kinds import kind_of
+from lowering.layout import local_numel
+from lowering.moves import Move
+from lowering.program import COLLECTIVE_KINDS, Program
+from spec_lang.ir import Mesh, TensorType
+
+
+class _Label(NamedTuple):
+    """What a path to a state has cost so far."""
+
+    sent: np.ndarray  # (world,) bytes sent per rank
+    time: float
+    colls: int
+    peak: int
+    charge: int  # spare-axis charge due (bytes-first model)
+    spare_colls: int
+    spare_sliced: bool
+    sent_max: int  # int(sent.max()), int(sent.sum()): read by every key
+    sent_sum: int
+
+
+class _Ctx:
+    """What every label update of one search shares."""
+
+    def __init__(self, start: TensorType, goal: TensorType, mesh: Mesh, model: CostModel) -> None:
+        self.goal, self.mesh, self.model = goal, mesh, model
+        self.bytes_first = model.bytes_first  # a property that walks the model's tables
+        self.item = start.itemsize  # every state of a search has the start's dtype
+        self.spare = set(spare_axes(start, goal, mesh))
+        self.charge = model.spare_axis_bytes if self.bytes_first else 0
+        # spare-axis collectives so far, and whether a spare axis was sliced: a sliced spare axis
+        # must be gathered back (the goal replicates it), so its charge is due from the slice on,
+        # which keeps the search from exploring split plans the charge will rule out
+        self.first = _Label(np.zeros(mesh.size, dtype=np.int64), 0.0, 0,
+                            int((local_numel(start, mesh) * start.itemsize).max()), 0, 0, False, 0, 0)
+        self._prefixes: dict[tuple, _Label] = {}
+        # per state, what its keys read: the floors of what is still due (one hash a lookup)
+        self._future_of: dict[TensorType, float] = {}
+        self._classes_of: dict[TensorType, tuple[np.ndarray | None, np.ndarray] | None] = {}
+
+    def extend(self, lab: _Label, state: TensorType, mv: Move, bound: tuple | None = None) -> _Label | None:
+        """``lab`` after ``mv``; None where ``bound`` is given and the bytes and collectives
+        so far alone already put the key above it (the bounds and the peak, the costlier
+        terms, are then never computed)."""
+        mesh = self.mesh
+        step = move_bytes(state, mv, mesh)
+        item = self.item
+        sent = lab.sent + step * item
+        sent_max = int(sent.max())
+        coll = mv.kind in COLLECTIVE_KINDS
+        on_spare = not self.spare.isdisjoint(mv.axes)
+        n_spare = lab.spare_colls + int(coll and on_spare)
+        sliced = lab.spare_sliced or (on_spare and not coll)
+        charge = self.charge * max(n_spare, int(sliced))
+        colls = lab.colls + int(coll)
+        if bound is not None and self.bytes_first and (sent_max + charge, colls) > bound[:2]:
+            return None  # every term of the key is at least its counterpart here
+        # bytes-first: time is a multiple of bytes, which the label already holds
+        time = lab.time if self.bytes_first else lab.time + self.model.step_time(
+            mv.axes, int((sent - lab.sent).max()), coll)
+        return _Label(sent, time, colls, max(lab.peak, _live_max(state, mv.dst, mesh)), charge, n_spare, sliced,
+                      sent_max, lab.sent_sum + int(step.sum()) * item)
+
+    def path_key(self, path: list[tuple[TensorType, Move]]) -> tuple:
+        """The search key of a complete path from the start (its final label's)."""
+        lab, prefix = self.first, ()
+        for state, mv in path:
+            # the constructive routes share their first steps: each prefix is priced once
+            prefix = (*prefix, (state, mv))
+            held = self._prefixes.get(prefix)
+            if held is None:
+                held = self._prefixes[prefix] = self.extend(lab, state, mv)
+            lab = held
+        return self.key(lab, self.goal)
+
+    def key(self, lab: _Label, state: TensorType) -> tuple:
+        """The search key: a lower bound on the key of every complete path through here."""
+        out = self.keys(lab, state)
+        assert out is not None  # no cutoff given
+        return out[1]
+
+    def keys(self, lab: _Label, state: TensorType, cutoff: tuple | None = None) -> tuple[tuple, tuple] | None:
+        """(order, bound): the frontier's order, and the key that prunes and proves; None
+        where ``cutoff`` is given and the bound reaches it (the order is then never built).
+
+        The bound counts whole elements (every step sends whole ones), which is tighter
+        on tiny tensors; the order keeps the byte floors, because the rounding changes
+        which states a budgeted search reaches first, and not always for the better
+        (on the cases of bench/plan_budget.py it found 2 worse plans and no better one).
+        See ``_key`` for the terms.
+        """
+        if not self.bytes_first:
+            k = (lab.time, lab.sent_max, lab.colls, lab.peak)
+            return None if cutoff is not None and k >= cutoff else (k, k)
+        goal, mesh = self.goal, self.mesh
+        future = self._future_of.get(state)
+        if future is None:
+            future = self._future_of[state] = _future(state, goal, mesh)
+        item = self.item
+        colls = lab.colls + int(future > 0)
+        elements = lab.sent_sum // item + math.ceil(future / item - 1e-6)
+        world = mesh.size
+        base = max(lab.sent_max, item * -(-elements // world))
+        if cutoff is not None and (base + lab.charge, colls, lab.peak) >= cutoff:
+            return None  # the world alone prunes it: the class floors only raise the bound
+        if state in self._classes_of:
+            classes = self._classes_of[state]
+        else:
+            classes = self._classes_of[state] = _classes_in_bytes(state, goal, mesh)
+        floor_bytes, floor_whole = _floors(lab.sent, classes, item)
+        bound = (max(base, floor_whole) + lab.charge, colls, lab.peak)
+        if cutoff is not None and bound >= cutoff:
+            return None
+        order = (max(lab.sent_max, floor_bytes, -(-int(lab.sent_sum + future) // world)) + lab.charge, colls, lab.peak)
+        return order, bound
+
+
+@cached(maxsize=65536)
+def _live_max(state: TensorType, nxt: TensorType, mesh: Mesh) -> int:
+    """Bytes live on the busiest rank during a step (its input and output)."""
+    return int((local_numel(state, mesh) + local_numel(nxt, mesh)).max()) * state.itemsize
+
+
+def _dominated(labels: Sequence[_Label], lab: _Label) -> bool:
+    """Whether some label is no worse than ``lab`` in every term (so ``lab`` can be dropped)."""
+    return any(
+        u.time <= lab.time and u.colls <= lab.colls and u.peak <= lab.peak and u.charge <= lab.charge
+        and u.sent_max <= lab.sent_max and bool((u.sent <= lab.sent).all())
+        for u in labels
+    )
+
+
+def _classes_in_bytes(state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[np.ndarray | None, np.ndarray] | None:
+    """``lowering.bounds.holder_classes`` with what each class must still send in bytes."""
+    from lowering.bounds import holder_classes
+
+    classes = holder_classes(state, goal, mesh)
+    return None if classes is None else (classes[0], classes[1] * state.itemsize)
+
+
+def _floors(sent: np.ndarray, classes: tuple[np.ndarray | None, np.ndarray] | None, item: int) -> tuple[int, int]:
+    """``_class_floor`` in bytes and in whole elements, from ``_classes_in_bytes``."""
+    if classes is None:
+        return 0, 0
+    ranks, need = classes
+    if ranks is None:  # one rank a class, in rank order
+        f = int((sent + need).max())
+        return f, f
+    members = ranks.shape[1]
+    most = int((sent[ranks].sum(axis=1) + need).max())
+    # every step sends whole elements, so the busiest member sends a whole number of them;
+    # ``need`` is whole elements, so the class's whole elements are ``most // item``
+    return -(-most // members), item * -(-(most // item) // members)
+
+
+def _class_floors(sent: np.ndarray, state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[int, int]:
+    """``_class_floor`` in bytes and in whole elements, from one look at the classes."""
+    return _floors(sent, _classes_in_bytes(state, goal, mesh), state.itemsize)
+
+
+def _class_floor(sent: np.ndarray, state: TensorType, goal: TensorType, mesh: Mesh, whole: bool = True) -> int:
+    """Bytes the busiest rank will have sent at least, per holder class (``lowering.bounds.
+    holder_classes``): its members' sends so far plus what the class must still send, over
+    its size, at the class where that is largest; in whole elements unless ``whole`` is False."""
+    return _class_floors(sent, state, goal, mesh)[1 if whole else 0]
+
+
+def _key(model: CostModel, time: float, sent: np.ndarray, colls: int, peak: int, future: float,
+         extra: int = 0, floor: int = 0, item: int = 1, whole: bool = True) -> tuple:
+    """Search key: (bytes estimate, collectives estimate, peak) for the bytes-first model,
+    else (time, bytes, collectives, peak); ``_Ctx.keys`` computes the same terms from a
+    label. Every term is a lower bound on the final
+    program's, so the first goal popped is the cheapest, and the search can stop as soon
+    as the frontier's best key reaches a complete program's. The bytes estimate never
+    overshoots: the final max over ranks is at least the mean over ranks of what was
+    sent plus the transfers still needed (the lower bound's ``sent_avg`` from here).
+    ``extra`` is the latency charge for collectives over spare axes (bytes-first only);
+    it only grows along a path, so the estimate stays a lower bound. Where transfers are
+    still needed, one more collective at least is too: that term lets a search whose
+    incumbent is at the byte bound stop once no path with fewer collectives is left,
+    instead of walking every state of equal bytes. ``floor`` is the per-class bound
+    (``_class_floor``): what the busiest member of some class of ranks holding the same
+    values must have sent by the end, which the world average can hide. ``whole``: the
+    world mean in whole elements of ``item`` bytes (every step sends whole ones)."""
+    total = int(sent.max())
+    if not model.bytes_first:
+        return (time, total, colls, peak)
+    # in whole elements: every step sends whole ones, so the busiest rank sends at least
+    # the world's elements over its size, rounded up (on tiny tensors, a large step)
+    if whole:
+        elements = int(sent.sum()) // item + math.ceil(future / item - 1e-6)
+        estimate = max(total, floor, item * -(-elements // len(sent)))
+    else:
+        estimate = max(total, floor, -(-int(sent.sum() + future) // len(sent)))
+    return (estimate + extra, colls + int(future > 0), peak)
+
+
+def spare_axes(src: TensorType, dst: TensorType, mesh: Mesh) -> tuple[str, ...]:
+    """Mesh axes that both types replicate (not sharded, not P, not V): no data must cross them."""
+    used = set(src.sharded_axes) | set(dst.sharded_axes)
+    used |= {a for t in (src, dst) for a, at in t.axis_types if at.kind in ("P", "V")}
+    return tuple(a for a in mesh.names if a not in used)
+
+
+def spare_collectives(program: Program) -> int:
+    """How many of ``program``'s collectives run over a spare axis of its two end types."""
+    spare = set(spare_axes(program.src, program.dst, program.mesh))
+    return sum(1 for s in program.steps if s.is_collective and spare.intersection(s.axes))
+
+
+@cached(maxsize=16384)  # keys hold search states: keep their count modest
+def _future(state: TensorType, goal: TensorType, mesh: Mesh) -> float:
+    """Bytes every rank together must still send to reach ``goal`` (a lower bound)."""
+    from lowering.bounds import new_partial_transfers, sent_avg_bytes
+
+    return max(float(sent_avg_bytes(state, goal, mesh)) * mesh.size, float(new_partial_transfers(state, goal, mesh) * state.itemsize))
+
+
+@cached(maxsize=65536, max_bytes=24 * MIB)
+def move_bytes(state: TensorType, mv: Move, mesh: Mesh) -> np.ndarray:
+    """(world,) elements each rank sends in this move (read-only; cached, since a state
+    expanded under a second label prices the same moves again)."""
+    out = kind_of(mv.kind).price(state, mv.dst, mesh, mv.axes)
+    out.setflags(write=False)
+    return out

@@ -1,0 +1,29 @@
+"""A memoised attribute of an immutable object, for the IR's hot derived values."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+_T = TypeVar("_T")
+
+
+class memo(Generic[_T]):
+    """``functools.cached_property`` without its lock (Python 3.11 takes one on every first
+    read, which the planner pays for each of the many states it builds): the value is a pure
+    function of a frozen object, so two threads computing it at once store equal values."""
+
+    def __init__(self, fn: Callable[[Any], _T]) -> None:
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> _T:
+        if obj is None:
+            return self  # type: ignore[return-value]
+        value = self.fn(obj)
+        obj.__dict__[self.name] = value  # an instance attribute: later reads skip this descriptor
+        return value
