@@ -18,12 +18,20 @@ from lowering.fallback import fallback_routes
 from lowering.labels import _class_floor, _Ctx, _future, _key
 from lowering.moves import erase, moves, with_dims, with_partial
 from spec_lang.errors import SpecError
-from spec_lang.ir import TensorType
+from spec_lang.ir import Mesh, TensorType
 from spec_lang.parser import parse, parse_mesh
 
 
 def _checked(t: TensorType) -> TensorType:
     return TensorType(t.dtype, t.dims, t.axis_types)
+
+
+def _search_ends(case: tuple) -> tuple[TensorType, TensorType, Mesh, str]:
+    """An even case's erased ends, mesh and reduce op, as the search sees them."""
+    src, dst, mesh = case
+    assume(not is_uneven(src) and not is_uneven(dst))
+    start, goal = erase(src), erase(dst)
+    return start, goal, mesh, start.partial_op or goal.partial_op or "sum"
 
 
 def _same(t: TensorType) -> None:
@@ -35,10 +43,7 @@ def _same(t: TensorType) -> None:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases(varying=True, explicit_i=True))
 def test_derived_states_are_what_the_checked_constructor_builds(case: tuple) -> None:
-    src, dst, mesh = case
-    assume(not is_uneven(src) and not is_uneven(dst))
-    start, goal = erase(src), erase(dst)
-    op = start.partial_op or goal.partial_op or "sum"
+    start, goal, mesh, op = _search_ends(case)
     frontier = [start]
     for _ in range(2):
         nxt = []
@@ -66,10 +71,7 @@ def test_a_repeated_axis_still_goes_through_the_checks() -> None:
 def test_the_fused_key_is_the_key_term_by_term(case: tuple) -> None:
     # along the fallback routes (states with sends so far), order and bound agree with
     # ``_key`` fed the byte and whole-element class floors separately
-    src, dst, mesh = case
-    assume(not is_uneven(src) and not is_uneven(dst))
-    start, goal = erase(src), erase(dst)
-    op = start.partial_op or goal.partial_op or "sum"
+    start, goal, mesh, op = _search_ends(case)
     ctx = _Ctx(start, goal, mesh, DEFAULT_COST_MODEL)
     for route in fallback_routes(start, goal, mesh, op)[:4]:
         lab = ctx.first
