@@ -30,10 +30,10 @@ from bench.dtensor_planners import DTensorPlanners, DTPlan, load_cases
 from lowering.bounds import lower_bound_detail
 from lowering.checks import resolve
 from lowering.cost import CostModel
+from lowering.labels import spare_axes, spare_collectives
 from lowering.layout import boxes, local_numel
 from lowering.planner import compile as shardc_compile
-from lowering.planner import program_cost, spare_axes, spare_collectives
-from lowering.program import Program
+from lowering.program import Program, program_cost
 from spec_lang.ir import Mesh, TensorType
 
 LATENCY_MODEL = CostModel.make(default_alpha=5e-6, default_beta=1e-10)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lowering.blocks import held_overlap, is_uneven
+from lowering.blocks import is_uneven
 from lowering.caching import cached
 from lowering.layout import boxes, local_numel, overlap_numel, own_overlap_numel
 from spec_lang.ir import Mesh, TensorType
@@ -49,10 +49,7 @@ def _recv_max_and_sent_avg(src: TensorType, dst: TensorType, mesh: Mesh, recv_to
     # a pending reduction over axes of size 1 is already done: every contribution is local
     reduced = tuple(a for a in mesh.names if a in src_p and a not in dst_p and mesh.axis_size(a) > 1)
     if not reduced:
-        if is_uneven(src) or is_uneven(dst):
-            lack = local_numel(dst, mesh) - held_overlap(src, dst, mesh)
-        else:
-            lack = local_numel(dst, mesh) - own_overlap_numel(src, dst, mesh)
+        lack = local_numel(dst, mesh) - own_overlap_numel(src, dst, mesh)
         recv = int(lack.max()) if recv_too and lack.size else 0
         return recv, float(lack.sum()) / mesh.size
     recv = int(local_numel(dst, mesh).max()) if recv_too else 0

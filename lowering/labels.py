@@ -110,7 +110,18 @@ class _Ctx:
         on tiny tensors; the order keeps the byte floors, because the rounding changes
         which states a budgeted search reaches first, and not always for the better
         (on the cases of bench/plan_budget.py it found 2 worse plans and no better one).
-        See ``_key`` for the terms.
+
+        Bytes-first, each is (bytes estimate, collectives estimate, peak), every term a
+        lower bound on the final program's, so the first goal popped is the cheapest and
+        the search stops once the frontier's best key reaches a complete program's. The
+        bytes estimate is the largest of: the busiest rank's sends so far; the mean over
+        ranks of what was sent plus the transfers still needed (``_future``), in whole
+        elements for the bound; and the per-class floor (``_class_floor``), what the
+        busiest member of a class of ranks holding the same values must have sent by the
+        end, which the world mean can hide. The spare-axis charge is added (it only grows
+        along a path). Where transfers are still needed one more collective is too: that
+        term lets a search whose incumbent is at the byte bound stop once no path with
+        fewer collectives is left. Other models: (time, bytes, collectives, peak).
         """
         if not self.bytes_first:
             k = (lab.time, lab.sent_max, lab.colls, lab.peak)
@@ -176,46 +187,11 @@ def _floors(sent: np.ndarray, classes: tuple[np.ndarray | None, np.ndarray] | No
     return -(-most // members), item * -(-(most // item) // members)
 
 
-def _class_floors(sent: np.ndarray, state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[int, int]:
-    """``_class_floor`` in bytes and in whole elements, from one look at the classes."""
-    return _floors(sent, _classes_in_bytes(state, goal, mesh), state.itemsize)
-
-
 def _class_floor(sent: np.ndarray, state: TensorType, goal: TensorType, mesh: Mesh, whole: bool = True) -> int:
     """Bytes the busiest rank will have sent at least, per holder class (``lowering.bounds.
     holder_classes``): its members' sends so far plus what the class must still send, over
     its size, at the class where that is largest; in whole elements unless ``whole`` is False."""
-    return _class_floors(sent, state, goal, mesh)[1 if whole else 0]
-
-
-def _key(model: CostModel, time: float, sent: np.ndarray, colls: int, peak: int, future: float,
-         extra: int = 0, floor: int = 0, item: int = 1, whole: bool = True) -> tuple:
-    """Search key: (bytes estimate, collectives estimate, peak) for the bytes-first model,
-    else (time, bytes, collectives, peak); ``_Ctx.keys`` computes the same terms from a
-    label. Every term is a lower bound on the final
-    program's, so the first goal popped is the cheapest, and the search can stop as soon
-    as the frontier's best key reaches a complete program's. The bytes estimate never
-    overshoots: the final max over ranks is at least the mean over ranks of what was
-    sent plus the transfers still needed (the lower bound's ``sent_avg`` from here).
-    ``extra`` is the latency charge for collectives over spare axes (bytes-first only);
-    it only grows along a path, so the estimate stays a lower bound. Where transfers are
-    still needed, one more collective at least is too: that term lets a search whose
-    incumbent is at the byte bound stop once no path with fewer collectives is left,
-    instead of walking every state of equal bytes. ``floor`` is the per-class bound
-    (``_class_floor``): what the busiest member of some class of ranks holding the same
-    values must have sent by the end, which the world average can hide. ``whole``: the
-    world mean in whole elements of ``item`` bytes (every step sends whole ones)."""
-    total = int(sent.max())
-    if not model.bytes_first:
-        return (time, total, colls, peak)
-    # in whole elements: every step sends whole ones, so the busiest rank sends at least
-    # the world's elements over its size, rounded up (on tiny tensors, a large step)
-    if whole:
-        elements = int(sent.sum()) // item + math.ceil(future / item - 1e-6)
-        estimate = max(total, floor, item * -(-elements // len(sent)))
-    else:
-        estimate = max(total, floor, -(-int(sent.sum() + future) // len(sent)))
-    return (estimate + extra, colls + int(future > 0), peak)
+    return _floors(sent, _classes_in_bytes(state, goal, mesh), state.itemsize)[1 if whole else 0]
 
 
 def spare_axes(src: TensorType, dst: TensorType, mesh: Mesh) -> tuple[str, ...]:

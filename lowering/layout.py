@@ -61,8 +61,6 @@ def dim_ranges(size: int, axes: tuple[str, ...], mesh: Mesh) -> np.ndarray:
     return out
 
 
-
-
 @cached(maxsize=4096, max_bytes=24 * MIB)
 def boxes(t: TensorType, mesh: Mesh) -> np.ndarray:
     """(world, ndim, 2) int array: the global [start, stop) each rank holds, per dim.
@@ -150,9 +148,12 @@ def _dim_lengths(size: int, axes: tuple[str, ...], mesh: Mesh) -> np.ndarray:
 
 def own_overlap_numel(a: TensorType, b: TensorType, mesh: Mesh) -> np.ndarray:
     """(world,) elements of each rank's ``a`` block that its own ``b`` block holds too
-    (``overlap_numel(boxes(a), boxes(b))``), from cached per-dim overlaps (read-only)."""
+    (``overlap_numel(boxes(a), boxes(b))``), from cached per-dim overlaps (read-only).
+    Uneven types hold several blocks a rank: ``lowering.blocks`` counts those."""
     if any(d.split is not None for d in a.dims + b.dims):
-        return overlap_numel(boxes(a, mesh), boxes(b, mesh))
+        from lowering.blocks import held_overlap  # blocks builds on this module
+
+        return held_overlap(a, b, mesh)
     if not a.dims:
         return np.ones(mesh.size, dtype=np.int64)
     out = _dim_overlap(a.dims[0].size, a.dims[0].axes, b.dims[0].axes, mesh)

@@ -40,15 +40,12 @@ from lowering.checks import check_budget, check_partial_conversion, check_same_g
 from lowering.cost import DEFAULT_COST_MODEL, SPARE_AXIS_BYTES, CostModel, as_cost_model
 from lowering.fallback import fallback_routes
 from lowering.kinds import priced_step
-from lowering.labels import (  # noqa: F401 - _class_floor, _future: the tests read them here
+from lowering.labels import (
     _class_floor,
     _Ctx,
     _dominated,
-    _future,
     _Label,
     move_bytes,
-    spare_axes,
-    spare_collectives,
 )
 from lowering.moves import Move, erase, moves
 from lowering.program import COLLECTIVE_KINDS, Program, Step, program_cost

@@ -27,6 +27,7 @@ from functools import lru_cache
 
 from spec_lang.errors import SpecError
 from spec_lang.memo import memo as _memo
+from spec_lang.memo import unmemoised_state
 from spec_lang.split import Split
 
 # canonical (JAX's long) name -> (JAX's short name, bytes per element). The names are
@@ -184,7 +185,7 @@ class Mesh:
         return self._hash
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+        return unmemoised_state(self)
 
     @_memo
     def size(self) -> int:
@@ -258,7 +259,7 @@ class Dim:
         return self._hash
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+        return unmemoised_state(self)
 
     def __post_init__(self) -> None:
         if isinstance(self.axes, str):
@@ -511,8 +512,7 @@ class TensorType:
         return self._hash
 
     def __getstate__(self) -> dict:
-        # a string's hash differs between processes: never ship the cached one
-        return {k: v for k, v in self.__dict__.items() if k not in ("_key", "_hash")}
+        return unmemoised_state(self)
 
     def __str__(self) -> str:
         from spec_lang.printer import format_type

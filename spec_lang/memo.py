@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from typing import Any, Generic, TypeVar
 
 _T = TypeVar("_T")
@@ -27,3 +28,15 @@ class memo(Generic[_T]):
         value = self.fn(obj)
         obj.__dict__[self.name] = value  # an instance attribute: later reads skip this descriptor
         return value
+
+
+def unmemoised_state(obj: Any) -> dict[str, Any]:
+    """``obj``'s fields for pickling, without its memoised values: they are recomputed on
+    first read, and a hash must be (a string's hash differs between processes)."""
+    skip = _memo_names(type(obj))
+    return {k: v for k, v in obj.__dict__.items() if k not in skip}
+
+
+@cache
+def _memo_names(cls: type) -> frozenset[str]:
+    return frozenset(k for c in cls.__mro__ for k, v in vars(c).items() if isinstance(v, memo))

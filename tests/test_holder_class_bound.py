@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from strategies import cases
 
 from lowering.blocks import is_uneven
+from lowering.labels import _class_floor
 from lowering.moves import erase
-from lowering.planner import _class_floor, _sent_floor, compile, fallback_program
+from lowering.planner import _sent_floor, compile, fallback_program
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -50,7 +51,7 @@ def test_the_floor_is_the_busiest_holder_on_a_small_uneven_tensor() -> None:
 def test_the_world_floor_never_overshoots_a_program(case: tuple) -> None:
     # the search's world estimate (``_future``, with the floor for goals with new partial
     # axes) plus what the world has sent so far never exceeds what the program sends in all
-    from lowering.planner import _future
+    from lowering.labels import _future
 
     src, dst, mesh = case
     goal = erase(dst)
@@ -89,7 +90,7 @@ def test_the_search_key_never_overshoots_a_route(case: tuple) -> None:
     from lowering.checks import check_partial_conversion
     from lowering.cost import DEFAULT_COST_MODEL
     from lowering.fallback import fallback_routes
-    from lowering.planner import _Ctx
+    from lowering.labels import _Ctx
 
     src, dst, mesh = case
     start, goal = erase(src), erase(dst)

@@ -297,3 +297,16 @@ def test_local_shape_refuses_a_rank_off_the_mesh() -> None:
 
 def test_dead_helpers_are_gone() -> None:
     assert not hasattr(TensorType, "is_even") and not hasattr(AxisType, "is_partial")
+
+
+def test_pickled_ir_ships_no_memoised_values_and_comes_back_equal() -> None:
+    import dataclasses
+    import pickle
+
+    t, m = parse("f32[8@dp,16]{U:tp}"), parse_mesh("dp=2,tp=4")
+    hash(t), hash(m), t.sharded_axes, m.size  # fill the memos
+    for obj in (t, m, t.dims[0]):
+        state = obj.__getstate__()
+        assert set(state) == {f.name for f in dataclasses.fields(obj)}, state
+        back = pickle.loads(pickle.dumps(obj))
+        assert back == obj and hash(back) == hash(obj)

@@ -68,7 +68,7 @@ def test_spare_axis_charge_sets_where_the_split_starts(charge: int) -> None:
 
 
 def test_spare_axes_are_those_both_types_replicate() -> None:
-    from lowering.planner import spare_axes
+    from lowering.labels import spare_axes
     from spec_lang import parse, parse_mesh
 
     mesh = parse_mesh("dp=2,cp=2,tp=2")

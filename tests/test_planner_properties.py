@@ -35,7 +35,7 @@ def test_simulated_program_gives_destination_shards(case: tuple, seed: int) -> N
 
 
 def _charged(prog, charge: int) -> int:
-    from lowering.planner import spare_collectives
+    from lowering.labels import spare_collectives
 
     return prog.cost.bytes_sent_max + charge * spare_collectives(prog)
 

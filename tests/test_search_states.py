@@ -8,14 +8,17 @@ built term by term, as the planner once did."""
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from strategies import cases
 
 from lowering.blocks import is_uneven
-from lowering.cost import DEFAULT_COST_MODEL
+from lowering.cost import DEFAULT_COST_MODEL, CostModel
 from lowering.fallback import fallback_routes
-from lowering.labels import _class_floor, _Ctx, _future, _key
+from lowering.labels import _class_floor, _Ctx, _future
 from lowering.moves import erase, moves, with_dims, with_partial
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
@@ -32,6 +35,23 @@ def _search_ends(case: tuple) -> tuple[TensorType, TensorType, Mesh, str]:
     assume(not is_uneven(src) and not is_uneven(dst))
     start, goal = erase(src), erase(dst)
     return start, goal, mesh, start.partial_op or goal.partial_op or "sum"
+
+
+def _key(model: CostModel, time: float, sent: np.ndarray, colls: int, peak: int, future: float,
+         extra: int, floor: int, item: int, whole: bool = True) -> tuple:
+    """The search key from its terms, written plainly (``_Ctx.keys`` fuses them): the
+    largest of the busiest rank's sends, the class floor and the world mean of sends
+    plus what is due (in whole elements where ``whole``), plus the spare-axis charge;
+    one more collective where anything is due; the peak."""
+    total = int(sent.max())
+    if not model.bytes_first:
+        return (time, total, colls, peak)
+    if whole:
+        elements = int(sent.sum()) // item + math.ceil(future / item - 1e-6)
+        estimate = max(total, floor, item * -(-elements // len(sent)))
+    else:
+        estimate = max(total, floor, -(-int(sent.sum() + future) // len(sent)))
+    return (estimate + extra, colls + int(future > 0), peak)
 
 
 def _same(t: TensorType) -> None:

@@ -20,13 +20,10 @@ from torch_backend.comm import finish_avg, rank_map
 from torch_backend.groups import GroupHandle, MeshContext
 from torch_backend.runners import Pieces, runs
 from torch_backend.scratch import buffer
-from torch_backend.strided import contiguous, run_copies
+from torch_backend.strided import contiguous, flat, run_copies
 
 Plans = Pieces
 
-
-def _flat(t: torch.Tensor) -> torch.Tensor:
-    return t.reshape(-1) if t.is_contiguous() else t.contiguous().view(-1)
 
 
 def _first(plans: Plans) -> RankPieces:
@@ -85,9 +82,9 @@ def all_gather(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
         return _gather_a2a(ctx, g, plans, x) if ctx.is_local else _gather_ring(ctx, g, p0, x)
     if not ctx.is_local and p0.direct:
         y = x.new_empty(p0.out_shape)
-        comm.all_gather(ctx, y.view(-1), _flat(x), g)
+        comm.all_gather(ctx, y.view(-1), flat(x), g)
         return y
-    send = rank_map(ctx, lambda r, t: _flat(t), x)
+    send = rank_map(ctx, lambda r, t: flat(t), x)
     # chunk sizes are per rank: under LocalTensorMode, groups may hold blocks of different sizes
     out = rank_map(ctx, lambda r, t: buffer(plans[r], "gathered", plans[r].n * plans[r].chunk, t), x)
     comm.all_gather(ctx, out, send, g)
@@ -134,7 +131,7 @@ def _gather_a2a(ctx: MeshContext, g: GroupHandle, plans: Plans, x: torch.Tensor)
         own = next(pc.numel for pc in p.recv if pc.peer == r)
         send_splits[r] = [0 if pc.peer == r else own for pc in p.recv]
         recv_splits[r] = [0 if pc.peer == r else pc.numel for pc in p.recv]
-    send = rank_map(ctx, lambda r, t: torch.cat([_flat(t)] * (plans[r].n - 1)), x)
+    send = rank_map(ctx, lambda r, t: torch.cat([flat(t)] * (plans[r].n - 1)), x)
     got = comm.all_to_all(ctx, send, send_splits, recv_splits, g)
 
     def unpack(r: int, t: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
@@ -174,7 +171,7 @@ def reduce_scatter(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) 
         return _reduce_scatter_exact(ctx, step, g, plans, x)
     if not ctx.is_local and p0.direct:
         y = x.new_empty(p0.out_shape)
-        comm.reduce_scatter(ctx, y.view(-1), _flat(x), op, g)
+        comm.reduce_scatter(ctx, y.view(-1), flat(x), op, g)
         return finish_avg(y, op, p0.n)
 
     def chunk(r: int) -> int:
@@ -204,7 +201,7 @@ def _reduce_scatter_exact(ctx: MeshContext, step: Step, g: GroupHandle, plans: P
     recv_splits = {r: [0 if q == r else numel(p.out_shape) for q in p.members] for r, p in plans.items()}
 
     def pack(r: int, t: torch.Tensor) -> torch.Tensor:
-        parts = [_flat(t[pc.src]) for pc in plans[r].send if pc.peer != r]
+        parts = [flat(t[pc.src]) for pc in plans[r].send if pc.peer != r]
         return torch.cat(parts) if parts else t.new_empty(0)
 
     got = comm.all_to_all(ctx, rank_map(ctx, pack, x), send_splits, recv_splits, g)
@@ -369,12 +366,12 @@ def launch(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> Launc
         return None
     g = _group(ctx, step)
     if step.kind == "all_gather" and p0.even and p0.direct:
-        y, src = x.new_empty(p0.out_shape), _flat(x)
+        y, src = x.new_empty(p0.out_shape), flat(x)
         work = comm.all_gather(ctx, y.view(-1), src, g, launch_only=True)
         return work, lambda: y
     op = step.op or "sum"
     if step.kind == "reduce_scatter" and p0.direct:
-        y, src = x.new_empty(p0.out_shape), _flat(x)
+        y, src = x.new_empty(p0.out_shape), flat(x)
         work = comm.reduce_scatter(ctx, y.view(-1), src, op, g, launch_only=True)
         return work, lambda: finish_avg(y, op, p0.n)
     if step.kind == "all_reduce":

@@ -31,6 +31,7 @@ from torch_backend.comm import CollectiveError, finish_avg
 from torch_backend.groups import MeshContext
 from torch_backend.runners import RUNNERS, Pieces
 from torch_backend.scratch import Scratch, using
+from torch_backend.strided import contiguous, flat
 
 LeanRun = Callable[[torch.Tensor], torch.Tensor]
 
@@ -44,12 +45,6 @@ def collective_error(ctx: MeshContext, program: Program, i: int, step: Step, e: 
     )
 
 
-def _flat(t: torch.Tensor) -> torch.Tensor:
-    return t.view(-1) if t.is_contiguous() else t.contiguous().view(-1)
-
-
-def _dense(t: torch.Tensor) -> torch.Tensor:
-    return t if t.is_contiguous() else t.contiguous()
 
 
 def _stacks(big: tuple[int, ...], small: tuple[int, ...], n: int) -> bool:
@@ -74,7 +69,7 @@ def _collective(ctx: MeshContext, program: Program, step: Step, p: RankPieces) -
         def gather_stacked(x: torch.Tensor) -> torch.Tensor:
             y = x.new_empty(shape)
             try:
-                comm.all_gather(ctx, y, _dense(x), g)
+                comm.all_gather(ctx, y, contiguous(x), g)
             except RuntimeError as e:
                 failed(e)
             return y
@@ -84,7 +79,7 @@ def _collective(ctx: MeshContext, program: Program, step: Step, p: RankPieces) -
         def gather(x: torch.Tensor) -> torch.Tensor:
             y = x.new_empty(shape)
             try:
-                comm.all_gather(ctx, y.view(-1), _flat(x), g)
+                comm.all_gather(ctx, y.view(-1), flat(x), g)
             except RuntimeError as e:
                 failed(e)
             return y
@@ -94,7 +89,7 @@ def _collective(ctx: MeshContext, program: Program, step: Step, p: RankPieces) -
         def scatter_stacked(x: torch.Tensor) -> torch.Tensor:
             y = x.new_empty(shape)
             try:
-                comm.reduce_scatter(ctx, y, _dense(x), op, g)
+                comm.reduce_scatter(ctx, y, contiguous(x), op, g)
             except RuntimeError as e:
                 failed(e)
             return finish_avg(y, op, n)
@@ -104,7 +99,7 @@ def _collective(ctx: MeshContext, program: Program, step: Step, p: RankPieces) -
         def scatter(x: torch.Tensor) -> torch.Tensor:
             y = x.new_empty(shape)
             try:
-                comm.reduce_scatter(ctx, y.view(-1), _flat(x), op, g)
+                comm.reduce_scatter(ctx, y.view(-1), flat(x), op, g)
             except RuntimeError as e:
                 failed(e)
             return finish_avg(y, op, n)

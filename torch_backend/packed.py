@@ -23,10 +23,7 @@ from torch_backend import comm
 from torch_backend.comm import finish_avg, rank_map
 from torch_backend.groups import MeshContext
 from torch_backend.runners import Pieces
-
-
-def _flat(t: torch.Tensor) -> torch.Tensor:
-    return t.reshape(-1) if t.is_contiguous() else t.contiguous().view(-1)
+from torch_backend.strided import flat
 
 
 def _stack(ctx: MeshContext, xs: Sequence[torch.Tensor]) -> dict[int, list[torch.Tensor]]:
@@ -52,7 +49,7 @@ def all_gather(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces]
                xs: Sequence[torch.Tensor], launch_only: bool = False) -> Any:
     blocks = _stack(ctx, xs)
     sizes = {r: [p[r].chunk for p in pieces] for r in ctx.ranks}
-    send = _mapped(ctx, lambda r: torch.cat([_flat(b) for b in blocks[r]]))
+    send = _mapped(ctx, lambda r: torch.cat([flat(b) for b in blocks[r]]))
     out = _mapped(ctx, lambda r: blocks[r][0].new_empty(pieces[0][r].n * sum(sizes[r])))
     work = comm.all_gather(ctx, out, send, ctx.group(steps[0].axes, ctx.ranks[0]), launch_only=True)
     return _finished(ctx, work, lambda: _unpack_gather(ctx, pieces, blocks, sizes, out, len(xs)), launch_only)
@@ -119,7 +116,7 @@ def all_reduce(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces]
                xs: Sequence[torch.Tensor], launch_only: bool = False) -> Any:
     blocks = _stack(ctx, xs)
     op = steps[0].op or "sum"
-    buf = _mapped(ctx, lambda r: torch.cat([_flat(b) for b in blocks[r]]))
+    buf = _mapped(ctx, lambda r: torch.cat([flat(b) for b in blocks[r]]))
     work = comm.all_reduce(ctx, buf, op, ctx.group(steps[0].axes, ctx.ranks[0]), launch_only=True)
 
     def unpack() -> list[torch.Tensor]:
@@ -153,7 +150,7 @@ def exchange(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
     recv_splits = {r: [sum(p[r].recv[i].numel for p in pieces) for i in range(len(members[r]))] for r in ctx.ranks}
 
     def pack(r: int) -> torch.Tensor:
-        parts = [_flat(blocks[r][j][p[r].send[i].src]) for i in range(len(members[r]))
+        parts = [flat(blocks[r][j][p[r].send[i].src]) for i in range(len(members[r]))
                  for j, p in enumerate(pieces) if p[r].send[i].numel]
         return torch.cat(parts) if parts else blocks[r][0].new_empty(0)
 

@@ -40,6 +40,11 @@ def contiguous(t: torch.Tensor) -> torch.Tensor:
     return t if t.is_contiguous() else t.contiguous()
 
 
+def flat(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as one flat contiguous buffer (a view where it already is one)."""
+    return t.view(-1) if t.is_contiguous() else t.contiguous().view(-1)
+
+
 def _width(c: Copy, item: int, so: int, do: int) -> torch.dtype | None:
     """The widest integer dtype that tiles every innermost run of ``c`` (None: keep the dtype)."""
     if c.src.stride[-1] != 1 or c.dst.stride[-1] != 1 or len(c.src.size) < 2 or c.src.size[-1] * item > _NARROW:

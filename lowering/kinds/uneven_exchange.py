@@ -342,7 +342,7 @@ class AllToAllV(StepKind):
     collective = True
 
     def infer(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> Signature:
-        return _check(self.name, src, dst, mesh, axes, reduces=False)
+        return _check(self.name, src, dst, mesh, axes, reduces=self.reduces)
 
     def refine(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> str:
         from lowering.kinds.uneven_gather import refine_exchange
@@ -367,9 +367,6 @@ class AllToAllV(StepKind):
 class ReduceScatterV(AllToAllV):
     name = "reduce_scatterv"
     reduces = True
-
-    def infer(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> Signature:
-        return _check(self.name, src, dst, mesh, axes, reduces=True)
 
     def refine(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> str:
         # Direct, not around a ring: a ring reduce-scatter sends fewer bytes on skewed pieces
