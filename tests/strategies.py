@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import assume
 from hypothesis import strategies as st
 
 from spec_lang.ir import AxisType, Dim, Mesh, TensorType
@@ -48,18 +49,28 @@ def layouts(draw: st.DrawFn, mesh: Mesh, shape: tuple[int, ...], partial: frozen
 
 @st.composite
 def cases(draw: st.DrawFn, max_axes: int = 4, max_ranks: int = 16,
-          varying: bool = False, explicit_i: bool = False) -> tuple[TensorType, TensorType, Mesh]:
+          varying: bool = False, explicit_i: bool = False,
+          reducing: bool = False) -> tuple[TensorType, TensorType, Mesh]:
     """A valid (src, dst, mesh). The defaults are the small cases most tests use; the wide
-    ones (up to 8 axes, 1,024 ranks, V axes, explicit I) test the planner's budget."""
+    ones (up to 8 axes, 1,024 ranks, V axes, explicit I) test the planner's budget. With
+    ``reducing``, src has a pending reduction over an axis of 2+ ranks that dst finishes
+    (and dst adds no partial axis): drawn directly, not filtered, since few cases qualify."""
     mesh = draw(meshes(max_axes, max_ranks))
     shape = tuple(draw(st.lists(st.integers(1, 9), min_size=1, max_size=3)))
     op = draw(st.sampled_from(["sum", "sum", "avg", "max", "min"]))
     v = frozenset(draw(st.sets(st.sampled_from(mesh.names), max_size=2))) if varying else frozenset()
-    src_p = frozenset(draw(st.sets(st.sampled_from(mesh.names), max_size=2))) - v
-    # dst keeps some of src's partial axes (and, for sum, may add new ones from replicated axes)
-    dst_p = frozenset(a for a in src_p if draw(st.booleans()))
+    if reducing:
+        big = [a for a in mesh.names if mesh.axis_size(a) > 1 and a not in v]
+        assume(big)
+        src_p = frozenset(draw(st.sets(st.sampled_from(big), min_size=1, max_size=2)))
+        finished = draw(st.sampled_from(sorted(src_p)))
+        dst_p = frozenset(a for a in src_p if a != finished and draw(st.booleans()))
+    else:
+        src_p = frozenset(draw(st.sets(st.sampled_from(mesh.names), max_size=2))) - v
+        # dst keeps some of src's partial axes (and, for sum, may add new ones from replicated axes)
+        dst_p = frozenset(a for a in src_p if draw(st.booleans()))
     src = draw(layouts(mesh, shape, src_p, op, v, explicit_i))
-    if op == "sum" or not src_p:
+    if not reducing and (op == "sum" or not src_p):
         extra = [a for a in mesh.names if a not in src.sharded_axes and a not in src_p and a not in v]
         dst_p |= frozenset(a for a in extra if draw(st.integers(0, 3)) == 0)
     dst = draw(layouts(mesh, shape, dst_p, op if (src_p or op == "sum") else "sum", v, explicit_i))
