@@ -133,6 +133,11 @@ def compile_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | s
     ``cost_model`` is what ``compile`` takes (a CostModel, its JSON dict or file path)."""
     from lowering.planner import compile
 
+    for what, ts in (("source", srcs), ("destination", dsts)):
+        if isinstance(ts, (str, bytes)) or not isinstance(ts, Sequence):
+            raise SpecError(f"compile_many takes a list of {what} types, got {type(ts).__name__}",
+                            hint="pass one type per tensor, e.g. compile_many(['f32[8@dp]'], ['f32[8]'], 'dp=2'); "
+                            "for one tensor, lowering.compile")
     cost_model = as_cost_model(cost_model, mesh)
     if len(srcs) != len(dsts):
         raise SpecError(f"{len(srcs)} source types but {len(dsts)} destination types",

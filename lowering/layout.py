@@ -19,6 +19,7 @@ import weakref
 import numpy as np
 
 from lowering.caching import MIB, cached, on_clear
+from lowering.checks import check_type, resolve
 from spec_lang.errors import SpecError
 from spec_lang.ir import Dim, Mesh, TensorType
 
@@ -62,18 +63,21 @@ def dim_ranges(size: int, axes: tuple[str, ...], mesh: Mesh) -> np.ndarray:
 
 
 @cached(maxsize=4096, max_bytes=24 * MIB)
-def boxes(t: TensorType, mesh: Mesh) -> np.ndarray:
+def boxes(t: TensorType | str, mesh: Mesh | str) -> np.ndarray:
     """(world, ndim, 2) int array: the global [start, stop) each rank holds, per dim.
 
     Partial, replicated and varying axes do not cut the box: every rank on such
     an axis holds the same index range (with, for P and V, different values).
     """
+    if type(t) is not TensorType or type(mesh) is not Mesh:
+        t, mesh = resolve(t, mesh)
     if any(d.split is not None for d in t.dims):
         raise SpecError(f"{t} splits a dim unevenly: its ranks hold blocks, not one box each",
                         hint="ask lowering.blocks.rank_layout for an uneven type's blocks")
     key = (t.dims, mesh)
     out = _BOXES_BY_DIMS.get(key)
     if out is None:
+        check_type(t, mesh)  # a type built in code may name an axis its mesh lacks
         out = np.empty((mesh.size, t.ndim, 2), dtype=np.int64)
         for d, dim in enumerate(t.dims):
             out[:, d, :] = dim_ranges(dim.size, dim.axes, mesh)
@@ -90,12 +94,16 @@ on_clear(_BOXES_BY_DIMS.clear)
 
 
 @cached(maxsize=4096, max_bytes=8 * MIB)
-def local_shapes(t: TensorType, mesh: Mesh) -> tuple[tuple[int, ...], ...]:
+def local_shapes(t: TensorType | str, mesh: Mesh | str) -> tuple[tuple[int, ...], ...]:
     """Every rank's local shape, in rank order (equal shapes are one shared tuple)."""
+    if type(t) is not TensorType or type(mesh) is not Mesh:
+        t, mesh = resolve(t, mesh)
     if t.ndim == 0:
         return ((),) * mesh.size
     if any(d.split is not None for d in t.dims):
         from lowering.blocks import layouts
+
+        check_type(t, mesh)
 
         return tuple(lay.shape for lay in layouts(t, mesh))
     b = boxes(t, mesh)
@@ -105,8 +113,10 @@ def local_shapes(t: TensorType, mesh: Mesh) -> tuple[tuple[int, ...], ...]:
     return tuple(shared.setdefault(s, s) for s in zip(*sizes.T.tolist()))
 
 
-def local_shape(t: TensorType, mesh: Mesh, rank: int) -> tuple[int, ...]:
+def local_shape(t: TensorType | str, mesh: Mesh | str, rank: int) -> tuple[int, ...]:
     """``rank``'s local shape; a rank off the mesh is a SpecError."""
+    if type(t) is not TensorType or type(mesh) is not Mesh:
+        t, mesh = resolve(t, mesh)
     try:
         r = -1 if isinstance(rank, bool) else operator.index(rank)
     except TypeError:
@@ -224,7 +234,5 @@ def all_groups(mesh: Mesh, axes: tuple[str, ...]) -> tuple[tuple[int, ...], ...]
 
 def local_slices(t: TensorType | str, mesh: Mesh | str) -> list[tuple[slice, ...]]:
     """One entry per rank, in rank order: the global index range that rank holds."""
-    from lowering.checks import resolve
-
     t, mesh = resolve(t, mesh)
     return [box_slices(b) for b in boxes(t, mesh)]

@@ -318,6 +318,9 @@ def check_placements(
     placements' sizes be checked against the dims and mesh axis sizes.
     """
     m = as_mesh(mesh)
+    if isinstance(ndim, bool) or not isinstance(ndim, int) or ndim < 0:
+        raise SpecError(f"ndim must be the tensor's number of dims (an int >= 0), got {ndim!r}",
+                        hint="pass len(shape), e.g. ndim=2 for a matrix")
     if isinstance(placements, (str, bytes)):
         placements = parse_placements(str(placements))
     specs = [as_spec(p) for p in placements]

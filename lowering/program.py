@@ -144,6 +144,17 @@ class Program:
         return json.dumps(self.to_json(), indent=2)
 
 
+def check_program(program: object) -> Program:
+    """``program`` itself where it is a Program; a SpecError for anything else (public
+    entries that take a compiled program call this first)."""
+    if not isinstance(program, Program):
+        from spec_lang.errors import SpecError
+
+        raise SpecError(f"expected a compiled Program, got {type(program).__name__}",
+                        hint="compile one with lowering.compile(src, dst, mesh)")
+    return program
+
+
 def program_cost(steps: list[Step], src: TensorType, mesh: Mesh, model: Any) -> Cost:
     """Bytes (max over ranks of the sum over steps), collectives, peak live bytes, time."""
     from lowering.layout import local_numel

@@ -14,13 +14,13 @@ import numpy as np
 
 from lowering.kinds import simulate_step
 from lowering.layout import local_shapes
-from lowering.program import Program
+from lowering.program import Program, check_program
 from spec_lang.errors import SpecError
 
 
 def simulate(program: Program, local_inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Run ``program`` on one numpy array per rank (rank order); returns the outputs."""
-    mesh = program.mesh
+    mesh = check_program(program).mesh
     if len(local_inputs) != mesh.size:
         raise SpecError(
             f"simulate got {len(local_inputs)} local inputs for a mesh of {mesh.size} ranks",

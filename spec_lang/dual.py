@@ -15,8 +15,13 @@ _SUM = AxisType("P", "sum")
 _REPLICATE = AxisType("R")
 
 
-def dual_type(t: TensorType) -> TensorType:
-    """The gradient's type: R <-> P (P(avg) -> R too), I and V and sharded dims unchanged."""
+def dual_type(t: TensorType | str) -> TensorType:
+    """The gradient's type: R <-> P (P(avg) -> R too), I and V and sharded dims unchanged.
+    A string is parsed first (a malformed one is a SpecError)."""
+    if type(t) is not TensorType:
+        from spec_lang.parser import parse
+
+        t = parse(t)
     out = []
     for a, at in t.axis_types:
         if at.kind == "R":

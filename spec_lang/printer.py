@@ -27,8 +27,12 @@ def _dim(d: Dim) -> str:
 
 
 def format_type(t: TensorType, short_dtype: bool = False) -> str:
-    from spec_lang.ir import DTYPES
+    from spec_lang.ir import DTYPES, TensorType
 
+    if type(t) is not TensorType:  # a string is parsed: its canonical form comes back
+        from spec_lang.parser import parse
+
+        t = parse(t)
     dtype = DTYPES[t.dtype][0] if short_dtype else t.dtype
     dims = ",".join(_dim(d) for d in t.dims)
     groups: dict[str, list[str]] = {}

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 import lowering
-from lowering.program import Program
+from lowering.program import Program, check_program
 from spec_lang.dual import dual_type
 from spec_lang.errors import SpecError
 from spec_lang.ir import TensorType
@@ -58,6 +58,7 @@ def check_differentiable(src: TensorType, dst: TensorType) -> None:
 
 def backward_program(program: Program) -> Program:
     """The program that computes ``program``'s gradient (compiled, cached by the planner)."""
+    check_program(program)
     check_differentiable(program.src, program.dst)
     return lowering.compile(dual_type(program.dst), dual_type(program.src), program.mesh)
 

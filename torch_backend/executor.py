@@ -44,7 +44,7 @@ from typing import Any
 import torch
 
 from lowering.kinds import rank_pieces
-from lowering.program import Program, Step
+from lowering.program import Program, Step, check_program
 from spec_lang.errors import SpecError
 from torch_backend import collectives, comm, local_steps, typed_steps, uneven_steps  # noqa: F401 - each registers its runners
 from torch_backend.comm import CollectiveError, rank_map
@@ -203,9 +203,20 @@ def execute(program: Program, x: torch.Tensor, *, ctx: MeshContext | None = None
 
     ``timings``: if given, gets each step's wall time (device-synchronized).
     ``on_step(i, step)``: called before step i (the launcher's progress/fault hooks).
-    ``pieces``: the pieces ``build_pieces(program, ctx)`` returned (a bound program's).
+    ``pieces``: the pieces ``build_pieces(program, ctx)`` returned (a bound program's);
+    without them the program and the tensor are checked first (a bound program's caller
+    has checked them).
     """
+    if pieces is None:
+        from torch_backend.api import check_local
+
+        check_program(program)
+        if not isinstance(x, torch.Tensor):
+            raise SpecError(f"expected a torch.Tensor, got {type(x).__name__}",
+                            hint="pass this rank's local block as a tensor")
     ctx = ctx if ctx is not None else context(program.mesh)
+    if pieces is None:
+        x = check_local(x, program.src, ctx)
     plans = pieces if pieces is not None else build_pieces(program, ctx)
     y = x
     for i, (step, plan) in enumerate(zip(program.steps, plans)):

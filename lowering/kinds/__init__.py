@@ -79,6 +79,9 @@ def make_step(kind: str, src: TensorType | str, dst: TensorType | str, mesh: Mes
         axes = (axes,)
     spec = kind_of(kind)
     if axes is not None:
+        if not isinstance(axes, (tuple, list)) or not all(isinstance(a, str) for a in axes):
+            raise SpecError(f"axes must be mesh axis names, got {axes!r}",
+                            hint=f"pass a tuple of mesh axis names, e.g. axes=({m.names[0]!r},)")
         for a in axes:
             if a not in m:
                 raise SpecError(f"mesh axis {a!r} is not on the mesh {m}", hint=f"use one of {', '.join(m.names)}")
@@ -94,14 +97,26 @@ def make_program(steps: Sequence[Step] | Step, mesh: Mesh | str, *, cost_model: 
 
     ``src`` is the program's source type when ``steps`` is empty.
     """
+    from lowering.checks import check_type, resolve
     from lowering.cost import DEFAULT_COST_MODEL
-    from lowering.program import Program, program_cost
+    from lowering.program import Program, Step, program_cost
     from spec_lang.parser import parse_mesh
 
     m = parse_mesh(mesh)
     steps = (steps,) if not isinstance(steps, Sequence) else tuple(steps)
     if not steps and src is None:
         raise SpecError("make_program needs at least one step, or src= for an empty program")
+    if src is not None:
+        src, _ = resolve(src, m)
+    for i, s in enumerate(steps):
+        if not isinstance(s, Step):
+            raise SpecError(f"step {i + 1} is a {type(s).__name__}, not a Step",
+                            hint="build steps with lowering.make_step(kind, src, dst, mesh)")
+        check_type(s.src, m)
+        check_type(s.dst, m)
+        if len(s.bytes_sent) != m.size:
+            raise SpecError(f"step {i + 1} ({s.describe()}) was priced on a mesh of {len(s.bytes_sent)} ranks, "
+                            f"not on {m} ({m.size} ranks)", hint="build every step on the program's mesh")
     prev = steps[0].src if steps else src
     for i, s in enumerate(steps):
         if s.src != prev:
@@ -121,11 +136,32 @@ def members_of(step: Step, mesh: Mesh, rank: int) -> tuple[int, ...]:
     return tuple(sorted(group_ranks(mesh, step.axes, rank)))
 
 
-@cached(maxsize=4096, max_bytes=32 * MIB)
-def rank_pieces(step: Step, mesh: Mesh, rank: int, members: tuple[int, ...] | None = None) -> RankPieces:
+def rank_pieces(step: Step, mesh: Mesh | str, rank: int, members: tuple[int, ...] | None = None) -> RankPieces:
     """``rank``'s pieces of ``step``: only this rank's, read off the layout algebra."""
+    m, r = _checked_rank(step, mesh, rank)
+    return _rank_pieces(step, m, r, members)
+
+
+@cached(maxsize=4096, max_bytes=32 * MIB)
+def _rank_pieces(step: Step, mesh: Mesh, rank: int, members: tuple[int, ...] | None) -> RankPieces:
     return kind_of(step.kind).pieces(step, mesh, rank, members if members is not None else
                                      members_of(step, mesh, rank))
+
+
+def _checked_rank(step: Step, mesh: Mesh | str, rank: object) -> tuple[Mesh, int]:
+    from lowering.checks import check_type
+    from lowering.program import Step
+    from spec_lang.parser import parse_mesh
+
+    m = parse_mesh(mesh)
+    if not isinstance(step, Step):
+        raise SpecError(f"expected a Step, got {type(step).__name__}",
+                        hint="take a step from a compiled program, or build one with lowering.make_step")
+    check_type(step.src, m)
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < m.size:
+        raise SpecError(f"rank {rank!r} is not on the mesh {m} (ranks 0..{m.size - 1})",
+                        hint="ranks are row-major over the mesh axes, from 0 to the mesh size - 1")
+    return m, rank
 
 
 def wire_bytes(step: Step, mesh: Mesh) -> tuple[int, ...]:
