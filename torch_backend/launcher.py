@@ -25,12 +25,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    from torch_backend.run_spec import RunSpec
 
-from torch_backend.worker import RunSpec, init, run_rank
-
+# torch is imported where a rank (or the store) needs it, so ``shardc run`` refuses bad
+# input before paying for it
 GRACE_S = 10.0  # after the first failure, on top of the collective timeout
 STARTUP_S = 180.0  # import torch + init on a loaded machine
 
@@ -50,6 +51,8 @@ class RunResult:
 def choose_backend(requested: str, world: int) -> str:
     if requested != "auto":
         return requested
+    import torch
+
     if torch.cuda.is_available() and torch.cuda.device_count() >= world:
         return "nccl"
     return "gloo"
@@ -62,9 +65,11 @@ def under_torchrun() -> bool:
 RankFn = Callable[[Any, Any], dict[str, Any]]  # (spec, store) -> this rank's report
 
 
-def _child(rank: int, world: int, spec: RunSpec, port: int, q: Any, rank_fn: RankFn = run_rank) -> None:
-    """Entry point of a spawned rank."""
+def _child(rank: int, world: int, spec: RunSpec, port: int, q: Any, rank_fn: RankFn | None = None) -> None:
+    """Entry point of a spawned rank (``rank_fn`` None: ``shardc run``'s own)."""
     import torch.distributed as dist
+
+    from torch_backend.worker import init, run_rank
 
     report: dict[str, Any]
     try:
@@ -72,7 +77,7 @@ def _child(rank: int, world: int, spec: RunSpec, port: int, q: Any, rank_fn: Ran
         _count(store, "up")
         init(spec, rank, world, store)
         _count(store, "joined")
-        report = rank_fn(spec, store)
+        report = (rank_fn or run_rank)(spec, store)
     except BaseException as e:
         report = {"rank": rank, "ok": False, "error": f"{type(e).__name__}: {e}"}
     q.put(report)
@@ -107,14 +112,15 @@ def _progress(store: Any, done: int, failed: int) -> dict[str, int]:
 
 def launch_local(spec: RunSpec | Any, world: int,
                  on_progress: Callable[[dict[str, int]], None] | None = None,
-                 rank_fn: RankFn = run_rank) -> RunResult:
+                 rank_fn: RankFn | None = None) -> RunResult:
     """Spawn ``world`` ranks on this machine and run ``spec``.
 
     ``on_progress`` is called a few times a second with ``{up, joined, bench, done, failed}``
     rank counts (read from the store the parent owns), for ``shardc run``'s progress display.
     ``rank_fn(spec, store)`` is what each rank runs once it joined the process group
-    (a module-level function: it is pickled to the spawned ranks); ``spec`` needs the
-    ``backend`` and ``timeout`` that ``init`` reads. ``shardc calibrate`` passes its own.
+    (a module-level function: it is pickled to the spawned ranks; None: ``worker.run_rank``);
+    ``spec`` needs the ``backend`` and ``timeout`` that ``init`` reads. ``shardc calibrate``
+    passes its own.
     """
     import torch.distributed as dist
     import torch.multiprocessing as mp
@@ -216,12 +222,14 @@ def merge(reports: dict[int, dict[str, Any]], died: dict[int, int], hung: list[i
     return res
 
 
-def launch_torchrun(spec: RunSpec | Any, rank_fn: RankFn = run_rank) -> RunResult | None:
+def launch_torchrun(spec: RunSpec | Any, rank_fn: RankFn | None = None) -> RunResult | None:
     """Run on the torchrun world; rank 0 gets the merged result, the others None."""
     import torch.distributed as dist
 
+    from torch_backend.worker import init, run_rank
+
     store = init(spec)
-    report = rank_fn(spec, store)
+    report = (rank_fn or run_rank)(spec, store)
     world = dist.get_world_size()
     if report.get("error"):
         # the group may be broken: no gather; every rank speaks for itself

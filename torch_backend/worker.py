@@ -13,52 +13,18 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-import lowering
 from lowering.program import Program, Step
-from spec_lang.errors import SpecError
-from spec_lang.ir import DTYPE_HINT, TensorType, canonical_dtype
-from spec_lang.parser import parse
 from torch_backend.comm import CollectiveError
 from torch_backend.data import block, expected_block, global_tensor
 from torch_backend.executor import execute
 from torch_backend.groups import MeshContext, context
-
-
-@dataclass
-class RunSpec:
-    """What ``shardc run`` was asked to do (picklable: it travels to every rank)."""
-
-    mesh: str
-    src: str
-    dst: str
-    backend: str = "gloo"
-    dtype: str | None = None
-    check: bool = False
-    bench: int = 0
-    timeout: float = 60.0
-    progress_bar: bool = False
-    fault: str | None = field(default_factory=lambda: os.environ.get("SHARDC_FAULT"))
-
-
-def with_dtype(text: str, dtype: str | None) -> TensorType:
-    t = parse(text)
-    if dtype is None:
-        return t
-    name = canonical_dtype(dtype)
-    if name is None:
-        raise SpecError(f"unknown dtype {dtype!r}", hint=DTYPE_HINT)
-    return t.replace(dtype=name)
-
-
-def compile_spec(spec: RunSpec) -> Program:
-    return lowering.compile(with_dtype(spec.src, spec.dtype), with_dtype(spec.dst, spec.dtype), spec.mesh)
+from torch_backend.run_spec import RunSpec, compile_spec
 
 
 class Monitor:

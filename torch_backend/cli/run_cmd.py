@@ -37,8 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from torch_backend import launcher
-    from torch_backend.worker import RunSpec, compile_spec
+    from torch_backend import launcher  # torch-free until a rank or the store needs torch
+    from torch_backend.run_spec import RunSpec, compile_spec
 
     if args.bench < 0:
         raise SpecError("--bench must be >= 0", hint="give the number of timed runs, e.g. --bench 20")
