@@ -9,7 +9,8 @@ parent, so it survives any rank's death and the others can still read who failed
 Under torchrun (RANK and WORLD_SIZE set) the existing world is used as is, and rank 0
 gathers the reports.
 
-Failure handling: every collective runs with the ``--timeout``; a rank that raises,
+Failure handling: every collective runs with the ``--timeout`` (joining the group, which
+waits for the slowest rank to import torch, gets ``STARTUP_S``); a rank that raises,
 dies or hangs makes its peers' collectives fail within that time (at once when a peer
 process dies, since gloo sees the connection close). The launcher waits at most the
 timeout plus a grace period after the first failure, kills what is left, and reports
@@ -27,13 +28,14 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from torch_backend.run_spec import STARTUP_S
+
 if TYPE_CHECKING:
     from torch_backend.run_spec import RunSpec
 
 # torch is imported where a rank (or the store) needs it, so ``shardc run`` refuses bad
 # input before paying for it
 GRACE_S = 10.0  # after the first failure, on top of the collective timeout
-STARTUP_S = 180.0  # import torch + init on a loaded machine
 
 
 @dataclass
@@ -73,7 +75,8 @@ def _child(rank: int, world: int, spec: RunSpec, port: int, q: Any, rank_fn: Ran
 
     report: dict[str, Any]
     try:
-        store = dist.TCPStore("127.0.0.1", port, world + 1, False, timeout=timedelta(seconds=spec.timeout))
+        store = dist.TCPStore("127.0.0.1", port, world + 1, False,
+                              timeout=timedelta(seconds=max(spec.timeout, STARTUP_S)))
         _count(store, "up")
         init(spec, rank, world, store)
         _count(store, "joined")

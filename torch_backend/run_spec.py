@@ -12,6 +12,10 @@ from spec_lang.errors import SpecError
 from spec_lang.ir import DTYPE_HINT, TensorType, canonical_dtype
 from spec_lang.parser import parse
 
+# a rank's start-up (import torch, join the group) on a loaded machine: far longer than a
+# collective may take, so joining gets this much however short the collective timeout
+STARTUP_S = 180.0
+
 
 @dataclass
 class RunSpec:

@@ -24,7 +24,7 @@ from torch_backend.comm import CollectiveError
 from torch_backend.data import block, expected_block, global_tensor
 from torch_backend.executor import execute
 from torch_backend.groups import MeshContext, context
-from torch_backend.run_spec import RunSpec, compile_spec
+from torch_backend.run_spec import STARTUP_S, RunSpec, compile_spec
 
 
 class Monitor:
@@ -103,14 +103,22 @@ def _parse_fault(text: str) -> dict[str, Any]:
 
 
 def init(spec: RunSpec, rank: int | None = None, world: int | None = None, store: Any = None) -> Any:
-    """Join (or, under torchrun, create) the default process group; returns the store."""
+    """Join (or, under torchrun, create) the default process group; returns the store.
+
+    Joining waits for the slowest rank to start, so it gets ``STARTUP_S`` (or the collective
+    timeout, if longer); then the group, and the store it was given, are held to the
+    collective timeout."""
     timeout = timedelta(seconds=spec.timeout)
+    joining = timedelta(seconds=max(spec.timeout, STARTUP_S))
     if spec.backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank or 0)) % torch.cuda.device_count())
     if store is None:
-        dist.init_process_group(spec.backend, timeout=timeout)
-        return dist.distributed_c10d._get_default_store()
-    dist.init_process_group(spec.backend, store=store, rank=rank, world_size=world, timeout=timeout)
+        dist.init_process_group(spec.backend, timeout=joining)
+        store = dist.distributed_c10d._get_default_store()
+    else:
+        dist.init_process_group(spec.backend, store=store, rank=rank, world_size=world, timeout=joining)
+        store.set_timeout(timeout)
+    dist.distributed_c10d._set_pg_timeout(timeout)
     return store
 
 
