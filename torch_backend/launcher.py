@@ -1,9 +1,9 @@
 """``shardc run``'s launcher: one process per rank on this machine, or the torchrun world.
 
 Local launch: the parent hosts a TCPStore on 127.0.0.1 on a port the OS picks (port 0,
-then handed to the ranks, so no other process can take it in between), spawns one
+then handed to the ranks, so no other process can take it in between), starts one
 process per rank (gloo on CPU, or NCCL with one GPU per rank when that many are
-visible), and collects each rank's report through a queue. The store belongs to the
+visible; forked from a server that imported torch once, ``torch_backend.procs``), and collects each rank's report through a queue. The store belongs to the
 parent, so it survives any rank's death and the others can still read who failed.
 
 Under torchrun (RANK and WORLD_SIZE set) the existing world is used as is, and rank 0
@@ -126,14 +126,14 @@ def launch_local(spec: RunSpec | Any, world: int,
     passes its own.
     """
     import torch.distributed as dist
-    import torch.multiprocessing as mp
+
+    from torch_backend.procs import rank_context, rank_process
 
     store = dist.TCPStore("127.0.0.1", 0, world + 1, True, timeout=timedelta(seconds=spec.timeout),
                           wait_for_workers=False)
-    ctx = mp.get_context("spawn")
+    ctx = rank_context()
     q = ctx.Queue()
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    procs = [ctx.Process(target=_child, args=(r, world, spec, store.port, q, rank_fn), daemon=True) for r in range(world)]
+    procs = [rank_process(ctx, _child, r, world, spec, store.port, q, rank_fn) for r in range(world)]
     for p in procs:
         p.start()
     try:

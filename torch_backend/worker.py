@@ -105,19 +105,19 @@ def _parse_fault(text: str) -> dict[str, Any]:
 def init(spec: RunSpec, rank: int | None = None, world: int | None = None, store: Any = None) -> Any:
     """Join (or, under torchrun, create) the default process group; returns the store.
 
-    Joining waits for the slowest rank to start, so it gets ``STARTUP_S`` (or the collective
-    timeout, if longer); then the group, and the store it was given, are held to the
-    collective timeout."""
+    Joining the launcher's group waits for the slowest rank to import torch, so it gets
+    ``STARTUP_S`` (or the collective timeout, if longer); then the group, and the store,
+    are held to the collective timeout. Under torchrun the ranks start together, after
+    torchrun's own rendezvous: the group gets the collective timeout from the start."""
     timeout = timedelta(seconds=spec.timeout)
-    joining = timedelta(seconds=max(spec.timeout, STARTUP_S))
     if spec.backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank or 0)) % torch.cuda.device_count())
     if store is None:
-        dist.init_process_group(spec.backend, timeout=joining)
-        store = dist.distributed_c10d._get_default_store()
-    else:
-        dist.init_process_group(spec.backend, store=store, rank=rank, world_size=world, timeout=joining)
-        store.set_timeout(timeout)
+        dist.init_process_group(spec.backend, timeout=timeout)
+        return dist.distributed_c10d._get_default_store()
+    dist.init_process_group(spec.backend, store=store, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=max(spec.timeout, STARTUP_S)))
+    store.set_timeout(timeout)
     dist.distributed_c10d._set_pg_timeout(timeout)
     return store
 
