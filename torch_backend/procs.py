@@ -7,10 +7,13 @@ start method, preloaded); where that method does not exist they are spawned. Nei
 inherits the parent's state: the server is a fresh interpreter that has run nothing but
 imports (no CUDA, no thread pool), so a forked rank starts as clean as a spawned one.
 
-The server is one per parent process and runs with the parent's environment at its
-start (set ``OMP_NUM_THREADS`` and the like before :func:`rank_context`); starting it
-before the parent imports torch lets the two imports run side by side. Unlike a
-spawned process it does not get the parent's ``sys.path``, so a rank's entry point is
+The server is one per parent process. It imports the parent's main script, as spawn
+does (so a function defined there can be a rank's entry point), then the preloads, with
+the parent's environment at its start: what torch reads as it loads (``OMP_NUM_THREADS``)
+must be set before :func:`rank_context`; each rank then gets the parent's environment as
+it is when the rank starts (CUDA, NCCL and shardc settings are read after that). Starting
+the server before the parent imports torch lets the two imports run side by side. Unlike
+a spawned process it does not get the parent's ``sys.path``, so a rank's entry point is
 named (module and function) and looked up only once the parent's path is in place.
 """
 
@@ -23,8 +26,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-# what every rank loads anyway: paid once, in the server
-PRELOAD = ["torch_backend.rank_preload"]
+# the parent's main script (spawn's behaviour), then what every rank loads anyway: paid once
+PRELOAD = ["__main__", "torch_backend.rank_preload"]
 
 
 def rank_context(preload: Sequence[str] = ()) -> Any:
@@ -49,10 +52,12 @@ def rank_process(ctx: Any, target: Callable[..., Any], *args: Any) -> Any:
     """A daemon process (not started) running ``target(*args)``; ``target`` is a module-level
     function, found by name under the parent's ``sys.path`` (``args`` travel as pickles,
     so their types must import without it: builtins, queues, shardc's own)."""
-    return ctx.Process(target=_run, args=(list(sys.path), target.__module__, target.__qualname__, args),
-                       daemon=True)
+    return ctx.Process(target=_run, daemon=True,
+                       args=(list(sys.path), dict(os.environ), target.__module__, target.__qualname__, args))
 
 
-def _run(path: list[str], module: str, name: str, args: tuple[Any, ...]) -> None:
+def _run(path: list[str], env: dict[str, str], module: str, name: str, args: tuple[Any, ...]) -> None:
     sys.path[:0] = [p for p in path if p not in sys.path]
+    os.environ.clear()
+    os.environ.update(env)
     getattr(importlib.import_module(module), name)(*args)
