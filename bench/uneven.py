@@ -55,7 +55,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -216,18 +216,21 @@ def analyse(c: Case) -> None:
 # ---- timing (8 gloo ranks) -------------------------------------------------------------------
 
 
-def rank_main(rank: int, store: str, iters: int, rows: list[dict[str, Any]], out_path: str) -> None:
-    from datetime import timedelta
+RankRunner = Callable[..., dict[int, Any]]  # (fn, *args) -> {rank: fn(rank, world, *args)}
 
+
+def measure(rank: int, world: int, iters: int, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """This rank's timings and checks of every case (``rows``: the cases as dicts), run on
+    the default process group of ``world`` ranks, which the caller initialised; it leaves
+    the group as it found it (only shardc's own caches grow)."""
     import torch
-    import torch.distributed as dist
 
     from lowering.blocks import rank_layout
     from torch_backend import redistribute
     from torch_backend.blocks import local_part
 
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD,
-                            timeout=timedelta(seconds=300))
+    if world != WORLD:
+        raise ValueError(f"the cases are for {WORLD} ranks, not {world}")
     out = []
     for i, c in enumerate(rows):
         mesh = parse_mesh(c["mesh"])
@@ -257,14 +260,43 @@ def rank_main(rank: int, store: str, iters: int, rows: list[dict[str, Any]], out
         # through Replicate is shardc's own route when the destination is Replicate
         row["through_r_s"] = row["shardc_s"] if dst == rep else _time(through_r, iters)
         out.append(row)
+    return out
+
+
+def merge_ranks(per_rank: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Every case once: the slowest rank's times, ok where every rank was."""
+    ranks = [per_rank[r] for r in sorted(per_rank)]
+    return [{k: (max(g[i][k] for g in ranks) if k.endswith("_s") else all(g[i][k] for g in ranks))
+             for k in ranks[0][i]} for i in range(len(ranks[0]))]
+
+
+def _spawned_rank(rank: int, store: str, fn: Callable[..., Any], args: tuple[Any, ...], out_path: str) -> None:
+    """One of :func:`spawn_ranks`' processes: joins the group, runs ``fn``, rank 0 writes
+    every rank's result."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD,
+                            timeout=timedelta(seconds=300))
     gathered: list[Any] = [None] * WORLD
-    dist.all_gather_object(gathered, out)
+    dist.all_gather_object(gathered, fn(rank, WORLD, *args))
     if rank == 0:
-        merged = [{k: (max(g[i][k] for g in gathered) if k.endswith("_s") else all(g[i][k] for g in gathered))
-                   for k in out[i]} for i in range(len(out))]
-        Path(out_path).write_text(json.dumps(merged))
+        Path(out_path).write_text(json.dumps(gathered))
     dist.barrier()
     dist.destroy_process_group()
+
+
+def spawn_ranks(fn: Callable[..., Any], *args: Any) -> dict[int, Any]:
+    """``{rank: fn(rank, WORLD, *args)}`` from 8 fresh gloo processes (the bench's own runner;
+    a test hands :func:`main` a pool of ranks that already joined a group instead)."""
+    import torch.multiprocessing as mp
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "ranks.json")
+        mp.spawn(_spawned_rank, args=(os.path.join(tmp, "store"), fn, args, out), nprocs=WORLD, join=True)
+        return dict(enumerate(json.loads(Path(out).read_text())))
 
 
 # ---- report ------------------------------------------------------------------------------------
@@ -321,26 +353,22 @@ def report(rows: list[Case]) -> dict[str, Any]:
     return summary
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+def main(argv: Sequence[str] | None = None, run_ranks: RankRunner = spawn_ranks) -> dict[str, Any]:
+    """Run the bench; ``run_ranks(measure, iters, rows)`` runs the timing on 8 gloo ranks
+    (:func:`spawn_ranks` unless given)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--scale", type=int, default=8, help="tokens 512*scale, FSDP rows 128*scale (default 8)")
     ap.add_argument("--hidden", type=int, default=128, help="MoE hidden size; FSDP columns are 4x (default 128)")
     ap.add_argument("--json", default=None, help="write rows and summary here; '-' prints JSON, no tables")
     args = ap.parse_args(argv)
-    import torch.multiprocessing as mp
-
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     t0 = time.time()
     rows = cases(args.scale, args.hidden)
     for c in rows:
         analyse(c)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "rows.json")
-        mp.spawn(rank_main, args=(os.path.join(tmp, "store"), args.iters, [asdict(c) for c in rows], out),
-                 nprocs=WORLD, join=True)
-        for c, timed in zip(rows, json.loads(Path(out).read_text()), strict=True):
-            c.stats.update(timed)
+    timed = merge_ranks(run_ranks(measure, args.iters, [asdict(c) for c in rows]))
+    for c, row in zip(rows, timed, strict=True):
+        c.stats.update(row)
     quiet = args.json == "-"
     if quiet:
         sys.stdout, real = open(os.devnull, "w"), sys.stdout

@@ -109,17 +109,19 @@ class GlooPool:
 
     def _start(self) -> None:
         import torch.distributed as dist
-        import torch.multiprocessing as mp
 
-        ctx = mp.get_context("spawn")
+        from torch_backend.procs import rank_context, rank_process
+
+        # the ranks shardc run starts: forked from a server that imported torch once, and here
+        # what the pool's jobs load in every rank (autograd's first grad loads sympy)
+        ctx = rank_context(preload=["torch.fx.experimental.symbolic_shapes", "torch.distributed._local_tensor",
+                                    "torch_backend.api", "pytest"])
         self._store = dist.TCPStore("127.0.0.1", 0, self.world + 1, True, wait_for_workers=False,
                                     timeout=timedelta(seconds=self.collective_timeout_s))
         self._results = ctx.Queue()
         self._tasks = [ctx.Queue() for _ in range(self.world)]
-        os.environ.setdefault("OMP_NUM_THREADS", "1")
-        self._procs = [ctx.Process(target=_pool_worker, daemon=True,
-                                   args=(r, self.world, self._store.port, self._tasks[r], self._results,
-                                         self.collective_timeout_s))
+        self._procs = [rank_process(ctx, _pool_worker, r, self.world, self._store.port, self._tasks[r],
+                                    self._results, self.collective_timeout_s)
                        for r in range(self.world)]
         for p in self._procs:
             p.start()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from datetime import timedelta
 from typing import Any
 
@@ -38,17 +39,12 @@ from torch_backend.dtypes import dtype_name, short_name, to_torch_dtype
 from torch_backend.executor import BoundProgram, bind
 from torch_backend.groups import MeshContext, context, real_world
 
-_DTENSOR: list[Any] = []  # the DTensor class, imported on the first call (not per call)
-
 
 def _is_dtensor(x: Any) -> bool:
-    if not _DTENSOR:
-        try:
-            from torch.distributed.tensor import DTensor as cls
-        except ImportError:  # pragma: no cover - torch without DTensor: nothing is one
-            cls = ()
-        _DTENSOR.append(cls)
-    return isinstance(x, _DTENSOR[0])
+    # a DTensor exists only once torch.distributed.tensor was imported: until then nothing
+    # is one, and a plain tensor's call does not pay for that import (seconds: it loads sympy)
+    cls = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
+    return cls is not None and isinstance(x, cls)
 
 
 def _type(t: TensorType | str, what: str) -> TensorType:

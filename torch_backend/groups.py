@@ -33,6 +33,7 @@ and every ``lowering`` cache, but keeps the process groups.
 
 from __future__ import annotations
 
+import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,18 +48,14 @@ from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh
 from spec_lang.parser import parse_mesh
 
-_ENABLED_LOCAL_MODE: list[Callable[[], Any]] = []  # torch's lookup, imported on first use
-
 
 def local_tensor_mode() -> Any | None:
-    """The enabled LocalTensorMode, or None (also None where torch lacks it)."""
-    if not _ENABLED_LOCAL_MODE:
-        try:
-            from torch.distributed._local_tensor import enabled_local_tensor_mode
-        except ImportError:  # torch without LocalTensorMode
-            enabled_local_tensor_mode = lambda: None  # noqa: E731
-        _ENABLED_LOCAL_MODE.append(enabled_local_tensor_mode)
-    return _ENABLED_LOCAL_MODE[0]()
+    """The enabled LocalTensorMode, or None (also None where torch lacks it).
+
+    A mode can be enabled only once its module was imported: until then a real rank's
+    call does not pay for that import."""
+    lookup = getattr(sys.modules.get("torch.distributed._local_tensor"), "enabled_local_tensor_mode", None)
+    return None if lookup is None else lookup()
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,16 @@
 """``shardc run``'s launcher: one process per rank on this machine, or the torchrun world.
 
 Local launch: the parent hosts a TCPStore on 127.0.0.1 on a port the OS picks (port 0,
-then handed to the ranks, so no other process can take it in between), spawns one
+then handed to the ranks, so no other process can take it in between), starts one
 process per rank (gloo on CPU, or NCCL with one GPU per rank when that many are
-visible), and collects each rank's report through a queue. The store belongs to the
+visible; forked from a server that imported torch once, ``torch_backend.procs``), and collects each rank's report through a queue. The store belongs to the
 parent, so it survives any rank's death and the others can still read who failed.
 
 Under torchrun (RANK and WORLD_SIZE set) the existing world is used as is, and rank 0
 gathers the reports.
 
-Failure handling: every collective runs with the ``--timeout``; a rank that raises,
+Failure handling: every collective runs with the ``--timeout`` (joining the group, which
+waits for the slowest rank to import torch, gets ``STARTUP_S``); a rank that raises,
 dies or hangs makes its peers' collectives fail within that time (at once when a peer
 process dies, since gloo sees the connection close). The launcher waits at most the
 timeout plus a grace period after the first failure, kills what is left, and reports
@@ -25,14 +26,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+from torch_backend.run_spec import STARTUP_S
 
-from torch_backend.worker import RunSpec, init, run_rank
+if TYPE_CHECKING:
+    from torch_backend.run_spec import RunSpec
 
+# torch is imported where a rank (or the store) needs it, so ``shardc run`` refuses bad
+# input before paying for it
 GRACE_S = 10.0  # after the first failure, on top of the collective timeout
-STARTUP_S = 180.0  # import torch + init on a loaded machine
 
 
 @dataclass
@@ -50,6 +53,8 @@ class RunResult:
 def choose_backend(requested: str, world: int) -> str:
     if requested != "auto":
         return requested
+    import torch
+
     if torch.cuda.is_available() and torch.cuda.device_count() >= world:
         return "nccl"
     return "gloo"
@@ -62,17 +67,20 @@ def under_torchrun() -> bool:
 RankFn = Callable[[Any, Any], dict[str, Any]]  # (spec, store) -> this rank's report
 
 
-def _child(rank: int, world: int, spec: RunSpec, port: int, q: Any, rank_fn: RankFn = run_rank) -> None:
-    """Entry point of a spawned rank."""
+def _child(rank: int, world: int, spec: RunSpec, port: int, q: Any, rank_fn: RankFn | None = None) -> None:
+    """Entry point of a spawned rank (``rank_fn`` None: ``shardc run``'s own)."""
     import torch.distributed as dist
+
+    from torch_backend.worker import init, run_rank
 
     report: dict[str, Any]
     try:
-        store = dist.TCPStore("127.0.0.1", port, world + 1, False, timeout=timedelta(seconds=spec.timeout))
+        store = dist.TCPStore("127.0.0.1", port, world + 1, False,
+                              timeout=timedelta(seconds=max(spec.timeout, STARTUP_S)))
         _count(store, "up")
         init(spec, rank, world, store)
         _count(store, "joined")
-        report = rank_fn(spec, store)
+        report = (rank_fn or run_rank)(spec, store)
     except BaseException as e:
         report = {"rank": rank, "ok": False, "error": f"{type(e).__name__}: {e}"}
     q.put(report)
@@ -107,24 +115,25 @@ def _progress(store: Any, done: int, failed: int) -> dict[str, int]:
 
 def launch_local(spec: RunSpec | Any, world: int,
                  on_progress: Callable[[dict[str, int]], None] | None = None,
-                 rank_fn: RankFn = run_rank) -> RunResult:
+                 rank_fn: RankFn | None = None) -> RunResult:
     """Spawn ``world`` ranks on this machine and run ``spec``.
 
     ``on_progress`` is called a few times a second with ``{up, joined, bench, done, failed}``
     rank counts (read from the store the parent owns), for ``shardc run``'s progress display.
     ``rank_fn(spec, store)`` is what each rank runs once it joined the process group
-    (a module-level function: it is pickled to the spawned ranks); ``spec`` needs the
-    ``backend`` and ``timeout`` that ``init`` reads. ``shardc calibrate`` passes its own.
+    (a module-level function: it is pickled to the spawned ranks; None: ``worker.run_rank``);
+    ``spec`` needs the ``backend`` and ``timeout`` that ``init`` reads. ``shardc calibrate``
+    passes its own.
     """
     import torch.distributed as dist
-    import torch.multiprocessing as mp
+
+    from torch_backend.procs import rank_context, rank_process
 
     store = dist.TCPStore("127.0.0.1", 0, world + 1, True, timeout=timedelta(seconds=spec.timeout),
                           wait_for_workers=False)
-    ctx = mp.get_context("spawn")
+    ctx = rank_context()
     q = ctx.Queue()
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    procs = [ctx.Process(target=_child, args=(r, world, spec, store.port, q, rank_fn), daemon=True) for r in range(world)]
+    procs = [rank_process(ctx, _child, r, world, spec, store.port, q, rank_fn) for r in range(world)]
     for p in procs:
         p.start()
     try:
@@ -216,12 +225,14 @@ def merge(reports: dict[int, dict[str, Any]], died: dict[int, int], hung: list[i
     return res
 
 
-def launch_torchrun(spec: RunSpec | Any, rank_fn: RankFn = run_rank) -> RunResult | None:
+def launch_torchrun(spec: RunSpec | Any, rank_fn: RankFn | None = None) -> RunResult | None:
     """Run on the torchrun world; rank 0 gets the merged result, the others None."""
     import torch.distributed as dist
 
+    from torch_backend.worker import init, run_rank
+
     store = init(spec)
-    report = rank_fn(spec, store)
+    report = (rank_fn or run_rank)(spec, store)
     world = dist.get_world_size()
     if report.get("error"):
         # the group may be broken: no gather; every rank speaks for itself

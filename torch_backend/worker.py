@@ -13,52 +13,18 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-import lowering
 from lowering.program import Program, Step
-from spec_lang.errors import SpecError
-from spec_lang.ir import DTYPE_HINT, TensorType, canonical_dtype
-from spec_lang.parser import parse
 from torch_backend.comm import CollectiveError
 from torch_backend.data import block, expected_block, global_tensor
 from torch_backend.executor import execute
 from torch_backend.groups import MeshContext, context
-
-
-@dataclass
-class RunSpec:
-    """What ``shardc run`` was asked to do (picklable: it travels to every rank)."""
-
-    mesh: str
-    src: str
-    dst: str
-    backend: str = "gloo"
-    dtype: str | None = None
-    check: bool = False
-    bench: int = 0
-    timeout: float = 60.0
-    progress_bar: bool = False
-    fault: str | None = field(default_factory=lambda: os.environ.get("SHARDC_FAULT"))
-
-
-def with_dtype(text: str, dtype: str | None) -> TensorType:
-    t = parse(text)
-    if dtype is None:
-        return t
-    name = canonical_dtype(dtype)
-    if name is None:
-        raise SpecError(f"unknown dtype {dtype!r}", hint=DTYPE_HINT)
-    return t.replace(dtype=name)
-
-
-def compile_spec(spec: RunSpec) -> Program:
-    return lowering.compile(with_dtype(spec.src, spec.dtype), with_dtype(spec.dst, spec.dtype), spec.mesh)
+from torch_backend.run_spec import STARTUP_S, RunSpec, compile_spec
 
 
 class Monitor:
@@ -137,14 +103,22 @@ def _parse_fault(text: str) -> dict[str, Any]:
 
 
 def init(spec: RunSpec, rank: int | None = None, world: int | None = None, store: Any = None) -> Any:
-    """Join (or, under torchrun, create) the default process group; returns the store."""
+    """Join (or, under torchrun, create) the default process group; returns the store.
+
+    Joining the launcher's group waits for the slowest rank to import torch, so it gets
+    ``STARTUP_S`` (or the collective timeout, if longer); then the group, and the store,
+    are held to the collective timeout. Under torchrun the ranks start together, after
+    torchrun's own rendezvous: the group gets the collective timeout from the start."""
     timeout = timedelta(seconds=spec.timeout)
     if spec.backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank or 0)) % torch.cuda.device_count())
     if store is None:
         dist.init_process_group(spec.backend, timeout=timeout)
         return dist.distributed_c10d._get_default_store()
-    dist.init_process_group(spec.backend, store=store, rank=rank, world_size=world, timeout=timeout)
+    dist.init_process_group(spec.backend, store=store, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=max(spec.timeout, STARTUP_S)))
+    store.set_timeout(timeout)
+    dist.distributed_c10d._set_pg_timeout(timeout)
     return store
 
 

@@ -37,8 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from torch_backend import launcher
-    from torch_backend.worker import RunSpec, compile_spec
+    from torch_backend import launcher  # torch-free until a rank or the store needs torch
+    from torch_backend.run_spec import RunSpec, compile_spec
 
     if args.bench < 0:
         raise SpecError("--bench must be >= 0", hint="give the number of timed runs, e.g. --bench 20")
@@ -52,6 +52,10 @@ def run(args: argparse.Namespace) -> int:
         if int(os.environ["WORLD_SIZE"]) != world:
             raise SpecError(f"torchrun started {os.environ['WORLD_SIZE']} ranks but the mesh {program.mesh} "
                             f"has {world}", hint=f"use torchrun --nproc-per-node ... so that there are {world} ranks")
+    if not launcher.under_torchrun():
+        from torch_backend.procs import rank_context
+
+        rank_context()  # the ranks' fork server imports torch while this process does
     spec.backend = launcher.choose_backend(args.backend, world)
     if spec.backend == "nccl":
         import torch
