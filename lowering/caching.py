@@ -32,6 +32,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, TypeVar
 
 import numpy as np
@@ -62,29 +63,54 @@ class CacheInfo:
     max_bytes: int
 
 
+# what estimate_bytes does with a value, by its type (worked out once per type)
+_SEQ, _INT, _NOTHING, _ARRAY, _FLOAT, _SIZEOF, _DICT, _OTHER = range(8)
+_KIND: dict[type, int] = {}
+
+
+def _kind_of(t: type) -> int:
+    if issubclass(t, np.ndarray):
+        return _ARRAY
+    if t is bool or t is type(None) or issubclass(t, _SHARED):
+        return _NOTHING
+    if issubclass(t, int):
+        return _INT
+    if issubclass(t, float):
+        return _FLOAT
+    if issubclass(t, (str, bytes)):
+        return _SIZEOF
+    if issubclass(t, (tuple, list, frozenset, set)):
+        return _SEQ
+    return _DICT if issubclass(t, dict) else _OTHER
+
+
 def estimate_bytes(value: Any, _depth: int = 0) -> int:
     """A cheap estimate of the memory ``value`` keeps alive (shared objects count again)."""
-    if isinstance(value, np.ndarray):
-        return value.nbytes + 112
-    if value is None or value is True or value is False:
-        return 0
-    if isinstance(value, int):
+    # called for every field of every sampled element of a cached value: one lookup of the
+    # value's type instead of a chain of isinstance tests
+    t = type(value)
+    kind = _KIND.get(t)
+    if kind is None:
+        kind = _KIND.setdefault(t, _kind_of(t))
+    if kind == _SEQ:
+        return 64 if _depth >= _MAX_DEPTH else 56 + 8 * len(value) + _elements(value, _depth)
+    if kind == _INT:
         return 0 if -5 <= value <= 256 else 28  # small ints are shared by the interpreter
-    if isinstance(value, float):
-        return 24
-    if isinstance(value, (str, bytes)):
-        return sys.getsizeof(value)
-    if isinstance(value, _SHARED):
+    if kind == _NOTHING:  # None, flags, and the IR's shared types and meshes
         return 0
+    if kind == _ARRAY:
+        return value.nbytes + 112
+    if kind == _FLOAT:
+        return 24
+    if kind == _SIZEOF:
+        return sys.getsizeof(value)
     if _depth >= _MAX_DEPTH:
         return 64
-    if isinstance(value, (tuple, list, frozenset, set)):
-        return 56 + 8 * len(value) + _elements(value, _depth)
-    if isinstance(value, dict):
+    if kind == _DICT:
         return 232 + 24 * len(value) + _elements(value.values(), _depth) + _elements(value.keys(), _depth)
     fields = getattr(value, "__dict__", None)
     if fields is not None:
-        return 56 + sum(estimate_bytes(v, _depth + 1) for v in fields.values())
+        return 56 + sum(map(estimate_bytes, fields.values(), repeat(_depth + 1)))
     try:
         return sys.getsizeof(value)
     except TypeError:
@@ -97,10 +123,10 @@ def _elements(items: Any, depth: int) -> int:
     seq = items if isinstance(items, (tuple, list)) else tuple(items)
     n = len(seq)
     if n <= _SAMPLE:
-        return sum(estimate_bytes(v, depth + 1) for v in seq)
+        return sum(map(estimate_bytes, seq, repeat(depth + 1)))
     sample = [seq[i * (n - 1) // (_SAMPLE - 1)] for i in range(_SAMPLE)]
     distinct = {id(v): v for v in sample}
-    per = sum(estimate_bytes(v, depth + 1) for v in distinct.values()) / len(distinct)
+    per = sum(map(estimate_bytes, distinct.values(), repeat(depth + 1))) / len(distinct)
     if len(distinct) == 1:  # one object in every slot sampled: counted once
         return int(per)
     return int(per * n * len(distinct) / _SAMPLE)

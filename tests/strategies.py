@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import TypeVar
+
 import numpy as np
 from hypothesis import assume
 from hypothesis import strategies as st
@@ -9,19 +13,34 @@ from hypothesis import strategies as st
 from spec_lang.ir import AxisType, Dim, Mesh, TensorType
 
 AXES = ("a", "b", "c", "d", "e", "f", "g", "h")
+F = TypeVar("F", bound=Callable[..., st.SearchStrategy])
 
 
+def reused(factory: F) -> F:
+    """``factory`` memoised by its (hashable) arguments. Hypothesis validates a strategy
+    object on its first draw, and a composite that builds its inner strategies per example
+    pays that each time (about half of drawing a case); a reused object draws exactly the
+    same choices, so the examples are the ones a fresh object would give."""
+    return functools.lru_cache(maxsize=4096)(factory)  # type: ignore[return-value]
+
+
+permutations = reused(st.permutations)
+sampled_from = reused(st.sampled_from)
+
+
+@reused
 @st.composite
 def meshes(draw: st.DrawFn, max_axes: int = 4, max_ranks: int = 16) -> Mesh:
     """Up to ``max_axes`` axes of 1-4 ranks, at most ``max_ranks`` ranks in all."""
     n = draw(st.integers(1, max_axes))
-    sizes = [draw(st.sampled_from([1, 2, 2, 3, 4])) for _ in range(n)]
+    sizes = [draw(sampled_from((1, 2, 2, 3, 4))) for _ in range(n)]
     while np.prod(sizes) > max_ranks:
         big = sizes.index(max(sizes))
         sizes[big] = 2 if sizes[big] > 2 else 1
     return Mesh(AXES[:n], tuple(sizes))
 
 
+@reused
 @st.composite
 def layouts(draw: st.DrawFn, mesh: Mesh, shape: tuple[int, ...], partial: frozenset[str], op: str,
             varying: frozenset[str] = frozenset(), explicit_i: bool = False) -> TensorType:
@@ -29,7 +48,7 @@ def layouts(draw: st.DrawFn, mesh: Mesh, shape: tuple[int, ...], partial: frozen
     ``varying`` axes are V; with ``explicit_i`` a replicated axis may be written ``I``."""
     dims: list[list[str]] = [[] for _ in shape]
     types: list[tuple[str, AxisType]] = []
-    order = draw(st.permutations(mesh.names))
+    order = draw(permutations(mesh.names))
     for a in order:
         if a in partial:
             types.append((a, AxisType("P", op)))
@@ -57,16 +76,16 @@ def cases(draw: st.DrawFn, max_axes: int = 4, max_ranks: int = 16,
     (and dst adds no partial axis): drawn directly, not filtered, since few cases qualify."""
     mesh = draw(meshes(max_axes, max_ranks))
     shape = tuple(draw(st.lists(st.integers(1, 9), min_size=1, max_size=3)))
-    op = draw(st.sampled_from(["sum", "sum", "avg", "max", "min"]))
-    v = frozenset(draw(st.sets(st.sampled_from(mesh.names), max_size=2))) if varying else frozenset()
+    op = draw(sampled_from(("sum", "sum", "avg", "max", "min")))
+    v = frozenset(draw(st.sets(sampled_from(mesh.names), max_size=2))) if varying else frozenset()
     if reducing:
         big = [a for a in mesh.names if mesh.axis_size(a) > 1 and a not in v]
         assume(big)
-        src_p = frozenset(draw(st.sets(st.sampled_from(big), min_size=1, max_size=2)))
-        finished = draw(st.sampled_from(sorted(src_p)))
+        src_p = frozenset(draw(st.sets(sampled_from(tuple(big)), min_size=1, max_size=2)))
+        finished = draw(sampled_from(tuple(sorted(src_p))))
         dst_p = frozenset(a for a in src_p if a != finished and draw(st.booleans()))
     else:
-        src_p = frozenset(draw(st.sets(st.sampled_from(mesh.names), max_size=2))) - v
+        src_p = frozenset(draw(st.sets(sampled_from(mesh.names), max_size=2))) - v
         # dst keeps some of src's partial axes (and, for sum, may add new ones from replicated axes)
         dst_p = frozenset(a for a in src_p if draw(st.booleans()))
     src = draw(layouts(mesh, shape, src_p, op, v, explicit_i))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from hypothesis import strategies as st
+from strategies import permutations, reused, sampled_from
 
 from spec_lang.ir import AxisType, Dim, Mesh, TensorType
 from spec_lang.split import Split
@@ -20,8 +21,10 @@ from spec_lang.split import Split
 AXES = ("a", "b", "c")
 OPS = ("sum", "sum", "avg", "max", "min")
 KINDS = ("sizes", "ragged", "parts", "aligned")
+_DIM_SIZES = st.integers(0, 8) | st.integers(1, 8)  # mostly >= 1 (a zero-size dim now and then)
 
 
+@reused
 @st.composite
 def meshes(draw: st.DrawFn, max_axes: int = 3, max_ranks: int = 16) -> Mesh:
     """1..``max_axes`` axes of 1..4 ranks, at most ``max_ranks`` ranks in all."""
@@ -33,6 +36,7 @@ def meshes(draw: st.DrawFn, max_axes: int = 3, max_ranks: int = 16) -> Mesh:
     return Mesh(AXES[:n], tuple(sizes))
 
 
+@reused
 @st.composite
 def composition(draw: st.DrawFn, total: int, parts: int) -> tuple[int, ...]:
     """``parts`` counts >= 0 that add up to ``total`` (zeros are common on small totals)."""
@@ -40,19 +44,20 @@ def composition(draw: st.DrawFn, total: int, parts: int) -> tuple[int, ...]:
     return tuple(b - a for a, b in zip([0, *cuts], [*cuts, total]))
 
 
+@reused
 @st.composite
 def splits(draw: st.DrawFn, shape: tuple[int, ...], n: int, kind: str | None = None,
            dim: int | None = None) -> tuple[int, Split]:
     """``(dim, split)``: an uneven cut over an axis of ``n`` ranks that fits ``shape`` (on
     ``dim`` where given; a ragged one over that one dim)."""
-    kind = kind or draw(st.sampled_from(KINDS))
+    kind = kind or draw(sampled_from(KINDS))
     if kind == "ragged":
         span = 1 if dim is not None else draw(st.integers(1, len(shape)))
         flat = math.prod(shape[:span])
         divisors = [t for t in range(1, min(flat, 12) + 1) if flat % t == 0]
         if not divisors:  # an empty prefix: no unit sum divides 0 positions but any does
             divisors = [1, 2, 3]
-        total = draw(st.sampled_from(divisors))
+        total = draw(sampled_from(tuple(divisors)))
         return 0, Split("ragged", draw(composition(total, n)), span=span)
     dim = draw(st.integers(0, len(shape) - 1)) if dim is None else dim
     if kind == "sizes":
@@ -64,6 +69,7 @@ def splits(draw: st.DrawFn, shape: tuple[int, ...], n: int, kind: str | None = N
     return dim, Split("parts", rows, aligned=aligned)
 
 
+@reused
 @st.composite
 def layouts(draw: st.DrawFn, mesh: Mesh, shape: tuple[int, ...], partial: frozenset[str], op: str,
             uneven: bool, dtype: str = "float64") -> TensorType:
@@ -78,7 +84,7 @@ def layouts(draw: st.DrawFn, mesh: Mesh, shape: tuple[int, ...], partial: frozen
     if uneven:
         if not free:
             raise ValueError("an uneven layout needs an axis that is not partial")
-        u = draw(st.sampled_from(free))
+        u = draw(sampled_from(tuple(free)))
         d, sp = draw(splits(shape, mesh.axis_size(u)))
         dims[d].append(u)
         split_at[d] = sp
@@ -86,7 +92,7 @@ def layouts(draw: st.DrawFn, mesh: Mesh, shape: tuple[int, ...], partial: frozen
         others = [a for a in free if a != u]
         if others and sp.span == 1 and draw(st.integers(0, 2)) == 0:
             # compose another axis on the split dim, in mesh-order semantics
-            b = draw(st.sampled_from(others))
+            b = draw(sampled_from(tuple(others)))
             nb = mesh.axis_size(b)
             if draw(st.booleans()) and shape[d] % nb == 0:  # major: the split fits each chunk
                 kind = sp.kind if sp.kind != "parts" else ("aligned" if sp.aligned else "parts")
@@ -97,7 +103,7 @@ def layouts(draw: st.DrawFn, mesh: Mesh, shape: tuple[int, ...], partial: frozen
             elif sp.kind != "parts":  # minor: cuts the split's single run evenly
                 dims[d].append(b)
     types: list[tuple[str, AxisType]] = []
-    for a in draw(st.permutations(mesh.names)):
+    for a in draw(permutations(mesh.names)):
         if any(a in ax for ax in dims):
             continue
         if a in partial:
@@ -114,6 +120,7 @@ def layouts(draw: st.DrawFn, mesh: Mesh, shape: tuple[int, ...], partial: frozen
                       tuple(types))
 
 
+@reused
 @st.composite
 def uneven_types(draw: st.DrawFn, mesh: Mesh) -> TensorType:
     """One uneven type on ``mesh`` (no partial axes)."""
@@ -121,18 +128,18 @@ def uneven_types(draw: st.DrawFn, mesh: Mesh) -> TensorType:
     return draw(layouts(mesh, shape, frozenset(), "sum", True))
 
 
+@reused
 @st.composite
 def uneven_pairs(draw: st.DrawFn, max_axes: int = 3, max_ranks: int = 16,
                  ops: tuple[str, ...] = OPS) -> tuple[TensorType, TensorType, Mesh]:
     """A valid ``(src, dst, mesh)`` where at least one side is uneven: uneven <-> uneven (on
     the same or different axes and dims) or uneven <-> a plain layout (shards, R, P)."""
     mesh = draw(meshes(max_axes, max_ranks))
-    # dim sizes mostly >= 1 (a zero-size dim now and then)
-    shape = tuple(draw(st.lists(st.integers(0, 8) | st.integers(1, 8), min_size=1, max_size=3)))
-    op = draw(st.sampled_from(ops))
-    sides = draw(st.sampled_from([(True, True), (True, False), (False, True)]))
+    shape = tuple(draw(st.lists(_DIM_SIZES, min_size=1, max_size=3)))
+    op = draw(sampled_from(ops))
+    sides = draw(sampled_from(((True, True), (True, False), (False, True))))
     # an uneven side needs a non-partial axis: keep at least one axis out of the partials
-    src_p = frozenset(draw(st.sets(st.sampled_from(mesh.names), max_size=min(2, len(mesh.names) - 1))))
+    src_p = frozenset(draw(st.sets(sampled_from(mesh.names), max_size=min(2, len(mesh.names) - 1))))
     dst_p = frozenset(a for a in src_p if draw(st.booleans()))
     src = draw(layouts(mesh, shape, src_p, op, sides[0]))
     if op == "sum" or not src_p:
@@ -144,6 +151,7 @@ def uneven_pairs(draw: st.DrawFn, max_axes: int = 3, max_ranks: int = 16,
     return src, dst, mesh
 
 
+@reused
 @st.composite
 def single_placements(draw: st.DrawFn) -> tuple[TensorType, Mesh]:
     """One uneven placement alone on a 1-D mesh of 1..4 ranks."""

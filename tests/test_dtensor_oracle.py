@@ -78,7 +78,8 @@ def _distribute(t_text: str, mesh_text: str, dm: Any, placements: list[Any]) -> 
     full = torch.arange(float(t.numel)).reshape(t.shape)
     with LocalTensorMode(m.size):
         dt = distribute_tensor(full, dm, placements, src_data_rank=None)
-        local = [dt.to_local()._local_tensors[r].clone() for r in range(m.size)]
+        ranks = dt.to_local()._local_tensors  # once: each to_local is a dispatch over every rank
+        local = [ranks[r].clone() for r in range(m.size)]
     return full, local
 
 

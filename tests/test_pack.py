@@ -5,6 +5,7 @@ cleanly where no GPU is visible."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -153,18 +154,30 @@ def _random_bits(n: int, dtype: torch.dtype, g: torch.Generator) -> torch.Tensor
     return raw.view(dtype)
 
 
+def _window(pool: torch.Tensor, n: int, g: torch.Generator) -> torch.Tensor:
+    """``n`` random elements: a window of ``pool`` at a random start (a view). Drawing every
+    buffer's bytes anew took most of the test's time (torch draws bytes one by one), and a
+    random window of random bits is as random."""
+    start = int(torch.randint(0, pool.numel() - n + 1, (), generator=g))
+    return pool[start:start + n]
+
+
+@functools.lru_cache(maxsize=16)  # a view recurs across the storage offsets and both directions
+def _flat_indices(v: View) -> torch.Tensor:
+    """Every element's flat index in ``v``, in its order."""
+    idx = torch.full((), v.offset, dtype=torch.int64)
+    for n, st in zip(v.size, v.stride):
+        idx = idx.unsqueeze(-1) + torch.arange(n) * st
+    return idx.reshape(-1)
+
+
 def _by_index(c: Copy, src: torch.Tensor, dst: torch.Tensor) -> None:
     """The simple path: every element's flat index computed and moved one by one, as bytes."""
-    def flat(v: View, base: int) -> torch.Tensor:
-        idx = torch.full((), base + v.offset, dtype=torch.int64)
-        for n, st in zip(v.size, v.stride):
-            idx = idx.unsqueeze(-1) + torch.arange(n) * st
-        return idx.reshape(-1)
     item = dst.element_size()
     s8 = src.untyped_storage()
     d8 = dst.view(torch.uint8).view(-1, item) if dst.numel() else dst.view(torch.uint8)
     sb = torch.empty(0, dtype=torch.uint8).set_(s8).view(-1, item)
-    d8[flat(c.dst, 0)] = sb[flat(c.src, src.storage_offset())]
+    d8[_flat_indices(c.dst)] = sb[_flat_indices(c.src) + src.storage_offset()]
 
 
 def _extent(v: View) -> int:
@@ -180,6 +193,7 @@ def test_copies_as_other_dtypes_keep_every_bit(dtype: torch.dtype) -> None:
     run lengths that no wide element tiles, rows of 1 to 9 elements, zero-size copies."""
     g = torch.Generator().manual_seed(dtype.itemsize * 7 + len(str(dtype)))
     rows = 5000  # past the size where the integer views and the column split start
+    pool = _random_bits(2 * rows * 21 + 64, dtype, g)  # twice the longest buffer (k = 9, stride 2k + 3)
     for k in range(1, 10):
         for stride in (k, k + 1, 2 * k, 2 * k + 3):
             for so, do in ((0, 0), (1, 0), (0, 3), (2, 2), (4, 8)):
@@ -188,8 +202,8 @@ def test_copies_as_other_dtypes_keep_every_bit(dtype: torch.dtype) -> None:
                           Copy(View(3, (rows, k), (k, 1)), View(off, (rows, k), (stride, 1))),  # unpack-like
                           Copy(View(off, (k, rows), (1, stride)), View(0, (k, rows), (rows, 1))),  # transposing
                           Copy(View(off, (0, k), (stride, 1)), View(0, (0, k), (k, 1)))):  # zero-size
-                    src = _random_bits(so + _extent(c.src) + 5, dtype, g)[so:]
-                    dst = _random_bits(do + _extent(c.dst) + 5, dtype, g)
+                    src = _window(pool, so + _extent(c.src) + 5, g).clone()[so:]  # storage offset so
+                    dst = _window(pool, do + _extent(c.dst) + 5, g)  # only read: both results are copies
                     fast, ref = dst.clone()[do:], dst.clone()[do:]
                     run_copies([c], src, fast)
                     _by_index(c, src, ref)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import numpy as np
@@ -53,12 +54,13 @@ def pieces_of(peers: Sequence[int], boxes_: np.ndarray, base: np.ndarray, side: 
     lo = (boxes_[..., 0] - base[:, 0]).tolist()
     hi = (boxes_[..., 1] - base[:, 0]).tolist()
     numels = np.prod(ext, axis=1).tolist()
-    shapes = ext.tolist()
-    out = []
-    for q, a, b, sh, n in zip(peers, lo, hi, shapes, numels):
-        sl = tuple(map(slice, a, b))
-        out.append(Piece(q, sl, (), tuple(sh), n) if side == "src" else Piece(q, (), sl, tuple(sh), n))
-    return tuple(out)
+    # built by map and zip, without a Python loop or Piece's own __new__ (a 1,024-rank group
+    # is a million pieces): what Piece(q, slices, (), shape, numel) builds, or with dst slices
+    slices = map(tuple, map(map, repeat(slice), lo, hi))
+    shapes = map(tuple, ext.tolist())
+    unused = repeat(())
+    fields = (peers, slices, unused, shapes, numels) if side == "src" else (peers, unused, slices, shapes, numels)
+    return tuple(map(tuple.__new__, repeat(Piece), zip(*fields)))
 
 
 @dataclass(frozen=True, kw_only=True)
