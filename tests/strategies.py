@@ -83,11 +83,11 @@ def cases(draw: st.DrawFn, max_axes: int = 4, max_ranks: int = 16,
         assume(big)
         src_p = frozenset(draw(st.sets(sampled_from(tuple(big)), min_size=1, max_size=2)))
         finished = draw(sampled_from(tuple(sorted(src_p))))
-        dst_p = frozenset(a for a in src_p if a != finished and draw(st.booleans()))
+        dst_p = frozenset(a for a in mesh.names if a in src_p and a != finished and draw(st.booleans()))
     else:
         src_p = frozenset(draw(st.sets(sampled_from(mesh.names), max_size=2))) - v
         # dst keeps some of src's partial axes (and, for sum, may add new ones from replicated axes)
-        dst_p = frozenset(a for a in src_p if draw(st.booleans()))
+        dst_p = frozenset(a for a in mesh.names if a in src_p and draw(st.booleans()))
     src = draw(layouts(mesh, shape, src_p, op, v, explicit_i))
     if not reducing and (op == "sum" or not src_p):
         extra = [a for a in mesh.names if a not in src.sharded_axes and a not in src_p and a not in v]
