@@ -115,10 +115,15 @@ def init(spec: RunSpec, rank: int | None = None, world: int | None = None, store
     if store is None:
         dist.init_process_group(spec.backend, timeout=timeout)
         return dist.distributed_c10d._get_default_store()
+    # torch's (private) way to change a live group's timeout; a torch without it keeps the
+    # collective timeout from the start, as before the allowance existed
+    set_pg_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
+    joining = max(spec.timeout, STARTUP_S) if set_pg_timeout is not None else spec.timeout
     dist.init_process_group(spec.backend, store=store, rank=rank, world_size=world,
-                            timeout=timedelta(seconds=max(spec.timeout, STARTUP_S)))
-    store.set_timeout(timeout)
-    dist.distributed_c10d._set_pg_timeout(timeout)
+                            timeout=timedelta(seconds=joining))
+    if set_pg_timeout is not None:
+        store.set_timeout(timeout)
+        set_pg_timeout(timeout)
     return store
 
 
