@@ -9,6 +9,8 @@
    measured directly: each call's time minus the time spent inside the c10d call and its
    wait (the bare collective alone varies by more than the target between runs on a
    shared machine, so a difference of two medians cannot show it). Target: <= 30 us.
+   Beside it, the floor (a bare ``comm.all_gather`` into a new output, timed the same
+   way), and the host code alone: the three calls with the collective replaced by a no-op.
 3. 32 FSDP-like parameters, ``f32[n@dp,k] -> f32[n,k]`` looped (one redistribute per
    parameter) against DTensor's loop. Target: <= 0.9x DTensor's loop.
 
@@ -99,6 +101,20 @@ def _inside_collective(call: Any, prepared: Any, bare: Any, calls: int) -> dict[
     return out
 
 
+def _host_code(call: Any, prepared: Any, bare: Any, calls: int) -> dict[str, float]:
+    """The same three calls with ``comm.all_gather`` replaced by a no-op: the host code around
+    the collective alone, without the gloo threads that share the two cores with it (the
+    bare call's is its output's allocation)."""
+    from torch_backend import comm
+
+    real = comm.all_gather
+    comm.all_gather = lambda *a, **k: None  # type: ignore[assignment]
+    try:
+        return _interleaved({"host_shardc": call, "host_prepared": prepared, "host_bare": bare}, calls)
+    finally:
+        comm.all_gather = real  # type: ignore[assignment]
+
+
 def rank_main(rank: int, store: str, calls: int, profile: bool, out_path: str) -> None:
     from datetime import timedelta
 
@@ -149,6 +165,9 @@ def rank_main(rank: int, store: str, calls: int, profile: bool, out_path: str) -
     row.update(_inside_collective(lambda: torch_backend.redistribute(part, "f32[64@dp,64]", "f32[64,64]", mesh),
                                   lambda: gprep(part), lambda: comm.all_gather(ctx, part.new_empty((64, 64)), part, group),
                                   n))
+    row.update(_host_code(lambda: torch_backend.redistribute(part, "f32[64@dp,64]", "f32[64,64]", mesh),
+                          lambda: gprep(part), lambda: comm.all_gather(ctx, part.new_empty((64, 64)), part, group),
+                          calls))
     row.update(_interleaved({
         "gather_bare": lambda: bare(out, part),
         "gather_shardc": lambda: torch_backend.redistribute(part, "f32[64@dp,64]", "f32[64,64]", mesh),
@@ -204,6 +223,8 @@ def main() -> int:
           f"shardc {outside:.1f} us, prepared {outside_p:.1f} us (target <= 30 us: {'met' if outside <= 30 else 'NOT met'})")
     print(f"   the floor (a bare comm.all_gather into a new output, timed the same way): {us['outside_bare']:.1f} us; "
           f"shardc's own part: {outside - us['outside_bare']:.1f} us, prepared {outside_p - us['outside_bare']:.1f} us")
+    print(f"   host code alone (the collective replaced by a no-op): shardc {us['host_shardc']:.1f} us, "
+          f"prepared {us['host_prepared']:.1f} us, the bare call (its allocation) {us['host_bare']:.1f} us")
     loop = r["loop32_shardc"] / r["loop32_dtensor"]
     print(f"3. 32 parameters      shardc loop {r['loop32_shardc'] * 1e3:7.2f} ms   DTensor loop "
           f"{r['loop32_dtensor'] * 1e3:7.2f} ms   redistribute_many {r['many32_shardc'] * 1e3:7.2f} ms")
