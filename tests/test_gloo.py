@@ -143,3 +143,32 @@ def test_shardc_run_bad_type_fails_before_spawning():
     p = _shardc("run", "--mesh", "dp=2", "f32[8@tp]", "f32[8]", timeout=50)
     assert p.returncode == 2
     assert "not on the mesh" in p.stderr and "hint" in p.stderr
+
+
+_TORCHRUN_SCRIPT = """
+import torch, torch.distributed as dist
+import torch_backend
+dist.init_process_group("gloo")
+r = dist.get_rank()
+x = torch.arange(120, dtype=torch.float32).reshape(12, 10)[3 * r:3 * r + 3].clone()
+for dst in ("f32[12@tp,10]", "f32[12,10@dp]", "f32[12,10]"):
+    y = torch_backend.redistribute(x, "f32[12@(dp,tp),10]", dst, "dp=2,tp=2")
+dist.destroy_process_group()
+open(f"done{r}", "w").write(str(tuple(y.shape)))
+"""
+
+
+@pytest.mark.timeout(150)
+def test_a_torchrun_script_exits_cleanly(tmp_path: Path) -> None:
+    """Under torchrun, a script that redistributes and destroys its group exits 0. The
+    groups shardc kept once outlived destroy_process_group and went down with the
+    interpreter, which aborted about every other run ("terminate called without an active
+    exception") and made torchrun report a failed rank."""
+    script = tmp_path / "user.py"
+    script.write_text(_TORCHRUN_SCRIPT)
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+                        str(script)], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1"),
+                       capture_output=True, text=True, timeout=140)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0 and "terminate called" not in out, out[-3000:]
+    assert [(tmp_path / f"done{r}").read_text() for r in range(4)] == ["(12, 10)"] * 4

@@ -28,11 +28,14 @@ groups per (ranks, timeout, device), so a second caller's timeout is honoured; c
 per (mesh, timeout), or per (DeviceMesh, timeout) with the DeviceMesh held weakly, and
 each DeviceMesh's layout read once (reading ``DeviceMesh.mesh`` builds a tensor), so a
 repeated ``context()`` parses and builds nothing. ``clear_caches()`` drops the contexts
-and every ``lowering`` cache, but keeps the process groups.
+and every ``lowering`` cache, but keeps the process groups; at interpreter exit the
+groups are dropped too, so none outlives an orderly shutdown.
 """
 
 from __future__ import annotations
 
+import atexit
+import gc
 import sys
 import weakref
 from collections.abc import Callable
@@ -106,6 +109,21 @@ def clear_caches() -> None:
     _CACHE["contexts"] = {}
     _CACHE["dm_contexts"] = weakref.WeakKeyDictionary()
     _DEVICE_MESHES.clear()
+
+
+def _release_groups() -> None:
+    """Drop every process group and context this module (and the caches built on it) holds.
+
+    Run at interpreter exit: a gloo group that outlives ``destroy_process_group`` in these
+    caches would otherwise be torn down with the interpreter, where it can abort the
+    process ("terminate called without an active exception") after a clean run, which
+    torchrun reports as a failed rank."""
+    clear_caches()
+    _CACHE.update(world=None, groups={})
+    gc.collect()
+
+
+atexit.register(_release_groups)
 
 
 @dataclass
