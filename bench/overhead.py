@@ -40,15 +40,19 @@ WORLD = 2
 
 def _interleaved(fns: dict[str, Any], calls: int, rounds: int = 7) -> dict[str, float]:
     """Median over rounds of each function's mean per-call time; within a round the
-    functions take turns, so a drift of the machine's load hits them alike."""
+    functions take turns, in an order that rotates from round to round, so a drift of the
+    machine's load, or what follows a barrier, hits them alike."""
     import torch.distributed as dist
 
     for fn in fns.values():
         for _ in range(20):
             fn()
     times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, fn in fns.items():
+    names = list(fns)
+    for i in range(rounds):
+        # each round starts with another function, so none always follows the barrier
+        for k in names[i % len(names):] + names[:i % len(names)]:
+            fn = fns[k]
             dist.barrier()
             t0 = time.perf_counter()
             for _ in range(calls):
@@ -87,8 +91,10 @@ def _inside_collective(call: Any, prepared: Any, bare: Any, calls: int) -> dict[
         for fn in fns.values():
             for _ in range(20):
                 fn()
-        for _ in range(7):  # the three take turns in each round, as in ``_interleaved``
-            for name, fn in fns.items():
+        names = list(fns)
+        for i in range(7):  # the three take turns in each round, as in ``_interleaved``
+            for name in names[i % 3:] + names[:i % 3]:
+                fn = fns[name]
                 dist.barrier()
                 inside[0] = 0.0
                 t0 = time.perf_counter()
