@@ -126,6 +126,15 @@ def plan_jointly(programs: Sequence[Program], cost_model: CostModel | None = Non
     return JointProgram(mesh, tuple(programs), tuple(rounds), cost)
 
 
+def check_type_lists(entry: str, srcs: object, dsts: object, example: str) -> None:
+    """A joint entry's source and destination types are lists (a string is one type, not a
+    list of its characters); ``example`` is a call that shows the fix."""
+    for what, ts in (("source", srcs), ("destination", dsts)):
+        if isinstance(ts, (str, bytes)) or not isinstance(ts, Sequence):
+            raise SpecError(f"{entry} takes a list of {what} types, got {type(ts).__name__}",
+                            hint=f"pass one type per tensor, e.g. {example}")
+
+
 def compile_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Mesh | str, *,
                  cost_model: CostModel | Mapping[str, Any] | str | os.PathLike[str] | None = None) -> JointProgram:
     """Compile every ``srcs[i] -> dsts[i]`` on ``mesh`` and merge them (see the module docstring).
@@ -133,11 +142,8 @@ def compile_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | s
     ``cost_model`` is what ``compile`` takes (a CostModel, its JSON dict or file path)."""
     from lowering.planner import compile
 
-    for what, ts in (("source", srcs), ("destination", dsts)):
-        if isinstance(ts, (str, bytes)) or not isinstance(ts, Sequence):
-            raise SpecError(f"compile_many takes a list of {what} types, got {type(ts).__name__}",
-                            hint="pass one type per tensor, e.g. compile_many(['f32[8@dp]'], ['f32[8]'], 'dp=2'); "
-                            "for one tensor, lowering.compile")
+    check_type_lists("compile_many", srcs, dsts,
+                     "compile_many(['f32[8@dp]'], ['f32[8]'], 'dp=2'); for one tensor, lowering.compile")
     cost_model = as_cost_model(cost_model, mesh)
     if len(srcs) != len(dsts):
         raise SpecError(f"{len(srcs)} source types but {len(dsts)} destination types",

@@ -104,7 +104,6 @@ def local_shapes(t: TensorType | str, mesh: Mesh | str) -> tuple[tuple[int, ...]
         from lowering.blocks import layouts
 
         check_type(t, mesh)
-
         return tuple(lay.shape for lay in layouts(t, mesh))
     b = boxes(t, mesh)
     sizes = b[:, :, 1] - b[:, :, 0]
@@ -142,9 +141,7 @@ def local_numel(t: TensorType, mesh: Mesh) -> np.ndarray:
         out = _dim_lengths(t.dims[0].size, t.dims[0].axes, mesh)
         for d in t.dims[1:]:
             out = out * _dim_lengths(d.size, d.axes, mesh)
-        if len(t.dims) == 1:
-            out = out.copy()
-    out.setflags(write=False)
+    out.setflags(write=False)  # one dim: the per-dim cache's array itself, read-only already
     return out
 
 

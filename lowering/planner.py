@@ -129,7 +129,7 @@ def fallback_program(src: TensorType, dst: TensorType, mesh: Mesh,
     op = check_partial_conversion(src, dst)
     start, goal = erase(src), erase(dst)
     routes = fallback_routes(start, goal, mesh, op)
-    best = min(routes, key=lambda p: _path_key(p, start, goal, mesh, model))
+    best = min(routes, key=_Ctx(start, goal, mesh, model).path_key)
     return _assemble(best, src, dst, mesh, model, False)
 
 
@@ -250,12 +250,6 @@ def work_budget(budget_s: float, mesh: Mesh) -> int:
     move's numpy work grows with the world, less than linearly, and is all overhead on a
     few ranks, hence the scale (64 / ranks)^0.75, at most 4."""
     return int(budget_s * _MOVES_PER_S * min(4.0, (64 / mesh.size) ** 0.75))
-
-
-def _path_key(path: list[tuple[TensorType, Move]], start: TensorType, goal: TensorType, mesh: Mesh,
-              model: CostModel) -> tuple:
-    """The search key of a complete path (its final label's)."""
-    return _Ctx(start, goal, mesh, model).path_key(path)
 
 
 def _search_labels(ctx: _Ctx, start: TensorType, op: str, max_labels: int,

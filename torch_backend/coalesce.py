@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from lowering.coalesce import JointProgram, Merged, plan_jointly
+from lowering.coalesce import JointProgram, Merged, check_type_lists, plan_jointly
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from torch_backend import collectives, comm
@@ -184,11 +184,8 @@ def redistribute_many(xs: Sequence[torch.Tensor], srcs: Sequence[TensorType | st
     if isinstance(xs, torch.Tensor) or not isinstance(xs, Sequence):
         raise SpecError("redistribute_many takes a sequence of tensors",
                         hint="pass a list, e.g. redistribute_many([x, y], [src_x, src_y], [dst_x, dst_y], mesh)")
-    for what, ts in (("source", srcs), ("destination", dsts)):
-        if isinstance(ts, (str, bytes)) or not isinstance(ts, Sequence):
-            raise SpecError(f"redistribute_many takes a list of {what} types, got {type(ts).__name__}",
-                            hint="pass one type per tensor, e.g. redistribute_many([x], ['f32[8@dp]'], ['f32[8]'], "
-                            "'dp=2'); for one tensor, redistribute")
+    check_type_lists("redistribute_many", srcs, dsts,
+                     "redistribute_many([x], ['f32[8@dp]'], ['f32[8]'], 'dp=2'); for one tensor, redistribute")
     if not (len(xs) == len(srcs) == len(dsts)) or not xs:
         raise SpecError(f"got {len(xs)} tensors, {len(srcs)} source types and {len(dsts)} destination types",
                         hint="pass one source and one destination type per tensor (at least one)")

@@ -25,7 +25,6 @@ from torch_backend.strided import contiguous, flat, run_copies
 Plans = Pieces
 
 
-
 def _first(plans: Plans) -> RankPieces:
     return next(iter(plans.values()))
 

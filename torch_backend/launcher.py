@@ -64,6 +64,15 @@ def under_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
+def prepare_local_ranks() -> None:
+    """For a local launch, start the ranks' fork server now, so that it imports torch while
+    this process goes on (``torch_backend.procs``); under torchrun the ranks exist already."""
+    if not under_torchrun():
+        from torch_backend.procs import rank_context
+
+        rank_context()
+
+
 RankFn = Callable[[Any, Any], dict[str, Any]]  # (spec, store) -> this rank's report
 
 

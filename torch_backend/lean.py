@@ -45,8 +45,6 @@ def collective_error(ctx: MeshContext, program: Program, i: int, step: Step, e: 
     )
 
 
-
-
 def _stacks(big: tuple[int, ...], small: tuple[int, ...], n: int) -> bool:
     """``big`` is ``n`` blocks of ``small`` along dim 0: c10d takes the tensors as they are
     (its concatenated form, the same bytes as the flat one), and no view is made per call."""

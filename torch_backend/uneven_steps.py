@@ -178,4 +178,3 @@ def _ring_round(ctx: MeshContext, g: Any, plans: Plans, buf: torch.Tensor, k: in
         return b
 
     rank_map(ctx, land, buf, got)
-

@@ -52,10 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
     from torch_backend import launcher
 
-    if not launcher.under_torchrun():
-        from torch_backend.procs import rank_context
-
-        rank_context()  # the ranks' fork server imports torch while this process does
+    launcher.prepare_local_ranks()
     from torch_backend.calibrate import CalibrateSpec, calibrate_rank, slowest
     from torch_backend.cli.progress import RunProgress
 

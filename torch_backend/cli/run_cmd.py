@@ -52,10 +52,7 @@ def run(args: argparse.Namespace) -> int:
         if int(os.environ["WORLD_SIZE"]) != world:
             raise SpecError(f"torchrun started {os.environ['WORLD_SIZE']} ranks but the mesh {program.mesh} "
                             f"has {world}", hint=f"use torchrun --nproc-per-node ... so that there are {world} ranks")
-    if not launcher.under_torchrun():
-        from torch_backend.procs import rank_context
-
-        rank_context()  # the ranks' fork server imports torch while this process does
+    launcher.prepare_local_ranks()
     spec.backend = launcher.choose_backend(args.backend, world)
     if spec.backend == "nccl":
         import torch
