@@ -13,7 +13,12 @@ many cases ran over the budget plus 10%, and how many programs were not proven o
 (the search ran out of its budget; the best plan found, or the constructive fallback, was
 returned).
 
-    PYTHONPATH=. .venv/bin/python bench/plan_budget.py [--cases 60] [--seed 0] [--json PATH|-]
+``--sweep`` compiles the same cases at several budgets instead and prints what each one
+buys: the compile times, the programs proven optimal, the bytes summed, and the cases
+whose plan sends more or fewer bytes than at the default budget (the trade a caller makes
+with ``compile(..., budget_s=...)``).
+
+    PYTHONPATH=. .venv/bin/python bench/plan_budget.py [--cases 60] [--seed 0] [--json PATH|-] [--sweep]
 """
 
 from __future__ import annotations
@@ -127,13 +132,52 @@ def summarize(rows: Sequence[dict[str, Any]], budget_s: float) -> dict[str, Any]
     }
 
 
+SWEEP = (0.005, 0.0125, 0.025, BUDGET_S, 0.1, 0.5)
+
+
+def sweep(n: int, seed: int, budgets: Sequence[float] = SWEEP) -> list[dict[str, Any]]:
+    """Per budget: the summary, and how many plans send more / fewer bytes than at the
+    default budget (the busiest rank's bytes, case by case)."""
+    runs = {b: measure(n, seed, b) for b in budgets}
+    base = runs[BUDGET_S] if BUDGET_S in runs else measure(n, seed, BUDGET_S)
+    out = []
+    for b, rows in runs.items():
+        pairs = [(r["bytes"], d["bytes"]) for r, d in zip(rows, base) if r["bytes"] is not None and d["bytes"] is not None]
+        out.append({"budget_s": b, **summarize(rows, b),
+                    "worse_than_default": sum(x > y for x, y in pairs),
+                    "better_than_default": sum(x < y for x, y in pairs)})
+    return out
+
+
+def _print_sweep(table: Sequence[dict[str, Any]], n: int, seed: int) -> None:
+    print(f"6-axis mesh {MESH}, {n} cases (seed {seed}), cold compiles at each budget (CPU time):")
+    print(f"  {'budget_s':>8}  {'median':>9}  {'p90':>9}  {'max':>9}  {'proven':>6}  {'bytes':>6}  "
+          f"{'worse':>5}  {'better':>6}  (than at the default {BUDGET_S})")
+    for row in table:
+        g = row["cpu_ms"]
+        print(f"  {row['budget_s']:>8g}  {g['median']:>6.2f} ms  {g['p90']:>6.2f} ms  {g['max']:>6.1f} ms  "
+              f"{row['cases'] - row['not_proven_optimal']:>6}  {row['bytes_total']:>6}  "
+              f"{row['worse_than_default']:>5}  {row['better_than_default']:>6}")
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description="shardc cold compile time on a 6-axis mesh against the budget")
     ap.add_argument("--cases", type=int, default=60, help="cases, the two fixed ones included (default 60)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--budget", type=float, default=None, help="budget_s passed to compile (default: the planner's)")
     ap.add_argument("--json", metavar="PATH", help="write rows + summary as JSON ('-': stdout only)")
+    ap.add_argument("--sweep", action="store_true", help=f"compile at the budgets {', '.join(map(str, SWEEP))} "
+                    "and print what each buys")
     args = ap.parse_args(argv)
+    if args.sweep:
+        table = sweep(args.cases, args.seed)
+        if args.json != "-":
+            _print_sweep(table, args.cases, args.seed)
+        if args.json == "-":
+            print(json.dumps({"sweep": table}, indent=2))
+        elif args.json:
+            Path(args.json).write_text(json.dumps({"sweep": table}, indent=2))
+        return {"sweep": table}
     rows = measure(args.cases, args.seed, args.budget)
     summary = summarize(rows, args.budget or BUDGET_S)
     if args.json == "-":

@@ -111,3 +111,29 @@ def test_the_budget_benchmark_draws_the_same_valid_cases_and_compiles_them() -> 
     summary = plan_budget.summarize(rows, plan_budget.BUDGET_S)
     assert summary["cases"] == 6 and summary["errors"] == 0
     assert all(r["bytes"] is not None and r["optimal"] in (True, False) for r in rows)
+
+
+def test_the_budget_sweep_shows_what_a_smaller_or_larger_budget_buys() -> None:
+    """A search is one deterministic trajectory cut off at its budget, so a larger budget
+    proves every program a smaller one proved (the same program), and the sweep's rows
+    compare each budget's plans with the default budget's, case by case."""
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from bench import plan_budget
+
+    budgets = (0.002, plan_budget.BUDGET_S)
+    table = plan_budget.sweep(4, 0, budgets)
+    assert [row["budget_s"] for row in table] == list(budgets)
+    small, default = table
+    assert default["worse_than_default"] == default["better_than_default"] == 0
+    assert small["not_proven_optimal"] >= default["not_proven_optimal"]
+    rows = {b: plan_budget.measure(4, 0, b) for b in budgets}
+    for r, d in zip(rows[budgets[0]], rows[budgets[1]]):
+        if r["optimal"]:
+            assert d["optimal"] and (r["bytes"], r["collectives"]) == (d["bytes"], d["collectives"])
+    worse = sum(r["bytes"] > d["bytes"] for r, d in zip(rows[budgets[0]], rows[budgets[1]]))
+    assert small["worse_than_default"] == worse
