@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 
 from spec_lang.errors import SpecError, locate
 from spec_lang.ir import Dim, Mesh, TensorType
@@ -15,6 +16,20 @@ def resolve(t: TensorType | str, mesh: Mesh | str) -> tuple[TensorType, Mesh]:
     tt = parse(t)
     check_type(tt, m, text=t if isinstance(t, str) else None)
     return tt, m
+
+
+def check_rank(rank: object, mesh: Mesh) -> int:
+    """``rank`` as an int where it is a rank of ``mesh``; otherwise a SpecError."""
+    try:
+        r = -1 if isinstance(rank, bool) else operator.index(rank)  # type: ignore[arg-type]
+    except TypeError:
+        r = -1
+    if not 0 <= r < mesh.size:
+        raise SpecError(
+            f"rank {rank!r} is not on the mesh {mesh} (ranks 0..{mesh.size - 1})",
+            hint="ranks are row-major over the mesh axes, from 0 to the mesh size - 1",
+        )
+    return r
 
 
 def check_type(t: TensorType, mesh: Mesh, text: str | None = None) -> None:

@@ -13,13 +13,12 @@ P/R/I/V axes).
 
 from __future__ import annotations
 
-import operator
 import weakref
 
 import numpy as np
 
 from lowering.caching import MIB, cached, on_clear
-from lowering.checks import check_type, resolve
+from lowering.checks import check_rank, check_type, resolve
 from spec_lang.errors import SpecError
 from spec_lang.ir import Dim, Mesh, TensorType
 
@@ -116,16 +115,7 @@ def local_shape(t: TensorType | str, mesh: Mesh | str, rank: int) -> tuple[int, 
     """``rank``'s local shape; a rank off the mesh is a SpecError."""
     if type(t) is not TensorType or type(mesh) is not Mesh:
         t, mesh = resolve(t, mesh)
-    try:
-        r = -1 if isinstance(rank, bool) else operator.index(rank)
-    except TypeError:
-        r = -1
-    if not 0 <= r < mesh.size:
-        raise SpecError(
-            f"rank {rank!r} is not on the mesh {mesh} (ranks 0..{mesh.size - 1})",
-            hint="ranks are row-major over the mesh axes, from 0 to the mesh size - 1",
-        )
-    return local_shapes(t, mesh)[r]
+    return local_shapes(t, mesh)[check_rank(rank, mesh)]
 
 
 @cached(maxsize=4096, max_bytes=4 * MIB)

@@ -3,8 +3,9 @@
 Local launch: the parent hosts a TCPStore on 127.0.0.1 on a port the OS picks (port 0,
 then handed to the ranks, so no other process can take it in between), starts one
 process per rank (gloo on CPU, or NCCL with one GPU per rank when that many are
-visible; forked from a server that imported torch once, ``torch_backend.procs``), and collects each rank's report through a queue. The store belongs to the
-parent, so it survives any rank's death and the others can still read who failed.
+visible; forked from a server that imported torch once, ``torch_backend.procs``), and
+collects each rank's report through a queue. The store belongs to the parent, so it
+survives any rank's death and the others can still read who failed.
 
 Under torchrun (RANK and WORLD_SIZE set) the existing world is used as is, and rank 0
 gathers the reports.

@@ -151,7 +151,7 @@ def _rank_pieces(step: Step, mesh: Mesh, rank: int, members: tuple[int, ...] | N
 
 
 def _checked_rank(step: Step, mesh: Mesh | str, rank: object) -> tuple[Mesh, int]:
-    from lowering.checks import check_type
+    from lowering.checks import check_rank, check_type
     from lowering.program import Step
     from spec_lang.parser import parse_mesh
 
@@ -160,10 +160,7 @@ def _checked_rank(step: Step, mesh: Mesh | str, rank: object) -> tuple[Mesh, int
         raise SpecError(f"expected a Step, got {type(step).__name__}",
                         hint="take a step from a compiled program, or build one with lowering.make_step")
     check_type(step.src, m)
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < m.size:
-        raise SpecError(f"rank {rank!r} is not on the mesh {m} (ranks 0..{m.size - 1})",
-                        hint="ranks are row-major over the mesh axes, from 0 to the mesh size - 1")
-    return m, rank
+    return m, check_rank(rank, m)
 
 
 def wire_bytes(step: Step, mesh: Mesh) -> tuple[int, ...]:
