@@ -12,6 +12,12 @@
 
 It is 0 when dst is partial on an axis src is not (the conversion is local).
 No plan can beat it; the planner reports its ratio to it.
+
+The search (``lowering.labels``) also needs floors on what the busiest rank *sends*, which
+``recv_max`` is not in general. ``receive_need`` is the per-rank count behind ``recv_max``;
+where every state a search can reach holds even blocks (``even_throughout``), each of the
+planner's moves makes a rank send at least what it receives, so a rank's sends so far
+plus what it still must receive bound its final sends.
 """
 
 from __future__ import annotations
@@ -47,12 +53,12 @@ def _recv_max_and_sent_avg(src: TensorType, dst: TensorType, mesh: Mesh, recv_to
     if dst_p - src_p:
         return 0, 0.0
     # a pending reduction over axes of size 1 is already done: every contribution is local
-    reduced = tuple(a for a in mesh.names if a in src_p and a not in dst_p and mesh.axis_size(a) > 1)
+    reduced = _reduced_axes(src, dst, mesh)
     if not reduced:
-        lack = local_numel(dst, mesh) - own_overlap_numel(src, dst, mesh)
+        lack = receive_need(src, dst, mesh)
         recv = int(lack.max()) if recv_too and lack.size else 0
         return recv, float(lack.sum()) / mesh.size
-    recv = int(local_numel(dst, mesh).max()) if recv_too else 0
+    recv = int(receive_need(src, dst, mesh).max()) if recv_too else 0
     k = mesh.group_size(reduced)
     # per class of ranks (one per coordinate on the kept partial axes), every element is
     # needed (the class's dst blocks tile the tensor), so the sum over its cells of
@@ -60,6 +66,61 @@ def _recv_max_and_sent_avg(src: TensorType, dst: TensorType, mesh: Mesh, recv_to
     classes = mesh.size // mesh.group_size(tuple(a for a in mesh.names if a not in dst_p))
     total = float(classes * (k - 2) * src.numel + int(local_numel(dst, mesh).sum()))
     return recv, total / mesh.size
+
+
+def _reduced_axes(src: TensorType, dst: TensorType, mesh: Mesh) -> tuple[str, ...]:
+    """The pending partial axes ``src -> dst`` reduces (a reduction over axes of size 1 is
+    already done: every contribution is local)."""
+    dst_p = set(dst.partial_axes)
+    return tuple(a for a in src.partial_axes if a not in dst_p and mesh.axis_size(a) > 1)
+
+
+def receive_need(state: TensorType, goal: TensorType, mesh: Mesh) -> np.ndarray:
+    """(world,) elements each rank must still receive to hold its ``goal`` block: the goal
+    elements its ``state`` block lacks, or all of them while a reduction is pending (it
+    must hear the other contributions); 0 where ``goal`` has partial axes ``state`` has
+    not (a convert into them is local, and any member of the sum may hold the values)::
+
+        state 8@x -> goal 8@y on x=2,y=2      rank (x=0,y=0) holds [0,4), needs [0,4): 0
+                                              rank (x=0,y=1) holds [0,4), needs [4,8): 4
+        state 8{U:x} -> goal 8@x               +[a0 a1]: rank x=0 needs a0+b0: 4 elements
+                                               +[b0 b1]
+    """
+    if set(goal.partial_axes) - set(state.partial_axes):
+        return np.zeros(mesh.size, dtype=np.int64)
+    if _reduced_axes(state, goal, mesh):
+        return local_numel(goal, mesh)
+    return local_numel(goal, mesh) - own_overlap_numel(state, goal, mesh)
+
+
+@cached(maxsize=4096)
+def even_throughout(start: TensorType, goal: TensorType, mesh: Mesh) -> bool:
+    """Whether every state a search from ``start`` to ``goal`` can reach holds even blocks,
+    so that ``receive_need`` floors the busiest rank's sends.
+
+    The search's states shard their dims with the axes ``start`` or ``goal`` shards, and,
+    while a reduction is pending, with the reduced axes and the axes ``goal`` replicates
+    (a slice that splits the reduction's work), in any order and on any dim. Where every
+    dim's size is a multiple of all of these axes' sizes together, every such block is
+    even, and then every move the planner makes (ring all_gather, ring reduce_scatter,
+    ring all_reduce, exact exchange, local steps) makes each rank send at least what it
+    takes off its ``receive_need``: an even ring sends what it receives, an even exchange
+    sends as much as it takes in, a reduction that finishes the
+    sum on a piece has sent at least that piece, and local steps receive nothing::
+
+        all_gather of 8@x on x=4: every rank sends 3 blocks of 2, receives 3 of 2
+        all_gather of 5@x on x=4: ranks hold 2,2,1,0; a ring rank sends all but its
+                                  successor's block, so rank 3 receives 5 and
+                                  sends only 5 - 2 = 3
+    """
+    if is_uneven(start) or is_uneven(goal):
+        return False
+    axes = set(start.sharded_axes) | set(goal.sharded_axes)
+    if _reduced_axes(start, goal, mesh):
+        held = {a for a, at in start.axis_types if at.kind == "V"} | set(goal.partial_axes)
+        axes |= {a for a in mesh.names if a not in held}
+    n = mesh.group_size(tuple(a for a in mesh.names if a in axes))
+    return all(d.size % n == 0 for d in start.dims)
 
 
 @cached(maxsize=4096)

@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from lowering.bounds import even_throughout, receive_need
 from lowering.caching import MIB, cached
 from lowering.cost import CostModel
 from lowering.kinds import kind_of
@@ -59,6 +60,10 @@ class _Ctx:
         self._prefixes: dict[tuple, _Label] = {}
         # per state, what its keys read: the floors of what is still due (one hash a lookup)
         self._future_of: dict[TensorType, float] = {}
+        # where every reachable state is even, a rank's sends so far plus what it must still
+        # receive floor its final sends (``lowering.bounds.even_throughout``): per state, in bytes
+        self._need_of: dict[TensorType, np.ndarray] | None = (
+            {} if self.bytes_first and even_throughout(start, goal, mesh) else None)
         self._classes_of: dict[TensorType, tuple[np.ndarray | None, np.ndarray] | None] = {}
 
     def extend(self, lab: _Label, state: TensorType, mv: Move, bound: tuple | None = None) -> _Label | None:
@@ -114,7 +119,10 @@ class _Ctx:
         Bytes-first, each is (bytes estimate, collectives estimate, peak), every term a
         lower bound on the final program's, so the first goal popped is the cheapest and
         the search stops once the frontier's best key reaches a complete program's. The
-        bytes estimate is the largest of: the busiest rank's sends so far; the mean over
+        bytes estimate is the largest of: the busiest rank's sends so far, plus, where every
+        reachable state is even, what it must still receive (``lowering.bounds.
+        even_throughout``: the floor that proves an exchange at ``recv_max`` cheapest,
+        which the mean below cannot); the mean over
         ranks of what was sent plus the transfers still needed (``_future``), in whole
         elements for the bound; and the per-class floor (``_class_floor``), what the
         busiest member of a class of ranks holding the same values must have sent by the
@@ -134,7 +142,13 @@ class _Ctx:
         colls = lab.colls + int(future > 0)
         elements = lab.sent_sum // item + math.ceil(future / item - 1e-6)
         world = mesh.size
-        base = max(lab.sent_max, item * -(-elements // world))
+        sent_max = lab.sent_max  # raised by what the busiest rank must still receive, where that floors it
+        if self._need_of is not None:
+            need = self._need_of.get(state)
+            if need is None:
+                need = self._need_of[state] = receive_need(state, goal, mesh) * item
+            sent_max = int((lab.sent + need).max())
+        base = max(sent_max, item * -(-elements // world))
         if cutoff is not None and (base + lab.charge, colls, lab.peak) >= cutoff:
             return None  # the world alone prunes it: the class floors only raise the bound
         if state in self._classes_of:
@@ -145,7 +159,7 @@ class _Ctx:
         bound = (max(base, floor_whole) + lab.charge, colls, lab.peak)
         if cutoff is not None and bound >= cutoff:
             return None
-        order = (max(lab.sent_max, floor_bytes, -(-int(lab.sent_sum + future) // world)) + lab.charge, colls, lab.peak)
+        order = (max(sent_max, floor_bytes, -(-int(lab.sent_sum + future) // world)) + lab.charge, colls, lab.peak)
         return order, bound
 
 

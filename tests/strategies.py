@@ -69,13 +69,16 @@ def layouts(draw: st.DrawFn, mesh: Mesh, shape: tuple[int, ...], partial: frozen
 @st.composite
 def cases(draw: st.DrawFn, max_axes: int = 4, max_ranks: int = 16,
           varying: bool = False, explicit_i: bool = False,
-          reducing: bool = False) -> tuple[TensorType, TensorType, Mesh]:
+          reducing: bool = False, even: bool = False) -> tuple[TensorType, TensorType, Mesh]:
     """A valid (src, dst, mesh). The defaults are the small cases most tests use; the wide
     ones (up to 8 axes, 1,024 ranks, V axes, explicit I) test the planner's budget. With
     ``reducing``, src has a pending reduction over an axis of 2+ ranks that dst finishes
-    (and dst adds no partial axis): drawn directly, not filtered, since few cases qualify."""
+    (and dst adds no partial axis): drawn directly, not filtered, since few cases qualify.
+    With ``even``, every dim's size is a multiple of the world size, so every layout on
+    the mesh, and every state a search passes through, holds even blocks."""
     mesh = draw(meshes(max_axes, max_ranks))
-    shape = tuple(draw(st.lists(st.integers(1, 9), min_size=1, max_size=3)))
+    scale = mesh.size if even else 1
+    shape = tuple(scale * n for n in draw(st.lists(st.integers(1, 9), min_size=1, max_size=3)))
     op = draw(sampled_from(("sum", "sum", "avg", "max", "min")))
     v = frozenset(draw(st.sets(sampled_from(mesh.names), max_size=2))) if varying else frozenset()
     if reducing:

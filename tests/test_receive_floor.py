@@ -1,0 +1,113 @@
+"""The receive-side floor of the search: on layouts that stay even, a rank's sends so far
+plus what it must still receive (``lowering.bounds.receive_need``) bound its final sends.
+
+It rests on one property of the planner's moves, checked here move by move: on even
+blocks every move makes each rank send at least what it takes off its receive need. The
+uneven counterexample shows why the floor is off there (``even_throughout``)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from strategies import cases
+
+from lowering.bounds import even_throughout, lower_bound, receive_need
+from lowering.checks import check_partial_conversion
+from lowering.cost import DEFAULT_COST_MODEL
+from lowering.fallback import fallback_routes
+from lowering.labels import _Ctx, move_bytes
+from lowering.moves import erase, moves
+from lowering.planner import compile
+from spec_lang.parser import parse, parse_mesh
+
+
+def test_receive_need_counts_what_each_rank_lacks() -> None:
+    mesh = parse_mesh("x=2,y=2")  # ranks (x, y) in row-major order
+    need = receive_need(erase(parse("f32[8@x]")), erase(parse("f32[8@y]")), mesh)
+    # (0,0) holds [0,4) and needs it; (0,1) holds [0,4) and needs [4,8); (1,0) the reverse
+    assert need.tolist() == [0, 4, 4, 0]
+    # a pending sum: every rank must hear the other contribution on its whole goal block
+    pending = receive_need(erase(parse("f32[8]{U:x}")), erase(parse("f32[8@y]")), mesh)
+    assert pending.tolist() == [4, 4, 4, 4]
+    # a goal with a new partial axis: any member of the sum may hold the values
+    assert receive_need(erase(parse("f32[8@x]")), erase(parse("f32[8]{U:y}")), mesh).tolist() == [0] * 4
+
+
+def test_even_throughout_asks_every_reachable_state_to_be_even() -> None:
+    mesh = parse_mesh("x=2,y=4")
+    t = lambda s: erase(parse(s))  # noqa: E731
+    assert even_throughout(t("f32[8@x]"), t("f32[8@y]"), mesh)
+    # 4@(x,y) is reachable (y slid under x on one dim) and splits 4 over 8 ranks
+    assert not even_throughout(t("f32[4@x]"), t("f32[4@y]"), mesh)
+    # a pending reduction may slice the axes the goal replicates, to split its work
+    assert even_throughout(t("f32[8]{U:x}"), t("f32[8]"), mesh)
+    assert not even_throughout(t("f32[4]{U:x}"), t("f32[4]"), mesh)
+
+
+def test_an_uneven_ring_receives_more_than_it_sends() -> None:
+    # all_gather of 5@x on x=4: the ranks hold 2,2,1,0 and a ring rank sends all but its
+    # successor's block, so rank 3 receives 5 elements and sends 5 - 2 = 3: its receive need
+    # is no floor on its sends, and the floor stays off
+    mesh = parse_mesh("x=4")
+    src, dst = erase(parse("f32[5@x]")), erase(parse("f32[5]"))
+    [gather] = [mv for mv in moves(src, dst, mesh, "sum") if mv.kind == "all_gather"]
+    drop = receive_need(src, dst, mesh) - receive_need(gather.dst, dst, mesh)
+    assert drop[3] == 5 and move_bytes(src, gather, mesh)[3] == 3
+    assert not even_throughout(src, dst, mesh)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(max_axes=4, max_ranks=24, varying=True, explicit_i=True, even=True))
+def test_on_even_layouts_every_move_sends_what_it_takes_off_the_need(case: tuple) -> None:
+    # the property the floor rests on, for every move out of the start and out of every state
+    # of the constructive routes (the states a search passes through first)
+    src, dst, mesh = case
+    start, goal = erase(src), erase(dst)
+    assert even_throughout(start, goal, mesh)
+    op = check_partial_conversion(src, dst)
+    states = {start} | {s for route in fallback_routes(start, goal, mesh, op) for s, _ in route}
+    for state in states:
+        need = receive_need(state, goal, mesh)
+        for mv in moves(state, goal, mesh, op):
+            drop = need - receive_need(mv.dst, goal, mesh)
+            assert (drop <= move_bytes(state, mv, mesh)).all(), (str(state), mv.kind, mv.axes, str(mv.dst))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(max_axes=4, max_ranks=24, varying=True, explicit_i=True, even=True))
+def test_on_even_layouts_the_search_key_never_overshoots_a_program(case: tuple) -> None:
+    # the key with the receive floor, at every state along the searched program and every
+    # constructive route, is at most that path's final key: the search may stop on it
+    src, dst, mesh = case
+    start, goal = erase(src), erase(dst)
+    ctx = _Ctx(start, goal, mesh, DEFAULT_COST_MODEL)
+    assert ctx._need_of is not None  # the floor is on
+    op = check_partial_conversion(src, dst)
+    prog = compile(src, dst, mesh, budget_s=5.0)
+    for path in fallback_routes(start, goal, mesh, op):
+        labels = [ctx.first]
+        for state, mv in path:
+            labels.append(ctx.extend(labels[-1], state, mv))
+        end = labels[-1]
+        final = (int(end.sent.max(initial=0)) + end.charge, end.colls, end.peak)
+        for (state, _), lab in zip(path, labels):
+            assert ctx.key(lab, state) <= final, (str(state), path)
+    # the program's own steps, with the bytes it reports: the floor at each step's input
+    sent = np.zeros(mesh.size, dtype=np.int64)
+    for step in prog.steps:
+        floor = int((sent + receive_need(erase(step.src), goal, mesh) * start.itemsize).max())
+        assert floor <= prog.cost.bytes_sent_max, (str(prog), str(step.src))
+        sent = sent + np.asarray(step.bytes_sent or (0,) * mesh.size, dtype=np.int64)
+    assert int(sent.max(initial=0)) == prog.cost.bytes_sent_max
+
+
+def test_the_floor_proves_an_exchange_at_the_receive_bound_within_the_budget() -> None:
+    # slice a, then one all_to_all over all six axes: the busiest rank receives its whole goal
+    # block, which the mean over ranks (some keep a piece of it) cannot show; the receive
+    # floor proves it cheapest at the default budget
+    mesh = parse_mesh("a=2,b=2,c=2,d=2,e=2,f=2")
+    src, dst = "f32[128@(d,c),512@e,320@(b,f)]", "f32[128@(b,f),512,320@a]"
+    prog = compile(src, dst, mesh)
+    assert prog.optimal
+    assert prog.cost.bytes_sent_max == lower_bound(src, dst, mesh) == 10485760
+    assert prog.cost.collectives == 1
