@@ -211,18 +211,37 @@ def new_partial_transfers(state: TensorType, goal: TensorType, mesh: Mesh) -> in
     sits at one coordinate of them and holds none of the other contributions: every
     element of its block needs a transfer in (of a partial sum, at the least).
     """
+    if is_uneven(state) or is_uneven(goal):
+        return 0
+    groups = new_partial_needs(state, goal, mesh)
+    return 0 if groups is None else int(groups[1].sum())
+
+
+def new_partial_needs(state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[np.ndarray, np.ndarray] | None:
+    """``new_partial_transfers`` per group: ``(ranks, need)``, the (groups, members) rank
+    indices of the ranks that differ only on the goal's new partial axes, and the
+    elements each group must still bring in; None where the goal has no new partial axes."""
     from lowering.layout import _groups
 
     new = set(goal.partial_axes) - set(state.partial_axes)
-    if not new or is_uneven(state) or is_uneven(goal):
-        return 0
+    if not new:
+        return None
     # the goal with its new partial axes replicated: every member's box is the group's block
     held = goal.derive(goal.dims, tuple((a, t) for a, t in goal.axis_types if a not in new))  # fewer types: valid
-    new_axes = tuple(a for a in mesh.names if a in new)
-    reduced = [a for a in state.partial_axes if a not in goal.partial_axes and mesh.axis_size(a) > 1]
-    if reduced:
-        return int(local_numel(held, mesh).sum()) // mesh.group_size(new_axes)
-    ranks = _groups(mesh, new_axes)[1]
-    ov = own_overlap_numel(state, held, mesh)[ranks].sum(axis=1)
+    ranks = _groups(mesh, tuple(a for a in mesh.names if a in new))[1]
     block = local_numel(held, mesh)[ranks[:, 0]]
-    return int(np.maximum(block - ov, 0).sum())
+    if _reduced_axes(state, goal, mesh):
+        return ranks, block
+    ov = own_overlap_numel(state, held, mesh)[ranks].sum(axis=1)
+    return ranks, np.maximum(block - ov, 0)
+
+
+def receive_needs(state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[np.ndarray | None, np.ndarray]:
+    """What each receiver must still receive, as ``(ranks, need)`` in the holder classes'
+    form (``ranks`` None: one rank a receiver, ``need`` in rank order): ``receive_need``
+    per rank; or, where the goal has partial axes the state has not (any member of the
+    sum may hold the values), ``new_partial_needs`` per group of ranks differing only on
+    them. On layouts that stay even (``even_throughout``) a receiver's sends so far plus
+    its need, over its members, floor its busiest member's final sends."""
+    groups = new_partial_needs(state, goal, mesh)
+    return (None, receive_need(state, goal, mesh)) if groups is None else groups

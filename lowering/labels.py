@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from lowering.bounds import even_throughout, receive_need
+from lowering.bounds import even_throughout, receive_needs
 from lowering.caching import MIB, cached
 from lowering.cost import CostModel
 from lowering.kinds import kind_of
@@ -62,7 +62,7 @@ class _Ctx:
         self._future_of: dict[TensorType, float] = {}
         # where every reachable state is even, a rank's sends so far plus what it must still
         # receive floor its final sends (``lowering.bounds.even_throughout``): per state, in bytes
-        self._need_of: dict[TensorType, np.ndarray] | None = (
+        self._need_of: dict[TensorType, tuple[np.ndarray | None, np.ndarray]] | None = (
             {} if self.bytes_first and even_throughout(start, goal, mesh) else None)
         self._classes_of: dict[TensorType, tuple[np.ndarray | None, np.ndarray] | None] = {}
 
@@ -142,13 +142,15 @@ class _Ctx:
         colls = lab.colls + int(future > 0)
         elements = lab.sent_sum // item + math.ceil(future / item - 1e-6)
         world = mesh.size
-        sent_max = lab.sent_max  # raised by what the busiest rank must still receive, where that floors it
+        sent_max = recv_whole = lab.sent_max  # raised by what receivers must still receive, where that floors it
         if self._need_of is not None:
-            need = self._need_of.get(state)
-            if need is None:
-                need = self._need_of[state] = receive_need(state, goal, mesh) * item
-            sent_max = int((lab.sent + need).max())
-        base = max(sent_max, item * -(-elements // world))
+            needs = self._need_of.get(state)
+            if needs is None:
+                ranks, need = receive_needs(state, goal, mesh)
+                needs = self._need_of[state] = (ranks, need * item)
+            floor_bytes, floor_whole = _floors(lab.sent, needs, item)
+            sent_max, recv_whole = max(sent_max, floor_bytes), max(sent_max, floor_whole)
+        base = max(recv_whole, item * -(-elements // world))
         if cutoff is not None and (base + lab.charge, colls, lab.peak) >= cutoff:
             return None  # the world alone prunes it: the class floors only raise the bound
         if state in self._classes_of:
