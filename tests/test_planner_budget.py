@@ -137,3 +137,11 @@ def test_the_budget_sweep_shows_what_a_smaller_or_larger_budget_buys() -> None:
             assert d["optimal"] and (r["bytes"], r["collectives"]) == (d["bytes"], d["collectives"])
     worse = sum(r["bytes"] > d["bytes"] for r, d in zip(rows[budgets[0]], rows[budgets[1]]))
     assert small["worse_than_default"] == worse
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(max_axes=3, max_ranks=8, varying=True, explicit_i=True, even=True), st.integers(0, 2**31))
+def test_every_valid_even_pair_compiles_exactly(case: tuple, seed: int) -> None:
+    # dims a multiple of the world size: the search's receive floor is on
+    src, dst, mesh = case
+    assert_exact(compile(src, dst, mesh), seed)
