@@ -97,7 +97,7 @@ def cases(n: int, seed: int, even: bool = False) -> list[tuple[str, str]]:
         out.append(random_case(rng, mesh.names))
     if even:
         out = [(_scaled(s, mesh.size), _scaled(d, mesh.size)) for s, d in out]
-    return out[:n]
+    return out
 
 
 def _scaled(text: str, k: int) -> str:

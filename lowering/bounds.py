@@ -52,13 +52,11 @@ def _recv_max_and_sent_avg(src: TensorType, dst: TensorType, mesh: Mesh, recv_to
     dst_p = set(dst.partial_axes)
     if dst_p - src_p:
         return 0, 0.0
-    # a pending reduction over axes of size 1 is already done: every contribution is local
+    lack = receive_need(src, dst, mesh)
+    recv = int(lack.max()) if recv_too and lack.size else 0
     reduced = _reduced_axes(src, dst, mesh)
     if not reduced:
-        lack = receive_need(src, dst, mesh)
-        recv = int(lack.max()) if recv_too and lack.size else 0
         return recv, float(lack.sum()) / mesh.size
-    recv = int(receive_need(src, dst, mesh).max()) if recv_too else 0
     k = mesh.group_size(reduced)
     # per class of ranks (one per coordinate on the kept partial axes), every element is
     # needed (the class's dst blocks tile the tensor), so the sum over its cells of

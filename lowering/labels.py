@@ -142,14 +142,14 @@ class _Ctx:
         colls = lab.colls + int(future > 0)
         elements = lab.sent_sum // item + math.ceil(future / item - 1e-6)
         world = mesh.size
-        sent_max = recv_whole = lab.sent_max  # raised by what receivers must still receive, where that floors it
+        # the busiest rank's sends, raised by what receivers must still receive where that floors them
+        recv_bytes = recv_whole = lab.sent_max
         if self._need_of is not None:
             needs = self._need_of.get(state)
             if needs is None:
-                ranks, need = receive_needs(state, goal, mesh)
-                needs = self._need_of[state] = (ranks, need * item)
-            floor_bytes, floor_whole = _floors(lab.sent, needs, item)
-            sent_max, recv_whole = max(sent_max, floor_bytes), max(sent_max, floor_whole)
+                needs = self._need_of[state] = _in_bytes(receive_needs(state, goal, mesh), item)
+            got_bytes, got_whole = _floors(lab.sent, needs, item)
+            recv_bytes, recv_whole = max(recv_bytes, got_bytes), max(recv_whole, got_whole)
         base = max(recv_whole, item * -(-elements // world))
         if cutoff is not None and (base + lab.charge, colls, lab.peak) >= cutoff:
             return None  # the world alone prunes it: the class floors only raise the bound
@@ -161,7 +161,7 @@ class _Ctx:
         bound = (max(base, floor_whole) + lab.charge, colls, lab.peak)
         if cutoff is not None and bound >= cutoff:
             return None
-        order = (max(sent_max, floor_bytes, -(-int(lab.sent_sum + future) // world)) + lab.charge, colls, lab.peak)
+        order = (max(recv_bytes, floor_bytes, -(-int(lab.sent_sum + future) // world)) + lab.charge, colls, lab.peak)
         return order, bound
 
 
@@ -185,7 +185,12 @@ def _classes_in_bytes(state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[
     from lowering.bounds import holder_classes
 
     classes = holder_classes(state, goal, mesh)
-    return None if classes is None else (classes[0], classes[1] * state.itemsize)
+    return None if classes is None else _in_bytes(classes, state.itemsize)
+
+
+def _in_bytes(groups: tuple[np.ndarray | None, np.ndarray], item: int) -> tuple[np.ndarray | None, np.ndarray]:
+    """``(ranks, elements)`` per class or receiver as ``(ranks, bytes)``: what ``_floors`` reads."""
+    return groups[0], groups[1] * item
 
 
 def _floors(sent: np.ndarray, classes: tuple[np.ndarray | None, np.ndarray] | None, item: int) -> tuple[int, int]:
@@ -208,6 +213,14 @@ def _class_floor(sent: np.ndarray, state: TensorType, goal: TensorType, mesh: Me
     holder_classes``): its members' sends so far plus what the class must still send, over
     its size, at the class where that is largest; in whole elements unless ``whole`` is False."""
     return _floors(sent, _classes_in_bytes(state, goal, mesh), state.itemsize)[1 if whole else 0]
+
+
+def _receive_floor(sent: np.ndarray, state: TensorType, goal: TensorType, mesh: Mesh, whole: bool = True) -> int:
+    """Bytes the busiest rank will have sent at least, per receiver (``lowering.bounds.
+    receive_needs``): its sends so far plus what it must still receive, over its members;
+    in whole elements unless ``whole`` is False. A floor only where the layouts stay even
+    (``lowering.bounds.even_throughout``)."""
+    return _floors(sent, _in_bytes(receive_needs(state, goal, mesh), state.itemsize), state.itemsize)[1 if whole else 0]
 
 
 def spare_axes(src: TensorType, dst: TensorType, mesh: Mesh) -> tuple[str, ...]:

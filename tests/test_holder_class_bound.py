@@ -16,6 +16,7 @@ from lowering.blocks import is_uneven
 from lowering.labels import _class_floor
 from lowering.moves import erase
 from lowering.planner import _sent_floor, compile, fallback_program
+from spec_lang.ir import Mesh, TensorType
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -85,6 +86,23 @@ def test_a_goal_with_new_partial_axes_has_a_floor() -> None:
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases(varying=True, explicit_i=True))
 def test_the_search_key_never_overshoots_a_route(case: tuple) -> None:
+    src, dst, mesh = case
+    assume(not is_uneven(src) and not is_uneven(dst))
+    _route_keys_never_overshoot(src, dst, mesh)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(max_axes=4, max_ranks=24, varying=True, explicit_i=True, even=True))
+def test_on_even_layouts_the_search_key_never_overshoots_a_route(case: tuple) -> None:
+    # dims a multiple of the world size: the key has the receive floor
+    from lowering.bounds import even_throughout
+
+    src, dst, mesh = case
+    assert even_throughout(erase(src), erase(dst), mesh)
+    _route_keys_never_overshoot(src, dst, mesh)
+
+
+def _route_keys_never_overshoot(src: TensorType, dst: TensorType, mesh: Mesh) -> None:
     # the whole key (bytes in whole elements, collectives, peak) at every state along each
     # constructive route is at most the route's final key: the search may stop on it
     from lowering.checks import check_partial_conversion
@@ -92,9 +110,7 @@ def test_the_search_key_never_overshoots_a_route(case: tuple) -> None:
     from lowering.fallback import fallback_routes
     from lowering.labels import _Ctx
 
-    src, dst, mesh = case
     start, goal = erase(src), erase(dst)
-    assume(not is_uneven(src) and not is_uneven(dst))
     ctx = _Ctx(start, goal, mesh, DEFAULT_COST_MODEL)
     for route in fallback_routes(start, goal, mesh, check_partial_conversion(src, dst)):
         labels = [ctx.first]

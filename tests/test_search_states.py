@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from strategies import cases
 
 from lowering.blocks import is_uneven
-from lowering.bounds import even_throughout, receive_needs
+from lowering.bounds import even_throughout
 from lowering.cost import DEFAULT_COST_MODEL, CostModel
 from lowering.fallback import fallback_routes
-from lowering.labels import _class_floor, _Ctx, _floors, _future
+from lowering.labels import _class_floor, _Ctx, _future, _receive_floor
 from lowering.moves import erase, moves, with_dims, with_partial
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
@@ -54,16 +54,6 @@ def _key(model: CostModel, time: float, sent: np.ndarray, colls: int, peak: int,
     else:
         estimate = max(total, floor, -(-int(sent.sum() + future) // len(sent)))
     return (estimate + extra, colls + int(future > 0), peak)
-
-
-def _receive_floor(sent: np.ndarray, start: TensorType, state: TensorType, goal: TensorType,
-                   mesh: Mesh) -> tuple[int, int]:
-    """The receive floor in bytes and in whole elements, where the layouts stay even (else 0):
-    a receiver's sends so far plus what it still needs, over its members."""
-    if not even_throughout(start, goal, mesh):
-        return 0, 0
-    ranks, need = receive_needs(state, goal, mesh)
-    return _floors(sent, (ranks, need * state.itemsize), state.itemsize)
 
 
 def _same(t: TensorType) -> None:
@@ -115,7 +105,10 @@ def test_the_fused_key_is_the_key_term_by_term(case: tuple) -> None:
             item = here.itemsize
             future = _future(here, goal, mesh)
             args = (DEFAULT_COST_MODEL, lab.time, lab.sent, lab.colls, lab.peak, future, lab.charge)
-            recv_bytes, recv_whole = _receive_floor(lab.sent, start, here, goal, mesh)
+            # the receive floor counts where the layouts stay even
+            even = even_throughout(start, goal, mesh)
+            recv_bytes = _receive_floor(lab.sent, here, goal, mesh, whole=False) if even else 0
+            recv_whole = _receive_floor(lab.sent, here, goal, mesh) if even else 0
             order = _key(*args, max(_class_floor(lab.sent, here, goal, mesh, whole=False), recv_bytes), item,
                          whole=False)
             bound = _key(*args, max(_class_floor(lab.sent, here, goal, mesh), recv_whole), item)
