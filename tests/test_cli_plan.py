@@ -73,6 +73,8 @@ def test_per_axis_alpha_changes_the_plan(capsys: pytest.CaptureFixture[str]) -> 
         (["--alpha", "dp=fast"], "bad --alpha value"),
         (["--alpha", "pp=1e-6"], "not on the mesh"),
         (["--spare-axis-bytes", "-1"], "--spare-axis-bytes must be >= 0"),
+        (["--budget", "0"], "bad --budget value: it must be a positive, finite number"),
+        (["--budget", "soon"], "bad --budget value: not a number"),
     ],
 )
 def test_bad_cost_flags_exit_2_with_a_hint(capsys: pytest.CaptureFixture[str], argv: list[str],
@@ -86,3 +88,20 @@ def test_unreachable_destination_is_refused(capsys: pytest.CaptureFixture[str]) 
     rc, out, err = _run(capsys, "plan", "--mesh", MESH, "f32[8@tp]", "f32[8]{P(max):tp}")
     assert rc == 2 and out == ""
     assert "convert(S, P) only for sum" in err and "hint:" in err
+
+
+def test_budget_buys_a_proof_and_a_cheaper_program(capsys: pytest.CaptureFixture[str]) -> None:
+    # a 2-element tensor over 5 of 6 axes: the default budget runs out on the gather-then-slice
+    # route; four times the budget finds the permute before the reduction and proves it
+    case = ("--mesh", "a=2,b=2,c=2,d=2,e=2,f=2", "f32[2@(a,c,d)]{U:b}", "f32[2@(d,f,e)]", "--json")
+    rc, out, _ = _run(capsys, "plan", *case)
+    assert rc == 0
+    default = json.loads(out)
+    rc, out, _ = _run(capsys, "plan", *case, "--budget", "0.2")
+    assert rc == 0
+    more = json.loads(out)
+    assert not default["optimal"] and more["optimal"]
+    assert more["cost"]["bytes_sent_max"] == 8 < default["cost"]["bytes_sent_max"] == 12
+    assert [s["kind"] for s in more["steps"]] == ["slice", "slice", "permute", "all_reduce", "all_gather"]
+    rc, out, _ = _run(capsys, "plan", *case[:-1])
+    assert "not proven optimal" in out
