@@ -104,4 +104,6 @@ def test_budget_buys_a_proof_and_a_cheaper_program(capsys: pytest.CaptureFixture
     assert more["cost"]["bytes_sent_max"] == 8 < default["cost"]["bytes_sent_max"] == 12
     assert [s["kind"] for s in more["steps"]] == ["slice", "slice", "permute", "all_reduce", "all_gather"]
     rc, out, _ = _run(capsys, "plan", *case[:-1])
-    assert "not proven optimal" in out
+    assert "not proven optimal" in out and "a larger --budget than 0.05 s searches further" in out
+    rc, out, _ = _run(capsys, "plan", *case[:-1], "--budget", "0.2")
+    assert "not proven" not in out and "--budget" not in out

@@ -78,6 +78,7 @@ def _budget(text: str | None) -> float:
 def run(args: argparse.Namespace) -> int:
     from lowering import CostModel, compile, lower_bound
     from lowering.cost import SPARE_AXIS_BYTES
+    from lowering.planner import DEFAULT_BUDGET_S
     from spec_lang import parse_mesh
 
     mesh = parse_mesh(args.mesh)
@@ -107,4 +108,7 @@ def run(args: argparse.Namespace) -> int:
     print(prog)
     shown = f"{ratio:.2f}x" if ratio is not None else "none (the bound is 0 B)"
     print(f"  lower bound: {lb} B   ratio: {shown}")
+    if not prog.optimal:
+        print(f"  (a larger --budget than {args.budget or DEFAULT_BUDGET_S} s searches further: it may prove this "
+              "program cheapest or find a cheaper one)")
     return 0
