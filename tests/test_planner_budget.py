@@ -139,6 +139,35 @@ def test_the_budget_sweep_shows_what_a_smaller_or_larger_budget_buys() -> None:
     assert small["worse_than_default"] == worse
 
 
+def test_the_parts_benchmark_times_the_planner_and_puts_it_back() -> None:
+    """bench/plan_parts.py wraps the planner's functions while it measures: afterwards the
+    modules hold the originals again; the parts add up inside the compile; the search key's
+    bytes floor at the start never exceeds a program's bytes (the key is a lower bound)."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from bench import plan_budget, plan_parts
+
+    def current() -> dict[str, object]:
+        return {name: getattr(importlib.import_module(m), name) for _, m, name in plan_parts.PARTS}
+
+    before = current()
+    out = plan_parts.measure(6, 0, False, 1)
+    assert current() == before
+    assert out["compiles"] == 6
+    ms = out["parts_ms"]
+    assert ms["_search_labels"] >= ms["_moves"] > 0  # moves are generated only by the search
+    assert out["mean_ms"] >= ms["_search_labels"] + ms["fallback_routes"] + ms["_assemble"]
+    pairs = set(plan_budget.cases(6, 0))
+    for row in out["not_proven"]:
+        assert (row["src"], row["dst"]) in pairs
+        assert 0 <= row["floor_at_start"] <= row["bytes"]
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases(max_axes=3, max_ranks=8, varying=True, explicit_i=True, even=True), st.integers(0, 2**31))
 def test_every_valid_even_pair_compiles_exactly(case: tuple, seed: int) -> None:
