@@ -30,17 +30,18 @@ PAIRS = [  # every collective kind the executor runs, even and uneven, one step 
     ("f32[5@(a,b),3]", "f32[5,3]"),  # uneven: a ring of point-to-point sends
     ("f32[4,8@c]", "f32[4,8]"),  # gathered along dim 1: packed and unpacked
     ("f32[8,4]{U:(b,c)}", "f32[8@(b,c),4]"),  # reduce_scatter
-    ("f32[6,3]{P(avg):a}", "f32[6@a,3]"),  # a mean: the sum, then a division
+    ("f32[6,3]{P(avg):a}", "f32[6@a,3]"),  # a mean: reduce_scatter of the sum, then a division
     ("f32[5,3]{U:(a,b,c)}", "f32[5,3]"),  # all_reduce
-    ("f32[8@a,4@b]", "f32[8@b,4@a]"),  # all_to_all
-    ("f32[8@(a,b)]", "f32[8@(b,a)]"),  # permute
-    ("f32[7@a,5]{U:c}", "f32[7,5@(a,b)]"),  # several steps, uneven
+    ("f32[8@(a,b),4]", "f32[8,4@(a,b)]"),  # all_to_all
+    ("f32[8@a,4@b]", "f32[8@b,4@a]"),  # permute (each rank sends to one peer)
+    ("f32[8@(a,b)]", "f32[8@(b,a)]"),  # permute within a dim
+    ("f32[7@a,5]{U:c}", "f32[7,5@(a,b)]"),  # slice, all_reduce, uneven all_to_all
     ("f32[8,6]", "f32[8@(c,a),6]"),  # a local slice
     ("f32[10@a<3,7>,4]", "f32[10,4]"),  # explicit sizes: all_gatherv
     ("f32[10,4]{U:b}", "f32[10@a<3,7>,4]"),  # reduce_scatterv
     ("f32[10@a<3,7>,4]", "f32[10@(a,b),4]"),  # all_to_allv
-    ("f32[24@b<ragged 1,2>,3]", "f32[24@c,3]"),  # ragged runs
-    ("f32[16@c<parts 4,4|2,6>]", "f32[16]"),  # partitions
+    ("f32[24@b<ragged 1,2>,3]", "f32[24@c,3]"),  # ragged runs: all_to_allv
+    ("f32[16@c<parts 4,4|2,6>]", "f32[16]"),  # partitions: all_gatherv
 ]
 # tensor methods that give a value to Python or copy to the host (each syncs on a GPU)
 HOST_READS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "numpy", "cpu",
