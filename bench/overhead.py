@@ -38,10 +38,11 @@ WORLD = 2
 
 
 
-def _interleaved(fns: dict[str, Any], calls: int, rounds: int = 7) -> dict[str, float]:
+def _interleaved(fns: dict[str, Any], calls: int, rounds: int = 7, inside: list[float] | None = None) -> dict[str, float]:
     """Median over rounds of each function's mean per-call time; within a round the
     functions take turns, in an order that rotates from round to round, so a drift of the
-    machine's load, or what follows a barrier, hits them alike."""
+    machine's load, or what follows a barrier, hits them alike. ``inside``: seconds the
+    caller's wrapper adds up while a timed run goes on (reset before each), left out."""
     import torch.distributed as dist
 
     for fn in fns.values():
@@ -49,15 +50,17 @@ def _interleaved(fns: dict[str, Any], calls: int, rounds: int = 7) -> dict[str, 
             fn()
     times: dict[str, list[float]] = {k: [] for k in fns}
     names = list(fns)
+    skip = inside if inside is not None else [0.0]
     for i in range(rounds):
         # each round starts with another function, so none always follows the barrier
         for k in names[i % len(names):] + names[:i % len(names)]:
             fn = fns[k]
             dist.barrier()
+            skip[0] = 0.0
             t0 = time.perf_counter()
             for _ in range(calls):
                 fn()
-            times[k].append((time.perf_counter() - t0) / calls)
+            times[k].append((time.perf_counter() - t0 - skip[0]) / calls)
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -70,8 +73,6 @@ def _inside_collective(call: Any, prepared: Any, bare: Any, calls: int) -> dict[
     it shows "outside" is the floor on this machine (the allocation, the loop, the timer,
     and the gloo threads still finishing after the wait while the next call starts),
     which no library code can go below."""
-    import torch.distributed as dist
-
     from torch_backend import comm
 
     inside = [0.0]
@@ -85,26 +86,11 @@ def _inside_collective(call: Any, prepared: Any, bare: Any, calls: int) -> dict[
             inside[0] += time.perf_counter() - t0
 
     comm.all_gather = timed  # type: ignore[assignment]
-    fns = {"outside_shardc": call, "outside_prepared": prepared, "outside_bare": bare}
-    samples: dict[str, list[float]] = {k: [] for k in fns}
     try:
-        for fn in fns.values():
-            for _ in range(20):
-                fn()
-        names = list(fns)
-        for i in range(7):  # the three take turns in each round, as in ``_interleaved``
-            for name in names[i % 3:] + names[:i % 3]:
-                fn = fns[name]
-                dist.barrier()
-                inside[0] = 0.0
-                t0 = time.perf_counter()
-                for _ in range(calls):
-                    fn()
-                samples[name].append((time.perf_counter() - t0 - inside[0]) / calls)
-        out = {k: statistics.median(v) for k, v in samples.items()}
+        return _interleaved({"outside_shardc": call, "outside_prepared": prepared, "outside_bare": bare}, calls,
+                            inside=inside)
     finally:
         comm.all_gather = real  # type: ignore[assignment]
-    return out
 
 
 def _host_code(call: Any, prepared: Any, bare: Any, calls: int) -> dict[str, float]:

@@ -29,8 +29,8 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.plan_budget import MESH, cases
-from bench.plan_speed import clear_shardc_caches, no_gc, shardc_caches
+from bench import plan_budget
+from bench.plan_budget import MESH
 
 # (what it is, module, function): looked up through the module at each call, so a
 # wrapper put on the module attribute sees every call
@@ -72,37 +72,31 @@ def timed_parts(spent: Counter[str]) -> Iterator[None]:
 
 
 def measure(n: int, seed: int, even: bool, repeat: int) -> dict[str, Any]:
+    """The budget bench's cold compiles (``plan_budget.measure``), ``repeat`` times, with the
+    parts timed; then, outside the timing, the start's bytes floor of each case not proven."""
     from lowering.cost import DEFAULT_COST_MODEL
     from lowering.labels import _Ctx
     from lowering.moves import erase
-    from lowering.planner import compile as shardc_compile
     from spec_lang.parser import parse, parse_mesh
 
-    caches = shardc_caches()
-    pairs = cases(n, seed, even)
     spent: Counter[str] = Counter()
-    totals: list[float] = []
-    gaps = []
     with timed_parts(spent):
-        for rep in range(repeat):
-            for src, dst in pairs:
-                clear_shardc_caches(caches)
-                s, d, m = parse(src), parse(dst), parse_mesh(MESH)
-                with no_gc():
-                    t0 = time.perf_counter()
-                    prog = shardc_compile(s, d, m)
-                    totals.append(time.perf_counter() - t0)
-                if rep == 0 and not prog.optimal:
-                    start, goal = erase(s), erase(d)
-                    ctx = _Ctx(start, goal, m, DEFAULT_COST_MODEL)
-                    gaps.append((ctx.key(ctx.first, start)[0], prog.cost.bytes_sent_max, src, dst))
-    compiles = len(totals)
+        rows = [row for _ in range(repeat) for row in plan_budget.measure(n, seed, even=even)]
+    mesh = parse_mesh(MESH)
+    not_proven = []
+    for row in rows[:n]:
+        if row["optimal"] is False:
+            start, goal = erase(parse(row["src"])), erase(parse(row["dst"]))
+            ctx = _Ctx(start, goal, mesh, DEFAULT_COST_MODEL)
+            not_proven.append({"floor_at_start": ctx.key(ctx.first, start)[0], "bytes": row["bytes"],
+                               "src": row["src"], "dst": row["dst"]})
+    times = [row["ms"] for row in rows]
     return {
-        "compiles": compiles,
-        "mean_ms": statistics.mean(totals) * 1e3,
-        "median_ms": statistics.median(totals) * 1e3,
-        "parts_ms": {name: spent[name] / compiles * 1e3 for _, _, name in PARTS},
-        "not_proven": [{"floor_at_start": f, "bytes": b, "src": s, "dst": d} for f, b, s, d in gaps],
+        "compiles": len(rows),
+        "mean_ms": statistics.mean(times),
+        "median_ms": statistics.median(times),
+        "parts_ms": {name: spent[name] / len(rows) * 1e3 for _, _, name in PARTS},
+        "not_proven": not_proven,
     }
 
 

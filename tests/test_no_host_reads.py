@@ -79,7 +79,7 @@ def host_reads(rank: int, world: int) -> dict[str, tuple[list[str], int]]:
         torch.zeros(2).tolist()
     out["the detector itself"] = (probe.seen, probe.calls)
 
-    xs, srcs, dsts = [], [], []
+    xs = []
     for src, dst in PAIRS:
         s = parse(src)
         x = block(s, mesh, global_tensor(s), rank)
@@ -95,8 +95,7 @@ def host_reads(rank: int, world: int) -> dict[str, tuple[list[str], int]]:
             torch.autograd.grad(y, xg, grad_outputs=torch.ones_like(y))
         out[f"{src} -> {dst}"] = (mode.seen, mode.calls)
         xs.append(x)
-        srcs.append(src)
-        dsts.append(dst)
+    srcs, dsts = [s for s, _ in PAIRS], [d for _, d in PAIRS]
     torch_backend.redistribute_many(xs, srcs, dsts, MESH)
     mode = _detector()
     with mode:

@@ -7,7 +7,11 @@ off; the constructive fallback alone is exact too; and the budget is checked at 
 
 from __future__ import annotations
 
+import importlib
 import math
+import sys
+from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
@@ -96,14 +100,16 @@ def test_the_budget_must_be_a_positive_finite_number(bad: object) -> None:
         compile("f32[8@tp]", "f32[8]", "tp=2", budget_s=bad)  # type: ignore[arg-type]
 
 
-def test_the_budget_benchmark_draws_the_same_valid_cases_and_compiles_them() -> None:
-    import sys
-    from pathlib import Path
-
+def _bench(name: str) -> ModuleType:
+    """``bench/<name>.py``, importable from the repository root."""
     root = str(Path(__file__).resolve().parents[1])
     if root not in sys.path:
         sys.path.insert(0, root)
-    from bench import plan_budget
+    return importlib.import_module(f"bench.{name}")
+
+
+def test_the_budget_benchmark_draws_the_same_valid_cases_and_compiles_them() -> None:
+    plan_budget = _bench("plan_budget")
 
     assert plan_budget.cases(12, 3) == plan_budget.cases(12, 3)
     assert plan_budget.cases(12, 3)[:2] == list(plan_budget.FIXED_CASES)
@@ -117,13 +123,7 @@ def test_the_budget_sweep_shows_what_a_smaller_or_larger_budget_buys() -> None:
     """A search is one deterministic trajectory cut off at its budget, so a larger budget
     proves every program a smaller one proved (the same program), and the sweep's rows
     compare each budget's plans with the default budget's, case by case."""
-    import sys
-    from pathlib import Path
-
-    root = str(Path(__file__).resolve().parents[1])
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    from bench import plan_budget
+    plan_budget = _bench("plan_budget")
 
     budgets = (0.002, plan_budget.BUDGET_S)
     table = plan_budget.sweep(4, 0, budgets)
@@ -143,14 +143,7 @@ def test_the_parts_benchmark_times_the_planner_and_puts_it_back() -> None:
     """bench/plan_parts.py wraps the planner's functions while it measures: afterwards the
     modules hold the originals again; the parts add up inside the compile; the search key's
     bytes floor at the start never exceeds a program's bytes (the key is a lower bound)."""
-    import importlib
-    import sys
-    from pathlib import Path
-
-    root = str(Path(__file__).resolve().parents[1])
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    from bench import plan_budget, plan_parts
+    plan_budget, plan_parts = _bench("plan_budget"), _bench("plan_parts")
 
     def current() -> dict[str, object]:
         return {name: getattr(importlib.import_module(m), name) for _, m, name in plan_parts.PARTS}

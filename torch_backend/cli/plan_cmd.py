@@ -78,7 +78,6 @@ def _budget(text: str | None) -> float:
 def run(args: argparse.Namespace) -> int:
     from lowering import CostModel, compile, lower_bound
     from lowering.cost import SPARE_AXIS_BYTES
-    from lowering.planner import DEFAULT_BUDGET_S
     from spec_lang import parse_mesh
 
     mesh = parse_mesh(args.mesh)
@@ -94,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
             raise SpecError("--cost-model replaces --alpha, --beta and --spare-axis-bytes", text=args.cost_model,
                             pos=0, hint="give either a --cost-model file or the per-axis flags, not both")
         model = CostModel.load(args.cost_model)
-    prog = compile(args.src, args.dst, mesh, cost_model=model, budget_s=_budget(args.budget))
+    budget = _budget(args.budget)
+    prog = compile(args.src, args.dst, mesh, cost_model=model, budget_s=budget)
     lb = lower_bound(args.src, args.dst, mesh)
     # a zero bound under a plan that sends bytes has no finite ratio: JSON has no Infinity,
     # so it says null there, and the text says why
@@ -109,6 +109,6 @@ def run(args: argparse.Namespace) -> int:
     shown = f"{ratio:.2f}x" if ratio is not None else "none (the bound is 0 B)"
     print(f"  lower bound: {lb} B   ratio: {shown}")
     if not prog.optimal:
-        print(f"  (a larger --budget than {args.budget or DEFAULT_BUDGET_S} s searches further: it may prove this "
+        print(f"  (a larger --budget than {budget:g} s searches further: it may prove this "
               "program cheapest or find a cheaper one)")
     return 0
