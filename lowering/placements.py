@@ -35,6 +35,7 @@ from lowering import uneven_placements as uneven
 from spec_lang.errors import SpecError, locate
 from spec_lang.ir import REDUCE_OPS, AxisType, Dim, Mesh, TensorType, canonical_dtype
 from spec_lang.parser import parse_mesh, parse_shard_order
+from spec_lang.split import size_row
 
 _ORDER_HINT = "write shard_order as {tensor_dim: [mesh dims major->minor]}, e.g. {0: ['tp', 'dp']}"
 
@@ -488,12 +489,7 @@ def from_placements(
     an uneven placement becomes its dim's ``Split``.
     """
     m = as_mesh(mesh)
-    try:
-        shape = tuple(int(s) for s in shape)
-    except (TypeError, ValueError):
-        raise SpecError(f"shape must be a sequence of ints, got {shape!r}") from None
-    if any(s < 0 for s in shape):
-        raise SpecError(f"negative size in shape {list(shape)}")
+    shape = size_row(shape, "shape", "pass the global shape as a sequence of ints, e.g. (8, 16)")
     specs, order = check_placements(placements, shard_order, m, len(shape), shape)
     orders = _strided_order(specs, m) if any(s.kind == "_S" for s in specs) else {}
     if not orders:

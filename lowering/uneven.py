@@ -39,21 +39,9 @@ import numpy as np
 
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
+from spec_lang.split import size_row
 
 Ranges = list[tuple[int, int]]  # [start, stop) runs along one dim, in local order
-
-
-def _ints(values: object, what: str, rule: str) -> tuple[int, ...]:
-    try:
-        out = tuple(values)  # type: ignore[arg-type]
-    except TypeError:
-        raise SpecError(f"{what} must be a sequence of ints, got {values!r}", hint=rule) from None
-    for v in out:
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise SpecError(f"{what} must hold ints, got {v!r}", hint=rule)
-        if v < 0:
-            raise SpecError(f"{what} holds a negative size {int(v)}", hint=rule)
-    return tuple(int(v) for v in out)
 
 
 def _dim(dim: object, placement: str) -> int:
@@ -87,7 +75,7 @@ class DynamicShard:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dim", _dim(self.dim, "DynamicShard"))
-        sizes = _ints(self.chunk_sizes, "DynamicShard chunk_sizes", "give one size >= 0 per rank of the mesh axis")
+        sizes = size_row(self.chunk_sizes, "DynamicShard chunk_sizes", "give one size >= 0 per rank of the mesh axis")
         object.__setattr__(self, "chunk_sizes", sizes)
 
     def check(self, shape: tuple[int, ...], n: int) -> None:
@@ -121,11 +109,11 @@ class RaggedShard:
     local_units: tuple[int, ...]
 
     def __post_init__(self) -> None:
-        dims = _ints(self.dims, "RaggedShard dims", "name the prefix dims, e.g. (0,) or (0, 1)")
+        dims = size_row(self.dims, "RaggedShard dims", "name the prefix dims, e.g. (0,) or (0, 1)")
         if not dims or dims != tuple(range(len(dims))):
             raise SpecError(f"RaggedShard dims must be a prefix (0, 1, ..., k-1), got {list(dims)}",
                             hint="RaggedShard flattens the leading dims; use (0,) or (0, 1), ...")
-        units = _ints(self.local_units, "RaggedShard local_units", "give one unit count >= 0 per rank")
+        units = size_row(self.local_units, "RaggedShard local_units", "give one unit count >= 0 per rank")
         if not units or sum(units) == 0:
             raise SpecError("RaggedShard local_units must hold at least one positive count",
                             hint="e.g. (1, 2, 1, 1): 20%, 40%, 20%, 20% of the flattened prefix")
@@ -183,7 +171,7 @@ class PartitionedShard:
                             hint="count the partitions (e.g. experts) along the dim")
         rule = "splits[s][p] is the size of partition p's piece on shard s: one row per shard"
         try:
-            rows = tuple(_ints(row, "PartitionedShard splits", rule) for row in self.splits)
+            rows = tuple(size_row(row, "PartitionedShard splits", rule) for row in self.splits)
         except TypeError:
             raise SpecError(f"PartitionedShard splits must be rows of ints, got {self.splits!r}", hint=rule) from None
         if not rows or any(len(r) != self.num_partitions for r in rows):

@@ -38,7 +38,10 @@ def _count(v: object, what: str, hint: str) -> int:
     return n
 
 
-def _row(values: object, what: str, hint: str) -> tuple[int, ...]:
+def size_row(values: object, what: str, hint: str) -> tuple[int, ...]:
+    """``values`` as a tuple of sizes (ints >= 0, numpy ints included); a SpecError naming
+    ``what`` for a string, a non-sequence, a bool, a float or a negative entry. Every
+    public entry that takes a row of sizes (a shape, chunk sizes, splits) reads it here."""
     if isinstance(values, (str, bytes)):
         raise SpecError(f"{what} must be a sequence of ints, got {values!r}", hint=hint)
     try:
@@ -65,7 +68,7 @@ class Split:
             if isinstance(self.values, (str, bytes)):
                 raise SpecError(f"PartitionedShard splits must be rows of ints, got {self.values!r}", hint=hint)
             try:
-                rows = tuple(_row(r, "PartitionedShard splits", hint) for r in self.values)
+                rows = tuple(size_row(r, "PartitionedShard splits", hint) for r in self.values)
             except TypeError:
                 raise SpecError(f"PartitionedShard splits must be rows of ints, got {self.values!r}",
                                 hint=hint) from None
@@ -80,7 +83,7 @@ class Split:
             values: tuple = rows
         else:
             what = "DynamicShard chunk sizes" if self.kind == "sizes" else "RaggedShard local_units"
-            values = _row(self.values, what, "give one count >= 0 per rank of the mesh axis")
+            values = size_row(self.values, what, "give one count >= 0 per rank of the mesh axis")
             if not values:
                 raise SpecError(f"{what} are empty", hint="give one count per rank of the mesh axis")
             if self.kind == "ragged" and sum(values) == 0:

@@ -50,6 +50,17 @@ CASES: list[tuple[str, Callable[[], Any], str]] = [
     ("rank_pieces, rank off the mesh", lambda: lowering.rank_pieces(_step(), spec_lang.parse_mesh("dp=2"), 9),
      "rank 9 is not on"),
     ("rank_pieces, not a step", lambda: lowering.rank_pieces("x", "dp=2", 0), "expected a Step"),
+    ("check_type, axis off the mesh, as strings", lambda: lowering.check_type("f32[8@xx]", "dp=2"),
+     "'xx' is not on the mesh"),
+    ("check_type, malformed type", lambda: lowering.check_type("f32[8@", "dp=2"), "malformed type"),
+    ("check_type, not a type", lambda: lowering.check_type(3, "dp=2"), "expected a type string"),
+    ("check_type, malformed mesh", lambda: lowering.check_type("f32[8@dp]", "dp="), "malformed mesh"),
+    ("from_placements, a string for the shape", lambda: lowering.from_placements("S(0)", "dp=2", "88", "f32"),
+     "shape must be a sequence of ints, got '88'"),
+    ("from_placements, a float size", lambda: lowering.from_placements("S(0)", "dp=2", (8.5,), "f32"),
+     "shape must hold ints, got 8.5"),
+    ("from_placements, a negative size", lambda: lowering.from_placements("S(0)", "dp=2", (-8,), "f32"),
+     "shape holds a negative size -8"),
     ("check_placements, ndim not an int", lambda: lowering.check_placements("S(0)", None, "dp=2", "x"),
      "ndim must be"),
     ("check_placements, ndim negative", lambda: lowering.check_placements("S(0)", None, "dp=2", -1),
@@ -83,5 +94,7 @@ def test_strings_are_accepted_where_ir_is() -> None:
     np.testing.assert_array_equal(lowering.boxes("f32[9@(dp,tp)]", "dp=2,tp=2"), lowering.boxes(t, m))
     assert spec_lang.format_type("f32[8@dp]{U:tp}") == "float32[8@dp]{U:tp}"
     assert torch_backend.dual_type("f32[8@dp]{U:tp}") == torch_backend.dual_type(spec_lang.parse("f32[8@dp]{U:tp}"))
+    assert lowering.check_type("f32[9@(dp,tp)]", "dp=2,tp=2") is None
+    assert lowering.check_type(t, m) is None
     step = _step()
     assert lowering.rank_pieces(step, "dp=2", 1) == lowering.rank_pieces(step, spec_lang.parse_mesh("dp=2"), 1)
