@@ -131,12 +131,15 @@ def check_partial_conversion(src: TensorType, dst: TensorType) -> str:
     return sop or dop or "sum"
 
 
+def check_seconds(value: object, what: str, hint: str) -> float:
+    """``value`` as a float; SpecError naming ``what`` unless it is a positive finite number."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value <= 0:  # type: ignore[arg-type]
+        raise SpecError(f"{what} must be a positive finite number of seconds, got {value!r}", hint=hint)
+    return float(value)  # type: ignore[arg-type]
+
+
 def check_budget(budget_s: object, default: float) -> float:
     """``budget_s`` as a float; SpecError unless it is a positive finite number."""
-    ok = isinstance(budget_s, (int, float)) and not isinstance(budget_s, bool)
-    if not ok or not math.isfinite(budget_s) or budget_s <= 0:  # type: ignore[arg-type]
-        raise SpecError(
-            f"budget_s must be a positive finite number of seconds, got {budget_s!r}",
-            hint=f"use the default {default} s, or more for a plan proven optimal on a large mesh",
-        )
-    return float(budget_s)  # type: ignore[arg-type]
+    return check_seconds(budget_s, "budget_s",
+                         f"use the default {default} s, or more for a plan proven optimal on a large mesh")

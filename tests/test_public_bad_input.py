@@ -5,6 +5,7 @@ or numpy's broadcast error from deep inside)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -71,6 +72,14 @@ CASES: list[tuple[str, Callable[[], Any], str]] = [
     ("execute, not a program", lambda: torch_backend.execute("x", torch.zeros(4)), "expected a compiled Program"),
     ("execute, not a tensor", lambda: torch_backend.execute(_program(), [1.0]), "expected a torch.Tensor"),
     ("backward_program, not a program", lambda: torch_backend.backward_program("x"), "expected a compiled Program"),
+    ("redistribute, a timeout that is not a number",
+     lambda: torch_backend.redistribute(torch.zeros(4), *GATHER, timeout="60"), "timeout must be a positive"),
+    ("redistribute, a negative timeout",
+     lambda: torch_backend.redistribute(torch.zeros(4), *GATHER, timeout=-1), "timeout must be a positive"),
+    ("redistributor, a zero timedelta",
+     lambda: torch_backend.redistributor(*GATHER, timeout=timedelta(0)), "timeout must be positive"),
+    ("context, a timeout too long for a timedelta",
+     lambda: torch_backend.context("dp=2", timeout=1e300), "longer than a timedelta can hold"),
     ("redistribute_many, a string for the list",
      lambda: torch_backend.redistribute_many([torch.zeros(4)], "f32[8@dp]", ["f32[8]"], "dp=2"),
      "takes a list of source types"),

@@ -135,6 +135,18 @@ def test_local_einsum_and_linear_partial_outputs() -> None:
         spmd.linear(hs, ws)
 
 
+def test_blocks_torch_refuses_are_a_spec_error() -> None:
+    """Types that agree on blocks whose sizes do not: torch's refusal comes back as a
+    SpecError naming the shapes, not a bare RuntimeError."""
+    a, b = typed({"tp": V}, 2, 4), typed({"tp": V}, 3, 5)
+    with pytest.raises(SpecError, match=r"(?s)einsum\('ij,jk->ik'\) cannot run on this rank's blocks of "
+                       r"shapes \[2, 4\], \[3, 5\].*hint"):
+        spmd.einsum("ij,jk->ik", a, b)
+    with pytest.raises(SpecError, match=r"linear cannot run on this rank's blocks of shapes \[2, 4\], \[3, 5\]"):
+        spmd.linear(a, b)
+    assert spmd.einsum("ij,kj->ik", a, typed({"tp": V}, 3, 4)).shape == (2, 3)
+
+
 def test_local_map_drops_and_restores_the_partition_spec() -> None:
     seen = {}
 

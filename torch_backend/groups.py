@@ -46,6 +46,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from lowering.checks import check_seconds
 from lowering.layout import group_ranks
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh
@@ -262,6 +263,23 @@ def _weak(dm: Any) -> Callable[[], Any] | None:
         return lambda: dm
 
 
+def check_timeout(timeout: object) -> timedelta | None:
+    """A collective timeout as a timedelta (None: the process group's own); a SpecError,
+    before any communication, for anything but a positive number of seconds or timedelta."""
+    if timeout is None:
+        return None
+    hint = "pass seconds (e.g. 60) or a datetime.timedelta, or None for the process group's own timeout"
+    if isinstance(timeout, timedelta):
+        if timeout <= timedelta(0):
+            raise SpecError(f"timeout must be positive, got {timeout!r}", hint=hint)
+        return timeout
+    seconds = check_seconds(timeout, "timeout", hint)
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise SpecError(f"timeout {seconds:g} s is longer than a timedelta can hold", hint=hint) from None
+
+
 def context(mesh: Mesh | str | Any, *, timeout: timedelta | float | None = None) -> MeshContext:
     """The MeshContext for ``mesh`` (str, Mesh or DeviceMesh) in the current process.
 
@@ -270,8 +288,7 @@ def context(mesh: Mesh | str | Any, *, timeout: timedelta | float | None = None)
     (mesh, timeout), or per (DeviceMesh, timeout) holding the DeviceMesh weakly, so a
     repeated call parses nothing and builds nothing.
     """
-    if isinstance(timeout, (int, float)):
-        timeout = timedelta(seconds=float(timeout))
+    timeout = check_timeout(timeout)
     dm = None
     if isinstance(mesh, (str, Mesh)):
         m = parse_mesh(mesh)

@@ -31,14 +31,27 @@ def _axes(out_partial_axes: str | Sequence[str] | None) -> tuple[str, ...]:
     return tuple(out_partial_axes)
 
 
+def _local_op(what: str, fn: Callable[..., torch.Tensor], *xs: Any) -> torch.Tensor:
+    """``fn(*xs)`` untyped; torch's refusal of the local shapes or equation as a SpecError
+    (the types were already checked, so what is left is the blocks themselves)."""
+    try:
+        with unchecked():
+            return fn(*xs)
+    except torch.OutOfMemoryError:
+        raise
+    except RuntimeError as e:
+        shapes = ", ".join(str(list(x.shape)) for x in xs if isinstance(x, torch.Tensor))
+        raise SpecError(f"{what} cannot run on this rank's blocks of shapes {shapes}: {e}",
+                        hint="every label (or the contracted dim) must have one size across the "
+                        "operands' local blocks: check the shapes each rank holds") from None
+
+
 def einsum(eq: str, *xs: torch.Tensor, out_partial_axes: str | Sequence[str] | None = None) -> torch.Tensor:
     """``torch.einsum`` whose result type follows the SPMD type system (global SPMD where an
     operand is S(i)); a contracted sharded label needs its axis in ``out_partial_axes``,
     which makes the result P there."""
     types = einsum_types("einsum", eq, [typeof(x) for x in xs], _axes(out_partial_axes))
-    with unchecked():
-        y = torch.einsum(eq, *xs)
-    return attach(y, types)
+    return attach(_local_op(f"einsum({eq!r})", lambda *a: torch.einsum(eq, *a), *xs), types)
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *,
@@ -53,9 +66,7 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *,
         last = x.ndim - 1
         bias = {a: LocalType("S", dim=last) if t.kind == "S" and t.dim == 0 else t for a, t in typeof(b).items()}
         types = propagate("add", [types, bias])  # P + R is refused with the fix
-    with unchecked():
-        y = torch.nn.functional.linear(x, w, b)
-    return attach(y, types)
+    return attach(_local_op("linear", torch.nn.functional.linear, x, w, b), types)
 
 
 def _as_types(spec: Any, what: str) -> dict[str, LocalType] | None:
