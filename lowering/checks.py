@@ -139,6 +139,22 @@ def check_seconds(value: object, what: str, hint: str) -> float:
     return float(value)  # type: ignore[arg-type]
 
 
+# A collective timeout longer than this is a typo (it is about 31 years); it also keeps the
+# value inside what a timedelta and c10d's milliseconds can hold.
+TIMEOUT_MAX_S = 1e9
+
+
+def check_timeout_s(value: object, what: str = "timeout") -> float:
+    """A collective timeout in seconds as a float; a SpecError unless it is positive, finite
+    and at most ``TIMEOUT_MAX_S`` (one rule for the API's ``timeout=`` and the CLI's ``--timeout``)."""
+    hint = ("pass seconds (e.g. 60) or a datetime.timedelta, or None for the process group's own timeout"
+            if what == "timeout" else f"give seconds, e.g. {what} 30")
+    seconds = check_seconds(value, what, hint)
+    if seconds > TIMEOUT_MAX_S:
+        raise SpecError(f"{what} {seconds:g} s is longer than the longest allowed, {TIMEOUT_MAX_S:g} s", hint=hint)
+    return seconds
+
+
 def check_budget(budget_s: object, default: float) -> float:
     """``budget_s`` as a float; SpecError unless it is a positive finite number."""
     return check_seconds(budget_s, "budget_s",

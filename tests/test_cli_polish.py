@@ -33,6 +33,10 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     (["plan", "f32[8@dp]", "f32[9]", "--mesh", "dp=2", "--json"], "global shapes differ", 3),
     (["plan", "f32[8@dp]", "f32[8]", "--mesh", "dp=2,dp=4", "--json"], "repeated", 5),
     (["run", "f32[8@zz]", "f32[8]", "--mesh", "dp=2", "--json"], "'zz' is not on the mesh", None),
+    (["run", "f32[8@dp]", "f32[8]", "--mesh", "dp=2", "--timeout", "nan", "--json"],
+     "--timeout must be a positive finite number", None),
+    (["run", "f32[8@dp]", "f32[8]", "--mesh", "dp=2", "--timeout", "1e300", "--json"],
+     "longer than the longest allowed", None),
 ])
 def test_json_refusal(capsys: pytest.CaptureFixture[str], argv: list[str], error: str, position: int | None) -> None:
     if argv[0] == "run":

@@ -46,7 +46,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from lowering.checks import check_seconds
+from lowering.checks import check_timeout_s
 from lowering.layout import group_ranks
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh
@@ -265,19 +265,12 @@ def _weak(dm: Any) -> Callable[[], Any] | None:
 
 def check_timeout(timeout: object) -> timedelta | None:
     """A collective timeout as a timedelta (None: the process group's own); a SpecError,
-    before any communication, for anything but a positive number of seconds or timedelta."""
+    before any communication, for anything but a positive number of seconds or timedelta
+    (``lowering.checks.check_timeout_s``)."""
     if timeout is None:
         return None
-    hint = "pass seconds (e.g. 60) or a datetime.timedelta, or None for the process group's own timeout"
-    if isinstance(timeout, timedelta):
-        if timeout <= timedelta(0):
-            raise SpecError(f"timeout must be positive, got {timeout!r}", hint=hint)
-        return timeout
-    seconds = check_seconds(timeout, "timeout", hint)
-    try:
-        return timedelta(seconds=seconds)
-    except OverflowError:
-        raise SpecError(f"timeout {seconds:g} s is longer than a timedelta can hold", hint=hint) from None
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+    return timedelta(seconds=check_timeout_s(seconds))
 
 
 def context(mesh: Mesh | str | Any, *, timeout: timedelta | float | None = None) -> MeshContext:

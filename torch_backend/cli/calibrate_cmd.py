@@ -18,6 +18,7 @@ import os
 import sys
 from typing import Any
 
+from lowering.checks import check_timeout_s
 from spec_lang.errors import SpecError
 
 
@@ -42,8 +43,7 @@ def run(args: argparse.Namespace) -> int:
     sizes = parse_sizes(args.sizes)
     if args.iters < 1:
         raise SpecError("--iters must be >= 1", text=str(args.iters), pos=0, hint="e.g. --iters 5")
-    if args.timeout <= 0:
-        raise SpecError("--timeout must be positive", hint="e.g. --timeout 30")
+    check_timeout_s(args.timeout, "--timeout")
     if mesh.size < 2 or not probes(mesh, sizes):
         raise SpecError(f"the mesh {mesh} has no axis of size > 1: nothing to calibrate", text=args.mesh, pos=0,
                         hint="give a mesh with 2 or more ranks, e.g. --mesh dp=2,tp=4")

@@ -17,6 +17,7 @@ import os
 import sys
 from typing import Any
 
+from lowering.checks import check_timeout_s
 from spec_lang.errors import SpecError
 
 
@@ -42,8 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.bench < 0:
         raise SpecError("--bench must be >= 0", hint="give the number of timed runs, e.g. --bench 20")
-    if args.timeout <= 0:
-        raise SpecError("--timeout must be positive", hint="e.g. --timeout 30")
+    check_timeout_s(args.timeout, "--timeout")
     spec = RunSpec(mesh=args.mesh, src=args.src, dst=args.dst, dtype=args.dtype, check=args.check,
                    bench=args.bench, timeout=args.timeout)
     program = compile_spec(spec)  # every SpecError before any process starts
