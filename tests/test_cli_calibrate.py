@@ -57,6 +57,7 @@ def _main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str
     (["--mesh", "dp=2", "--out", "/nonexistent-dir/m.json"], "cannot write the cost model"),
     (["--mesh", "dp=2,dp=2"], "dp"),
     (["--mesh", "dp=2", "--timeout", "inf"], "--timeout must be a positive finite number"),
+    (["--mesh", "dp=16,tp=32"], "a local run starts one process per rank"),
 ])
 def test_bad_calibrate_flags_are_refused_before_any_rank_starts(capsys: pytest.CaptureFixture[str],
                                                                 argv: list[str], needle: str) -> None:

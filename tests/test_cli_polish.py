@@ -37,6 +37,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
      "--timeout must be a positive finite number", None),
     (["run", "f32[8@dp]", "f32[8]", "--mesh", "dp=2", "--timeout", "1e300", "--json"],
      "longer than the longest allowed", None),
+    (["run", "f32[8@dp]", "f32[8]", "--mesh", "dp=1024", "--json"], "a local run starts one process per rank", None),
 ])
 def test_json_refusal(capsys: pytest.CaptureFixture[str], argv: list[str], error: str, position: int | None) -> None:
     if argv[0] == "run":

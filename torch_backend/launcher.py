@@ -39,6 +39,25 @@ if TYPE_CHECKING:
 GRACE_S = 10.0  # after the first failure, on top of the collective timeout
 
 
+def local_ranks_max() -> int:
+    """The most ranks a local launch starts: one process each, every one importing torch,
+    so a mesh far larger than the machine is a typo, not a job (torchrun has no such cap)."""
+    return max(64, 4 * (os.cpu_count() or 1))
+
+
+def check_local_world(world: int, mesh: Any) -> None:
+    """A SpecError, before any process starts, for a local launch larger than ``local_ranks_max()``."""
+    most = local_ranks_max()
+    if world > most:
+        from spec_lang.errors import SpecError
+
+        raise SpecError(
+            f"the mesh {mesh} has {world} ranks, and a local run starts one process per rank: at most "
+            f"{most} on this machine ({os.cpu_count()} cores)",
+            hint="run a mesh of that many ranks under torchrun across machines, or try the layout on a "
+            "smaller mesh (shardc plan and shardc show need no processes at all)")
+
+
 @dataclass
 class RunResult:
     """The merged outcome of one ``shardc run``."""
@@ -135,6 +154,7 @@ def launch_local(spec: RunSpec | Any, world: int,
     ``spec`` needs the ``backend`` and ``timeout`` that ``init`` reads. ``shardc calibrate``
     passes its own.
     """
+    check_local_world(world, getattr(spec, "mesh", world))
     import torch.distributed as dist
 
     from torch_backend.procs import rank_context, rank_process
