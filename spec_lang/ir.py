@@ -492,6 +492,14 @@ class TensorType:
                 f"(limit 2**63 = {INT64_LIMIT})",
                 hint="element and byte counts are int64; use smaller dims",
             )
+        if dtype.startswith("complex"):
+            for _, at in axis_types:
+                if at.kind == "P" and at.op in ("max", "min"):
+                    raise SpecError(
+                        f"a pending {at.op} of {dtype}: complex numbers have no order", subject=f"P({at.op})",
+                        hint="reduce complex values with U (a sum) or P(avg), or take the max of their "
+                        "magnitudes as a real tensor",
+                    )
         # the dataclass is frozen; these are the canonical forms of the same values
         self.__dict__.update(dtype=dtype, dims=dims, axis_types=axis_types)
 

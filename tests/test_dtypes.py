@@ -135,6 +135,22 @@ def test_redistribute_new_dtypes_under_local_tensor_mode(fake_pg, name: str, src
         assert torch.equal(_bits(outs[r]), _bits(g[sl])), f"rank {r}"
 
 
+@pytest.mark.parametrize("name", ["complex64", "complex128"])
+@pytest.mark.parametrize(("src", "dst"), [("[8,6]{P(avg):(dp,tp)}", "[8@tp,6]"), ("[8,6]{P(avg):dp}", "[8,6]"),
+                                          ("[8,6]{U:(dp,tp)}", "[8,6@dp]")])
+def test_complex_sums_and_means_keep_both_parts(fake_pg, name: str, src: str, dst: str) -> None:
+    """A mean of complex pieces divides both parts (an integer's truncating division has no
+    complex form), and every element's imaginary part arrives with its real part."""
+    g = global_tensor(parse(f"{name}[8,6]"))
+    assert bool((g.imag != 0).any())
+    with local_mode(fake_pg, 4):
+        x = torch_backend.distribute(g, MESH, name + src)
+        outs = from_local(torch_backend.redistribute(x, name + src, name + dst, MESH))
+    for r, sl in enumerate(lowering.local_slices(name + dst, MESH)):
+        assert outs[r].dtype == g.dtype
+        torch.testing.assert_close(outs[r], g[sl], rtol=0, atol=1e-6, msg=f"rank {r}")
+
+
 def test_reducing_a_float8_partial_is_a_spec_error(fake_pg) -> None:
     g = global_tensor(parse("f8_e4m3fn[8]"))
     with local_mode(fake_pg, 4), pytest.raises(SpecError, match="reduction of float8_e4m3fn cannot be carried out"):
@@ -148,6 +164,10 @@ def test_test_data_exists_for_every_dtype_and_local_type(name: str, ann: str) ->
     from spec_lang import parse_mesh
     from torch_backend.data import all_blocks
 
+    if name.startswith("complex") and ann[1:6] in ("P(max", "P(min"):
+        with pytest.raises(SpecError, match="complex numbers have no order"):
+            parse(f"{name}[6@tp]{ann}")
+        return
     t = parse(f"{name}[6@tp]{ann}")
     g = global_tensor(t)
     blocks = all_blocks(t, parse_mesh(MESH), g)

@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 from torch_utils import pairing, random_blocks  # noqa: E402
 
+import lowering  # noqa: E402
 from spec_lang import parse, parse_mesh  # noqa: E402
 from spec_lang.dual import dual_type  # noqa: E402
 
@@ -39,6 +40,8 @@ FORWARD = [  # (name, src, dst): exact check against the destination's slices an
     ("bf16", "bf16[12@(dp,tp),10]", "bf16[12@tp,10]"),
     ("i32", "i32[6,10@(tp,dp)]", "i32[6@dp,10]"),
     ("bool", "bool[10@(dp,tp)]", "bool[10]"),
+    ("complex-avg", "c64[8,6]{P(avg):(dp,tp)}", "c64[8@tp,6]"),  # both parts divided, both parts checked
+    ("complex-a2a", "c128[12@(dp,tp),10]", "c128[12@tp,10]"),
 ]
 BACKWARD = [
     ("f64[10@(dp,tp)]", "f64[10]{R:(dp,tp)}"),
@@ -120,6 +123,22 @@ def test_gloo_backward_is_adjoint(gloo8, src, dst):
     grads = [torch.tensor(gloo8[r][key][1], dtype=torch.float64) for r in range(8)]
     assert pairing(d, mesh, [o.reshape(b.shape) for o, b in zip(outs, yb)], yb) == \
         pairing(s, mesh, xb, [g.reshape(b.shape) for g, b in zip(grads, xb)])
+
+
+def test_the_run_check_sees_an_imaginary_part() -> None:
+    """``shardc run --check`` compares complex blocks in complex128: a wrong imaginary part
+    alone fails it (float64 would have dropped it)."""
+    from types import SimpleNamespace
+
+    from torch_backend.data import block, global_tensor
+    from torch_backend.worker import check_output
+
+    program = lowering.compile("c64[12@(dp,tp),10]", "c64[12@tp,10]", MESH)
+    g = global_tensor(program.src)
+    ctx = SimpleNamespace(rank=5)  # no pending axis on the destination: the check reads only the rank
+    y = block(program.dst, parse_mesh(MESH), g, 5)
+    assert bool((y.imag != 0).any()) and check_output(program, ctx, g, y)
+    assert not check_output(program, ctx, g, y.conj().resolve_conj())
 
 
 def _shardc(*args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -187,6 +187,7 @@ def test_constructors_canonicalise_equivalent_spellings() -> None:
         (lambda: AxisType("X"), "unknown local type 'X'"),
         (lambda: AxisType("P", "prod"), "unknown reduce op 'prod'"),
         (lambda: AxisType("R", "max"), "local type R has no reduce op"),
+        (lambda: TensorType("c64", (Dim(8),), (("dp", AxisType("P", "max")),)), "complex numbers have no order"),
         (lambda: Mesh(("dp",), (0,)), "mesh axis 'dp' has size 0"),
         (lambda: Mesh(("dp",), (True,)), "must be an int, got bool"),
         (lambda: Mesh(("dp", "dp"), (2, 2)), "mesh axis 'dp' is repeated"),

@@ -27,7 +27,8 @@ from torch_backend.dtypes import NO_ARITHMETIC, to_torch_dtype
 
 
 def global_tensor(t: TensorType, *, seed: int = 0, device: torch.device | str = "cpu") -> torch.Tensor:
-    """The global tensor of type ``t``: (i*7 + seed) mod 113 - 56, row-major."""
+    """The global tensor of type ``t``: (i*7 + seed) mod 113 - 56, row-major (unsigned: + 56;
+    complex: that plus an imaginary part (5 x that) mod 19 - 9)."""
     n = t.numel
     base = (torch.arange(n, dtype=torch.int64) * 7 + seed) % 113 - 56
     dt = to_torch_dtype(t.dtype)
@@ -35,7 +36,9 @@ def global_tensor(t: TensorType, *, seed: int = 0, device: torch.device | str = 
         return (base % 2 == 0).reshape(t.shape).to(device)
     if dt == torch.float8_e8m0fnu:  # powers of two only: 2**-4 .. 2**3
         return torch.exp2((base % 8 - 4).double()).reshape(t.shape).to(dt).to(device)
-    if not dt.is_signed and not dt.is_complex:
+    if dt.is_complex:  # an imaginary part of its own, so a check sees both halves of each element
+        return torch.complex(base.double(), (base * 5 % 19 - 9).double()).reshape(t.shape).to(dt).to(device)
+    if not dt.is_signed:
         base = base + 56
     # float8 holds few of these integers exactly; casting once fixes the values every block is cut from
     return base.reshape(t.shape).to(dt).to(device)

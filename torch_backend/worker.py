@@ -163,13 +163,18 @@ def run_rank(spec: RunSpec, store: Any) -> dict[str, Any]:
     return report
 
 
+def _widest(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in a dtype that holds every value of its own exactly: complex128 for complex
+    tensors (float64 would drop the imaginary part), float64 otherwise."""
+    return t.to(torch.complex128) if t.is_complex() else t.double()
+
+
 def check_output(program: Program, ctx: MeshContext, g: torch.Tensor, y: torch.Tensor) -> bool:
     """This rank's output against the destination's denotation (P axes reduced first)."""
     from torch_backend import comm
 
     dst, mesh, rank = program.dst, program.mesh, ctx.rank
-    want = expected_block(dst, mesh, g, rank).double()
-    got = y.double()
+    want, got = _widest(expected_block(dst, mesh, g, rank)), _widest(y)
     p_axes = tuple(a for a in mesh.names if a in dst.partial_axes)
     if p_axes and mesh.group_size(p_axes) > 1:
         op = dst.partial_op or "sum"
