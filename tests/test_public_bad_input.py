@@ -50,6 +50,12 @@ CASES: list[tuple[str, Callable[[], Any], str]] = [
      "'dp' is not on the mesh"),
     ("rank_pieces, rank off the mesh", lambda: lowering.rank_pieces(_step(), spec_lang.parse_mesh("dp=2"), 9),
      "rank 9 is not on"),
+    ("rank_pieces, members off the group", lambda: lowering.rank_pieces(_step(), "dp=2", 0, members=(9,)),
+     "are not rank 0's group"),
+    ("rank_pieces, members not ranks", lambda: lowering.rank_pieces(_step(), "dp=2", 0, members="01"),
+     "are not rank 0's group"),
+    ("make_step, padded not a flag", lambda: lowering.make_step("all_gather", *GATHER, padded="yes"),
+     "padded must be True, False or None"),
     ("rank_pieces, not a step", lambda: lowering.rank_pieces("x", "dp=2", 0), "expected a Step"),
     ("check_type, axis off the mesh, as strings", lambda: lowering.check_type("f32[8@xx]", "dp=2"),
      "'xx' is not on the mesh"),
@@ -107,3 +113,4 @@ def test_strings_are_accepted_where_ir_is() -> None:
     assert lowering.check_type(t, m) is None
     step = _step()
     assert lowering.rank_pieces(step, "dp=2", 1) == lowering.rank_pieces(step, spec_lang.parse_mesh("dp=2"), 1)
+    assert lowering.rank_pieces(step, "dp=2", 1, members=(1, 0)).members == (1, 0)  # a process group's order

@@ -13,6 +13,7 @@ numpy semantics and dual; this package builds priced Steps from them and runs th
 from __future__ import annotations
 
 import gc
+import operator
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -89,6 +90,9 @@ def make_step(kind: str, src: TensorType | str, dst: TensorType | str, mesh: Mes
                 raise SpecError(f"mesh axis {a!r} is not on the mesh {m}", hint=f"use one of {', '.join(m.names)}")
         if len(set(axes)) != len(axes):
             raise SpecError(f"axes {list(axes)} repeat a mesh axis", hint="name each mesh axis once")
+    if padded is not None and not isinstance(padded, bool):
+        raise SpecError(f"padded must be True, False or None, got {padded!r}",
+                        hint="leave it None to let the step kind choose (an even or padded collective)")
     sig = spec.infer(s, d, m, None if axes is None else tuple(axes))
     return priced_step(spec.name, s, d, m, sig.axes, sig.dims, sig.op, padded)
 
@@ -141,6 +145,17 @@ def members_of(step: Step, mesh: Mesh, rank: int) -> tuple[int, ...]:
 def rank_pieces(step: Step, mesh: Mesh | str, rank: int, members: tuple[int, ...] | None = None) -> RankPieces:
     """``rank``'s pieces of ``step``: only this rank's, read off the layout algebra."""
     m, r = _checked_rank(step, mesh, rank)
+    if members is not None:
+        group = members_of(step, m, r)
+        try:
+            listed = tuple(operator.index(q) for q in members)
+        except TypeError:
+            listed = ()
+        if sorted(listed) != list(group):
+            raise SpecError(
+                f"members {members!r} are not rank {r}'s group for {step.describe()}: {list(group)} in some order",
+                hint="pass the group's mesh ranks in process-group order, or leave members out (sorted order)")
+        members = listed
     return _rank_pieces(step, m, r, members)
 
 
