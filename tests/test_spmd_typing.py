@@ -165,6 +165,24 @@ def test_local_map_drops_and_restores_the_partition_spec() -> None:
     g = spmd.local_map(lambda a: a, in_types=({"tp": V},), out_types={"tp": R})
     with pytest.raises(SpecError, match="output 0 is V on axis 'tp' inside"):
         g(typed({"tp": V}))
+    # a typed slot holds a tensor; None marks the slots of anything else
+    with pytest.raises(SpecError, match="argument 0 is a float, but in_types gives it"):
+        g(2.0)
+    with pytest.raises(SpecError, match="output 0 is a int, but out_types gives it"):
+        spmd.local_map(lambda a: 3, in_types=({"tp": V},), out_types={"tp": V})(typed({"tp": V}))
+    h = spmd.local_map(lambda a, k: (a * k, k), in_types=({"tp": V}, None), out_types=({"tp": V}, None))
+    out, k = h(typed({"tp": V}), 2)
+    assert k == 2 and spmd.typeof(out) == {"tp": V}
+
+
+def test_use_mesh_checks_its_mesh_on_entry() -> None:
+    with pytest.raises(SpecError, match="malformed mesh") as info:
+        with spmd.use_mesh("dp="):
+            pass
+    assert info.value.pos == 3
+    with pytest.raises(SpecError, match="use_mesh takes a mesh, got int"):
+        with spmd.use_mesh(8):
+            pass
 
 
 def test_typing_is_erasable(fake_pg) -> None:

@@ -249,7 +249,7 @@ def _resolve_device_mesh(dm: Any) -> tuple[Mesh, tuple[int, ...]]:
     return got
 
 
-def _is_device_mesh(obj: Any) -> bool:
+def is_device_mesh(obj: Any) -> bool:
     # look on the type first: reading DeviceMesh.mesh on the instance builds a tensor
     return hasattr(type(obj), "get_group") and (hasattr(type(obj), "mesh") or hasattr(obj, "mesh"))
 
@@ -286,7 +286,7 @@ def context(mesh: Mesh | str | Any, *, timeout: timedelta | float | None = None)
     if isinstance(mesh, (str, Mesh)):
         m = parse_mesh(mesh)
         to_global = None
-    elif _is_device_mesh(mesh):
+    elif is_device_mesh(mesh):
         dm = mesh
         m, to_global = _resolve_device_mesh(mesh)
     else:

@@ -97,9 +97,12 @@ def local_map(fn: Callable[..., Any], *, in_types: Sequence[Any], out_types: Any
                             hint="give one in_types entry per argument (None for non-tensors)")
         local_args = []
         for k, (x, want) in enumerate(zip(args, ins)):
-            if want is None or not isinstance(x, torch.Tensor):
+            if want is None:
                 local_args.append(x)
                 continue
+            if not isinstance(x, torch.Tensor):
+                raise SpecError(f"local_map: argument {k} is a {type(x).__name__}, but in_types gives it the types "
+                                f"{want}", hint="pass a tensor there, or put None in in_types for a non-tensor")
             have = typeof(x)
             for a, t in want.items():
                 if a in have and have[a] != t:
@@ -114,9 +117,12 @@ def local_map(fn: Callable[..., Any], *, in_types: Sequence[Any], out_types: Any
             raise SpecError(f"local_map: fn returned {len(got)} outputs but out_types has {len(outs)}")
         final = []
         for k, (y, want) in enumerate(zip(got, outs)):
-            if want is None or not isinstance(y, torch.Tensor):
+            if want is None:
                 final.append(y)
                 continue
+            if not isinstance(y, torch.Tensor):
+                raise SpecError(f"local_map: output {k} is a {type(y).__name__}, but out_types gives it the types "
+                                f"{want}", hint="return a tensor there, or put None in out_types for a non-tensor")
             have = getattr(y, TYPES, None) or {}
             for a, t in want.items():
                 if a in have and have[a].base != t.base:

@@ -8,7 +8,9 @@ from contextvars import ContextVar
 from typing import Any
 
 from spec_lang.errors import SpecError
-from torch_backend.groups import MeshContext, context
+from spec_lang.ir import Mesh
+from spec_lang.parser import parse_mesh
+from torch_backend.groups import MeshContext, context, is_device_mesh
 
 _MESH: ContextVar[Any] = ContextVar("spmd_mesh", default=None)
 
@@ -19,6 +21,11 @@ def use_mesh(mesh: Any) -> Iterator[Any]:
     of every spmd call in the scope that does not pass ``mesh=``."""
     if mesh is None:
         raise SpecError("use_mesh needs a mesh", hint="pass a DeviceMesh or a string like 'dp=2,tp=4'")
+    if isinstance(mesh, str):
+        parse_mesh(mesh)  # a malformed string fails here, with its caret, not at the first collective
+    elif not isinstance(mesh, Mesh) and not is_device_mesh(mesh):
+        raise SpecError(f"use_mesh takes a mesh, got {type(mesh).__name__}",
+                        hint="pass a DeviceMesh with mesh_dim_names, a spec_lang Mesh or a string like 'dp=2,tp=4'")
     token = _MESH.set(mesh)
     try:
         yield mesh
