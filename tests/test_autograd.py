@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 
 from _cases import case_params  # noqa: E402
 from torch_utils import adjoint, from_local, local_mode, random_blocks, to_local  # noqa: E402
+from typed_data import pairing  # noqa: E402
 
 import lowering  # noqa: E402
 import torch_backend  # noqa: E402
@@ -95,3 +96,57 @@ def test_gradient_flows_through_two_redistributes(fake_pg):
     # every element was replicated on 4 ranks as R, each contributing a gradient of 1
     for g in grads:
         assert torch.equal(g, torch.full_like(g, 4.0))
+
+
+# (src, dst) on dp=2,tp=2: a gather, a reduce_scatter onto two dims, an exchange, a mean
+SECOND_ORDER = [("f64[8@(dp,tp),6]", "f64[8,6@tp]"), ("f64[8,6]{U:(dp,tp)}", "f64[8@tp,6@dp]"),
+                ("f64[8@(dp,tp),6]", "f64[8@tp,6@dp]"), ("f64[8,6]{P(avg):dp}", "f64[8@dp,6]{R:tp}")]
+
+
+@pytest.mark.parametrize("path", ["redistribute", "prepared", "async", "many", "spmd"])
+def test_the_gradient_is_differentiable_itself(fake_pg, path: str) -> None:
+    """create_graph=True (a gradient penalty, a Hessian-vector product): the gradient
+    gx = B(gy) carries a graph, and differentiating it along v gives B's adjoint under the
+    denotation pairing, as the first-order gradient is the forward's:
+    <B(gy), v>_dual(src) = <gy, along_v>_dual(dst). Where dual is an involution (no
+    P(avg), whose gradient is R, whose dual is a sum) that adjoint is the forward program,
+    so along_v is the forward program on v. A gradient without a graph would count as a
+    constant and make second-order gradients silently wrong."""
+    from torch_backend import spmd
+
+    mesh = parse_mesh("dp=2,tp=2")
+    # the typed all_gather(S(0) -> R) over the flattened (dp, tp) group has this type pair
+    pairs = [("f64[8@(dp,tp),6]", "f64[8,6]{R:(dp,tp)}")] if path == "spmd" else SECOND_ORDER
+    rng = np.random.default_rng(5)
+    with local_mode(fake_pg, 4) as lm:
+        for src, dst in pairs:
+            s, d = parse(src), parse(dst)
+            x = to_local(lm, random_blocks(s, mesh, rng), requires_grad=True)
+            gyb, vb = random_blocks(dual_type(d), mesh, rng), random_blocks(dual_type(dual_type(s)), mesh, rng)
+            gy, v = to_local(lm, gyb, requires_grad=True), to_local(lm, vb)
+            if path == "redistribute":
+                y = torch_backend.redistribute(x, s, d, mesh)
+            elif path == "prepared":
+                y = torch_backend.redistributor(s, d, mesh)(x)
+            elif path == "async":
+                y = torch_backend.redistribute(x, s, d, mesh, async_op=True).wait()
+            elif path == "many":
+                y = torch_backend.redistribute_many([x], [s], [d], mesh)[0]
+            else:
+                with spmd.use_mesh(mesh):
+                    y = spmd.all_gather(x, ("dp", "tp"), src=spmd.S(0), dst=spmd.R)
+            (gx,) = torch.autograd.grad(y, x, gy, create_graph=True)
+            assert gx.requires_grad and gx.grad_fn is not None, (path, src, dst)
+            (along_v,) = torch.autograd.grad(gx, gy, v)
+            gxs, alongs = from_local(gx.detach()), from_local(along_v)
+            assert pairing(dual_type(s), mesh, gxs, vb) == pytest.approx(
+                pairing(dual_type(d), mesh, gyb, alongs)), (path, src, dst)
+            if dual_type(dual_type(s)) != s:
+                continue
+            if path == "spmd":
+                with spmd.use_mesh(mesh):
+                    want = spmd.all_gather(v, ("dp", "tp"), src=spmd.S(0), dst=spmd.R)
+            else:
+                want = torch_backend.redistribute(v, s, d, mesh)
+            for r, (a, b) in enumerate(zip(alongs, from_local(want))):
+                assert torch.equal(a, b), (path, src, dst, r)

@@ -73,7 +73,18 @@ class Redistribute(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
-        return ctx.bound.backward(backward_program).run(grad), None
+        return dual_run(ctx.bound, grad), None
+
+
+def dual_run(bound: BoundProgram, grad: torch.Tensor) -> torch.Tensor:
+    """The bound dual program on ``grad``. Where autograd records the backward itself
+    (``create_graph=True``: a gradient penalty, a Hessian-vector product) it runs as a
+    ``Redistribute`` too, so the gradient has its own backward (the dual of the dual is
+    the forward program) instead of silently counting as a constant."""
+    back = bound.backward(backward_program)
+    if grad.requires_grad and torch.is_grad_enabled():
+        return Redistribute.apply(grad, back)
+    return back.run(grad)
 
 
 def apply(program: Program, x: torch.Tensor, mesh_ctx: MeshContext, bound: BoundProgram | None = None) -> torch.Tensor:
@@ -95,7 +106,7 @@ class _Finish(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
-        return ctx.bound.backward(backward_program).run(grad), None
+        return dual_run(ctx.bound, grad), None
 
 
 class Handle:

@@ -148,6 +148,8 @@ class _Many(torch.autograd.Function):
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:  # type: ignore[override]
         bound: JointBound = ctx.bound
         filled = [g if g is not None else _zeros(bound, j) for j, g in enumerate(grads)]
+        if torch.is_grad_enabled() and any(g.requires_grad for g in filled):  # create_graph: see autograd.dual_run
+            return (None, *_Many.apply(bound.backward(), *filled))
         return (None, *bound.backward().run(filled))
 
 

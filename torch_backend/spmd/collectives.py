@@ -37,7 +37,10 @@ class _Typed(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
         check_differentiable(ctx.program.src, ctx.program.dst)
-        return execute(backward_program(ctx.program), grad.contiguous(), ctx=ctx.mesh_ctx), None, None
+        back = backward_program(ctx.program)
+        if grad.requires_grad and torch.is_grad_enabled():  # create_graph: see autograd.dual_run
+            return _Typed.apply(grad.contiguous(), back, ctx.mesh_ctx), None, None
+        return execute(back, grad.contiguous(), ctx=ctx.mesh_ctx), None, None
 
 
 def _shapes(x: torch.Tensor, ctx: MeshContext) -> dict[int, tuple[int, ...]]:
