@@ -95,6 +95,15 @@ def scenarios(rank: int, world: int) -> dict:
     g = global_tensor(s)
     y = redistribute(block(s, mesh, g, rank), s, "f32[12,10@tp]", dm)
     out["device-mesh"] = bool(torch.equal(y, block(parse("f32[12,10@tp]"), mesh, g, rank)))
+    # create_graph=True through the lean one-step run on a real group: the gradient's own
+    # derivative along v is the forward program on v (dual is an involution here)
+    src, dst = "f64[8,6]{U:(dp,tp)}", "f64[8@tp,6@dp]"
+    rng = np.random.default_rng(12)
+    xb, yb, vb = (random_blocks(t, mesh, rng) for t in (parse(src), dual_type(parse(dst)), parse(src)))
+    x, gy = xb[rank].clone().requires_grad_(True), yb[rank].clone().requires_grad_(True)
+    (gx,) = torch.autograd.grad(redistribute(x, src, dst, MESH), x, gy, create_graph=True)
+    (along,) = torch.autograd.grad(gx, gy, vb[rank])
+    out["second-order"] = bool(gx.requires_grad and torch.equal(along, redistribute(vb[rank], src, dst, MESH)))
     return out
 
 
@@ -104,7 +113,7 @@ def gloo8(gloo_pool) -> dict:
 
 
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("name", [n for n, _, _ in FORWARD] + ["device-mesh"])
+@pytest.mark.parametrize("name", [n for n, _, _ in FORWARD] + ["device-mesh", "second-order"])
 def test_gloo_forward(gloo8, name):
     bad = [r for r, res in gloo8.items() if not res[name]]
     assert not bad, f"{name}: wrong on ranks {bad}"
