@@ -109,6 +109,7 @@ def _assert_canonical(t: TensorType) -> None:
     used = list(t.sharded_axes) + [a for a, _ in t.axis_types]
     assert len(used) == len(set(used))
     assert len({at.op for _, at in t.axis_types if at.kind == "P"}) <= 1
+    assert not (t.dtype.startswith("complex") and any(at.op in ("max", "min") for _, at in t.axis_types))
     assert t.numel * t.itemsize < 2**63
     # equality ignores annotation order
     assert TensorType(t.dtype, t.dims, tuple(reversed(t.axis_types))) == t
