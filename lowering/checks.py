@@ -35,10 +35,9 @@ def check_rank(rank: object, mesh: Mesh) -> int:
 def check_type(t: TensorType | str, mesh: Mesh | str, text: str | None = None) -> None:
     """Every axis the type names exists on the mesh; otherwise a SpecError at that axis.
     Strings are parsed first (a malformed one is a SpecError at its fault)."""
-    if not isinstance(t, TensorType):
-        text, t = (t if text is None and isinstance(t, str) else text), parse(t)
-    if not isinstance(mesh, Mesh):
-        mesh = parse_mesh(mesh)
+    if isinstance(t, str) and text is None:
+        text = t
+    t, mesh = parse(t), parse_mesh(mesh)  # IR passes through
     for a in (*t.sharded_axes, *(a for a, _ in t.axis_types)):
         if a not in mesh:
             src = text if text is not None else str(t)  # formatted only for the error: calls are hot

@@ -84,11 +84,15 @@ def under_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def prepare_local_ranks() -> None:
-    """For a local launch, start the ranks' fork server now, so that it imports torch while
-    this process goes on (``torch_backend.procs``); under torchrun the ranks exist already."""
+def prepare_local_ranks(world: int, mesh: Any) -> None:
+    """For a local launch of ``world`` ranks on ``mesh``: refuse one larger than
+    ``local_ranks_max()``, then start the ranks' fork server now, so that it imports torch
+    while this process goes on (``torch_backend.procs``); under torchrun the ranks exist
+    already."""
     if not under_torchrun():
         from torch_backend.procs import rank_context
+
+        check_local_world(world, mesh)
 
         rank_context()
 
@@ -154,7 +158,6 @@ def launch_local(spec: RunSpec | Any, world: int,
     ``spec`` needs the ``backend`` and ``timeout`` that ``init`` reads. ``shardc calibrate``
     passes its own.
     """
-    check_local_world(world, getattr(spec, "mesh", world))
     import torch.distributed as dist
 
     from torch_backend.procs import rank_context, rank_process

@@ -52,8 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
     from torch_backend import launcher
 
-    launcher.check_local_world(mesh.size, mesh)
-    launcher.prepare_local_ranks()
+    launcher.prepare_local_ranks(mesh.size, mesh)
     from torch_backend.calibrate import CalibrateSpec, calibrate_rank, slowest
     from torch_backend.cli.progress import RunProgress
 

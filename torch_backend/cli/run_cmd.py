@@ -52,9 +52,7 @@ def run(args: argparse.Namespace) -> int:
         if int(os.environ["WORLD_SIZE"]) != world:
             raise SpecError(f"torchrun started {os.environ['WORLD_SIZE']} ranks but the mesh {program.mesh} "
                             f"has {world}", hint=f"use torchrun --nproc-per-node ... so that there are {world} ranks")
-    else:
-        launcher.check_local_world(world, program.mesh)
-    launcher.prepare_local_ranks()
+    launcher.prepare_local_ranks(world, program.mesh)
     spec.backend = launcher.choose_backend(args.backend, world)
     if spec.backend == "nccl":
         import torch
