@@ -189,6 +189,30 @@ def test_reducing_a_float8_partial_is_a_spec_error(fake_pg) -> None:
         torch_backend.redistribute(x, "f8_e4m3fn[8]{U:dp}", "f8_e4m3fn[8]", MESH)
 
 
+@pytest.mark.parametrize("name", ["uint16", "float8_e5m2"])
+def test_a_later_reduction_is_refused_before_the_first_collective(fake_pg, monkeypatch, name: str) -> None:
+    """A program whose reduction of an unaddable dtype follows a gather fails before the
+    gather runs (on a real group the gather would have gone out on every rank first)."""
+    from torch_backend import comm
+
+    short = DTYPES[name][0]
+    steps = lowering.make_program([
+        lowering.make_step("all_gather", f"{short}[8@tp]{{U:dp}}", f"{short}[8]{{U:dp}}", MESH),
+        lowering.make_step("all_reduce", f"{short}[8]{{U:dp}}", f"{short}[8]", MESH),
+    ], MESH)
+    ran: list[str] = []
+    for fn in ("all_gather", "all_reduce", "all_to_all"):
+        real = getattr(comm, fn)
+        monkeypatch.setattr(comm, fn, lambda *a, _real=real, _fn=fn, **k: (ran.append(_fn), _real(*a, **k))[1])
+    g = global_tensor(parse(f"{name}[8]"))
+    with local_mode(fake_pg, 4):
+        x = torch_backend.distribute(g, MESH, f"{short}[8@tp]")
+        with pytest.raises(SpecError, match=f"reduction of {name} cannot be carried out") as info:
+            torch_backend.execute(steps, x)
+    assert ran == []  # not even the gather went out
+    assert "(step all_reduce" in str(info.value)
+
+
 @pytest.mark.parametrize("name", sorted(TORCH_DTYPES))
 @pytest.mark.parametrize("ann", ["{U:dp}", "{P(avg):dp}", "{P(max):dp}", "{P(min):dp}", "{V:dp}"])
 def test_test_data_exists_for_every_dtype_and_local_type(name: str, ann: str) -> None:

@@ -89,6 +89,8 @@ CASES: list[tuple[str, Callable[[], Any], str]] = [
     ("redistribute_many, a string for the list",
      lambda: torch_backend.redistribute_many([torch.zeros(4)], "f32[8@dp]", ["f32[8]"], "dp=2"),
      "takes a list of source types"),
+    ("spmd.typeof, not a tensor", lambda: torch_backend.spmd.typeof("f32[8@dp]"), "spmd.typeof takes a tensor"),
+    ("spmd.typeof, a list", lambda: torch_backend.spmd.typeof([torch.zeros(2)]), "takes a tensor, got list"),
 ]
 
 
@@ -98,6 +100,11 @@ def test_bad_argument_is_a_spec_error(call: Callable[[], Any], fragment: str) ->
         call()
     assert fragment in str(info.value), str(info.value)
     assert info.value.hint, "every SpecError says how to fix it"
+
+
+def test_typeof_of_a_number_is_untyped() -> None:
+    """A Python number holds one value on every rank: untyped, like a plain tensor."""
+    assert torch_backend.spmd.typeof(3) == {} == torch_backend.spmd.typeof(torch.zeros(2))
 
 
 def test_strings_are_accepted_where_ir_is() -> None:

@@ -61,6 +61,19 @@ def short_name(dtype: torch.dtype) -> str:
     return DTYPES[dtype_name(dtype)][0]
 
 
+def check_reducible(name: str, step: str | None = None) -> None:
+    """Refuse a reduction of the shardc dtype ``name`` that torch cannot add (the float8s,
+    uint16/32/64). A bound program asks this of every reducing step before its first
+    collective, so a program whose reduction comes after other collectives fails on every
+    rank before any of them, instead of halfway."""
+    if TORCH_DTYPES.get(name) in NO_ARITHMETIC:
+        where = f" (step {step})" if step else ""
+        raise SpecError(
+            f"a pending reduction of {name} cannot be carried out{where}: torch has no addition for it",
+            hint="cast the tensor to a wider dtype (float32, int64) before reducing its partial axes",
+        )
+
+
 def wire_view(t: torch.Tensor, reducing: bool = False) -> torch.Tensor:
     """The tensor as the backends see it, a view, so no bytes are copied and the byte
     count (and element count) on the wire is unchanged.
@@ -75,10 +88,6 @@ def wire_view(t: torch.Tensor, reducing: bool = False) -> torch.Tensor:
     if t.dtype == torch.bool:
         return t.view(torch.uint8)
     if reducing:
-        if t.dtype in NO_ARITHMETIC:
-            raise SpecError(
-                f"a pending reduction of {dtype_name(t.dtype)} cannot be carried out: torch has no addition for it",
-                hint="cast the tensor to a wider dtype (float32, int64) before reducing its partial axes",
-            )
+        check_reducible(dtype_name(t.dtype))
         return t
     return t.view(_CARRIER[t.element_size()])

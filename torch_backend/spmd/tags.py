@@ -16,7 +16,13 @@ SIZES = "_spmd_sizes"  # {group axes: global size of the dim the group splits}
 
 
 def typeof(x: Any) -> dict[str, LocalType]:
-    """The local SPMD type of ``x`` per mesh axis (``{}`` for an untyped tensor)."""
+    """The local SPMD type of ``x`` per mesh axis (``{}`` for an untyped tensor, and for a
+    Python number, which holds one value on every rank)."""
+    if not isinstance(x, torch.Tensor):
+        if isinstance(x, (bool, int, float, complex)):
+            return {}
+        raise SpecError(f"spmd.typeof takes a tensor, got {type(x).__name__}",
+                        hint="pass the tensor whose per-axis types you want (spmd.assert_type attaches them)")
     return dict(getattr(x, TYPES, None) or {})
 
 
