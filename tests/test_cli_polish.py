@@ -38,6 +38,10 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     (["run", "f32[8@dp]", "f32[8]", "--mesh", "dp=2", "--timeout", "1e300", "--json"],
      "longer than the longest allowed", None),
     (["run", "f32[8@dp]", "f32[8]", "--mesh", "dp=1024", "--json"], "a local run starts one process per rank", None),
+    (["run", "u16[8@tp]{U:dp}", "u16[8]", "--mesh", "dp=2,tp=2", "--json"],
+     "reduction of uint16 cannot be carried out", None),
+    (["run", "f32[8]{U:dp}", "f32[8]", "--mesh", "dp=2", "--dtype", "f8_e5m2", "--json"],
+     "reduction of float8_e5m2 cannot be carried out", None),
 ])
 def test_json_refusal(capsys: pytest.CaptureFixture[str], argv: list[str], error: str, position: int | None) -> None:
     if argv[0] == "run":

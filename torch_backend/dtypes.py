@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from spec_lang.errors import SpecError
 from spec_lang.ir import DTYPE_HINT, DTYPES
+
+if TYPE_CHECKING:
+    from lowering.program import Program
 
 # every DSL dtype torch can hold and copy; int1..int4 and uint1..uint4 exist in torch
 # only as shells (no copy kernel), float4_e2m1fn only packed two to a byte, and the
@@ -72,6 +77,13 @@ def check_reducible(name: str, step: str | None = None) -> None:
             f"a pending reduction of {name} cannot be carried out{where}: torch has no addition for it",
             hint="cast the tensor to a wider dtype (float32, int64) before reducing its partial axes",
         )
+
+
+def check_reductions(program: Program) -> None:
+    """``check_reducible`` for every step of ``program`` that reduces over more than one rank."""
+    for step in program.steps:
+        if step.op is not None and step.is_collective and program.mesh.group_size(step.axes) > 1:
+            check_reducible(program.src.dtype, step.describe())
 
 
 def wire_view(t: torch.Tensor, reducing: bool = False) -> torch.Tensor:

@@ -48,7 +48,7 @@ from lowering.program import Program, Step, check_program
 from spec_lang.errors import SpecError
 from torch_backend import collectives, comm, local_steps, typed_steps, uneven_steps  # noqa: F401 - each registers its runners
 from torch_backend.comm import CollectiveError, rank_map
-from torch_backend.dtypes import check_reducible
+from torch_backend.dtypes import check_reductions
 from torch_backend.groups import MeshContext, context
 from torch_backend.lean import collective_error, lean_run
 from torch_backend.runners import RUNNERS, Pieces
@@ -65,6 +65,7 @@ def build_pieces(program: Program, ctx: MeshContext) -> list[Pieces]:
     Runs before the first collective, so a malformed program, or a reduction of a dtype
     torch cannot add, fails on every rank alike.
     """
+    check_reductions(program)
     out: list[Pieces] = []
     prev = program.src
     mesh = program.mesh
@@ -80,8 +81,6 @@ def build_pieces(program: Program, ctx: MeshContext) -> list[Pieces]:
                             hint="build steps with lowering.make_step")
         prev = step.dst
         collective = step.is_collective and mesh.group_size(step.axes) > 1
-        if collective and step.op is not None:
-            check_reducible(program.src.dtype, step.describe())
         pieces: Pieces = {}
         for r in ctx.ranks:
             members = ctx.group(step.axes, r).members if collective else (r,)

@@ -44,4 +44,11 @@ def with_dtype(text: str, dtype: str | None) -> TensorType:
 
 
 def compile_spec(spec: RunSpec) -> Program:
-    return lowering.compile(with_dtype(spec.src, spec.dtype), with_dtype(spec.dst, spec.dtype), spec.mesh)
+    """The program every rank runs; a SpecError for anything a rank would refuse before its
+    first collective that the parent can see (a reduction torch cannot add included)."""
+    program = lowering.compile(with_dtype(spec.src, spec.dtype), with_dtype(spec.dst, spec.dtype), spec.mesh)
+    if any(step.op is not None for step in program.steps):
+        from torch_backend.dtypes import check_reductions  # imports torch: only where it can matter
+
+        check_reductions(program)
+    return program
