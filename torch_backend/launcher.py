@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from spec_lang.errors import SpecError
 from torch_backend.run_spec import STARTUP_S
 
 if TYPE_CHECKING:
@@ -37,25 +38,6 @@ if TYPE_CHECKING:
 # torch is imported where a rank (or the store) needs it, so ``shardc run`` refuses bad
 # input before paying for it
 GRACE_S = 10.0  # after the first failure, on top of the collective timeout
-
-
-def local_ranks_max() -> int:
-    """The most ranks a local launch starts: one process each, every one importing torch,
-    so a mesh far larger than the machine is a typo, not a job (torchrun has no such cap)."""
-    return max(64, 4 * (os.cpu_count() or 1))
-
-
-def check_local_world(world: int, mesh: Any) -> None:
-    """A SpecError, before any process starts, for a local launch larger than ``local_ranks_max()``."""
-    most = local_ranks_max()
-    if world > most:
-        from spec_lang.errors import SpecError
-
-        raise SpecError(
-            f"the mesh {mesh} has {world} ranks, and a local run starts one process per rank: at most "
-            f"{most} on this machine ({os.cpu_count()} cores)",
-            hint="run a mesh of that many ranks under torchrun across machines, or try the layout on a "
-            "smaller mesh (shardc plan and shardc show need no processes at all)")
 
 
 @dataclass
@@ -85,16 +67,23 @@ def under_torchrun() -> bool:
 
 
 def prepare_local_ranks(world: int, mesh: Any) -> None:
-    """For a local launch of ``world`` ranks on ``mesh``: refuse one larger than
-    ``local_ranks_max()``, then start the ranks' fork server now, so that it imports torch
-    while this process goes on (``torch_backend.procs``); under torchrun the ranks exist
-    already."""
-    if not under_torchrun():
-        from torch_backend.procs import rank_context
+    """For a local launch of ``world`` ranks on ``mesh``: refuse one far larger than the
+    machine, then start the ranks' fork server now, so that it imports torch while this
+    process goes on (``torch_backend.procs``); under torchrun the ranks exist already."""
+    if under_torchrun():
+        return
+    # one process per rank, each importing torch: a mesh far larger than the machine is a
+    # typo, not a job (torchrun, across machines, has no such cap)
+    most = max(64, 4 * (os.cpu_count() or 1))
+    if world > most:
+        raise SpecError(
+            f"the mesh {mesh} has {world} ranks, and a local run starts one process per rank: at most "
+            f"{most} on this machine ({os.cpu_count()} cores)",
+            hint="run a mesh of that many ranks under torchrun across machines, or try the layout on a "
+            "smaller mesh (shardc plan and shardc show need no processes at all)")
+    from torch_backend.procs import rank_context
 
-        check_local_world(world, mesh)
-
-        rank_context()
+    rank_context()
 
 
 RankFn = Callable[[Any, Any], dict[str, Any]]  # (spec, store) -> this rank's report
