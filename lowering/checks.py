@@ -143,11 +143,10 @@ def check_seconds(value: object, what: str, hint: str) -> float:
 TIMEOUT_MAX_S = 1e9
 
 
-def check_timeout_s(value: object, what: str = "timeout") -> float:
-    """A collective timeout in seconds as a float; a SpecError unless it is positive, finite
-    and at most ``TIMEOUT_MAX_S`` (one rule for the API's ``timeout=`` and the CLI's ``--timeout``)."""
-    hint = ("pass seconds (e.g. 60) or a datetime.timedelta, or None for the process group's own timeout"
-            if what == "timeout" else f"give seconds, e.g. {what} 30")
+def check_timeout_s(value: object, what: str, hint: str) -> float:
+    """A collective timeout in seconds as a float; a SpecError naming ``what``, with the
+    caller's ``hint``, unless it is positive, finite and at most ``TIMEOUT_MAX_S`` (one rule
+    for the API's ``timeout=`` and the CLI's ``--timeout``)."""
     seconds = check_seconds(value, what, hint)
     if seconds > TIMEOUT_MAX_S:
         raise SpecError(f"{what} {seconds:g} s is longer than the longest allowed, {TIMEOUT_MAX_S:g} s", hint=hint)

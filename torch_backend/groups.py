@@ -270,7 +270,9 @@ def check_timeout(timeout: object) -> timedelta | None:
     if timeout is None:
         return None
     seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
-    return timedelta(seconds=check_timeout_s(seconds))
+    return timedelta(seconds=check_timeout_s(
+        seconds, "timeout",
+        "pass seconds (e.g. 60) or a datetime.timedelta, or None for the process group's own timeout"))
 
 
 def context(mesh: Mesh | str | Any, *, timeout: timedelta | float | None = None) -> MeshContext:

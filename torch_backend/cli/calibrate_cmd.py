@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     sizes = parse_sizes(args.sizes)
     if args.iters < 1:
         raise SpecError("--iters must be >= 1", text=str(args.iters), pos=0, hint="e.g. --iters 5")
-    check_timeout_s(args.timeout, "--timeout")
+    check_timeout_s(args.timeout, "--timeout", "give seconds, e.g. --timeout 30")
     if mesh.size < 2 or not probes(mesh, sizes):
         raise SpecError(f"the mesh {mesh} has no axis of size > 1: nothing to calibrate", text=args.mesh, pos=0,
                         hint="give a mesh with 2 or more ranks, e.g. --mesh dp=2,tp=4")

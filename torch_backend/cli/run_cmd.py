@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.bench < 0:
         raise SpecError("--bench must be >= 0", hint="give the number of timed runs, e.g. --bench 20")
-    check_timeout_s(args.timeout, "--timeout")
+    check_timeout_s(args.timeout, "--timeout", "give seconds, e.g. --timeout 30")
     spec = RunSpec(mesh=args.mesh, src=args.src, dst=args.dst, dtype=args.dtype, check=args.check,
                    bench=args.bench, timeout=args.timeout)
     program = compile_spec(spec)  # every SpecError before any process starts
