@@ -9,9 +9,13 @@ Every compile is cold: every lru_cache of ``lowering`` and ``spec_lang`` is clea
 types are re-parsed, untimed, before it. Prints the median, p90 and max compile time (wall
 clock, and the process's CPU time, which is what an idle core would take: on a shared,
 loaded machine the wall clock says more about the neighbours), how
-many cases ran over the budget plus 10%, and how many programs were not proven optimal
-(the search ran out of its budget; the best plan found, or the constructive fallback, was
-returned).
+many cases ran over the budget plus 10%, and what the search proved of each program:
+the cheapest; within its gap (``compile(..., gap_bytes=)``: it set aside plans that could
+save at most that many bytes with as many collectives); or nothing, where it ran out of
+its budget and returned the best plan found (the constructive fallback at worst).
+
+Unless ``--gap-bytes 0`` is given, the same cases are then compiled again without a gap,
+in the same run, and compared case by case: what the gap buys in time and costs in bytes.
 
 ``--even`` multiplies every dim's size by the world size (64): the same layouts on tensors
 whose every block, in every state a search passes through, is even, as most model tensors'
@@ -22,9 +26,10 @@ no such floor holds, and are the harder set.
 ``--sweep`` compiles the same cases at several budgets instead and prints what each one
 buys: the compile times, the programs proven optimal, the bytes summed, and the cases
 whose plan sends more or fewer bytes than at the default budget (the trade a caller makes
-with ``compile(..., budget_s=...)``).
+with ``compile(..., budget_s=...)``), at the default gap or ``--gap-bytes``.
 
     PYTHONPATH=. .venv/bin/python bench/plan_budget.py [--cases 60] [--seed 0] [--json PATH|-] [--sweep] [--even]
+        [--gap-bytes B]
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.plan_speed import clear_shardc_caches, no_gc, shardc_caches
+from lowering.planner import DEFAULT_GAP_BYTES
 from lowering.planner import compile as shardc_compile
 from spec_lang.ir import Dim, TensorType, U
 from spec_lang.parser import parse, parse_mesh
@@ -105,13 +111,17 @@ def _scaled(text: str, k: int) -> str:
     return format_type(t.replace(dims=tuple(Dim(d.size * k, d.axes) for d in t.dims)), short_dtype=True)
 
 
-def measure(n: int, seed: int, budget_s: float | None = None, even: bool = False) -> list[dict[str, Any]]:
+def measure(n: int, seed: int, budget_s: float | None = None, even: bool = False,
+            gap_bytes: int | None = None) -> list[dict[str, Any]]:
+    """One cold compile per case; ``budget_s`` and ``gap_bytes`` None: the planner's defaults."""
     caches = shardc_caches()
     rows = []
+    kwargs: dict[str, Any] = {} if budget_s is None else {"budget_s": budget_s}
+    if gap_bytes is not None:
+        kwargs["gap_bytes"] = gap_bytes
     for src, dst in cases(n, seed, even):
         clear_shardc_caches(caches)
         s, d, m = parse(src), parse(dst), parse_mesh(MESH)
-        kwargs = {} if budget_s is None else {"budget_s": budget_s}
         with no_gc():
             t0, c0 = time.perf_counter(), time.process_time()
             try:
@@ -124,7 +134,8 @@ def measure(n: int, seed: int, budget_s: float | None = None, even: bool = False
             "src": src, "dst": dst, "ms": dt * 1e3, "cpu_ms": cpu * 1e3, "error": err,
             "bytes": None if prog is None else prog.cost.bytes_sent_max,
             "collectives": None if prog is None else prog.cost.collectives,
-            "optimal": None if prog is None else bool(getattr(prog, "optimal", True)),
+            "optimal": None if prog is None else prog.optimal,
+            "gap_bytes": None if prog is None else prog.gap_bytes,
         })
     return rows
 
@@ -136,9 +147,13 @@ def summarize(rows: Sequence[dict[str, Any]], budget_s: float) -> dict[str, Any]
         xs = sorted(r[col] for r in rows)
         out[col] = {"median": statistics.median(xs), "p90": xs[min(len(xs) - 1, int(0.9 * len(xs)))],
                     "max": xs[-1], "over_budget_plus_10pct": sum(x > limit for x in xs)}
+    within = [r["gap_bytes"] for r in rows if r["optimal"] is False and r["gap_bytes"] is not None]
     return {
         **out,
         "not_proven_optimal": sum(r["optimal"] is False for r in rows),
+        "proven_within_gap": len(within),
+        "largest_gap_bytes": max(within, default=0),
+        "budget_ran_out": sum(r["optimal"] is False and r["gap_bytes"] is None for r in rows),
         "bytes_total": sum(r["bytes"] or 0 for r in rows),
         "errors": sum(r["error"] is not None for r in rows),
         "slowest": [(r["src"], r["dst"], round(r["ms"], 1))
@@ -146,14 +161,32 @@ def summarize(rows: Sequence[dict[str, Any]], budget_s: float) -> dict[str, Any]
     }
 
 
+def compare(rows: Sequence[dict[str, Any]], exact: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Case by case, ``rows`` against the same cases compiled at ``gap_bytes=0``."""
+    pairs = [(r["bytes"], e["bytes"]) for r, e in zip(rows, exact) if r["bytes"] is not None and e["bytes"] is not None]
+    return {
+        "collectives_total": sum(e["collectives"] or 0 for e in exact),
+        "more_bytes": sum(x > y for x, y in pairs),
+        "fewer_bytes": sum(x < y for x, y in pairs),
+        "most_bytes_more": max((x - y for x, y in pairs), default=0),
+    }
+
+
+def _proofs(summary: dict[str, Any]) -> str:
+    proven = summary["cases"] - summary["not_proven_optimal"]
+    return (f"proven cheapest {proven}, proven within the gap {summary['proven_within_gap']} "
+            f"(at most {summary['largest_gap_bytes']} B), budget ran out {summary['budget_ran_out']}")
+
+
 SWEEP = (0.005, 0.0125, 0.025, BUDGET_S, 0.1, 0.5)
 
 
-def sweep(n: int, seed: int, budgets: Sequence[float] = SWEEP, even: bool = False) -> list[dict[str, Any]]:
+def sweep(n: int, seed: int, budgets: Sequence[float] = SWEEP, even: bool = False,
+          gap_bytes: int | None = None) -> list[dict[str, Any]]:
     """Per budget: the summary, and how many plans send more / fewer bytes than at the
     default budget (the busiest rank's bytes, case by case)."""
-    runs = {b: measure(n, seed, b, even) for b in budgets}
-    base = runs[BUDGET_S] if BUDGET_S in runs else measure(n, seed, BUDGET_S, even)
+    runs = {b: measure(n, seed, b, even, gap_bytes) for b in budgets}
+    base = runs[BUDGET_S] if BUDGET_S in runs else measure(n, seed, BUDGET_S, even, gap_bytes)
     out = []
     for b, rows in runs.items():
         pairs = [(r["bytes"], d["bytes"]) for r, d in zip(rows, base) if r["bytes"] is not None and d["bytes"] is not None]
@@ -165,12 +198,12 @@ def sweep(n: int, seed: int, budgets: Sequence[float] = SWEEP, even: bool = Fals
 
 def _print_sweep(table: Sequence[dict[str, Any]], n: int, seed: int) -> None:
     print(f"6-axis mesh {MESH}, {n} cases (seed {seed}), cold compiles at each budget (CPU time):")
-    print(f"  {'budget_s':>8}  {'median':>9}  {'p90':>9}  {'max':>9}  {'proven':>6}  {'bytes':>6}  "
+    print(f"  {'budget_s':>8}  {'median':>9}  {'p90':>9}  {'max':>9}  {'proven':>6}  {'in gap':>6}  {'bytes':>6}  "
           f"{'worse':>5}  {'better':>6}  (than at the default {BUDGET_S})")
     for row in table:
         g = row["cpu_ms"]
         print(f"  {row['budget_s']:>8g}  {g['median']:>6.2f} ms  {g['p90']:>6.2f} ms  {g['max']:>6.1f} ms  "
-              f"{row['cases'] - row['not_proven_optimal']:>6}  {row['bytes_total']:>6}  "
+              f"{row['cases'] - row['not_proven_optimal']:>6}  {row['proven_within_gap']:>6}  {row['bytes_total']:>6}  "
               f"{row['worse_than_default']:>5}  {row['better_than_default']:>6}")
 
 
@@ -179,6 +212,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--cases", type=int, default=60, help="cases, the two fixed ones included (default 60)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--budget", type=float, default=None, help="budget_s passed to compile (default: the planner's)")
+    ap.add_argument("--gap-bytes", type=int, default=None,
+                    help=f"gap_bytes passed to compile (default: the planner's, {DEFAULT_GAP_BYTES})")
     ap.add_argument("--json", metavar="PATH", help="write rows + summary as JSON ('-': stdout only)")
     ap.add_argument("--sweep", action="store_true", help=f"compile at the budgets {', '.join(map(str, SWEEP))} "
                     "and print what each buys")
@@ -187,17 +222,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = ap.parse_args(argv)
     shapes = "dims x 64, even blocks" if args.even else "dims of 1-9 elements"
     if args.sweep:
-        table = sweep(args.cases, args.seed, even=args.even)
+        table = sweep(args.cases, args.seed, even=args.even, gap_bytes=args.gap_bytes)
         if args.json != "-":
-            print(f"({shapes})")
+            gap = DEFAULT_GAP_BYTES if args.gap_bytes is None else args.gap_bytes
+            print(f"({shapes}, gap_bytes={gap})")
             _print_sweep(table, args.cases, args.seed)
         if args.json == "-":
             print(json.dumps({"sweep": table}, indent=2))
         elif args.json:
             Path(args.json).write_text(json.dumps({"sweep": table}, indent=2))
         return {"sweep": table}
-    rows = measure(args.cases, args.seed, args.budget, args.even)
+    rows = measure(args.cases, args.seed, args.budget, args.even, args.gap_bytes)
     summary = summarize(rows, args.budget or BUDGET_S)
+    if args.gap_bytes != 0:  # the same cases proven exactly, in the same run: what the gap trades
+        exact = measure(args.cases, args.seed, args.budget, args.even, 0)
+        summary["exact"] = {**summarize(exact, args.budget or BUDGET_S), **compare(rows, exact)}
     if args.json == "-":
         print(json.dumps({"rows": rows, "summary": summary}, indent=2))
         return summary
@@ -206,8 +245,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         g = summary[col]
         print(f"  {name}: median {g['median']:.2f} ms, p90 {g['p90']:.2f} ms, max {g['max']:.1f} ms, "
               f"over the budget + 10% ({(args.budget or BUDGET_S) * 1.1e3:.0f} ms): {g['over_budget_plus_10pct']}")
-    print(f"  not proven optimal (budget ran out): {summary['not_proven_optimal']}; errors: {summary['errors']}; "
-          f"bytes (max rank) summed over the cases: {summary['bytes_total']} (--json: per case)")
+    gap = DEFAULT_GAP_BYTES if args.gap_bytes is None else args.gap_bytes
+    print(f"  at gap_bytes={gap}: {_proofs(summary)}; errors: {summary['errors']}")
+    print(f"  bytes (max rank) summed over the cases: {summary['bytes_total']}, collectives: "
+          f"{sum(r['collectives'] or 0 for r in rows)} (--json: per case)")
+    if "exact" in summary:
+        e = summary["exact"]
+        print(f"  the same cases at gap_bytes=0, in this run: cpu median {e['cpu_ms']['median']:.2f} ms, "
+              f"p90 {e['cpu_ms']['p90']:.2f} ms; {_proofs(e)}")
+        print(f"    bytes summed {e['bytes_total']}, collectives {e['collectives_total']}; at gap_bytes={gap} "
+              f"{e['more_bytes']} cases send more bytes (at most {e['most_bytes_more']} B more), "
+              f"{e['fewer_bytes']} fewer")
     for s, d, t in summary["slowest"]:
         print(f"  slow: {t:8.1f} ms  {s} -> {d}")
     if args.json:

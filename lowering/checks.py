@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 
 from spec_lang.errors import SpecError, locate
@@ -151,6 +152,16 @@ def check_timeout_s(value: object, what: str, hint: str) -> float:
     if seconds > TIMEOUT_MAX_S:
         raise SpecError(f"{what} {seconds:g} s is longer than the longest allowed, {TIMEOUT_MAX_S:g} s", hint=hint)
     return seconds
+
+
+def check_gap_bytes(gap_bytes: object, default: int) -> int:
+    """``gap_bytes`` as an int; SpecError unless it is a whole number of bytes >= 0."""
+    hint = f"give a whole number of bytes: the default {default}, or 0 for a plan proven cheapest outright"
+    if isinstance(gap_bytes, bool) or not isinstance(gap_bytes, numbers.Integral):
+        raise SpecError(f"gap_bytes must be an int (bytes), got {type(gap_bytes).__name__} {gap_bytes!r}", hint=hint)
+    if gap_bytes < 0:
+        raise SpecError(f"gap_bytes must be >= 0, got {gap_bytes}", hint=hint)
+    return int(gap_bytes)
 
 
 def check_budget(budget_s: object, default: float) -> float:

@@ -76,10 +76,7 @@ class _Ctx:
         sent = lab.sent + step * item
         sent_max = int(sent.max())
         coll = mv.kind in COLLECTIVE_KINDS
-        on_spare = not self.spare.isdisjoint(mv.axes)
-        n_spare = lab.spare_colls + int(coll and on_spare)
-        sliced = lab.spare_sliced or (on_spare and not coll)
-        charge = self.charge * max(n_spare, int(sliced))
+        charge, n_spare, sliced = self._charge_after(lab, mv, coll)
         colls = lab.colls + int(coll)
         if bound is not None and self.bytes_first and (sent_max + charge, colls) > bound[:2]:
             return None  # every term of the key is at least its counterpart here
@@ -89,17 +86,45 @@ class _Ctx:
         return _Label(sent, time, colls, max(lab.peak, _live_max(state, mv.dst, mesh)), charge, n_spare, sliced,
                       sent_max, lab.sent_sum + int(step.sum()) * item)
 
-    def path_key(self, path: list[tuple[TensorType, Move]]) -> tuple:
-        """The search key of a complete path from the start (its final label's)."""
+    def _charge_after(self, lab: _Label, mv: Move, coll: bool) -> tuple[int, int, bool]:
+        """The spare-axis charge due after ``mv``, its spare collectives, and whether a spare
+        axis was sliced."""
+        on_spare = not self.spare.isdisjoint(mv.axes)
+        n_spare = lab.spare_colls + int(coll and on_spare)
+        sliced = lab.spare_sliced or (on_spare and not coll)
+        return self.charge * max(n_spare, int(sliced)), n_spare, sliced
+
+    def floor_before(self, lab: _Label, mv: Move) -> int:
+        """A floor of the key's bytes term (bytes-first) on every path through ``mv`` after
+        ``lab``, without pricing ``mv``: the busiest rank's sends so far, or the mean over
+        ranks of those and what is still due from ``mv.dst`` (``_future``), plus the
+        spare-axis charge due after it."""
+        charge = self._charge_after(lab, mv, mv.kind in COLLECTIVE_KINDS)[0]
+        return max(lab.sent_max, -(-int(lab.sent_sum + self.future(mv.dst)) // self.mesh.size)) + charge
+
+    def path_key(self, path: list[tuple[TensorType, Move]], cutoff: tuple | None = None) -> tuple | None:
+        """The search key of a complete path from the start (its final label's); None where
+        ``cutoff`` is given and a prefix already costs more in bytes or collectives."""
         lab, prefix = self.first, ()
         for state, mv in path:
             # the constructive routes share their first steps: each prefix is priced once
             prefix = (*prefix, (state, mv))
             held = self._prefixes.get(prefix)
             if held is None:
-                held = self._prefixes[prefix] = self.extend(lab, state, mv)
+                held = self.extend(lab, state, mv, cutoff)
+                if held is None:
+                    return None
+                self._prefixes[prefix] = held
             lab = held
-        return self.key(lab, self.goal)
+        key = self.key(lab, self.goal)
+        return None if cutoff is not None and key >= cutoff else key
+
+    def future(self, state: TensorType) -> float:
+        """Bytes every rank together must still send from ``state`` (``_future``), held per state."""
+        future = self._future_of.get(state)
+        if future is None:
+            future = self._future_of[state] = _future(state, self.goal, self.mesh)
+        return future
 
     def key(self, lab: _Label, state: TensorType) -> tuple:
         """The search key: a lower bound on the key of every complete path through here."""
@@ -135,9 +160,7 @@ class _Ctx:
             k = (lab.time, lab.sent_max, lab.colls, lab.peak)
             return None if cutoff is not None and k >= cutoff else (k, k)
         goal, mesh = self.goal, self.mesh
-        future = self._future_of.get(state)
-        if future is None:
-            future = self._future_of[state] = _future(state, goal, mesh)
+        future = self.future(state)
         item = self.item
         colls = lab.colls + int(future > 0)
         elements = lab.sent_sum // item + math.ceil(future / item - 1e-6)

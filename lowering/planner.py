@@ -19,8 +19,9 @@ Passes, in the spirit of Shardy's reshard-to-collectives:
 3. *assemble*: steps get their exact per-rank shapes, and the R/I annotations of the
    user's types are restored on the first and last state.
 
-The result is cached per (src, dst, mesh, cost model, budget); ``Program.optimal`` says
-whether the search proved it cheapest or ran out of its budget first.
+The result is cached per (src, dst, mesh, cost model, budget, gap); ``Program.optimal``
+says whether the search proved it cheapest, and ``Program.gap_bytes`` how close it proved
+it where it did not (None: the budget ran out first).
 """
 
 from __future__ import annotations
@@ -36,7 +37,13 @@ import numpy as np
 
 from lowering.blocks import is_uneven
 from lowering.caching import MIB, cached
-from lowering.checks import check_budget, check_partial_conversion, check_same_global, resolve
+from lowering.checks import (
+    check_budget,
+    check_gap_bytes,
+    check_partial_conversion,
+    check_same_global,
+    resolve,
+)
 from lowering.cost import DEFAULT_COST_MODEL, SPARE_AXIS_BYTES, CostModel, as_cost_model
 from lowering.fallback import fallback_routes
 from lowering.kinds import priced_step
@@ -65,6 +72,18 @@ DEFAULT_BUDGET_S = 0.05
 # (or a first call that pays for imports): where it fires, ranks may disagree.
 _MOVES_PER_S = 4_000
 _CLOCK_FACTOR = 100
+# The bytes-first search sets aside a path that could save no more than its gap in bytes
+# (busiest rank) on its best program and needs at least as many collectives. The gap is
+# 1/64 of what the model charges for one collective's latency (``spare_axis_bytes``):
+# 1 KiB by default, about 80 ns on a 12.5 GB/s link against a 5 us latency. A tiny
+# tensor's plans all cost about that latency, and proving which of them sends 4 B less
+# can take the whole budget. A pure bytes model (no charge) gets no gap.
+_GAP_SHARE = 64
+DEFAULT_GAP_BYTES = SPARE_AXIS_BYTES // _GAP_SHARE
+# The gap applies only once the search has generated this many moves (about one
+# expansion of the start): a search that proves its program cheapest right away, as
+# most do on tensors of model size, keeps the exact proof.
+_EXACT_MOVES = 16
 
 
 def compile(
@@ -74,14 +93,22 @@ def compile(
     *,
     cost_model: CostModel | Mapping[str, Any] | str | os.PathLike[str] | None = None,
     budget_s: float = DEFAULT_BUDGET_S,
+    gap_bytes: int | None = None,
 ) -> Program:
     """Compile ``src -> dst`` on ``mesh`` into the cheapest Program found within ``budget_s``.
 
     Always answers for a pair the checks accept: where the search runs out of its budget,
     the cheapest program found so far (at worst a constructive route through the normal
-    form) comes back with ``Program.optimal`` False. The budget is a deterministic count
-    of planner work calibrated to seconds (see docs/planner.md), so every rank compiles
-    the same program.
+    form) comes back with ``Program.optimal`` False and ``Program.gap_bytes`` None. The
+    budget is a deterministic count of planner work calibrated to seconds (see
+    docs/planner.md), so every rank compiles the same program.
+
+    ``gap_bytes`` (bytes-first model): the search does not spend its budget on plans
+    that could save at most this many bytes on the busiest rank and need as many
+    collectives; where it set one aside, the program comes back proven within what it
+    could save (``Program.gap_bytes``) rather than ``optimal``. 0 proves the cheapest
+    outright; None is 1/64 of the model's ``spare_axis_bytes`` (``DEFAULT_GAP_BYTES``,
+    1 KiB, for the default model; 0 for a pure bytes model).
 
     ``cost_model``: a CostModel, its JSON dict, or the path of a JSON file (what
     ``shardc calibrate --out`` writes); None is the default bytes-first model.
@@ -98,28 +125,33 @@ def compile(
             raise SpecError(f"the cost model names axis {name!r}, which is not on the mesh {m}",
                             hint=f"use the mesh axes {', '.join(m.names)} (a calibrated model fits the mesh "
                             "it was calibrated on)")
-    return _compile(s, d, m, cost_model or DEFAULT_COST_MODEL, check_budget(budget_s, DEFAULT_BUDGET_S))
+    model = cost_model or DEFAULT_COST_MODEL
+    if gap_bytes is None:
+        gap_bytes = model.spare_axis_bytes // _GAP_SHARE if model.bytes_first else 0
+    return _compile(s, d, m, model, check_budget(budget_s, DEFAULT_BUDGET_S),
+                    check_gap_bytes(gap_bytes, DEFAULT_GAP_BYTES))
 
 
 @cached(maxsize=8192, max_bytes=32 * MIB)
 def _compile(src: TensorType, dst: TensorType, mesh: Mesh, model: CostModel,
-             budget_s: float = DEFAULT_BUDGET_S) -> Program:
+             budget_s: float = DEFAULT_BUDGET_S, gap_bytes: int = DEFAULT_GAP_BYTES) -> Program:
     t0 = time.perf_counter()
     op = check_partial_conversion(src, dst)
     if is_uneven(src) or is_uneven(dst):
         return plan_uneven(src, dst, mesh, model)
     start, goal = erase(src), erase(dst)
-    path, optimal = _normal_form(start, goal, mesh, op, model), True
+    path, proof = _normal_form(start, goal, mesh, op, model), (True, 0)
     if path is None:
-        path, optimal = _search(start, goal, mesh, op, model, budget_s, t0)
-    return _assemble(path, src, dst, mesh, model, optimal)
+        path, proof = _search(start, goal, mesh, op, model, budget_s, gap_bytes, t0)
+    return _assemble(path, src, dst, mesh, model, proof)
 
 
 def _assemble(path: list[tuple[TensorType, Move]], src: TensorType, dst: TensorType, mesh: Mesh,
-              model: CostModel, optimal: bool) -> Program:
+              model: CostModel, proof: Proof) -> Program:
+    """The Program of ``path``; ``proof`` gives its ``optimal`` and ``gap_bytes``."""
     steps = [_price(mv_src, mv, mesh) for mv_src, mv in path]
     steps = _restore_annotations(steps, src, dst, mesh)
-    return Program(mesh, src, dst, tuple(steps), program_cost(steps, src, mesh, model), optimal)
+    return Program(mesh, src, dst, tuple(steps), program_cost(steps, src, mesh, model), *proof)
 
 
 def fallback_program(src: TensorType, dst: TensorType, mesh: Mesh,
@@ -130,7 +162,7 @@ def fallback_program(src: TensorType, dst: TensorType, mesh: Mesh,
     start, goal = erase(src), erase(dst)
     routes = fallback_routes(start, goal, mesh, op)
     best = min(routes, key=_Ctx(start, goal, mesh, model).path_key)
-    return _assemble(best, src, dst, mesh, model, False)
+    return _assemble(best, src, dst, mesh, model, (False, None))
 
 
 def _normal_form(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
@@ -227,11 +259,15 @@ def _sent_floor(start: TensorType, goal: TensorType, mesh: Mesh) -> int:
 
 
 def _search(start: TensorType, goal: TensorType, mesh: Mesh, op: str, model: CostModel,
-            budget_s: float, t0: float) -> tuple[list[tuple[TensorType, Move]], bool]:
-    """The cheapest path found within the budget, and whether the search proved it cheapest.
+            budget_s: float, gap: int, t0: float) -> tuple[list[tuple[TensorType, Move]], Proof]:
+    """The cheapest path found within the budget, and what the search proved of it: whether
+    it is the cheapest, and the bytes a cheaper one could save at most (None: the budget
+    ran out first).
 
     The constructive fallback (``lowering.fallback``) is the first incumbent, so there is
-    always an answer; the search replaces it with any cheaper complete path it finds."""
+    always an answer; the search replaces it with any cheaper complete path it finds. The
+    routes are priced in turn, each only until a prefix already costs more than the
+    cheapest so far."""
     routes = fallback_routes(start, goal, mesh, op)
     if not routes:  # the checks accepted a pair no route reaches: a planner bug, said plainly
         raise SpecError(
@@ -239,10 +275,15 @@ def _search(start: TensorType, goal: TensorType, mesh: Mesh, op: str, model: Cos
             hint="this pair passed the checks, so this is a planner bug: please report it",
         )
     ctx = _Ctx(start, goal, mesh, model)
-    best_key, _, best = min((ctx.path_key(p), i, p) for i, p in enumerate(routes))
+    best_key, best = None, routes[0]
+    for route in routes:
+        key = ctx.path_key(route, best_key)
+        if key is not None:
+            best_key, best = key, route
+    assert best_key is not None  # the first route is priced in full
     priced = len({(s, mv) for route in routes for s, mv in route if mv.kind in COLLECTIVE_KINDS})
-    return _search_labels(ctx, start, op, _MAX_LABELS, best, best_key,
-                          work=work_budget(budget_s, mesh) - priced, deadline=t0 + _CLOCK_FACTOR * budget_s)
+    return _search_labels(ctx, start, op, _MAX_LABELS, best, best_key, work=work_budget(budget_s, mesh) - priced,
+                          deadline=t0 + _CLOCK_FACTOR * budget_s, gap=gap if model.bytes_first else 0)
 
 
 def work_budget(budget_s: float, mesh: Mesh) -> int:
@@ -254,7 +295,7 @@ def work_budget(budget_s: float, mesh: Mesh) -> int:
 
 def _search_labels(ctx: _Ctx, start: TensorType, op: str, max_labels: int,
                    incumbent: list[tuple[TensorType, Move]], best_key: tuple, work: int,
-                   deadline: float) -> tuple[list[tuple[TensorType, Move]], bool]:
+                   deadline: float, gap: int = 0) -> tuple[list[tuple[TensorType, Move]], Proof]:
     """Best-first search from ``start`` to ``goal``; see ``_key`` for the order.
 
     A path's cost is a vector (bytes each rank has sent), so two paths to one state can
@@ -270,11 +311,30 @@ def _search_labels(ctx: _Ctx, start: TensorType, op: str, max_labels: int,
     the moves priced (a deterministic cut-off: every rank stops at the same point);
     ``deadline`` (``time.perf_counter()``) is a safety net for a machine far slower than
     the calibration. Cut off, the search returns the cheapest complete path it has seen
-    (the incumbent at worst) and False.
+    (the incumbent at worst) and ``(False, None)``; else the path and what it proved
+    (``_proof``).
+
+    ``gap`` (bytes-first keys only; 0 for none): once the first ``_EXACT_MOVES`` moves
+    are generated, a path whose bytes floor lies within ``gap`` below the best's, and
+    that needs at least as many collectives, is set aside. The test runs on a popped
+    path's bound, on a priced move's, and before a move is priced at all, from the floor
+    its path already has (``_Ctx.floor_before``) and the collective still due after it:
+    most moves out of a state are set aside unpriced once the best plan is that close.
+    A path whose floor ties the best's bytes is left to the exact rules (it may need
+    less memory).
     """
     goal, mesh = ctx.goal, ctx.mesh
     if start == goal:
-        return [], True
+        return [], (True, 0)
+    aside: list[int] = []  # the lowest bytes floor of a path the gap alone set aside, once there is one
+    exact = work - _EXACT_MOVES  # the gap applies once the work left is below this
+
+    def set_aside(floor: int, colls: int) -> bool:
+        """Whether the gap sets aside a path with these floors (and notes its bytes floor)."""
+        if not gap or work >= exact or not best_key[0] - gap <= floor < best_key[0] or colls < best_key[1]:
+            return False
+        aside[:] = [min(aside[0], floor)] if aside else [floor]
+        return True
     best: tuple | None = None  # a pushed goal node cheaper than the incumbent
     tie = itertools.count()
     expanded: dict[TensorType, list[_Label]] = {}
@@ -286,20 +346,26 @@ def _search_labels(ctx: _Ctx, start: TensorType, op: str, max_labels: int,
             break  # nothing left beats the best complete path
         if bound >= best_key:
             continue  # this one cannot (the incumbent improved since it was pushed)
+        if set_aside(bound[0], bound[1]):
+            continue
         seen = expanded.setdefault(state, [])
         if len(seen) >= max_labels or _dominated(seen, lab):
             continue
         seen.append(lab)
         if state == goal:
-            return _unwind(node), True
+            return _unwind(node), _proof(ctx, start, bound, aside)
         if work <= 0 or time.perf_counter() > deadline:
-            return (incumbent if best is None else _unwind(best)), False
+            return (incumbent if best is None else _unwind(best)), (False, None)
         nexts = _moves(state, goal, mesh, op)
         work -= len(nexts)
         for mv in nexts:
             seen = expanded.get(mv.dst, ())
             if len(seen) >= max_labels:
                 continue
+            if gap and work < exact and ctx.future(mv.dst) > 0:  # a collective is still due after it
+                floor = ctx.floor_before(lab, mv)
+                if floor > best_key[0] or set_aside(floor, lab.colls + (mv.kind in COLLECTIVE_KINDS) + 1):
+                    continue  # (above the best, the exact bound would drop it too)
             lab2 = ctx.extend(lab, state, mv, best_key)
             if lab2 is None or _dominated(seen, lab2):
                 continue
@@ -307,11 +373,26 @@ def _search_labels(ctx: _Ctx, start: TensorType, op: str, max_labels: int,
             if keys is None:
                 continue
             key2, bound2 = keys
+            if mv.dst != goal and set_aside(bound2[0], bound2[1]):
+                continue
             node2 = (state, mv, node)
             if mv.dst == goal:
                 best_key, best = bound2, node2
             heapq.heappush(frontier, (key2, bound2, next(tie), mv.dst, lab2, node2))
-    return (incumbent if best is None else _unwind(best)), True
+    return (incumbent if best is None else _unwind(best)), _proof(ctx, start, best_key, aside)
+
+
+Proof = tuple[bool, "int | None"]  # (proven cheapest, bytes a cheaper program could save at most)
+
+
+def _proof(ctx: _Ctx, start: TensorType, key: tuple, aside: list[int]) -> Proof:
+    """What a finished search proved of the path of ``key``: cheapest where the gap set
+    nothing aside; else that a path set aside saves at most its key's bytes less the
+    lowest floor set aside, or the start's floor of every path where that is higher (0:
+    none sends fewer bytes, though one with as many collectives may need less memory)."""
+    if not aside:
+        return True, 0
+    return False, max(0, key[0] - max(aside[0], ctx.key(ctx.first, start)[0]))
 
 
 def _unwind(node: tuple | None) -> list[tuple[TensorType, Move]]:

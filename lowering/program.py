@@ -104,8 +104,21 @@ class Program:
     steps: tuple[Step, ...]
     cost: Cost
     # True when the planner proved it the cheapest in its search space; False when the
-    # search ran out of its budget and this is the best program found within it
+    # search ran out of its budget and this is the best program found within it, or when
+    # it proved it only within its ``gap_bytes``
     optimal: bool = True
+    # how many fewer bytes (busiest rank) the cheapest program could send, at most: 0 when
+    # proven cheapest; at most the compile's ``gap_bytes`` when the search set aside plans
+    # that could save no more than that (and need as many collectives); None when the
+    # budget ran out first
+    gap_bytes: int | None = 0
+
+    def __post_init__(self) -> None:
+        if self.optimal and self.gap_bytes != 0:
+            from spec_lang.errors import SpecError
+
+            raise SpecError(f"a Program proven optimal cannot have gap_bytes={self.gap_bytes}",
+                            hint="optimal means proven cheapest: gap_bytes 0")
 
     def __iter__(self) -> Iterator[Step]:
         return iter(self.steps)
@@ -126,8 +139,13 @@ class Program:
             f"  cost: {c.bytes_sent_max} B sent (max rank), {c.collectives} collective(s), "
             f"peak {c.peak_bytes_max} B"
         )
-        if not self.optimal:
+        if self.gap_bytes is None:
             lines.append("  (the best program found within the planner's budget; not proven optimal)")
+        elif self.gap_bytes:
+            lines.append(f"  (proven within {self.gap_bytes} B of the cheapest: no program sends more than "
+                         f"{self.gap_bytes} B less)")
+        elif not self.optimal:
+            lines.append("  (no program sends fewer bytes; one may run fewer collectives or need less memory)")
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
@@ -138,6 +156,7 @@ class Program:
             "steps": [s.to_json() for s in self.steps],
             "cost": self.cost.to_json(),
             "optimal": self.optimal,
+            "gap_bytes": self.gap_bytes,
         }
 
     def to_json_str(self) -> str:

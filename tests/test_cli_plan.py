@@ -75,6 +75,8 @@ def test_per_axis_alpha_changes_the_plan(capsys: pytest.CaptureFixture[str]) -> 
         (["--spare-axis-bytes", "-1"], "--spare-axis-bytes must be >= 0"),
         (["--budget", "0"], "bad --budget value: it must be a positive, finite number"),
         (["--budget", "soon"], "bad --budget value: not a number"),
+        (["--gap-bytes", "-1"], "bad --gap-bytes value: it must be a whole number of bytes >= 0"),
+        (["--gap-bytes", "1.5"], "bad --gap-bytes value: it must be a whole number of bytes >= 0"),
     ],
 )
 def test_bad_cost_flags_exit_2_with_a_hint(capsys: pytest.CaptureFixture[str], argv: list[str],
@@ -91,19 +93,36 @@ def test_unreachable_destination_is_refused(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_budget_buys_a_proof_and_a_cheaper_program(capsys: pytest.CaptureFixture[str]) -> None:
-    # a 2-element tensor over 5 of 6 axes: the default budget runs out on the gather-then-slice
-    # route; four times the budget finds the permute before the reduction and proves it
-    case = ("--mesh", "a=2,b=2,c=2,d=2,e=2,f=2", "f32[2@(a,c,d)]{U:b}", "f32[2@(d,f,e)]", "--json")
+    # a 2-element tensor over 5 of 6 axes, searched without a gap: the default budget runs
+    # out on the gather-then-slice route; four times the budget finds the permute before
+    # the reduction and proves it
+    case = ("--mesh", "a=2,b=2,c=2,d=2,e=2,f=2", "f32[2@(a,c,d)]{U:b}", "f32[2@(d,f,e)]", "--gap-bytes", "0",
+            "--json")
     rc, out, _ = _run(capsys, "plan", *case)
     assert rc == 0
     default = json.loads(out)
     rc, out, _ = _run(capsys, "plan", *case, "--budget", "0.2")
     assert rc == 0
     more = json.loads(out)
-    assert not default["optimal"] and more["optimal"]
+    assert not default["optimal"] and default["gap_bytes"] is None
+    assert more["optimal"] and more["gap_bytes"] == 0
     assert more["cost"]["bytes_sent_max"] == 8 < default["cost"]["bytes_sent_max"] == 12
     assert [s["kind"] for s in more["steps"]] == ["slice", "slice", "permute", "all_reduce", "all_gather"]
     rc, out, _ = _run(capsys, "plan", *case[:-1])
     assert "not proven optimal" in out and "a larger --budget than 0.05 s searches further" in out
     rc, out, _ = _run(capsys, "plan", *case[:-1], "--budget", "0.2")
     assert "not proven" not in out and "--budget" not in out
+
+
+def test_the_default_gap_trades_a_few_bytes_for_a_collective(capsys: pytest.CaptureFixture[str]) -> None:
+    # the same pair at the default gap (1 KiB): the search sets aside the 3-collective plan,
+    # which saves 4 B, keeps the 2-collective one and says how close it proved it
+    case = ("--mesh", "a=2,b=2,c=2,d=2,e=2,f=2", "f32[2@(a,c,d)]{U:b}", "f32[2@(d,f,e)]")
+    rc, out, _ = _run(capsys, "plan", *case, "--json")
+    assert rc == 0
+    prog = json.loads(out)
+    assert not prog["optimal"] and 4 <= prog["gap_bytes"] <= 1024
+    assert (prog["cost"]["bytes_sent_max"], prog["cost"]["collectives"]) == (12, 2)
+    rc, out, _ = _run(capsys, "plan", *case)
+    assert f"proven within {prog['gap_bytes']} B of the cheapest" in out
+    assert "--gap-bytes 0 searches on" in out and "a larger --budget" not in out

@@ -43,13 +43,16 @@ def _charged(prog, charge: int) -> int:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases(), st.sampled_from([16, 256, 65536]))
 def test_spare_axis_charge_trades_bytes_consistently(case: tuple, charge: int) -> None:
-    # each model's plan is optimal under its own objective, so neither beats the other there
+    # each model's plan is optimal under its own objective, so neither beats the other there;
+    # the charged model's search has a gap (1/64 of the charge), within which it proved its plan
     from lowering.cost import CostModel
 
     src, dst, mesh = case
     pure = compile(src, dst, mesh, cost_model=CostModel.make(spare_axis_bytes=0), budget_s=5.0)
     charged = compile(src, dst, mesh, cost_model=CostModel.make(spare_axis_bytes=charge), budget_s=5.0)
+    assert pure.optimal and charged.gap_bytes is not None and charged.gap_bytes <= charge // 64
     assert pure.cost.bytes_sent_max <= charged.cost.bytes_sent_max, (str(pure), str(charged))
-    assert _charged(charged, charge) <= _charged(pure, charge), (str(pure), str(charged))
+    assert _charged(charged, charge) <= _charged(pure, charge) + charged.gap_bytes, (str(pure), str(charged))
     if not (src.partial_axes and not set(src.partial_axes) <= set(dst.partial_axes)):
-        assert charged.cost.bytes_sent_max == pure.cost.bytes_sent_max  # no reduction to split
+        # no reduction to split
+        assert charged.cost.bytes_sent_max <= pure.cost.bytes_sent_max + charged.gap_bytes
