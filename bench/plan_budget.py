@@ -221,10 +221,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     "in every state")
     args = ap.parse_args(argv)
     shapes = "dims x 64, even blocks" if args.even else "dims of 1-9 elements"
+    gap = DEFAULT_GAP_BYTES if args.gap_bytes is None else args.gap_bytes
     if args.sweep:
         table = sweep(args.cases, args.seed, even=args.even, gap_bytes=args.gap_bytes)
         if args.json != "-":
-            gap = DEFAULT_GAP_BYTES if args.gap_bytes is None else args.gap_bytes
             print(f"({shapes}, gap_bytes={gap})")
             _print_sweep(table, args.cases, args.seed)
         if args.json == "-":
@@ -245,7 +245,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         g = summary[col]
         print(f"  {name}: median {g['median']:.2f} ms, p90 {g['p90']:.2f} ms, max {g['max']:.1f} ms, "
               f"over the budget + 10% ({(args.budget or BUDGET_S) * 1.1e3:.0f} ms): {g['over_budget_plus_10pct']}")
-    gap = DEFAULT_GAP_BYTES if args.gap_bytes is None else args.gap_bytes
     print(f"  at gap_bytes={gap}: {_proofs(summary)}; errors: {summary['errors']}")
     print(f"  bytes (max rank) summed over the cases: {summary['bytes_total']}, collectives: "
           f"{sum(r['collectives'] or 0 for r in rows)} (--json: per case)")

@@ -126,10 +126,9 @@ def compile(
                             hint=f"use the mesh axes {', '.join(m.names)} (a calibrated model fits the mesh "
                             "it was calibrated on)")
     model = cost_model or DEFAULT_COST_MODEL
-    if gap_bytes is None:
-        gap_bytes = model.spare_axis_bytes // _GAP_SHARE if model.bytes_first else 0
-    return _compile(s, d, m, model, check_budget(budget_s, DEFAULT_BUDGET_S),
-                    check_gap_bytes(gap_bytes, DEFAULT_GAP_BYTES))
+    gap = model.spare_axis_bytes // _GAP_SHARE if gap_bytes is None else check_gap_bytes(gap_bytes, DEFAULT_GAP_BYTES)
+    # a timed model prices each collective's latency in its time already: its search has no gap
+    return _compile(s, d, m, model, check_budget(budget_s, DEFAULT_BUDGET_S), gap if model.bytes_first else 0)
 
 
 @cached(maxsize=8192, max_bytes=32 * MIB)
@@ -283,7 +282,7 @@ def _search(start: TensorType, goal: TensorType, mesh: Mesh, op: str, model: Cos
     assert best_key is not None  # the first route is priced in full
     priced = len({(s, mv) for route in routes for s, mv in route if mv.kind in COLLECTIVE_KINDS})
     return _search_labels(ctx, start, op, _MAX_LABELS, best, best_key, work=work_budget(budget_s, mesh) - priced,
-                          deadline=t0 + _CLOCK_FACTOR * budget_s, gap=gap if model.bytes_first else 0)
+                          deadline=t0 + _CLOCK_FACTOR * budget_s, gap=gap)
 
 
 def work_budget(budget_s: float, mesh: Mesh) -> int:
@@ -326,20 +325,23 @@ def _search_labels(ctx: _Ctx, start: TensorType, op: str, max_labels: int,
     goal, mesh = ctx.goal, ctx.mesh
     if start == goal:
         return [], (True, 0)
-    aside: list[int] = []  # the lowest bytes floor of a path the gap alone set aside, once there is one
+    aside: int | None = None  # the lowest bytes floor of a path the gap alone set aside
     exact = work - _EXACT_MOVES  # the gap applies once the work left is below this
 
     def set_aside(floor: int, colls: int) -> bool:
         """Whether the gap sets aside a path with these floors (and notes its bytes floor)."""
+        nonlocal aside
         if not gap or work >= exact or not best_key[0] - gap <= floor < best_key[0] or colls < best_key[1]:
             return False
-        aside[:] = [min(aside[0], floor)] if aside else [floor]
+        aside = floor if aside is None else min(aside, floor)
         return True
     best: tuple | None = None  # a pushed goal node cheaper than the incumbent
     tie = itertools.count()
     expanded: dict[TensorType, list[_Label]] = {}
     first = ctx.first
-    frontier = [(*ctx.keys(first, start), next(tie), start, first, None)]
+    start_keys = ctx.keys(first, start)
+    floor = start_keys[1][0]  # the bytes floor of every path
+    frontier = [(*start_keys, next(tie), start, first, None)]
     while frontier:
         key, bound, _, state, lab, node = heapq.heappop(frontier)
         if key >= best_key:
@@ -353,7 +355,7 @@ def _search_labels(ctx: _Ctx, start: TensorType, op: str, max_labels: int,
             continue
         seen.append(lab)
         if state == goal:
-            return _unwind(node), _proof(ctx, start, bound, aside)
+            return _unwind(node), _proof(bound, aside, floor)
         if work <= 0 or time.perf_counter() > deadline:
             return (incumbent if best is None else _unwind(best)), (False, None)
         nexts = _moves(state, goal, mesh, op)
@@ -363,8 +365,8 @@ def _search_labels(ctx: _Ctx, start: TensorType, op: str, max_labels: int,
             if len(seen) >= max_labels:
                 continue
             if gap and work < exact and ctx.future(mv.dst) > 0:  # a collective is still due after it
-                floor = ctx.floor_before(lab, mv)
-                if floor > best_key[0] or set_aside(floor, lab.colls + (mv.kind in COLLECTIVE_KINDS) + 1):
+                before = ctx.floor_before(lab, mv)
+                if before > best_key[0] or set_aside(before, lab.colls + (mv.kind in COLLECTIVE_KINDS) + 1):
                     continue  # (above the best, the exact bound would drop it too)
             lab2 = ctx.extend(lab, state, mv, best_key)
             if lab2 is None or _dominated(seen, lab2):
@@ -379,20 +381,20 @@ def _search_labels(ctx: _Ctx, start: TensorType, op: str, max_labels: int,
             if mv.dst == goal:
                 best_key, best = bound2, node2
             heapq.heappush(frontier, (key2, bound2, next(tie), mv.dst, lab2, node2))
-    return (incumbent if best is None else _unwind(best)), _proof(ctx, start, best_key, aside)
+    return (incumbent if best is None else _unwind(best)), _proof(best_key, aside, floor)
 
 
 Proof = tuple[bool, "int | None"]  # (proven cheapest, bytes a cheaper program could save at most)
 
 
-def _proof(ctx: _Ctx, start: TensorType, key: tuple, aside: list[int]) -> Proof:
+def _proof(key: tuple, aside: int | None, floor: int) -> Proof:
     """What a finished search proved of the path of ``key``: cheapest where the gap set
     nothing aside; else that a path set aside saves at most its key's bytes less the
-    lowest floor set aside, or the start's floor of every path where that is higher (0:
-    none sends fewer bytes, though one with as many collectives may need less memory)."""
-    if not aside:
+    lowest floor set aside, or ``floor`` (the start's, of every path) where that is higher
+    (0: none sends fewer bytes, though one with as many collectives may need less memory)."""
+    if aside is None:
         return True, 0
-    return False, max(0, key[0] - max(aside[0], ctx.key(ctx.first, start)[0]))
+    return False, max(0, key[0] - max(aside, floor))
 
 
 def _unwind(node: tuple | None) -> list[tuple[TensorType, Move]]:

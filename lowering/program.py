@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from lowering.kinds import KINDS, kind_of
+from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 
 COLLECTIVE_KINDS = frozenset(name for name, k in KINDS.items() if k.collective)
@@ -115,8 +116,6 @@ class Program:
 
     def __post_init__(self) -> None:
         if self.optimal and self.gap_bytes != 0:
-            from spec_lang.errors import SpecError
-
             raise SpecError(f"a Program proven optimal cannot have gap_bytes={self.gap_bytes}",
                             hint="optimal means proven cheapest: gap_bytes 0")
 
@@ -167,8 +166,6 @@ def check_program(program: object) -> Program:
     """``program`` itself where it is a Program; a SpecError for anything else (public
     entries that take a compiled program call this first)."""
     if not isinstance(program, Program):
-        from spec_lang.errors import SpecError
-
         raise SpecError(f"expected a compiled Program, got {type(program).__name__}",
                         hint="compile one with lowering.compile(src, dst, mesh)")
     return program
