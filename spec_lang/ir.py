@@ -68,6 +68,9 @@ DTYPES: dict[str, tuple[str, int]] = {
     "complex64": ("c64", 8),
     "complex128": ("c128", 16),
 }
+# the dtypes whose division truncates: an integer P(avg) is divided once, by the whole group
+INTEGER_DTYPES = frozenset(name for name in DTYPES if name.startswith(("int", "uint")))
+
 _SHORT_TO_LONG = {short: long for long, (short, _) in DTYPES.items()}
 DTYPE_HINT = (
     "use a dtype as jax.typeof prints it: f32, bf16, f16, f64, f8_e4m3fn, f8_e5m2 (and the other float8s), "

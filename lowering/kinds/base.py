@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 import numpy as np
 
 from spec_lang.errors import SpecError
-from spec_lang.ir import Mesh, TensorType
+from spec_lang.ir import INTEGER_DTYPES, Mesh, TensorType
 
 if TYPE_CHECKING:
     from lowering.program import Step
@@ -193,15 +193,65 @@ def is_run(pieces: Sequence[tuple[Slices, int]], shape: tuple[int, ...], chunk: 
 
 
 def reduce_arrays(arrays: Sequence[np.ndarray], op: str) -> np.ndarray:
-    """The reduction a P(op) axis denotes (avg: the sum over the group size)."""
+    """The reduction a P(op) axis denotes, in the arrays' dtype: the sum (an integer sum
+    wraps on overflow, as a collective's SUM does; a bool sum is the logical or), the max,
+    the min, or the average: the sum divided once by the number of arrays (``divide_sum``)."""
     stack = np.stack(arrays)
-    if op == "sum":
-        return stack.sum(axis=0)
-    if op == "avg":
-        return stack.sum(axis=0) / len(arrays)
+    if op in ("sum", "avg"):
+        if stack.dtype.name in INTEGER_DTYPES:
+            # added in 64 bits, then wrapped into the dtype (ml_dtypes' int4 has no add of its own)
+            total = stack.astype(_wide(stack.dtype)).sum(axis=0).astype(stack.dtype)
+        else:
+            total = stack.sum(axis=0).astype(stack.dtype)  # bool: a count, nonzero where any is set
+        return divide_sum(total, len(arrays)) if op == "avg" else total
     if op == "max":
         return stack.max(axis=0)
     return stack.min(axis=0)
+
+
+def divide_sum(total: np.ndarray, n: int) -> np.ndarray:
+    """An average's one division of the sum ``total`` by the group size ``n``, in its dtype:
+    integers truncate toward zero (torch's ``rounding_mode="trunc"``, in 64 bits so that ``n``
+    may exceed the dtype), floats and complex divide, and bool stays as it is (the average
+    of bools is their logical or, like their sum)."""
+    if n == 1 or total.dtype == np.bool_:
+        return total
+    if total.dtype.name not in INTEGER_DTYPES:
+        return (total / n).astype(total.dtype)
+    wide = total.astype(_wide(total.dtype))
+    q = wide // n
+    q += (wide < 0) & (q * n != wide)  # floor division rounds negatives down: back toward zero
+    return q.astype(total.dtype)
+
+
+def _wide(dtype: np.dtype) -> type:
+    return np.uint64 if dtype.name.startswith("uint") else np.int64
+
+
+def splits_integer_average(src: TensorType, dst: TensorType, mesh: Mesh) -> bool:
+    """Whether ``src -> dst`` finishes an integer P(avg) over some of its axes while keeping
+    it pending over others (each part a group of 2+ ranks). Integer division truncates, so
+    dividing by one part now and by the rest later is not dividing once by the whole group:
+    1, 0, 0, 3 average to 1, but averaged in pairs they give 0 and 1, then 0."""
+    if src.partial_op != "avg" or src.dtype not in INTEGER_DTYPES:
+        return False
+    sp, dp = set(src.partial_axes), set(dst.partial_axes)
+    done = tuple(a for a in mesh.names if a in sp - dp)
+    kept = tuple(a for a in mesh.names if a in sp & dp)
+    return mesh.group_size(done) > 1 and mesh.group_size(kept) > 1
+
+
+def check_whole_average(kind: str, src: TensorType, dst: TensorType, mesh: Mesh) -> None:
+    """The type rule every reducing kind shares: an integer P(avg) is finished over all its
+    pending axes in one step (``splits_integer_average``)."""
+    if splits_integer_average(src, dst, mesh):
+        done = [a for a in mesh.names if a in src.partial_axes and a not in dst.partial_axes]
+        every = tuple(a for a in mesh.names if a in src.partial_axes)
+        raise refuse(kind, src, dst, f"it finishes the integer average over {done} but keeps it pending over "
+                     f"{[a for a in dst.partial_axes if a in src.partial_axes]}; dividing by part of the group "
+                     "and later by the rest truncates twice",
+                     f"finish the average over all of {every!r} in one step, then reinterpret R as P(avg) where "
+                     "it should stay pending (equal copies average to the copy); lowering.compile plans this")
 
 
 def erase(t: TensorType) -> TensorType:

@@ -36,6 +36,7 @@ from lowering.kinds.base import (
     Signature,
     StepKind,
     box_shape,
+    check_whole_average,
     dual_steps,
     is_run,
     numel,
@@ -67,7 +68,7 @@ class ScatterPieces(RankPieces):
         return boxes_to_runs(self.send, [i * self.chunk for i in range(len(self.send))], self.in_shape)
 
 
-def _reduced(kind: str, src: TensorType, dst: TensorType, axes: tuple[str, ...] | None) -> tuple[str, ...]:
+def _reduced(kind: str, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> tuple[str, ...]:
     """The partial axes a reduction finishes (checked against ``axes`` when given)."""
     same_except(kind, src, dst, "a reduction never changes V axes")
     sp, dp = set(src.partial_axes), set(dst.partial_axes)
@@ -80,6 +81,7 @@ def _reduced(kind: str, src: TensorType, dst: TensorType, axes: tuple[str, ...] 
     if axes is not None and set(axes) != set(gone):
         raise refuse(kind, src, dst, f"the types reduce axes {list(gone)}, not {list(axes)}",
                      f"pass axes={gone!r}, or leave axes out")
+    check_whole_average(kind, src, dst, mesh)
     for a in gone:
         if dst.axis_type(a).kind in ("V",):
             raise refuse(kind, src, dst, f"axis {a!r} cannot become V", "reduce to R, I or a sharded dim")
@@ -93,7 +95,7 @@ class ReduceScatter(StepKind):
     reduces = True
 
     def infer(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> Signature:
-        gone = _reduced(self.name, src, dst, axes)
+        gone = _reduced(self.name, src, dst, mesh, axes)
         added, dims = [], []
         for k, (a, b) in enumerate(zip(src.dims, dst.dims)):
             if b.axes[: len(a.axes)] != a.axes:
@@ -158,7 +160,7 @@ class AllReduce(StepKind):
     reduces = True
 
     def infer(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> Signature:
-        gone = _reduced(self.name, src, dst, axes)
+        gone = _reduced(self.name, src, dst, mesh, axes)
         if src.dims != dst.dims:
             raise refuse(self.name, src, dst, "the dims' sharding must stay the same",
                          "use reduce_scatter to reduce onto a sharded dim")

@@ -46,6 +46,8 @@ from lowering.kinds.base import (
     RankPieces,
     Signature,
     StepKind,
+    check_whole_average,
+    divide_sum,
     dual_steps,
     erase,
     refuse,
@@ -278,7 +280,7 @@ def _simulate(step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]
         _apply(p.self_copies, x, y, op)  # type: ignore[attr-defined]
         _apply(p.unpack_copies, recv, y, op)  # type: ignore[attr-defined]
         if op == "avg":
-            y = y / divide
+            y = divide_sum(y, divide)
         out.append(y.reshape(p.out_shape))
     return out
 
@@ -304,6 +306,7 @@ def _check(kind: str, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[
     if not reduces and red:
         raise refuse(kind, src, dst, f"it finishes the pending reduction over {list(red)}",
                      "use reduce_scatterv")
+    check_whole_average(kind, src, dst, mesh)
     dims = tuple(k for k, (a, b) in enumerate(zip(src.dims, dst.dims)) if a != b)
     return Signature(group, dims, op if reduces else None)
 
