@@ -28,6 +28,7 @@ the routes with its own pricing and keeps the cheapest.
 
 from __future__ import annotations
 
+from lowering.kinds.base import splits_integer_average
 from lowering.moves import Move, exchange_move, replicated, with_dims, with_partial
 from spec_lang.ir import Mesh, TensorType
 
@@ -36,7 +37,9 @@ Path = list[tuple[TensorType, Move]]
 
 def fallback_routes(start: TensorType, goal: TensorType, mesh: Mesh, op: str) -> list[Path]:
     """Up to 36 routes (up to six ways to reduce, three to rearrange, zero_pad or not),
-    each ending exactly at ``goal``; the gather-then-slice ones always exist."""
+    each ending exactly at ``goal``; the gather-then-slice ones always exist, except for an
+    integer average that the goal keeps pending over some of its axes and finishes over
+    others (no route is exact: the planner plans to the goal without P first)."""
     out = []
     # a new P(sum) axis that shards the source can stay put and be zero-padded at the end
     pads = (False, True) if (goal.partial_op or op) == "sum" and any(
@@ -48,7 +51,8 @@ def fallback_routes(start: TensorType, goal: TensorType, mesh: Mesh, op: str) ->
                     out.append(path)
             if not any(a in start.partial_axes and a not in goal.partial_axes for a in mesh.names):
                 break  # nothing to reduce: the two reduction variants are the same route
-    return out
+    # an integer average is finished in one step: the routes that split it are no programs
+    return [p for p in out if not any(splits_integer_average(s, mv.dst, mesh) for s, mv in p)]
 
 
 def _routes(start: TensorType, goal: TensorType, mesh: Mesh, op: str, *, scatter: str | int | None,

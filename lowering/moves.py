@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from lowering.caching import cached
-from lowering.kinds.base import erase
+from lowering.kinds.base import erase, splits_integer_average
 from lowering.kinds.exchange import involved_axes
 from spec_lang.ir import AxisType, Dim, Mesh, TensorType
 
@@ -144,30 +144,10 @@ def moves(t: TensorType, goal: TensorType, mesh: Mesh, op: str) -> Iterator[Move
         if m is not None:
             yield m
 
-    # reductions of the pending partial axes
+    # reductions of the pending partial axes (an integer average only over all of them at once)
     if pending:
-        groups: list[tuple[str, ...]] = [tuple(pending)] + [(a,) for a in pending] if len(pending) > 1 else [
-            tuple(pending)
-        ]
-        for k in range(t.ndim):
-            want = tuple(a for a in goal.dims[k].axes if a in pending)
-            for x in ([want] if want else []) + groups:
-                nd = list(dims)
-                nd[k] = nd[k] + x
-                yield Move("reduce_scatter", x, (k,), with_partial(with_dims(t, nd), cur_p - set(x), op, mesh))
-        # one reduce_scatter onto several dims, as the goal shards them (a flattened group
-        # whose members' pieces tile the block: the bytes of one dim after another)
-        wants = [(k, tuple(a for a in goal.dims[k].axes if a in pending)) for k in range(t.ndim)]
-        wants = [(k, w) for k, w in wants if w]
-        if len(wants) > 1:
-            nd = list(dims)
-            for k, w in wants:
-                nd[k] = nd[k] + w
-            x = tuple(a for _, w in wants for a in w)
-            yield Move("reduce_scatter", x, tuple(k for k, _ in wants),
-                       with_partial(with_dims(t, nd), cur_p - set(x), op, mesh))
-        for x in groups:
-            yield Move("all_reduce", x, (), with_partial(t, cur_p - set(x), op, mesh))
+        yield from (mv for mv in _reductions(t, goal, mesh, op, dims, pending, cur_p)
+                    if not splits_integer_average(t, mv.dst, mesh))
 
     # converts into the goal's new partial axes (free, local)
     goal_op = goal.partial_op or op
@@ -187,3 +167,31 @@ def moves(t: TensorType, goal: TensorType, mesh: Mesh, op: str) -> Iterator[Move
                     nd = list(dims)
                     nd[k] = ax[:-1]
                     yield Move("zero_pad", (a,), (k,), with_partial(with_dims(t, nd), cur_p | {a}, goal_op, mesh))
+
+
+def _reductions(t: TensorType, goal: TensorType, mesh: Mesh, op: str, dims: list[tuple[str, ...]],
+                pending: list[str], cur_p: set[str]) -> Iterator[Move]:
+    """The reduce_scatters and all_reduces of the pending axes: all of them flattened, one at
+    a time, and those the goal shards each dim with (onto that dim or onto several)."""
+    groups: list[tuple[str, ...]] = [tuple(pending)] + [(a,) for a in pending] if len(pending) > 1 else [
+        tuple(pending)
+    ]
+    for k in range(t.ndim):
+        want = tuple(a for a in goal.dims[k].axes if a in pending)
+        for x in ([want] if want else []) + groups:
+            nd = list(dims)
+            nd[k] = nd[k] + x
+            yield Move("reduce_scatter", x, (k,), with_partial(with_dims(t, nd), cur_p - set(x), op, mesh))
+    # one reduce_scatter onto several dims, as the goal shards them (a flattened group
+    # whose members' pieces tile the block: the bytes of one dim after another)
+    wants = [(k, tuple(a for a in goal.dims[k].axes if a in pending)) for k in range(t.ndim)]
+    wants = [(k, w) for k, w in wants if w]
+    if len(wants) > 1:
+        nd = list(dims)
+        for k, w in wants:
+            nd[k] = nd[k] + w
+        x = tuple(a for _, w in wants for a in w)
+        yield Move("reduce_scatter", x, tuple(k for k, _ in wants),
+                   with_partial(with_dims(t, nd), cur_p - set(x), op, mesh))
+    for x in groups:
+        yield Move("all_reduce", x, (), with_partial(t, cur_p - set(x), op, mesh))

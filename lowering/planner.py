@@ -19,6 +19,10 @@ Passes, in the spirit of Shardy's reshard-to-collectives:
 3. *assemble*: steps get their exact per-rank shapes, and the R/I annotations of the
    user's types are restored on the first and last state.
 
+An integer average is finished in one step over all its pending axes (integer division
+truncates: docs/planner.md, "Reductions"); a destination that keeps it pending over some
+of them is planned without its P axes, then reinterpreted into them.
+
 The result is cached per (src, dst, mesh, cost model, budget, gap); ``Program.optimal``
 says whether the search proved it cheapest, and ``Program.gap_bytes`` how close it proved
 it where it did not (None: the budget ran out first).
@@ -46,7 +50,8 @@ from lowering.checks import (
 )
 from lowering.cost import DEFAULT_COST_MODEL, SPARE_AXIS_BYTES, CostModel, as_cost_model
 from lowering.fallback import fallback_routes
-from lowering.kinds import priced_step
+from lowering.kinds import kind_of, priced_step
+from lowering.kinds.base import splits_integer_average
 from lowering.labels import (
     _class_floor,
     _Ctx,
@@ -136,6 +141,9 @@ def _compile(src: TensorType, dst: TensorType, mesh: Mesh, model: CostModel,
              budget_s: float = DEFAULT_BUDGET_S, gap_bytes: int = DEFAULT_GAP_BYTES) -> Program:
     t0 = time.perf_counter()
     op = check_partial_conversion(src, dst)
+    finished = _average_finished(src, dst, mesh)
+    if finished is not None:
+        return _then_reinterpret(_compile(src, finished, mesh, model, budget_s, gap_bytes), dst, model)
     if is_uneven(src) or is_uneven(dst):
         return plan_uneven(src, dst, mesh, model)
     start, goal = erase(src), erase(dst)
@@ -153,10 +161,33 @@ def _assemble(path: list[tuple[TensorType, Move]], src: TensorType, dst: TensorT
     return Program(mesh, src, dst, tuple(steps), program_cost(steps, src, mesh, model), *proof)
 
 
+def _average_finished(src: TensorType, dst: TensorType, mesh: Mesh) -> TensorType | None:
+    """Where ``dst`` keeps an integer P(avg) of ``src`` pending over some axes and finishes
+    it over others: ``dst`` with no pending reduction, to plan to first. No step may divide
+    by part of the group (``kinds.base.splits_integer_average``), so the program finishes
+    the average over every axis at once and then reinterprets the copies as P(avg) (equal
+    copies average to the copy). None for every other pair."""
+    if not splits_integer_average(src, dst, mesh):
+        return None
+    return dst.replace(axis_types=tuple((a, at) for a, at in dst.axis_types if at.kind != "P"))
+
+
+def _then_reinterpret(program: Program, dst: TensorType, model: CostModel) -> Program:
+    """``program`` (to ``dst`` without its P axes) and the free reinterpret into them."""
+    mesh = program.mesh
+    sig = kind_of("reinterpret").infer(program.dst, dst, mesh, None)
+    steps = (*program.steps, priced_step("reinterpret", program.dst, dst, mesh, sig.axes, sig.dims))
+    return Program(mesh, program.src, dst, steps, program_cost(list(steps), program.src, mesh, model),
+                   program.optimal, program.gap_bytes)
+
+
 def fallback_program(src: TensorType, dst: TensorType, mesh: Mesh,
                      model: CostModel = DEFAULT_COST_MODEL) -> Program:
     """The cheapest constructive route alone (what the search starts from), never searched:
     for tests and benchmarks of the fallback."""
+    finished = _average_finished(src, dst, mesh)
+    if finished is not None:
+        return _then_reinterpret(fallback_program(src, finished, mesh, model), dst, model)
     op = check_partial_conversion(src, dst)
     start, goal = erase(src), erase(dst)
     routes = fallback_routes(start, goal, mesh, op)
