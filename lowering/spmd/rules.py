@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from lowering.spmd.types import LocalType
 from spec_lang.errors import SpecError
+from spec_lang.ir import INTEGER_DTYPES, Mesh
 
 COLLECTIVES = ("all_gather", "all_reduce", "reduce_scatter", "all_to_all", "reinterpret", "convert", "redistribute")
 
@@ -131,6 +132,23 @@ def check_pair(op: str, src: LocalType, dst: LocalType) -> str | None:
         raise SpecError(f"{op}(src={src!r}, dst={dst!r}): only a pending sum is made this way",
                         hint="reinterpret R or I as P('avg'|'max'|'min') (equal copies reduce to the copy)")
     return REDISTRIBUTE.get(pair) if op == "redistribute" else op
+
+
+def check_whole_average(op: str, src: LocalType, group: tuple[str, ...], types: dict[str, LocalType],
+                        dtype: str, mesh: Mesh) -> None:
+    """Refuse ``op`` (a routed collective) where it finishes an integer P('avg') over
+    ``group`` while ``types`` (the tensor's types on every axis) keep it pending on other
+    axes of 2+ ranks: integer division truncates, so dividing by part of the group now and
+    by the rest later is not the average (``lowering.kinds.base.splits_integer_average``)."""
+    if op not in ("all_reduce", "reduce_scatter") or src != LocalType("P", "avg") or dtype not in INTEGER_DTYPES:
+        return
+    kept = tuple(a for a in mesh.names if a not in group and types.get(a) == src)
+    if mesh.group_size(group) > 1 and mesh.group_size(kept) > 1:
+        every = tuple(a for a in mesh.names if a in group or a in kept)
+        raise SpecError(f"spmd.{op} over {list(group)} finishes an integer P('avg') that stays pending over "
+                        f"{list(kept)}: dividing by part of the group and later by the rest truncates twice",
+                        hint=f"finish the average over all of its axes in one call: spmd.{op}(x, {every!r}, "
+                        "src=P('avg'), dst=...)")
 
 
 def backward_of(op: str, src: LocalType, dst: LocalType) -> tuple[str, LocalType, LocalType]:

@@ -15,7 +15,7 @@ import torch
 from lowering.layout import local_shape
 from lowering.program import Program
 from lowering.spmd.programs import backward_program, program_for
-from lowering.spmd.rules import check_pair
+from lowering.spmd.rules import check_pair, check_whole_average
 from lowering.spmd.types import LocalType, as_local_type
 from spec_lang.errors import SpecError
 from torch_backend.api import check_local
@@ -93,6 +93,7 @@ def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: Loca
         if a in have and have[a].base != s.base:
             raise SpecError(f"spmd.{op}: x is {have[a]!r} on axis {a!r}, but src={s!r}",
                             hint=f"pass src={have[a]!r}, or convert x first")
+    check_whole_average(routed, s, group, have, dtype_name(x.dtype), ctx.mesh)
     shapes = _shapes(x, ctx)
     n_src = _src_size(x, s, group, ctx, shapes, size)
     shape = shapes[ctx.ranks[0]]
