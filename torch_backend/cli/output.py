@@ -9,8 +9,8 @@ from typing import Any
 from spec_lang.errors import SpecError
 
 # the extra that brings torch (pyproject.toml), and where the README says which build to take
-TORCH_HINT = ("install the torch extra: pip install 'shardc[torch]' (the README's Install section says how to "
-              "get torch's CPU-only or CUDA build); shardc parse, show and plan need no torch")
+TORCH_HINT = ("install the torch extra: pip install 'shardc[torch]' ('.[torch]' in a source checkout; the README's "
+              "Install section says how to get torch's CPU-only or CUDA build); shardc parse, show and plan need no torch")
 
 
 def json_text(value: Any, indent: int = 0) -> str:
