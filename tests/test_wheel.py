@@ -83,7 +83,9 @@ def _run(installed: Path, script: Path, *args: str, timeout: float = 120) -> sub
     cwd.mkdir(exist_ok=True)
     runner = cwd / "runner.py"
     runner.write_text(RUNNER)
-    site_dirs = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    # this interpreter's site-packages (a venv's, and the system's where the venv sees them)
+    site_dirs = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
+                 *(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = os.pathsep.join([str(installed), *dict.fromkeys(site_dirs)])
     return subprocess.run([sys.executable, "-S", str(runner), str(installed), str(script), *args], cwd=cwd,
