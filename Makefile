@@ -7,6 +7,7 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test lint bench clean
 
 $(STAMP): requirements.lock pyproject.toml
+	test -x $(PY) || $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "shardc needs Python 3.11 or later (the lock pins numpy 2.4 and jax 0.10), this is " + sys.version.split()[0] + ": run make PYTHON=python3.11 (or newer)")'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.lock
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .

@@ -184,6 +184,7 @@ def fit_model(samples: Sequence[Sample], mesh: Mesh, *,
         default_beta=max(f.beta for f in fits),
         spare_axis_bytes=spare_axis_bytes,
         groups=tuple((tuple(sorted(f.axes)), f.alpha, f.beta) for f in fits if len(f.axes) > 1),
+        mesh=str(mesh),
     )
     return model, fits
 

@@ -76,6 +76,9 @@ class CostModel:
     spare_axis_bytes: int = SPARE_AXIS_BYTES  # bytes-first only; see the module docstring
     # (sorted axes of a flattened group, alpha, beta): overrides the slowest-axis price
     groups: tuple[tuple[tuple[str, ...], float, float], ...] = field(default=())
+    # the mesh a calibrated model was measured on (canonical text), None for a model made
+    # by hand: other axis sizes are other group sizes, so compile refuses it on another mesh
+    mesh: str | None = None
 
     def __post_init__(self) -> None:
         for what in ("alpha", "beta"):
@@ -109,6 +112,7 @@ class CostModel:
                             hint="give a byte count, e.g. 65536, or 0 for a pure bytes-first plan")
         object.__setattr__(self, "spare_axis_bytes", n)
         object.__setattr__(self, "groups", _check_groups(self.groups))
+        object.__setattr__(self, "mesh", _check_mesh(self.mesh))
 
     @staticmethod
     def make(alpha: Mapping[str, float] | float | None = None, beta: Mapping[str, float] | float | None = None,
@@ -181,22 +185,19 @@ class CostModel:
             "default_beta": self.default_beta,
             "spare_axis_bytes": self.spare_axis_bytes,
             "groups": [{"axes": list(axes), "alpha": a, "beta": b} for axes, a, b in self.groups],
+            **({"mesh": self.mesh} if self.mesh is not None else {}),
         }
 
     @staticmethod
     def from_json(data: object) -> CostModel:
         """A model from ``to_json``'s dict (or the JSON text of one); SpecError on anything else.
 
-        Keys a calibration adds about itself (``backend``, ``mesh``, ``fit``) are allowed and
-        ignored; any other unknown key is refused, so a misspelt ``alpah`` is not silently
-        the default.
+        ``mesh`` (the mesh a calibration measured) is kept; the other keys a calibration
+        adds about itself (``backend``, ``fit``) are allowed and ignored; any other unknown
+        key is refused, so a misspelt ``alpah`` is not silently the default.
         """
         if isinstance(data, str):
-            try:
-                data = json.loads(data)
-            except json.JSONDecodeError as e:
-                raise SpecError(f"the cost model is not valid JSON: {e.msg}", text=data, pos=e.pos,
-                                hint=_JSON_HINT) from None
+            data = _parse_json(data, "the cost model")
         if not isinstance(data, Mapping):
             raise SpecError(f"a cost model is a JSON object, got {type(data).__name__}", hint=_JSON_HINT)
         unknown = sorted(set(data) - _JSON_KEYS)
@@ -224,12 +225,30 @@ class CostModel:
             data.get("default_beta", 1e-10),
             data.get("spare_axis_bytes", SPARE_AXIS_BYTES),
             tuple((tuple(g["axes"]), g["alpha"], g["beta"]) for g in groups),
+            data.get("mesh"),
         )
 
     @staticmethod
     def load(path: str | os.PathLike[str]) -> CostModel:
-        """Read a model from a JSON file (what ``shardc calibrate --out`` writes)."""
-        return CostModel.from_json(_read(path))
+        """Read a model from a JSON file (what ``shardc calibrate --out`` writes); a model
+        calibrated on one mesh keeps it, and ``compile`` refuses it on another."""
+        return CostModel.from_json(_parse_json(_read(path), f"the cost model file {os.fspath(path)!r}"))
+
+
+def _parse_json(text: str, what: str) -> object:
+    """JSON text as data; a SpecError that shows the offending line (not the whole text)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        start = text.rfind("\n", 0, e.pos) + 1
+        end = text.find("\n", e.pos)
+        line = text[start:end if end >= 0 else len(text)]
+        col = e.pos - start
+        # a long line (minified JSON) is shown around the error only
+        cut = max(0, col - 40)
+        shown = ("..." if cut else "") + line[cut:cut + 80] + ("..." if len(line) > cut + 80 else "")
+        raise SpecError(f"{what} is not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})",
+                        text=shown, pos=col - cut + (3 if cut else 0), hint=_JSON_HINT) from None
 
 
 def _read(path: str | os.PathLike[str]) -> str:
@@ -269,39 +288,50 @@ def _check_groups(groups: object) -> tuple[tuple[tuple[str, ...], float, float],
     return tuple(out)
 
 
+def _check_mesh(mesh: object) -> str | None:
+    """A calibrated model's mesh as canonical text (``dp=4, tp=2`` -> ``dp=4,tp=2``)."""
+    if mesh is None:
+        return None
+    if not isinstance(mesh, str):
+        raise SpecError(f"the cost model's mesh is a mesh string like dp=2,tp=4, got {mesh!r}", hint=_JSON_HINT)
+    from spec_lang.parser import parse_mesh
+
+    try:
+        return str(parse_mesh(mesh))
+    except SpecError as e:
+        raise SpecError(f"the cost model's mesh is not a mesh: {e.message}", text=e.text, pos=e.pos,
+                        hint="it names the mesh the model was calibrated on, e.g. dp=2,tp=4") from None
+
+
 def as_cost_model(value: object, mesh: object = None) -> CostModel | None:
     """``compile``'s ``cost_model=``: None, a CostModel, its JSON dict, or a JSON file's path.
 
-    A calibrated model's JSON names the mesh it was measured on; with ``mesh`` given, a
-    different one (other axis sizes are other group sizes, so other alphas) is refused.
+    A calibrated model names the mesh it was measured on (``CostModel.mesh``, from its
+    JSON); with ``mesh`` given, a different one (other axis sizes are other group sizes,
+    so other alphas) is refused, whichever form the model came in.
     """
-    if value is None or isinstance(value, CostModel):
-        return value
-    if isinstance(value, (str, os.PathLike)):
-        text = _read(value)
-        model = CostModel.from_json(text)
-        data: object = json.loads(text)
+    if value is None:
+        return None
+    if isinstance(value, CostModel):
+        model = value
+    elif isinstance(value, (str, os.PathLike)):
+        model = CostModel.load(value)
     elif isinstance(value, Mapping):
-        model, data = CostModel.from_json(value), value
+        model = CostModel.from_json(value)
     else:
         raise SpecError(
             f"cost_model must be a lowering.CostModel, a dict or a path to its JSON, got {type(value).__name__}",
             hint="build one with CostModel.make(alpha={'dp': 5e-6}, beta={'dp': 1e-10}), "
             "or pass the file shardc calibrate --out wrote",
         )
-    measured_on = data.get("mesh") if isinstance(data, Mapping) else None
-    if mesh is not None and measured_on is not None:
+    if mesh is not None and model.mesh is not None:
         from spec_lang.parser import parse_mesh
 
-        if not isinstance(measured_on, str):
-            raise SpecError(f"the cost model's mesh is a mesh string like dp=2,tp=4, got {measured_on!r}",
-                            hint=_JSON_HINT)
-        measured_on = str(parse_mesh(measured_on))
         mesh = str(parse_mesh(mesh)) if isinstance(mesh, str) else str(mesh)
-    if mesh is not None and measured_on is not None and measured_on != mesh:
-        raise SpecError(f"the cost model was calibrated on the mesh {measured_on}, not {mesh}",
-                        hint=f"calibrate this mesh (shardc calibrate --mesh {mesh}), or drop the model's "
-                        "\"mesh\" key to use it anyway")
+        if model.mesh != mesh:
+            raise SpecError(f"the cost model was calibrated on the mesh {model.mesh}, not {mesh}",
+                            hint=f"calibrate this mesh (shardc calibrate --mesh {mesh}), or drop the model's "
+                            "\"mesh\" key (CostModel.mesh) to use it anyway")
     return model
 
 

@@ -197,6 +197,28 @@ def placement_specs(
     return out, {}
 
 
+def strided_refusal(t: TensorType | str, mesh: Mesh | str | Any) -> str | None:
+    """Why torch's ``distribute_tensor`` cannot take ``t``'s ``_StridedShard`` form; None
+    where it can (no ``_StridedShard`` at all, or every strided dim divides evenly).
+
+    torch splits a ``_StridedShard`` dim with padding and asserts that every rank's piece
+    has the same shape, so a dim that does not divide evenly over its axes fails there
+    (an AssertionError on every rank; with ``src_data_rank=None`` it skips that check
+    and hands some ranks other rows than the chunk rule does).
+    """
+    from lowering.checks import resolve
+
+    tt, m = resolve(t, as_mesh(mesh))
+    specs, _ = placement_specs(tt, m, strided=True)
+    for d in sorted({s.dim for s in specs if s.kind == "_S"}):
+        axes = tt.dims[d].axes
+        shards = math.prod(m.axis_size(a) for a in axes)
+        if tt.shape[d] % shards:
+            return (f"dim {d} (size {tt.shape[d]}) does not divide evenly over ({','.join(axes)}) "
+                    f"({shards} shards), and torch's _StridedShard needs even shards")
+    return None
+
+
 SHARD_ORDER_FORMATS = ("names", "torch")
 
 
@@ -211,7 +233,9 @@ def to_placements(
     mesh_dims)`` with mesh dim indices for every sharded dim, sorted by tensor dim.
     ``strided=True`` returns the ``_StridedShard`` form that public ``distribute_tensor``
     accepts instead, with an empty shard_order (``{}``; ``None`` in torch's format, which is
-    what a ``DTensorSpec`` with ``_StridedShard`` placements requires).
+    what a ``DTensorSpec`` with ``_StridedShard`` placements requires). torch takes it
+    only where each strided dim divides evenly over its axes (``strided_refusal`` says
+    why not).
     R and I both become ``Replicate()`` (DTensor has no gradient-type distinction).
     A dim with an uneven split gives its placement object (``lowering.DynamicShard``,
     ``RaggedShard`` or ``PartitionedShard``), which torch has no class for.

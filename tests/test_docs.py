@@ -17,53 +17,16 @@ from __future__ import annotations
 
 import contextlib
 import io
-import re
 import shlex
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
+from doc_examples import Block, blocks, commands, lines
 
 from torch_backend.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n?", re.M | re.S)
-SKIP = re.compile(r"<!--\s*docs-test:\s*skip\s*\(([^)]+)\)\s*-->\s*$")
 MAX_SKIPS = 4
 
-
-@dataclass
-class Block:
-    where: str
-    lang: str
-    body: str
-    skip: str | None
-    expected_stdout: str | None  # a python block's "prints" block
-
-
-def blocks() -> list[Block]:
-    out: list[Block] = []
-    for path in DOCS:
-        text = path.read_text()
-        fences = list(FENCE.finditer(text))
-        for i, m in enumerate(fences):
-            before = text[fences[i - 1].end() if i else 0:m.start()].rstrip()
-            skip = SKIP.search(before.splitlines()[-1]) if before else None
-            expected = None
-            if i + 1 < len(fences) and text[m.end():fences[i + 1].start()].strip() == "prints":
-                expected = fences[i + 1].group(2)
-            line = text[:m.start()].count("\n") + 1
-            out.append(Block(f"{path.relative_to(REPO)}:{line}", m.group(1), m.group(2),
-                             skip[1] if skip else None, expected))
-    return out
-
-
 ALL = blocks()
-
-
-def _lines(text: str) -> list[str]:
-    return [line.rstrip() for line in text.rstrip().splitlines()]
 
 
 def _reset_process_group() -> None:
@@ -80,20 +43,7 @@ def _reset_process_group() -> None:
 # ---- $ shardc ---------------------------------------------------------------------------
 
 
-def _commands(body: str) -> list[tuple[str, list[str]]]:
-    """(command, expected output lines) for every ``$ shardc`` line of a block."""
-    out: list[tuple[str, list[str]]] = []
-    for line in body.splitlines():
-        if line.startswith("$ "):
-            out.append((line[2:], []))
-        elif line.startswith(">>>"):
-            out.append(("", []))  # ends the previous command's output
-        elif out:
-            out[-1][1].append(line)
-    return [(cmd, _lines("\n".join(exp))) for cmd, exp in out if cmd]
-
-
-CLI = [(b.where, cmd, exp) for b in ALL if not b.skip for cmd, exp in _commands(b.body)]
+CLI = [(b.where, cmd, exp) for b in ALL if not b.skip for cmd, exp in commands(b.body)]
 
 
 @pytest.mark.parametrize("where,cmd,expected", CLI, ids=[f"{w} {c[:40]}" for w, c, _ in CLI])
@@ -102,7 +52,7 @@ def test_shardc_example(capsys: pytest.CaptureFixture[str], where: str, cmd: str
     assert argv[0] == "shardc", f"{where}: only shardc commands are run"
     main(argv[1:])
     out, err = capsys.readouterr()
-    assert _lines(out + err) == expected, f"{where}: $ {cmd}"
+    assert lines(out + err) == expected, f"{where}: $ {cmd}"
 
 
 # ---- python blocks and >>> sessions -------------------------------------------------------
@@ -122,7 +72,7 @@ def _session(body: str) -> list[tuple[str, list[str]]]:
             current = None
         elif current is not None:
             current.append(line)
-    return [(stmt, _lines("\n".join(exp))) for stmt, exp in out]
+    return [(stmt, lines("\n".join(exp))) for stmt, exp in out]
 
 
 def _run_session(where: str, body: str) -> None:
@@ -133,9 +83,9 @@ def _run_session(where: str, body: str) -> None:
         try:
             with contextlib.redirect_stdout(buf):
                 exec(compile(stmt, where, "single"), ns)  # as the REPL: expression values are shown
-            shown = _lines(buf.getvalue())
+            shown = lines(buf.getvalue())
         except Exception as e:
-            shown = _lines(f"{type(e).__name__}: {e}")
+            shown = lines(f"{type(e).__name__}: {e}")
             assert shown[:len(expected)] == expected, f"{where}: >>> {stmt}"
             continue
         assert [s for s in shown if s] == [e for e in expected if e], f"{where}: >>> {stmt}"
@@ -155,7 +105,7 @@ def test_python_example(block: Block) -> None:
         with contextlib.redirect_stdout(buf):
             exec(compile(block.body, block.where, "exec"), {"__name__": "__docs__"})
         if block.expected_stdout is not None:
-            assert _lines(buf.getvalue()) == _lines(block.expected_stdout), block.where
+            assert lines(buf.getvalue()) == lines(block.expected_stdout), block.where
     finally:
         _reset_process_group()
 

@@ -8,22 +8,13 @@ import torch
 
 from spec_lang.errors import SpecError
 from spec_lang.ir import DTYPE_HINT, DTYPES
+from torch_backend.held_dtypes import TORCH_HELD, not_held
 
 if TYPE_CHECKING:
     from lowering.program import Program
 
-# every DSL dtype torch can hold and copy; int1..int4 and uint1..uint4 exist in torch
-# only as shells (no copy kernel), float4_e2m1fn only packed two to a byte, and the
-# float6s, float8_e3m4, float8_e4m3 and float8_e4m3b11fnuz not at all
-TORCH_DTYPES: dict[str, torch.dtype] = {
-    name: getattr(torch, name)
-    for name in (
-        "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-        "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
-        "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
-    )
-    if hasattr(torch, name)
-}
+# every DSL dtype torch can hold and copy
+TORCH_DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in TORCH_HELD if hasattr(torch, name)}
 _NAMES = {v: k for k, v in TORCH_DTYPES.items()}
 
 # what gloo carries as is; the others travel as a same-size carrier (bits unchanged)
@@ -43,11 +34,7 @@ def to_torch_dtype(name: str) -> torch.dtype:
     dt = TORCH_DTYPES.get(name)
     if dt is None:
         if name in DTYPES:
-            raise SpecError(
-                f"dtype {name} has no torch equivalent that can hold data",
-                hint="torch lacks it (or has only a packed or placeholder form); store the tensor in a wider "
-                     "dtype such as int8 or bfloat16 and write that dtype in the type",
-            )
+            raise not_held(name)
         raise SpecError(f"unknown dtype {name!r}", hint=DTYPE_HINT)
     return dt
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 import lowering
 from lowering.program import Program
 from spec_lang.errors import SpecError
-from spec_lang.ir import DTYPE_HINT, TensorType, canonical_dtype
-from spec_lang.parser import parse
+from spec_lang.ir import DTYPE_HINT, canonical_dtype
+from torch_backend.held_dtypes import TORCH_HELD, not_held
 
 # a rank's start-up (import torch, join the group) on a loaded machine: far longer than a
 # collective may take, so joining gets this much however short the collective timeout
@@ -33,20 +33,20 @@ class RunSpec:
     fault: str | None = field(default_factory=lambda: os.environ.get("SHARDC_FAULT"))
 
 
-def with_dtype(text: str, dtype: str | None) -> TensorType:
-    t = parse(text)
-    if dtype is None:
-        return t
-    name = canonical_dtype(dtype)
-    if name is None:
-        raise SpecError(f"unknown dtype {dtype!r}", hint=DTYPE_HINT)
-    return t.replace(dtype=name)
-
-
 def compile_spec(spec: RunSpec) -> Program:
     """The program every rank runs; a SpecError for anything a rank would refuse before its
-    first collective that the parent can see (a reduction torch cannot add included)."""
-    program = lowering.compile(with_dtype(spec.src, spec.dtype), with_dtype(spec.dst, spec.dtype), spec.mesh)
+    first collective that the parent can see: a dtype torch cannot hold, a reduction torch
+    cannot add. Errors about the types quote them as they were typed."""
+    name = None if spec.dtype is None else canonical_dtype(spec.dtype)
+    if spec.dtype is not None and name is None:
+        raise SpecError(f"unknown dtype {spec.dtype!r}", text=spec.dtype, pos=0, hint=DTYPE_HINT)
+    program = lowering.compile(spec.src, spec.dst, spec.mesh)
+    if name is not None and name != program.src.dtype:
+        # the plan depends on the dtype (bytes against a fixed charge per collective)
+        program = lowering.compile(program.src.replace(dtype=name), program.dst.replace(dtype=name), program.mesh)
+    if program.src.dtype not in TORCH_HELD:
+        text = spec.dtype if spec.dtype is not None else spec.src
+        raise not_held(program.src.dtype, text=text, pos=len(text) - len(text.lstrip()))
     if any(step.op is not None for step in program.steps):
         from torch_backend.dtypes import check_reductions  # imports torch: only where it can matter
 

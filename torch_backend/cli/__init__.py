@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import sys
 from typing import NoReturn
+
+from torch_backend.cli.output import json_text, torch_missing
 
 # subcommand -> module (each defines ``add_arguments(parser)`` and ``run(args) -> int``)
 SUBCOMMANDS = {
@@ -49,8 +50,8 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         if _Parser.json_errors:
-            print(json.dumps({"ok": False, "error": message, "text": None, "position": None,
-                              "hint": f"see {self.prog} --help"}, indent=2))
+            print(json_text({"ok": False, "error": message, "text": None, "position": None,
+                             "hint": f"see {self.prog} --help"}))
         super().error(message)
 
 
@@ -72,13 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def error_json(e: Exception) -> str:
     """The ``--json`` form of a refusal: ok false, the message, where, and how to fix it."""
-    return json.dumps({
+    return json_text({
         "ok": False,
         "error": getattr(e, "message", str(e)),
         "text": getattr(e, "text", None),
         "position": getattr(e, "pos", None),
         "hint": getattr(e, "hint", None),
-    }, indent=2)
+    })
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,7 +92,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"shardc {args.command}: not available in this build", file=sys.stderr)
         return 2
     try:
-        return int(importlib.import_module(args._module).run(args) or 0)
+        try:
+            return int(importlib.import_module(args._module).run(args) or 0)
+        except ModuleNotFoundError as e:  # torch absent, where only an import found out
+            if (e.name or "").partition(".")[0] != "torch":
+                raise
+            raise torch_missing(args.command, str(e)) from None
     except SpecError as e:
         if getattr(args, "json", False):
             print(error_json(e))

@@ -13,13 +13,13 @@ as JSON for ``compile(..., cost_model=path)`` and ``shardc plan --cost-model``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any
 
 from lowering.checks import check_timeout_s
 from spec_lang.errors import SpecError
+from torch_backend.cli.output import json_text, require_torch
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from lowering.calibration import Sample, calibration_json, fit_model, parse_sizes, probes
     from spec_lang import parse_mesh
 
+    require_torch("calibrate")
     mesh = parse_mesh(args.mesh)
     sizes = parse_sizes(args.sizes)
     if args.iters < 1:
@@ -77,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
             progress.close()
     if not result.ok:
         if args.json:
-            print(json.dumps({"ok": False, "error": result.message, "failed_rank": result.failed_rank,
-                              "text": None, "position": None, "hint": "re-run, or raise --timeout"}, indent=2))
+            print(json_text({"ok": False, "error": result.message, "failed_rank": result.failed_rank,
+                             "text": None, "position": None, "hint": "re-run, or raise --timeout"}))
         print(f"calibration FAILED on {result.world} ranks ({result.backend}):\n{result.message}", file=sys.stderr)
         return 1
     samples = slowest([[Sample(tuple(a), k, b, t) for a, k, b, t in rep["samples"]]
@@ -87,11 +88,10 @@ def run(args: argparse.Namespace) -> int:
     data = calibration_json(model, fits, backend=result.backend, mesh=mesh, sizes=sizes, iters=args.iters)
     if args.out is not None:
         with open(args.out, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
+            f.write(json_text(data) + "\n")
     if args.json:
-        print(json.dumps({"ok": True, "out": args.out, "model": data,
-                          "samples": [_sample_json(s) for s in samples]}, indent=2))
+        print(json_text({"ok": True, "out": args.out, "model": data,
+                         "samples": [_sample_json(s) for s in samples]}))
         return 0
     _print(data, result.world, result.backend, len(samples), args.out)
     return 0

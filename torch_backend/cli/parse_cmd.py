@@ -13,10 +13,10 @@ and concatenated when ``cat`` is None) in place of one slice.
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from spec_lang.errors import SpecError
+from torch_backend.cli.output import json_text
 from torch_backend.cli.ranks import blocks_text, box_text, cat_text, ranks_text
 
 
@@ -66,7 +66,7 @@ def describe(type_text: str, mesh_text: str | None, all_ranks: bool = False) -> 
     import numpy as np
 
     from lowering.layout import boxes
-    from lowering.placements import format_placements, placement_specs
+    from lowering.placements import format_placements, placement_specs, strided_refusal
 
     out["mesh"] = str(mesh)
     try:
@@ -74,10 +74,13 @@ def describe(type_text: str, mesh_text: str | None, all_ranks: bool = False) -> 
         strided, _ = placement_specs(t, mesh, strided=True)
         out["placements"] = format_placements(specs)
         out["shard_order"] = {str(d): axes for d, axes in order.items()}
-        out["strided_placements"] = format_placements(strided) if order else None
+        # only a form torch's distribute_tensor takes (an uneven strided dim it refuses)
+        out["strided_refusal"] = strided_refusal(t, mesh) if order else None
+        out["strided_placements"] = format_placements(strided) if order and not out["strided_refusal"] else None
         out["dtensor_refusal"] = None
     except SpecError as e:
-        out.update(placements=None, shard_order=None, strided_placements=None, dtensor_refusal=e.message)
+        out.update(placements=None, shard_order=None, strided_placements=None, strided_refusal=None,
+                   dtensor_refusal=e.message)
     out["ranks"] = None
     out["local_shapes"] = None
     if mesh.size > MAX_RANKS:
@@ -147,6 +150,9 @@ def _text(info: dict[str, Any]) -> str:
         )
         if info["strided_placements"]:
             lines.append(f"strided:      {info['strided_placements']}  (the distribute_tensor form)")
+        elif info["strided_refusal"]:
+            lines.append(f"strided:      none that distribute_tensor takes: {info['strided_refusal']} "
+                         "(torch_backend.distribute gives each rank its block)")
     lines.append(f"mesh:         {info['mesh']}")
     if info["local_shapes"] is None:
         lines.append(f"local:        not computed for a mesh of more than {MAX_RANKS:,} ranks")
@@ -181,7 +187,7 @@ class _Lay:
 def run(args: argparse.Namespace) -> int:
     info = describe(args.type, args.mesh, all_ranks=args.all)
     if args.json:
-        print(json.dumps({"ok": True, **info}, indent=2))
+        print(json_text({"ok": True, **info}))
     else:
         print(_text(info))
     return 0

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from spec_lang.errors import SpecError, locate
+from torch_backend.cli.output import json_text, time_text
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -121,11 +121,14 @@ def run(args: argparse.Namespace) -> int:
         data = {"ok": True, **prog.to_json()}
         data["lower_bound"] = lb
         data["ratio_to_lower_bound"] = ratio
-        print(json.dumps(data, indent=2))
+        print(json_text(data))
         return 0
     print(prog)
     shown = f"{ratio:.2f}x" if ratio is not None else "none (the bound is 0 B)"
     print(f"  lower bound: {lb} B   ratio: {shown}")
+    if args.cost_model is not None or args.alpha is not None or args.beta is not None:
+        where = f"the cost model {args.cost_model}" if args.cost_model is not None else "--alpha/--beta"
+        print(f"  predicted time: {time_text(prog.cost.time_s).strip()} ({where})")
     if prog.gap_bytes is None:
         print(f"  (a larger --budget than {budget:g} s searches further: it may prove this "
               "program cheapest or find a cheaper one)")

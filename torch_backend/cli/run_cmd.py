@@ -12,13 +12,13 @@ a terminal), then the report.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any
 
 from lowering.checks import check_timeout_s
 from spec_lang.errors import SpecError
+from torch_backend.cli.output import json_text, require_torch, time_text
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from torch_backend import launcher  # torch-free until a rank or the store needs torch
     from torch_backend.run_spec import RunSpec, compile_spec
 
+    require_torch("run")
     if args.bench < 0:
         raise SpecError("--bench must be >= 0", hint="give the number of timed runs, e.g. --bench 20")
     check_timeout_s(args.timeout, "--timeout", "give seconds, e.g. --timeout 30")
@@ -102,7 +103,7 @@ def _print(args: argparse.Namespace, program: Any, result: Any) -> None:
             out["error"] = result.message
             out["rank_reports"] = [{k: v for k, v in r.items() if k in ("rank", "ok", "error", "failed_after_s")}
                                    for _, r in sorted(reports.items())]
-        print(json.dumps(out, indent=2))
+        print(json_text(out))
         return
     print(f"ran on {result.world} ranks ({result.backend}, {device}): {'ok' if result.ok else 'FAILED'}")
     if not result.ok:
@@ -114,11 +115,7 @@ def _print(args: argparse.Namespace, program: Any, result: Any) -> None:
         width = max((len(s.describe()) for s in program.steps), default=5)
         print(f"time (median of {args.bench} runs, slowest rank):")
         for i, s in enumerate(program.steps):
-            print(f"  {i + 1}. {s.describe():<{width}}  {_us(bench_steps[i])}")
-        print(f"     {'total':<{width}}  {_us(total)}")
+            print(f"  {i + 1}. {s.describe():<{width}}  {time_text(bench_steps[i])}")
+        print(f"     {'total':<{width}}  {time_text(total)}")
     else:
-        print(f"time: {_us(total)} (one cold run, slowest rank; use --bench N for steady-state times)")
-
-
-def _us(s: float) -> str:
-    return f"{s * 1e6:10.1f} us" if s < 1e-2 else f"{s * 1e3:10.2f} ms"
+        print(f"time: {time_text(total)} (one cold run, slowest rank; use --bench N for steady-state times)")

@@ -50,19 +50,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-color", action="store_true", help="no colours")
 
 
-def cuts(b: Any, d: int, size: int) -> list[tuple[int, int]]:
-    """The segments [lo, hi) of dim ``d`` between all block boundaries (empty blocks ignored)."""
-    nonempty = b[(b[:, :, 1] > b[:, :, 0]).all(axis=1)]
-    pts = sorted({0, size} | {int(x) for x in set(nonempty[:, d, :].ravel().tolist())})
+def cuts(b: Any, shape: tuple[int, ...], d: int) -> list[tuple[int, int]]:
+    """The segments [lo, hi) of dim ``d`` between all block boundaries (empty blocks ignored).
+
+    A dim of size 0 is one empty segment (0, 0), and it empties no block: the picture of
+    an empty tensor shows how its other dims are cut."""
+    import numpy as np
+
+    if shape[d] == 0:
+        return [(0, 0)]
+    live = (b[:, :, 1] > b[:, :, 0]) | (np.array(shape) == 0)
+    nonempty = b[live.all(axis=1)]
+    pts = sorted({0, shape[d]} | {int(x) for x in set(nonempty[:, d, :].ravel().tolist())})
     return [(lo, hi) for lo, hi in zip(pts[:-1], pts[1:], strict=True) if hi > lo]
 
 
 def holders(b: Any, lo: tuple[int, ...], hi: tuple[int, ...], owners: Any = None) -> list[int]:
-    """Ranks whose block contains the tile [lo, hi): block i is rank i's, or ``owners[i]``'s."""
+    """Ranks whose block contains the tile [lo, hi): block i is rank i's, or ``owners[i]``'s
+    (a tile empty in a dim, of a dim of size 0, is held by the blocks that cover the rest)."""
     import numpy as np
 
     lo_a, hi_a = np.array(lo), np.array(hi)
-    ok = (b[:, :, 0] <= lo_a).all(axis=1) & (b[:, :, 1] >= hi_a).all(axis=1) & (b[:, :, 1] > b[:, :, 0]).all(axis=1)
+    live = ((b[:, :, 1] > b[:, :, 0]) | (lo_a == hi_a)).all(axis=1)
+    ok = (b[:, :, 0] <= lo_a).all(axis=1) & (b[:, :, 1] >= hi_a).all(axis=1) & live
     hit = np.nonzero(ok)[0]
     return [int(r) for r in (hit if owners is None else np.unique(owners[hit]))]
 
@@ -89,8 +99,8 @@ class Grid:
 
 def grid(b: Any, shape: tuple[int, ...], fixed: list[tuple[int, int]], owners: Any = None) -> Grid:
     nd = len(shape)
-    rows, row_gap = _elide(cuts(b, nd - 2, shape[-2]) if nd >= 2 else [(0, 1)])
-    cols, col_gap = _elide(cuts(b, nd - 1, shape[-1]))
+    rows, row_gap = _elide(cuts(b, shape, nd - 2) if nd >= 2 else [(0, 1)])
+    cols, col_gap = _elide(cuts(b, shape, nd - 1))
     elided = []
     if row_gap:
         elided.append(f"dim {nd - 2}: {row_gap} of its {row_gap + MAX_SEGMENTS} blocks not drawn (the middle ones)")
@@ -141,8 +151,10 @@ def bands(g: Grid, width: int) -> tuple[int, list[range]]:
 def wrap_ranks(text: str, width: int) -> str:
     """``0-4,20-24,40-44`` in tiles ``width`` wide: lines broken after commas."""
     lines: list[str] = []
-    for tok in text.split(","):
-        if lines and len(lines[-1]) + 1 + len(tok) + 1 <= width:
+    toks = text.split(",")
+    for i, tok in enumerate(toks):
+        comma = 1 if i + 1 < len(toks) else 0  # a line that goes on ends in a comma
+        if lines and len(lines[-1]) + 1 + len(tok) + comma <= width:
             lines[-1] += "," + tok
         else:
             if lines:
@@ -162,6 +174,35 @@ def _table(g: Grid, cols: range, cell: int, colour: Any, title: str) -> Any:
     for label, row in zip(g.row_labels, g.cells, strict=True):
         table.add_row(label, *[Text(wrap_ranks(row[j][0], cell), style=colour(row[j][1]), justify="center")
                                for j in cols])
+    return table
+
+
+def _folded(g: Grid, cell: int, width: int, colour: Any) -> Any:
+    """A 1-D grid too wide for one band, as rows of tiles in one table: each row labelled
+    with the span it covers, each tile with its slice over the ranks holding it (bands of
+    one-row tables would take six lines per row)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    n = len(g.col_labels)
+    label = 2 * len(str(max(hi for _, hi in (c for c in g.col_segs if c is not None)))) + 1  # the widest lo:hi
+    per_row = max(1, (width - (label + 3) - 1) // (cell + 3))
+    table = Table(show_header=False, show_lines=True)
+    table.add_column(style="bold", justify="right", no_wrap=True)
+    for _ in range(min(per_row, n)):
+        table.add_column(justify="center", min_width=cell, max_width=cell, overflow="fold")
+    # blocks left out (None) get a row of their own, so that no row's span hides them
+    gap = g.col_segs.index(None) if None in g.col_segs else n
+    runs = [range(0, gap)] + ([range(gap + 1, n)] if gap < n else [])
+    for k, run in enumerate(runs):
+        if k:
+            table.add_row("...", *["..."] * min(per_row, n))
+        for start in range(run.start, run.stop, per_row):
+            cols = range(start, min(run.stop, start + per_row))
+            span = f"{g.col_segs[cols.start][0]}:{g.col_segs[cols.stop - 1][1]}"
+            tiles = [Text.assemble((g.col_labels[j], "dim"), "\n", wrap_ranks(g.cells[0][j][0], cell),
+                                   style=colour(g.cells[0][j][1]), justify="center") for j in cols]
+            table.add_row(span, *tiles)
     return table
 
 
@@ -223,11 +264,11 @@ def render(type_text: str, mesh_text: str, console: Any) -> None:
             leading = "dim 0" if lead == 1 else f"dims 0..{lead - 1}"
             console.print(f"{t.ndim}-d: the last two dims (dim {t.ndim - 2} down, {t.ndim - 1} across), "
                           f"once per block of {leading}")
-        seg_lists = [_elide(cuts(b, d, t.shape[d]))[0] for d in range(max(lead, 0))]
+        seg_lists = [_elide(cuts(b, t.shape, d))[0] for d in range(max(lead, 0))]
         said: set[str] = set()
         for d, segs in enumerate(seg_lists):
             if None in segs:
-                said.add(f"dim {d}: {len(cuts(b, d, t.shape[d])) - MAX_SEGMENTS} blocks not drawn (the middle ones)")
+                said.add(f"dim {d}: {len(cuts(b, t.shape, d)) - MAX_SEGMENTS} blocks not drawn (the middle ones)")
         for fixed in itertools.product(*seg_lists):
             if None in fixed:
                 console.print("...")
@@ -235,6 +276,10 @@ def render(type_text: str, mesh_text: str, console: Any) -> None:
             g = grid(b, t.shape, list(fixed), owners)
             said.update(g.elided)
             cell, col_bands = bands(g, console.width)
+            if t.ndim == 1 and len(col_bands) > 1:
+                console.print(_folded(g, cell, console.width, colour))
+                said.add(f"folded into rows of tiles to fit {console.width} columns (--width W for wider rows)")
+                continue
             head = "[" + ", ".join(f"{lo}:{hi}" for lo, hi in fixed) + ", :, :]" if fixed else ""
             for k, cols in enumerate(col_bands):
                 title = head
@@ -252,6 +297,9 @@ def render(type_text: str, mesh_text: str, console: Any) -> None:
         empty = [r for r, lay in enumerate(lays) if 0 in lay.shape]
         if empty:
             console.print(f"ranks holding no elements (uneven split): {ranks_text(empty, max_runs=16)}")
+    elif 0 in t.shape:
+        console.print(f"an empty tensor (dim {t.shape.index(0)} has size 0): the tiles show how its other dims "
+                      "are cut")
     else:
         empty = [r for r in range(mesh.size) if (b[r, :, 1] <= b[r, :, 0]).any()]
         if empty:
