@@ -30,7 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 LIST_RANKS = 64  # meshes up to this size list every rank; bigger ones are summarised
-MAX_RANKS = 1 << 24  # past this many ranks the per-rank blocks are not computed at all
 
 
 def describe(type_text: str, mesh_text: str | None, all_ranks: bool = False) -> dict[str, Any]:
@@ -79,9 +78,6 @@ def describe(type_text: str, mesh_text: str | None, all_ranks: bool = False) -> 
     except SpecError as e:
         out.update(placements=None, shard_order=None, strided_placements=None, dtensor_refusal=e.message)
     out["ranks"] = None
-    out["local_shapes"] = None
-    if mesh.size > MAX_RANKS:
-        return out
     from lowering.blocks import is_uneven, layouts
 
     lays = layouts(t, mesh) if is_uneven(t) else None
@@ -148,9 +144,6 @@ def _text(info: dict[str, Any]) -> str:
         if info["strided_placements"]:
             lines.append(f"strided:      {info['strided_placements']}  (the distribute_tensor form)")
     lines.append(f"mesh:         {info['mesh']}")
-    if info["local_shapes"] is None:
-        lines.append(f"local:        not computed for a mesh of more than {MAX_RANKS:,} ranks")
-        return "\n".join(lines)
     if info["ranks"] is None:
         n = sum(s["count"] for s in info["local_shapes"])
         lines.append(f"local:        {n:,} ranks, {len(info['local_shapes'])} distinct local shape(s) "
