@@ -398,7 +398,7 @@ def check_placements(
     used: dict[int, int] = {}
     for key, refs in shard_order.items():
         if isinstance(key, bool) or not isinstance(key, int):
-            raise _order_err(f"shard_order key {value_text(key)} is not a tensor dim (int)", src, value_text(key),
+            raise _order_err(f"shard_order key {value_text(key)} is not a tensor dim (int)", src, _needle(key),
                              _ORDER_HINT)
         at = _key_pos(src, key)
         if not 0 <= key < ndim:
@@ -449,6 +449,11 @@ def check_placements(
     return specs, out
 
 
+def _needle(value: Any) -> str:
+    """What to look for in the shard_order text to put the caret on ``value``."""
+    return value if isinstance(value, str) else value_text(value)
+
+
 def _refs_text(refs: Any) -> str:
     """A shard_order entry's mesh dims as the error's text shows them (whatever was passed)."""
     if isinstance(refs, Sequence) and not isinstance(refs, (str, bytes)):
@@ -470,7 +475,7 @@ def _mesh_dim(ref: Any, m: Mesh, src: str | None, start: int) -> int:
     if isinstance(ref, str) and ref in m:
         return m.index(ref)
     raise _order_err(
-        f"unknown mesh dim {value_text(ref)} in shard_order (mesh is {m})", src, value_text(ref),
+        f"unknown mesh dim {value_text(ref)} in shard_order (mesh is {m})", src, _needle(ref),
         f"use a mesh dim index or one of {', '.join(m.names)}", start,
     )
 
