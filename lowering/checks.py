@@ -6,9 +6,10 @@ import math
 import numbers
 import operator
 
-from spec_lang.errors import SpecError, locate
+from spec_lang.errors import SpecError, locate, value_text
 from spec_lang.ir import Dim, Mesh, TensorType
 from spec_lang.parser import parse, parse_mesh
+from spec_lang.split import INT64_LIMIT
 
 
 def resolve(t: TensorType | str, mesh: Mesh | str) -> tuple[TensorType, Mesh]:
@@ -27,7 +28,7 @@ def check_rank(rank: object, mesh: Mesh) -> int:
         r = -1
     if not 0 <= r < mesh.size:
         raise SpecError(
-            f"rank {rank!r} is not on the mesh {mesh} (ranks 0..{mesh.size - 1})",
+            f"rank {value_text(rank)} is not on the mesh {mesh} (ranks 0..{mesh.size - 1})",
             hint="ranks are row-major over the mesh axes, from 0 to the mesh size - 1",
         )
     return r
@@ -131,12 +132,26 @@ def check_partial_conversion(src: TensorType, dst: TensorType) -> str:
     return sop or dop or "sum"
 
 
+def check_flag(value: object, what: str, hint: str) -> bool | None:
+    """``value`` where it is None, True or False; any other value (``"no"``, 0, a numpy
+    bool) is a SpecError naming ``what``, since its truthiness would silently decide."""
+    if value is not None and value is not True and value is not False:
+        cls = type(value)
+        name = cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__name__}"  # numpy.bool
+        raise SpecError(f"{what} must be True, False or None, got {name} {value!r}", hint=hint)
+    return value
+
+
 def check_seconds(value: object, what: str, hint: str) -> float:
     """``value`` as a float; SpecError naming ``what`` unless it is a positive finite number."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or value <= 0:  # type: ignore[arg-type]
-        raise SpecError(f"{what} must be a positive finite number of seconds, got {value!r}", hint=hint)
-    return float(value)  # type: ignore[arg-type]
+    try:
+        seconds = float(value) if ok else math.nan  # type: ignore[arg-type]
+    except OverflowError:  # an int past a float's range
+        seconds = math.inf
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise SpecError(f"{what} must be a positive finite number of seconds, got {value_text(value)}", hint=hint)
+    return seconds
 
 
 # A collective timeout longer than this is a typo (it is about 31 years); it also keeps the
@@ -159,8 +174,8 @@ def check_gap_bytes(gap_bytes: object, default: int) -> int:
     hint = f"give a whole number of bytes: the default {default}, or 0 for a plan proven cheapest outright"
     if isinstance(gap_bytes, bool) or not isinstance(gap_bytes, numbers.Integral):
         raise SpecError(f"gap_bytes must be an int (bytes), got {type(gap_bytes).__name__} {gap_bytes!r}", hint=hint)
-    if gap_bytes < 0:
-        raise SpecError(f"gap_bytes must be >= 0, got {gap_bytes}", hint=hint)
+    if not 0 <= gap_bytes < INT64_LIMIT:
+        raise SpecError(f"gap_bytes must be >= 0 and below 2**63, got {value_text(gap_bytes)}", hint=hint)
     return int(gap_bytes)
 
 

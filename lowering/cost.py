@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spec_lang.errors import SpecError
+from spec_lang.errors import SpecError, value_text
 
 SPARE_AXIS_BYTES = 65536  # the bytes-first model's charge per collective over a spare axis
 
@@ -55,9 +55,12 @@ def _seconds(v: object, what: str, subject: str | None = None) -> float:
     """A finite, non-negative number of seconds, as a float."""
     if not _is_number(v):
         raise SpecError(f"{what} must be a number, got {type(v).__name__} {v!r}", subject=subject, hint=_COST_HINT)
-    f = float(v)  # type: ignore[arg-type]
+    try:
+        f, shown = float(v), None  # type: ignore[arg-type]
+    except OverflowError:  # an int past a float's range
+        f, shown = math.inf, value_text(v)
     if not math.isfinite(f) or f < 0:
-        raise SpecError(f"{what} must be finite and >= 0, got {f}", subject=subject, hint=_COST_HINT)
+        raise SpecError(f"{what} must be finite and >= 0, got {shown or f}", subject=subject, hint=_COST_HINT)
     return f
 
 
@@ -252,12 +255,16 @@ def _parse_json(text: str, what: str) -> object:
 
 
 def _read(path: str | os.PathLike[str]) -> str:
+    hint = "give the path of a JSON file written by shardc calibrate --out"
+    if not isinstance(path, (str, os.PathLike)):
+        raise SpecError(f"a cost model file is named by a str or a path, got {type(path).__name__}", hint=hint)
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()
     except OSError as e:
-        raise SpecError(f"cannot read the cost model file {os.fspath(path)!r}: {e.strerror}",
-                        hint="give the path of a JSON file written by shardc calibrate --out") from None
+        raise SpecError(f"cannot read the cost model file {os.fspath(path)!r}: {e.strerror}", hint=hint) from None
+    except ValueError as e:  # a NUL in the name, or a file that is not UTF-8 text
+        raise SpecError(f"cannot read the cost model file {os.fspath(path)!r}: {e}", hint=hint) from None
 
 
 FORMAT = "shardc-cost-model/1"

@@ -26,15 +26,16 @@ A shard_order is accepted in two forms: shardc's sparse dict ``{0: ['tp', 'dp']}
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from lowering import uneven_placements as uneven
-from spec_lang.errors import SpecError, locate
-from spec_lang.ir import REDUCE_OPS, AxisType, Dim, Mesh, TensorType, canonical_dtype
-from spec_lang.parser import parse_mesh, parse_shard_order
+from spec_lang.errors import SpecError, locate, number_text, value_text
+from spec_lang.ir import INT64_LIMIT, REDUCE_OPS, AxisType, Dim, Mesh, TensorType, canonical_dtype
+from spec_lang.parser import parse_mesh, parse_shard_order, read_int
 from spec_lang.split import size_row
 
 _ORDER_HINT = "write shard_order as {tensor_dim: [mesh dims major->minor]}, e.g. {0: ['tp', 'dp']}"
@@ -50,6 +51,21 @@ class PlacementSpec:
     split_factor: int = 1
     op: str = "sum"
     uneven: Any = None
+
+    def __post_init__(self) -> None:
+        for what in ("dim", "split_factor"):
+            value = getattr(self, what)
+            try:
+                n = operator.index(value) if not isinstance(value, bool) else None
+            except TypeError:
+                n = None
+            if n is None or not -INT64_LIMIT < n < INT64_LIMIT:
+                shown = number_text(n) if n is not None else f"{type(value).__name__} {value!r}"
+                raise SpecError(f"a placement's {what} must be an int that fits in int64, got {shown}",
+                                hint="Shard(d) and _StridedShard(d, split_factor) take small ints: a tensor dim, "
+                                     "a product of mesh axis sizes")
+            if type(value) is not int:
+                object.__setattr__(self, what, n)
 
     def __str__(self) -> str:
         if self.kind == "uneven":
@@ -83,12 +99,19 @@ def _spec_from_text(text: str) -> PlacementSpec:
             hint="write placements as S(d), _S(d,split_factor), R, P or P(op)",
         )
     if m["s"]:
-        return PlacementSpec("S", int(m["sd"]))
+        return PlacementSpec("S", _number(m, "sd", text, "tensor dim"))
     if m["ss"]:
-        return PlacementSpec("_S", int(m["ssd"]), int(m["sf"]))
+        return PlacementSpec("_S", _number(m, "ssd", text, "tensor dim"), _number(m, "sf", text, "split_factor"))
     if m["r"]:
         return PlacementSpec("R")
     return PlacementSpec("P", op=m["op"] or "sum")
+
+
+def _number(m: re.Match[str], group: str, text: str, what: str) -> int:
+    """A matched number, its sign included, read with a caret on it if it is too large."""
+    written = m[group]
+    sign = -1 if written.startswith("-") else 1
+    return sign * read_int(written.lstrip("-"), text, m.start(group), what)
 
 
 def parse_placements(text: str) -> list[PlacementSpec]:
@@ -118,9 +141,9 @@ def as_spec(p: Any) -> PlacementSpec:
         return PlacementSpec("uneven", uneven.placement_dim(p), uneven=p)
     name = type(p).__name__
     if name == "_StridedShard":
-        return PlacementSpec("_S", int(p.dim), int(p.split_factor))
+        return PlacementSpec("_S", p.dim, p.split_factor)
     if name == "Shard":
-        return PlacementSpec("S", int(p.dim))
+        return PlacementSpec("S", p.dim)
     if name == "Replicate":
         return PlacementSpec("R")
     if name == "Partial":
@@ -302,7 +325,7 @@ def _key_pos(src: str | None, key: int) -> int:
     """Offset of tensor dim ``key``'s entry in the shard_order text (0 if not found)."""
     if src is None:
         return 0
-    m = re.search(rf"(?<![0-9]){key}\s*:", src)
+    m = re.search(rf"(?<![0-9]){re.escape(value_text(key))}\s*:", src)
     return m.start() if m else 0
 
 
@@ -321,7 +344,8 @@ def _entries_as_dict(shard_order: Sequence[Any]) -> dict[Any, Any]:
             raise SpecError(f"shard_order entry {entry!r} is not a ShardOrderEntry(tensor_dim, mesh_dims)",
                             hint=_ORDER_HINT + ", or torch's (ShardOrderEntry(tensor_dim=0, mesh_dims=(2, 0)),)")
         if key in out:
-            raise SpecError(f"tensor dim {key!r} appears twice in shard_order {tuple(shard_order)!r}",
+            raise SpecError(f"tensor dim {value_text(key)} appears twice in shard_order "
+                            f"{value_text(tuple(shard_order))}",
                             hint="give one ShardOrderEntry per tensor dim")
         out[key] = refs
     return out
@@ -343,11 +367,15 @@ def check_placements(
     placements' sizes be checked against the dims and mesh axis sizes.
     """
     m = as_mesh(mesh)
-    if isinstance(ndim, bool) or not isinstance(ndim, int) or ndim < 0:
-        raise SpecError(f"ndim must be the tensor's number of dims (an int >= 0), got {ndim!r}",
+    if isinstance(ndim, bool) or not isinstance(ndim, int) or not 0 <= ndim < INT64_LIMIT:
+        raise SpecError(f"ndim must be the tensor's number of dims (an int >= 0, below 2**63), got {value_text(ndim)}",
                         hint="pass len(shape), e.g. ndim=2 for a matrix")
-    if isinstance(placements, (str, bytes)):
-        placements = parse_placements(str(placements))
+    if isinstance(placements, str):
+        placements = parse_placements(placements)
+    elif isinstance(placements, (bytes, bytearray, Mapping)) or not isinstance(placements, Sequence):
+        raise SpecError(f"placements must be a list with one placement per mesh dim, or their text, "
+                        f"got {type(placements).__name__}",
+                        hint="e.g. [Shard(0), Replicate()], or 'S(0),R'")
     specs = [as_spec(p) for p in placements]
     if len(specs) != m.ndim:
         raise _err(
@@ -374,14 +402,16 @@ def check_placements(
     src = shard_order if isinstance(shard_order, str) else None
     if isinstance(shard_order, str):
         shard_order = parse_shard_order(shard_order)
+    if shard_order is None:
+        return specs, {}
+    if isinstance(shard_order, (tuple, list)):
+        shard_order = _entries_as_dict(shard_order)
+    if not isinstance(shard_order, Mapping):  # a numpy array, a set, ...: no truth value to trust
+        raise SpecError(f"shard_order must be a dict, got {type(shard_order).__name__}", hint=_ORDER_HINT)
     if not shard_order:
         return specs, {}
-    if isinstance(shard_order, Sequence) and not isinstance(shard_order, (str, bytes)):
-        shard_order = _entries_as_dict(shard_order)
-    if not isinstance(shard_order, Mapping):
-        raise SpecError(f"shard_order must be a dict, got {type(shard_order).__name__}", hint=_ORDER_HINT)
     if src is None:
-        src = "{" + ", ".join(f"{k}: {list(v)}" for k, v in shard_order.items()) + "}"
+        src = "{" + ", ".join(f"{value_text(k)}: {_refs_text(v)}" for k, v in shard_order.items()) + "}"
     strided_at = next((i for i, s in enumerate(specs) if s.kind == "_S"), None)
     if strided_at is not None:
         raise _err(
@@ -392,11 +422,12 @@ def check_placements(
     used: dict[int, int] = {}
     for key, refs in shard_order.items():
         if isinstance(key, bool) or not isinstance(key, int):
-            raise _order_err(f"shard_order key {key!r} is not a tensor dim (int)", src, str(key), _ORDER_HINT)
+            raise _order_err(f"shard_order key {value_text(key)} is not a tensor dim (int)", src, _needle(key),
+                             _ORDER_HINT)
         at = _key_pos(src, key)
         if not 0 <= key < ndim:
             raise _order_err(
-                f"shard_order tensor dim {key} is out of range for a {ndim}-d tensor", src, str(key),
+                f"shard_order tensor dim {value_text(key)} is out of range for a {ndim}-d tensor", src, value_text(key),
                 f"tensor dims are 0..{ndim - 1}", at,
             )
         if isinstance(refs, (str, bytes)) or not isinstance(refs, Sequence):
@@ -442,6 +473,18 @@ def check_placements(
     return specs, out
 
 
+def _needle(value: Any) -> str:
+    """What to look for in the shard_order text to put the caret on ``value``."""
+    return value if isinstance(value, str) else value_text(value)
+
+
+def _refs_text(refs: Any) -> str:
+    """A shard_order entry's mesh dims as the error's text shows them (whatever was passed)."""
+    if isinstance(refs, Sequence) and not isinstance(refs, (str, bytes)):
+        return value_text(list(refs))
+    return value_text(refs)
+
+
 def _mesh_dim(ref: Any, m: Mesh, src: str | None, start: int) -> int:
     """A shard_order mesh reference (index or name) -> mesh dim index, or a SpecError."""
     if isinstance(ref, bool):
@@ -449,14 +492,14 @@ def _mesh_dim(ref: Any, m: Mesh, src: str | None, start: int) -> int:
     if isinstance(ref, int):
         if not 0 <= ref < m.ndim:
             raise _order_err(
-                f"mesh dim {ref} is out of range for the {m.ndim}-d mesh {m}", src, str(ref),
+                f"mesh dim {value_text(ref)} is out of range for the {m.ndim}-d mesh {m}", src, value_text(ref),
                 f"mesh dims are 0..{m.ndim - 1} or the names {', '.join(m.names)}", start,
             )
         return ref
     if isinstance(ref, str) and ref in m:
         return m.index(ref)
     raise _order_err(
-        f"unknown mesh dim {ref!r} in shard_order (mesh is {m})", src, str(ref),
+        f"unknown mesh dim {value_text(ref)} in shard_order (mesh is {m})", src, _needle(ref),
         f"use a mesh dim index or one of {', '.join(m.names)}", start,
     )
 

@@ -21,6 +21,9 @@ from spec_lang.errors import SpecError
 def simulate(program: Program, local_inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Run ``program`` on one numpy array per rank (rank order); returns the outputs."""
     mesh = check_program(program).mesh
+    if isinstance(local_inputs, (str, bytes, bytearray)) or not hasattr(local_inputs, "__len__"):
+        raise SpecError(f"simulate takes one array per rank, got {type(local_inputs).__name__}",
+                        hint="pass a list of numpy arrays, one per rank, in rank order")
     if len(local_inputs) != mesh.size:
         raise SpecError(
             f"simulate got {len(local_inputs)} local inputs for a mesh of {mesh.size} ranks",

@@ -37,16 +37,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spec_lang.errors import SpecError
+from spec_lang.errors import SpecError, value_text
 from spec_lang.ir import Mesh, TensorType
-from spec_lang.split import size_row
+from spec_lang.split import INT64_LIMIT, size_row
 
 Ranges = list[tuple[int, int]]  # [start, stop) runs along one dim, in local order
 
 
 def _dim(dim: object, placement: str) -> int:
-    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 0:
-        raise SpecError(f"{placement}: dim must be an int >= 0, got {dim!r}", hint="name the tensor dim to shard")
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 0 <= dim < INT64_LIMIT:
+        raise SpecError(f"{placement}: dim must be an int >= 0 (below 2**63), got {value_text(dim)}",
+                        hint="name the tensor dim to shard")
     return int(dim)
 
 
@@ -166,8 +167,9 @@ class PartitionedShard:
     def __post_init__(self) -> None:
         object.__setattr__(self, "dim", _dim(self.dim, "PartitionedShard"))
         if isinstance(self.num_partitions, bool) or not isinstance(self.num_partitions, (int, np.integer)) \
-                or self.num_partitions < 1:
-            raise SpecError(f"PartitionedShard num_partitions must be an int >= 1, got {self.num_partitions!r}",
+                or not 1 <= self.num_partitions < INT64_LIMIT:
+            raise SpecError(f"PartitionedShard num_partitions must be an int >= 1, got "
+                            f"{value_text(self.num_partitions)}",
                             hint="count the partitions (e.g. experts) along the dim")
         rule = "splits[s][p] is the size of partition p's piece on shard s: one row per shard"
         try:

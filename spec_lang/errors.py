@@ -44,6 +44,35 @@ class SpecError(ValueError):
         return "\n".join(lines)
 
 
+def number_text(n: int, most: int = 30) -> str:
+    """``n`` in digits, or "a number of N digits" past ``most`` digits: a message about a
+    huge number must not itself fail at Python's 4,300-digit int-string limit, and a
+    thousand digits tell a reader no more than their count."""
+    if -(10**most) < n < 10**most:
+        return str(n)
+    import math
+
+    digits = int(math.log10(abs(n))) + 1  # float rounding can miss by one next to a power of 10
+    if 10 ** (digits - 1) > abs(n):
+        digits -= 1
+    elif 10**digits <= abs(n):
+        digits += 1
+    return f"{'a negative' if n < 0 else 'a'} number of {digits:,} digits"
+
+
+def value_text(value: object) -> str:
+    """``repr(value)`` for an error message, where a number too long to print (Python's
+    4,300-digit limit) would otherwise raise while the message is built: an int of more than
+    30 digits is "a number of N digits", anything else that cannot be printed is named by
+    its type."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return number_text(value)
+    try:
+        return repr(value)
+    except ValueError:
+        return f"a {type(value).__name__} holding a number too long to print"
+
+
 def locate(text: str | None, word: str, start: int = 0) -> int | None:
     """Offset of ``word`` as a whole identifier in ``text`` (for carets on semantic errors)."""
     if text is None:

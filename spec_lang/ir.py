@@ -20,15 +20,16 @@ dropped. Bad fields raise ``SpecError``; the parser adds the caret.
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from spec_lang.errors import SpecError
+from spec_lang.errors import SpecError, number_text, value_text
 from spec_lang.memo import memo as _memo
 from spec_lang.memo import unmemoised_state
-from spec_lang.split import Split
+from spec_lang.split import INT64_LIMIT, Split
 
 # canonical (JAX's long) name -> (JAX's short name, bytes per element). The names are
 # exactly what ``jax.typeof`` prints (``str`` and ``str_short``). Sub-byte types (int1,
@@ -80,10 +81,12 @@ DTYPE_HINT = (
 REDUCE_OPS = ("sum", "avg", "max", "min")
 LOCAL_KINDS = ("R", "I", "V", "P")
 
-# int64 is what numpy, torch and the planner's byte counts use
-INT64_LIMIT = 2**63
 # numpy arrays have at most 64 dimensions, and the layout algebra builds one with a dim per mesh axis
 MAX_MESH_AXES = 63
+# The layout algebra and the planner hold int64 arrays with a row per rank (coordinates,
+# boxes, bytes sent): at 2**20 ranks each is a few MiB and a compile takes seconds; a
+# mesh of 10**18 ranks would ask for exabytes. Today's largest clusters have far fewer.
+MAX_WORLD = 2**20
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -121,10 +124,10 @@ def _check_int(value: object, what: str, lowest: int, too_small: str, hint: str)
     except TypeError:
         raise SpecError(f"{what} must be an int, got {type(value).__name__} {value!r}", hint=hint) from None
     if n < lowest:
-        raise SpecError(too_small.format(n), subject=str(n), hint=hint)
+        raise SpecError(too_small.format(number_text(n)), subject=number_text(n), hint=hint)
     if n >= INT64_LIMIT:
         raise SpecError(
-            f"{what} {n} does not fit in int64 (at most 2**63-1)", subject=str(n),
+            f"{what} {number_text(n)} does not fit in int64 (at most 2**63-1)", subject=number_text(n),
             hint="sizes, element counts and byte counts must stay below 2**63",
         )
     return n
@@ -169,13 +172,15 @@ class Mesh:
             s, f"the size of mesh axis {n!r}", 1, f"mesh axis {n!r} has size {{}}", "mesh axis sizes are at least 1",
         ) for n, s in zip(names, sizes, strict=True))
         total = 1
-        for s in sizes:
+        for n, s in zip(names, sizes, strict=True):
             total *= s
-        if total >= INT64_LIMIT:
-            raise SpecError(
-                f"the mesh has {total} ranks, which does not fit in int64",
-                hint="ranks are numbered with int64; use a smaller mesh",
-            )
+            if total > MAX_WORLD:
+                raise SpecError(
+                    f"the mesh's rank count ({number_text(math.prod(sizes))}) is more than the {MAX_WORLD:,} (2**20) "
+                    f"a mesh may have; mesh axis {n!r} takes it past", subject=n,
+                    hint="shardc lays a mesh out in int64 arrays with a row per rank; check the axis sizes "
+                         "(a mesh has at most 2**20 ranks)",
+                )
         object.__setattr__(self, "names", names)
         object.__setattr__(self, "sizes", sizes)
 
@@ -295,7 +300,7 @@ def _check_split(d: Dim) -> None:
                         hint="write it after the axis: 10@dp<3,0,7>")
     k = d.split_at
     if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < len(d.axes):
-        raise SpecError(f"split_at must index the dim's axes (0..{len(d.axes) - 1}), got {k!r}",
+        raise SpecError(f"split_at must index the dim's axes (0..{len(d.axes) - 1}), got {value_text(k)}",
                         hint="split_at is the position of the axis that carries the split")
     if len(d.axes) > 1 and sp.kind == "ragged" and sp.span > 1:
         raise SpecError(
@@ -327,6 +332,28 @@ def _dim_axes_ok(axes: tuple) -> None:
             )
 
 
+def byte_overflow(sizes: tuple[int, ...], itemsize: int) -> int | None:
+    """The dim at which the byte count of a tensor of ``sizes`` reaches 2**63 (the parser's
+    caret), or None where it stays below (a dim of 0 anywhere keeps it at 0)."""
+    if 0 in sizes:
+        return None
+    n = itemsize
+    for i, s in enumerate(sizes):
+        n *= s
+        if n >= INT64_LIMIT:
+            return i
+    return None
+
+
+def bytes_error(sizes: tuple[int, ...], itemsize: int) -> SpecError:
+    """The refusal of a tensor of ``sizes`` whose byte count does not fit in int64."""
+    return SpecError(
+        f"the tensor's byte count ({number_text(math.prod(sizes) * itemsize)}) does not fit in int64 "
+        f"(limit 2**63 = {INT64_LIMIT})",
+        hint="element and byte counts are int64; use smaller dims",
+    )
+
+
 @dataclass(frozen=True)
 class AxisType:
     """The local SPMD type of a mesh axis that shards no dim: R, I, V or P(op).
@@ -338,6 +365,12 @@ class AxisType:
     op: str = "sum"  # the reduce op, meaningful for P only
 
     def __post_init__(self) -> None:
+        for what, value in (("local type", self.kind), ("reduce op", self.op)):
+            if not isinstance(value, str):
+                raise SpecError(f"the {what} must be a str, got {type(value).__name__} {value!r}",
+                                hint="write AxisType('R'), AxisType('P', 'max'), ...")
+            if type(value) is not str:  # a str subclass (numpy's str_): the canonical form is a str
+                object.__setattr__(self, "kind" if what == "local type" else "op", str(value))
         if self.kind == "U":
             object.__setattr__(self, "kind", "P")
             if self.op != "sum":
@@ -490,11 +523,7 @@ class TensorType:
         except TypeError:  # unhashable fields: check them uncached, which raises
             axis_types, numel = _check_layout.__wrapped__(dims, axis_types)
         if numel * DTYPES[dtype][1] >= INT64_LIMIT:
-            raise SpecError(
-                f"the tensor holds {numel * DTYPES[dtype][1]} bytes, which does not fit in int64 "
-                f"(limit 2**63 = {INT64_LIMIT})",
-                hint="element and byte counts are int64; use smaller dims",
-            )
+            raise bytes_error(tuple(d.size for d in dims), DTYPES[dtype][1])
         if dtype.startswith("complex"):
             for _, at in axis_types:
                 if at.kind == "P" and at.op in ("max", "min"):

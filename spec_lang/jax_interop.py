@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from spec_lang.errors import SpecError, locate
+from spec_lang.errors import SpecError, locate, value_text
 from spec_lang.ir import DTYPE_HINT, AxisType, Dim, Mesh, TensorType, canonical_dtype
 from spec_lang.parser import parse, parse_mesh
 
@@ -146,7 +146,8 @@ def from_jax(
         if pos is not None:  # a repeated name: point at its second use
             pos = locate(text, e.subject, pos + 1) or pos
         raise SpecError(
-            f"PartitionSpec {text} with shape {list(shape)}: {e.message}", text=text, pos=pos, hint=e.hint,
+            f"PartitionSpec {text} with shape {value_text(list(shape))}: {e.message}", text=text, pos=pos,
+            hint=e.hint,
         ) from None
     if m is not None:
         _check_axes(t, m, text)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from spec_lang.errors import SpecError, locate
-from spec_lang.ir import AxisType, Dim, Mesh, TensorType
+from spec_lang.ir import DTYPES, AxisType, Dim, Mesh, TensorType, byte_overflow, bytes_error
 from spec_lang.split import Split
 
 _TYPE_HINT = "write a type like f32[8@(dp,tp),16] or float32[8@dp,16]{U:tp}"
@@ -85,17 +85,22 @@ def _names(tree: Any) -> list[Any]:
     return out
 
 
-def _int(tok: Any, text: str, what: str) -> int:
-    """A number token as an int; past 19 digits it cannot fit int64, so say so before
-    Python's int-string limit (4,300 digits) turns it into a ValueError."""
-    digits = tok.value.lstrip("0") or "0"
+def read_int(written: str, text: str, pos: int, what: str) -> int:
+    """The digits ``written`` at ``pos`` of ``text`` as an int; past 19 digits it cannot fit
+    int64, so say so (a caret on the number) before Python's int-string limit (4,300
+    digits) turns it into a ValueError."""
+    digits = written.lstrip("0") or "0"
     if len(digits) > 19:
-        shown = tok.value if len(tok.value) <= 24 else tok.value[:12] + "..."
+        shown = written if len(written) <= 24 else written[:12] + "..."
         raise SpecError(
-            f"{what} {shown} ({len(tok.value)} digits) is too large", text=text, pos=tok.start_pos,
-            hint="sizes must stay below 2**63",
+            f"{what} {shown} ({len(written)} digits) is too large", text=text, pos=pos,
+            hint="numbers must stay below 2**63",
         )
     return int(digits)
+
+
+def _int(tok: Any, text: str, what: str) -> int:
+    return read_int(tok.value, text, tok.start_pos, what)
 
 
 def _caret(e: SpecError, words: list[tuple[str, int]], text: str, fallback: int | None) -> int | None:
@@ -133,6 +138,7 @@ def _parse_type(text: str) -> TensorType:
     except SpecError as e:
         raise e.at(text, dtype_tok.start_pos) from None
     words: list[tuple[str, int]] = []  # axis names and sizes where written, for carets
+    size_at: list[int] = []  # where each dim's size is written
     dims: list[Dim] = []
     axis_types: list[tuple[str, AxisType]] = []
     try:
@@ -141,6 +147,7 @@ def _parse_type(text: str) -> TensorType:
                 size_tok = node.children[0]
                 size = _int(size_tok, text, "dim size")
                 words.append((str(size), size_tok.start_pos))
+                size_at.append(size_tok.start_pos)
                 pairs, split, at, split_node = _dim_axes(node.children[1], text) if len(node.children) > 1 \
                     else ([], None, 0, None)
                 words += pairs
@@ -157,6 +164,10 @@ def _parse_type(text: str) -> TensorType:
                     pairs = _names(group)
                     words += pairs
                     axis_types += [(name, at) for name, _ in pairs]
+        sizes, itemsize = tuple(d.size for d in dims), DTYPES[dtype][1]
+        over = byte_overflow(sizes, itemsize)
+        if over is not None:  # the IR refuses it too; here the caret goes on the dim that overflows
+            raise bytes_error(sizes, itemsize).at(text, size_at[over])
         return TensorType(dtype, tuple(dims), tuple(axis_types))
     except SpecError as e:
         if e.text is not None:

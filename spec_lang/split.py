@@ -19,9 +19,13 @@ the mesh axis size is checked where a type meets a mesh.
 from __future__ import annotations
 
 import operator
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
-from spec_lang.errors import SpecError
+from spec_lang.errors import SpecError, number_text
+
+# int64 is what numpy, torch and the planner's byte counts use (spec_lang.ir reads it here)
+INT64_LIMIT = 2**63
 
 SPLIT_KINDS = ("sizes", "ragged", "parts")
 
@@ -34,16 +38,23 @@ def _count(v: object, what: str, hint: str) -> int:
     except TypeError:
         raise SpecError(f"{what} must hold ints, got {v!r}", hint=hint) from None
     if n < 0:
-        raise SpecError(f"{what} holds a negative size {n}", hint=hint)
+        raise SpecError(f"{what} holds a negative size {number_text(n)}", hint=hint)
+    if n >= INT64_LIMIT:
+        raise SpecError(f"{what} holds the size {number_text(n)}, which does not fit in int64",
+                        hint="sizes must stay below 2**63")
     return n
 
 
 def size_row(values: object, what: str, hint: str) -> tuple[int, ...]:
     """``values`` as a tuple of sizes (ints >= 0, numpy ints included); a SpecError naming
-    ``what`` for a string, a non-sequence, a bool, a float or a negative entry. Every
-    public entry that takes a row of sizes (a shape, chunk sizes, splits) reads it here."""
-    if isinstance(values, (str, bytes)):
+    ``what`` for a string, a non-sequence, an unordered collection (a set, a dict), a bool,
+    a float, a negative entry or one past int64. Every public entry that takes a row of
+    sizes (a shape, chunk sizes, splits) reads it here."""
+    if isinstance(values, (str, bytes, bytearray, memoryview)):
         raise SpecError(f"{what} must be a sequence of ints, got {values!r}", hint=hint)
+    if isinstance(values, (Set, Mapping)):  # iterating one would reorder the sizes, or read the keys
+        raise SpecError(f"{what} must be a sequence of ints in order, got a {type(values).__name__} {values!r}",
+                        hint=hint + " (a list or tuple: a set has no order)")
     try:
         items = tuple(values)  # type: ignore[arg-type]
     except TypeError:

@@ -42,6 +42,13 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
      "reduction of uint16 cannot be carried out", None),
     (["run", "f32[8]{U:dp}", "f32[8]", "--mesh", "dp=2", "--dtype", "f8_e5m2", "--json"],
      "reduction of float8_e5m2 cannot be carried out", None),
+    # a mesh that cannot be laid out is refused, not a MemoryError (issue 25)
+    (["plan", "f32[8@dp]", "f32[8]", "--mesh", "dp=1000000000000000000", "--json"],
+     "more than the 1,048,576 (2**20) a mesh may have", 0),
+    (["run", "f32[8@dp]", "f32[8]", "--mesh", "dp=1000000000000000000", "--json"],
+     "more than the 1,048,576 (2**20) a mesh may have", 0),
+    (["parse", "f32[8@dp]", "--mesh", "tp=2,dp=1000000000000000000", "--json"],
+     "more than the 1,048,576 (2**20) a mesh may have", 5),
 ])
 def test_json_refusal(capsys: pytest.CaptureFixture[str], argv: list[str], error: str, position: int | None) -> None:
     if argv[0] == "run":
@@ -54,6 +61,12 @@ def test_json_refusal(capsys: pytest.CaptureFixture[str], argv: list[str], error
     if position is not None:
         assert info["position"] == position
     assert "error:" in err  # the human form still goes to stderr
+
+
+def test_show_refuses_a_mesh_too_big_to_lay_out(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = _run(capsys, "show", "f32[8@dp]", "--mesh", "dp=1000000000000000000")
+    assert rc == 2 and "more than the 1,048,576 (2**20) a mesh may have" in err and "hint:" in err
+    assert "Traceback" not in err + out
 
 
 def test_json_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

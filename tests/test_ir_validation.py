@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from lowering import compile
 from lowering.layout import local_shape
 from spec_lang import SpecError, parse, parse_mesh, parse_shard_order
-from spec_lang.ir import DTYPES, MAX_MESH_AXES, AxisType, Dim, Mesh, TensorType
+from spec_lang.ir import DTYPES, MAX_MESH_AXES, MAX_WORLD, AxisType, Dim, Mesh, TensorType
 from spec_lang.printer import format_type
 from spec_lang.split import Split
 
@@ -137,7 +137,7 @@ def test_mesh_only_spec_error_escapes_and_accepted_meshes_round_trip(axes: list,
     event("accepted" if m is not None else "refused")
     if m is not None:
         assert parse_mesh(str(m)) == m and str(parse_mesh(str(m))) == str(m)
-        assert all(type(s) is int and s >= 1 for s in m.sizes) and m.size < 2**63
+        assert all(type(s) is int and s >= 1 for s in m.sizes) and m.size <= MAX_WORLD
 
 
 # ---- canonical forms -------------------------------------------------------------------
@@ -196,7 +196,13 @@ def test_constructors_canonicalise_equivalent_spellings() -> None:
         (lambda: Mesh(("dp",), (2, 2)), "differ in length"),
         (lambda: Mesh((), ()), "at least one axis"),
         (lambda: Mesh(tuple(f"a{i}" for i in range(64)), (1,) * 64), f"at most {MAX_MESH_AXES}"),
-        (lambda: Mesh(("a", "b"), (2**32, 2**32)), "does not fit in int64"),
+        (lambda: Mesh(("a", "b"), (2**32, 2**32)), "more than the 1,048,576 (2**20) a mesh may have"),
+        (lambda: Mesh(("a", "b"), (1024, 1025)), "mesh axis 'b' takes it past"),
+        (lambda: Mesh(("a",), (10**18,)), "rank count (1000000000000000000) is more than"),
+        (lambda: AxisType(np.array(["R", "P"])), "the local type must be a str, got ndarray"),
+        (lambda: AxisType("P", np.array(["sum"])), "the reduce op must be a str, got ndarray"),
+        (lambda: Dim(10**5000), "a number of 5,001 digits does not fit in int64"),
+        (lambda: Dim(8, ("dp",), Split("sizes", (3, 5)), 10**5000), "got a number of 5,001 digits"),
     ],
 )
 def test_constructor_refusals(build, needle: str) -> None:
@@ -243,6 +249,24 @@ def test_byte_counts_past_int64_are_refused(big: int) -> None:
     assert parse("i8[9223372036854775807]").numel == 2**63 - 1
     with pytest.raises(SpecError, match="does not fit in int64"):
         parse("i16[4611686018427387904]")
+
+
+def test_byte_counts_of_thousands_of_digits_are_refused_with_a_caret_on_the_dim() -> None:
+    """250 dims of 18 nines: the byte count has 4,501 digits, past Python's 4,300-digit
+    int-string limit, so the message gives its length; the caret is on the dim whose size
+    takes the running count past 2**63 (4 * big**2 >= 2**63: the second)."""
+    big = "999999999999999999"
+    text = "f32[" + ",".join([big] * 250) + "]"
+    with pytest.raises(SpecError, match=r"byte count \(a number of 4,501 digits\) does not fit in int64") as info:
+        parse(text)
+    assert info.value.pos == len("f32[" + big + ",")
+    with pytest.raises(SpecError, match="a number of 4,501 digits"):  # built in code: the same rule
+        TensorType("f32", tuple(Dim(int(big)) for _ in range(250)))
+    # the running count in bytes (f32: 4 per element) passes 2**63 at the third dim
+    with pytest.raises(SpecError, match=r"byte count \(36893488147419103232\)") as info:
+        parse("f32[2,4,1152921504606846976,1]")
+    assert info.value.pos == len("f32[2,4,")
+    assert parse("i8[3037000500,3037000500,0]").numel == 0  # a zero dim: no bytes at all
 
 
 def test_the_parser_marks_ir_errors_with_a_caret() -> None:

@@ -13,7 +13,7 @@ from lowering import DynamicShard, PartitionedShard, compile
 from lowering.checks import resolve
 from lowering.kinds import rank_pieces
 from lowering.simulator import simulate
-from spec_lang import parse, parse_mesh
+from spec_lang import DTYPES, parse, parse_mesh
 from spec_lang.errors import SpecError
 
 torch = pytest.importorskip("torch")
@@ -158,3 +158,42 @@ def test_found_by_the_properties(fake_pg, src: str, dst: str, mesh: str) -> None
     with local_mode(fake_pg, m.size) as lm:
         got = from_local(torch_backend.redistribute(to_local(lm, [torch.from_numpy(a) for a in ins]), s, d, m))
     assert all(np.array_equal(g.numpy(), w) for g, w in zip(got, sim))
+
+
+def _representable(dt: np.dtype) -> list[float]:
+    """Small values, the dtype's extremes and infinities that survive a cast to ``dt`` and back."""
+    import ml_dtypes
+
+    extremes: list[float] = [-np.inf, np.inf]
+    for info in (ml_dtypes.finfo, ml_dtypes.iinfo):
+        try:
+            extremes += [float(info(dt).min), float(info(dt).max)]
+        except ValueError:
+            pass
+    out = []
+    for v in [-3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0, 4.0, 8.0, *extremes]:
+        with np.errstate(invalid="ignore", over="ignore"):  # infinities cast to ints
+            back = np.array([v]).astype(dt).astype(np.float64)[0]
+        if back == v:
+            out.append(v)
+    return out
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("name", sorted(n for n in DTYPES if not n.startswith("complex")))
+def test_uneven_max_and_min_simulate_every_real_dtype(name: str, op: str) -> None:
+    """An exact exchange that finishes P(max)/P(min) starts each output from the dtype's
+    identity, ml_dtypes' bfloat16, float8s, int4 ... included (numpy's own finfo/iinfo do
+    not know them). Oracle: numpy's maximum/minimum of the two ranks' values in float64."""
+    pytest.importorskip("ml_dtypes")
+    dt = np.dtype(name)
+    values = _representable(dt)
+    program = compile(f"{name}[24]{{P({op}):dp}}", f"{name}[24@dp<7,17>]", "dp=2")
+    assert [s.kind for s in program.steps] == ["reduce_scatterv"]
+    rng = np.random.default_rng(len(name))
+    xs = [np.array(rng.choice(values, 24)).astype(dt) for _ in range(2)]
+    xs[0][:len(values)] = xs[1][:len(values)] = np.array(values).astype(dt)  # every value against itself
+    out = simulate(program, xs)
+    assert [y.dtype for y in out] == [dt, dt]
+    want = (np.maximum if op == "max" else np.minimum)(*(x.astype(np.float64) for x in xs))
+    np.testing.assert_array_equal(np.concatenate([y.astype(np.float64) for y in out]), want)

@@ -47,12 +47,16 @@ def test_template_keeps_the_other_dims_and_axes(fake_pg) -> None:
     ([(3, 2), (1, 2)], "ep=2", {"dim": 2}, "not a dim of the local tensor"),
     ([(3, 2), (1, 2)], "ep=2", {"template": "f32[0@tp,2]"}, "already shards dim"),
     ([(3, 2), (1, 2)], "tp=2", {}, "not on the mesh"),
+    ([(3, 2), (1, 2)], "ep=2", {"dim": None}, "dim None is not a dim of the local tensor"),
+    # every rank's own sizes, read where the exchange tells every rank about a bad one
+    ([(3, 2), (1, 2)], "ep=2", {"partitions": "ab"}, "partition sizes must be a sequence of ints, got 'ab'"),
+    ([(3, 2), (1, 2)], "ep=2", {"partitions": [[2.5, 0.5], [1.0, 0.0]]}, "partition sizes must hold ints, got 2.5"),
 ])
 def test_bad_input_is_a_spec_error(fake_pg, blocks, mesh, kw, message) -> None:
     world = len(blocks)
     with local_mode(fake_pg, world) as lm:
         x = to_local(lm, [torch.zeros(s) for s in blocks])
-        if "partitions" in kw:
+        if isinstance(kw.get("partitions"), list):
             kw = dict(kw, partitions=to_local(lm, [torch.tensor(p) for p in kw["partitions"]]))
         with pytest.raises(SpecError, match=message):
             torch_backend.uneven_type(x, mesh, "ep", **kw)

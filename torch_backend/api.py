@@ -24,7 +24,7 @@ import torch
 import lowering
 from lowering.blocks import is_uneven
 from lowering.caching import on_clear
-from lowering.checks import check_same_global
+from lowering.checks import check_flag, check_same_global
 from lowering.kinds.local import keeps_values
 from lowering.layout import boxes, local_shape, local_shapes
 from lowering.program import Program
@@ -85,6 +85,8 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
     all_reduce); ``handle.wait()`` gives the result, differentiable like the sync call.
     Every check still runs before any collective; do not modify ``x`` before ``wait()``.
     """
+    if agree is not None:
+        check_agree(agree)
     if type(x) is torch.Tensor and type(src) is str and type(dst) is str and type(mesh) is str:
         hot = _HOT.get((src, dst, mesh))
         if (hot is not None and timeout is None and not async_op and hot[0] is real_world()
@@ -229,6 +231,12 @@ def agree_default() -> bool:
 on_clear(_AGREE.clear)
 
 
+def check_agree(agree: object) -> bool | None:
+    """``agree=`` as given, where it is None, True or False (else a SpecError naming it)."""
+    return check_flag(agree, "agree", "pass agree=True for one all_reduce that makes a tensor wrong on some "
+                      "ranks fail on all of them, False to skip it, or None for SHARDC_AGREE's setting")
+
+
 def check_tensor(x: Any, s: TensorType, ctx: MeshContext, agree: bool | None,
                  bound: BoundProgram | None = None) -> torch.Tensor:
     """The tensor's checks against the source type; with ``agree`` (or ``SHARDC_AGREE=1``) one
@@ -294,11 +302,21 @@ def expected_block(t: TensorType, ctx: MeshContext) -> tuple[Any, ...]:
 
 def fits_block(x: torch.Tensor, want: tuple[Any, ...]) -> bool:
     """``x`` passes every check of ``check_local`` (``want``: ``expected_block``'s, not empty)."""
-    return bool(want) and x.dtype is want[0] and x.shape == want[1] and (want[2] is None or getattr(x, want[2]))
+    return (bool(want) and x.dtype is want[0] and x.shape == want[1] and x.layout is torch.strided
+            and (want[2] is None or getattr(x, want[2])))
+
+
+def check_strided(x: torch.Tensor) -> None:
+    """A sparse (or MKL-DNN) tensor has no strides to pack from or unpack into: refused with
+    the other checks, before any collective, rather than inside the first one."""
+    if x.layout is not torch.strided:
+        raise SpecError(f"the tensor's layout is {x.layout}: shardc moves dense (strided) tensors only",
+                        hint="pass x.to_dense(), and make it sparse again after the redistribution if needed")
 
 
 def check_local(x: torch.Tensor, t: TensorType, ctx: MeshContext) -> torch.Tensor:
-    """dtype, device and this rank's shape against ``t``; returns x (a LocalTensor when simulating)."""
+    """layout, dtype, device and this rank's shape against ``t``; returns x (a LocalTensor when simulating)."""
+    check_strided(x)
     got = dtype_name(x.dtype)
     if got != t.dtype:
         raise SpecError(
@@ -322,6 +340,7 @@ def check_local(x: torch.Tensor, t: TensorType, ctx: MeshContext) -> torch.Tenso
             base = x.detach()
             x = rank_map(ctx, lambda r: base.clone())
         for r in ctx.ranks:
+            check_strided(x._local_tensors[r])
             _check_shape(tuple(x._local_tensors[r].shape), t, ctx.mesh, r)
         return x
     _check_shape(tuple(x.shape), t, ctx.mesh, ctx.rank)
@@ -347,7 +366,9 @@ def distribute(tensor: torch.Tensor, mesh: Mesh | str | Any, t: TensorType | str
     LocalTensor of every rank's block.
     """
     if not isinstance(tensor, torch.Tensor):
-        raise SpecError(f"expected a torch.Tensor, got {type(tensor).__name__}")
+        raise SpecError(f"expected a torch.Tensor, got {type(tensor).__name__}",
+                        hint="pass the global tensor, the same on every rank")
+    check_strided(tensor)
     tt = _type(t, "target")
     ctx = context(mesh)
     lowering.check_type(tt, ctx.mesh, text=t if isinstance(t, str) else None)

@@ -22,7 +22,7 @@ from lowering.coalesce import JointProgram, Merged, check_type_lists, plan_joint
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from torch_backend import collectives, comm
-from torch_backend.api import _ranks_at_fault, agree_default, bound_call, check_tensor
+from torch_backend.api import _ranks_at_fault, agree_default, bound_call, check_agree, check_tensor
 from torch_backend.autograd import backward_program
 from torch_backend.comm import rank_map
 from torch_backend.executor import _aliases, build_pieces
@@ -186,6 +186,7 @@ def redistribute_many(xs: Sequence[torch.Tensor], srcs: Sequence[TensorType | st
     if isinstance(xs, torch.Tensor) or not isinstance(xs, Sequence):
         raise SpecError("redistribute_many takes a sequence of tensors",
                         hint="pass a list, e.g. redistribute_many([x, y], [src_x, src_y], [dst_x, dst_y], mesh)")
+    check_agree(agree)
     check_type_lists("redistribute_many", srcs, dsts,
                      "redistribute_many([x], ['f32[8@dp]'], ['f32[8]'], 'dp=2'); for one tensor, redistribute")
     if not (len(xs) == len(srcs) == len(dsts)) or not xs:

@@ -21,7 +21,7 @@ import torch
 from lowering.program import Program
 from spec_lang.ir import Mesh, TensorType
 from torch_backend import autograd
-from torch_backend.api import agree_default, bound_call, check_tensor, expected_block, fits_block
+from torch_backend.api import agree_default, bound_call, check_agree, check_tensor, expected_block, fits_block
 from torch_backend.executor import BoundProgram
 
 
@@ -73,4 +73,5 @@ def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str
     Every check that does not depend on the tensor runs here, before any communication:
     a bad type, mesh or world is a SpecError now, not at the first call.
     """
+    check_agree(agree)
     return Redistributor(bound_call(src, dst, mesh, timeout=timeout).prepared(), agree)

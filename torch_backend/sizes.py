@@ -15,15 +15,16 @@ every rank at once.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from spec_lang.errors import SpecError
+from spec_lang.errors import SpecError, value_text
 from spec_lang.ir import Dim, Mesh, TensorType
 from spec_lang.parser import parse
-from spec_lang.split import Split
+from spec_lang.split import Split, size_row
 from torch_backend import comm
 from torch_backend.comm import local_of
 from torch_backend.dtypes import dtype_name
@@ -50,10 +51,15 @@ def uneven_type(x: torch.Tensor, mesh: Mesh | str | Any, axis: str, dim: int = 0
     if axis not in m:
         raise SpecError(f"mesh axis {axis!r} is not on the mesh {m}", hint=f"use one of {', '.join(m.names)}")
     if not isinstance(x, torch.Tensor):
-        raise SpecError(f"expected a torch.Tensor, got {type(x).__name__}")
-    if not 0 <= dim < x.dim():
-        raise SpecError(f"dim {dim} is not a dim of the local tensor of shape {list(x.shape)}",
-                        hint=f"use a dim below {x.dim()}")
+        raise SpecError(f"expected a torch.Tensor, got {type(x).__name__}", hint="pass this rank's local tensor")
+    try:
+        d = -1 if isinstance(dim, bool) else operator.index(dim)  # numpy ints too
+    except TypeError:
+        d = -1
+    if not 0 <= d < x.dim():
+        raise SpecError(f"dim {value_text(dim)} is not a dim of the local tensor of shape {list(x.shape)}",
+                        hint=f"pass an int below {x.dim()}, the dim that {axis!r} splits")
+    dim = d
     rows = _table(ctx, x, dim, partitions)
     by_coord: dict[int, tuple[int, ...]] = {}
     for r in range(m.size):
@@ -100,8 +106,9 @@ def _counts(x: torch.Tensor, dim: int, partitions: Any, r: int, ctx: Any) -> lis
     if partitions is None:
         return [n]
     p = local_of(partitions, r) if ctx.is_local and isinstance(partitions, torch.Tensor) else partitions
-    vals = [int(v) for v in (p.tolist() if isinstance(p, torch.Tensor) else p)]
-    if sum(vals) != n or any(v < 0 for v in vals):
+    vals = list(size_row(p.tolist() if isinstance(p, torch.Tensor) else p, f"rank {r}'s partition sizes",
+                         "list this rank's piece of every partition, in local order, as ints >= 0"))
+    if sum(vals) != n:
         raise SpecError(f"rank {r}'s partition sizes {vals} do not add up to its {n} elements along dim {dim}",
                         hint="list this rank's piece of every partition, in local order, sizes >= 0")
     return vals

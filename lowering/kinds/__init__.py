@@ -32,7 +32,7 @@ from lowering.kinds import (  # noqa: F401 - each registers its kinds
 )
 from lowering.kinds.base import KINDS, Piece, RankPieces, StepKind, kind_of
 from lowering.layout import group_ranks, local_shapes
-from spec_lang.errors import SpecError
+from spec_lang.errors import SpecError, value_text
 from spec_lang.ir import Mesh, TensorType
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ def make_step(kind: str, src: TensorType | str, dst: TensorType | str, mesh: Mes
         make_step("all_gather", "f32[8@tp,4]", "f32[8,4]", "dp=2,tp=4")
         make_step("reduce_scatter", "f32[8,4]{U:tp}", "f32[8@tp,4]", "dp=2,tp=4")
     """
-    from lowering.checks import resolve
+    from lowering.checks import check_flag, resolve
 
     s, m = resolve(src, mesh)
     d, _ = resolve(dst, m)
@@ -90,9 +90,7 @@ def make_step(kind: str, src: TensorType | str, dst: TensorType | str, mesh: Mes
                 raise SpecError(f"mesh axis {a!r} is not on the mesh {m}", hint=f"use one of {', '.join(m.names)}")
         if len(set(axes)) != len(axes):
             raise SpecError(f"axes {list(axes)} repeat a mesh axis", hint="name each mesh axis once")
-    if padded is not None and not isinstance(padded, bool):
-        raise SpecError(f"padded must be True, False or None, got {padded!r}",
-                        hint="leave it None to let the step kind choose (an even or padded collective)")
+    check_flag(padded, "padded", "leave it None to let the step kind choose (an even or padded collective)")
     sig = spec.infer(s, d, m, None if axes is None else tuple(axes))
     return priced_step(spec.name, s, d, m, sig.axes, sig.dims, sig.op, padded)
 
@@ -153,7 +151,8 @@ def rank_pieces(step: Step, mesh: Mesh | str, rank: int, members: tuple[int, ...
             listed = ()
         if sorted(listed) != list(group):
             raise SpecError(
-                f"members {members!r} are not rank {r}'s group for {step.describe()}: {list(group)} in some order",
+                f"members {value_text(members)} are not rank {r}'s group for {step.describe()}: "
+                f"{list(group)} in some order",
                 hint="pass the group's mesh ranks in process-group order, or leave members out (sorted order)")
         members = listed
     return _rank_pieces(step, m, r, members)

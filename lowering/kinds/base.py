@@ -140,7 +140,7 @@ def register(cls: type[StepKind]) -> type[StepKind]:
 def kind_of(name: str) -> StepKind:
     try:
         return KINDS[name]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: an unhashable name
         raise SpecError(f"unknown step kind {name!r}", hint=f"use one of {', '.join(sorted(KINDS))}") from None
 
 

@@ -232,8 +232,11 @@ def _pieces(step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> Exch
 
 def _strided(flat: np.ndarray, v: View) -> np.ndarray:
     item = flat.itemsize
-    return np.lib.stride_tricks.as_strided(flat[v.offset:], shape=v.size,
-                                           strides=tuple(s * item for s in v.stride), writeable=True)
+    # as_strided rebuilds the array from its typestr, which numpy cannot read back for some
+    # ml_dtypes (float8_e5m2 is '<f1'): stride raw bytes of the same size, then view them as the dtype
+    raw = flat[v.offset:].view(np.dtype((np.void, item)))
+    return np.lib.stride_tricks.as_strided(raw, shape=v.size, strides=tuple(s * item for s in v.stride),
+                                           writeable=True).view(flat.dtype)
 
 
 def identity(op: str, dtype: np.dtype) -> object:
@@ -242,7 +245,20 @@ def identity(op: str, dtype: np.dtype) -> object:
         return 0 if op != "min" or dtype != np.bool_ else True
     if np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.complexfloating):
         return -np.inf if op == "max" else np.inf
-    info = np.iinfo(dtype)
+    if np.issubdtype(dtype, np.integer):
+        info = np.iinfo(dtype)
+        return info.min if op == "max" else info.max
+    # ml_dtypes' bfloat16, float8s, int4 ... are no numpy subtypes: ask ml_dtypes (installed
+    # wherever such an array exists) for their range
+    import ml_dtypes
+
+    try:
+        info = ml_dtypes.iinfo(dtype)
+    except ValueError:
+        info = ml_dtypes.finfo(dtype)
+        if np.isinf(np.array(np.inf).astype(dtype).astype(np.float32)):
+            return -np.inf if op == "max" else np.inf
+        # no infinity (float8_e4m3fn and kin): the finite extremes are the identities
     return info.min if op == "max" else info.max
 
 

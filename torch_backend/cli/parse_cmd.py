@@ -30,7 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 LIST_RANKS = 64  # meshes up to this size list every rank; bigger ones are summarised
-MAX_RANKS = 1 << 24  # past this many ranks the per-rank blocks are not computed at all
 
 
 def describe(type_text: str, mesh_text: str | None, all_ranks: bool = False) -> dict[str, Any]:
@@ -82,9 +81,6 @@ def describe(type_text: str, mesh_text: str | None, all_ranks: bool = False) -> 
         out.update(placements=None, shard_order=None, strided_placements=None, strided_refusal=None,
                    dtensor_refusal=e.message)
     out["ranks"] = None
-    out["local_shapes"] = None
-    if mesh.size > MAX_RANKS:
-        return out
     from lowering.blocks import is_uneven, layouts
 
     lays = layouts(t, mesh) if is_uneven(t) else None
@@ -154,9 +150,6 @@ def _text(info: dict[str, Any]) -> str:
             lines.append(f"strided:      none that distribute_tensor takes: {info['strided_refusal']} "
                          "(torch_backend.distribute gives each rank its block)")
     lines.append(f"mesh:         {info['mesh']}")
-    if info["local_shapes"] is None:
-        lines.append(f"local:        not computed for a mesh of more than {MAX_RANKS:,} ranks")
-        return "\n".join(lines)
     if info["ranks"] is None:
         n = sum(s["count"] for s in info["local_shapes"])
         lines.append(f"local:        {n:,} ranks, {len(info['local_shapes'])} distinct local shape(s) "
