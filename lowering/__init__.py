@@ -30,7 +30,7 @@ _EXPORTS = {
     "Program": "lowering.program",
     "Step": "lowering.program",
     "make_step": "lowering.kinds",
-    "make_program": "lowering.kinds",
+    "make_program": "lowering.program",
     "rank_pieces": "lowering.kinds",
     "CostModel": "lowering.cost",
     "compile": "lowering.planner",

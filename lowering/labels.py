@@ -22,10 +22,10 @@ import numpy as np
 from lowering.bounds import even_throughout, receive_needs
 from lowering.caching import MIB, cached
 from lowering.cost import CostModel
-from lowering.kinds import kind_of
+from lowering.kinds import COLLECTIVE_KINDS, kind_of
 from lowering.layout import local_numel
 from lowering.moves import Move
-from lowering.program import COLLECTIVE_KINDS, Program
+from lowering.program import Program
 from spec_lang.ir import Mesh, TensorType
 
 

@@ -30,6 +30,7 @@ it where it did not (None: the budget ran out first).
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import os
@@ -50,7 +51,7 @@ from lowering.checks import (
 )
 from lowering.cost import DEFAULT_COST_MODEL, SPARE_AXIS_BYTES, CostModel, as_cost_model
 from lowering.fallback import fallback_routes
-from lowering.kinds import kind_of, priced_step
+from lowering.kinds import COLLECTIVE_KINDS, dual_kind, kind_of, make_step, priced_step
 from lowering.kinds.base import splits_integer_average
 from lowering.labels import (
     _class_floor,
@@ -60,8 +61,9 @@ from lowering.labels import (
     move_bytes,
 )
 from lowering.moves import Move, erase, moves
-from lowering.program import COLLECTIVE_KINDS, Program, Step, program_cost
+from lowering.program import Program, Step, program_cost
 from lowering.uneven_planner import plan_uneven
+from spec_lang.dual import dual_type
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 
@@ -473,6 +475,20 @@ def _restore_annotations(steps: list[Step], src: TensorType, dst: TensorType, me
     for i, s in enumerate(steps):
         a = src if i == 0 else _annotate(s.src, src, dst, mesh)
         b = dst if i == len(steps) - 1 else _annotate(s.dst, src, dst, mesh)
-        out.append(Step(s.kind, s.axes, s.dims, a, b, s.op, s.in_shapes, s.out_shapes, s.bytes_sent, s.padded))
+        out.append(dataclasses.replace(s, src=a, dst=b))
     return out
+
+
+def dual_steps(step: Step, mesh: Mesh) -> tuple[Step, ...]:
+    """The gradient steps of ``step``, from dual(dst) to dual(src): one step of the kind its
+    kind names (``lowering.kinds.dual_kind``) where that kind's rule takes the pair, else the
+    planner's program between them."""
+    src, dst = dual_type(step.dst), dual_type(step.src)
+    kind = dual_kind(step)
+    if kind is not None:
+        try:
+            return (make_step(kind, src, dst, mesh, axes=step.axes),)
+        except SpecError:
+            pass
+    return compile(src, dst, mesh).steps
 

@@ -48,7 +48,6 @@ from lowering.kinds.base import (
     StepKind,
     check_whole_average,
     divide_sum,
-    dual_steps,
     erase,
     refuse,
     register,
@@ -361,9 +360,6 @@ class AllToAllV(StepKind):
 
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return _simulate(step, pieces, xs, None, 1)
-
-    def dual(self, step: Step, mesh: Mesh) -> tuple[Step, ...]:
-        return dual_steps(step, mesh, None)
 
 
 @register
