@@ -147,7 +147,7 @@ def _compile(src: TensorType, dst: TensorType, mesh: Mesh, model: CostModel,
     if finished is not None:
         return _then_reinterpret(_compile(src, finished, mesh, model, budget_s, gap_bytes), dst, model)
     if is_uneven(src) or is_uneven(dst):
-        return plan_uneven(src, dst, mesh, model)
+        return _annotated(plan_uneven(src, dst, mesh, model), src, dst, mesh, model, (True, 0))
     start, goal = erase(src), erase(dst)
     path, proof = _normal_form(start, goal, mesh, op, model), (True, 0)
     if path is None:
@@ -158,7 +158,12 @@ def _compile(src: TensorType, dst: TensorType, mesh: Mesh, model: CostModel,
 def _assemble(path: list[tuple[TensorType, Move]], src: TensorType, dst: TensorType, mesh: Mesh,
               model: CostModel, proof: Proof) -> Program:
     """The Program of ``path``; ``proof`` gives its ``optimal`` and ``gap_bytes``."""
-    steps = [_price(mv_src, mv, mesh) for mv_src, mv in path]
+    return _annotated([_price(mv_src, mv, mesh) for mv_src, mv in path], src, dst, mesh, model, proof)
+
+
+def _annotated(steps: list[Step], src: TensorType, dst: TensorType, mesh: Mesh, model: CostModel,
+               proof: Proof) -> Program:
+    """The Program of ``steps`` from ``src`` to ``dst``, the user's R/I annotations restored."""
     steps = _restore_annotations(steps, src, dst, mesh)
     return Program(mesh, src, dst, tuple(steps), program_cost(steps, src, mesh, model), *proof)
 

@@ -27,7 +27,6 @@ from lowering.kinds import (  # noqa: F401 - each registers its kinds
     reduce,
     retype,
     uneven_exchange,
-    uneven_gather,
 )
 from lowering.kinds.base import KINDS, Piece, RankPieces, StepKind, dual_kind, kind_of
 from lowering.layout import group_ranks, local_shapes
