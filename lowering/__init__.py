@@ -34,8 +34,8 @@ _EXPORTS = {
     "rank_pieces": "lowering.kinds",
     "CostModel": "lowering.cost",
     "compile": "lowering.planner",
-    "compile_many": "lowering.coalesce",
-    "JointProgram": "lowering.coalesce",
+    "compile_many": "lowering.joint",
+    "JointProgram": "lowering.joint",
     "lower_bound": "lowering.bounds",
     "simulate": "lowering.simulator",
     # caches

@@ -19,7 +19,7 @@ from __future__ import annotations
 from lowering.cost import CostModel
 from lowering.kinds import kind_of, priced_step
 from lowering.kinds.base import erase
-from lowering.kinds.uneven_exchange import _reduced, group_axes
+from lowering.kinds.uneven_exchange import finished_axes, group_axes
 from lowering.program import Step, program_cost
 from spec_lang.errors import SpecError
 from spec_lang.ir import Dim, Mesh, TensorType
@@ -30,7 +30,7 @@ def _step(src: TensorType, dst: TensorType, mesh: Mesh) -> Step | None:
     axes = group_axes(erase(src), erase(dst), mesh)
     if not axes:
         return None
-    kind = "reduce_scatterv" if _reduced(src, dst, axes) else "all_to_allv"  # refined when priced: slicev, all_gatherv
+    kind = "reduce_scatterv" if finished_axes(src, dst, axes) else "all_to_allv"  # refined when priced: slicev, all_gatherv
     sig = kind_of(kind).infer(src, dst, mesh, None)
     return priced_step(kind, src, dst, mesh, sig.axes, sig.dims, sig.op)
 

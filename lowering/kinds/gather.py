@@ -38,7 +38,7 @@ from lowering.kinds.base import (
     same_except,
 )
 from lowering.kinds.copies import Copy, back_to_back, runs_to_boxes
-from lowering.kinds.groups import group_rows, per_rank
+from lowering.kinds.rows import group_rows, per_rank
 from lowering.layout import boxes, group_ranks, local_numel
 from spec_lang.ir import Mesh, TensorType
 

@@ -46,7 +46,7 @@ from lowering.kinds.base import (
     same_except,
 )
 from lowering.kinds.copies import Copy, boxes_to_runs
-from lowering.kinds.groups import group_rows, per_rank
+from lowering.kinds.rows import group_rows, per_rank
 from lowering.layout import box_numel, boxes, local_numel
 from spec_lang.ir import Mesh, TensorType
 

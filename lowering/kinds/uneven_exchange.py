@@ -62,7 +62,7 @@ from lowering.kinds.base import (
     same_except,
 )
 from lowering.kinds.copies import Copy, View, as_run, plan_copies, row_major, run_view
-from lowering.layout import _groups, mesh_coords
+from lowering.layout import group_arrays, mesh_coords
 from spec_lang.ir import Mesh, TensorType
 
 if TYPE_CHECKING:
@@ -87,7 +87,8 @@ def group_axes(src: TensorType, dst: TensorType, mesh: Mesh) -> tuple[str, ...]:
     return tuple(a for a in mesh.names if _role(src, a) != _role(dst, a))
 
 
-def _reduced(src: TensorType, dst: TensorType, axes: tuple[str, ...]) -> tuple[str, ...]:
+def finished_axes(src: TensorType, dst: TensorType, axes: tuple[str, ...]) -> tuple[str, ...]:
+    """The axes of ``axes`` on which ``src -> dst`` finishes a pending reduction."""
     dp = set(dst.partial_axes)
     return tuple(a for a in axes if a in src.partial_axes and a not in dp)
 
@@ -230,7 +231,7 @@ def _pieces(step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> Exch
         wire_elems=off_s, send=tuple(send), recv=tuple(recv), pack_copies=pack_c, unpack_copies=unpack_c,
         self_copies=plan_copies(keep), covered=covered, send_elems=off_s, recv_elems=off_r,
         send_run=as_run(pack_c, off_s), recv_run=as_run(unpack_c, off_r, into=True),
-        divide=mesh.group_size(_reduced(src, dst, step.axes)),
+        divide=mesh.group_size(finished_axes(src, dst, step.axes)),
     )
 
 
@@ -307,7 +308,7 @@ def _check(kind: str, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[
             raise refuse(kind, src, dst, f"the types change the roles of axes {list(group)}, not {list(axes)}",
                          f"pass axes={group!r}, or leave axes out")
         group = tuple(axes)
-    red = _reduced(src, dst, group)
+    red = finished_axes(src, dst, group)
     if reduces and not red:
         raise refuse(kind, src, dst, "no pending reduction is finished", "use all_to_allv")
     if not reduces and red:
@@ -327,7 +328,7 @@ def _price(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) 
     sb, db = stacked_blocks(src, mesh), stacked_blocks(dst, mesh)
     out = np.zeros(mesh.size, dtype=np.int64)
     same, zero = list(rule.same), list(rule.zero)
-    groups = _groups(mesh, axes)[1] if axes else np.arange(mesh.size)[:, None]
+    groups = group_arrays(mesh, axes)[1] if axes else np.arange(mesh.size)[:, None]
     for members in groups:
         c = coords[members]
         ok = (c[:, None, same] == c[None, :, same]).all(axis=-1) if same else np.ones((len(members),) * 2, bool)
@@ -434,7 +435,7 @@ def _ring_price(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, .
     """Per rank: every segment of its group but its successor's."""
     seg = meet_numel(stacked_blocks(src, mesh), stacked_blocks(dst, mesh)).astype(np.int64)
     out = np.zeros(mesh.size, dtype=np.int64)
-    for members in _groups(mesh, axes)[1]:
+    for members in group_arrays(mesh, axes)[1]:
         ranks = np.sort(members)  # process-group order
         s = seg[ranks]
         out[ranks] = s.sum() - np.roll(s, -1)
