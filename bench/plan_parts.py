@@ -75,7 +75,7 @@ def measure(n: int, seed: int, even: bool, repeat: int) -> dict[str, Any]:
     """The budget bench's cold compiles (``plan_budget.measure``), ``repeat`` times, with the
     parts timed; then, outside the timing, the start's bytes floor of each case not proven."""
     from lowering.cost import DEFAULT_COST_MODEL
-    from lowering.labels import _Ctx
+    from lowering.labels import SearchContext
     from lowering.moves import erase
     from spec_lang.parser import parse, parse_mesh
 
@@ -87,7 +87,7 @@ def measure(n: int, seed: int, even: bool, repeat: int) -> dict[str, Any]:
     for row in rows[:n]:
         if row["gap_bytes"] is None:  # the search ran out of its budget
             start, goal = erase(parse(row["src"])), erase(parse(row["dst"]))
-            ctx = _Ctx(start, goal, mesh, DEFAULT_COST_MODEL)
+            ctx = SearchContext(start, goal, mesh, DEFAULT_COST_MODEL)
             not_proven.append({"floor_at_start": ctx.key(ctx.first, start)[0], "bytes": row["bytes"],
                                "src": row["src"], "dst": row["dst"]})
     times = [row["ms"] for row in rows]

@@ -26,7 +26,8 @@ import numpy as np
 
 from lowering.blocks import is_uneven
 from lowering.caching import cached
-from lowering.layout import boxes, local_numel, overlap_numel, own_overlap_numel
+from lowering.kinds.base import replicated_axes
+from lowering.layout import boxes, group_arrays, local_numel, overlap_numel, own_overlap_numel
 from spec_lang.ir import Mesh, TensorType
 
 
@@ -163,18 +164,15 @@ def holder_classes(state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[np.
     coordinate of that axis need every element of the block, with the class's values,
     and none of their groups meets the class.
     """
-    from lowering.layout import _groups
-    from lowering.moves import replicated
-
-    rep_t = replicated(state, mesh)
-    rep_g = replicated(goal, mesh)
+    rep_t = replicated_axes(state, mesh)
+    rep_g = replicated_axes(goal, mesh)
     inside_only = all(mesh.sizes[mesh.index(a)] == 1 or a in rep_t for a in rep_g)
     if set(goal.partial_axes) - set(state.partial_axes) and inside_only:
         return None
     # (with new partial axes, ranks differing on them share a need; but where the goal
     # replicates an axis of size > 1 that the state does not, the ranks at another
     # coordinate of it lie outside every class and need all of its block, as below)
-    ranks = _groups(mesh, tuple(rep_t))[1]
+    ranks = group_arrays(mesh, tuple(rep_t))[1]
     need = local_numel(state, mesh)[ranks[:, 0]]
     if inside_only:
         sb = boxes(state, mesh)[ranks[:, 0]]
@@ -219,14 +217,12 @@ def new_partial_needs(state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[
     """``new_partial_transfers`` per group: ``(ranks, need)``, the (groups, members) rank
     indices of the ranks that differ only on the goal's new partial axes, and the
     elements each group must still bring in; None where the goal has no new partial axes."""
-    from lowering.layout import _groups
-
     new = set(goal.partial_axes) - set(state.partial_axes)
     if not new:
         return None
     # the goal with its new partial axes replicated: every member's box is the group's block
     held = goal.derive(goal.dims, tuple((a, t) for a, t in goal.axis_types if a not in new))  # fewer types: valid
-    ranks = _groups(mesh, tuple(a for a in mesh.names if a in new))[1]
+    ranks = group_arrays(mesh, tuple(a for a in mesh.names if a in new))[1]
     block = local_numel(held, mesh)[ranks[:, 0]]
     if _reduced_axes(state, goal, mesh):
         return ranks, block

@@ -28,8 +28,8 @@ the routes with its own pricing and keeps the cheapest.
 
 from __future__ import annotations
 
-from lowering.kinds.base import splits_integer_average
-from lowering.moves import Move, exchange_move, replicated, with_dims, with_partial
+from lowering.kinds.base import replicated_axes, splits_integer_average
+from lowering.moves import Move, exchange_move, with_dims, with_partial
 from spec_lang.ir import Mesh, TensorType
 
 Path = list[tuple[TensorType, Move]]
@@ -140,7 +140,7 @@ def _routes(start: TensorType, goal: TensorType, mesh: Mesh, op: str, *, scatter
 def _slice_goal_axes(state: TensorType, target: TensorType, mesh: Mesh, go) -> TensorType:
     """Slice, one axis at a time in the goal's order, every axis ``target`` shards and
     ``state`` replicates (appended minor on the goal's dim)."""
-    free = set(replicated(state, mesh))
+    free = set(replicated_axes(state, mesh))
     for k, g in enumerate(target.dims):
         for a in g.axes:
             if a in free:

@@ -22,14 +22,14 @@ import numpy as np
 from lowering.bounds import even_throughout, receive_needs
 from lowering.caching import MIB, cached
 from lowering.cost import CostModel
-from lowering.kinds import kind_of
+from lowering.kinds import COLLECTIVE_KINDS, kind_of
 from lowering.layout import local_numel
 from lowering.moves import Move
-from lowering.program import COLLECTIVE_KINDS, Program
+from lowering.program import Program
 from spec_lang.ir import Mesh, TensorType
 
 
-class _Label(NamedTuple):
+class Label(NamedTuple):
     """What a path to a state has cost so far."""
 
     sent: np.ndarray  # (world,) bytes sent per rank
@@ -43,7 +43,7 @@ class _Label(NamedTuple):
     sent_sum: int
 
 
-class _Ctx:
+class SearchContext:
     """What every label update of one search shares."""
 
     def __init__(self, start: TensorType, goal: TensorType, mesh: Mesh, model: CostModel) -> None:
@@ -55,9 +55,9 @@ class _Ctx:
         # spare-axis collectives so far, and whether a spare axis was sliced: a sliced spare axis
         # must be gathered back (the goal replicates it), so its charge is due from the slice on,
         # which keeps the search from exploring split plans the charge will rule out
-        self.first = _Label(np.zeros(mesh.size, dtype=np.int64), 0.0, 0,
+        self.first = Label(np.zeros(mesh.size, dtype=np.int64), 0.0, 0,
                             int((local_numel(start, mesh) * start.itemsize).max()), 0, 0, False, 0, 0)
-        self._prefixes: dict[tuple, _Label] = {}
+        self._prefixes: dict[tuple, Label] = {}
         # per state, what its keys read: the floors of what is still due (one hash a lookup)
         self._future_of: dict[TensorType, float] = {}
         # where every reachable state is even, a rank's sends so far plus what it must still
@@ -66,7 +66,7 @@ class _Ctx:
             {} if self.bytes_first and even_throughout(start, goal, mesh) else None)
         self._classes_of: dict[TensorType, tuple[np.ndarray | None, np.ndarray] | None] = {}
 
-    def extend(self, lab: _Label, state: TensorType, mv: Move, bound: tuple | None = None) -> _Label | None:
+    def extend(self, lab: Label, state: TensorType, mv: Move, bound: tuple | None = None) -> Label | None:
         """``lab`` after ``mv``; None where ``bound`` is given and the bytes and collectives
         so far alone already put the key above it (the bounds and the peak, the costlier
         terms, are then never computed)."""
@@ -83,10 +83,10 @@ class _Ctx:
         # bytes-first: time is a multiple of bytes, which the label already holds
         time = lab.time if self.bytes_first else lab.time + self.model.step_time(
             mv.axes, int((sent - lab.sent).max()), coll)
-        return _Label(sent, time, colls, max(lab.peak, _live_max(state, mv.dst, mesh)), charge, n_spare, sliced,
+        return Label(sent, time, colls, max(lab.peak, _live_max(state, mv.dst, mesh)), charge, n_spare, sliced,
                       sent_max, lab.sent_sum + int(step.sum()) * item)
 
-    def _charge_after(self, lab: _Label, mv: Move, coll: bool) -> tuple[int, int, bool]:
+    def _charge_after(self, lab: Label, mv: Move, coll: bool) -> tuple[int, int, bool]:
         """The spare-axis charge due after ``mv``, its spare collectives, and whether a spare
         axis was sliced."""
         on_spare = not self.spare.isdisjoint(mv.axes)
@@ -94,7 +94,7 @@ class _Ctx:
         sliced = lab.spare_sliced or (on_spare and not coll)
         return self.charge * max(n_spare, int(sliced)), n_spare, sliced
 
-    def floor_before(self, lab: _Label, mv: Move) -> int:
+    def floor_before(self, lab: Label, mv: Move) -> int:
         """A floor of the key's bytes term (bytes-first) on every path through ``mv`` after
         ``lab``, without pricing ``mv``: the busiest rank's sends so far, or the mean over
         ranks of those and what is still due from ``mv.dst`` (``_future``), plus the
@@ -126,13 +126,13 @@ class _Ctx:
             future = self._future_of[state] = _future(state, self.goal, self.mesh)
         return future
 
-    def key(self, lab: _Label, state: TensorType) -> tuple:
+    def key(self, lab: Label, state: TensorType) -> tuple:
         """The search key: a lower bound on the key of every complete path through here."""
         out = self.keys(lab, state)
         assert out is not None  # no cutoff given
         return out[1]
 
-    def keys(self, lab: _Label, state: TensorType, cutoff: tuple | None = None) -> tuple[tuple, tuple] | None:
+    def keys(self, lab: Label, state: TensorType, cutoff: tuple | None = None) -> tuple[tuple, tuple] | None:
         """(order, bound): the frontier's order, and the key that prunes and proves; None
         where ``cutoff`` is given and the bound reaches it (the order is then never built).
 
@@ -149,7 +149,7 @@ class _Ctx:
         even_throughout``: the floor that proves an exchange at ``recv_max`` cheapest,
         which the mean below cannot); the mean over
         ranks of what was sent plus the transfers still needed (``_future``), in whole
-        elements for the bound; and the per-class floor (``_class_floor``), what the
+        elements for the bound; and the per-class floor (``class_floor``), what the
         busiest member of a class of ranks holding the same values must have sent by the
         end, which the world mean can hide. The spare-axis charge is added (it only grows
         along a path). Where transfers are still needed one more collective is too: that
@@ -194,7 +194,7 @@ def _live_max(state: TensorType, nxt: TensorType, mesh: Mesh) -> int:
     return int((local_numel(state, mesh) + local_numel(nxt, mesh)).max()) * state.itemsize
 
 
-def _dominated(labels: Sequence[_Label], lab: _Label) -> bool:
+def dominated(labels: Sequence[Label], lab: Label) -> bool:
     """Whether some label is no worse than ``lab`` in every term (so ``lab`` can be dropped)."""
     return any(
         u.time <= lab.time and u.colls <= lab.colls and u.peak <= lab.peak and u.charge <= lab.charge
@@ -217,7 +217,7 @@ def _in_bytes(groups: tuple[np.ndarray | None, np.ndarray], item: int) -> tuple[
 
 
 def _floors(sent: np.ndarray, classes: tuple[np.ndarray | None, np.ndarray] | None, item: int) -> tuple[int, int]:
-    """``_class_floor`` in bytes and in whole elements, from ``_classes_in_bytes``."""
+    """``class_floor`` in bytes and in whole elements, from ``_classes_in_bytes``."""
     if classes is None:
         return 0, 0
     ranks, need = classes
@@ -231,14 +231,14 @@ def _floors(sent: np.ndarray, classes: tuple[np.ndarray | None, np.ndarray] | No
     return -(-most // members), item * -(-(most // item) // members)
 
 
-def _class_floor(sent: np.ndarray, state: TensorType, goal: TensorType, mesh: Mesh, whole: bool = True) -> int:
+def class_floor(sent: np.ndarray, state: TensorType, goal: TensorType, mesh: Mesh, whole: bool = True) -> int:
     """Bytes the busiest rank will have sent at least, per holder class (``lowering.bounds.
     holder_classes``): its members' sends so far plus what the class must still send, over
     its size, at the class where that is largest; in whole elements unless ``whole`` is False."""
     return _floors(sent, _classes_in_bytes(state, goal, mesh), state.itemsize)[1 if whole else 0]
 
 
-def _receive_floor(sent: np.ndarray, state: TensorType, goal: TensorType, mesh: Mesh, whole: bool = True) -> int:
+def receive_floor(sent: np.ndarray, state: TensorType, goal: TensorType, mesh: Mesh, whole: bool = True) -> int:
     """Bytes the busiest rank will have sent at least, per receiver (``lowering.bounds.
     receive_needs``): its sends so far plus what it must still receive, over its members;
     in whole elements unless ``whole`` is False. A floor only where the layouts stay even

@@ -194,14 +194,14 @@ def group_ranks(mesh: Mesh, axes: tuple[str, ...], rank: int) -> tuple[int, ...]
     The group holds every rank that shares ``rank``'s coordinates on the other axes.
     A rank's index in this tuple is its rank in the flattened collective.
     """
-    group_of, groups = _groups(mesh, axes)
+    group_of, groups = group_arrays(mesh, axes)
     return tuple(groups[group_of[rank]].tolist())
 
 
 # Arrays, not tuples of Python ints: a search over a big mesh asks for the groups of many
 # axis tuples, and an int array holds a 4,096-rank table in a fifth of the memory.
 @cached(maxsize=1024, max_bytes=8 * MIB)
-def _groups(mesh: Mesh, axes: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+def group_arrays(mesh: Mesh, axes: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     """(group index of every rank, (num_groups, n) ranks of each group in group order)."""
     idx = [mesh.index(a) for a in axes]
     rest = [i for i in range(mesh.ndim) if i not in idx]
@@ -216,7 +216,7 @@ def _groups(mesh: Mesh, axes: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
 
 def all_groups(mesh: Mesh, axes: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
     """Every group over ``axes`` (each ordered as in ``group_ranks``)."""
-    return tuple(map(tuple, _groups(mesh, axes)[1].tolist()))
+    return tuple(map(tuple, group_arrays(mesh, axes)[1].tolist()))
 
 
 def local_slices(t: TensorType | str, mesh: Mesh | str) -> list[tuple[slice, ...]]:

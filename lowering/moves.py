@@ -11,11 +11,11 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from lowering.caching import cached
-from lowering.kinds.base import erase, splits_integer_average
+from lowering.kinds.base import erase, replicated_axes, splits_integer_average
 from lowering.kinds.exchange import involved_axes
 from spec_lang.ir import AxisType, Dim, Mesh, TensorType
 
-__all__ = ["Move", "erase", "exchange_move", "involved_axes", "moves", "replicated", "with_dims", "with_partial"]
+__all__ = ["Move", "erase", "exchange_move", "involved_axes", "moves", "with_dims", "with_partial"]
 
 
 class Move(NamedTuple):
@@ -61,11 +61,6 @@ def with_partial(t: TensorType, axes: set[str], op: str, mesh: Mesh) -> TensorTy
     return t.derive(t.dims, tuple(keep))  # one op, each axis once: valid, as ``t`` is
 
 
-def replicated(t: TensorType, mesh: Mesh) -> list[str]:
-    used = set(t.sharded_axes) | {a for a, _ in t.axis_types}
-    return [a for a in mesh.names if a not in used]
-
-
 def exchange_move(a: TensorType, b: TensorType, mesh: Mesh) -> Move | None:
     """An exact box exchange from a to b, if one is valid (group blocks disjoint in a)."""
     if a == b or set(a.partial_axes) != set(b.partial_axes):
@@ -84,8 +79,8 @@ def moves(t: TensorType, goal: TensorType, mesh: Mesh, op: str) -> Iterator[Move
     goal_p = set(goal.partial_axes)
     cur_p = set(t.partial_axes)
     pending = [a for a in mesh.names if a in cur_p and a not in goal_p]
-    repl = replicated(t, mesh)
-    repl_goal = set(replicated(goal, mesh))
+    repl = replicated_axes(t, mesh)
+    repl_goal = set(replicated_axes(goal, mesh))
 
     # local slices: shard a replicated axis onto the dim the goal wants it on, or
     # (while a reduction is pending) onto any dim, to split the reduction's work

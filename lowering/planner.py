@@ -30,6 +30,7 @@ it where it did not (None: the budget ran out first).
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import os
@@ -50,18 +51,19 @@ from lowering.checks import (
 )
 from lowering.cost import DEFAULT_COST_MODEL, SPARE_AXIS_BYTES, CostModel, as_cost_model
 from lowering.fallback import fallback_routes
-from lowering.kinds import kind_of, priced_step
-from lowering.kinds.base import splits_integer_average
+from lowering.kinds import COLLECTIVE_KINDS, dual_kind, kind_of, make_step, priced_step
+from lowering.kinds.base import replicated_axes, splits_integer_average
 from lowering.labels import (
-    _class_floor,
-    _Ctx,
-    _dominated,
-    _Label,
+    Label,
+    SearchContext,
+    class_floor,
+    dominated,
     move_bytes,
 )
 from lowering.moves import Move, erase, moves
-from lowering.program import COLLECTIVE_KINDS, Program, Step, program_cost
+from lowering.program import Program, Step, program_cost
 from lowering.uneven_planner import plan_uneven
+from spec_lang.dual import dual_type
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 
@@ -145,7 +147,7 @@ def _compile(src: TensorType, dst: TensorType, mesh: Mesh, model: CostModel,
     if finished is not None:
         return _then_reinterpret(_compile(src, finished, mesh, model, budget_s, gap_bytes), dst, model)
     if is_uneven(src) or is_uneven(dst):
-        return plan_uneven(src, dst, mesh, model)
+        return _annotated(plan_uneven(src, dst, mesh, model), src, dst, mesh, model, (True, 0))
     start, goal = erase(src), erase(dst)
     path, proof = _normal_form(start, goal, mesh, op, model), (True, 0)
     if path is None:
@@ -156,7 +158,12 @@ def _compile(src: TensorType, dst: TensorType, mesh: Mesh, model: CostModel,
 def _assemble(path: list[tuple[TensorType, Move]], src: TensorType, dst: TensorType, mesh: Mesh,
               model: CostModel, proof: Proof) -> Program:
     """The Program of ``path``; ``proof`` gives its ``optimal`` and ``gap_bytes``."""
-    steps = [_price(mv_src, mv, mesh) for mv_src, mv in path]
+    return _annotated([_price(mv_src, mv, mesh) for mv_src, mv in path], src, dst, mesh, model, proof)
+
+
+def _annotated(steps: list[Step], src: TensorType, dst: TensorType, mesh: Mesh, model: CostModel,
+               proof: Proof) -> Program:
+    """The Program of ``steps`` from ``src`` to ``dst``, the user's R/I annotations restored."""
     steps = _restore_annotations(steps, src, dst, mesh)
     return Program(mesh, src, dst, tuple(steps), program_cost(steps, src, mesh, model), *proof)
 
@@ -191,7 +198,7 @@ def fallback_program(src: TensorType, dst: TensorType, mesh: Mesh,
     op = check_partial_conversion(src, dst)
     start, goal = erase(src), erase(dst)
     routes = fallback_routes(start, goal, mesh, op)
-    best = min(routes, key=_Ctx(start, goal, mesh, model).path_key)
+    best = min(routes, key=SearchContext(start, goal, mesh, model).path_key)
     return _assemble(best, src, dst, mesh, model, (False, None))
 
 
@@ -211,14 +218,14 @@ def _normal_form(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
     """
     if goal.partial_axes or not model.bytes_first:
         return None
-    from lowering.moves import exchange_move, replicated, with_dims, with_partial
+    from lowering.moves import exchange_move, with_dims, with_partial
 
     path: list[tuple[TensorType, Move]] = []
     state = start
     dims = [list(d.axes) for d in state.dims]
     for k, d in enumerate(goal.dims):
         for a in d.axes:
-            if a in replicated(state, mesh):
+            if a in replicated_axes(state, mesh):
                 dims[k].append(a)
                 nxt = with_dims(state, [tuple(x) for x in dims])
                 path.append((state, Move("slice", (a,), (k,), nxt)))
@@ -267,7 +274,7 @@ def _normal_form(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
     sent = int(sum((move_bytes(s, mv, mesh) for s, mv in path), np.zeros(mesh.size, dtype=np.int64)).max())
     if sent == 0:  # a collective that moves nothing: a free plan may exist, let the search see
         return None
-    if not pending and not replicated(start, mesh) and not replicated(goal, mesh):
+    if not pending and not replicated_axes(start, mesh) and not replicated_axes(goal, mesh):
         # every element has one holder and one needer: any plan makes each rank send all
         # it holds but keeps, which is exactly what the one direct exchange sends
         return path
@@ -280,12 +287,12 @@ def _normal_form(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
 def _sent_floor(start: TensorType, goal: TensorType, mesh: Mesh) -> int:
     """Bytes the busiest rank sends in any plan, at least: the lower bound's ``sent_avg``
     rounded up (every needed element arrives, so total sends cover the transfers), or the
-    per-class floor (``_class_floor``) where that is higher. The
+    per-class floor (``class_floor``) where that is higher. The
     receive side of the lower bound is no floor for *sent* bytes on uneven layouts."""
     from lowering.bounds import lower_bound_detail
 
     avg = int(np.ceil(lower_bound_detail(start, goal, mesh)["sent_avg_bytes"] - 1e-9))
-    return max(avg, _class_floor(np.zeros(mesh.size, dtype=np.int64), start, goal, mesh))
+    return max(avg, class_floor(np.zeros(mesh.size, dtype=np.int64), start, goal, mesh))
 
 
 def _search(start: TensorType, goal: TensorType, mesh: Mesh, op: str, model: CostModel,
@@ -304,7 +311,7 @@ def _search(start: TensorType, goal: TensorType, mesh: Mesh, op: str, model: Cos
             f"no program reaches {goal} from {start} on mesh {mesh}",
             hint="this pair passed the checks, so this is a planner bug: please report it",
         )
-    ctx = _Ctx(start, goal, mesh, model)
+    ctx = SearchContext(start, goal, mesh, model)
     best_key, best = None, routes[0]
     for route in routes:
         key = ctx.path_key(route, best_key)
@@ -323,7 +330,7 @@ def work_budget(budget_s: float, mesh: Mesh) -> int:
     return int(budget_s * _MOVES_PER_S * min(4.0, (64 / mesh.size) ** 0.75))
 
 
-def _search_labels(ctx: _Ctx, start: TensorType, op: str, max_labels: int,
+def _search_labels(ctx: SearchContext, start: TensorType, op: str, max_labels: int,
                    incumbent: list[tuple[TensorType, Move]], best_key: tuple, work: int,
                    deadline: float, gap: int = 0) -> tuple[list[tuple[TensorType, Move]], Proof]:
     """Best-first search from ``start`` to ``goal``; see ``_key`` for the order.
@@ -348,7 +355,7 @@ def _search_labels(ctx: _Ctx, start: TensorType, op: str, max_labels: int,
     are generated, a path whose bytes floor lies within ``gap`` below the best's, and
     that needs at least as many collectives, is set aside. The test runs on a popped
     path's bound, on a priced move's, and before a move is priced at all, from the floor
-    its path already has (``_Ctx.floor_before``) and the collective still due after it:
+    its path already has (``SearchContext.floor_before``) and the collective still due after it:
     most moves out of a state are set aside unpriced once the best plan is that close.
     A path whose floor ties the best's bytes is left to the exact rules (it may need
     less memory).
@@ -368,7 +375,7 @@ def _search_labels(ctx: _Ctx, start: TensorType, op: str, max_labels: int,
         return True
     best: tuple | None = None  # a pushed goal node cheaper than the incumbent
     tie = itertools.count()
-    expanded: dict[TensorType, list[_Label]] = {}
+    expanded: dict[TensorType, list[Label]] = {}
     first = ctx.first
     start_keys = ctx.keys(first, start)
     floor = start_keys[1][0]  # the bytes floor of every path
@@ -382,7 +389,7 @@ def _search_labels(ctx: _Ctx, start: TensorType, op: str, max_labels: int,
         if set_aside(bound[0], bound[1]):
             continue
         seen = expanded.setdefault(state, [])
-        if len(seen) >= max_labels or _dominated(seen, lab):
+        if len(seen) >= max_labels or dominated(seen, lab):
             continue
         seen.append(lab)
         if state == goal:
@@ -400,7 +407,7 @@ def _search_labels(ctx: _Ctx, start: TensorType, op: str, max_labels: int,
                 if before > best_key[0] or set_aside(before, lab.colls + (mv.kind in COLLECTIVE_KINDS) + 1):
                     continue  # (above the best, the exact bound would drop it too)
             lab2 = ctx.extend(lab, state, mv, best_key)
-            if lab2 is None or _dominated(seen, lab2):
+            if lab2 is None or dominated(seen, lab2):
                 continue
             keys = ctx.keys(lab2, mv.dst, best_key)
             if keys is None:
@@ -473,6 +480,20 @@ def _restore_annotations(steps: list[Step], src: TensorType, dst: TensorType, me
     for i, s in enumerate(steps):
         a = src if i == 0 else _annotate(s.src, src, dst, mesh)
         b = dst if i == len(steps) - 1 else _annotate(s.dst, src, dst, mesh)
-        out.append(Step(s.kind, s.axes, s.dims, a, b, s.op, s.in_shapes, s.out_shapes, s.bytes_sent, s.padded))
+        out.append(dataclasses.replace(s, src=a, dst=b))
     return out
+
+
+def dual_steps(step: Step, mesh: Mesh) -> tuple[Step, ...]:
+    """The gradient steps of ``step``, from dual(dst) to dual(src): one step of the kind its
+    kind names (``lowering.kinds.dual_kind``) where that kind's rule takes the pair, else the
+    planner's program between them."""
+    src, dst = dual_type(step.dst), dual_type(step.src)
+    kind = dual_kind(step)
+    if kind is not None:
+        try:
+            return (make_step(kind, src, dst, mesh, axes=step.axes),)
+        except SpecError:
+            pass
+    return compile(src, dst, mesh).steps
 

@@ -13,18 +13,18 @@ once, by the kind.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from lowering.kinds import KINDS, kind_of
+from lowering.checks import check_type, resolve
+from lowering.cost import DEFAULT_COST_MODEL, CostModel
+from lowering.layout import local_numel
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
-
-COLLECTIVE_KINDS = frozenset(name for name, k in KINDS.items() if k.collective)
-LOCAL_KINDS = frozenset(name for name, k in KINDS.items() if not k.collective)
+from spec_lang.parser import parse_mesh
 
 
 @dataclass(frozen=True)
@@ -43,10 +43,12 @@ class Step:
     out_shapes: tuple[tuple[int, ...], ...] = field(default=(), repr=False, compare=False)
     bytes_sent: tuple[int, ...] = field(default=(), repr=False, compare=False)  # per rank, ring model
     padded: bool = False  # reduce_scatter on uneven pieces: padded to equal chunks on the wire
+    # the kind's flag, held here so that a Step is plain data, read without the kinds' registry
+    collective: bool = field(kw_only=True, repr=False, compare=False)
 
     @property
     def is_collective(self) -> bool:
-        return kind_of(self.kind).collective
+        return self.collective
 
     @property
     def bytes_sent_max(self) -> int:
@@ -171,10 +173,40 @@ def check_program(program: object) -> Program:
     return program
 
 
+def make_program(steps: Sequence[Step] | Step, mesh: Mesh | str, *, cost_model: CostModel | None = None,
+                 src: TensorType | None = None) -> Program:
+    """A Program of ``steps`` (each step's src is the previous step's dst), with its cost.
+
+    ``src`` is the program's source type when ``steps`` is empty.
+    """
+    m = parse_mesh(mesh)
+    steps = (steps,) if not isinstance(steps, Sequence) else tuple(steps)
+    if not steps and src is None:
+        raise SpecError("make_program needs at least one step, or src= for an empty program")
+    if src is not None:
+        src, _ = resolve(src, m)
+    for i, s in enumerate(steps):
+        if not isinstance(s, Step):
+            raise SpecError(f"step {i + 1} is a {type(s).__name__}, not a Step",
+                            hint="build steps with lowering.make_step(kind, src, dst, mesh)")
+        check_type(s.src, m)
+        check_type(s.dst, m)
+        if len(s.bytes_sent) != m.size:
+            raise SpecError(f"step {i + 1} ({s.describe()}) was priced on a mesh of {len(s.bytes_sent)} ranks, "
+                            f"not on {m} ({m.size} ranks)", hint="build every step on the program's mesh")
+    prev = steps[0].src if steps else src
+    for i, s in enumerate(steps):
+        if s.src != prev:
+            raise SpecError(f"step {i + 1} ({s.describe()}) starts at {s.src}, but the previous step ends at {prev}",
+                            hint="chain steps so each starts where the last one ends")
+        prev = s.dst
+    model = cost_model or DEFAULT_COST_MODEL
+    first = steps[0].src if steps else src
+    return Program(m, first, prev, steps, program_cost(list(steps), first, m, model))
+
+
 def program_cost(steps: list[Step], src: TensorType, mesh: Mesh, model: Any) -> Cost:
     """Bytes (max over ranks of the sum over steps), collectives, peak live bytes, time."""
-    from lowering.layout import local_numel
-
     sent = np.zeros(mesh.size, dtype=np.int64)
     peak = int((local_numel(src, mesh) * src.itemsize).max())
     time = 0.0

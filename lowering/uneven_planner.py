@@ -19,8 +19,8 @@ from __future__ import annotations
 from lowering.cost import CostModel
 from lowering.kinds import kind_of, priced_step
 from lowering.kinds.base import erase
-from lowering.kinds.uneven_exchange import _reduced, group_axes
-from lowering.program import Program, Step, program_cost
+from lowering.kinds.uneven_exchange import finished_axes, group_axes
+from lowering.program import Step, program_cost
 from spec_lang.errors import SpecError
 from spec_lang.ir import Dim, Mesh, TensorType
 
@@ -30,7 +30,7 @@ def _step(src: TensorType, dst: TensorType, mesh: Mesh) -> Step | None:
     axes = group_axes(erase(src), erase(dst), mesh)
     if not axes:
         return None
-    kind = "reduce_scatterv" if _reduced(src, dst, axes) else "all_to_allv"  # refined when priced: slicev, all_gatherv
+    kind = "reduce_scatterv" if finished_axes(src, dst, axes) else "all_to_allv"  # refined when priced: slicev, all_gatherv
     sig = kind_of(kind).infer(src, dst, mesh, None)
     return priced_step(kind, src, dst, mesh, sig.axes, sig.dims, sig.op)
 
@@ -59,10 +59,9 @@ def _midpoints(src: TensorType, dst: TensorType, mesh: Mesh) -> list[TensorType]
     return out
 
 
-def plan_uneven(src: TensorType, dst: TensorType, mesh: Mesh, model: CostModel) -> Program:
-    """The cheapest of the direct exchange and the reduce-then-gather routes."""
-    from lowering.planner import _restore_annotations
-
+def plan_uneven(src: TensorType, dst: TensorType, mesh: Mesh, model: CostModel) -> list[Step]:
+    """The steps of the cheapest of the direct exchange and the reduce-then-gather routes
+    (the planner assembles them into the Program, the user's R/I annotations restored)."""
     routes: list[list[Step]] = []
     direct = _step(src, dst, mesh)
     routes.append([direct] if direct is not None else [])
@@ -74,6 +73,4 @@ def plan_uneven(src: TensorType, dst: TensorType, mesh: Mesh, model: CostModel) 
         c = program_cost(steps, src, mesh, model)
         return (c.bytes_sent_max, c.time_s, c.collectives, len(steps))
 
-    best = min(routes, key=key)
-    steps = _restore_annotations(best, src, dst, mesh)
-    return Program(mesh, src, dst, tuple(steps), program_cost(steps, src, mesh, model), True)
+    return min(routes, key=key)

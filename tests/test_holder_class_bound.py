@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from strategies import cases
 
 from lowering.blocks import is_uneven
-from lowering.labels import _class_floor
+from lowering.labels import class_floor
 from lowering.moves import erase
 from lowering.planner import _sent_floor, compile, fallback_program
 from spec_lang.ir import Mesh, TensorType
@@ -29,7 +29,7 @@ def test_the_holder_class_floor_never_overshoots_a_program(case: tuple) -> None:
         assert _sent_floor(erase(src), goal, mesh) <= final, str(prog)
         sent = np.zeros(mesh.size, dtype=np.int64)
         for step in prog.steps:
-            assert _class_floor(sent, erase(step.src), goal, mesh) <= final, (str(prog), str(step.src))
+            assert class_floor(sent, erase(step.src), goal, mesh) <= final, (str(prog), str(step.src))
             sent = sent + np.asarray(step.bytes_sent or (0,) * mesh.size, dtype=np.int64)
         assert int(sent.max(initial=0)) == final
 
@@ -108,10 +108,10 @@ def _route_keys_never_overshoot(src: TensorType, dst: TensorType, mesh: Mesh) ->
     from lowering.checks import check_partial_conversion
     from lowering.cost import DEFAULT_COST_MODEL
     from lowering.fallback import fallback_routes
-    from lowering.labels import _Ctx
+    from lowering.labels import SearchContext
 
     start, goal = erase(src), erase(dst)
-    ctx = _Ctx(start, goal, mesh, DEFAULT_COST_MODEL)
+    ctx = SearchContext(start, goal, mesh, DEFAULT_COST_MODEL)
     for route in fallback_routes(start, goal, mesh, check_partial_conversion(src, dst)):
         labels = [ctx.first]
         for state, mv in route:

@@ -16,7 +16,7 @@ from lowering.bounds import even_throughout, lower_bound, receive_need
 from lowering.checks import check_partial_conversion
 from lowering.cost import DEFAULT_COST_MODEL
 from lowering.fallback import fallback_routes
-from lowering.labels import _Ctx, _receive_floor, move_bytes
+from lowering.labels import SearchContext, move_bytes, receive_floor
 from lowering.moves import erase, moves
 from lowering.planner import compile
 from spec_lang.parser import parse, parse_mesh
@@ -82,7 +82,7 @@ def test_on_even_layouts_every_move_sends_what_it_takes_off_the_need(case: tuple
                 assert (drop <= price).all(), (str(state), mv.kind, mv.axes, str(mv.dst))
             for before in (np.zeros(mesh.size, dtype=np.int64), sent * item):
                 after = before + price * item
-                assert _receive_floor(before, state, goal, mesh) <= _receive_floor(after, mv.dst, goal, mesh), (
+                assert receive_floor(before, state, goal, mesh) <= receive_floor(after, mv.dst, goal, mesh), (
                     str(state), mv.kind, mv.axes, str(mv.dst))
 
 
@@ -94,11 +94,11 @@ def test_on_even_layouts_the_receive_floor_never_overshoots_a_program(case: tupl
     # keys: tests/test_holder_class_bound.py)
     src, dst, mesh = case
     start, goal = erase(src), erase(dst)
-    assert _Ctx(start, goal, mesh, DEFAULT_COST_MODEL)._need_of is not None  # the floor is on
+    assert SearchContext(start, goal, mesh, DEFAULT_COST_MODEL)._need_of is not None  # the floor is on
     prog = compile(src, dst, mesh, budget_s=5.0)
     sent = np.zeros(mesh.size, dtype=np.int64)
     for step in prog.steps:
-        floor = _receive_floor(sent, erase(step.src), goal, mesh)
+        floor = receive_floor(sent, erase(step.src), goal, mesh)
         assert floor <= prog.cost.bytes_sent_max, (str(prog), str(step.src))
         sent = sent + np.asarray(step.bytes_sent or (0,) * mesh.size, dtype=np.int64)
     assert int(sent.max(initial=0)) == prog.cost.bytes_sent_max

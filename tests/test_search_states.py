@@ -19,7 +19,7 @@ from lowering.blocks import is_uneven
 from lowering.bounds import even_throughout
 from lowering.cost import DEFAULT_COST_MODEL, CostModel
 from lowering.fallback import fallback_routes
-from lowering.labels import _class_floor, _Ctx, _future, _receive_floor
+from lowering.labels import SearchContext, _future, class_floor, receive_floor
 from lowering.moves import erase, moves, with_dims, with_partial
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
@@ -40,7 +40,7 @@ def _search_ends(case: tuple) -> tuple[TensorType, TensorType, Mesh, str]:
 
 def _key(model: CostModel, time: float, sent: np.ndarray, colls: int, peak: int, future: float,
          extra: int, floor: int, item: int, whole: bool = True) -> tuple:
-    """The search key from its terms, written plainly (``_Ctx.keys`` fuses them): the
+    """The search key from its terms, written plainly (``SearchContext.keys`` fuses them): the
     largest of the busiest rank's sends, the class and receive floors (``floor``, the
     larger) and the world mean of sends
     plus what is due (in whole elements where ``whole``), plus the spare-axis charge;
@@ -94,7 +94,7 @@ def test_the_fused_key_is_the_key_term_by_term(case: tuple) -> None:
     # along the fallback routes (states with sends so far), order and bound agree with
     # ``_key`` fed the byte and whole-element class floors separately
     start, goal, mesh, op = _search_ends(case)
-    ctx = _Ctx(start, goal, mesh, DEFAULT_COST_MODEL)
+    ctx = SearchContext(start, goal, mesh, DEFAULT_COST_MODEL)
     for route in fallback_routes(start, goal, mesh, op)[:4]:
         lab = ctx.first
         for state, mv in route:
@@ -107,11 +107,11 @@ def test_the_fused_key_is_the_key_term_by_term(case: tuple) -> None:
             args = (DEFAULT_COST_MODEL, lab.time, lab.sent, lab.colls, lab.peak, future, lab.charge)
             # the receive floor counts where the layouts stay even
             even = even_throughout(start, goal, mesh)
-            recv_bytes = _receive_floor(lab.sent, here, goal, mesh, whole=False) if even else 0
-            recv_whole = _receive_floor(lab.sent, here, goal, mesh) if even else 0
-            order = _key(*args, max(_class_floor(lab.sent, here, goal, mesh, whole=False), recv_bytes), item,
+            recv_bytes = receive_floor(lab.sent, here, goal, mesh, whole=False) if even else 0
+            recv_whole = receive_floor(lab.sent, here, goal, mesh) if even else 0
+            order = _key(*args, max(class_floor(lab.sent, here, goal, mesh, whole=False), recv_bytes), item,
                          whole=False)
-            bound = _key(*args, max(_class_floor(lab.sent, here, goal, mesh), recv_whole), item)
+            bound = _key(*args, max(class_floor(lab.sent, here, goal, mesh), recv_whole), item)
             assert ctx.keys(lab, here) == (order, bound), str(here)
             # a cutoff at the bound prunes; just above it keeps the same keys
             assert ctx.keys(lab, here, bound) is None

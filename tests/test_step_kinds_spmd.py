@@ -12,7 +12,8 @@ from torch_utils import from_local, local_mode, to_local
 from typed_data import pairing, random_arrays
 
 from lowering import make_program, make_step
-from lowering.kinds import KINDS, kind_of, simulate_step
+from lowering.kinds import KINDS, simulate_step
+from lowering.planner import dual_steps
 from spec_lang.dual import dual_type
 from spec_lang.errors import SpecError
 from spec_lang.parser import parse_mesh
@@ -42,7 +43,7 @@ def test_rule_dual_and_runner(fake_pg, kind: str, mesh: str, src: str, dst: str)
     x = random_arrays(step.src, m, rng)
     y = random_arrays(dual_type(step.dst), m, rng)
     fx = simulate_step(step, m, x)
-    back = kind_of(kind).dual(step, m)
+    back = dual_steps(step, m)
     assert back[0].src == dual_type(step.dst) and back[-1].dst == dual_type(step.src)
     by = y
     for b in back:

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from lowering.coalesce import JointProgram, Merged, check_type_lists, plan_jointly
+from lowering.joint import JointProgram, Merged, check_type_lists, plan_jointly
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from torch_backend import collectives, comm

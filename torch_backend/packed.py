@@ -6,7 +6,7 @@ segment of one flat buffer, so a member's segment is the concatenation of its pa
 
     all_gather  [a0 b0] [a1 b1] [a2 b2]  =>  every rank: [a0 b0 | a1 b1 | a2 b2]
 
-Preconditions (``lowering.coalesce.packing_key``): equal blocks for an all_gather, equal
+Preconditions (``lowering.joint.packing_key``): equal blocks for an all_gather, equal
 or padded pieces for a reduce_scatter, one reduce op and one dtype per packed collective.
 """
 

@@ -4,8 +4,8 @@ Each kind (``lowering.kinds.base.StepKind``) holds its type rule, price, per-ran
 numpy semantics and dual; this package builds priced Steps from them and runs the pieces:
 
 * ``make_step(kind, src, dst, mesh)``: a checked, priced Step for one collective or local
-  op between two given types (the public way to build a one-step Program by hand);
-* ``make_program(steps)``: a Program of such steps, with its cost;
+  op between two given types (the public way to build a one-step Program by hand;
+  ``make_program``, from ``lowering.program``, chains such steps);
 * ``rank_pieces(step, mesh, rank)``: one rank's pieces (the executor computes only its own);
 * ``simulate_step(step, mesh, xs)``: the numpy semantics over every rank's block.
 """
@@ -16,7 +16,6 @@ import gc
 import operator
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,21 +27,20 @@ from lowering.kinds import (  # noqa: F401 - each registers its kinds
     reduce,
     retype,
     uneven_exchange,
-    uneven_gather,
 )
-from lowering.kinds.base import KINDS, Piece, RankPieces, StepKind, kind_of
+from lowering.kinds.base import KINDS, Piece, RankPieces, StepKind, dual_kind, kind_of
 from lowering.layout import group_ranks, local_shapes
+from lowering.program import Step, make_program
 from spec_lang.errors import SpecError, value_text
 from spec_lang.ir import Mesh, TensorType
 
-if TYPE_CHECKING:
-    from lowering.cost import CostModel
-    from lowering.program import Program, Step
-
 __all__ = [
-    "KINDS", "Piece", "RankPieces", "StepKind", "kind_of", "make_program", "make_step",
-    "members_of", "priced_step", "rank_pieces", "simulate_step", "wire_bytes",
+    "COLLECTIVE_KINDS", "KINDS", "Piece", "RankPieces", "StepKind", "dual_kind", "kind_of", "make_program",
+    "make_step", "members_of", "priced_step", "rank_pieces", "simulate_step", "wire_bytes",
 ]
+
+# the names of the kinds that communicate (the planner counts its collectives by name)
+COLLECTIVE_KINDS = frozenset(name for name, k in KINDS.items() if k.collective)
 
 
 def priced_step(kind: str, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...],
@@ -52,15 +50,13 @@ def priced_step(kind: str, src: TensorType, dst: TensorType, mesh: Mesh, axes: t
     ``padded=None`` takes the kind's own choice (a reduce_scatter pads uneven pieces);
     ``padded=False`` on an uneven reduce_scatter exchanges the exact pieces instead.
     """
-    from lowering.program import Step
-
     spec = kind_of(kind)
     name = spec.refine(src, dst, mesh, axes)
     spec = kind_of(name)
     pad = spec.padded(src, dst, mesh, axes) if padded is None else padded
     sent = tuple((spec.price(src, dst, mesh, axes, padded=pad) * src.itemsize).tolist())
     return Step(name, axes, dims, src, dst, (op or "sum") if spec.reduces else None,
-                local_shapes(src, mesh), local_shapes(dst, mesh), sent, pad)
+                local_shapes(src, mesh), local_shapes(dst, mesh), sent, pad, collective=spec.collective)
 
 
 def make_step(kind: str, src: TensorType | str, dst: TensorType | str, mesh: Mesh | str, *,
@@ -93,43 +89,6 @@ def make_step(kind: str, src: TensorType | str, dst: TensorType | str, mesh: Mes
     check_flag(padded, "padded", "leave it None to let the step kind choose (an even or padded collective)")
     sig = spec.infer(s, d, m, None if axes is None else tuple(axes))
     return priced_step(spec.name, s, d, m, sig.axes, sig.dims, sig.op, padded)
-
-
-def make_program(steps: Sequence[Step] | Step, mesh: Mesh | str, *, cost_model: CostModel | None = None,
-                 src: TensorType | None = None) -> Program:
-    """A Program of ``steps`` (each step's src is the previous step's dst), with its cost.
-
-    ``src`` is the program's source type when ``steps`` is empty.
-    """
-    from lowering.checks import check_type, resolve
-    from lowering.cost import DEFAULT_COST_MODEL
-    from lowering.program import Program, Step, program_cost
-    from spec_lang.parser import parse_mesh
-
-    m = parse_mesh(mesh)
-    steps = (steps,) if not isinstance(steps, Sequence) else tuple(steps)
-    if not steps and src is None:
-        raise SpecError("make_program needs at least one step, or src= for an empty program")
-    if src is not None:
-        src, _ = resolve(src, m)
-    for i, s in enumerate(steps):
-        if not isinstance(s, Step):
-            raise SpecError(f"step {i + 1} is a {type(s).__name__}, not a Step",
-                            hint="build steps with lowering.make_step(kind, src, dst, mesh)")
-        check_type(s.src, m)
-        check_type(s.dst, m)
-        if len(s.bytes_sent) != m.size:
-            raise SpecError(f"step {i + 1} ({s.describe()}) was priced on a mesh of {len(s.bytes_sent)} ranks, "
-                            f"not on {m} ({m.size} ranks)", hint="build every step on the program's mesh")
-    prev = steps[0].src if steps else src
-    for i, s in enumerate(steps):
-        if s.src != prev:
-            raise SpecError(f"step {i + 1} ({s.describe()}) starts at {s.src}, but the previous step ends at {prev}",
-                            hint="chain steps so each starts where the last one ends")
-        prev = s.dst
-    model = cost_model or DEFAULT_COST_MODEL
-    first = steps[0].src if steps else src
-    return Program(m, first, prev, steps, program_cost(list(steps), first, m, model))
 
 
 def members_of(step: Step, mesh: Mesh, rank: int) -> tuple[int, ...]:
@@ -166,7 +125,6 @@ def _rank_pieces(step: Step, mesh: Mesh, rank: int, members: tuple[int, ...] | N
 
 def _checked_rank(step: Step, mesh: Mesh | str, rank: object) -> tuple[Mesh, int]:
     from lowering.checks import check_rank, check_type
-    from lowering.program import Step
     from spec_lang.parser import parse_mesh
 
     m = parse_mesh(mesh)

@@ -10,7 +10,8 @@ there is to know about it, torch-free:
                each received piece lands, read off the layout algebra; the simulator and
                the torch executor both run from these, and ``wire_elems`` equals the price;
 * ``simulate`` its numpy semantics over every rank's pieces (the reference interpreter);
-* ``dual``     the steps that compute its gradient, on the dual types.
+* ``duals``    the kind of the step that computes its gradient, on the dual types (data:
+               the planner builds the step, ``lowering.planner.dual_steps``).
 
 The torch execution of each kind lives in ``torch_backend`` and is registered there
 under the kind's name.
@@ -18,7 +19,7 @@ under the kind's name.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
@@ -100,6 +101,10 @@ class StepKind:
     collective: ClassVar[bool] = False
     reduces: ClassVar[bool] = False  # finishes a pending P(op): the step carries the op
     planned: ClassVar[bool] = True  # the planner emits it (False: only the typed SPMD API builds it)
+    # the kind of the gradient's step, per mesh axis of the step: (local type before, after)
+    # -> kind, a sharded axis written S (the SPMD type system's forward/backward table in
+    # step kinds); a pair it lacks, or axes that disagree, leave the gradient to the planner
+    duals: ClassVar[Mapping[tuple[str, str], str]] = {}
 
     def infer(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> Signature:
         raise NotImplementedError
@@ -122,9 +127,6 @@ class StepKind:
         raise NotImplementedError
 
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        raise NotImplementedError
-
-    def dual(self, step: Step, mesh: Mesh) -> tuple[Step, ...]:
         raise NotImplementedError
 
 
@@ -279,18 +281,14 @@ def same_except(kind: str, src: TensorType, dst: TensorType, what: str) -> None:
         raise refuse(kind, src, dst, "varying (V) axes must stay the same", what)
 
 
-def dual_steps(step: Step, mesh: Mesh, kind: str | None) -> tuple[Step, ...]:
-    """The gradient steps of ``step``: one ``kind`` step from dual(dst) to dual(src) where the
-    kind's rule accepts that pair, else the planner's program between them (a step that
-    turns several axes into different dual kinds, say R and I at once, needs more than one)."""
-    from lowering.kinds import make_step
-    from lowering.planner import compile
-    from spec_lang.dual import dual_type
+def dual_kind(step: Step) -> str | None:
+    """The kind of ``step``'s gradient step (``StepKind.duals``), where every axis of the
+    step names the same one; None where the gradient needs the planner (a step that turns
+    several axes into different dual kinds, say R and I at once, needs more than one)."""
+    table = kind_of(step.kind).duals
+    found = {table.get((_letter(step.src, a), _letter(step.dst, a))) for a in step.axes}
+    return found.pop() if len(found) == 1 else None
 
-    src, dst = dual_type(step.dst), dual_type(step.src)
-    if kind is not None:
-        try:
-            return (make_step(kind, src, dst, mesh, axes=step.axes),)
-        except SpecError:
-            pass
-    return compile(src, dst, mesh).steps
+
+def _letter(t: TensorType, axis: str) -> str:
+    return "S" if t.dim_of(axis) is not None else t.axis_type(axis).kind

@@ -28,7 +28,6 @@ from lowering.kinds.base import (
     Signature,
     StepKind,
     box_shape,
-    dual_steps,
     erase,
     numel,
     pieces_of,
@@ -114,6 +113,8 @@ def involved_axes(a: TensorType, b: TensorType, mesh: Mesh) -> tuple[str, ...]:
 class AllToAll(StepKind):
     name = "all_to_all"
     collective = True
+    # the group shards the source; the destination may replicate some of it (a partial gather)
+    duals = {("S", "S"): "all_to_all", ("S", "R"): "all_to_all", ("S", "I"): "all_to_all"}
 
     def infer(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> Signature:
         same_except(self.name, src, dst, "an exchange never changes V axes")
@@ -174,9 +175,6 @@ class AllToAll(StepKind):
                 raise AssertionError(f"{step.describe()}: rank {p.rank} got {filled} of {y.size} elements")
             out.append(y)
         return out
-
-    def dual(self, step: Step, mesh: Mesh) -> tuple[Step, ...]:
-        return dual_steps(step, mesh, "all_to_all")
 
 
 @register

@@ -10,8 +10,16 @@ from __future__ import annotations
 import numpy as np
 
 from lowering.caching import MIB, cached
-from lowering.kinds.groups import group_rows
-from lowering.layout import box_numel, boxes, local_numel, overlap, overlap_numel, own_overlap_numel
+from lowering.kinds.rows import group_rows
+from lowering.layout import (
+    box_numel,
+    boxes,
+    group_arrays,
+    local_numel,
+    overlap,
+    overlap_numel,
+    own_overlap_numel,
+)
 from spec_lang.ir import Mesh, TensorType
 
 
@@ -75,9 +83,7 @@ def _covered(s_key: np.ndarray, e_key: np.ndarray, cum: np.ndarray, x: np.ndarra
 
 
 def _group_of(mesh: Mesh, axes: tuple[str, ...]) -> np.ndarray:
-    from lowering.layout import _groups
-
-    return _groups(mesh, axes)[0]
+    return group_arrays(mesh, axes)[0]
 
 
 # Below this many (rank, group member) pairs, intersecting every pair at once in numpy

@@ -30,7 +30,6 @@ from lowering.kinds.base import (
     Signature,
     StepKind,
     box_shape,
-    dual_steps,
     erase,
     is_run,
     pieces_of,
@@ -39,7 +38,7 @@ from lowering.kinds.base import (
     same_except,
 )
 from lowering.kinds.copies import Copy, back_to_back, runs_to_boxes
-from lowering.kinds.groups import group_rows, per_rank
+from lowering.kinds.rows import group_rows, per_rank
 from lowering.layout import boxes, group_ranks, local_numel
 from spec_lang.ir import Mesh, TensorType
 
@@ -71,6 +70,7 @@ class GatherPieces(RankPieces):
 class AllGather(StepKind):
     name = "all_gather"
     collective = True
+    duals = {("S", "R"): "reduce_scatter", ("S", "I"): "slice"}
 
     def infer(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> Signature:
         same_except(self.name, src, dst, "a gather never changes V axes")
@@ -137,7 +137,3 @@ class AllGather(StepKind):
                 raise AssertionError(f"{step.describe()}: rank {p.rank} got {filled} of {y.size} elements")
             out.append(y)
         return out
-
-    def dual(self, step: Step, mesh: Mesh) -> tuple[Step, ...]:
-        kinds = {step.dst.axis_type(a).kind for a in step.axes}
-        return dual_steps(step, mesh, "reduce_scatter" if kinds == {"R"} else "slice" if kinds == {"I"} else None)

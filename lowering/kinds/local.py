@@ -37,7 +37,6 @@ from lowering.kinds.base import (
     Slices,
     StepKind,
     box_shape,
-    dual_steps,
     erase,
     refuse,
     register,
@@ -82,6 +81,8 @@ def _given(axes: tuple[str, ...] | None, derived: tuple[str, ...], kind: str, sr
 @register
 class Slice(StepKind):
     name = "slice"
+    # convert(I, S) <- all_gather(S, I); convert(R, S) <- convert(S, P) (zero padding)
+    duals = {("I", "S"): "all_gather", ("R", "S"): "zero_pad"}
 
     def infer(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> Signature:
         same_except(self.name, src, dst, "slicing never changes V axes")
@@ -114,15 +115,12 @@ class Slice(StepKind):
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return [np.array(x[p.region], copy=True) for p, x in zip(pieces, xs)]
 
-    def dual(self, step: Step, mesh: Mesh) -> tuple[Step, ...]:
-        # convert(I, S) <- all_gather(S, I); convert(R, S) <- convert(S, P) (zero padding)
-        kinds = {step.src.axis_type(a).kind for a in step.axes}
-        return dual_steps(step, mesh, "all_gather" if kinds == {"I"} else "zero_pad" if kinds == {"R"} else None)
-
 
 @register
 class ZeroFill(StepKind):
     name = "zero_fill"
+    # convert(R, P) <- convert(R, P); convert(I, P) <- reinterpret(R, I)
+    duals = {("R", "P"): "zero_fill", ("I", "P"): "reinterpret"}
 
     def infer(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> Signature:
         new = _new_partial(self.name, src, dst, mesh)
@@ -138,11 +136,6 @@ class ZeroFill(StepKind):
 
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return [np.array(x, copy=True) if p.keep else np.zeros_like(x) for p, x in zip(pieces, xs)]
-
-    def dual(self, step: Step, mesh: Mesh) -> tuple[Step, ...]:
-        # convert(R, P) <- convert(R, P); convert(I, P) <- reinterpret(R, I)
-        kinds = {step.src.axis_type(a).kind for a in step.axes}
-        return dual_steps(step, mesh, "zero_fill" if kinds == {"R"} else "reinterpret" if kinds == {"I"} else None)
 
 
 def _new_partial(kind: str, src: TensorType, dst: TensorType, mesh: Mesh) -> tuple[str, ...]:
@@ -165,6 +158,7 @@ def _new_partial(kind: str, src: TensorType, dst: TensorType, mesh: Mesh) -> tup
 @register
 class ZeroPad(StepKind):
     name = "zero_pad"
+    duals = {("S", "P"): "slice"}  # convert(S, P) <- convert(R, S)
 
     def infer(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> Signature:
         same_except(self.name, src, dst, "a convert never changes V axes")
@@ -198,9 +192,6 @@ class ZeroPad(StepKind):
             out.append(y)
         return out
 
-    def dual(self, step: Step, mesh: Mesh) -> tuple[Step, ...]:
-        return dual_steps(step, mesh, "slice")  # convert(S, P) <- convert(R, S)
-
 
 class Relabel(StepKind):
     """A local kind that changes types only: every rank keeps its tensor as it is."""
@@ -216,6 +207,9 @@ class Relabel(StepKind):
 @register
 class Reinterpret(Relabel):
     name = "reinterpret"
+    # reinterpret(R, I) <- convert(I, P); reinterpret(I, R) <- all_reduce(I);
+    # reinterpret(R|I, P(op)) <- convert(R|I, P) (the gradient of P(op) is R)
+    duals = {("I", "R"): "all_reduce", ("R", "I"): "zero_fill", ("R", "P"): "zero_fill", ("I", "P"): "zero_fill"}
 
     def infer(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> Signature:
         same_except(self.name, src, dst, "reinterpret V in local code, outside a redistribution")
@@ -235,12 +229,3 @@ class Reinterpret(Relabel):
         if not changed:
             raise refuse(self.name, src, dst, "no axis changes its type", "the types are already equal")
         return Signature(_given(axes, tuple(changed), self.name, src, dst), ())
-
-    def dual(self, step: Step, mesh: Mesh) -> tuple[Step, ...]:
-        # reinterpret(R, I) <- convert(I, P); reinterpret(I, R) <- all_reduce(I);
-        # reinterpret(R, P(op)) <- convert(R, P) (the gradient of P(op) is R)
-        before = {step.src.axis_type(a).kind for a in step.axes}
-        after = {step.dst.axis_type(a).kind for a in step.axes}
-        if before == {"I"} and after == {"R"}:
-            return dual_steps(step, mesh, "all_reduce")
-        return dual_steps(step, mesh, "zero_fill" if before == {"R"} or after == {"P"} else None)

@@ -37,7 +37,6 @@ from lowering.kinds.base import (
     StepKind,
     box_shape,
     check_whole_average,
-    dual_steps,
     is_run,
     numel,
     pieces_of,
@@ -47,7 +46,7 @@ from lowering.kinds.base import (
     same_except,
 )
 from lowering.kinds.copies import Copy, boxes_to_runs
-from lowering.kinds.groups import group_rows, per_rank
+from lowering.kinds.rows import group_rows, per_rank
 from lowering.layout import box_numel, boxes, local_numel
 from spec_lang.ir import Mesh, TensorType
 
@@ -93,6 +92,7 @@ class ReduceScatter(StepKind):
     name = "reduce_scatter"
     collective = True
     reduces = True
+    duals = {("P", "S"): "all_gather"}
 
     def infer(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> Signature:
         gone = _reduced(self.name, src, dst, mesh, axes)
@@ -149,15 +149,13 @@ class ReduceScatter(StepKind):
             out.append(reduce_arrays(parts, step.op or "sum").astype(xs[p.rank].dtype))
         return out
 
-    def dual(self, step: Step, mesh: Mesh) -> tuple[Step, ...]:
-        return dual_steps(step, mesh, "all_gather")
-
 
 @register
 class AllReduce(StepKind):
     name = "all_reduce"
     collective = True
     reduces = True
+    duals = {("P", "R"): "all_reduce", ("P", "I"): "reinterpret"}
 
     def infer(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> Signature:
         gone = _reduced(self.name, src, dst, mesh, axes)
@@ -181,7 +179,3 @@ class AllReduce(StepKind):
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return [reduce_arrays([xs[q] for q in p.members], step.op or "sum").astype(xs[p.rank].dtype)
                 for p in pieces]
-
-    def dual(self, step: Step, mesh: Mesh) -> tuple[Step, ...]:
-        kinds = {step.dst.axis_type(a).kind for a in step.axes}
-        return dual_steps(step, mesh, "all_reduce" if kinds == {"R"} else "reinterpret" if kinds == {"I"} else None)

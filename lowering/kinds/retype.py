@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lowering.kinds.base import RankPieces, Signature, StepKind, box_shape, dual_steps, refuse, register
+from lowering.kinds.base import RankPieces, Signature, StepKind, box_shape, refuse, register
 from lowering.kinds.local import Relabel
 from lowering.layout import boxes
 from spec_lang.ir import Dim, Mesh, TensorType
@@ -50,6 +50,7 @@ def _same_shell(kind: str, src: TensorType, dst: TensorType) -> None:
 class Pcast(Relabel):
     name = "pcast"
     planned = False
+    duals = {("R", "V"): "pcast", ("V", "P"): "pcast", ("R", "P"): "pcast"}
 
     def infer(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> Signature:
         _same_shell(self.name, src, dst)
@@ -69,9 +70,6 @@ class Pcast(Relabel):
             raise refuse(self.name, src, dst, f"the types change axes {changed}, not {list(axes)}",
                          f"pass axes={tuple(changed)!r}, or leave axes out")
         return Signature(tuple(changed) if axes is None else tuple(axes), ())
-
-    def dual(self, step: Step, mesh: Mesh) -> tuple[Step, ...]:
-        return dual_steps(step, mesh, "pcast")
 
 
 def stacked_dim(src: TensorType, dst: TensorType, mesh: Mesh) -> tuple[int, tuple[str, ...]] | None:
@@ -94,6 +92,7 @@ def stacked_dim(src: TensorType, dst: TensorType, mesh: Mesh) -> tuple[int, tupl
 class Stack(StepKind):
     name = "stack"
     planned = False
+    duals = {("V", "S"): "stack", ("S", "V"): "stack"}
 
     def infer(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> Signature:
         found = stacked_dim(src, dst, mesh) or stacked_dim(dst, src, mesh)
@@ -113,9 +112,6 @@ class Stack(StepKind):
 
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return [np.array(x, copy=True).reshape(p.out_shape) for p, x in zip(pieces, xs)]
-
-    def dual(self, step: Step, mesh: Mesh) -> tuple[Step, ...]:
-        return dual_steps(step, mesh, "stack")
 
 
 def stacked(t: TensorType, d: int, group: tuple[str, ...], mesh: Mesh) -> TensorType:

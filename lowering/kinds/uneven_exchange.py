@@ -1,4 +1,5 @@
-"""``all_to_allv`` and ``reduce_scatterv``: exact per-peer exchanges between any two layouts.
+"""The uneven kinds: ``all_to_allv`` and ``reduce_scatterv``, exact per-peer exchanges between
+any two layouts; ``all_gatherv``, the same gather around a ring; ``slicev``, one that moves nothing.
 
 The uneven placements (explicit sizes, ragged runs, partitions) hold *blocks* in a local
 order (``lowering.blocks``), so their redistributions are exchanges of exactly the
@@ -28,7 +29,14 @@ arrive once per contribution, from a rank chosen without coordination):
   (the one that holds it, or coordinate 0 of a replicated source) and the others hold 0.
 
 Bytes on the wire are exactly the elements sent. A sole holder of an element others need
-sends it to each of them (no relay through other ranks).
+sends it to each of them (no relay through other ranks); only a gather (the group's axes
+shard the source and replicate the destination) goes around a ring, each rank forwarding
+what it received, so that it sends every piece but its successor's once, whatever the
+skew (the byte bound)::
+
+    r0 [a a a]        round 1: r0->r1 a, r1->r2 b, r2->r0 c     [a a a b c c c c]
+    r1 [b]        =>  round 2: r0->r1 c, r1->r2 a, r2->r0 b  => [a a a b c c c c]
+    r2 [c c c c]                                                 [a a a b c c c c]
 """
 
 from __future__ import annotations
@@ -48,14 +56,13 @@ from lowering.kinds.base import (
     StepKind,
     check_whole_average,
     divide_sum,
-    dual_steps,
     erase,
     refuse,
     register,
     same_except,
 )
 from lowering.kinds.copies import Copy, View, as_run, plan_copies, row_major, run_view
-from lowering.layout import _groups, mesh_coords
+from lowering.layout import group_arrays, mesh_coords
 from spec_lang.ir import Mesh, TensorType
 
 if TYPE_CHECKING:
@@ -80,7 +87,8 @@ def group_axes(src: TensorType, dst: TensorType, mesh: Mesh) -> tuple[str, ...]:
     return tuple(a for a in mesh.names if _role(src, a) != _role(dst, a))
 
 
-def _reduced(src: TensorType, dst: TensorType, axes: tuple[str, ...]) -> tuple[str, ...]:
+def finished_axes(src: TensorType, dst: TensorType, axes: tuple[str, ...]) -> tuple[str, ...]:
+    """The axes of ``axes`` on which ``src -> dst`` finishes a pending reduction."""
     dp = set(dst.partial_axes)
     return tuple(a for a in axes if a in src.partial_axes and a not in dp)
 
@@ -223,7 +231,7 @@ def _pieces(step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> Exch
         wire_elems=off_s, send=tuple(send), recv=tuple(recv), pack_copies=pack_c, unpack_copies=unpack_c,
         self_copies=plan_copies(keep), covered=covered, send_elems=off_s, recv_elems=off_r,
         send_run=as_run(pack_c, off_s), recv_run=as_run(unpack_c, off_r, into=True),
-        divide=mesh.group_size(_reduced(src, dst, step.axes)),
+        divide=mesh.group_size(finished_axes(src, dst, step.axes)),
     )
 
 
@@ -301,7 +309,7 @@ def _simulate(step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]
     return out
 
 
-# ---- the two kinds ---------------------------------------------------------------------------
+# ---- the two exchanges -----------------------------------------------------------------------
 
 
 def _check(kind: str, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None,
@@ -316,7 +324,7 @@ def _check(kind: str, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[
             raise refuse(kind, src, dst, f"the types change the roles of axes {list(group)}, not {list(axes)}",
                          f"pass axes={group!r}, or leave axes out")
         group = tuple(axes)
-    red = _reduced(src, dst, group)
+    red = finished_axes(src, dst, group)
     if reduces and not red:
         raise refuse(kind, src, dst, "no pending reduction is finished", "use all_to_allv")
     if not reduces and red:
@@ -336,7 +344,7 @@ def _price(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) 
     sb, db = stacked_blocks(src, mesh), stacked_blocks(dst, mesh)
     out = np.zeros(mesh.size, dtype=np.int64)
     same, zero = list(rule.same), list(rule.zero)
-    groups = _groups(mesh, axes)[1] if axes else np.arange(mesh.size)[:, None]
+    groups = group_arrays(mesh, axes)[1] if axes else np.arange(mesh.size)[:, None]
     for members in groups:
         c = coords[members]
         ok = (c[:, None, same] == c[None, :, same]).all(axis=-1) if same else np.ones((len(members),) * 2, bool)
@@ -364,8 +372,6 @@ class AllToAllV(StepKind):
         return _check(self.name, src, dst, mesh, axes, reduces=self.reduces)
 
     def refine(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> str:
-        from lowering.kinds.uneven_gather import refine_exchange
-
         return refine_exchange(src, dst, mesh, axes, _price(src, dst, mesh, axes))
 
     def price(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...],
@@ -377,9 +383,6 @@ class AllToAllV(StepKind):
 
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return _simulate(step, pieces, xs, None, 1)
-
-    def dual(self, step: Step, mesh: Mesh) -> tuple[Step, ...]:
-        return dual_steps(step, mesh, None)
 
 
 @register
@@ -394,4 +397,149 @@ class ReduceScatterV(AllToAllV):
 
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return _simulate(step, pieces, xs, step.op or "sum", pieces[0].divide)  # type: ignore[attr-defined]
+
+
+# ---- the uneven gather around a ring, and the exchange that moves nothing ------------------
+
+
+def is_gather(src: TensorType, dst: TensorType, axes: tuple[str, ...]) -> bool:
+    """Every group axis shards the source and replicates the destination (no pending sums):
+    every member then needs the same pieces, the group's whole share of the destination."""
+    return bool(axes) and all(
+        src.dim_of(a) is not None and dst.dim_of(a) is None
+        and a not in src.partial_axes and a not in dst.partial_axes for a in axes
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class GatherVPieces(RankPieces):
+    """One rank's ring: every member's segment size (process-group order), how to pack its
+    own segment, and how to unpack the gathered buffer (all segments back to back)."""
+
+    segments: tuple[int, ...]
+    pack_copies: tuple[Copy, ...]  # input -> own segment (a flat run from 0)
+    unpack_copies: tuple[Copy, ...]  # ring buffer -> output
+
+    @property
+    def send_elems(self) -> int:
+        return self.wire_elems
+
+    @property
+    def recv_elems(self) -> int:
+        """Every segment but its own: exactly what it lacks."""
+        return sum(self.segments) - self.segments[self.position]
+
+    @property
+    def position(self) -> int:
+        return self.members.index(self.rank)
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        out, o = [], 0
+        for s in self.segments:
+            out.append(o)
+            o += s
+        return tuple(out)
+
+
+def _segment(step: Step, mesh: Mesh, q: int) -> list[tuple[int, int, np.ndarray]]:
+    """Member q's segment: its source blocks met with the (shared) destination blocks."""
+    return _meet(rank_layout(step.src, mesh, q), rank_layout(step.dst, mesh, q))
+
+
+def _ring_price(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> np.ndarray:
+    """Per rank: every segment of its group but its successor's."""
+    seg = meet_numel(stacked_blocks(src, mesh), stacked_blocks(dst, mesh)).astype(np.int64)
+    out = np.zeros(mesh.size, dtype=np.int64)
+    for members in group_arrays(mesh, axes)[1]:
+        ranks = np.sort(members)  # process-group order
+        s = seg[ranks]
+        out[ranks] = s.sum() - np.roll(s, -1)
+    return out
+
+
+@register
+class AllGatherV(AllToAllV):
+    name = "all_gatherv"
+
+    def infer(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> Signature:
+        sig = super().infer(src, dst, mesh, axes)
+        if not is_gather(src, dst, sig.axes):
+            raise refuse(self.name, src, dst, "the group's axes must shard the source and replicate the destination",
+                         "use all_to_allv")
+        return sig
+
+    def refine(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> str:
+        return self.name
+
+    def price(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...],
+              padded: bool = True) -> np.ndarray:
+        return _ring_price(src, dst, mesh, axes)
+
+    def pieces(self, step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> RankPieces:
+        out_lay = rank_layout(step.dst, mesh, rank)
+        in_lay = rank_layout(step.src, mesh, rank)
+        segments, unpack = [], []
+        base = 0
+        pack: list[tuple[View, View]] = []
+        for q in members:
+            n = 0
+            src_q = rank_layout(step.src, mesh, q)
+            for i, j, box in _meet(src_q, out_lay):
+                shape = tuple(int(x) for x in box[:, 1] - box[:, 0])
+                unpack.append((run_view(base + n, shape), _view(out_lay, j, box)))
+                if q == rank:
+                    pack.append((_view(in_lay, i, box), run_view(n, shape)))
+                n += _numel(box)
+            segments.append(n)
+            base += n
+        i = members.index(rank)
+        wire = base - segments[(i + 1) % len(members)] if len(members) > 1 else 0
+        return GatherVPieces(kind=step.kind, rank=rank, in_shape=in_lay.shape, out_shape=out_lay.shape,
+                             members=members, wire_elems=wire, segments=tuple(segments),
+                             pack_copies=plan_copies(pack), unpack_copies=plan_copies(unpack))
+
+    def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        own = {}
+        for p in pieces:
+            x = np.ascontiguousarray(xs[p.rank]).reshape(-1)
+            seg = np.zeros(p.segments[p.position], dtype=x.dtype)  # type: ignore[attr-defined]
+            _apply(p.pack_copies, x, seg, None)  # type: ignore[attr-defined]
+            own[p.rank] = seg
+        out = []
+        for p in pieces:
+            buf = np.concatenate([own[q] for q in p.members])
+            y = np.zeros(int(np.prod(p.out_shape)), dtype=buf.dtype)
+            _apply(p.unpack_copies, buf, y, None)  # type: ignore[attr-defined]
+            out.append(y.reshape(p.out_shape))
+        return out
+
+
+@register
+class SliceV(AllToAllV):
+    """An exchange in which nothing leaves any rank: each keeps (or zero-fills) its part."""
+
+    name = "slicev"
+    collective = False
+
+    def refine(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> str:
+        return self.name
+
+    def infer(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> Signature:
+        sig = super().infer(src, dst, mesh, axes)
+        if AllToAllV.price(self, src, dst, mesh, sig.axes).any():
+            raise refuse(self.name, src, dst, "some rank must receive data", "use all_to_allv")
+        return sig
+
+    def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return _simulate(step, pieces, xs, None, 1)
+
+
+def refine_exchange(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...], sent: np.ndarray) -> str:
+    """The kind an exchange runs as: local when nothing moves, a ring for a gather."""
+    if not sent.any():
+        return SliceV.name
+    if is_gather(src, dst, axes):
+        return AllGatherV.name
+    return AllToAllV.name
 

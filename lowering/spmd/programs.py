@@ -9,15 +9,17 @@ one collective at most, plus local steps. V is S(0) of a new dim of the group's 
     B  =stack=>  [B]   (dim 0 split)  =all_gather=>  [A, B, C]
     C                  [C]                   [A, B, C]
 
-The backward program is the forward's steps reversed, each replaced by its kind's
-``dual``; ``tests/test_spmd_rules.py`` checks it equals the forward/backward table.
+The backward program is the forward's steps reversed, each replaced by its dual steps
+(``lowering.planner.dual_steps``: the kind's ``duals``); ``tests/test_spmd_rules.py``
+checks it equals the forward/backward table.
 """
 
 from __future__ import annotations
 
 from lowering.caching import MIB, cached
-from lowering.kinds import kind_of, make_program, make_step
-from lowering.program import Program
+from lowering.kinds import kind_of, make_step
+from lowering.planner import dual_steps
+from lowering.program import Program, make_program
 from lowering.spmd.rules import check_pair
 from lowering.spmd.types import I, LocalType, R
 from spec_lang.dual import dual_type
@@ -130,8 +132,8 @@ def program_for(op: str, src: LocalType, dst: LocalType, group: tuple[str, ...],
 
 @cached(maxsize=4096, max_bytes=16 * MIB)
 def backward_program(program: Program) -> Program:
-    """The gradient's program: the steps reversed, each replaced by its kind's dual."""
+    """The gradient's program: the steps reversed, each replaced by its dual steps."""
     steps = []
     for st in reversed(program.steps):
-        steps.extend(kind_of(st.kind).dual(st, program.mesh))
+        steps.extend(dual_steps(st, program.mesh))
     return make_program(steps, program.mesh, src=dual_type(program.dst))

@@ -21,7 +21,7 @@ import numpy as np
 
 from lowering.caching import cached
 from lowering.cost import DEFAULT_COST_MODEL, CostModel, as_cost_model
-from lowering.kinds.groups import group_rows
+from lowering.kinds.rows import group_rows
 from lowering.program import Cost, Program, Step
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
