@@ -132,7 +132,7 @@ def measure(n: int, seed: int, budget_s: float | None = None, even: bool = False
             dt, cpu = time.perf_counter() - t0, time.process_time() - c0
         rows.append({
             "src": src, "dst": dst, "ms": dt * 1e3, "cpu_ms": cpu * 1e3, "error": err,
-            "bytes": None if prog is None else prog.cost.bytes_sent_max,
+            "bytes": None if prog is None else prog.cost.bytes_max,
             "collectives": None if prog is None else prog.cost.collectives,
             "optimal": None if prog is None else prog.optimal,
             "gap_bytes": None if prog is None else prog.gap_bytes,

@@ -31,6 +31,7 @@ def plan_of(case: dict[str, Any], model: str) -> dict[str, Any]:
         "id": case["id"], "model": model,
         "steps": [{"kind": s.kind, "axes": list(s.axes), "dims": list(s.dims), "src": str(s.src),
                    "dst": str(s.dst), "op": s.op, "padded": s.padded} for s in prog.steps],
+        "bytes_max": prog.cost.bytes_max,
         "bytes_sent_max": prog.cost.bytes_sent_max,
         "collectives": prog.cost.collectives,
     }

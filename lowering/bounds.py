@@ -10,14 +10,17 @@
   reduction costs (k-1) + (needers-1) per element (gather the k contributions in
   one place, then hand the sum to the other ranks that need it).
 
-It is 0 when dst is partial on an axis src is not (the conversion is local).
-No plan can beat it; the planner reports its ratio to it.
+Where dst is partial on an axis src is not, a convert into it is local, and any member
+of the sum may hold the values: the ranks that differ only on those axes (a *group*)
+must between them receive what none of them holds (``new_partial_needs``), so
+``recv_max`` is the largest group's need over its size, rounded up, and ``sent_avg``
+those transfers over the world.
 
-The search (``lowering.labels``) also needs floors on what the busiest rank *sends*, which
-``recv_max`` is not in general. ``receive_need`` is the per-rank count behind ``recv_max``;
-where every state a search can reach holds even blocks (``even_throughout``), each of the
-planner's moves makes a rank send at least what it receives, so a rank's sends so far
-plus what it still must receive bound its final sends.
+No plan can beat it: a program's price (``Cost.bytes_max``) counts, per rank and step,
+the larger of what it sends and what it receives, so a rank's total covers all it must
+receive, and the busiest rank's covers the mean of the world's sends. The planner
+reports its ratio to it. ``receive_need`` is the per-rank count behind ``recv_max``: the
+search (``lowering.labels``) floors each rank's final bytes with its bytes so far plus it.
 """
 
 from __future__ import annotations
@@ -52,7 +55,10 @@ def _recv_max_and_sent_avg(src: TensorType, dst: TensorType, mesh: Mesh, recv_to
     src_p = set(src.partial_axes)
     dst_p = set(dst.partial_axes)
     if dst_p - src_p:
-        return 0, 0.0
+        ranks, need = new_partial_needs(src, dst, mesh)  # type: ignore[misc]  # new partial axes: a group
+        members = ranks.shape[1]
+        recv = int((-(-need // members)).max()) if recv_too and need.size else 0
+        return recv, float(need.sum()) / mesh.size
     lack = receive_need(src, dst, mesh)
     recv = int(lack.max()) if recv_too and lack.size else 0
     reduced = _reduced_axes(src, dst, mesh)
@@ -90,36 +96,6 @@ def receive_need(state: TensorType, goal: TensorType, mesh: Mesh) -> np.ndarray:
     if _reduced_axes(state, goal, mesh):
         return local_numel(goal, mesh)
     return local_numel(goal, mesh) - own_overlap_numel(state, goal, mesh)
-
-
-@cached(maxsize=4096)
-def even_throughout(start: TensorType, goal: TensorType, mesh: Mesh) -> bool:
-    """Whether every state a search from ``start`` to ``goal`` can reach holds even blocks,
-    so that ``receive_need`` floors the busiest rank's sends.
-
-    The search's states shard their dims with the axes ``start`` or ``goal`` shards, and,
-    while a reduction is pending, with the reduced axes and the axes ``goal`` replicates
-    (a slice that splits the reduction's work), in any order and on any dim. Where every
-    dim's size is a multiple of all of these axes' sizes together, every such block is
-    even, and then every move the planner makes (ring all_gather, ring reduce_scatter,
-    ring all_reduce, exact exchange, local steps) makes each rank send at least what it
-    takes off its ``receive_need``: an even ring sends what it receives, an even exchange
-    sends as much as it takes in, a reduction that finishes the
-    sum on a piece has sent at least that piece, and local steps receive nothing::
-
-        all_gather of 8@x on x=4: every rank sends 3 blocks of 2, receives 3 of 2
-        all_gather of 5@x on x=4: ranks hold 2,2,1,0; a ring rank sends all but its
-                                  successor's block, so rank 3 receives 5 and
-                                  sends only 5 - 2 = 3
-    """
-    if is_uneven(start) or is_uneven(goal):
-        return False
-    axes = set(start.sharded_axes) | set(goal.sharded_axes)
-    if _reduced_axes(start, goal, mesh):
-        held = {a for a, at in start.axis_types if at.kind == "V"} | set(goal.partial_axes)
-        axes |= {a for a in mesh.names if a not in held}
-    n = mesh.group_size(tuple(a for a in mesh.names if a in axes))
-    return all(d.size % n == 0 for d in start.dims)
 
 
 @cached(maxsize=4096)
@@ -216,7 +192,8 @@ def new_partial_transfers(state: TensorType, goal: TensorType, mesh: Mesh) -> in
 def new_partial_needs(state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[np.ndarray, np.ndarray] | None:
     """``new_partial_transfers`` per group: ``(ranks, need)``, the (groups, members) rank
     indices of the ranks that differ only on the goal's new partial axes, and the
-    elements each group must still bring in; None where the goal has no new partial axes."""
+    elements each group must still bring in (its goal block less what its members hold of
+    it); None where the goal has no new partial axes."""
     new = set(goal.partial_axes) - set(state.partial_axes)
     if not new:
         return None
@@ -227,7 +204,10 @@ def new_partial_needs(state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[
     if _reduced_axes(state, goal, mesh):
         return ranks, block
     ov = own_overlap_numel(state, held, mesh)[ranks].sum(axis=1)
-    return ranks, np.maximum(block - ov, 0)
+    # a new axis is sharded or replicated in the state (V axes never change): members that
+    # differ on a replicated one hold the same elements, the others disjoint ones
+    copies = mesh.group_size(tuple(a for a in replicated_axes(state, mesh) if a in new))
+    return ranks, np.maximum(block - ov // copies, 0)
 
 
 def receive_needs(state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[np.ndarray | None, np.ndarray]:
@@ -235,7 +215,7 @@ def receive_needs(state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[np.n
     form (``ranks`` None: one rank a receiver, ``need`` in rank order): ``receive_need``
     per rank; or, where the goal has partial axes the state has not (any member of the
     sum may hold the values), ``new_partial_needs`` per group of ranks differing only on
-    them. On layouts that stay even (``even_throughout``) a receiver's sends so far plus
-    its need, over its members, floor its busiest member's final sends."""
+    them. A receiver's bytes so far plus its need, over its members, floor its busiest
+    member's final bytes (a step costs a rank at least what it receives)."""
     groups = new_partial_needs(state, goal, mesh)
     return (None, receive_need(state, goal, mesh)) if groups is None else groups

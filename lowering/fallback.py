@@ -19,8 +19,9 @@ planner always answers. Each route goes through the normal form, one phase at a 
    exchange to the goal; or gather every axis past each dim's common prefix with the
    goal and slice the goal's axes back (valid for every pair, at a price);
 4. convert into the goal's new partial axes (``zero_fill`` for sum, a ``reinterpret``
-   otherwise; local), or, for a new P(sum) axis that shards the source, keep it sharded
-   (minor on its dim) and ``zero_pad`` it at the end.
+   otherwise; local), or, for a new P(sum) axis, keep it sharded (minor on its dim, where
+   the source shards it) or slice it onto the longest dim (where the source replicates it),
+   so that each of its ranks receives a part of the block, and ``zero_pad`` it at the end.
 
 Every state is erased (R and I look alike), as in ``lowering.moves``. The planner prices
 the routes with its own pricing and keeps the cheapest.
@@ -41,9 +42,10 @@ def fallback_routes(start: TensorType, goal: TensorType, mesh: Mesh, op: str) ->
     integer average that the goal keeps pending over some of its axes and finishes over
     others (no route is exact: the planner plans to the goal without P first)."""
     out = []
-    # a new P(sum) axis that shards the source can stay put and be zero-padded at the end
+    # a new P(sum) axis can shard the block (where the source shards it, or sliced onto the
+    # longest dim where it replicates it) and be zero-padded at the end
     pads = (False, True) if (goal.partial_op or op) == "sum" and any(
-        a in start.sharded_axes for a in goal.partial_axes) else (False,)
+        a not in start.partial_axes for a in goal.partial_axes) else (False,)
     for pad in pads:
         for scatter in ("goal", "all", None, *range(start.ndim)):
             for path in _routes(start, goal, mesh, op, scatter=scatter, exchanges=("first", "last", None), pad=pad):
@@ -72,9 +74,14 @@ def _routes(start: TensorType, goal: TensorType, mesh: Mesh, op: str, *, scatter
     # ``pad``, those the source shards stay minor on their dim, to be zero-padded
     target = with_partial(goal, goal_p - set(new_p), goal.partial_op or op, mesh)
     padded = [a for a in start.sharded_axes if a in new_p] if pad else []
-    if padded:
-        target = with_dims(target, [g.axes + tuple(a for a in d.axes if a in padded)
-                                    for g, d in zip(target.dims, start.dims)])
+    # (only where data must move: a free convert needs no split)
+    moving = pending or any(d.axes != g.axes for d, g in zip(start.dims, goal.dims))
+    spread = [a for a in new_p if a in replicated_axes(start, mesh)] if pad and moving and start.ndim else []
+    if padded or spread:
+        longest = max(range(start.ndim), key=lambda k: start.dims[k].size) if start.ndim else -1
+        target = with_dims(target, [g.axes + tuple(a for a in d.axes if a in padded) + (tuple(spread) if k == longest else ())
+                                    for k, (g, d) in enumerate(zip(target.dims, start.dims))])
+        padded += spread
 
     state = _slice_goal_axes(start, target, mesh, go)
     if pending:

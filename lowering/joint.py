@@ -6,8 +6,9 @@ the same kind over the same axis set, reduce op and dtype become *one* collectiv
 one packed buffer (the parameters of a layer in an FSDP all_gather), where the kind can
 pack (an all_gather of equal blocks, a reduce_scatter of equal or padded pieces, an
 all_reduce, an exchange); every other step runs on its own. The joint cost is each
-rank's bytes summed over all steps (packing adds none), with one collective, and one
-latency, per merged group.
+rank's bytes summed over all steps (packing adds none; a merged collective costs each rank
+the larger of its packed sends and receives), with one collective, and one latency, per
+merged group.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ class JointProgram:
                 what = f"{len(g.members)} x " if g.packed else ""
                 lines.append(f"  round {i}: {what}{s.describe() if not g.packed else g.kind + '(' + ','.join(s.axes) + ')'}")
         c = self.cost
-        lines.append(f"  cost: {c.bytes_sent_max} B sent (max rank), {c.collectives} collective(s)")
+        lines.append(f"  cost: {c.bytes_max} B (busiest rank, sent or received), {c.bytes_sent_max} B sent (max rank), "
+                     f"{c.collectives} collective(s)")
         return "\n".join(lines)
 
 
@@ -98,6 +100,7 @@ def plan_jointly(programs: Sequence[Program], cost_model: CostModel | None = Non
     model = cost_model or DEFAULT_COST_MODEL
     rounds = []
     sent = np.zeros(mesh.size, dtype=np.int64)
+    moved = np.zeros(mesh.size, dtype=np.int64)
     time, colls = 0.0, 0
     for i in range(max(len(p.steps) for p in programs)):
         buckets: dict[tuple, list[tuple[int, int]]] = {}
@@ -109,20 +112,25 @@ def plan_jointly(programs: Sequence[Program], cost_model: CostModel | None = Non
             sent += np.asarray(s.bytes_sent, dtype=np.int64)
             key = packing_key(s, mesh)
             if key is None:
+                moved += np.asarray(s.bytes_moved, dtype=np.int64)
                 alone.append(Merged(s.kind, ((j, i),)))
                 colls += int(s.is_collective)
-                time += model.step_time(s.axes, s.bytes_sent_max, s.is_collective)
+                time += model.step_time(s.axes, s.bytes_max, s.is_collective)
             else:
                 buckets.setdefault(key, []).append((j, i))
         merged = []
         for key, refs in buckets.items():
             merged.append(Merged(key[0] if len(refs) > 1 else programs[refs[0][0]].steps[i].kind, tuple(refs)))
-            per_rank = sum(np.asarray(programs[j].steps[k].bytes_sent, dtype=np.int64) for j, k in refs)
+            # one collective: each rank's sends and receives of its members, the busier direction
+            out = sum(np.asarray(programs[j].steps[k].bytes_sent, dtype=np.int64) for j, k in refs)
+            into = sum(np.asarray(programs[j].steps[k].bytes_recv, dtype=np.int64) for j, k in refs)
+            per_rank = np.maximum(out, into)
+            moved += per_rank
             colls += 1
             time += model.step_time(key[1], int(np.max(per_rank)), True)
         rounds.append(tuple(merged) + tuple(alone))
     peak = max(p.cost.peak_bytes_max for p in programs)
-    cost = Cost(int(sent.max()), colls, peak, time)
+    cost = Cost(int(sent.max()), colls, peak, time, int(moved.max()))
     return JointProgram(mesh, tuple(programs), tuple(rounds), cost)
 
 

@@ -1,7 +1,8 @@
 """What a search path has cost so far (its *label*) and the search key built on it.
 
-A label holds the bytes each rank has sent, the time, the collectives, the peak and the
-spare-axis charge of a path from the start; the key adds the floors of what any
+A label holds the bytes each rank has moved (per step, the larger of what it sent and
+what it received: a step takes as long as its busiest link direction), the time, the
+collectives, the peak and the spare-axis charge of a path from the start; the key adds the floors of what any
 completion must still cost (``lowering.bounds``), so it never overshoots the final
 program's key: the best-first search of ``lowering.planner`` can stop, proving its
 incumbent cheapest, once the frontier's best key reaches it.
@@ -19,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from lowering.bounds import even_throughout, receive_needs
+from lowering.bounds import receive_needs
 from lowering.caching import MIB, cached
 from lowering.cost import CostModel
 from lowering.kinds import COLLECTIVE_KINDS, kind_of
@@ -32,15 +33,15 @@ from spec_lang.ir import Mesh, TensorType
 class Label(NamedTuple):
     """What a path to a state has cost so far."""
 
-    sent: np.ndarray  # (world,) bytes sent per rank
+    moved: np.ndarray  # (world,) bytes moved per rank: per step the larger of sent and received
     time: float
     colls: int
     peak: int
     charge: int  # spare-axis charge due (bytes-first model)
     spare_colls: int
     spare_sliced: bool
-    sent_max: int  # int(sent.max()), int(sent.sum()): read by every key
-    sent_sum: int
+    moved_max: int  # int(moved.max()), int(moved.sum()): read by every key
+    moved_sum: int
 
 
 class SearchContext:
@@ -60,10 +61,10 @@ class SearchContext:
         self._prefixes: dict[tuple, Label] = {}
         # per state, what its keys read: the floors of what is still due (one hash a lookup)
         self._future_of: dict[TensorType, float] = {}
-        # where every reachable state is even, a rank's sends so far plus what it must still
-        # receive floor its final sends (``lowering.bounds.even_throughout``): per state, in bytes
+        # a rank's bytes so far plus what it must still receive floor its final bytes (it
+        # receives at least that, and a step costs it at least what it receives): per state
         self._need_of: dict[TensorType, tuple[np.ndarray | None, np.ndarray]] | None = (
-            {} if self.bytes_first and even_throughout(start, goal, mesh) else None)
+            {} if self.bytes_first else None)
         self._classes_of: dict[TensorType, tuple[np.ndarray | None, np.ndarray] | None] = {}
 
     def extend(self, lab: Label, state: TensorType, mv: Move, bound: tuple | None = None) -> Label | None:
@@ -73,18 +74,18 @@ class SearchContext:
         mesh = self.mesh
         step = move_bytes(state, mv, mesh)
         item = self.item
-        sent = lab.sent + step * item
-        sent_max = int(sent.max())
+        moved = lab.moved + step * item
+        moved_max = int(moved.max())
         coll = mv.kind in COLLECTIVE_KINDS
         charge, n_spare, sliced = self._charge_after(lab, mv, coll)
         colls = lab.colls + int(coll)
-        if bound is not None and self.bytes_first and (sent_max + charge, colls) > bound[:2]:
+        if bound is not None and self.bytes_first and (moved_max + charge, colls) > bound[:2]:
             return None  # every term of the key is at least its counterpart here
         # bytes-first: time is a multiple of bytes, which the label already holds
         time = lab.time if self.bytes_first else lab.time + self.model.step_time(
-            mv.axes, int((sent - lab.sent).max()), coll)
-        return Label(sent, time, colls, max(lab.peak, _live_max(state, mv.dst, mesh)), charge, n_spare, sliced,
-                      sent_max, lab.sent_sum + int(step.sum()) * item)
+            mv.axes, int(step.max(initial=0)) * item, coll)
+        return Label(moved, time, colls, max(lab.peak, _live_max(state, mv.dst, mesh)), charge, n_spare, sliced,
+                      moved_max, lab.moved_sum + int(step.sum()) * item)
 
     def _charge_after(self, lab: Label, mv: Move, coll: bool) -> tuple[int, int, bool]:
         """The spare-axis charge due after ``mv``, its spare collectives, and whether a spare
@@ -96,11 +97,11 @@ class SearchContext:
 
     def floor_before(self, lab: Label, mv: Move) -> int:
         """A floor of the key's bytes term (bytes-first) on every path through ``mv`` after
-        ``lab``, without pricing ``mv``: the busiest rank's sends so far, or the mean over
+        ``lab``, without pricing ``mv``: the busiest rank's bytes so far, or the mean over
         ranks of those and what is still due from ``mv.dst`` (``_future``), plus the
         spare-axis charge due after it."""
         charge = self._charge_after(lab, mv, mv.kind in COLLECTIVE_KINDS)[0]
-        return max(lab.sent_max, -(-int(lab.sent_sum + self.future(mv.dst)) // self.mesh.size)) + charge
+        return max(lab.moved_max, -(-int(lab.moved_sum + self.future(mv.dst)) // self.mesh.size)) + charge
 
     def path_key(self, path: list[tuple[TensorType, Move]], cutoff: tuple | None = None) -> tuple | None:
         """The search key of a complete path from the start (its final label's); None where
@@ -120,7 +121,7 @@ class SearchContext:
         return None if cutoff is not None and key >= cutoff else key
 
     def future(self, state: TensorType) -> float:
-        """Bytes every rank together must still send from ``state`` (``_future``), held per state."""
+        """Bytes every rank together must still move from ``state`` (``_future``), held per state."""
         future = self._future_of.get(state)
         if future is None:
             future = self._future_of[state] = _future(state, self.goal, self.mesh)
@@ -144,34 +145,33 @@ class SearchContext:
         Bytes-first, each is (bytes estimate, collectives estimate, peak), every term a
         lower bound on the final program's, so the first goal popped is the cheapest and
         the search stops once the frontier's best key reaches a complete program's. The
-        bytes estimate is the largest of: the busiest rank's sends so far, plus, where every
-        reachable state is even, what it must still receive (``lowering.bounds.
-        even_throughout``: the floor that proves an exchange at ``recv_max`` cheapest,
-        which the mean below cannot); the mean over
-        ranks of what was sent plus the transfers still needed (``_future``), in whole
-        elements for the bound; and the per-class floor (``class_floor``), what the
-        busiest member of a class of ranks holding the same values must have sent by the
-        end, which the world mean can hide. The spare-axis charge is added (it only grows
+        bytes estimate is the largest of: the busiest rank's bytes so far plus what it must
+        still receive (``lowering.bounds.receive_needs``: the floor that proves an exchange
+        at ``recv_max`` cheapest, which the mean below cannot); the mean over ranks of what
+        was moved plus the transfers still needed (``_future``), in whole elements for the
+        bound; and the per-class floor (``class_floor``), what the busiest member of a class
+        of ranks holding the same values must have sent by the end, which the world mean
+        can hide. The spare-axis charge is added (it only grows
         along a path). Where transfers are still needed one more collective is too: that
         term lets a search whose incumbent is at the byte bound stop once no path with
         fewer collectives is left. Other models: (time, bytes, collectives, peak).
         """
         if not self.bytes_first:
-            k = (lab.time, lab.sent_max, lab.colls, lab.peak)
+            k = (lab.time, lab.moved_max, lab.colls, lab.peak)
             return None if cutoff is not None and k >= cutoff else (k, k)
         goal, mesh = self.goal, self.mesh
         future = self.future(state)
         item = self.item
         colls = lab.colls + int(future > 0)
-        elements = lab.sent_sum // item + math.ceil(future / item - 1e-6)
+        elements = lab.moved_sum // item + math.ceil(future / item - 1e-6)
         world = mesh.size
-        # the busiest rank's sends, raised by what receivers must still receive where that floors them
-        recv_bytes = recv_whole = lab.sent_max
+        # the busiest rank's bytes, raised by what receivers must still receive
+        recv_bytes = recv_whole = lab.moved_max
         if self._need_of is not None:
             needs = self._need_of.get(state)
             if needs is None:
                 needs = self._need_of[state] = _in_bytes(receive_needs(state, goal, mesh), item)
-            got_bytes, got_whole = _floors(lab.sent, needs, item)
+            got_bytes, got_whole = _floors(lab.moved, needs, item)
             recv_bytes, recv_whole = max(recv_bytes, got_bytes), max(recv_whole, got_whole)
         base = max(recv_whole, item * -(-elements // world))
         if cutoff is not None and (base + lab.charge, colls, lab.peak) >= cutoff:
@@ -180,11 +180,11 @@ class SearchContext:
             classes = self._classes_of[state]
         else:
             classes = self._classes_of[state] = _classes_in_bytes(state, goal, mesh)
-        floor_bytes, floor_whole = _floors(lab.sent, classes, item)
+        floor_bytes, floor_whole = _floors(lab.moved, classes, item)
         bound = (max(base, floor_whole) + lab.charge, colls, lab.peak)
         if cutoff is not None and bound >= cutoff:
             return None
-        order = (max(recv_bytes, floor_bytes, -(-int(lab.sent_sum + future) // world)) + lab.charge, colls, lab.peak)
+        order = (max(recv_bytes, floor_bytes, -(-int(lab.moved_sum + future) // world)) + lab.charge, colls, lab.peak)
         return order, bound
 
 
@@ -198,7 +198,7 @@ def dominated(labels: Sequence[Label], lab: Label) -> bool:
     """Whether some label is no worse than ``lab`` in every term (so ``lab`` can be dropped)."""
     return any(
         u.time <= lab.time and u.colls <= lab.colls and u.peak <= lab.peak and u.charge <= lab.charge
-        and u.sent_max <= lab.sent_max and bool((u.sent <= lab.sent).all())
+        and u.moved_max <= lab.moved_max and bool((u.moved <= lab.moved).all())
         for u in labels
     )
 
@@ -216,34 +216,33 @@ def _in_bytes(groups: tuple[np.ndarray | None, np.ndarray], item: int) -> tuple[
     return groups[0], groups[1] * item
 
 
-def _floors(sent: np.ndarray, classes: tuple[np.ndarray | None, np.ndarray] | None, item: int) -> tuple[int, int]:
+def _floors(moved: np.ndarray, classes: tuple[np.ndarray | None, np.ndarray] | None, item: int) -> tuple[int, int]:
     """``class_floor`` in bytes and in whole elements, from ``_classes_in_bytes``."""
     if classes is None:
         return 0, 0
     ranks, need = classes
     if ranks is None:  # one rank a class, in rank order
-        f = int((sent + need).max())
+        f = int((moved + need).max())
         return f, f
     members = ranks.shape[1]
-    most = int((sent[ranks].sum(axis=1) + need).max())
+    most = int((moved[ranks].sum(axis=1) + need).max())
     # every step sends whole elements, so the busiest member sends a whole number of them;
     # ``need`` is whole elements, so the class's whole elements are ``most // item``
     return -(-most // members), item * -(-(most // item) // members)
 
 
-def class_floor(sent: np.ndarray, state: TensorType, goal: TensorType, mesh: Mesh, whole: bool = True) -> int:
-    """Bytes the busiest rank will have sent at least, per holder class (``lowering.bounds.
-    holder_classes``): its members' sends so far plus what the class must still send, over
+def class_floor(moved: np.ndarray, state: TensorType, goal: TensorType, mesh: Mesh, whole: bool = True) -> int:
+    """Bytes the busiest rank will have moved at least, per holder class (``lowering.bounds.
+    holder_classes``): its members' bytes so far plus what the class must still send, over
     its size, at the class where that is largest; in whole elements unless ``whole`` is False."""
-    return _floors(sent, _classes_in_bytes(state, goal, mesh), state.itemsize)[1 if whole else 0]
+    return _floors(moved, _classes_in_bytes(state, goal, mesh), state.itemsize)[1 if whole else 0]
 
 
-def receive_floor(sent: np.ndarray, state: TensorType, goal: TensorType, mesh: Mesh, whole: bool = True) -> int:
-    """Bytes the busiest rank will have sent at least, per receiver (``lowering.bounds.
-    receive_needs``): its sends so far plus what it must still receive, over its members;
-    in whole elements unless ``whole`` is False. A floor only where the layouts stay even
-    (``lowering.bounds.even_throughout``)."""
-    return _floors(sent, _in_bytes(receive_needs(state, goal, mesh), state.itemsize), state.itemsize)[1 if whole else 0]
+def receive_floor(moved: np.ndarray, state: TensorType, goal: TensorType, mesh: Mesh, whole: bool = True) -> int:
+    """Bytes the busiest rank will have moved at least, per receiver (``lowering.bounds.
+    receive_needs``): its bytes so far plus what it must still receive, over its members;
+    in whole elements unless ``whole`` is False."""
+    return _floors(moved, _in_bytes(receive_needs(state, goal, mesh), state.itemsize), state.itemsize)[1 if whole else 0]
 
 
 def spare_axes(src: TensorType, dst: TensorType, mesh: Mesh) -> tuple[str, ...]:
@@ -261,7 +260,8 @@ def spare_collectives(program: Program) -> int:
 
 @cached(maxsize=16384)  # keys hold search states: keep their count modest
 def _future(state: TensorType, goal: TensorType, mesh: Mesh) -> float:
-    """Bytes every rank together must still send to reach ``goal`` (a lower bound)."""
+    """Bytes every rank together must still send to reach ``goal`` (a lower bound, and so
+    one on what they move)."""
     from lowering.bounds import new_partial_transfers, sent_avg_bytes
 
     return max(float(sent_avg_bytes(state, goal, mesh)) * mesh.size, float(new_partial_transfers(state, goal, mesh) * state.itemsize))
@@ -269,8 +269,10 @@ def _future(state: TensorType, goal: TensorType, mesh: Mesh) -> float:
 
 @cached(maxsize=65536, max_bytes=24 * MIB)
 def move_bytes(state: TensorType, mv: Move, mesh: Mesh) -> np.ndarray:
-    """(world,) elements each rank sends in this move (read-only; cached, since a state
+    """(world,) elements each rank moves in this move, the larger of what it sends and what
+    it receives, as ``Step.bytes_moved`` counts them (read-only; cached, since a state
     expanded under a second label prices the same moves again)."""
-    out = kind_of(mv.kind).price(state, mv.dst, mesh, mv.axes)
+    spec = kind_of(mv.kind)  # padded where the kind pads, as ``priced_step`` prices it
+    out = np.maximum(spec.price(state, mv.dst, mesh, mv.axes), spec.received(state, mv.dst, mesh, mv.axes))
     out.setflags(write=False)
     return out

@@ -81,11 +81,18 @@ def moves(t: TensorType, goal: TensorType, mesh: Mesh, op: str) -> Iterator[Move
     pending = [a for a in mesh.names if a in cur_p and a not in goal_p]
     repl = replicated_axes(t, mesh)
     repl_goal = set(replicated_axes(goal, mesh))
+    goal_op = goal.partial_op or op
+    # the goal's new P(sum) axes: each of their ranks may hold a part of the values and zeros
+    # elsewhere, which splits what must still arrive (where anything must: dims to change)
+    moving = pending or any(d.axes != g.axes for d, g in zip(t.dims, goal.dims))
+    new_sum = goal_p - cur_p if goal_op == "sum" and moving else set()
 
-    # local slices: shard a replicated axis onto the dim the goal wants it on, or
-    # (while a reduction is pending) onto any dim, to split the reduction's work
+    # local slices: shard a replicated axis onto the dim the goal wants it on, or onto any
+    # dim while a reduction is pending (to split the reduction's work) or where the goal
+    # has a new P(sum) over it (to split what must arrive, zero_pad at the end)
     for a in repl:
-        targets = [goal_dim[a]] if a in goal_dim else (range(t.ndim) if pending and a in repl_goal else [])
+        spread = (pending and a in repl_goal) or a in new_sum
+        targets = [goal_dim[a]] if a in goal_dim else (range(t.ndim) if spread else [])
         for k in targets:
             nd = list(dims)
             nd[k] = nd[k] + (a,)
@@ -145,7 +152,6 @@ def moves(t: TensorType, goal: TensorType, mesh: Mesh, op: str) -> Iterator[Move
                     if not splits_integer_average(t, mv.dst, mesh))
 
     # converts into the goal's new partial axes (free, local)
-    goal_op = goal.partial_op or op
     # mesh order, not set order: every rank must compile the same program, and set
     # iteration order of strings changes with each process's hash seed
     new_p = [x for x in mesh.names if x in goal_p and x not in cur_p]

@@ -211,10 +211,9 @@ def _normal_form(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
     and one gather per dim; or, with a pending reduction, the one reduce_scatter (onto
     the dims the goal shards with the pending axes) or all_reduce that finishes it.
     It is returned without a search when it is free, or one collective that provably
-    sends the fewest bytes: no more than the sent-side floor (the mean over ranks of the
-    bytes any plan must send, rounded up), or a direct exchange between two layouts that
-    shard over every axis (each element has one holder and one needer). Only a free
-    plan has fewer collectives.
+    costs the fewest bytes: no more than the floor of every plan (``_floor``), or a direct
+    exchange between two layouts that shard over every axis (each element has one holder
+    and one needer). Only a free plan has fewer collectives.
     """
     if goal.partial_axes or not model.bytes_first:
         return None
@@ -271,28 +270,28 @@ def _normal_form(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
         return path
     if colls > 1:
         return None
-    sent = int(sum((move_bytes(s, mv, mesh) for s, mv in path), np.zeros(mesh.size, dtype=np.int64)).max())
-    if sent == 0:  # a collective that moves nothing: a free plan may exist, let the search see
+    moved = int(sum((move_bytes(s, mv, mesh) for s, mv in path), np.zeros(mesh.size, dtype=np.int64)).max())
+    if moved == 0:  # a collective that moves nothing: a free plan may exist, let the search see
         return None
     if not pending and not replicated_axes(start, mesh) and not replicated_axes(goal, mesh):
         # every element has one holder and one needer: any plan makes each rank send all
-        # it holds but keeps, which is exactly what the one direct exchange sends
+        # it holds but keeps and receive all it lacks, which is exactly what the one direct
+        # exchange sends and receives
         return path
-    if sent * start.itemsize <= _sent_floor(start, goal, mesh):
+    if moved * start.itemsize <= _floor(start, goal, mesh):
         return path
     return None
 
 
 @cached(maxsize=4096)
-def _sent_floor(start: TensorType, goal: TensorType, mesh: Mesh) -> int:
-    """Bytes the busiest rank sends in any plan, at least: the lower bound's ``sent_avg``
-    rounded up (every needed element arrives, so total sends cover the transfers), or the
-    per-class floor (``class_floor``) where that is higher. The
-    receive side of the lower bound is no floor for *sent* bytes on uneven layouts."""
+def _floor(start: TensorType, goal: TensorType, mesh: Mesh) -> int:
+    """Bytes the busiest rank moves in any plan, at least: the lower bound (what the
+    neediest rank must receive, and the transfers over the world, rounded up), or the
+    per-class floor (``class_floor``) where that is higher."""
     from lowering.bounds import lower_bound_detail
 
-    avg = int(np.ceil(lower_bound_detail(start, goal, mesh)["sent_avg_bytes"] - 1e-9))
-    return max(avg, class_floor(np.zeros(mesh.size, dtype=np.int64), start, goal, mesh))
+    return max(int(lower_bound_detail(start, goal, mesh)["bytes"]),
+               class_floor(np.zeros(mesh.size, dtype=np.int64), start, goal, mesh))
 
 
 def _search(start: TensorType, goal: TensorType, mesh: Mesh, op: str, model: CostModel,
@@ -335,9 +334,9 @@ def _search_labels(ctx: SearchContext, start: TensorType, op: str, max_labels: i
                    deadline: float, gap: int = 0) -> tuple[list[tuple[TensorType, Move]], Proof]:
     """Best-first search from ``start`` to ``goal``; see ``_key`` for the order.
 
-    A path's cost is a vector (bytes each rank has sent), so two paths to one state can
+    A path's cost is a vector (bytes each rank has moved), so two paths to one state can
     each be the better start for some ending. A state is therefore expanded once per
-    *label* (sent vector, time, collectives, peak, spare-axis charge) that no label
+    *label* (moved vector, time, collectives, peak, spare-axis charge) that no label
     already expanded there dominates, not just once: with an estimate that never
     overshoots, the first goal popped is then the cheapest plan in the search space, as
     long as no state needs more than ``max_labels`` labels.

@@ -45,6 +45,7 @@ class Step:
     padded: bool = False  # reduce_scatter on uneven pieces: padded to equal chunks on the wire
     # the kind's flag, held here so that a Step is plain data, read without the kinds' registry
     collective: bool = field(kw_only=True, repr=False, compare=False)
+    bytes_recv: tuple[int, ...] = field(default=(), kw_only=True, repr=False, compare=False)  # per rank
 
     @property
     def is_collective(self) -> bool:
@@ -53,6 +54,19 @@ class Step:
     @property
     def bytes_sent_max(self) -> int:
         return max(self.bytes_sent) if self.bytes_sent else 0
+
+    @property
+    def bytes_moved(self) -> tuple[int, ...]:
+        """Per rank, the larger of the bytes it sends and receives: a link is full duplex, so
+        a rank's share of the step takes as long as its busier direction."""
+        if not self.bytes_recv:
+            return self.bytes_sent
+        return tuple(map(max, self.bytes_sent, self.bytes_recv))
+
+    @property
+    def bytes_max(self) -> int:
+        """The step's price: what its busiest rank sends or receives, whichever is more."""
+        return max(self.bytes_moved, default=0)
 
     def describe(self) -> str:
         """``all_gather(tp) dim 0`` style label."""
@@ -74,6 +88,7 @@ class Step:
             "dst": str(self.dst),
             "in_shapes": [list(s) for s in self.in_shapes],
             "out_shapes": [list(s) for s in self.out_shapes],
+            "bytes_max": self.bytes_max,
             "bytes_sent_max": self.bytes_sent_max,
             "padded": self.padded,
         }
@@ -81,15 +96,21 @@ class Step:
 
 @dataclass(frozen=True)
 class Cost:
-    """What a program costs: bytes (max over ranks, summed over steps), calls, memory, time."""
+    """What a program costs: bytes (max over ranks, summed over steps), calls, memory, time.
+
+    ``bytes_max`` is the price the planner minimises and the lower bound bounds: per rank,
+    the larger of what it sends and what it receives in each step, summed over the steps,
+    at the busiest rank. ``bytes_sent_max`` counts the sends alone (the busiest sender)."""
 
     bytes_sent_max: int
     collectives: int
     peak_bytes_max: int
     time_s: float
+    bytes_max: int
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "bytes_max": self.bytes_max,
             "bytes_sent_max": self.bytes_sent_max,
             "collectives": self.collectives,
             "peak_bytes_max": self.peak_bytes_max,
@@ -133,20 +154,20 @@ class Program:
             lines.append("  (no steps: every rank already holds its destination block)")
         width = max((len(s.describe()) for s in self.steps), default=0)
         for i, s in enumerate(self.steps, 1):
-            moved = f"{s.bytes_sent_max} B/rank" if s.is_collective else "local"
+            moved = f"{s.bytes_max} B/rank" if s.is_collective else "local"
             lines.append(f"  {i}. {s.describe():<{width}}  -> {s.dst}   [{moved}]")
         c = self.cost
         lines.append(
-            f"  cost: {c.bytes_sent_max} B sent (max rank), {c.collectives} collective(s), "
-            f"peak {c.peak_bytes_max} B"
+            f"  cost: {c.bytes_max} B (busiest rank, sent or received), {c.bytes_sent_max} B sent (max rank), "
+            f"{c.collectives} collective(s), peak {c.peak_bytes_max} B"
         )
         if self.gap_bytes is None:
             lines.append("  (the best program found within the planner's budget; not proven optimal)")
         elif self.gap_bytes:
-            lines.append(f"  (proven within {self.gap_bytes} B of the cheapest: no program sends more than "
+            lines.append(f"  (proven within {self.gap_bytes} B of the cheapest: no program costs more than "
                          f"{self.gap_bytes} B less)")
         elif not self.optimal:
-            lines.append("  (no program sends fewer bytes; one may run fewer collectives or need less memory)")
+            lines.append("  (no program costs fewer bytes; one may run fewer collectives or need less memory)")
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
@@ -206,18 +227,22 @@ def make_program(steps: Sequence[Step] | Step, mesh: Mesh | str, *, cost_model: 
 
 
 def program_cost(steps: list[Step], src: TensorType, mesh: Mesh, model: Any) -> Cost:
-    """Bytes (max over ranks of the sum over steps), collectives, peak live bytes, time."""
+    """Bytes (max over ranks of the sum over steps: of the larger of sent and received per
+    step, and of sent alone), collectives, peak live bytes, time (each step at its price)."""
     sent = np.zeros(mesh.size, dtype=np.int64)
+    moved = np.zeros(mesh.size, dtype=np.int64)
     peak = int((local_numel(src, mesh) * src.itemsize).max())
     time = 0.0
     for s in steps:
         sent += np.asarray(s.bytes_sent, dtype=np.int64)
+        moved += np.asarray(s.bytes_moved, dtype=np.int64)
         live = (local_numel(s.src, mesh) + local_numel(s.dst, mesh)) * src.itemsize
         peak = max(peak, int(live.max()))
-        time += model.step_time(s.axes, s.bytes_sent_max, s.is_collective)
+        time += model.step_time(s.axes, s.bytes_max, s.is_collective)
     return Cost(
         bytes_sent_max=int(sent.max()) if steps else 0,
         collectives=sum(1 for s in steps if s.is_collective),
         peak_bytes_max=peak,
         time_s=time,
+        bytes_max=int(moved.max()) if steps else 0,
     )

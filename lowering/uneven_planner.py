@@ -71,6 +71,6 @@ def plan_uneven(src: TensorType, dst: TensorType, mesh: Mesh, model: CostModel) 
 
     def key(steps: list[Step]) -> tuple:
         c = program_cost(steps, src, mesh, model)
-        return (c.bytes_sent_max, c.time_s, c.collectives, len(steps))
+        return (c.bytes_max, c.time_s, c.collectives, len(steps))
 
     return min(routes, key=key)

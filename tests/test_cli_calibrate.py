@@ -39,7 +39,7 @@ def test_calibrate_on_4_gloo_ranks_writes_a_model_compile_accepts(tmp_path: Path
     model = CostModel.load(out)
     assert {a for a, _ in model.alpha} == {"dp", "tp"} and model.groups[0][0] == ("dp", "tp")
     prog = lowering.compile("f32[16]{U:(dp,tp)}", "f32[16@(dp,tp)]", "dp=2,tp=2", cost_model=str(out))
-    assert prog.cost.time_s == pytest.approx(sum(model.step_time(s.axes, s.bytes_sent_max, s.is_collective)
+    assert prog.cost.time_s == pytest.approx(sum(model.step_time(s.axes, s.bytes_max, s.is_collective)
                                                  for s in prog.steps))
 
 

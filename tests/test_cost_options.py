@@ -19,7 +19,7 @@ def test_a_scalar_alpha_or_beta_is_every_axis_value() -> None:
     assert m == CostModel.make(default_alpha=5e-6, default_beta=2e-10)
     assert m.alpha_of(("dp", "tp")) == 5e-6 and m.beta_of(("tp",)) == 2e-10
     prog = compile("f32[8@dp]", "f32[8]", MESH, cost_model=m)
-    assert prog.cost.time_s == pytest.approx(5e-6 + 2e-10 * prog.cost.bytes_sent_max)
+    assert prog.cost.time_s == pytest.approx(5e-6 + 2e-10 * prog.cost.bytes_max)
 
 
 def test_ints_and_numpy_numbers_are_accepted_as_floats() -> None:
@@ -91,4 +91,4 @@ def test_a_scalar_alpha_flag_reaches_the_model(capsys: pytest.CaptureFixture[str
     rc, out, _ = _run(capsys, "plan", "--mesh", MESH, "f32[8@dp]", "f32[8]", "--alpha", "1e-3", "--json")
     assert rc == 0
     data = json.loads(out)
-    assert data["cost"]["time_s"] == pytest.approx(1e-3 + 1e-10 * data["cost"]["bytes_sent_max"])
+    assert data["cost"]["time_s"] == pytest.approx(1e-3 + 1e-10 * data["cost"]["bytes_max"])

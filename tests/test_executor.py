@@ -130,6 +130,7 @@ def test_wire_bytes_equal_the_cost_of_hand_built_steps():
         program = one_step(kind, axes, dims, src, dst, mesh, op, padded)
         step = program.steps[0]
         assert wire_bytes(step, program.mesh) == step.bytes_sent, name
+        assert wire_bytes(step, program.mesh, received=True) == step.bytes_recv, name
 
 
 def test_flat_offset():

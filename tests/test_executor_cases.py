@@ -88,3 +88,4 @@ def test_case_wire_bytes_equal_cost(case):
     program = lowering.compile(case["src"], case["dst"], case["mesh"])
     for step in program.steps:
         assert wire_bytes(step, program.mesh) == step.bytes_sent, step.describe()
+        assert wire_bytes(step, program.mesh, received=True) == step.bytes_recv, step.describe()

@@ -1,5 +1,6 @@
 """Uneven placements on real gloo ranks (2 and 4 processes): the worked examples there and
-back, the bytes handed to all_to_all_single (the program's price, never padded), autograd,
+back, the bytes handed to all_to_all_single and taken back from it (the program's price,
+sent and busiest-direction figures, never padded), autograd,
 async_op, and a bad type refused on every rank before any communication. Small tensors,
 hard timeouts."""
 
@@ -37,15 +38,18 @@ def worked(rank: int, world: int) -> dict:
 
 
 def counted(rank: int, world: int) -> dict:
-    """The bytes this rank hands to all_to_all_single, per skewed case (and the result)."""
+    """The bytes this rank hands to all_to_all_single and takes back, per skewed case (each
+    call's sent, and the larger of its sent and received), and the result."""
     from torch_backend import redistribute
 
     real = dist.all_to_all_single
-    seen: list[int] = []
+    seen: list[tuple[int, int]] = []
 
     def counting(output, input, output_split_sizes=None, input_split_sizes=None, **kw):
         assert input.numel() == sum(input_split_sizes)  # nothing padded
-        seen.append(sum(input_split_sizes) * input.element_size())
+        assert output.numel() == sum(output_split_sizes)
+        sent, got = sum(input_split_sizes) * input.element_size(), sum(output_split_sizes) * output.element_size()
+        seen.append((sent, max(sent, got)))
         return real(output, input, output_split_sizes, input_split_sizes, **kw)
 
     dist.all_to_all_single = counting
@@ -57,7 +61,8 @@ def counted(rank: int, world: int) -> dict:
                 continue  # a partial source's contributions are not the global's blocks
             seen.clear()
             y = redistribute(torch.from_numpy(block(s, m, rank).astype(np.float32)), s, d, m, timeout=20)
-            out[src, dst] = (sum(seen), bool(np.array_equal(y.numpy(), block(d, m, rank).astype(np.float32))))
+            out[src, dst] = (sum(c[0] for c in seen), sum(c[1] for c in seen),
+                             bool(np.array_equal(y.numpy(), block(d, m, rank).astype(np.float32))))
     finally:
         dist.all_to_all_single = real
     # async_op: the handle's wait() gives the sync result
@@ -135,9 +140,14 @@ def test_bytes_async_and_backward_on_4_ranks(pool4) -> None:
         if "U:" in src:
             continue
         m, s, d = case_types(mesh, src, dst)
-        price = sum(sum(st.bytes_sent) for st in compile(s, d, m).steps)
-        assert price > 0 and sum(results[r][src, dst][0] for r in range(4)) == price, (src, dst)
-        assert all(results[r][src, dst][1] for r in range(4)), (src, dst)
+        prog = compile(s, d, m)
+        assert prog.cost.bytes_max > 0
+        for r in range(4):  # per rank: what it sent, and its busier direction, step by step
+            assert results[r][src, dst][0] == sum(st.bytes_sent[r] for st in prog.steps), (src, dst, r)
+            assert results[r][src, dst][1] == sum(st.bytes_moved[r] for st in prog.steps), (src, dst, r)
+        assert max(results[r][src, dst][0] for r in range(4)) == prog.cost.bytes_sent_max
+        assert max(results[r][src, dst][1] for r in range(4)) == prog.cost.bytes_max
+        assert all(results[r][src, dst][2] for r in range(4)), (src, dst)
         n += 1
     assert n == 3
     assert all(results[r]["async"] for r in range(4))

@@ -20,7 +20,7 @@ def test_axis_order_swap_is_one_permute_at_the_lower_bound() -> None:
     prog = compile("f32[8@(dp,tp)]", "f32[8@(tp,dp)]", MESH)
     assert kinds(prog) == ["permute"]
     assert prog.steps[0].axes == ("dp", "tp")
-    assert prog.cost.bytes_sent_max == lower_bound("f32[8@(dp,tp)]", "f32[8@(tp,dp)]", MESH) == 4
+    assert prog.cost.bytes_max == lower_bound("f32[8@(dp,tp)]", "f32[8@(tp,dp)]", MESH) == 4
     assert prog.cost.collectives == 1
 
 
@@ -29,7 +29,7 @@ def test_pending_sum_to_shard_is_a_reduce_scatter_not_all_reduce_plus_slice() ->
     assert kinds(prog) == ["reduce_scatter"]
     assert prog.steps[0].op == "sum"
     # (n-1)/n of the 512-byte buffer
-    assert prog.cost.bytes_sent_max == 384
+    assert prog.cost.bytes_max == 384
 
 
 def test_small_reduction_is_not_split_over_a_spare_axis() -> None:
@@ -37,7 +37,7 @@ def test_small_reduction_is_not_split_over_a_spare_axis() -> None:
     # less than the 64 KiB a collective over a spare axis is charged, so one reduce_scatter
     prog = compile("f32[8,16]{U:tp}", "f32[8@tp,16]", MESH)
     assert kinds(prog) == ["reduce_scatter"] and prog.steps[0].axes == ("tp",)
-    assert prog.cost.bytes_sent_max == 384 and prog.cost.collectives == 1
+    assert prog.cost.bytes_max == 384 and prog.cost.collectives == 1
 
 
 def test_large_reduction_is_split_over_a_spare_axis() -> None:
@@ -45,7 +45,7 @@ def test_large_reduction_is_split_over_a_spare_axis() -> None:
     prog = compile(src, dst, MESH)
     assert kinds(prog) == ["slice", "reduce_scatter", "all_gather"]
     assert prog.steps[0].axes == prog.steps[2].axes == ("dp",)
-    assert prog.cost.bytes_sent_max == lower_bound(src, dst, MESH) == 16 * 2**20  # single RS: 24 MiB
+    assert prog.cost.bytes_max == lower_bound(src, dst, MESH) == 16 * 2**20  # single RS: 24 MiB
 
 
 def test_slow_spare_axis_keeps_a_large_reduction_whole() -> None:
@@ -61,7 +61,7 @@ def test_spare_axis_charge_sets_where_the_split_starts(charge: int) -> None:
     # the split saves exactly 128 B here: taken when the charge is below it
     model = CostModel.make(spare_axis_bytes=charge)
     prog = compile("f32[8,16]{U:tp}", "f32[8@tp,16]", MESH, cost_model=model)
-    assert prog.cost.bytes_sent_max == lower_bound("f32[8,16]{U:tp}", "f32[8@tp,16]", MESH) == 256
+    assert prog.cost.bytes_max == lower_bound("f32[8,16]{U:tp}", "f32[8@tp,16]", MESH) == 256
     assert prog.cost.collectives == 2
     equal = compile("f32[8,16]{U:tp}", "f32[8@tp,16]", MESH, cost_model=CostModel.make(spare_axis_bytes=128))
     assert equal.cost.collectives == 1  # a tie keeps the fewer collectives
@@ -80,7 +80,7 @@ def test_gathers_of_two_dims_are_one_flattened_collective() -> None:
     prog = compile("f32[8@dp,16@tp]", "f32[8,16]", MESH)
     assert kinds(prog) == ["all_gather"]
     assert prog.steps[0].dims == (0, 1) and prog.steps[0].axes == ("dp", "tp")
-    assert prog.cost.bytes_sent_max == 7 * 64  # (n-1) * b over the 8-rank group
+    assert prog.cost.bytes_max == 7 * 64  # (n-1) * b over the 8-rank group
 
 
 def test_pending_sum_onto_two_dims_is_one_reduce_scatter() -> None:
@@ -88,7 +88,7 @@ def test_pending_sum_onto_two_dims_is_one_reduce_scatter() -> None:
     prog = compile(src, dst, MESH)
     assert kinds(prog) == ["reduce_scatter"]
     assert prog.steps[0].dims == (0, 1) and prog.steps[0].axes == ("tp", "dp")
-    assert prog.cost.bytes_sent_max == lower_bound(src, dst, MESH) == 448
+    assert prog.cost.bytes_max == lower_bound(src, dst, MESH) == 448
 
 
 def test_uneven_two_dim_gather_after_a_reduce_scatter() -> None:
@@ -97,7 +97,7 @@ def test_uneven_two_dim_gather_after_a_reduce_scatter() -> None:
     prog = compile("bf16[6@dp,6,5@cp]{U:tp}", "bf16[6@dp,6,5]", "dp=2,cp=2,tp=2")
     assert kinds(prog) == ["reduce_scatter", "all_gather"]
     assert prog.steps[1].dims == (1, 2)
-    assert prog.cost.bytes_sent_max == 198 and prog.cost.collectives == 2
+    assert prog.cost.bytes_max == 198 and prog.cost.collectives == 2
 
 
 def test_latency_heavy_model_prefers_fewer_collectives() -> None:
@@ -110,7 +110,7 @@ def test_latency_heavy_model_prefers_fewer_collectives() -> None:
 def test_uneven_gather_is_priced_as_an_exact_ring() -> None:
     prog = compile("f32[5@x]", "f32[5]", "x=8")
     assert kinds(prog) == ["all_gather"]
-    assert prog.cost.bytes_sent_max == 20  # the lower bound; padding would send 28
+    assert prog.cost.bytes_max == 20  # the lower bound; padding would send 28
     assert prog.steps[0].in_shapes == ((1,),) * 5 + ((0,),) * 3
 
 
@@ -123,7 +123,7 @@ def test_flattened_gather_in_shard_order() -> None:
 def test_replicated_to_partial_is_a_local_zero_fill() -> None:
     prog = compile("f32[4]", "f32[4]{U:tp}", MESH)
     assert kinds(prog) == ["zero_fill"]
-    assert prog.cost.bytes_sent_max == 0 and prog.cost.collectives == 0
+    assert prog.cost.bytes_max == 0 and prog.cost.collectives == 0
 
 
 def test_program_text_and_json() -> None:
@@ -131,7 +131,7 @@ def test_program_text_and_json() -> None:
     text = str(prog)
     assert "permute(dp,tp)" in text and "float32[8@(tp,dp)]" in text and "B/rank" in text
     data = json.loads(prog.to_json_str())
-    assert data["cost"]["bytes_sent_max"] == 4
+    assert data["cost"]["bytes_max"] == 4
     assert data["steps"][0]["out_shapes"] == [[1]] * 8
 
 

@@ -71,7 +71,7 @@ def test_the_fallback_alone_is_exact(case: tuple, seed: int) -> None:
     assert not prog.optimal
     assert_exact(prog, seed)
     # the search starts from the fallback, so it never returns anything dearer
-    assert compile(src, dst, mesh).cost.bytes_sent_max <= prog.cost.bytes_sent_max or prog.cost.collectives == 0
+    assert compile(src, dst, mesh).cost.bytes_max <= prog.cost.bytes_max or prog.cost.collectives == 0
 
 
 def test_a_search_cut_off_still_answers_and_says_so() -> None:

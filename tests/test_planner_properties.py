@@ -37,7 +37,7 @@ def test_simulated_program_gives_destination_shards(case: tuple, seed: int) -> N
 def _charged(prog, charge: int) -> int:
     from lowering.labels import spare_collectives
 
-    return prog.cost.bytes_sent_max + charge * spare_collectives(prog)
+    return prog.cost.bytes_max + charge * spare_collectives(prog)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -51,8 +51,8 @@ def test_spare_axis_charge_trades_bytes_consistently(case: tuple, charge: int) -
     pure = compile(src, dst, mesh, cost_model=CostModel.make(spare_axis_bytes=0), budget_s=5.0)
     charged = compile(src, dst, mesh, cost_model=CostModel.make(spare_axis_bytes=charge), budget_s=5.0)
     assert pure.optimal and charged.gap_bytes is not None and charged.gap_bytes <= charge // 64
-    assert pure.cost.bytes_sent_max <= charged.cost.bytes_sent_max, (str(pure), str(charged))
+    assert pure.cost.bytes_max <= charged.cost.bytes_max, (str(pure), str(charged))
     assert _charged(charged, charge) <= _charged(pure, charge) + charged.gap_bytes, (str(pure), str(charged))
     if not (src.partial_axes and not set(src.partial_axes) <= set(dst.partial_axes)):
         # no reduction to split
-        assert charged.cost.bytes_sent_max <= pure.cost.bytes_sent_max + charged.gap_bytes
+        assert charged.cost.bytes_max <= pure.cost.bytes_max + charged.gap_bytes

@@ -16,7 +16,6 @@ from hypothesis import HealthCheck, assume, given, settings
 from strategies import cases
 
 from lowering.blocks import is_uneven
-from lowering.bounds import even_throughout
 from lowering.cost import DEFAULT_COST_MODEL, CostModel
 from lowering.fallback import fallback_routes
 from lowering.labels import SearchContext, _future, class_floor, receive_floor
@@ -38,21 +37,21 @@ def _search_ends(case: tuple) -> tuple[TensorType, TensorType, Mesh, str]:
     return start, goal, mesh, start.partial_op or goal.partial_op or "sum"
 
 
-def _key(model: CostModel, time: float, sent: np.ndarray, colls: int, peak: int, future: float,
+def _key(model: CostModel, time: float, moved: np.ndarray, colls: int, peak: int, future: float,
          extra: int, floor: int, item: int, whole: bool = True) -> tuple:
     """The search key from its terms, written plainly (``SearchContext.keys`` fuses them): the
-    largest of the busiest rank's sends, the class and receive floors (``floor``, the
-    larger) and the world mean of sends
+    largest of the busiest rank's bytes, the class and receive floors (``floor``, the
+    larger) and the world mean of bytes
     plus what is due (in whole elements where ``whole``), plus the spare-axis charge;
     one more collective where anything is due; the peak."""
-    total = int(sent.max())
+    total = int(moved.max())
     if not model.bytes_first:
         return (time, total, colls, peak)
     if whole:
-        elements = int(sent.sum()) // item + math.ceil(future / item - 1e-6)
-        estimate = max(total, floor, item * -(-elements // len(sent)))
+        elements = int(moved.sum()) // item + math.ceil(future / item - 1e-6)
+        estimate = max(total, floor, item * -(-elements // len(moved)))
     else:
-        estimate = max(total, floor, -(-int(sent.sum() + future) // len(sent)))
+        estimate = max(total, floor, -(-int(moved.sum() + future) // len(moved)))
     return (estimate + extra, colls + int(future > 0), peak)
 
 
@@ -100,18 +99,16 @@ def test_the_fused_key_is_the_key_term_by_term(case: tuple) -> None:
         for state, mv in route:
             lab = ctx.extend(lab, state, mv)
             assert lab is not None
-            assert lab.sent_max == int(lab.sent.max()) and lab.sent_sum == int(lab.sent.sum()), str(state)
+            assert lab.moved_max == int(lab.moved.max()) and lab.moved_sum == int(lab.moved.sum()), str(state)
             here = mv.dst
             item = here.itemsize
             future = _future(here, goal, mesh)
-            args = (DEFAULT_COST_MODEL, lab.time, lab.sent, lab.colls, lab.peak, future, lab.charge)
-            # the receive floor counts where the layouts stay even
-            even = even_throughout(start, goal, mesh)
-            recv_bytes = receive_floor(lab.sent, here, goal, mesh, whole=False) if even else 0
-            recv_whole = receive_floor(lab.sent, here, goal, mesh) if even else 0
-            order = _key(*args, max(class_floor(lab.sent, here, goal, mesh, whole=False), recv_bytes), item,
+            args = (DEFAULT_COST_MODEL, lab.time, lab.moved, lab.colls, lab.peak, future, lab.charge)
+            recv_bytes = receive_floor(lab.moved, here, goal, mesh, whole=False)
+            recv_whole = receive_floor(lab.moved, here, goal, mesh)
+            order = _key(*args, max(class_floor(lab.moved, here, goal, mesh, whole=False), recv_bytes), item,
                          whole=False)
-            bound = _key(*args, max(class_floor(lab.sent, here, goal, mesh), recv_whole), item)
+            bound = _key(*args, max(class_floor(lab.moved, here, goal, mesh), recv_whole), item)
             assert ctx.keys(lab, here) == (order, bound), str(here)
             # a cutoff at the bound prunes; just above it keeps the same keys
             assert ctx.keys(lab, here, bound) is None

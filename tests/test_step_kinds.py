@@ -78,8 +78,9 @@ def test_every_kind_is_exercised() -> None:
 def test_type_rule_rebuilds_the_planners_step(name: str, mesh: Mesh, step: Step) -> None:
     again = make_step(step.kind, step.src, step.dst, mesh, axes=step.axes, padded=step.padded)
     assert again == step
-    assert again.bytes_sent == step.bytes_sent
+    assert again.bytes_sent == step.bytes_sent and again.bytes_recv == step.bytes_recv
     assert wire_bytes(step, mesh) == step.bytes_sent
+    assert wire_bytes(step, mesh, received=True) == step.bytes_recv
 
 
 @pytest.mark.parametrize("name,mesh,step", STEPS, ids=[n for n, _, _ in STEPS])
@@ -145,7 +146,7 @@ def test_make_program_chains_and_prices() -> None:
     a = make_step("slice", "f32[8,6]{U:tp}", "f32[8,6@dp]{U:tp}", mesh)
     b = make_step("reduce_scatter", "f32[8,6@dp]{U:tp}", "f32[8@tp,6@dp]", mesh)
     p = make_program([a, b], mesh)
-    assert p.cost.bytes_sent_max == b.bytes_sent_max and p.cost.collectives == 1
+    assert p.cost.bytes_max == b.bytes_max and p.cost.collectives == 1
     with pytest.raises(SpecError, match="starts at"):
         make_program([b, a], mesh)
 

@@ -142,6 +142,7 @@ def test_bytes_are_the_exact_pieces(case: tuple[TensorType, TensorType, Mesh]) -
             continue
         assert step.kind in UNEVEN_KINDS, f"{step.describe()} in an uneven program: {src} -> {dst}"
         assert wire_bytes(step, mesh) == step.bytes_sent
+        assert wire_bytes(step, mesh, received=True) == step.bytes_recv
         pieces = [rank_pieces(step, mesh, r) for r in range(mesh.size)]
         if step.kind == "all_gatherv":  # a ring: each rank forwards all segments but its successor's
             for p in pieces:

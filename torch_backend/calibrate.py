@@ -57,7 +57,7 @@ def measure(mesh: Mesh, sizes: Sequence[int], iters: int, *, ctx: MeshContext | 
             runs.append(timings)
         for j, step in enumerate(program.steps):
             if step.is_collective:
-                out.append(Sample(step.axes, step.kind, step.bytes_sent_max,
+                out.append(Sample(step.axes, step.kind, step.bytes_max,
                                   statistics.median(r[j] for r in runs)))
         if on_probe is not None:
             on_probe(i)

@@ -55,8 +55,10 @@ def priced_step(kind: str, src: TensorType, dst: TensorType, mesh: Mesh, axes: t
     spec = kind_of(name)
     pad = spec.padded(src, dst, mesh, axes) if padded is None else padded
     sent = tuple((spec.price(src, dst, mesh, axes, padded=pad) * src.itemsize).tolist())
+    got = tuple((spec.received(src, dst, mesh, axes, padded=pad) * src.itemsize).tolist())
     return Step(name, axes, dims, src, dst, (op or "sum") if spec.reduces else None,
-                local_shapes(src, mesh), local_shapes(dst, mesh), sent, pad, collective=spec.collective)
+                local_shapes(src, mesh), local_shapes(dst, mesh), sent, pad, collective=spec.collective,
+                bytes_recv=got)
 
 
 def make_step(kind: str, src: TensorType | str, dst: TensorType | str, mesh: Mesh | str, *,
@@ -135,10 +137,12 @@ def _checked_rank(step: Step, mesh: Mesh | str, rank: object) -> tuple[Mesh, int
     return m, check_rank(rank, m)
 
 
-def wire_bytes(step: Step, mesh: Mesh) -> tuple[int, ...]:
-    """Per rank, the bytes its pieces put on the wire (computes every rank's pieces: for
-    checks that the executor sends exactly the price, not for the hot path)."""
-    return tuple(rank_pieces(step, mesh, r).wire_elems * step.src.itemsize for r in range(mesh.size))
+def wire_bytes(step: Step, mesh: Mesh, received: bool = False) -> tuple[int, ...]:
+    """Per rank, the bytes its pieces put on the wire, or take off it (``received``; computes
+    every rank's pieces: for checks that the executor moves exactly the price, not for the hot
+    path)."""
+    pieces = [rank_pieces(step, mesh, r) for r in range(mesh.size)]
+    return tuple((p.wire_in_elems if received else p.wire_elems) * step.src.itemsize for p in pieces)
 
 
 @contextmanager

@@ -6,9 +6,12 @@ there is to know about it, torch-free:
 * ``infer``    its type rule: which (src, dst) pairs over which mesh axes it accepts,
                and the tensor dims and reduce op that follow from them;
 * ``price``    the elements each rank sends (vectorised over the world, for the planner);
+* ``received`` the elements each rank receives (a step takes as long as its busiest link
+               direction, so the planner prices it by the larger of the two per rank);
 * ``pieces``   one rank's share: which piece of its input goes to which peer and where
                each received piece lands, read off the layout algebra; the simulator and
-               the torch executor both run from these, and ``wire_elems`` equals the price;
+               the torch executor both run from these, and ``wire_elems`` equals the price
+               (``wire_in_elems`` what it receives);
 * ``simulate`` its numpy semantics over every rank's pieces (the reference interpreter);
 * ``duals``    the kind of the step that computes its gradient, on the dual types (data:
                the planner builds the step, ``lowering.planner.dual_steps``).
@@ -74,6 +77,7 @@ class RankPieces:
     out_shape: tuple[int, ...]
     members: tuple[int, ...] = ()  # the group in process-group rank order (mesh ranks)
     wire_elems: int = 0  # elements this rank puts on the wire
+    wire_in_elems: int = 0  # elements this rank takes off the wire
 
     @property
     def n(self) -> int:
@@ -117,6 +121,12 @@ class StepKind:
               padded: bool = True) -> np.ndarray:
         """(world,) elements each rank sends (``padded``: uneven pieces padded on the wire, where
         the kind pads); local kinds send nothing."""
+        return np.zeros(mesh.size, dtype=np.int64)
+
+    def received(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...],
+                 padded: bool = True) -> np.ndarray:
+        """(world,) elements each rank receives (as ``price``: padded where the kind pads);
+        local kinds receive nothing."""
         return np.zeros(mesh.size, dtype=np.int64)
 
     def padded(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> bool:

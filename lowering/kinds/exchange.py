@@ -46,7 +46,7 @@ from lowering.kinds.copies import (
     runs_to_boxes,
 )
 from lowering.kinds.exchange_geometry import exchange_bytes, max_senders_per_receiver, received_elems
-from lowering.layout import box_numel, boxes, overlap
+from lowering.layout import box_numel, boxes, local_numel, overlap, own_overlap_numel
 from spec_lang.ir import Mesh, TensorType
 
 if TYPE_CHECKING:
@@ -144,6 +144,11 @@ class AllToAll(StepKind):
         """Exactly the elements leaving each rank."""
         return exchange_bytes(src, dst, mesh, axes)
 
+    def received(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...],
+                 padded: bool = True) -> np.ndarray:
+        """Its destination block less what it keeps (the group tiles every destination block)."""
+        return local_numel(dst, mesh) - own_overlap_numel(src, dst, mesh)
+
     def pieces(self, step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> RankPieces:
         src_b, dst_b = boxes(step.src, mesh), boxes(step.dst, mesh)
         me_in, me_out = src_b[rank], dst_b[rank]
@@ -156,7 +161,8 @@ class AllToAll(StepKind):
         own = overlap(me_in, me_out)
         self_piece = Piece(rank, rel(own, me_in), rel(own, me_out), box_shape(own), numel(box_shape(own)))
         return ExchangePieces(kind=step.kind, rank=rank, in_shape=box_shape(me_in), out_shape=box_shape(me_out),
-                              members=members, wire_elems=sum(p.numel for p in send), send=tuple(send),
+                              members=members, wire_elems=sum(p.numel for p in send),
+                              wire_in_elems=sum(p.numel for p in recv), send=tuple(send),
                               recv=tuple(recv), self_piece=self_piece)
 
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -102,6 +102,13 @@ class AllGather(StepKind):
         successor = np.concatenate((pieces[:, 1:], pieces[:, :1]), axis=1)
         return per_rank(mesh, rows, pieces.sum(axis=1, keepdims=True) - successor)
 
+    def received(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...],
+                 padded: bool = True) -> np.ndarray:
+        """Every block of the group but its own."""
+        rows = group_rows(mesh, axes)
+        pieces = local_numel(src, mesh)[rows]
+        return per_rank(mesh, rows, pieces.sum(axis=1, keepdims=True) - pieces)
+
     def pieces(self, step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> RankPieces:
         src_b = boxes(step.src, mesh)
         me_out = boxes(step.dst, mesh)[rank]
@@ -121,7 +128,7 @@ class AllGather(StepKind):
             i = listed.index(rank)
             wire = sum(sizes) - ring[(i + 1) % len(ring)].numel
         return GatherPieces(kind=self.name, rank=rank, in_shape=box_shape(src_b[rank]), out_shape=out_shape,
-                            members=members, wire_elems=wire, recv=recv, ring=ring, listed=listed,
+                            members=members, wire_elems=wire, wire_in_elems=sum(sizes) - sizes[members.index(rank)], recv=recv, ring=ring, listed=listed,
                             chunk=max(sizes), even=even, direct=direct)
 
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -120,6 +120,15 @@ class ReduceScatter(StepKind):
             return per_rank(mesh, rows, (rows.shape[1] - 1) * pieces.max(axis=1, keepdims=True))
         return per_rank(mesh, rows, pieces.sum(axis=1, keepdims=True) - pieces)
 
+    def received(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...],
+                 padded: bool = True) -> np.ndarray:
+        """Its own piece from every other member (a chunk of the largest piece when padded)."""
+        rows = group_rows(mesh, axes)
+        pieces = local_numel(dst, mesh)[rows]
+        if padded:
+            pieces = np.broadcast_to(pieces.max(axis=1, keepdims=True), pieces.shape)
+        return per_rank(mesh, rows, (rows.shape[1] - 1) * pieces)
+
     def padded(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> bool:
         pieces = box_numel(boxes(dst, mesh)[group_rows(mesh, axes)])
         return bool((pieces != pieces.max(axis=1, keepdims=True)).any())
@@ -133,12 +142,13 @@ class ReduceScatter(StepKind):
         n, chunk, even = len(members), max(sizes), len(set(sizes)) == 1
         if even or step.padded:
             direct = even and is_run([(p.src, p.numel) for p in send], in_shape, chunk)
-            wire = (n - 1) * chunk
+            wire = wire_in = (n - 1) * chunk
         else:  # exact pieces: an all_to_all of the pieces, then a local reduction
             direct = False
             wire = sum(sizes) - sizes[members.index(rank)]
+            wire_in = (n - 1) * sizes[members.index(rank)]
         return ScatterPieces(kind=self.name, rank=rank, in_shape=in_shape, out_shape=box_shape(dst_b[rank]),
-                             members=members, wire_elems=wire, send=tuple(send), chunk=chunk, even=even,
+                             members=members, wire_elems=wire, wire_in_elems=wire_in, send=tuple(send), chunk=chunk, even=even,
                              direct=direct)
 
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -170,11 +180,17 @@ class AllReduce(StepKind):
         n = mesh.group_size(axes)
         return -(-(2 * (n - 1) * local_numel(src, mesh)) // n)
 
+    def received(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...],
+                 padded: bool = True) -> np.ndarray:
+        """As much as it sends."""
+        return self.price(src, dst, mesh, axes, padded)
+
     def pieces(self, step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> RankPieces:
         shape = box_shape(boxes(step.src, mesh)[rank])
         n = len(members)
+        wire = -(-(2 * (n - 1) * numel(shape)) // n)
         return RankPieces(kind=self.name, rank=rank, in_shape=shape, out_shape=shape, members=members,
-                          wire_elems=-(-(2 * (n - 1) * numel(shape)) // n))
+                          wire_elems=wire, wire_in_elems=wire)
 
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return [reduce_arrays([xs[q] for q in p.members], step.op or "sum").astype(xs[p.rank].dtype)

@@ -228,7 +228,7 @@ def _pieces(step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> Exch
     pack_c, unpack_c = plan_copies(pack), plan_copies(unpack)
     return ExchangeVPieces(
         kind=step.kind, rank=rank, in_shape=me_in.shape, out_shape=me_out.shape, members=members,
-        wire_elems=off_s, send=tuple(send), recv=tuple(recv), pack_copies=pack_c, unpack_copies=unpack_c,
+        wire_elems=off_s, wire_in_elems=off_r, send=tuple(send), recv=tuple(recv), pack_copies=pack_c, unpack_copies=unpack_c,
         self_copies=plan_copies(keep), covered=covered, send_elems=off_s, recv_elems=off_r,
         send_run=as_run(pack_c, off_s), recv_run=as_run(unpack_c, off_r, into=True),
         divide=mesh.group_size(finished_axes(src, dst, step.axes)),
@@ -336,13 +336,14 @@ def _check(kind: str, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[
 
 
 @cached(maxsize=1024, max_bytes=8 * MIB)
-def _price(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> np.ndarray:
-    """Elements each rank sends: its exact pieces, for every rank at once (vectorised over
-    each group's sender x receiver pairs; receivers in chunks to bound memory)."""
+def _traffic(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Elements each rank sends and receives: its exact pieces, for every rank at once
+    (vectorised over each group's sender x receiver pairs; receivers in chunks to bound memory)."""
     rule = _rule(src, dst, mesh, axes)
     coords = mesh_coords(mesh)
     sb, db = stacked_blocks(src, mesh), stacked_blocks(dst, mesh)
-    out = np.zeros(mesh.size, dtype=np.int64)
+    sent = np.zeros(mesh.size, dtype=np.int64)
+    got = np.zeros(mesh.size, dtype=np.int64)
     same, zero = list(rule.same), list(rule.zero)
     groups = group_arrays(mesh, axes)[1] if axes else np.arange(mesh.size)[:, None]
     for members in groups:
@@ -354,10 +355,17 @@ def _price(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) 
         per = max(1, _PAIR_BUDGET // max(1, len(members) * sb.shape[1] * db.shape[1] * max(1, src.ndim)))
         for lo in range(0, len(members), per):
             recv = members[lo:lo + per]
-            n = meet_numel(sb[members][:, None], db[recv][None, :])  # (senders, receivers)
-            out[members] += (n * ok[:, lo:lo + per]).sum(axis=1)
-    out.setflags(write=False)
-    return out
+            n = meet_numel(sb[members][:, None], db[recv][None, :]) * ok[:, lo:lo + per]  # (senders, receivers)
+            sent[members] += n.sum(axis=1)
+            got[recv] += n.sum(axis=0)
+    sent.setflags(write=False)
+    got.setflags(write=False)
+    return sent, got
+
+
+def _price(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> np.ndarray:
+    """Elements each rank sends (``_traffic``)."""
+    return _traffic(src, dst, mesh, axes)[0]
 
 
 _PAIR_BUDGET = 1 << 22  # intersection entries per chunk (~64 MiB of int64 temporaries)
@@ -377,6 +385,10 @@ class AllToAllV(StepKind):
     def price(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...],
               padded: bool = True) -> np.ndarray:
         return _price(src, dst, mesh, axes)
+
+    def received(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...],
+                 padded: bool = True) -> np.ndarray:
+        return _traffic(src, dst, mesh, axes)[1]
 
     def pieces(self, step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> RankPieces:
         return _pieces(step, mesh, rank, members)
@@ -447,14 +459,16 @@ def _segment(step: Step, mesh: Mesh, q: int) -> list[tuple[int, int, np.ndarray]
     return _meet(rank_layout(step.src, mesh, q), rank_layout(step.dst, mesh, q))
 
 
-def _ring_price(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> np.ndarray:
-    """Per rank: every segment of its group but its successor's."""
+def _ring_price(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...],
+                successor: bool = True) -> np.ndarray:
+    """Per rank: every segment of its group but its successor's (sent), or but its own
+    (received, ``successor=False``)."""
     seg = meet_numel(stacked_blocks(src, mesh), stacked_blocks(dst, mesh)).astype(np.int64)
     out = np.zeros(mesh.size, dtype=np.int64)
     for members in group_arrays(mesh, axes)[1]:
         ranks = np.sort(members)  # process-group order
         s = seg[ranks]
-        out[ranks] = s.sum() - np.roll(s, -1)
+        out[ranks] = s.sum() - (np.roll(s, -1) if successor else s)
     return out
 
 
@@ -476,6 +490,10 @@ class AllGatherV(AllToAllV):
               padded: bool = True) -> np.ndarray:
         return _ring_price(src, dst, mesh, axes)
 
+    def received(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...],
+                 padded: bool = True) -> np.ndarray:
+        return _ring_price(src, dst, mesh, axes, successor=False)
+
     def pieces(self, step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> RankPieces:
         out_lay = rank_layout(step.dst, mesh, rank)
         in_lay = rank_layout(step.src, mesh, rank)
@@ -496,7 +514,8 @@ class AllGatherV(AllToAllV):
         i = members.index(rank)
         wire = base - segments[(i + 1) % len(members)] if len(members) > 1 else 0
         return GatherVPieces(kind=step.kind, rank=rank, in_shape=in_lay.shape, out_shape=out_lay.shape,
-                             members=members, wire_elems=wire, segments=tuple(segments),
+                             members=members, wire_elems=wire, wire_in_elems=base - segments[i],
+                             segments=tuple(segments),
                              pack_copies=plan_copies(pack), unpack_copies=plan_copies(unpack))
 
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:

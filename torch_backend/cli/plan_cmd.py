@@ -114,9 +114,10 @@ def run(args: argparse.Namespace) -> int:
     budget, gap = _budget(args.budget), _gap(args.gap_bytes)
     prog = compile(args.src, args.dst, mesh, cost_model=model, budget_s=budget, gap_bytes=gap)
     lb = lower_bound(args.src, args.dst, mesh)
-    # a zero bound under a plan that sends bytes has no finite ratio: JSON has no Infinity,
-    # so it says null there, and the text says why
-    ratio = (prog.cost.bytes_sent_max / lb) if lb else (1.0 if prog.cost.bytes_sent_max == 0 else None)
+    # the ratio compares like with like: the price and the bound both count, per rank, the
+    # larger of what it sends and receives. A zero bound under a plan that moves bytes has no
+    # finite ratio: JSON has no Infinity, so it says null there, and the text says why
+    ratio = (prog.cost.bytes_max / lb) if lb else (1.0 if prog.cost.bytes_max == 0 else None)
     if args.json:
         data = {"ok": True, **prog.to_json()}
         data["lower_bound"] = lb
