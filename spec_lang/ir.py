@@ -494,6 +494,24 @@ def _check_ragged(dims: tuple[Dim, ...], i: int) -> None:
         )
 
 
+# Annotation groups print in this order, as JAX prints unreduced before reduced.
+_KIND_ORDER = ("U", "P(avg)", "P(max)", "P(min)", "R", "I", "V")
+
+
+def _axes_text(axes: tuple[str, ...]) -> str:
+    return axes[0] if len(axes) == 1 else "(" + ",".join(axes) + ")"
+
+
+def _dim_text(d: Dim) -> str:
+    if not d.axes:
+        return str(d.size)
+    if d.split is None:
+        return f"{d.size}@{_axes_text(d.axes)}"
+    if len(d.axes) == 1:
+        return f"{d.size}@{d.axes[0]}{d.split}"
+    return f"{d.size}@(" + ",".join(a + (str(d.split) if i == d.split_at else "") for i, a in enumerate(d.axes)) + ")"
+
+
 @dataclass(frozen=True, eq=False)
 class TensorType:
     """A global tensor type: dtype, dims (size + sharding axes), and per-axis local types.
@@ -555,9 +573,17 @@ class TensorType:
         return unmemoised_state(self)
 
     def __str__(self) -> str:
-        from spec_lang.printer import format_type
+        return self.format()
 
-        return format_type(self)
+    def format(self, short_dtype: bool = False) -> str:
+        """The canonical text, JAX's format (``float32[8@(dp,tp),16]{U:tp}``); ``short_dtype``
+        prints ``f32``."""
+        dtype = DTYPES[self.dtype][0] if short_dtype else self.dtype
+        groups: dict[str, list[str]] = {}
+        for name, at in self.axis_types:
+            groups.setdefault(at.code, []).append(name)
+        ann = ", ".join(f"{code}:{_axes_text(tuple(groups[code]))}" for code in _KIND_ORDER if code in groups)
+        return f"{dtype}[{','.join(map(_dim_text, self.dims))}]" + (f"{{{ann}}}" if ann else "")
 
     def __repr__(self) -> str:
         return f"TensorType({str(self)!r})"

@@ -42,7 +42,6 @@ def describe(type_text: str, mesh_text: str | None, all_ranks: bool = False) -> 
     from spec_lang.ir import DTYPES
     from spec_lang.jax_interop import jax_refusal, partition_spec_text
     from spec_lang.parser import parse
-    from spec_lang.printer import format_type
 
     if mesh_text is not None:
         from lowering.checks import resolve
@@ -53,7 +52,7 @@ def describe(type_text: str, mesh_text: str | None, all_ranks: bool = False) -> 
     refusal = jax_refusal(t, mesh)
     out: dict[str, Any] = {
         "type": str(t),
-        "short": format_type(t, short_dtype=True),
+        "short": t.format(short_dtype=True),
         "dtype": t.dtype,
         "dtype_bytes": DTYPES[t.dtype][1],
         "shape": list(t.shape),
