@@ -6,6 +6,7 @@ import math
 import numbers
 import operator
 
+from lowering.layout.ranges import dim_ranges
 from spec_lang.errors import SpecError, locate, value_text
 from spec_lang.ir import Dim, Mesh, TensorType
 from spec_lang.parser import parse, parse_mesh
@@ -69,8 +70,6 @@ def _check_split(t: TensorType, d: Dim, mesh: Mesh, text: str | None) -> None:
         )
     if d.split_at == 0:
         return
-    from lowering.layout import dim_ranges
-
     major = d.axes[:d.split_at]
     lengths = sorted({int(hi - lo) for lo, hi in dim_ranges(d.size, major, mesh)})
     total, units = sp.total, sum(sp.values) if sp.kind == "ragged" else None

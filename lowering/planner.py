@@ -39,7 +39,6 @@ from typing import Any
 
 import numpy as np
 
-from lowering.blocks import is_uneven
 from lowering.caching import MIB, cached
 from lowering.checks import (
     check_budget,
@@ -144,7 +143,7 @@ def _compile(src: TensorType, dst: TensorType, mesh: Mesh, model: CostModel,
     finished = _average_finished(src, dst, mesh)
     if finished is not None:
         return _then_reinterpret(_compile(src, finished, mesh, model, budget_s, gap_bytes), dst, model)
-    if is_uneven(src) or is_uneven(dst):
+    if src.is_uneven or dst.is_uneven:
         return plan_uneven(src, dst, mesh, model)
     start, goal = erase(src), erase(dst)
     path, proof = _normal_form(start, goal, mesh, op, model), (True, 0)

@@ -1,11 +1,7 @@
 """The uneven placements: DynamicShard, RaggedShard and PartitionedShard, on one mesh axis.
 
 Each is a frozen, hashable value that checks its own rules (a SpecError names the rule
-that failed) and says which global elements each shard holds, *in local order*:
-``indices(shape, n)`` gives, per shard of an axis of ``n`` ranks, the row-major flat
-global index of every element of that shard's local tensor. That is the ground truth
-the rest of the pipeline must agree with; ``local_shape(shape, n, s)`` is that shard's
-local tensor shape.
+that failed). Which global elements each shard holds, *in local order*:
 
 * ``DynamicShard(dim, chunk_sizes)``: shard s holds ``chunk_sizes[s]`` consecutive
   slices of ``dim`` (zeros allowed, never padded)::
@@ -26,8 +22,9 @@ local tensor shape.
       unaligned: shard 0 [P00 P01 P02 P03]   shard 1 [P10 P11 P12 P13]
       aligned:   shard 0 [P00 P10 P01 P11]   shard 1 [P02 P12 P03 P13]
 
-These are the placements' semantics; in a type each is a dim's split (``spec_lang.split``,
-``lowering.uneven_placements`` converts both ways), written in the DSL as ``10@dp<3,0,7>``, ``<ragged ...>``, ``<parts ...>``; the planner moves them with exact exchanges (``lowering.kinds.uneven_exchange``).
+In a type each is a dim's split (``spec_lang.split``; ``lowering.uneven_placements``
+converts both ways), written ``10@dp<3,0,7>``, ``<ragged ...>``, ``<parts ...>``; the layout
+algebra (``lowering.local_indices``) answers which elements each rank holds.
 """
 
 from __future__ import annotations
@@ -38,10 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from spec_lang.errors import SpecError, value_text
-from spec_lang.ir import Mesh, TensorType
 from spec_lang.split import INT64_LIMIT, size_row
-
-Ranges = list[tuple[int, int]]  # [start, stop) runs along one dim, in local order
 
 
 def _dim(dim: object, placement: str) -> int:
@@ -55,16 +49,6 @@ def _check_dim(dim: int, shape: tuple[int, ...], placement: str) -> None:
     if dim >= len(shape):
         raise SpecError(f"{placement} shards dim {dim}, but the tensor has {len(shape)} dims",
                         hint=f"use a dim below {len(shape)}")
-
-
-def _with_rows(shape: tuple[int, ...], dim: int, runs: Ranges) -> np.ndarray:
-    """Flat global indices of the sub-tensor made of ``runs`` along ``dim`` (all else whole),
-    in local order: the runs concatenated along ``dim``."""
-    along = np.concatenate([np.arange(a, b) for a, b in runs]) if runs else np.zeros(0, dtype=np.int64)
-    grids = [np.arange(n) for n in shape]
-    grids[dim] = along
-    mesh = np.meshgrid(*grids, indexing="ij")
-    return np.ravel_multi_index(tuple(m.reshape(-1) for m in mesh), shape) if shape else np.zeros(1, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -88,18 +72,6 @@ class DynamicShard:
             raise SpecError(f"DynamicShard chunk sizes {list(self.chunk_sizes)} sum to {sum(self.chunk_sizes)}, "
                             f"but dim {self.dim} has {shape[self.dim]}",
                             hint="the sizes must add up to the dim exactly (DynamicShard never pads)")
-
-    def runs(self, shape: tuple[int, ...], n: int) -> list[Ranges]:
-        self.check(shape, n)
-        starts = np.concatenate([[0], np.cumsum(self.chunk_sizes)]).tolist()
-        return [[(starts[s], starts[s + 1])] for s in range(n)]
-
-    def indices(self, shape: tuple[int, ...], n: int) -> list[np.ndarray]:
-        return [_with_rows(shape, self.dim, r) for r in self.runs(shape, n)]
-
-    def local_shape(self, shape: tuple[int, ...], n: int, s: int) -> tuple[int, ...]:
-        self.check(shape, n)
-        return shape[: self.dim] + (self.chunk_sizes[s],) + shape[self.dim + 1:]
 
 
 @dataclass(frozen=True)
@@ -133,26 +105,6 @@ class RaggedShard:
             raise SpecError(f"RaggedShard: the flattened prefix ({flat} positions) does not divide by the "
                             f"{sum(self.local_units)} units of {list(self.local_units)}",
                             hint="pick units whose sum divides the product of the prefix dims")
-
-    def runs(self, shape: tuple[int, ...], n: int) -> list[Ranges]:
-        """Per shard, its [start, stop) run over the flattened prefix positions."""
-        self.check(shape, n)
-        unit = math.prod(shape[: len(self.dims)]) // sum(self.local_units)
-        starts = np.concatenate([[0], np.cumsum(self.local_units) * unit]).tolist()
-        return [[(starts[s], starts[s + 1])] for s in range(n)]
-
-    def indices(self, shape: tuple[int, ...], n: int) -> list[np.ndarray]:
-        grain = math.prod(shape[len(self.dims):])
-        out = []
-        for (a, b), in self.runs(shape, n):
-            out.append((np.arange(a, b)[:, None] * grain + np.arange(grain)[None, :]).reshape(-1))
-        return out
-
-    def local_shape(self, shape: tuple[int, ...], n: int, s: int) -> tuple[int, ...]:
-        (a, b), = self.runs(shape, n)[s]
-        if len(self.dims) > 1:
-            return ((b - a) * math.prod(shape[len(self.dims):]),)
-        return (b - a,) + shape[1:]
 
 
 @dataclass(frozen=True)
@@ -214,19 +166,6 @@ class PartitionedShard:
         k = self.num_partitions // self.num_shards
         return [(q, p) for p in range(s * k, (s + 1) * k) for q in range(self.num_shards)]
 
-    def runs(self, shape: tuple[int, ...], n: int) -> list[Ranges]:
-        self.check(shape, n)
-        starts = self.piece_starts()
-        return [[(int(starts[q, p]), int(starts[q, p]) + self.splits[q][p]) for q, p in self.local_order(s)]
-                for s in range(n)]
-
-    def indices(self, shape: tuple[int, ...], n: int) -> list[np.ndarray]:
-        return [_with_rows(shape, self.dim, r) for r in self.runs(shape, n)]
-
-    def local_shape(self, shape: tuple[int, ...], n: int, s: int) -> tuple[int, ...]:
-        size = sum(b - a for a, b in self.runs(shape, n)[s])
-        return shape[: self.dim] + (size,) + shape[self.dim + 1:]
-
     def local_splits(self, s: int) -> tuple[int, ...]:
         """The sizes of shard ``s``'s pieces, in local order."""
         return tuple(self.splits[q][p] for q, p in self.local_order(s))
@@ -247,13 +186,3 @@ class PartitionedShard:
                    for q, p in self.local_order(sender) if (q, p) in want]
             out.append(tuple(got))
         return out
-
-
-def local_indices(t: TensorType | str, mesh: Mesh | str) -> list[np.ndarray]:
-    """For each rank, the row-major flat global index of every element of its local tensor,
-    in the local tensor's order (the layout algebra's blocks, flattened)."""
-    from lowering.blocks import block_indices, layouts
-    from lowering.checks import resolve
-
-    tt, m = resolve(t, mesh)
-    return [block_indices(lay, tt.shape) for lay in layouts(tt, m)]

@@ -626,6 +626,11 @@ class TensorType:
         return I
 
     @_memo
+    def is_uneven(self) -> bool:
+        """Whether a dim carries an uneven split (its ranks then hold blocks, not one box each)."""
+        return any(d.split is not None for d in self.dims)
+
+    @_memo
     def partial_axes(self) -> tuple[str, ...]:
         return tuple(a for a, t in self.axis_types if t.kind == "P")
 

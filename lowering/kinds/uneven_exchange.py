@@ -1,7 +1,7 @@
 """``all_to_allv`` and ``reduce_scatterv``: exact per-peer exchanges between any two layouts.
 
 The uneven placements (explicit sizes, ragged runs, partitions) hold *blocks* in a local
-order (``lowering.blocks``), so their redistributions are exchanges of exactly the
+order (``lowering.layout.rank_layout``), so their redistributions are exchanges of exactly the
 elements a rank needs, at exactly the split each peer has: never padded. One definition
 covers every pair of layouts, uneven or plain, on the mesh axes whose role changes (the
 *group*); a receiver hears from the *candidates* that hold what it needs::
@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lowering.blocks import LocalLayout, meet_numel, rank_layout, stacked_blocks
 from lowering.caching import MIB, cached
 from lowering.kinds.base import (
     Piece,
@@ -55,7 +54,7 @@ from lowering.kinds.base import (
     same_except,
 )
 from lowering.kinds.copies import Copy, View, as_run, plan_copies, row_major, run_view
-from lowering.layout import _groups, mesh_coords
+from lowering.layout import LocalLayout, _groups, meet_numel, mesh_coords, rank_layout, stacked_blocks
 from spec_lang.ir import Mesh, TensorType
 
 if TYPE_CHECKING:

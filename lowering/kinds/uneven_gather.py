@@ -22,11 +22,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lowering.blocks import meet_numel, rank_layout, stacked_blocks
 from lowering.kinds.base import RankPieces, Signature, refuse, register
 from lowering.kinds.copies import Copy, View, plan_copies, run_view
 from lowering.kinds.uneven_exchange import AllToAllV, _meet, _numel, _simulate, _view
-from lowering.layout import _groups
+from lowering.layout import _groups, meet_numel, rank_layout, stacked_blocks
 from spec_lang.ir import Mesh, TensorType
 
 if TYPE_CHECKING:

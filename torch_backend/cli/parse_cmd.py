@@ -5,7 +5,7 @@ cannot express it), and with ``--mesh`` the DTensor placements, shard_order, the
 ``_StridedShard`` form and each rank's slice and local shape. Neither torch nor jax
 is imported: placements are printed in their textual form (``S(0),R,P(sum)``).
 
-An uneven type's rank holds several blocks (``lowering.blocks.rank_layout``): its
+An uneven type's rank holds several blocks (``lowering.layout.rank_layout``): its
 entry lists them in local order (``blocks``, concatenated along ``cat``, or flattened
 and concatenated when ``cat`` is None) in place of one slice.
 """
@@ -63,7 +63,7 @@ def describe(type_text: str, mesh_text: str | None, all_ranks: bool = False) -> 
         return out
     import numpy as np
 
-    from lowering.layout import boxes
+    from lowering.layout import boxes, layouts
     from lowering.placements import format_placements, placement_specs, strided_refusal
 
     out["mesh"] = str(mesh)
@@ -80,9 +80,7 @@ def describe(type_text: str, mesh_text: str | None, all_ranks: bool = False) -> 
         out.update(placements=None, shard_order=None, strided_placements=None, strided_refusal=None,
                    dtensor_refusal=e.message)
     out["ranks"] = None
-    from lowering.blocks import is_uneven, layouts
-
-    lays = layouts(t, mesh) if is_uneven(t) else None
+    lays = layouts(t, mesh) if t.is_uneven else None
     if lays is None:
         b = boxes(t, mesh)
         sizes = b[:, :, 1] - b[:, :, 0]
