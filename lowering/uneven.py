@@ -1,7 +1,7 @@
 """The uneven placements: DynamicShard, RaggedShard and PartitionedShard, on one mesh axis.
 
-Each is a frozen, hashable value that checks its own rules (a SpecError names the rule
-that failed). Which global elements each shard holds, *in local order*:
+Each is a frozen, hashable value; its sizes are checked by the ``Split`` it stands for (a
+SpecError names the rule that failed). Which global elements each shard holds, *in local order*:
 
 * ``DynamicShard(dim, chunk_sizes)``: shard s holds ``chunk_sizes[s]`` consecutive
   slices of ``dim`` (zeros allowed, never padded)::
@@ -29,13 +29,12 @@ algebra (``lowering.local_indices``) answers which elements each rank holds.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from spec_lang.errors import SpecError, value_text
-from spec_lang.split import INT64_LIMIT, size_row
+from spec_lang.split import INT64_LIMIT, Split, size_row
 
 
 def _dim(dim: object, placement: str) -> int:
@@ -43,12 +42,6 @@ def _dim(dim: object, placement: str) -> int:
         raise SpecError(f"{placement}: dim must be an int >= 0 (below 2**63), got {value_text(dim)}",
                         hint="name the tensor dim to shard")
     return int(dim)
-
-
-def _check_dim(dim: int, shape: tuple[int, ...], placement: str) -> None:
-    if dim >= len(shape):
-        raise SpecError(f"{placement} shards dim {dim}, but the tensor has {len(shape)} dims",
-                        hint=f"use a dim below {len(shape)}")
 
 
 @dataclass(frozen=True)
@@ -60,18 +53,7 @@ class DynamicShard:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dim", _dim(self.dim, "DynamicShard"))
-        sizes = size_row(self.chunk_sizes, "DynamicShard chunk_sizes", "give one size >= 0 per rank of the mesh axis")
-        object.__setattr__(self, "chunk_sizes", sizes)
-
-    def check(self, shape: tuple[int, ...], n: int) -> None:
-        _check_dim(self.dim, shape, "DynamicShard")
-        if len(self.chunk_sizes) != n:
-            raise SpecError(f"DynamicShard has {len(self.chunk_sizes)} chunk sizes for a mesh axis of {n} ranks",
-                            hint="give one size per rank of the mesh axis")
-        if sum(self.chunk_sizes) != shape[self.dim]:
-            raise SpecError(f"DynamicShard chunk sizes {list(self.chunk_sizes)} sum to {sum(self.chunk_sizes)}, "
-                            f"but dim {self.dim} has {shape[self.dim]}",
-                            hint="the sizes must add up to the dim exactly (DynamicShard never pads)")
+        object.__setattr__(self, "chunk_sizes", Split("sizes", self.chunk_sizes).values)
 
 
 @dataclass(frozen=True)
@@ -86,25 +68,8 @@ class RaggedShard:
         if not dims or dims != tuple(range(len(dims))):
             raise SpecError(f"RaggedShard dims must be a prefix (0, 1, ..., k-1), got {list(dims)}",
                             hint="RaggedShard flattens the leading dims; use (0,) or (0, 1), ...")
-        units = size_row(self.local_units, "RaggedShard local_units", "give one unit count >= 0 per rank")
-        if not units or sum(units) == 0:
-            raise SpecError("RaggedShard local_units must hold at least one positive count",
-                            hint="e.g. (1, 2, 1, 1): 20%, 40%, 20%, 20% of the flattened prefix")
         object.__setattr__(self, "dims", dims)
-        object.__setattr__(self, "local_units", units)
-
-    def check(self, shape: tuple[int, ...], n: int) -> None:
-        if len(self.dims) > len(shape):
-            raise SpecError(f"RaggedShard flattens dims {list(self.dims)}, but the tensor has {len(shape)} dims",
-                            hint=f"use at most {len(shape)} prefix dims")
-        if len(self.local_units) != n:
-            raise SpecError(f"RaggedShard has {len(self.local_units)} local units for a mesh axis of {n} ranks",
-                            hint="give one unit count per rank of the mesh axis")
-        flat = math.prod(shape[: len(self.dims)])
-        if flat % sum(self.local_units):
-            raise SpecError(f"RaggedShard: the flattened prefix ({flat} positions) does not divide by the "
-                            f"{sum(self.local_units)} units of {list(self.local_units)}",
-                            hint="pick units whose sum divides the product of the prefix dims")
+        object.__setattr__(self, "local_units", Split("ragged", self.local_units, span=len(dims)).values)
 
 
 @dataclass(frozen=True)
@@ -123,17 +88,11 @@ class PartitionedShard:
             raise SpecError(f"PartitionedShard num_partitions must be an int >= 1, got "
                             f"{value_text(self.num_partitions)}",
                             hint="count the partitions (e.g. experts) along the dim")
-        rule = "splits[s][p] is the size of partition p's piece on shard s: one row per shard"
-        try:
-            rows = tuple(size_row(row, "PartitionedShard splits", rule) for row in self.splits)
-        except TypeError:
-            raise SpecError(f"PartitionedShard splits must be rows of ints, got {self.splits!r}", hint=rule) from None
-        if not rows or any(len(r) != self.num_partitions for r in rows):
+        rows = Split("parts", self.splits, aligned=bool(self.aligned)).values
+        if len(rows[0]) != self.num_partitions:
             raise SpecError(f"PartitionedShard splits must have one row of {self.num_partitions} sizes per shard, "
-                            f"got rows of {[len(r) for r in rows]}", hint=rule)
-        if self.aligned and self.num_partitions % len(rows):
-            raise SpecError(f"aligned PartitionedShard needs num_partitions ({self.num_partitions}) divisible by "
-                            f"the {len(rows)} shards", hint="each shard holds num_partitions / shards whole partitions")
+                            f"got rows of {[len(r) for r in rows]}",
+                            hint="splits[s][p] is the size of partition p's piece on shard s: one row per shard")
         object.__setattr__(self, "num_partitions", int(self.num_partitions))
         object.__setattr__(self, "splits", rows)
         object.__setattr__(self, "aligned", bool(self.aligned))
@@ -141,16 +100,6 @@ class PartitionedShard:
     @property
     def num_shards(self) -> int:
         return len(self.splits)
-
-    def check(self, shape: tuple[int, ...], n: int) -> None:
-        _check_dim(self.dim, shape, "PartitionedShard")
-        if self.num_shards != n:
-            raise SpecError(f"PartitionedShard has splits for {self.num_shards} shards on a mesh axis of {n} ranks",
-                            hint="give one row of splits per rank of the mesh axis")
-        total = sum(map(sum, self.splits))
-        if total != shape[self.dim]:
-            raise SpecError(f"PartitionedShard splits sum to {total}, but dim {self.dim} has {shape[self.dim]}",
-                            hint="the pieces of all partitions must add up to the dim exactly")
 
     def piece_starts(self) -> np.ndarray:
         """(shards, partitions) global start of every piece Psp along ``dim``."""

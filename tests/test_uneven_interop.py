@@ -311,9 +311,9 @@ BAD_PLACEMENTS = [
     ("DynamicShard(0,[3,0,6]),S(1)", "dp=3,tp=2", (10, 4), "sum to 9, but dim 0 has 10", "DynamicShard"),
     ("R,PartitionedShard(0,2,[[1,2],[3,3]])", "dp=2,ep=2", (10,), "splits sum to 9, but dim 0 has 10",
      "PartitionedShard"),
-    ("R,DynamicShard(0,[3,7])", "tp=2,dp=3", (10,), "2 chunk sizes for a mesh axis of 3 ranks", "DynamicShard"),
-    ("RaggedShard([0],[1,1,2]),R", "dp=2,tp=2", (8,), "3 local units for a mesh axis of 2 ranks", "RaggedShard"),
-    ("PartitionedShard(0,2,[[1,2],[3,4],[0,0]])", "ep=2", (10,), "splits for 3 shards on a mesh axis of 2",
+    ("R,DynamicShard(0,[3,7])", "tp=2,dp=3", (10,), "2 chunk sizes for mesh axis 'dp' of 3 ranks", "DynamicShard"),
+    ("RaggedShard([0],[1,1,2]),R", "dp=2,tp=2", (8,), "3 local units for mesh axis 'dp' of 2 ranks", "RaggedShard"),
+    ("PartitionedShard(0,2,[[1,2],[3,4],[0,0]])", "ep=2", (10,), "3 rows of splits for mesh axis 'ep' of 2 ranks",
      "PartitionedShard"),
     ("RaggedShard([0],[1,2])", "dp=2", (10,), "does not divide by the 3 units", "RaggedShard"),
     ("DynamicShard(2,[3,7])", "dp=2", (10,), "shards tensor dim 2, out of range for a 1-d tensor", "DynamicShard"),
@@ -334,6 +334,29 @@ def test_bad_uneven_placements_are_spec_errors_with_a_caret(text: str, mesh: str
     e = info.value
     assert message in e.message and e.hint
     assert e.text is not None and e.pos is not None and e.text[e.pos:].startswith(under), str(e)
+
+
+SAME_RULE = [
+    # (placements, the type string of the same split, mesh, shape, the words both say)
+    ("R,DynamicShard(0,[3,7])", "f32[10@dp<3,7>]", "tp=2,dp=3", (10,), "gives 2 chunk sizes for mesh axis 'dp' of 3"),
+    ("DynamicShard(0,[3,0,6])", "f32[10@dp<3,0,6>]", "dp=3", (10,), "DynamicShard chunk sizes sum to 9, but"),
+    ("PartitionedShard(0,2,[[1,2],[3,3]])", "f32[10@ep<parts 1,2|3,3>]", "ep=2", (10,),
+     "PartitionedShard splits sum to 9, but"),
+    ("PartitionedShard(0,2,[[1,2],[3,4],[0,0]])", "f32[10@ep<parts 1,2|3,4|0,0>]", "ep=2", (10,),
+     "gives 3 rows of splits for mesh axis 'ep' of 2 ranks"),
+    ("RaggedShard([0],[1,2])", "f32[10@dp<ragged 1,2>]", "dp=2", (10,), "(10 positions) does not divide by the 3"),
+]
+
+
+@pytest.mark.parametrize("placements,text,mesh,shape,words", SAME_RULE, ids=[c[4] for c in SAME_RULE])
+def test_a_placement_and_its_type_string_break_a_rule_in_the_same_words(
+        placements: str, text: str, mesh: str, shape: tuple[int, ...], words: str) -> None:
+    """One rule, checked in one place (``Split``), whichever way the split was written."""
+    with pytest.raises(SpecError) as by_placement:
+        from_placements(placements, mesh, shape)
+    with pytest.raises(SpecError) as by_type:
+        resolve(text, mesh)
+    assert words in by_placement.value.message and words in by_type.value.message
 
 
 def test_bad_uneven_placement_objects_are_spec_errors() -> None:

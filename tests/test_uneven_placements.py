@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from uneven_oracle import indices, local_shape
 
-from lowering import DynamicShard, PartitionedShard, RaggedShard, local_indices
+from lowering import DynamicShard, PartitionedShard, RaggedShard, check_placements, local_indices
 from spec_lang.errors import SpecError
 
 SPLITS = ((4, 6, 4, 2), (2, 4, 8, 2))
@@ -98,21 +98,23 @@ def test_every_element_has_one_holder(case: tuple[object, tuple[int, ...], int])
 @pytest.mark.parametrize("make,shape,n,message", [
     (lambda: DynamicShard(0, (3, 4)), (8,), 2, "sum to 7"),
     (lambda: DynamicShard(0, (3, -1)), (2,), 2, "negative size"),
-    (lambda: DynamicShard(0, (3, 5)), (8,), 3, "2 chunk sizes for a mesh axis of 3"),
-    (lambda: DynamicShard(2, (3, 5)), (8,), 2, "tensor has 1 dims"),
-    (lambda: RaggedShard((0,), (1, 2)), (8,), 3, "2 local units for a mesh axis of 3"),
+    (lambda: DynamicShard(0, (3, 5)), (8,), 3, "2 chunk sizes for mesh axis 'x' of 3 ranks"),
+    (lambda: DynamicShard(2, (3, 5)), (8,), 2, "out of range for a 1-d tensor"),
+    (lambda: RaggedShard((0,), (1, 2)), (8,), 3, "2 local units for mesh axis 'x' of 3 ranks"),
+    (lambda: RaggedShard((0, 1), (1, 1)), (8,), 2, "over 2 dims, but the tensor has 1"),
     (lambda: RaggedShard((0,), (1, 2)), (8,), 2, "does not divide by the 3 units"),
     (lambda: RaggedShard((1,), (1, 1)), (8, 2), 2, "must be a prefix"),
     (lambda: RaggedShard((0,), (0, 0)), (8,), 2, "at least one positive"),
     (lambda: PartitionedShard(0, 3, ((1, 1, 1), (1, 1, 1)), aligned=True), (6,), 2, "divisible by the 2 shards"),
     (lambda: PartitionedShard(0, 2, ((1, -1), (1, 1))), (2,), 2, "negative size"),
     (lambda: PartitionedShard(0, 2, ((1, 1), (1, 1))), (5,), 2, "sum to 4"),
-    (lambda: PartitionedShard(0, 2, ((1, 1, 1), (1, 1))), (5,), 2, "one row of 2 sizes per shard"),
-    (lambda: PartitionedShard(0, 2, ((1, 1), (1, 1))), (4,), 3, "splits for 2 shards on a mesh axis of 3"),
+    (lambda: PartitionedShard(0, 2, ((1, 1, 1), (1, 1))), (5,), 2, "every row with the same number"),
+    (lambda: PartitionedShard(0, 2, ((1, 1, 1), (1, 1, 1))), (6,), 2, "one row of 2 sizes per shard"),
+    (lambda: PartitionedShard(0, 2, ((1, 1), (1, 1))), (4,), 3, "2 rows of splits for mesh axis 'x' of 3 ranks"),
 ])
 def test_refusals_name_the_rule(make: object, shape: tuple[int, ...], n: int, message: str) -> None:
     with pytest.raises(SpecError, match=message):
-        make().check(shape, n)  # type: ignore[operator]
+        check_placements([make()], None, f"x={n}", len(shape), shape)  # type: ignore[operator]
 
 
 def test_placements_are_frozen_and_hashable() -> None:
