@@ -9,7 +9,7 @@ placements and the tensor's shape:
 * an uneven placement's dim is sharded by that mesh axis alone (a RaggedShard's whole
   flattened prefix: its leading dims are sharded by no other axis);
 * its entries (one per rank) match the mesh axis size, and its sizes sum to the dim
-  (the placement's own ``check(shape, n)``).
+  (its ``Split``'s checks).
 
 Their text form (what ``format_placements`` prints and ``parse_placements`` reads) is a
 call: ``DynamicShard(0,[3,0,7])``, ``RaggedShard([0,1],[1,2,1])``,
@@ -118,7 +118,12 @@ def check_uneven(placements: Sequence[Any], dims: Sequence[int | None], uneven: 
                     "second axis on the same dim is not supported",
                 )
         if shape is not None:
+            d, split = split_of(p)
             try:
-                p.check(tuple(shape), sizes[i])
+                split.check_axis(names[i], sizes[i])
+                if split.kind == "ragged":
+                    split.check_ragged(d, tuple(shape), [()] * len(shape))  # other axes: checked above
+                else:
+                    split.check_extent(shape[d], f"dim {d}")
             except SpecError as e:
-                raise fail(f"{e.message} (mesh axis {names[i]!r})", i, e.hint or "") from None
+                raise fail(e.message, i, e.hint or "") from None

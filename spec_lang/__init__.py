@@ -3,7 +3,11 @@
 from spec_lang.errors import SpecError
 from spec_lang.ir import DTYPES, AxisType, Dim, Mesh, TensorType
 from spec_lang.parser import parse, parse_mesh, parse_shard_order
-from spec_lang.printer import format_type
+
+
+def format_type(t: TensorType | str, short_dtype: bool = False) -> str:
+    """The canonical text of a type, JAX's format; a string is parsed first (its canonical form comes back)."""
+    return parse(t).format(short_dtype)
 
 
 def from_jax(spec_or_sharding, shape=None, dtype=None, mesh=None):

@@ -302,23 +302,7 @@ def _check_split(d: Dim) -> None:
     if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < len(d.axes):
         raise SpecError(f"split_at must index the dim's axes (0..{len(d.axes) - 1}), got {value_text(k)}",
                         hint="split_at is the position of the axis that carries the split")
-    if len(d.axes) > 1 and sp.kind == "ragged" and sp.span > 1:
-        raise SpecError(
-            f"a ragged split over {sp.span} dims takes its dim alone, but {', '.join(d.axes)} all shard it",
-            hint="shard other dims with the other axes, or use a ragged split over one dim",
-        )
-    if k < len(d.axes) - 1 and sp.kind == "parts":
-        raise SpecError(
-            f"a PartitionedShard split cannot be cut further by the minor axes {', '.join(d.axes[k + 1:])}",
-            hint="put the partitioned axis last on its dim (minor), or shard another dim with the other axes",
-        )
-    total = sp.total
-    if k == 0 and total is not None and total != d.size:
-        what = "DynamicShard chunk sizes" if sp.kind == "sizes" else "PartitionedShard splits"
-        raise SpecError(
-            f"{what} {sp} sum to {total}, but the dim has {d.size}",
-            hint="the sizes must add up to the dim exactly (uneven placements never pad)",
-        )
+    sp.check_dim(d.size, d.axes, k)
 
 
 @lru_cache(maxsize=4096)  # the planner builds many Dims from few axis lists
@@ -416,7 +400,7 @@ def _check_layout(dims: tuple[Dim, ...], axis_types: tuple) -> tuple[tuple[tuple
         numel *= d.size
         if d.split is not None:
             if d.split.kind == "ragged":
-                _check_ragged(dims, i)
+                d.split.check_ragged(i, [e.size for e in dims], [e.axes for e in dims])
             if any(e.split is not None for e in dims[:i]):
                 raise SpecError(
                     f"dims {next(k for k, e in enumerate(dims) if e.split is not None)} and {i} are both "
@@ -467,31 +451,22 @@ def _check_layout(dims: tuple[Dim, ...], axis_types: tuple) -> tuple[tuple[tuple
     return tuple(out), numel
 
 
-def _check_ragged(dims: tuple[Dim, ...], i: int) -> None:
-    """A ragged split flattens the leading ``span`` dims: it sits on dim 0, the other dims of
-    the prefix are whole, and the flattened prefix divides by the units."""
-    sp = dims[i].split
-    assert sp is not None
-    hint = "a RaggedShard flattens the leading dims: put it on dim 0, leave the other prefix dims unsharded"
-    if i != 0:
-        raise SpecError(f"a ragged split must be on dim 0 (the flattened prefix), not dim {i}", hint=hint)
-    if sp.span > len(dims):
-        raise SpecError(f"a ragged split over {sp.span} dims, but the tensor has {len(dims)}",
-                        hint=f"use over k with k <= {len(dims)}")
-    for d in dims[1:sp.span]:
-        if d.axes:
-            raise SpecError(f"a ragged split over {sp.span} dims flattens dims sharded by {', '.join(d.axes)}",
-                            hint=hint)
-    flat = 1
-    for d in dims[:sp.span]:
-        flat *= d.size
-    units = sum(sp.values)
-    if flat % units:
-        raise SpecError(
-            f"RaggedShard: the flattened prefix ({flat} positions) does not divide by the {units} units "
-            f"of {list(sp.values)}",
-            hint="pick units whose sum divides the product of the prefix dims",
-        )
+# Annotation groups print in this order, as JAX prints unreduced before reduced.
+_KIND_ORDER = ("U", "P(avg)", "P(max)", "P(min)", "R", "I", "V")
+
+
+def _axes_text(axes: tuple[str, ...]) -> str:
+    return axes[0] if len(axes) == 1 else "(" + ",".join(axes) + ")"
+
+
+def _dim_text(d: Dim) -> str:
+    if not d.axes:
+        return str(d.size)
+    if d.split is None:
+        return f"{d.size}@{_axes_text(d.axes)}"
+    if len(d.axes) == 1:
+        return f"{d.size}@{d.axes[0]}{d.split}"
+    return f"{d.size}@(" + ",".join(a + (str(d.split) if i == d.split_at else "") for i, a in enumerate(d.axes)) + ")"
 
 
 @dataclass(frozen=True, eq=False)
@@ -555,9 +530,17 @@ class TensorType:
         return unmemoised_state(self)
 
     def __str__(self) -> str:
-        from spec_lang.printer import format_type
+        return self.format()
 
-        return format_type(self)
+    def format(self, short_dtype: bool = False) -> str:
+        """The canonical text, JAX's format (``float32[8@(dp,tp),16]{U:tp}``); ``short_dtype``
+        prints ``f32``."""
+        dtype = DTYPES[self.dtype][0] if short_dtype else self.dtype
+        groups: dict[str, list[str]] = {}
+        for name, at in self.axis_types:
+            groups.setdefault(at.code, []).append(name)
+        ann = ", ".join(f"{code}:{_axes_text(tuple(groups[code]))}" for code in _KIND_ORDER if code in groups)
+        return f"{dtype}[{','.join(map(_dim_text, self.dims))}]" + (f"{{{ann}}}" if ann else "")
 
     def __repr__(self) -> str:
         return f"TensorType({str(self)!r})"
@@ -598,6 +581,11 @@ class TensorType:
             if name == axis:
                 return t
         return I
+
+    @_memo
+    def is_uneven(self) -> bool:
+        """Whether a dim carries an uneven split (its ranks then hold blocks, not one box each)."""
+        return any(d.split is not None for d in self.dims)
 
     @_memo
     def partial_axes(self) -> tuple[str, ...]:
