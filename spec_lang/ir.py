@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from spec_lang.errors import SpecError, number_text, value_text
+from spec_lang.local_type import REDUCE_OPS, I, LocalType, R, U, V  # noqa: F401 - the IR's names too
 from spec_lang.memo import memo as _memo
 from spec_lang.memo import unmemoised_state
 from spec_lang.split import INT64_LIMIT, Split
@@ -77,9 +78,6 @@ DTYPE_HINT = (
     "use a dtype as jax.typeof prints it: f32, bf16, f16, f64, f8_e4m3fn, f8_e5m2 (and the other float8s), "
     "i8..i64, u8..u64, i4, u4, c64, c128, bool, or their long names (float32, float8_e4m3fn, uint16, ...)"
 )
-
-REDUCE_OPS = ("sum", "avg", "max", "min")
-LOCAL_KINDS = ("R", "I", "V", "P")
 
 # numpy arrays have at most 64 dimensions, and the layout algebra builds one with a dim per mesh axis
 MAX_MESH_AXES = 63
@@ -338,52 +336,7 @@ def bytes_error(sizes: tuple[int, ...], itemsize: int) -> SpecError:
     )
 
 
-@dataclass(frozen=True)
-class AxisType:
-    """The local SPMD type of a mesh axis that shards no dim: R, I, V or P(op).
-
-    ``AxisType("U")`` is accepted as the spelling of ``AxisType("P", "sum")``.
-    """
-
-    kind: str  # "R" | "I" | "V" | "P"
-    op: str = "sum"  # the reduce op, meaningful for P only
-
-    def __post_init__(self) -> None:
-        for what, value in (("local type", self.kind), ("reduce op", self.op)):
-            if not isinstance(value, str):
-                raise SpecError(f"the {what} must be a str, got {type(value).__name__} {value!r}",
-                                hint="write AxisType('R'), AxisType('P', 'max'), ...")
-            if type(value) is not str:  # a str subclass (numpy's str_): the canonical form is a str
-                object.__setattr__(self, "kind" if what == "local type" else "op", str(value))
-        if self.kind == "U":
-            object.__setattr__(self, "kind", "P")
-            if self.op != "sum":
-                raise SpecError(f"U is P(sum); it has no op {self.op!r}", hint=f"write AxisType('P', {self.op!r})")
-        if self.kind not in LOCAL_KINDS:
-            raise SpecError(f"unknown local type {self.kind!r}", hint="use one of U, R, I, V, P(op)")
-        if self.op not in REDUCE_OPS:
-            raise SpecError(
-                f"unknown reduce op {self.op!r}", subject=self.op if isinstance(self.op, str) else None,
-                hint="use P(sum), P(avg), P(max) or P(min); U is P(sum)",
-            )
-        if self.kind != "P" and self.op != "sum":
-            raise SpecError(
-                f"local type {self.kind} has no reduce op (got {self.op!r})",
-                hint=f"only P carries an op: write AxisType({self.kind!r}) or AxisType('P', {self.op!r})",
-            )
-
-    @property
-    def code(self) -> str:
-        """How it prints: ``U`` for P(sum), as JAX prints unreduced."""
-        if self.kind == "P":
-            return "U" if self.op == "sum" else f"P({self.op})"
-        return self.kind
-
-
-R = AxisType("R")
-I = AxisType("I")  # noqa: E741 - the SPMD type system's name for Invariant
-V = AxisType("V")
-U = AxisType("P", "sum")
+AxisType = LocalType  # the IR's name for the local type of an annotated axis
 
 
 @lru_cache(maxsize=16384)  # the planner rebuilds the same layouts many times
@@ -428,6 +381,11 @@ def _check_layout(dims: tuple[Dim, ...], axis_types: tuple) -> tuple[tuple[tuple
             raise SpecError(
                 f"the local type of mesh axis {a!r} must be an AxisType, got {type(at).__name__} {at!r}",
                 hint="write AxisType('R'), AxisType('P', 'max'), ...",
+            )
+        if at.kind == "S":
+            raise SpecError(
+                f"mesh axis {a!r} is {at!r}: a type writes a split as a sharded dim, not a local type",
+                subject=a, hint=f"shard dim {at.dim} by the axis instead (8@{a})",
             )
         if a in owner:
             raise SpecError(

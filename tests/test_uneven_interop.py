@@ -322,7 +322,7 @@ BAD_PLACEMENTS = [
     ("R,RaggedShard([0,2],[1,1])", "dp=2,tp=2", (4, 4), "must be a prefix", "RaggedShard"),
     ("PartitionedShard(0,3,[[1,2,3],[1,1,1]],aligned=True)", "ep=2", (9,), "divisible by the 2 shards",
      "PartitionedShard"),
-    ("DynamicShard(0,[1,2],3)", "dp=2", (3,), "cannot read the uneven placement", "DynamicShard"),
+    ("DynamicShard(0,[1,2],3)", "dp=2", (3,), "DynamicShard takes 2 arguments, not 3", "3)"),
 ]
 
 
