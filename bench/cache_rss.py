@@ -28,8 +28,8 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lowering.planner import compile as shardc_compile
+from spec_lang import format_type
 from spec_lang.ir import Dim, Mesh, TensorType, U
-from spec_lang.printer import format_type
 
 MIB = 1 << 20
 # 4,096 ranks each, six axes (the orders differ, so boxes and groups do too)

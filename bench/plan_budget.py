@@ -51,9 +51,9 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable
 from bench.plan_speed import clear_shardc_caches, no_gc, shardc_caches
 from lowering.planner import DEFAULT_GAP_BYTES
 from lowering.planner import compile as shardc_compile
+from spec_lang import format_type
 from spec_lang.ir import Dim, TensorType, U
 from spec_lang.parser import parse, parse_mesh
-from spec_lang.printer import format_type
 
 MESH = "a=2,b=2,c=2,d=2,e=2,f=2"
 BUDGET_S = 0.05  # the planner's default search budget

@@ -78,7 +78,7 @@ class SpeedResult:
 
 def shardc_caches() -> list[Callable[..., Any]]:
     """Every lru_cache'd function of the loaded lowering / spec_lang modules (not the grammar)."""
-    for name in ("lowering.planner", "lowering.layout", "lowering.bounds", "lowering.cost",
+    for name in ("lowering.planner", "lowering.layout.per_rank", "lowering.bounds", "lowering.cost",
                  "lowering.moves", "spec_lang.parser"):
         importlib.import_module(name)
     found: dict[int, Callable[..., Any]] = {}

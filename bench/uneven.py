@@ -141,7 +141,7 @@ def holder_floors(src: TensorType, dst: TensorType, mesh: Mesh) -> tuple[int | N
     With a pending reduction every rank is the sole holder of its contribution: the direct
     floor counts each contribution once per other rank holding the sum, and the sole-holder
     floor is None (a relay may add contributions on the way)."""
-    from lowering.uneven import local_indices
+    from lowering import local_indices
 
     held, need = local_indices(src, mesh), local_indices(dst, mesh)
     held_count = np.bincount(np.concatenate(held), minlength=src.numel)
@@ -225,7 +225,7 @@ def measure(rank: int, world: int, iters: int, rows: list[dict[str, Any]]) -> li
     the group as it found it (only shardc's own caches grow)."""
     import torch
 
-    from lowering.blocks import rank_layout
+    from lowering.layout import rank_layout
     from torch_backend import redistribute
     from torch_backend.blocks import local_part
 

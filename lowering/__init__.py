@@ -9,15 +9,15 @@ from spec_lang.lazy import lazy_exports
 
 _EXPORTS = {
     # layout algebra
-    "boxes": "lowering.layout",
-    "local_shape": "lowering.layout",
-    "local_shapes": "lowering.layout",
-    "local_slices": "lowering.layout",
+    "boxes": "lowering.layout.per_rank",
+    "local_shape": "lowering.layout.per_rank",
+    "local_shapes": "lowering.layout.per_rank",
+    "local_slices": "lowering.layout.per_rank",
+    "local_indices": "lowering.layout.per_rank",
     # the uneven placements (also written in the DSL: 10@dp<3,0,7>, <ragged ...>, <parts ...>)
     "DynamicShard": "lowering.uneven",
     "RaggedShard": "lowering.uneven",
     "PartitionedShard": "lowering.uneven",
-    "local_indices": "lowering.uneven",
     # checks
     "check_type": "lowering.checks",
     "resolve": "lowering.checks",

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from lowering.blocks import is_uneven
 from lowering.caching import cached
 from lowering.kinds.base import replicated_axes
 from lowering.layout import boxes, group_arrays, local_numel, overlap_numel, own_overlap_numel
@@ -183,7 +182,7 @@ def new_partial_transfers(state: TensorType, goal: TensorType, mesh: Mesh) -> in
     sits at one coordinate of them and holds none of the other contributions: every
     element of its block needs a transfer in (of a partial sum, at the least).
     """
-    if is_uneven(state) or is_uneven(goal):
+    if state.is_uneven or goal.is_uneven:
         return 0
     groups = new_partial_needs(state, goal, mesh)
     return 0 if groups is None else int(groups[1].sum())

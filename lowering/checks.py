@@ -6,6 +6,7 @@ import math
 import numbers
 import operator
 
+from lowering.layout.ranges import dim_ranges
 from spec_lang.errors import SpecError, locate, value_text
 from spec_lang.ir import Dim, Mesh, TensorType
 from spec_lang.parser import parse, parse_mesh
@@ -54,35 +55,17 @@ def check_type(t: TensorType | str, mesh: Mesh | str, text: str | None = None) -
 
 
 def _check_split(t: TensorType, d: Dim, mesh: Mesh, text: str | None) -> None:
-    """An uneven split against the mesh: one entry per rank of its axis, and, under major
-    axes, every chunk they cut as long as the split says."""
-    sp, axis = d.split, d.axes[d.split_at]
+    """An uneven split against the mesh (``Split.check_axis``, ``check_chunks``), with a caret."""
+    sp, axis, major = d.split, d.axes[d.split_at], d.axes[:d.split_at]
     assert sp is not None
-    src = text if text is not None else str(t)
-    pos = src.find("<") if "<" in src else None
-    if sp.shards != mesh.axis_size(axis):
-        what = {"sizes": "chunk sizes", "ragged": "local units", "parts": "rows of splits"}[sp.kind]
-        raise SpecError(
-            f"the uneven split {sp} gives {sp.shards} {what} for mesh axis {axis!r} "
-            f"of {mesh.axis_size(axis)} ranks",
-            text=src, pos=pos, hint=f"give one entry per rank of {axis!r}",
-        )
-    if d.split_at == 0:
-        return
-    from lowering.layout import dim_ranges
-
-    major = d.axes[:d.split_at]
-    lengths = sorted({int(hi - lo) for lo, hi in dim_ranges(d.size, major, mesh)})
-    total, units = sp.total, sum(sp.values) if sp.kind == "ragged" else None
-    bad = [n for n in lengths if (n != total if total is not None else n % units)]  # type: ignore[operator]
-    if bad:
-        need = f"sum to each chunk ({total})" if total is not None else f"divide each chunk by {units} units"
-        raise SpecError(
-            f"the uneven split {sp} on {axis!r} applies within each chunk that {', '.join(major)} cut "
-            f"from the dim of {d.size}, of lengths {lengths}; its entries must {need}",
-            text=src, pos=pos,
-            hint=f"make the dim {mesh.group_size(major)} x the split's total, or put {axis!r} first on the dim",
-        )
+    try:
+        sp.check_axis(axis, mesh.axis_size(axis))
+        if major:
+            lengths = sorted({int(hi - lo) for lo, hi in dim_ranges(d.size, major, mesh)})
+            sp.check_chunks(axis, major, d.size, lengths, mesh.group_size(major))
+    except SpecError as e:
+        src = text if text is not None else str(t)
+        raise e.at(src, src.find("<") if "<" in src else None) from None
 
 
 def check_same_global(src: TensorType, dst: TensorType, src_text: str | None = None,

@@ -10,8 +10,8 @@ same order can also be written with ``_StridedShard(dim, split_factor)`` placeme
 Everything here except ``to_placements`` is torch-free: placements are normalized to
 ``PlacementSpec`` (a tiny frozen record), which torch objects, ``PlacementSpec`` values
 and short strings (``S(0)``, ``_S(0,4)``, ``R``, ``P``, ``P(avg)``, also as a list
-``[S(0), R, S(0)]``) all convert to. That keeps ``shardc parse`` and the checks
-importable without torch.
+``[S(0), R, S(0)]``; the grammar's calls) all convert to. That keeps ``shardc parse`` and
+the checks importable without torch.
 
 The uneven placements (``DynamicShard``, ``RaggedShard``, ``PartitionedShard``; torch-free
 themselves) stand among the others, one per mesh axis like ``Shard``, and become a dim's
@@ -30,12 +30,14 @@ import operator
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from lowering import uneven_placements as uneven
 from spec_lang.errors import SpecError, locate, number_text, value_text
-from spec_lang.ir import INT64_LIMIT, REDUCE_OPS, AxisType, Dim, Mesh, TensorType, canonical_dtype
-from spec_lang.parser import parse_mesh, parse_shard_order, read_int
+from spec_lang.ir import INT64_LIMIT, AxisType, Dim, Mesh, TensorType, canonical_dtype
+from spec_lang.local_type import REDUCE_OPS
+from spec_lang.parser import Call, Form, parse_mesh, parse_shard_order, read_calls
 from spec_lang.split import size_row
 
 _ORDER_HINT = "write shard_order as {tensor_dim: [mesh dims major->minor]}, e.g. {0: ['tp', 'dp']}"
@@ -83,52 +85,46 @@ class PlacementSpec:
         return self.kind in ("S", "_S", "uneven")
 
 
-_TEXT_RE = re.compile(
-    r"^\s*(?:(?P<s>S)\(\s*(?P<sd>-?\d+)\s*\)|(?P<ss>_S)\(\s*(?P<ssd>-?\d+)\s*,\s*(?:sf\s*=\s*|split_factor\s*=\s*)?"
-    r"(?P<sf>\d+)\s*\)|(?P<r>R)|(?P<p>P)(?:\(\s*(?P<op>[a-z_]+)\s*\))?)\s*$"
-)
+_FORMS = {
+    "R": Form(),
+    "P": Form(("reduce op",), 1),
+    "S": Form(("tensor dim",), 1, bare=False),
+    "_S": Form(("tensor dim", "split_factor"), 2, bare=False, aliases=(("sf", "split_factor"),)),
+    **uneven.UNEVEN_FORMS,
+}
+_TEXT_HINT = ("write placements as S(d), _S(d,split_factor), R, P, P(op), DynamicShard(dim,[sizes]), "
+              "RaggedShard([0,..,k-1],[units]) or PartitionedShard(dim,num_partitions,[[row] per shard],aligned=False)")
 
 
-def _spec_from_text(text: str) -> PlacementSpec:
-    if re.match(uneven.UNEVEN_RE, text.strip()):
-        return as_spec(uneven.uneven_from_text(text))
-    m = _TEXT_RE.match(text)
-    if m is None:
-        raise SpecError(
-            f"unknown placement {text.strip()!r}", text=text, pos=0,
-            hint="write placements as S(d), _S(d,split_factor), R, P or P(op)",
-        )
-    if m["s"]:
-        return PlacementSpec("S", _number(m, "sd", text, "tensor dim"))
-    if m["ss"]:
-        return PlacementSpec("_S", _number(m, "ssd", text, "tensor dim"), _number(m, "sf", text, "split_factor"))
-    if m["r"]:
-        return PlacementSpec("R")
-    return PlacementSpec("P", op=m["op"] or "sum")
-
-
-def _number(m: re.Match[str], group: str, text: str, what: str) -> int:
-    """A matched number, its sign included, read with a caret on it if it is too large."""
-    written = m[group]
-    sign = -1 if written.startswith("-") else 1
-    return sign * read_int(written.lstrip("-"), text, m.start(group), what)
+def _spec_of(call: Call, text: str) -> PlacementSpec:
+    """A placement read by the grammar as a call, judged by its class (a caret on the call)."""
+    args = call.args
+    if call.name == "P":
+        op = args.get("reduce op", "sum")
+        if op not in REDUCE_OPS:
+            raise SpecError(f"unknown Partial reduce op {value_text(op)}", text=text, pos=call.pos,
+                            hint=f"use one of {', '.join(REDUCE_OPS)}")
+        return PlacementSpec("P", op=op)
+    try:
+        if call.name in uneven.UNEVEN_CLASSES:
+            return as_spec(uneven.UNEVEN_CLASSES[call.name](**args))
+        return PlacementSpec(call.name, args.get("tensor dim", -1), args.get("split_factor", 1))  # S, _S, R
+    except SpecError as e:
+        raise e.at(text, call.pos) from None
+    except TypeError:  # a value a constructor cannot take at all
+        raise SpecError(f"cannot read the placement {call.name}", text=text, pos=call.pos, hint=_TEXT_HINT) from None
 
 
 def parse_placements(text: str) -> list[PlacementSpec]:
     """``"S(0),_S(0,4),R,P(avg)"`` or ``"[S(0), R, P]"`` -> PlacementSpecs (the CLI and docs text form)."""
-    body = text.strip()
-    closing = {"[": "]", "(": ")"}
-    if body and body[0] in closing and body.endswith(closing[body[0]]):  # a list as printed: [S(0), R]
-        body = body[1:-1]
-    out = []
-    for m in re.finditer(uneven.UNEVEN_RE + r"|_?S\([^)]*\)|P\([^)]*\)|[^,\s]+", body):
-        try:
-            out.append(_spec_from_text(m.group()))
-        except SpecError as e:
-            if not re.match(uneven.UNEVEN_RE, m.group()):
-                raise
-            raise e.at(body, m.start()) from None
-    return out
+    if not isinstance(text, str):
+        raise SpecError(f"placements text must be a str, got {type(text).__name__}", hint=_TEXT_HINT)
+    return list(_placements(text))
+
+
+@lru_cache(maxsize=1024)
+def _placements(text: str, one: bool = False) -> tuple[PlacementSpec, ...]:
+    return tuple(_spec_of(c, text) for c in read_calls(text, _FORMS, "placement", _TEXT_HINT, one=one))
 
 
 def as_spec(p: Any) -> PlacementSpec:
@@ -136,7 +132,7 @@ def as_spec(p: Any) -> PlacementSpec:
     if isinstance(p, PlacementSpec):
         return p
     if isinstance(p, str):
-        return _spec_from_text(p)
+        return _placements(p, one=True)[0]
     if uneven.is_uneven_placement(p):
         return PlacementSpec("uneven", uneven.placement_dim(p), uneven=p)
     name = type(p).__name__

@@ -40,7 +40,6 @@ from typing import Any
 
 import numpy as np
 
-from lowering.blocks import is_uneven
 from lowering.caching import MIB, cached
 from lowering.checks import (
     check_budget,
@@ -146,7 +145,7 @@ def _compile(src: TensorType, dst: TensorType, mesh: Mesh, model: CostModel,
     finished = _average_finished(src, dst, mesh)
     if finished is not None:
         return _then_reinterpret(_compile(src, finished, mesh, model, budget_s, gap_bytes), dst, model)
-    if is_uneven(src) or is_uneven(dst):
+    if src.is_uneven or dst.is_uneven:
         return _annotated(plan_uneven(src, dst, mesh, model), src, dst, mesh, model, (True, 0))
     start, goal = erase(src), erase(dst)
     path, proof = _normal_form(start, goal, mesh, op, model), (True, 0)

@@ -1,11 +1,7 @@
 """The uneven placements: DynamicShard, RaggedShard and PartitionedShard, on one mesh axis.
 
-Each is a frozen, hashable value that checks its own rules (a SpecError names the rule
-that failed) and says which global elements each shard holds, *in local order*:
-``indices(shape, n)`` gives, per shard of an axis of ``n`` ranks, the row-major flat
-global index of every element of that shard's local tensor. That is the ground truth
-the rest of the pipeline must agree with; ``local_shape(shape, n, s)`` is that shard's
-local tensor shape.
+Each is a frozen, hashable value; its sizes are checked by the ``Split`` it stands for (a
+SpecError names the rule that failed). Which global elements each shard holds, *in local order*:
 
 * ``DynamicShard(dim, chunk_sizes)``: shard s holds ``chunk_sizes[s]`` consecutive
   slices of ``dim`` (zeros allowed, never padded)::
@@ -26,22 +22,19 @@ local tensor shape.
       unaligned: shard 0 [P00 P01 P02 P03]   shard 1 [P10 P11 P12 P13]
       aligned:   shard 0 [P00 P10 P01 P11]   shard 1 [P02 P12 P03 P13]
 
-These are the placements' semantics; in a type each is a dim's split (``spec_lang.split``,
-``lowering.uneven_placements`` converts both ways), written in the DSL as ``10@dp<3,0,7>``, ``<ragged ...>``, ``<parts ...>``; the planner moves them with exact exchanges (``lowering.kinds.uneven_exchange``).
+In a type each is a dim's split (``spec_lang.split``; ``lowering.uneven_placements``
+converts both ways), written ``10@dp<3,0,7>``, ``<ragged ...>``, ``<parts ...>``; the layout
+algebra (``lowering.local_indices``) answers which elements each rank holds.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from spec_lang.errors import SpecError, value_text
-from spec_lang.ir import Mesh, TensorType
-from spec_lang.split import INT64_LIMIT, size_row
-
-Ranges = list[tuple[int, int]]  # [start, stop) runs along one dim, in local order
+from spec_lang.split import INT64_LIMIT, Split, size_row
 
 
 def _dim(dim: object, placement: str) -> int:
@@ -49,22 +42,6 @@ def _dim(dim: object, placement: str) -> int:
         raise SpecError(f"{placement}: dim must be an int >= 0 (below 2**63), got {value_text(dim)}",
                         hint="name the tensor dim to shard")
     return int(dim)
-
-
-def _check_dim(dim: int, shape: tuple[int, ...], placement: str) -> None:
-    if dim >= len(shape):
-        raise SpecError(f"{placement} shards dim {dim}, but the tensor has {len(shape)} dims",
-                        hint=f"use a dim below {len(shape)}")
-
-
-def _with_rows(shape: tuple[int, ...], dim: int, runs: Ranges) -> np.ndarray:
-    """Flat global indices of the sub-tensor made of ``runs`` along ``dim`` (all else whole),
-    in local order: the runs concatenated along ``dim``."""
-    along = np.concatenate([np.arange(a, b) for a, b in runs]) if runs else np.zeros(0, dtype=np.int64)
-    grids = [np.arange(n) for n in shape]
-    grids[dim] = along
-    mesh = np.meshgrid(*grids, indexing="ij")
-    return np.ravel_multi_index(tuple(m.reshape(-1) for m in mesh), shape) if shape else np.zeros(1, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -76,30 +53,7 @@ class DynamicShard:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dim", _dim(self.dim, "DynamicShard"))
-        sizes = size_row(self.chunk_sizes, "DynamicShard chunk_sizes", "give one size >= 0 per rank of the mesh axis")
-        object.__setattr__(self, "chunk_sizes", sizes)
-
-    def check(self, shape: tuple[int, ...], n: int) -> None:
-        _check_dim(self.dim, shape, "DynamicShard")
-        if len(self.chunk_sizes) != n:
-            raise SpecError(f"DynamicShard has {len(self.chunk_sizes)} chunk sizes for a mesh axis of {n} ranks",
-                            hint="give one size per rank of the mesh axis")
-        if sum(self.chunk_sizes) != shape[self.dim]:
-            raise SpecError(f"DynamicShard chunk sizes {list(self.chunk_sizes)} sum to {sum(self.chunk_sizes)}, "
-                            f"but dim {self.dim} has {shape[self.dim]}",
-                            hint="the sizes must add up to the dim exactly (DynamicShard never pads)")
-
-    def runs(self, shape: tuple[int, ...], n: int) -> list[Ranges]:
-        self.check(shape, n)
-        starts = np.concatenate([[0], np.cumsum(self.chunk_sizes)]).tolist()
-        return [[(starts[s], starts[s + 1])] for s in range(n)]
-
-    def indices(self, shape: tuple[int, ...], n: int) -> list[np.ndarray]:
-        return [_with_rows(shape, self.dim, r) for r in self.runs(shape, n)]
-
-    def local_shape(self, shape: tuple[int, ...], n: int, s: int) -> tuple[int, ...]:
-        self.check(shape, n)
-        return shape[: self.dim] + (self.chunk_sizes[s],) + shape[self.dim + 1:]
+        object.__setattr__(self, "chunk_sizes", Split("sizes", self.chunk_sizes).values)
 
 
 @dataclass(frozen=True)
@@ -114,45 +68,8 @@ class RaggedShard:
         if not dims or dims != tuple(range(len(dims))):
             raise SpecError(f"RaggedShard dims must be a prefix (0, 1, ..., k-1), got {list(dims)}",
                             hint="RaggedShard flattens the leading dims; use (0,) or (0, 1), ...")
-        units = size_row(self.local_units, "RaggedShard local_units", "give one unit count >= 0 per rank")
-        if not units or sum(units) == 0:
-            raise SpecError("RaggedShard local_units must hold at least one positive count",
-                            hint="e.g. (1, 2, 1, 1): 20%, 40%, 20%, 20% of the flattened prefix")
         object.__setattr__(self, "dims", dims)
-        object.__setattr__(self, "local_units", units)
-
-    def check(self, shape: tuple[int, ...], n: int) -> None:
-        if len(self.dims) > len(shape):
-            raise SpecError(f"RaggedShard flattens dims {list(self.dims)}, but the tensor has {len(shape)} dims",
-                            hint=f"use at most {len(shape)} prefix dims")
-        if len(self.local_units) != n:
-            raise SpecError(f"RaggedShard has {len(self.local_units)} local units for a mesh axis of {n} ranks",
-                            hint="give one unit count per rank of the mesh axis")
-        flat = math.prod(shape[: len(self.dims)])
-        if flat % sum(self.local_units):
-            raise SpecError(f"RaggedShard: the flattened prefix ({flat} positions) does not divide by the "
-                            f"{sum(self.local_units)} units of {list(self.local_units)}",
-                            hint="pick units whose sum divides the product of the prefix dims")
-
-    def runs(self, shape: tuple[int, ...], n: int) -> list[Ranges]:
-        """Per shard, its [start, stop) run over the flattened prefix positions."""
-        self.check(shape, n)
-        unit = math.prod(shape[: len(self.dims)]) // sum(self.local_units)
-        starts = np.concatenate([[0], np.cumsum(self.local_units) * unit]).tolist()
-        return [[(starts[s], starts[s + 1])] for s in range(n)]
-
-    def indices(self, shape: tuple[int, ...], n: int) -> list[np.ndarray]:
-        grain = math.prod(shape[len(self.dims):])
-        out = []
-        for (a, b), in self.runs(shape, n):
-            out.append((np.arange(a, b)[:, None] * grain + np.arange(grain)[None, :]).reshape(-1))
-        return out
-
-    def local_shape(self, shape: tuple[int, ...], n: int, s: int) -> tuple[int, ...]:
-        (a, b), = self.runs(shape, n)[s]
-        if len(self.dims) > 1:
-            return ((b - a) * math.prod(shape[len(self.dims):]),)
-        return (b - a,) + shape[1:]
+        object.__setattr__(self, "local_units", Split("ragged", self.local_units, span=len(dims)).values)
 
 
 @dataclass(frozen=True)
@@ -171,17 +88,11 @@ class PartitionedShard:
             raise SpecError(f"PartitionedShard num_partitions must be an int >= 1, got "
                             f"{value_text(self.num_partitions)}",
                             hint="count the partitions (e.g. experts) along the dim")
-        rule = "splits[s][p] is the size of partition p's piece on shard s: one row per shard"
-        try:
-            rows = tuple(size_row(row, "PartitionedShard splits", rule) for row in self.splits)
-        except TypeError:
-            raise SpecError(f"PartitionedShard splits must be rows of ints, got {self.splits!r}", hint=rule) from None
-        if not rows or any(len(r) != self.num_partitions for r in rows):
+        rows = Split("parts", self.splits, aligned=bool(self.aligned)).values
+        if len(rows[0]) != self.num_partitions:
             raise SpecError(f"PartitionedShard splits must have one row of {self.num_partitions} sizes per shard, "
-                            f"got rows of {[len(r) for r in rows]}", hint=rule)
-        if self.aligned and self.num_partitions % len(rows):
-            raise SpecError(f"aligned PartitionedShard needs num_partitions ({self.num_partitions}) divisible by "
-                            f"the {len(rows)} shards", hint="each shard holds num_partitions / shards whole partitions")
+                            f"got rows of {[len(r) for r in rows]}",
+                            hint="splits[s][p] is the size of partition p's piece on shard s: one row per shard")
         object.__setattr__(self, "num_partitions", int(self.num_partitions))
         object.__setattr__(self, "splits", rows)
         object.__setattr__(self, "aligned", bool(self.aligned))
@@ -189,16 +100,6 @@ class PartitionedShard:
     @property
     def num_shards(self) -> int:
         return len(self.splits)
-
-    def check(self, shape: tuple[int, ...], n: int) -> None:
-        _check_dim(self.dim, shape, "PartitionedShard")
-        if self.num_shards != n:
-            raise SpecError(f"PartitionedShard has splits for {self.num_shards} shards on a mesh axis of {n} ranks",
-                            hint="give one row of splits per rank of the mesh axis")
-        total = sum(map(sum, self.splits))
-        if total != shape[self.dim]:
-            raise SpecError(f"PartitionedShard splits sum to {total}, but dim {self.dim} has {shape[self.dim]}",
-                            hint="the pieces of all partitions must add up to the dim exactly")
 
     def piece_starts(self) -> np.ndarray:
         """(shards, partitions) global start of every piece Psp along ``dim``."""
@@ -213,19 +114,6 @@ class PartitionedShard:
             return [(s, p) for p in range(self.num_partitions)]
         k = self.num_partitions // self.num_shards
         return [(q, p) for p in range(s * k, (s + 1) * k) for q in range(self.num_shards)]
-
-    def runs(self, shape: tuple[int, ...], n: int) -> list[Ranges]:
-        self.check(shape, n)
-        starts = self.piece_starts()
-        return [[(int(starts[q, p]), int(starts[q, p]) + self.splits[q][p]) for q, p in self.local_order(s)]
-                for s in range(n)]
-
-    def indices(self, shape: tuple[int, ...], n: int) -> list[np.ndarray]:
-        return [_with_rows(shape, self.dim, r) for r in self.runs(shape, n)]
-
-    def local_shape(self, shape: tuple[int, ...], n: int, s: int) -> tuple[int, ...]:
-        size = sum(b - a for a, b in self.runs(shape, n)[s])
-        return shape[: self.dim] + (size,) + shape[self.dim + 1:]
 
     def local_splits(self, s: int) -> tuple[int, ...]:
         """The sizes of shard ``s``'s pieces, in local order."""
@@ -247,13 +135,3 @@ class PartitionedShard:
                    for q, p in self.local_order(sender) if (q, p) in want]
             out.append(tuple(got))
         return out
-
-
-def local_indices(t: TensorType | str, mesh: Mesh | str) -> list[np.ndarray]:
-    """For each rank, the row-major flat global index of every element of its local tensor,
-    in the local tensor's order (the layout algebra's blocks, flattened)."""
-    from lowering.blocks import block_indices, layouts
-    from lowering.checks import resolve
-
-    tt, m = resolve(t, mesh)
-    return [block_indices(lay, tt.shape) for lay in layouts(tt, m)]

@@ -9,29 +9,32 @@ placements and the tensor's shape:
 * an uneven placement's dim is sharded by that mesh axis alone (a RaggedShard's whole
   flattened prefix: its leading dims are sharded by no other axis);
 * its entries (one per rank) match the mesh axis size, and its sizes sum to the dim
-  (the placement's own ``check(shape, n)``).
+  (its ``Split``'s checks).
 
 Their text form (what ``format_placements`` prints and ``parse_placements`` reads) is a
 call: ``DynamicShard(0,[3,0,7])``, ``RaggedShard([0,1],[1,2,1])``,
-``PartitionedShard(0,4,[[4,6,4,2],[2,4,8,2]],aligned=True)``; keywords are accepted too.
+``PartitionedShard(0,4,[[4,6,4,2],[2,4,8,2]],aligned=True)``; keywords are accepted too
+(the grammar's calls, read by ``UNEVEN_FORMS``).
 """
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Callable, Sequence
+from dataclasses import MISSING, fields
 from typing import Any
 
 from lowering.uneven import DynamicShard, PartitionedShard, RaggedShard
 from spec_lang.errors import SpecError
+from spec_lang.parser import Form
 from spec_lang.split import Split
 
 UnevenPlacement = DynamicShard | RaggedShard | PartitionedShard
 UNEVEN_CLASSES = {"DynamicShard": DynamicShard, "RaggedShard": RaggedShard, "PartitionedShard": PartitionedShard}
-# a call of one of them, with brackets nested up to three deep (rows of splits)
-UNEVEN_RE = r"(?:DynamicShard|RaggedShard|PartitionedShard)\s*\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\)"
-_TEXT_HINT = "write DynamicShard(dim,[sizes]), RaggedShard([0,..,k-1],[units]) or " \
-             "PartitionedShard(dim,num_partitions,[[row] per shard],aligned=False)"
+# how their text form is read: a call of the constructor, its fields by position or keyword
+UNEVEN_FORMS = {
+    name: Form(tuple(f.name for f in fields(cls)), sum(f.default is MISSING for f in fields(cls)), bare=False)
+    for name, cls in UNEVEN_CLASSES.items()
+}
 
 
 def is_uneven_placement(p: object) -> bool:
@@ -73,25 +76,6 @@ def uneven_text(p: UnevenPlacement) -> str:
     return f"PartitionedShard({p.dim},{p.num_partitions},{rows}{',aligned=True' if p.aligned else ''})"
 
 
-def uneven_from_text(text: str) -> UnevenPlacement:
-    """``DynamicShard(0,[3,0,7])`` and friends -> the placement (literals only, nothing evaluated)."""
-    try:
-        call = ast.parse(text.strip(), mode="eval").body
-        if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name) \
-                or call.func.id not in UNEVEN_CLASSES:
-            raise ValueError
-        args = [ast.literal_eval(a) for a in call.args]
-        kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg is not None}
-        if len(kwargs) != len(call.keywords):
-            raise ValueError
-        cls = UNEVEN_CLASSES[call.func.id]
-        return cls(*args, **kwargs)
-    except SpecError:
-        raise
-    except (SyntaxError, ValueError, TypeError):
-        raise SpecError(f"cannot read the uneven placement {text.strip()!r}", hint=_TEXT_HINT) from None
-
-
 Fail = Callable[[str, int, str], SpecError]  # (message, index of the placement, hint) -> error
 
 
@@ -118,7 +102,12 @@ def check_uneven(placements: Sequence[Any], dims: Sequence[int | None], uneven: 
                     "second axis on the same dim is not supported",
                 )
         if shape is not None:
+            d, split = split_of(p)
             try:
-                p.check(tuple(shape), sizes[i])
+                split.check_axis(names[i], sizes[i])
+                if split.kind == "ragged":
+                    split.check_ragged(d, tuple(shape), [()] * len(shape))  # other axes: checked above
+                else:
+                    split.check_extent(shape[d], f"dim {d}")
             except SpecError as e:
-                raise fail(f"{e.message} (mesh axis {names[i]!r})", i, e.hint or "") from None
+                raise fail(e.message, i, e.hint or "") from None

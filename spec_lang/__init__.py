@@ -2,8 +2,13 @@
 
 from spec_lang.errors import SpecError
 from spec_lang.ir import DTYPES, AxisType, Dim, Mesh, TensorType
-from spec_lang.parser import parse, parse_mesh, parse_shard_order
-from spec_lang.printer import format_type
+from spec_lang.local_type import LocalType
+from spec_lang.parser import parse, parse_local_type, parse_mesh, parse_shard_order
+
+
+def format_type(t: TensorType | str, short_dtype: bool = False) -> str:
+    """The canonical text of a type, JAX's format; a string is parsed first (its canonical form comes back)."""
+    return parse(t).format(short_dtype)
 
 
 def from_jax(spec_or_sharding, shape=None, dtype=None, mesh=None):
@@ -21,6 +26,6 @@ def to_jax(t, mesh):
 
 
 __all__ = [
-    "DTYPES", "AxisType", "Dim", "Mesh", "SpecError", "TensorType",
-    "format_type", "from_jax", "parse", "parse_mesh", "parse_shard_order", "to_jax",
+    "DTYPES", "AxisType", "Dim", "LocalType", "Mesh", "SpecError", "TensorType",
+    "format_type", "from_jax", "parse", "parse_local_type", "parse_mesh", "parse_shard_order", "to_jax",
 ]

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from spec_lang.errors import SpecError, number_text, value_text
+from spec_lang.local_type import REDUCE_OPS, I, LocalType, R, U, V  # noqa: F401 - the IR's names too
 from spec_lang.memo import memo as _memo
 from spec_lang.memo import unmemoised_state
 from spec_lang.split import INT64_LIMIT, Split
@@ -77,9 +78,6 @@ DTYPE_HINT = (
     "use a dtype as jax.typeof prints it: f32, bf16, f16, f64, f8_e4m3fn, f8_e5m2 (and the other float8s), "
     "i8..i64, u8..u64, i4, u4, c64, c128, bool, or their long names (float32, float8_e4m3fn, uint16, ...)"
 )
-
-REDUCE_OPS = ("sum", "avg", "max", "min")
-LOCAL_KINDS = ("R", "I", "V", "P")
 
 # numpy arrays have at most 64 dimensions, and the layout algebra builds one with a dim per mesh axis
 MAX_MESH_AXES = 63
@@ -302,23 +300,7 @@ def _check_split(d: Dim) -> None:
     if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < len(d.axes):
         raise SpecError(f"split_at must index the dim's axes (0..{len(d.axes) - 1}), got {value_text(k)}",
                         hint="split_at is the position of the axis that carries the split")
-    if len(d.axes) > 1 and sp.kind == "ragged" and sp.span > 1:
-        raise SpecError(
-            f"a ragged split over {sp.span} dims takes its dim alone, but {', '.join(d.axes)} all shard it",
-            hint="shard other dims with the other axes, or use a ragged split over one dim",
-        )
-    if k < len(d.axes) - 1 and sp.kind == "parts":
-        raise SpecError(
-            f"a PartitionedShard split cannot be cut further by the minor axes {', '.join(d.axes[k + 1:])}",
-            hint="put the partitioned axis last on its dim (minor), or shard another dim with the other axes",
-        )
-    total = sp.total
-    if k == 0 and total is not None and total != d.size:
-        what = "DynamicShard chunk sizes" if sp.kind == "sizes" else "PartitionedShard splits"
-        raise SpecError(
-            f"{what} {sp} sum to {total}, but the dim has {d.size}",
-            hint="the sizes must add up to the dim exactly (uneven placements never pad)",
-        )
+    sp.check_dim(d.size, d.axes, k)
 
 
 @lru_cache(maxsize=4096)  # the planner builds many Dims from few axis lists
@@ -354,52 +336,7 @@ def bytes_error(sizes: tuple[int, ...], itemsize: int) -> SpecError:
     )
 
 
-@dataclass(frozen=True)
-class AxisType:
-    """The local SPMD type of a mesh axis that shards no dim: R, I, V or P(op).
-
-    ``AxisType("U")`` is accepted as the spelling of ``AxisType("P", "sum")``.
-    """
-
-    kind: str  # "R" | "I" | "V" | "P"
-    op: str = "sum"  # the reduce op, meaningful for P only
-
-    def __post_init__(self) -> None:
-        for what, value in (("local type", self.kind), ("reduce op", self.op)):
-            if not isinstance(value, str):
-                raise SpecError(f"the {what} must be a str, got {type(value).__name__} {value!r}",
-                                hint="write AxisType('R'), AxisType('P', 'max'), ...")
-            if type(value) is not str:  # a str subclass (numpy's str_): the canonical form is a str
-                object.__setattr__(self, "kind" if what == "local type" else "op", str(value))
-        if self.kind == "U":
-            object.__setattr__(self, "kind", "P")
-            if self.op != "sum":
-                raise SpecError(f"U is P(sum); it has no op {self.op!r}", hint=f"write AxisType('P', {self.op!r})")
-        if self.kind not in LOCAL_KINDS:
-            raise SpecError(f"unknown local type {self.kind!r}", hint="use one of U, R, I, V, P(op)")
-        if self.op not in REDUCE_OPS:
-            raise SpecError(
-                f"unknown reduce op {self.op!r}", subject=self.op if isinstance(self.op, str) else None,
-                hint="use P(sum), P(avg), P(max) or P(min); U is P(sum)",
-            )
-        if self.kind != "P" and self.op != "sum":
-            raise SpecError(
-                f"local type {self.kind} has no reduce op (got {self.op!r})",
-                hint=f"only P carries an op: write AxisType({self.kind!r}) or AxisType('P', {self.op!r})",
-            )
-
-    @property
-    def code(self) -> str:
-        """How it prints: ``U`` for P(sum), as JAX prints unreduced."""
-        if self.kind == "P":
-            return "U" if self.op == "sum" else f"P({self.op})"
-        return self.kind
-
-
-R = AxisType("R")
-I = AxisType("I")  # noqa: E741 - the SPMD type system's name for Invariant
-V = AxisType("V")
-U = AxisType("P", "sum")
+AxisType = LocalType  # the IR's name for the local type of an annotated axis
 
 
 @lru_cache(maxsize=16384)  # the planner rebuilds the same layouts many times
@@ -416,7 +353,7 @@ def _check_layout(dims: tuple[Dim, ...], axis_types: tuple) -> tuple[tuple[tuple
         numel *= d.size
         if d.split is not None:
             if d.split.kind == "ragged":
-                _check_ragged(dims, i)
+                d.split.check_ragged(i, [e.size for e in dims], [e.axes for e in dims])
             if any(e.split is not None for e in dims[:i]):
                 raise SpecError(
                     f"dims {next(k for k, e in enumerate(dims) if e.split is not None)} and {i} are both "
@@ -445,6 +382,11 @@ def _check_layout(dims: tuple[Dim, ...], axis_types: tuple) -> tuple[tuple[tuple
                 f"the local type of mesh axis {a!r} must be an AxisType, got {type(at).__name__} {at!r}",
                 hint="write AxisType('R'), AxisType('P', 'max'), ...",
             )
+        if at.kind == "S":
+            raise SpecError(
+                f"mesh axis {a!r} is {at!r}: a type writes a split as a sharded dim, not a local type",
+                subject=a, hint=f"shard dim {at.dim} by the axis instead (8@{a})",
+            )
         if a in owner:
             raise SpecError(
                 f"mesh axis {a!r} is used twice in one type: it {'shards' if owner[a].startswith('dim') else 'is'} "
@@ -467,31 +409,22 @@ def _check_layout(dims: tuple[Dim, ...], axis_types: tuple) -> tuple[tuple[tuple
     return tuple(out), numel
 
 
-def _check_ragged(dims: tuple[Dim, ...], i: int) -> None:
-    """A ragged split flattens the leading ``span`` dims: it sits on dim 0, the other dims of
-    the prefix are whole, and the flattened prefix divides by the units."""
-    sp = dims[i].split
-    assert sp is not None
-    hint = "a RaggedShard flattens the leading dims: put it on dim 0, leave the other prefix dims unsharded"
-    if i != 0:
-        raise SpecError(f"a ragged split must be on dim 0 (the flattened prefix), not dim {i}", hint=hint)
-    if sp.span > len(dims):
-        raise SpecError(f"a ragged split over {sp.span} dims, but the tensor has {len(dims)}",
-                        hint=f"use over k with k <= {len(dims)}")
-    for d in dims[1:sp.span]:
-        if d.axes:
-            raise SpecError(f"a ragged split over {sp.span} dims flattens dims sharded by {', '.join(d.axes)}",
-                            hint=hint)
-    flat = 1
-    for d in dims[:sp.span]:
-        flat *= d.size
-    units = sum(sp.values)
-    if flat % units:
-        raise SpecError(
-            f"RaggedShard: the flattened prefix ({flat} positions) does not divide by the {units} units "
-            f"of {list(sp.values)}",
-            hint="pick units whose sum divides the product of the prefix dims",
-        )
+# Annotation groups print in this order, as JAX prints unreduced before reduced.
+_KIND_ORDER = ("U", "P(avg)", "P(max)", "P(min)", "R", "I", "V")
+
+
+def _axes_text(axes: tuple[str, ...]) -> str:
+    return axes[0] if len(axes) == 1 else "(" + ",".join(axes) + ")"
+
+
+def _dim_text(d: Dim) -> str:
+    if not d.axes:
+        return str(d.size)
+    if d.split is None:
+        return f"{d.size}@{_axes_text(d.axes)}"
+    if len(d.axes) == 1:
+        return f"{d.size}@{d.axes[0]}{d.split}"
+    return f"{d.size}@(" + ",".join(a + (str(d.split) if i == d.split_at else "") for i, a in enumerate(d.axes)) + ")"
 
 
 @dataclass(frozen=True, eq=False)
@@ -555,9 +488,17 @@ class TensorType:
         return unmemoised_state(self)
 
     def __str__(self) -> str:
-        from spec_lang.printer import format_type
+        return self.format()
 
-        return format_type(self)
+    def format(self, short_dtype: bool = False) -> str:
+        """The canonical text, JAX's format (``float32[8@(dp,tp),16]{U:tp}``); ``short_dtype``
+        prints ``f32``."""
+        dtype = DTYPES[self.dtype][0] if short_dtype else self.dtype
+        groups: dict[str, list[str]] = {}
+        for name, at in self.axis_types:
+            groups.setdefault(at.code, []).append(name)
+        ann = ", ".join(f"{code}:{_axes_text(tuple(groups[code]))}" for code in _KIND_ORDER if code in groups)
+        return f"{dtype}[{','.join(map(_dim_text, self.dims))}]" + (f"{{{ann}}}" if ann else "")
 
     def __repr__(self) -> str:
         return f"TensorType({str(self)!r})"
@@ -598,6 +539,11 @@ class TensorType:
             if name == axis:
                 return t
         return I
+
+    @_memo
+    def is_uneven(self) -> bool:
+        """Whether a dim carries an uneven split (its ranks then hold blocks, not one box each)."""
+        return any(d.split is not None for d in self.dims)
 
     @_memo
     def partial_axes(self) -> tuple[str, ...]:

@@ -261,12 +261,11 @@ def to_jax(t: TensorType | str, mesh: Mesh | str | Any) -> Any:
         raise SpecError(f"JAX refused {tt}: {e}") from None
 
 
-def partition_spec_text(t: TensorType | str) -> str:
+def partition_spec_text(t: TensorType) -> str:
     """The PartitionSpec as JAX prints it (``P(('tp', 'dp'), None, unreduced={'cp'})``), jax-free."""
-    tt = parse(t)
-    _refuse_uneven(tt)
+    _refuse_uneven(t)
     parts = []
-    for d in tt.dims:
+    for d in t.dims:
         if not d.axes:
             parts.append("None")
         elif len(d.axes) == 1:
@@ -274,23 +273,21 @@ def partition_spec_text(t: TensorType | str) -> str:
         else:
             parts.append("(" + ", ".join(repr(a) for a in d.axes) + ")")
     for word, kind in (("unreduced", "P"), ("reduced", "R")):
-        axes = [a for a, at in tt.axis_types if at.kind == kind]
+        axes = [a for a, at in t.axis_types if at.kind == kind]
         if axes:
             parts.append(f"{word}={{" + ", ".join(repr(a) for a in axes) + "}")
     return "P(" + ", ".join(parts) + ")"
 
 
-def jax_refusal(t: TensorType | str, mesh: Mesh | str | None = None) -> str | None:
+def jax_refusal(t: TensorType, mesh: Mesh | None = None) -> str | None:
     """Why ``to_jax`` would refuse ``t`` (None if representable); jax-free.
 
     Without a mesh only the mesh-independent reasons (V, P(avg|max|min)) are checked.
     """
-    tt = parse(t)
-    m = None if mesh is None else parse_mesh(mesh)
     try:
-        if m is not None:
-            _check_axes(tt, m, str(tt))
-        _refuse_unrepresentable(tt, m)
+        if mesh is not None:
+            _check_axes(t, mesh, str(t))
+        _refuse_unrepresentable(t, mesh)
     except SpecError as e:
         return e.message
     return None

@@ -1,18 +1,22 @@
-"""Strings to IR: types, meshes and shard_order dicts, with caret errors."""
+"""Strings to IR: types, meshes, shard_order dicts, local types and calls (placements), with caret errors."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from spec_lang.errors import SpecError, locate
-from spec_lang.ir import DTYPES, AxisType, Dim, Mesh, TensorType, byte_overflow, bytes_error
+from spec_lang.errors import SpecError, locate, value_text
+from spec_lang.ir import DTYPES, Dim, Mesh, TensorType, byte_overflow, bytes_error
+from spec_lang.local_type import LocalType
 from spec_lang.split import Split
 
 _TYPE_HINT = "write a type like f32[8@(dp,tp),16] or float32[8@dp,16]{U:tp}"
 _MESH_HINT = "write a mesh like dp=2,tp=4 (axis=size, in mesh order)"
 _ORDER_HINT = "write a shard_order like {0: [1], 1: ['dp', 'tp']}"
+_LOCAL_HINT = "write R, I, V, P (or U), P(avg), P(max), P(min) or S(dim); in Python spmd.R, spmd.P('avg'), spmd.S(1)"
 
 
 @lru_cache(maxsize=1)
@@ -22,7 +26,7 @@ def _lark() -> Any:
     text = (Path(__file__).with_name("grammar.lark")).read_text()
     return Lark(
         text,
-        start=["type_start", "mesh_start", "order_start"],
+        start=["type_start", "mesh_start", "order_start", "call_start", "calls_start"],
         parser="lalr",
         lexer="contextual",
         propagate_positions=True,
@@ -30,14 +34,15 @@ def _lark() -> Any:
     )
 
 
-def _describe_expected(expected: set[str]) -> str:
+def _describe_expected(expected: set[str], start: str) -> str:
     names = {
         "RSQB": "']'", "LSQB": "'['", "COMMA": "','", "RPAR": "')'", "LPAR": "'('",
         "RBRACE": "'}'", "LBRACE": "'{'", "COLON": "':'", "AT": "'@'", "EQUAL": "'='",
-        "INT": "a number", "NAME": "an axis name", "KIND": "a local type (U, R, I, V, P(op))",
+        "INT": "a number", "NAME": "a name" if start.startswith("call") else "an axis name",
+        "KIND": "a local type (U, R, I, V, P(op))",
         "DTYPE": "a dtype", "AXIS_CONT": "',axis'", "STRING": "a quoted name",
         "LESSTHAN": "'<'", "MORETHAN": "'>'", "VBAR": "'|'", "RAGGED": "'ragged'", "OVER": "'over'",
-        "PARTS": "'parts' or 'aligned'",
+        "PARTS": "'parts' or 'aligned'", "MINUS": "'-'",
         "$END": "the end",
     }
     parts = sorted({names.get(e, e) for e in expected})
@@ -51,7 +56,7 @@ def _run(text: str, start: str, hint: str, what: str) -> Any:
         return _lark().parse(text, start=start)
     except UnexpectedEOF as e:
         raise SpecError(
-            f"malformed {what}: it ends too early (expected {_describe_expected(set(e.expected))})",
+            f"malformed {what}: it ends too early (expected {_describe_expected(set(e.expected), start)})",
             text=text, pos=len(text), hint=hint,
         ) from None
     except UnexpectedToken as e:
@@ -59,7 +64,7 @@ def _run(text: str, start: str, hint: str, what: str) -> Any:
         pos = len(text) if tok.type == "$END" else tok.start_pos
         got = "it ends too early" if tok.type == "$END" else f"unexpected {str(tok)!r}"
         raise SpecError(
-            f"malformed {what}: {got} (expected {_describe_expected(set(e.expected))})",
+            f"malformed {what}: {got} (expected {_describe_expected(set(e.expected), start)})",
             text=text, pos=pos, hint=hint,
         ) from None
     except UnexpectedCharacters as e:
@@ -140,7 +145,7 @@ def _parse_type(text: str) -> TensorType:
     words: list[tuple[str, int]] = []  # axis names and sizes where written, for carets
     size_at: list[int] = []  # where each dim's size is written
     dims: list[Dim] = []
-    axis_types: list[tuple[str, AxisType]] = []
+    axis_types: list[tuple[str, LocalType]] = []
     try:
         for node in rest:
             if node.data == "dim":
@@ -213,12 +218,10 @@ def _split(node: Any, text: str) -> Split:
         raise e.at(text, node.meta.start_pos) from None
 
 
-def _axis_type(tok: Any, text: str) -> AxisType:
-    raw = "".join(tok.value.split())
+def _axis_type(tok: Any, text: str) -> LocalType:
+    raw = "".join(tok.value.split())  # U, R, I, V, P or P(op)
     try:
-        if raw.startswith("P("):
-            return AxisType("P", raw[2:-1])
-        return AxisType(raw)
+        return LocalType(raw[0], raw[2:-1] or "sum")
     except SpecError as e:
         raise e.at(text, tok.start_pos) from None
 
@@ -275,3 +278,123 @@ def parse_shard_order(text: str) -> dict[int, tuple[int | str, ...]]:
                 vals.append(tok.value)
         out[dim] = tuple(vals)
     return out
+
+
+# ---- calls: local types and placements --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Form:
+    """What a name takes as a call: its parameters in order (their words, in errors; one that
+    is not an identifier is positional only), how many are required, whether the bare name
+    stands alone (``R``, ``P``), and other keywords for a parameter (``sf``)."""
+
+    params: tuple[str, ...] = ()
+    required: int = 0
+    bare: bool = True
+    aliases: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class Call:
+    """A call as read: its name, where it is written, and its arguments by parameter (ints,
+    bools, None, strs, tuples for lists) with where each is written."""
+
+    name: str
+    pos: int
+    args: Mapping[str, Any]
+    at: Mapping[str, int]
+
+
+def read_calls(text: str, forms: Mapping[str, Form], what: str, hint: str, one: bool = False) -> list[Call]:
+    """``text`` as calls of the names in ``forms``: one call, or a list of them (bracketed or
+    not, separated by commas or spaces); a caret on whatever does not fit."""
+    tree = _run(text, "call_start" if one else "calls_start", hint, what if one else what + "s")
+    try:
+        return [_call(node, text, forms, what, hint) for node in tree.children]
+    except RecursionError:
+        raise SpecError(f"malformed {what}: too deeply nested", text=text, hint=hint) from None
+
+
+def _call(node: Any, text: str, forms: Mapping[str, Form], what: str, hint: str) -> Call:
+    """Python's rules for binding a call's arguments to the parameters of its form."""
+    (name_tok, *args), pos = node.children, node.meta.start_pos
+    name, form = name_tok.value, forms.get(name_tok.value)
+    if form is None:
+        raise SpecError(f"{name!r} is not a {what}", text=text, pos=pos, hint=hint)
+
+    def fail(message: str, where: int) -> SpecError:
+        return SpecError(f"{what} {name} {message}", text=text, pos=where,
+                         hint=f"write {name}({', '.join(form.params)})" if form.params else hint)
+
+    if not (form.bare if node.data == "bare_call" else form.params):
+        raise fail("needs its arguments" if form.params else "takes no arguments", pos + len(name))
+    keywords = dict(form.aliases) | {p: p for p in form.params if p.isidentifier()}
+    values: dict[str, Any] = {}
+    at: dict[str, int] = {}
+    for i, arg in enumerate(args):
+        if arg.data == "keyword_arg":
+            key, value = arg.children
+            param, where = keywords.get(key.value), key.start_pos
+            if param is None:
+                raise fail(f"has no argument {key.value!r}", where)
+        else:
+            (value,), where = arg.children, arg.meta.start_pos
+            if any(a.data == "keyword_arg" for a in args[:i]):
+                raise fail("takes no positional argument after a keyword one", where)
+            if i >= len(form.params):
+                raise fail(f"takes {len(form.params)} argument{'s' * (len(form.params) > 1)}, not {len(args)}", where)
+            param = form.params[i]
+        if param in values:
+            raise fail(f"gets its {param} twice", where)
+        values[param], at[param] = _value(value, text, param), where
+    missing = [p for p in form.params[:form.required] if p not in values]
+    if missing and node.data != "bare_call":
+        raise fail(f"needs its {missing[0]}", node.meta.end_pos - 1)
+    return Call(name, pos, values, at)
+
+
+_CONSTANTS = {"True": True, "False": False, "None": None}
+
+
+def _value(node: Any, text: str, what: str) -> Any:
+    """A call's argument as a Python value (``what`` names it when a number is too long)."""
+    kind, children = node.data, node.children
+    if kind == "number":
+        return _int(children[0], text, what)
+    if kind == "negative":
+        return -_int(children[0], text, what)
+    if kind == "word":
+        return _CONSTANTS.get(children[0].value, children[0].value)
+    if kind == "quoted":
+        return children[0].value[1:-1]
+    if kind == "group":
+        return _value(children[0], text, what)
+    return tuple(_value(ch, text, what) for ch in children)
+
+
+_LOCAL_FORMS = {**dict.fromkeys("RIVU", Form()), "P": Form(("reduce op",), 1), "S": Form(("tensor dim",), 1, bare=False)}
+
+
+def parse_local_type(t: object, what: str = "type") -> LocalType:
+    """A local SPMD type from itself or its text: ``R``, ``I``, ``V``, ``P``/``U``,
+    ``P(avg)``, ``S(1)``; ``what`` names the argument in an error."""
+    if isinstance(t, LocalType):
+        return t
+    if not isinstance(t, str):
+        raise SpecError(f"the {what} {value_text(t)} is not a local SPMD type", hint=_LOCAL_HINT)
+    try:
+        return _local_type(t)
+    except SpecError as e:
+        raise SpecError(f"{what}: {e.message}", text=e.text, pos=e.pos, hint=e.hint) from None
+
+
+@lru_cache(maxsize=1024)
+def _local_type(text: str) -> LocalType:
+    (call,) = read_calls(text, _LOCAL_FORMS, "local SPMD type", _LOCAL_HINT, one=True)
+    try:
+        if call.name == "S":
+            return LocalType("S", dim=call.args["tensor dim"])
+        return LocalType(call.name, call.args.get("reduce op", "sum"))
+    except SpecError as e:
+        raise e.at(text, next(iter(call.at.values()), call.pos)) from None

@@ -11,15 +11,15 @@ and ``PartitionedShard`` are the user-facing classes; this is their torch-free c
             16@ep<aligned 4,6|2,4>    its piece of every partition, or whole partitions
 
 ``values`` holds the sizes (sizes), the units (ragged), or one row per shard (parts).
-The rules that need only the dim live here; the ones that need the whole type
-(``ragged`` flattens a prefix) live in ``TensorType``, and the count of entries against
-the mesh axis size is checked where a type meets a mesh.
+Every rule of a split lives here, checked once: its values in the constructor; against
+its dim, the type's prefix and its mesh axis in the ``check_*`` methods, which the IR's
+constructors, ``lowering.check_type`` and the placements' checks call.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping, Set
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from spec_lang.errors import SpecError, number_text
@@ -125,6 +125,80 @@ class Split:
         if self.kind == "parts":
             return sum(map(sum, self.values))
         return None
+
+    @property
+    def entries(self) -> str:
+        """What its entries are called, one per rank of its mesh axis."""
+        return {"sizes": "chunk sizes", "ragged": "local units", "parts": "rows of splits"}[self.kind]
+
+    def fits(self, n: int) -> bool:
+        """Whether it cuts a run of ``n`` exactly: its sizes sum to n, or its units divide n."""
+        return n % sum(self.values) == 0 if self.kind == "ragged" else self.total == n
+
+    def check_extent(self, n: int, where: str) -> None:
+        """It cuts ``where`` (a dim, or a ragged split's flattened prefix) of ``n`` exactly."""
+        if self.fits(n):
+            return
+        if self.kind == "ragged":
+            raise SpecError(f"RaggedShard: the flattened prefix ({n} positions) does not divide by the "
+                            f"{sum(self.values)} units of {list(self.values)}",
+                            hint="pick units whose sum divides the product of the prefix dims")
+        what = "DynamicShard chunk sizes" if self.kind == "sizes" else "PartitionedShard splits"
+        raise SpecError(f"{what} sum to {self.total}, but {where} has {n}",
+                        hint="the sizes must add up to the dim exactly (uneven placements never pad)")
+
+    def check_dim(self, size: int, axes: tuple[str, ...], at: int) -> None:
+        """Its rules on a dim of ``size`` sharded by ``axes``, ``axes[at]`` carrying it."""
+        if len(axes) > 1 and self.kind == "ragged" and self.span > 1:
+            raise SpecError(
+                f"a ragged split over {self.span} dims takes its dim alone, but {', '.join(axes)} all shard it",
+                hint="shard other dims with the other axes, or use a ragged split over one dim",
+            )
+        if at < len(axes) - 1 and self.kind == "parts":
+            raise SpecError(
+                f"a PartitionedShard split cannot be cut further by the minor axes {', '.join(axes[at + 1:])}",
+                hint="put the partitioned axis last on its dim (minor), or shard another dim with the other axes",
+            )
+        if at == 0 and self.kind != "ragged":  # under major axes it cuts each of their chunks instead
+            self.check_extent(size, "the dim")
+
+    def check_ragged(self, i: int, sizes: Sequence[int], axes: Sequence[tuple[str, ...]]) -> None:
+        """A ragged split on dim ``i`` of a tensor of ``sizes`` (``axes`` shard each dim): it
+        flattens the leading ``span`` dims, so it sits on dim 0, the other dims of the prefix
+        are unsharded, and the flattened prefix divides by its units."""
+        hint = "a RaggedShard flattens the leading dims: put it on dim 0, leave the other prefix dims unsharded"
+        if i != 0:
+            raise SpecError(f"a ragged split must be on dim 0 (the flattened prefix), not dim {i}", hint=hint)
+        if self.span > len(sizes):
+            raise SpecError(f"a ragged split over {self.span} dims, but the tensor has {len(sizes)}",
+                            hint=f"use over k with k <= {len(sizes)}")
+        for a in axes[1:self.span]:
+            if a:
+                raise SpecError(f"a ragged split over {self.span} dims flattens dims sharded by {', '.join(a)}",
+                                hint=hint)
+        flat = 1
+        for n in sizes[:self.span]:
+            flat *= n
+        self.check_extent(flat, "the flattened prefix")
+
+    def check_axis(self, axis: str, ranks: int) -> None:
+        """One entry per rank of the mesh axis ``axis`` (of ``ranks`` ranks) it cuts over."""
+        if self.shards != ranks:
+            raise SpecError(f"the uneven split {self} gives {self.shards} {self.entries} for mesh axis {axis!r} "
+                            f"of {ranks} ranks", hint=f"give one entry per rank of {axis!r}")
+
+    def check_chunks(self, axis: str, major: tuple[str, ...], size: int, lengths: Sequence[int], group: int) -> None:
+        """Under the major axes ``major`` (``group`` ranks), it cuts each chunk they cut from
+        the dim of ``size``, of ``lengths``."""
+        if all(self.fits(n) for n in lengths):
+            return
+        need = f"sum to each chunk ({self.total})" if self.total is not None else \
+            f"divide each chunk by {sum(self.values)} units"
+        raise SpecError(
+            f"the uneven split {self} on {axis!r} applies within each chunk that {', '.join(major)} cut "
+            f"from the dim of {size}, of lengths {list(lengths)}; its entries must {need}",
+            hint=f"make the dim {group} x the split's total, or put {axis!r} first on the dim",
+        )
 
     def __str__(self) -> str:
         if self.kind == "sizes":

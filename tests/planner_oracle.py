@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from lowering.blocks import local_part
-from lowering.layout import group_ranks
+from lowering.layout import block_indices, group_ranks, rank_layout
 from spec_lang.ir import Mesh, TensorType
+
+
+def local_array(full: np.ndarray, t: TensorType, mesh: Mesh, rank: int) -> np.ndarray:
+    """``rank``'s local tensor of the global array ``full`` (a copy, in local order)."""
+    lay = rank_layout(t, mesh, rank)
+    return full.reshape(-1)[block_indices(lay, t.shape)].reshape(lay.shape)
 
 
 def shards_of(full: np.ndarray, t: TensorType, mesh: Mesh, rng: np.random.Generator) -> list[np.ndarray]:
     """Each rank's local block of ``full`` under ``t`` (partial axes split into contributions)."""
-    out = [local_part(full, t, mesh, r) for r in range(mesh.size)]
+    out = [local_array(full, t, mesh, r) for r in range(mesh.size)]
     axes = tuple(a for a in mesh.names if a in t.partial_axes)
     if not axes:
         return out
@@ -45,7 +50,7 @@ def shards_of(full: np.ndarray, t: TensorType, mesh: Mesh, rng: np.random.Genera
 
 def expected(full: np.ndarray, t: TensorType, mesh: Mesh) -> list[np.ndarray]:
     """What every rank must hold under ``t`` for a non-partial ``t``."""
-    return [local_part(full, t, mesh, r) for r in range(mesh.size)]
+    return [local_array(full, t, mesh, r) for r in range(mesh.size)]
 
 
 def reduce_partial(outs: list[np.ndarray], t: TensorType, mesh: Mesh) -> list[np.ndarray]:

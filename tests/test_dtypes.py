@@ -20,8 +20,7 @@ from typed_data import pairing  # noqa: E402
 
 import lowering  # noqa: E402
 import torch_backend  # noqa: E402
-from spec_lang import DTYPES, SpecError, from_jax, parse  # noqa: E402
-from spec_lang.printer import format_type  # noqa: E402
+from spec_lang import DTYPES, SpecError, format_type, from_jax, parse  # noqa: E402
 from torch_backend.data import global_tensor  # noqa: E402
 from torch_backend.dtypes import TORCH_DTYPES, dtype_name, to_torch_dtype, wire_view  # noqa: E402
 

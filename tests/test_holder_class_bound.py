@@ -12,7 +12,6 @@ import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 from strategies import cases
 
-from lowering.blocks import is_uneven
 from lowering.labels import class_floor
 from lowering.moves import erase
 from lowering.planner import _floor, compile, fallback_program
@@ -88,7 +87,7 @@ def test_a_goal_with_new_partial_axes_has_a_floor() -> None:
 @given(cases(varying=True, explicit_i=True))
 def test_the_search_key_never_overshoots_a_route(case: tuple) -> None:
     src, dst, mesh = case
-    assume(not is_uneven(src) and not is_uneven(dst))
+    assume(not src.is_uneven and not dst.is_uneven)
     _route_keys_never_overshoot(src, dst, mesh)
 
 

@@ -14,9 +14,8 @@ from hypothesis import strategies as st
 
 from lowering import compile
 from lowering.layout import local_shape
-from spec_lang import SpecError, parse, parse_mesh, parse_shard_order
+from spec_lang import SpecError, format_type, parse, parse_mesh, parse_shard_order
 from spec_lang.ir import DTYPES, MAX_MESH_AXES, MAX_WORLD, AxisType, Dim, Mesh, TensorType
-from spec_lang.printer import format_type
 from spec_lang.split import Split
 
 AXES = ["dp", "tp", "cp", "a", "b", "_x1"]

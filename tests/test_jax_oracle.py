@@ -78,7 +78,7 @@ def test_round_trip(text: str, mesh: str) -> None:
     assert from_jax(s, t.shape, t.dtype) == t
     assert from_jax(s.spec, t.shape, t.dtype, mesh=mesh) == t
     assert from_jax(s.spec, t.shape, t.dtype, mesh=s.mesh) == t
-    assert jax_refusal(t, mesh) is None
+    assert jax_refusal(t, parse_mesh(mesh)) is None
 
 
 @pytest.mark.parametrize(("text", "mesh"), TYPED)
@@ -114,7 +114,7 @@ def test_device_put_even() -> None:
 def test_partition_spec_text_matches_jax_repr() -> None:
     for text in ("f32[8@(tp,dp),16]", "f32[8@dp,16]{U:tp}", "f32[4,4]{R:cp}"):
         spec = to_jax(text, "dp=2,cp=1,tp=4").spec
-        assert partition_spec_text(text) == repr(spec)
+        assert partition_spec_text(parse(text)) == repr(spec)
 
 
 # ---- refusals -------------------------------------------------------------------------------
@@ -136,7 +136,7 @@ def test_to_jax_refuses(text: str, words: str) -> None:
         to_jax(text, "dp=2,tp=4")
     assert words in info.value.message
     assert info.value.hint
-    assert jax_refusal(text, "dp=2,tp=4") == info.value.message
+    assert jax_refusal(parse(text), parse_mesh("dp=2,tp=4")) == info.value.message
 
 
 def test_to_jax_too_few_devices() -> None:

@@ -54,14 +54,20 @@ def test_every_doc_row_gives_its_error(rule: str, placements: str, order: str | 
     ("[_S(0,2), S(1), S(0)]", "_S(0,2),S(1),S(0)"),
     ("S(0),P(avg),R", "S(0),P(avg),R"),
     (" [ P , _S(1, split_factor=4) ] ", "P(sum),_S(1,4)"),
+    ("S(0) R,,P(max)", "S(0),R,P(max)"),
+    ("DynamicShard( 1 , (3, 0, 7), ) R", "DynamicShard(1,[3,0,7]),R"),
+    ("[RaggedShard(dims=[0, 1], local_units=(1, 2, 1))]", "RaggedShard([0,1],[1,2,1])"),
+    ("PartitionedShard(dim=0, num_partitions=2, splits=((1, 2), (3, 3)), aligned=True)",
+     "PartitionedShard(0,2,[[1,2],[3,3]],aligned=True)"),
 ])
 def test_text_forms(text: str, want: str) -> None:
     assert ",".join(str(p) for p in parse_placements(text)) == want
 
 
 def test_unbalanced_brackets_are_refused() -> None:
-    with pytest.raises(SpecError, match="unknown placement"):
+    with pytest.raises(SpecError, match="malformed placements: it ends too early") as info:
         parse_placements("[S(0), R")
+    assert info.value.pos == len("[S(0), R")
 
 
 torch = pytest.importorskip("torch")

@@ -12,7 +12,6 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from strategies import cases
 
-from lowering.blocks import is_uneven
 from lowering.bounds import lower_bound, receive_need
 from lowering.checks import check_partial_conversion
 from lowering.cost import DEFAULT_COST_MODEL
@@ -59,7 +58,7 @@ def test_every_move_costs_what_it_takes_off_the_need(case: tuple, seed: int) -> 
     # far, never drops along a move (the ranks differing only on the goal's new partial
     # axes share their need: any of them may hold the values)
     src, dst, mesh = case
-    assume(not is_uneven(src) and not is_uneven(dst))
+    assume(not src.is_uneven and not dst.is_uneven)
     start, goal = erase(src), erase(dst)
     op = check_partial_conversion(src, dst)
     states = {start} | {s for route in fallback_routes(start, goal, mesh, op) for s, _ in route}
@@ -89,7 +88,7 @@ def test_the_receive_floor_never_overshoots_a_program(case: tuple) -> None:
     # input is at most what the busiest rank moves in the end (the constructive routes'
     # keys: tests/test_holder_class_bound.py)
     src, dst, mesh = case
-    assume(not is_uneven(src) and not is_uneven(dst))
+    assume(not src.is_uneven and not dst.is_uneven)
     start, goal = erase(src), erase(dst)
     assert SearchContext(start, goal, mesh, DEFAULT_COST_MODEL)._need_of is not None  # the floor is on
     prog = compile(src, dst, mesh, budget_s=5.0)

@@ -15,7 +15,6 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from strategies import cases
 
-from lowering.blocks import is_uneven
 from lowering.cost import DEFAULT_COST_MODEL, CostModel
 from lowering.fallback import fallback_routes
 from lowering.labels import SearchContext, _future, class_floor, receive_floor
@@ -32,7 +31,7 @@ def _checked(t: TensorType) -> TensorType:
 def _search_ends(case: tuple) -> tuple[TensorType, TensorType, Mesh, str]:
     """An even case's erased ends, mesh and reduce op, as the search sees them."""
     src, dst, mesh = case
-    assume(not is_uneven(src) and not is_uneven(dst))
+    assume(not src.is_uneven and not dst.is_uneven)
     start, goal = erase(src), erase(dst)
     return start, goal, mesh, start.partial_op or goal.partial_op or "sum"
 

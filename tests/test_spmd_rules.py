@@ -134,6 +134,7 @@ def test_refusals_name_the_rule_and_the_fix(op, s, d, rule, fix) -> None:
 def test_types_compare_and_parse() -> None:
     assert P == P("sum") and P("avg") != P and S(0) == S(0) and S(0) != S(1) and S(0) != V
     assert as_local_type("U") == P and as_local_type("P(max)") == P("max") and as_local_type("S(2)") == S(2)
+    assert as_local_type(" P( 'avg' ) ") == P("avg") and as_local_type(" S( 01 ) ") == S(1) and as_local_type("I") == I
     assert repr(P("avg")) == "P('avg')" and S(0).base == "V"
     for bad in ("Q", "S(-1)", 3):
         with pytest.raises(SpecError):

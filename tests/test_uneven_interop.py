@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from uneven_oracle import indices, local_shape, runs
 
 from lowering import (
     DynamicShard,
@@ -22,6 +23,7 @@ from lowering import (
     from_placements,
     local_indices,
     local_shapes,
+    local_slices,
     to_placements,
 )
 from lowering.checks import resolve
@@ -109,10 +111,44 @@ def test_local_indices_are_the_placements_indices_on_one_axis(n: int, data: st.D
     dims = tuple(Dim(s, ("x",), split) if i == d else Dim(s) for i, s in enumerate(shape))
     t, mesh = TensorType("f32", dims), Mesh(("x",), (n,))
     p = placement_of(d, split)
-    want = p.indices(shape, n)
+    want = indices(p, shape, n)
     got = local_indices(t, mesh)
     assert [g.tolist() for g in got] == [w.tolist() for w in want]
-    assert list(local_shapes(t, mesh)) == [p.local_shape(shape, n, s) for s in range(n)]
+    assert list(local_shapes(t, mesh)) == [local_shape(p, shape, n, s) for s in range(n)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 4), st.data())
+def test_local_slices_cut_each_uneven_local_tensor_or_say_why(n: int, data: st.DataObject) -> None:
+    """Where every rank's local tensor is one slice of the global tensor (the placements'
+    runs end to end, flattened runs never), ``local_slices`` gives it; elsewhere a SpecError."""
+    split, lead = data.draw(splits(n))
+    d = 0 if split.kind == "ragged" else data.draw(st.integers(0, 1))
+    shape = (3,) * d + lead + tuple(data.draw(st.lists(st.integers(1, 4), max_size=2)))
+    dims = tuple(Dim(s, ("x",), split) if i == d else Dim(s) for i, s in enumerate(shape))
+    t, mesh = TensorType("f32", dims), Mesh(("x",), (n,))
+    p = placement_of(d, split)
+    held = [[(a, b) for a, b in rs if b > a] for rs in runs(p, shape, n)]
+    one_slice = split.kind != "ragged" or split.span == 1
+    one_slice = one_slice and all(x[1] == y[0] for rs in held for x, y in zip(rs, rs[1:]))
+    if not one_slice:
+        with pytest.raises(SpecError, match="not one slice|not a slice") as info:
+            local_slices(t, mesh)
+        assert "local_indices" in (info.value.hint or "")
+        return
+    full = np.arange(math.prod(shape)).reshape(shape)
+    for s, (sl, want) in enumerate(zip(local_slices(t, mesh), indices(p, shape, n), strict=True)):
+        assert full[sl].shape == local_shape(p, shape, n, s)
+        assert full[sl].reshape(-1).tolist() == want.tolist(), s
+
+
+def test_local_slices_of_the_partitioned_worked_example() -> None:
+    aligned = "f32[32@ep<aligned 4,6,4,2|2,4,8,2>]"  # shard 0 [P00 P10 P01 P11] = rows 0:16, end to end
+    assert local_slices(aligned, "ep=2") == [(slice(0, 16),), (slice(16, 32),)]
+    with pytest.raises(SpecError, match="rank 0 holds 4 runs of dim 0 that do not follow each other"):
+        local_slices("f32[32@ep<parts 4,6,4,2|2,4,8,2>]", "ep=2")  # shard 0 [P00 P01 P02 P03]
+    with pytest.raises(SpecError, match="1-D, a flattened run"):
+        local_slices("f32[4@dp<ragged 1,2,1 over 2>,6]", "dp=3")
 
 
 def _chunk(size: int, parts: int, c: int) -> slice:
@@ -141,7 +177,7 @@ def test_an_uneven_axis_composed_with_a_shard_is_the_product(n: int, m: int, spl
     got = local_indices(t, mesh)
     for r in range(mesh.size):
         cx, cy = mesh.coords(r)[mesh.index("x")], mesh.coords(r)[mesh.index("y")]
-        local = full.reshape(-1)[p.indices(shape, n)[cx]]
+        local = full.reshape(-1)[indices(p, shape, n)[cx]]
         if isinstance(p, RaggedShard):  # positions of the flattened prefix, each with the trailing dims
             k = len(p.dims)
             local = local.reshape(-1, *shape[k:])
@@ -151,7 +187,7 @@ def test_an_uneven_axis_composed_with_a_shard_is_the_product(n: int, m: int, spl
             if k > 1:
                 want = want.reshape(-1)
         else:
-            local = local.reshape(p.local_shape(shape, n, cx))
+            local = local.reshape(local_shape(p, shape, n, cx))
             sl = [slice(None)] * local.ndim
             sl[e] = _chunk(shape[e], m, cy)
             want = local[tuple(sl)]
@@ -175,7 +211,7 @@ def test_the_partitioned_worked_example_in_the_dsl() -> None:
     assert al[1] == r(16, 20) + r(20, 28) + r(28, 30) + r(30, 32)  # [P02:4, P12:8, P03:2, P13:2]
     for aligned, got in ((False, un), (True, al)):
         p = PartitionedShard(0, 4, SPLITS, aligned)
-        assert got == [i.tolist() for i in p.indices((32,), 2)]
+        assert got == [i.tolist() for i in indices(p, (32,), 2)]
         assert [len(g) for g in got] == [sum(p.local_splits(s)) for s in range(2)]
 
 
@@ -275,9 +311,9 @@ BAD_PLACEMENTS = [
     ("DynamicShard(0,[3,0,6]),S(1)", "dp=3,tp=2", (10, 4), "sum to 9, but dim 0 has 10", "DynamicShard"),
     ("R,PartitionedShard(0,2,[[1,2],[3,3]])", "dp=2,ep=2", (10,), "splits sum to 9, but dim 0 has 10",
      "PartitionedShard"),
-    ("R,DynamicShard(0,[3,7])", "tp=2,dp=3", (10,), "2 chunk sizes for a mesh axis of 3 ranks", "DynamicShard"),
-    ("RaggedShard([0],[1,1,2]),R", "dp=2,tp=2", (8,), "3 local units for a mesh axis of 2 ranks", "RaggedShard"),
-    ("PartitionedShard(0,2,[[1,2],[3,4],[0,0]])", "ep=2", (10,), "splits for 3 shards on a mesh axis of 2",
+    ("R,DynamicShard(0,[3,7])", "tp=2,dp=3", (10,), "2 chunk sizes for mesh axis 'dp' of 3 ranks", "DynamicShard"),
+    ("RaggedShard([0],[1,1,2]),R", "dp=2,tp=2", (8,), "3 local units for mesh axis 'dp' of 2 ranks", "RaggedShard"),
+    ("PartitionedShard(0,2,[[1,2],[3,4],[0,0]])", "ep=2", (10,), "3 rows of splits for mesh axis 'ep' of 2 ranks",
      "PartitionedShard"),
     ("RaggedShard([0],[1,2])", "dp=2", (10,), "does not divide by the 3 units", "RaggedShard"),
     ("DynamicShard(2,[3,7])", "dp=2", (10,), "shards tensor dim 2, out of range for a 1-d tensor", "DynamicShard"),
@@ -286,7 +322,7 @@ BAD_PLACEMENTS = [
     ("R,RaggedShard([0,2],[1,1])", "dp=2,tp=2", (4, 4), "must be a prefix", "RaggedShard"),
     ("PartitionedShard(0,3,[[1,2,3],[1,1,1]],aligned=True)", "ep=2", (9,), "divisible by the 2 shards",
      "PartitionedShard"),
-    ("DynamicShard(0,[1,2],3)", "dp=2", (3,), "cannot read the uneven placement", "DynamicShard"),
+    ("DynamicShard(0,[1,2],3)", "dp=2", (3,), "DynamicShard takes 2 arguments, not 3", "3)"),
 ]
 
 
@@ -298,6 +334,29 @@ def test_bad_uneven_placements_are_spec_errors_with_a_caret(text: str, mesh: str
     e = info.value
     assert message in e.message and e.hint
     assert e.text is not None and e.pos is not None and e.text[e.pos:].startswith(under), str(e)
+
+
+SAME_RULE = [
+    # (placements, the type string of the same split, mesh, shape, the words both say)
+    ("R,DynamicShard(0,[3,7])", "f32[10@dp<3,7>]", "tp=2,dp=3", (10,), "gives 2 chunk sizes for mesh axis 'dp' of 3"),
+    ("DynamicShard(0,[3,0,6])", "f32[10@dp<3,0,6>]", "dp=3", (10,), "DynamicShard chunk sizes sum to 9, but"),
+    ("PartitionedShard(0,2,[[1,2],[3,3]])", "f32[10@ep<parts 1,2|3,3>]", "ep=2", (10,),
+     "PartitionedShard splits sum to 9, but"),
+    ("PartitionedShard(0,2,[[1,2],[3,4],[0,0]])", "f32[10@ep<parts 1,2|3,4|0,0>]", "ep=2", (10,),
+     "gives 3 rows of splits for mesh axis 'ep' of 2 ranks"),
+    ("RaggedShard([0],[1,2])", "f32[10@dp<ragged 1,2>]", "dp=2", (10,), "(10 positions) does not divide by the 3"),
+]
+
+
+@pytest.mark.parametrize("placements,text,mesh,shape,words", SAME_RULE, ids=[c[4] for c in SAME_RULE])
+def test_a_placement_and_its_type_string_break_a_rule_in_the_same_words(
+        placements: str, text: str, mesh: str, shape: tuple[int, ...], words: str) -> None:
+    """One rule, checked in one place (``Split``), whichever way the split was written."""
+    with pytest.raises(SpecError) as by_placement:
+        from_placements(placements, mesh, shape)
+    with pytest.raises(SpecError) as by_type:
+        resolve(text, mesh)
+    assert words in by_placement.value.message and words in by_type.value.message
 
 
 def test_bad_uneven_placement_objects_are_spec_errors() -> None:

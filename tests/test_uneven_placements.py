@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from uneven_oracle import indices, local_shape
 
-from lowering import DynamicShard, PartitionedShard, RaggedShard, local_indices
+from lowering import DynamicShard, PartitionedShard, RaggedShard, check_placements, local_indices
 from spec_lang.errors import SpecError
 
 SPLITS = ((4, 6, 4, 2), (2, 4, 8, 2))
@@ -31,9 +32,9 @@ def test_partitioned_worked_example() -> None:
     assert al.exchange_splits() == [(4, 6, 4, 2), (2, 4, 8, 2)]
     assert al.realigned() == un and un.realigned().realigned() == un
     full = np.arange(32 * 3).reshape(32, 3)
-    rows = [full.reshape(-1)[i].reshape(-1, 3)[:, 0] // 3 for i in un.indices((32, 3), 2)]
+    rows = [full.reshape(-1)[i].reshape(-1, 3)[:, 0] // 3 for i in indices(un, (32, 3), 2)]
     assert rows[0].tolist() == [*range(0, 4), *range(6, 12), *range(16, 20), *range(28, 30)]
-    assert un.local_shape((32, 3), 2, 1) == (16, 3) and al.local_shape((32, 3), 2, 0) == (16, 3)
+    assert local_shape(un, (32, 3), 2, 1) == (16, 3) and local_shape(al, (32, 3), 2, 0) == (16, 3)
 
 
 def test_dynamic_shard_matches_narrow() -> None:
@@ -42,21 +43,21 @@ def test_dynamic_shard_matches_narrow() -> None:
     p = DynamicShard(1, sizes)
     full = torch.arange(math.prod(shape)).reshape(shape)
     offsets = np.concatenate([[0], np.cumsum(sizes)])
-    for s, idx in enumerate(p.indices(shape, 3)):
+    for s, idx in enumerate(indices(p, shape, 3)):
         want = full.narrow(1, int(offsets[s]), sizes[s])
         assert idx.tolist() == want.reshape(-1).tolist()
-        assert p.local_shape(shape, 3, s) == tuple(want.shape)
+        assert local_shape(p, shape, 3, s) == tuple(want.shape)
 
 
 def test_ragged_shard_local_tensors() -> None:
     shape = (4, 6, 5)  # prefix (0, 1): 24 positions of 5 elements
     p = RaggedShard((0, 1), (1, 2, 1, 2))
-    idx = p.indices(shape, 4)
+    idx = indices(p, shape, 4)
     assert [len(i) for i in idx] == [20, 40, 20, 40]
     assert idx[1].tolist() == list(range(20, 60))  # a contiguous run of memory
-    assert p.local_shape(shape, 4, 1) == (40,)  # 1-D over several prefix dims
+    assert local_shape(p, shape, 4, 1) == (40,)  # 1-D over several prefix dims
     q = RaggedShard((0,), (1, 3))
-    assert q.local_shape((8, 6, 5), 2, 1) == (6, 6, 5)  # dims == (0,): trailing dims kept
+    assert local_shape(q, (8, 6, 5), 2, 1) == (6, 6, 5)  # dims == (0,): trailing dims kept
 
 
 @st.composite
@@ -87,31 +88,33 @@ def placements(draw: st.DrawFn) -> tuple[object, tuple[int, ...], int]:
 @given(placements())
 def test_every_element_has_one_holder(case: tuple[object, tuple[int, ...], int]) -> None:
     p, shape, n = case
-    idx = p.indices(shape, n)  # type: ignore[attr-defined]
+    idx = indices(p, shape, n)  # type: ignore[arg-type]
     allidx = np.concatenate(idx) if idx else np.zeros(0)
     assert sorted(allidx.tolist()) == list(range(math.prod(shape)))
     for s in range(n):
-        assert math.prod(p.local_shape(shape, n, s)) == len(idx[s])  # type: ignore[attr-defined]
+        assert math.prod(local_shape(p, shape, n, s)) == len(idx[s])  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("make,shape,n,message", [
     (lambda: DynamicShard(0, (3, 4)), (8,), 2, "sum to 7"),
     (lambda: DynamicShard(0, (3, -1)), (2,), 2, "negative size"),
-    (lambda: DynamicShard(0, (3, 5)), (8,), 3, "2 chunk sizes for a mesh axis of 3"),
-    (lambda: DynamicShard(2, (3, 5)), (8,), 2, "tensor has 1 dims"),
-    (lambda: RaggedShard((0,), (1, 2)), (8,), 3, "2 local units for a mesh axis of 3"),
+    (lambda: DynamicShard(0, (3, 5)), (8,), 3, "2 chunk sizes for mesh axis 'x' of 3 ranks"),
+    (lambda: DynamicShard(2, (3, 5)), (8,), 2, "out of range for a 1-d tensor"),
+    (lambda: RaggedShard((0,), (1, 2)), (8,), 3, "2 local units for mesh axis 'x' of 3 ranks"),
+    (lambda: RaggedShard((0, 1), (1, 1)), (8,), 2, "over 2 dims, but the tensor has 1"),
     (lambda: RaggedShard((0,), (1, 2)), (8,), 2, "does not divide by the 3 units"),
     (lambda: RaggedShard((1,), (1, 1)), (8, 2), 2, "must be a prefix"),
     (lambda: RaggedShard((0,), (0, 0)), (8,), 2, "at least one positive"),
     (lambda: PartitionedShard(0, 3, ((1, 1, 1), (1, 1, 1)), aligned=True), (6,), 2, "divisible by the 2 shards"),
     (lambda: PartitionedShard(0, 2, ((1, -1), (1, 1))), (2,), 2, "negative size"),
     (lambda: PartitionedShard(0, 2, ((1, 1), (1, 1))), (5,), 2, "sum to 4"),
-    (lambda: PartitionedShard(0, 2, ((1, 1, 1), (1, 1))), (5,), 2, "one row of 2 sizes per shard"),
-    (lambda: PartitionedShard(0, 2, ((1, 1), (1, 1))), (4,), 3, "splits for 2 shards on a mesh axis of 3"),
+    (lambda: PartitionedShard(0, 2, ((1, 1, 1), (1, 1))), (5,), 2, "every row with the same number"),
+    (lambda: PartitionedShard(0, 2, ((1, 1, 1), (1, 1, 1))), (6,), 2, "one row of 2 sizes per shard"),
+    (lambda: PartitionedShard(0, 2, ((1, 1), (1, 1))), (4,), 3, "2 rows of splits for mesh axis 'x' of 3 ranks"),
 ])
 def test_refusals_name_the_rule(make: object, shape: tuple[int, ...], n: int, message: str) -> None:
     with pytest.raises(SpecError, match=message):
-        make().indices(shape, n)  # type: ignore[operator]
+        check_placements([make()], None, f"x={n}", len(shape), shape)  # type: ignore[operator]
 
 
 def test_placements_are_frozen_and_hashable() -> None:

@@ -5,7 +5,7 @@
 * ``torch_backend.redistribute`` under LocalTensorMode equals the simulator bit for bit
   and leaves its input untouched;
 * the backward pass is the adjoint of the forward (sum / avg pairs);
-* ``local_indices`` agrees with the placement classes (one placement on a 1-D mesh);
+* ``local_indices`` agrees with the placements' semantics (``uneven_oracle``) (one placement on a 1-D mesh);
 * the bytes: each exchange's price is its exact pieces, the pieces of sender and receiver
   agree, and without a pending reduction the most any rank receives is the lower bound.
 
@@ -23,11 +23,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from planner_oracle import expected, reduce_partial, shards_of
 from strategies_uneven import single_placements, uneven_pairs
+from uneven_oracle import indices, local_shape
 
 from lowering import DynamicShard, PartitionedShard, RaggedShard, local_indices
-from lowering.blocks import layouts
 from lowering.bounds import lower_bound_detail
 from lowering.kinds import rank_pieces, wire_bytes
+from lowering.layout import layouts
 from lowering.planner import compile
 from lowering.simulator import simulate
 from spec_lang.ir import Mesh, TensorType
@@ -113,12 +114,12 @@ def test_local_indices_agree_with_the_placement_classes(case: tuple[TensorType, 
     t, mesh = case
     n = mesh.sizes[0]
     p = _placement(t)
-    want = p.indices(t.shape, n)  # type: ignore[attr-defined]
+    want = indices(p, t.shape, n)  # type: ignore[arg-type]
     got = local_indices(t, mesh)
     full = np.arange(t.numel, dtype=np.int64).reshape(t.shape)
     for s in range(n):
         assert got[s].tolist() == want[s].tolist(), f"shard {s} of {t} on {mesh}"
-        assert layouts(t, mesh)[s].shape == p.local_shape(t.shape, n, s)  # type: ignore[attr-defined]
+        assert layouts(t, mesh)[s].shape == local_shape(p, t.shape, n, s)  # type: ignore[arg-type]
         assert expected(full, t, mesh)[s].reshape(-1).tolist() == want[s].tolist()
 
 

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from planner_oracle import local_array
 
-from lowering.blocks import local_part
 from spec_lang.ir import Mesh, TensorType
 
 
@@ -32,7 +32,7 @@ def random_arrays(t: TensorType, mesh: Mesh, rng: np.random.Generator, lo: int =
         if per_axis and j not in variants:
             variants[j] = rng.integers(lo, hi, size=t.shape)
         src = variants[j] if per_axis else full
-        out.append(np.asarray(local_part(src, t, mesh, r), dtype=np.float64))
+        out.append(np.asarray(local_array(src, t, mesh, r), dtype=np.float64))
     return out
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from planner_oracle import local_array
 
-from lowering.blocks import local_part
 from spec_lang import parse, parse_mesh
 
 UNALIGNED = "f64[32@ep<parts 4,6,4,2|2,4,8,2>,3]"
@@ -42,4 +42,4 @@ def case_types(mesh: str, src: str, dst: str) -> tuple[Any, Any, Any]:
 
 
 def block(t: Any, mesh: Any, rank: int) -> np.ndarray:
-    return local_part(global_array(t), t, mesh, rank)
+    return local_array(global_array(t), t, mesh, rank)

@@ -22,7 +22,6 @@ from typing import Any
 import torch
 
 import lowering
-from lowering.blocks import is_uneven
 from lowering.caching import on_clear
 from lowering.checks import check_flag, check_same_global
 from lowering.kinds.local import keeps_values
@@ -463,7 +462,7 @@ def _check_dtensor_source(src: TensorType | str, actual: TensorType, m: Mesh) ->
         stated.dtype == actual.dtype and stated.shape == actual.shape
         and {a: at for a, at in stated.axis_types if at.kind in ("P", "V")}
         == {a: at for a, at in actual.axis_types if at.kind == "P"}
-        and not is_uneven(stated)  # DTensor has no uneven placements
+        and not stated.is_uneven  # DTensor has no uneven placements
         and bool((boxes(stated, m) == boxes(actual, m)).all())
     )
     if not same:

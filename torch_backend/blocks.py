@@ -1,10 +1,10 @@
-"""A rank's local tensor cut out of a global tensor: the torch side of ``lowering.blocks``."""
+"""A rank's local tensor cut out of a global tensor: the torch side of ``lowering.layout.rank_layout``."""
 
 from __future__ import annotations
 
 import torch
 
-from lowering.blocks import rank_layout
+from lowering.layout import rank_layout
 from spec_lang.ir import Mesh, TensorType
 
 
@@ -13,7 +13,7 @@ def local_part(g: torch.Tensor, t: TensorType, mesh: Mesh, rank: int) -> torch.T
     the rank's blocks concatenated along the split dim, or flattened for a ragged split
     over several dims)."""
     lay = rank_layout(t, mesh, rank)
-    parts = [g[tuple(slice(int(lo), int(hi)) for lo, hi in b)] for b in lay.blocks]
+    parts = [g[s] for s in lay.slices()]
     if not parts:
         return g.new_empty(lay.shape)
     if lay.cat is None:

@@ -6,7 +6,7 @@ agree. float8 holds only some of them: the global tensor is cast once and every 
 cut from it, so moves stay bit-exact (and torch cannot reduce float8 anyway).
 
 A rank's block under ``t``: the global slice (``lowering.layout``; for an uneven type the
-rank's blocks, ``lowering.blocks.rank_layout``, concatenated in local order), then per
+rank's blocks, ``lowering.layout.rank_layout``, concatenated in local order), then per
 non-sharding axis kind:
 
 * R / I: the same on every rank;

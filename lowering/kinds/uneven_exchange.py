@@ -2,7 +2,7 @@
 any two layouts; ``all_gatherv``, the same gather around a ring; ``slicev``, one that moves nothing.
 
 The uneven placements (explicit sizes, ragged runs, partitions) hold *blocks* in a local
-order (``lowering.blocks``), so their redistributions are exchanges of exactly the
+order (``lowering.layout.rank_layout``), so their redistributions are exchanges of exactly the
 elements a rank needs, at exactly the split each peer has: never padded. One definition
 covers every pair of layouts, uneven or plain, on the mesh axes whose role changes (the
 *group*); a receiver hears from the *candidates* that hold what it needs::
@@ -47,7 +47,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lowering.blocks import LocalLayout, meet_numel, rank_layout, stacked_blocks
 from lowering.caching import MIB, cached
 from lowering.kinds.base import (
     Piece,
@@ -62,7 +61,7 @@ from lowering.kinds.base import (
     same_except,
 )
 from lowering.kinds.copies import Copy, View, as_run, plan_copies, row_major, run_view
-from lowering.layout import group_arrays, mesh_coords
+from lowering.layout import LocalLayout, group_arrays, meet_numel, mesh_coords, rank_layout, stacked_blocks
 from spec_lang.ir import Mesh, TensorType
 
 if TYPE_CHECKING:

@@ -21,10 +21,10 @@ from lowering.kinds import kind_of, make_step
 from lowering.planner import dual_steps
 from lowering.program import Program, make_program
 from lowering.spmd.rules import check_pair
-from lowering.spmd.types import I, LocalType, R
 from spec_lang.dual import dual_type
 from spec_lang.errors import SpecError
-from spec_lang.ir import AxisType, Dim, Mesh, TensorType, canonical_dtype
+from spec_lang.ir import Dim, Mesh, TensorType, canonical_dtype
+from spec_lang.local_type import I, LocalType, R
 
 Shape = tuple[int, ...]
 
@@ -36,8 +36,7 @@ def typed(shape: Shape, t: LocalType, group: tuple[str, ...], dtype: str,
     dims = [Dim(int(s)) for s in shape]
     for d, n in (sizes or {}).items():
         dims[d] = Dim(n, group)
-    kinds = {"R": (AxisType("R"),), "V": (AxisType("V"),), "P": (AxisType("P", t.op),)}.get(t.kind, ())
-    ann = tuple((a, k) for a in group for k in kinds)
+    ann = tuple((a, t) for a in group) if t.kind in ("R", "V", "P") else ()  # I is unannotated, S a dim
     return TensorType(canonical_dtype(dtype) or dtype, tuple(dims), ann)
 
 

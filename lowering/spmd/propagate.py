@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lowering.spmd.types import I, LocalType, P, R, S, V
 from spec_lang.errors import SpecError
+from spec_lang.local_type import I, LocalType, P, R, S, V
 
 Types = dict[str, LocalType]
 

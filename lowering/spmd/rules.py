@@ -8,9 +8,9 @@ operators from one local type to another, used to suggest the fix for a refused 
 
 from __future__ import annotations
 
-from lowering.spmd.types import LocalType
 from spec_lang.errors import SpecError
 from spec_lang.ir import INTEGER_DTYPES, Mesh
+from spec_lang.local_type import LocalType
 
 COLLECTIVES = ("all_gather", "all_reduce", "reduce_scatter", "all_to_all", "reinterpret", "convert", "redistribute")
 
@@ -80,10 +80,6 @@ _WHY = {
 }
 
 
-def _letter(t: LocalType) -> str:
-    return "S" if t.kind == "S" else t.kind
-
-
 def fix_for(src: LocalType, dst: LocalType) -> str:
     """The suggestion for a refused pair: the operators that go from src to dst."""
     a, b = src.base, dst.base
@@ -102,7 +98,7 @@ def check_pair(op: str, src: LocalType, dst: LocalType) -> str | None:
     """Refuse (SpecError) a pair ``op`` does not take; returns the routed collective for redistribute."""
     if op not in ALLOWED:
         raise SpecError(f"unknown typed collective {op!r}", hint=f"use one of {', '.join(COLLECTIVES)}")
-    pair = (_letter(src), _letter(dst))
+    pair = (src.kind, dst.kind)
     if op in ("reinterpret",) and "S" in pair:
         raise SpecError(f"reinterpret(src={src!r}, dst={dst!r}) is not a valid pair: reinterpret does not take "
                         "S(i) (it keeps the local tensor, so S(i) would mean the same as V)",
@@ -153,7 +149,7 @@ def check_whole_average(op: str, src: LocalType, group: tuple[str, ...], types: 
 
 def backward_of(op: str, src: LocalType, dst: LocalType) -> tuple[str, LocalType, LocalType]:
     """The forward/backward table: the typed collective that computes ``op(src, dst)``'s gradient."""
-    b_op, b_src, b_dst = BACKWARD[(op, _letter(src), _letter(dst))]
+    b_op, b_src, b_dst = BACKWARD[(op, src.kind, dst.kind)]
 
     def typed(letter: str, like: tuple[LocalType, ...]) -> LocalType:
         if letter != "S":

@@ -5,7 +5,7 @@ cannot express it), and with ``--mesh`` the DTensor placements, shard_order, the
 ``_StridedShard`` form and each rank's slice and local shape. Neither torch nor jax
 is imported: placements are printed in their textual form (``S(0),R,P(sum)``).
 
-An uneven type's rank holds several blocks (``lowering.blocks.rank_layout``): its
+An uneven type's rank holds several blocks (``lowering.layout.rank_layout``): its
 entry lists them in local order (``blocks``, concatenated along ``cat``, or flattened
 and concatenated when ``cat`` is None) in place of one slice.
 """
@@ -42,7 +42,6 @@ def describe(type_text: str, mesh_text: str | None, all_ranks: bool = False) -> 
     from spec_lang.ir import DTYPES
     from spec_lang.jax_interop import jax_refusal, partition_spec_text
     from spec_lang.parser import parse
-    from spec_lang.printer import format_type
 
     if mesh_text is not None:
         from lowering.checks import resolve
@@ -53,7 +52,7 @@ def describe(type_text: str, mesh_text: str | None, all_ranks: bool = False) -> 
     refusal = jax_refusal(t, mesh)
     out: dict[str, Any] = {
         "type": str(t),
-        "short": format_type(t, short_dtype=True),
+        "short": t.format(short_dtype=True),
         "dtype": t.dtype,
         "dtype_bytes": DTYPES[t.dtype][1],
         "shape": list(t.shape),
@@ -64,7 +63,7 @@ def describe(type_text: str, mesh_text: str | None, all_ranks: bool = False) -> 
         return out
     import numpy as np
 
-    from lowering.layout import boxes
+    from lowering.layout import boxes, layouts
     from lowering.placements import format_placements, placement_specs, strided_refusal
 
     out["mesh"] = str(mesh)
@@ -81,9 +80,7 @@ def describe(type_text: str, mesh_text: str | None, all_ranks: bool = False) -> 
         out.update(placements=None, shard_order=None, strided_placements=None, strided_refusal=None,
                    dtensor_refusal=e.message)
     out["ranks"] = None
-    from lowering.blocks import is_uneven, layouts
-
-    lays = layouts(t, mesh) if is_uneven(t) else None
+    lays = layouts(t, mesh) if t.is_uneven else None
     if lays is None:
         b = boxes(t, mesh)
         sizes = b[:, :, 1] - b[:, :, 0]

@@ -36,7 +36,7 @@ def box_text(box: Any) -> str:
 
 
 def blocks_text(lay: Any) -> str:
-    """A rank's layout (``lowering.blocks.LocalLayout``) as one line: its blocks in local order."""
+    """A rank's layout (``lowering.layout.LocalLayout``) as one line: its blocks in local order."""
     return (" ".join(box_text(b) for b in lay.blocks) or "no blocks") + f" shape {tuple(lay.shape)}"
 
 

@@ -17,7 +17,7 @@ MAX_SEGMENTS blocks draws its first and last ones and says how many are left out
 
 An uneven type (a dim with explicit sizes, ragged units or partitions) puts several
 blocks on a rank, in a permuted order; the picture tiles all of them, and the lines
-below it list each rank's blocks in local order (``lowering.blocks.rank_layout``).
+below it list each rank's blocks in local order (``lowering.layout.rank_layout``).
 """
 
 from __future__ import annotations
@@ -230,10 +230,9 @@ def all_blocks(t: Any, mesh: Any) -> tuple[Any, Any, list[Any] | None]:
     for an uneven type, each rank's layout."""
     import numpy as np
 
-    from lowering.blocks import is_uneven, layouts
-    from lowering.layout import boxes
+    from lowering.layout import boxes, layouts
 
-    if not is_uneven(t):
+    if not t.is_uneven:
         return boxes(t, mesh), None, None
     lays = layouts(t, mesh)
     b = np.concatenate([lay.blocks for lay in lays]).reshape(-1, t.ndim, 2)

@@ -6,7 +6,7 @@ See docs/spmd_types.md. Every collective is one shardc Program run by the execut
 
 from __future__ import annotations
 
-from lowering.spmd.types import I, LocalType, P, R, S, V
+from spec_lang.local_type import I, LocalType, P, R, S, V
 from torch_backend.spmd.check import typecheck
 from torch_backend.spmd.collectives import (
     all_gather,

@@ -16,8 +16,9 @@ from lowering.layout import local_shape
 from lowering.program import Program
 from lowering.spmd.programs import backward_program, program_for
 from lowering.spmd.rules import check_pair, check_whole_average
-from lowering.spmd.types import LocalType, as_local_type
 from spec_lang.errors import SpecError
+from spec_lang.local_type import LocalType
+from spec_lang.parser import parse_local_type as as_local_type
 from torch_backend.api import check_local
 from torch_backend.autograd import check_differentiable
 from torch_backend.dtypes import dtype_name

@@ -17,8 +17,9 @@ from typing import Any
 import torch
 
 from lowering.spmd.propagate import einsum_types, propagate
-from lowering.spmd.types import LocalType, as_local_type
 from spec_lang.errors import SpecError
+from spec_lang.local_type import LocalType
+from spec_lang.parser import parse_local_type as as_local_type
 from torch_backend.spmd.check import unchecked
 from torch_backend.spmd.tags import TYPES, attach, typeof
 

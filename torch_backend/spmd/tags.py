@@ -7,9 +7,10 @@ from typing import Any
 
 import torch
 
-from lowering.spmd.types import LocalType, S, as_local_type
 from spec_lang.errors import SpecError
 from spec_lang.ir import TensorType
+from spec_lang.local_type import LocalType, S
+from spec_lang.parser import parse_local_type as as_local_type
 
 TYPES = "_spmd_types"  # {mesh axis: LocalType}
 SIZES = "_spmd_sizes"  # {group axes: global size of the dim the group splits}
@@ -51,7 +52,7 @@ def types_of_text(text: str) -> tuple[dict[str, LocalType], dict[tuple[str, ...]
         if dim.axes:
             sizes[dim.axes] = dim.size
     for a, at in t.axis_types:
-        types[a] = LocalType("P", at.op) if at.kind == "P" else LocalType(at.kind)
+        types[a] = at
     return types, sizes
 
 
