@@ -16,8 +16,9 @@ planner always answers. Each route goes through the normal form, one phase at a 
 3. rearrange to the goal's dims without its new partial axes: one exact exchange to the
    normal form (the goal's dims plus the axes still to be gathered, kept minor) and one
    gather of those; or one gather of the minor axes the goal does not shard and one
-   exchange to the goal; or gather every axis past each dim's common prefix with the
-   goal and slice the goal's axes back (valid for every pair, at a price);
+   exchange to the goal; or one exchange straight to the goal (the fewest collectives);
+   or gather every axis past each dim's common prefix with the goal and slice the goal's
+   axes back (valid for every pair, at a price);
 4. convert into the goal's new partial axes (``zero_fill`` for sum, a ``reinterpret``
    otherwise; local), or, for a new P(sum) axis, keep it sharded (minor on its dim, where
    the source shards it) or slice it onto the longest dim (where the source replicates it),
@@ -37,7 +38,7 @@ Path = list[tuple[TensorType, Move]]
 
 
 def fallback_routes(start: TensorType, goal: TensorType, mesh: Mesh, op: str) -> list[Path]:
-    """Up to 36 routes (up to six ways to reduce, three to rearrange, zero_pad or not),
+    """Up to 48 routes (up to six ways to reduce, four to rearrange, zero_pad or not),
     each ending exactly at ``goal``; the gather-then-slice ones always exist, except for an
     integer average that the goal keeps pending over some of its axes and finishes over
     others (no route is exact: the planner plans to the goal without P first)."""
@@ -48,7 +49,8 @@ def fallback_routes(start: TensorType, goal: TensorType, mesh: Mesh, op: str) ->
         a not in start.partial_axes for a in goal.partial_axes) else (False,)
     for pad in pads:
         for scatter in ("goal", "all", None, *range(start.ndim)):
-            for path in _routes(start, goal, mesh, op, scatter=scatter, exchanges=("first", "last", None), pad=pad):
+            for path in _routes(start, goal, mesh, op, scatter=scatter, exchanges=("first", "last", "direct", None),
+                                pad=pad):
                 if path is not None and path not in out:
                     out.append(path)
             if not any(a in start.partial_axes and a not in goal.partial_axes for a in mesh.names):
@@ -161,10 +163,15 @@ def _rearrange(state: TensorType, target: TensorType, mesh: Mesh, go, exchange: 
     """Shard/Replicate moves ``state -> target`` (same partial axes, every axis ``target``
     shards already sharded in ``state``): an exchange to the normal form, then gathers
     (``exchange="first"``); gathers of the minor axes ``target`` does not shard, then an
-    exchange to ``target`` (``"last"``: cheaper where those axes cut small blocks); or
-    gathers past each dim's common prefix, then slices (None: always valid)."""
+    exchange to ``target`` (``"last"``: cheaper where those axes cut small blocks); one
+    exchange straight to ``target``, gathering on the way (``"direct"``: the fewest
+    collectives, where the state's blocks tile the target's); or gathers past each dim's
+    common prefix, then slices (None: always valid)."""
     if state == target:
         return state
+    if exchange == "direct":
+        mv = exchange_move(state, target, mesh)
+        return None if mv is None else go(mv.kind, mv.axes, mv.dims, mv.dst)
     cur = [d.axes for d in state.dims]
     want = [d.axes for d in target.dims]
     if exchange == "last":

@@ -91,7 +91,7 @@ def moves(t: TensorType, goal: TensorType, mesh: Mesh, op: str) -> Iterator[Move
     # dim while a reduction is pending (to split the reduction's work) or where the goal
     # has a new P(sum) over it (to split what must arrive, zero_pad at the end)
     for a in repl:
-        spread = (pending and a in repl_goal) or a in new_sum
+        spread = ((pending and a in repl_goal) or a in new_sum) and mesh.axis_size(a) > 1
         targets = [goal_dim[a]] if a in goal_dim else (range(t.ndim) if spread else [])
         for k in targets:
             nd = list(dims)

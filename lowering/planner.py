@@ -51,7 +51,7 @@ from lowering.checks import (
 from lowering.cost import DEFAULT_COST_MODEL, SPARE_AXIS_BYTES, CostModel, as_cost_model
 from lowering.fallback import fallback_routes
 from lowering.kinds import COLLECTIVE_KINDS, dual_kind, kind_of, make_step, priced_step
-from lowering.kinds.base import replicated_axes, splits_integer_average
+from lowering.kinds.base import drop_unit_axes, replicated_axes, splits_integer_average
 from lowering.labels import (
     Label,
     SearchContext,
@@ -147,7 +147,8 @@ def _compile(src: TensorType, dst: TensorType, mesh: Mesh, model: CostModel,
         return _then_reinterpret(_compile(src, finished, mesh, model, budget_s, gap_bytes), dst, model)
     if src.is_uneven or dst.is_uneven:
         return _annotated(plan_uneven(src, dst, mesh, model), src, dst, mesh, model, (True, 0))
-    start, goal = erase(src), erase(dst)
+    # axes of size 1 move nothing: layouts equal up to them are one state (no 0-byte collective)
+    start, goal = erase(drop_unit_axes(src, mesh)), erase(drop_unit_axes(dst, mesh))
     path, proof = _normal_form(start, goal, mesh, op, model), (True, 0)
     if path is None:
         path, proof = _search(start, goal, mesh, op, model, budget_s, gap_bytes, t0)
@@ -195,7 +196,7 @@ def fallback_program(src: TensorType, dst: TensorType, mesh: Mesh,
     if finished is not None:
         return _then_reinterpret(fallback_program(src, finished, mesh, model), dst, model)
     op = check_partial_conversion(src, dst)
-    start, goal = erase(src), erase(dst)
+    start, goal = erase(drop_unit_axes(src, mesh)), erase(drop_unit_axes(dst, mesh))
     routes = fallback_routes(start, goal, mesh, op)
     best = min(routes, key=SearchContext(start, goal, mesh, model).path_key)
     return _assemble(best, src, dst, mesh, model, (False, None))
@@ -470,8 +471,10 @@ def _annotate(state: TensorType, src: TensorType, dst: TensorType, mesh: Mesh) -
 
 def _restore_annotations(steps: list[Step], src: TensorType, dst: TensorType, mesh: Mesh) -> list[Step]:
     if not steps:
-        if src != dst:  # R <-> I only: no data moves, but the backward differs
-            changed = tuple(a for a in mesh.names if src.axis_type(a) != dst.axis_type(a))
+        # R <-> I only (no data moves, but the backward differs); on an axis of size 1 the
+        # two are the same (and a P over it), so layouts equal up to those need no step
+        changed = tuple(a for a in mesh.names if src.axis_type(a) != dst.axis_type(a) and mesh.axis_size(a) > 1)
+        if changed:
             return [priced_step("reinterpret", src, dst, mesh, changed, ())]
         return []
     out = []

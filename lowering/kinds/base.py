@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 import numpy as np
 
 from spec_lang.errors import SpecError
-from spec_lang.ir import INTEGER_DTYPES, Mesh, TensorType
+from spec_lang.ir import INTEGER_DTYPES, Dim, Mesh, TensorType
 
 if TYPE_CHECKING:
     from lowering.program import Step
@@ -269,6 +269,20 @@ def check_whole_average(kind: str, src: TensorType, dst: TensorType, mesh: Mesh)
 def erase(t: TensorType) -> TensorType:
     """Drop R/I annotations (the forward values are the same); keep P and V."""
     return t.replace(axis_types=tuple((a, at) for a, at in t.axis_types if at.kind in ("P", "V")))
+
+
+def drop_unit_axes(t: TensorType, mesh: Mesh) -> TensorType:
+    """``t`` without the mesh axes of size 1 on its dims and among its P axes: a group of one
+    rank moves nothing, and a reduction over one rank is its value, so every rank holds the
+    same block with the same values (``f32[8@(dp,tp)]`` is ``f32[8@tp]`` on ``dp=1,tp=4``).
+    Uneven types are kept as they are (their exchanges over such axes move nothing already)."""
+    unit = {a for a, n in zip(mesh.names, mesh.sizes) if n == 1}
+    if not unit or t.is_uneven or (unit.isdisjoint(t.sharded_axes) and unit.isdisjoint(t.partial_axes)):
+        return t
+    dims = tuple(d if unit.isdisjoint(d.axes) else Dim(d.size, tuple(a for a in d.axes if a not in unit))
+                 for d in t.dims)
+    return t.replace(dims=dims, axis_types=tuple((a, at) for a, at in t.axis_types
+                                                 if not (a in unit and at.kind == "P")))
 
 
 def replicated_axes(t: TensorType, mesh: Mesh) -> tuple[str, ...]:
