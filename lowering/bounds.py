@@ -170,8 +170,9 @@ def new_partial_transfers(state: TensorType, goal: TensorType, mesh: Mesh) -> in
     The ranks that differ only on the new partial axes (a *group*) hold one goal block
     between them, as a sum: one member may hold the values and the others zeros (or
     other parts of the sum), but every element of the block must reach some member.
-    Without a pending reduction, what no member holds (at least the block less the sum
-    of the members' overlaps with it) needs one transfer into the group each::
+    Without a pending reduction, what no member holds (the block less the members'
+    overlaps with it, a copy held by several members counted once) needs one transfer
+    into the group each::
 
         state 4@x -> goal 4{U:x}      group (x=0, x=1): x=0 holds [0,2), x=1 holds [2,4),
                                       the block is [0,4): nothing to send (zero_pad)
@@ -182,12 +183,11 @@ def new_partial_transfers(state: TensorType, goal: TensorType, mesh: Mesh) -> in
     sits at one coordinate of them and holds none of the other contributions: every
     element of its block needs a transfer in (of a partial sum, at the least).
     """
-    if state.is_uneven or goal.is_uneven:
-        return 0
     groups = new_partial_needs(state, goal, mesh)
     return 0 if groups is None else int(groups[1].sum())
 
 
+@cached(maxsize=16384)  # keys hold search states: keep their count modest
 def new_partial_needs(state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[np.ndarray, np.ndarray] | None:
     """``new_partial_transfers`` per group: ``(ranks, need)``, the (groups, members) rank
     indices of the ranks that differ only on the goal's new partial axes, and the
@@ -206,7 +206,9 @@ def new_partial_needs(state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[
     # a new axis is sharded or replicated in the state (V axes never change): members that
     # differ on a replicated one hold the same elements, the others disjoint ones
     copies = mesh.group_size(tuple(a for a in replicated_axes(state, mesh) if a in new))
-    return ranks, np.maximum(block - ov // copies, 0)
+    need = np.maximum(block - ov // copies, 0)
+    need.setflags(write=False)
+    return ranks, need
 
 
 def receive_needs(state: TensorType, goal: TensorType, mesh: Mesh) -> tuple[np.ndarray | None, np.ndarray]:

@@ -18,7 +18,9 @@ planner always answers. Each route goes through the normal form, one phase at a 
    gather of those; or one gather of the minor axes the goal does not shard and one
    exchange to the goal; or one exchange straight to the goal (the fewest collectives);
    or gather every axis past each dim's common prefix with the goal and slice the goal's
-   axes back (valid for every pair, at a price);
+   axes back (valid for every pair, at a price), after phase 1 or, with nothing to reduce,
+   instead of it (a gather of the unsliced blocks sends less where the slices would
+   scatter what must be gathered);
 4. convert into the goal's new partial axes (``zero_fill`` for sum, a ``reinterpret``
    otherwise; local), or, for a new P(sum) axis, keep it sharded (minor on its dim, where
    the source shards it) or slice it onto the longest dim (where the source replicates it),
@@ -31,14 +33,14 @@ the routes with its own pricing and keeps the cheapest.
 from __future__ import annotations
 
 from lowering.kinds.base import replicated_axes, splits_integer_average
-from lowering.moves import Move, exchange_move, with_dims, with_partial
+from lowering.moves import Move, balanced_exchange_move, exchange_move, with_dims, with_partial
 from spec_lang.ir import Mesh, TensorType
 
 Path = list[tuple[TensorType, Move]]
 
 
 def fallback_routes(start: TensorType, goal: TensorType, mesh: Mesh, op: str) -> list[Path]:
-    """Up to 48 routes (up to six ways to reduce, four to rearrange, zero_pad or not),
+    """Up to 60 routes (up to six ways to reduce, five to rearrange, zero_pad or not),
     each ending exactly at ``goal``; the gather-then-slice ones always exist, except for an
     integer average that the goal keeps pending over some of its axes and finishes over
     others (no route is exact: the planner plans to the goal without P first)."""
@@ -49,8 +51,8 @@ def fallback_routes(start: TensorType, goal: TensorType, mesh: Mesh, op: str) ->
         a not in start.partial_axes for a in goal.partial_axes) else (False,)
     for pad in pads:
         for scatter in ("goal", "all", None, *range(start.ndim)):
-            for path in _routes(start, goal, mesh, op, scatter=scatter, exchanges=("first", "last", "direct", None),
-                                pad=pad):
+            for path in _routes(start, goal, mesh, op, scatter=scatter,
+                                exchanges=("first", "last", "direct", None, "unsliced"), pad=pad):
                 if path is not None and path not in out:
                     out.append(path)
             if not any(a in start.partial_axes and a not in goal.partial_axes for a in mesh.names):
@@ -126,7 +128,14 @@ def _routes(start: TensorType, goal: TensorType, mesh: Mesh, op: str, *, scatter
     out: list[Path | None] = []
     for exchange in exchanges:
         path[:] = prefix
-        state = _rearrange(reduced, target, mesh, go, exchange)
+        if exchange == "unsliced":  # nothing to reduce: gather before slicing (smaller sends)
+            if pending or not prefix:
+                out.append(None)
+                continue
+            path[:] = []
+            state = _rearrange(start, target, mesh, go, None)
+        else:
+            state = _rearrange(reduced, target, mesh, go, exchange)
         if state is None:
             out.append(None)
             continue
@@ -170,7 +179,7 @@ def _rearrange(state: TensorType, target: TensorType, mesh: Mesh, go, exchange: 
     if state == target:
         return state
     if exchange == "direct":
-        mv = exchange_move(state, target, mesh)
+        mv = exchange_move(state, target, mesh) or balanced_exchange_move(state, target, mesh)
         return None if mv is None else go(mv.kind, mv.axes, mv.dims, mv.dst)
     cur = [d.axes for d in state.dims]
     want = [d.axes for d in target.dims]

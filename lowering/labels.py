@@ -261,10 +261,10 @@ def spare_collectives(program: Program) -> int:
 @cached(maxsize=16384)  # keys hold search states: keep their count modest
 def _future(state: TensorType, goal: TensorType, mesh: Mesh) -> float:
     """Bytes every rank together must still send to reach ``goal`` (a lower bound, and so
-    one on what they move)."""
-    from lowering.bounds import new_partial_transfers, sent_avg_bytes
+    one on what they move): the lower bound's transfers, those into new partial axes too."""
+    from lowering.bounds import sent_avg_bytes
 
-    return max(float(sent_avg_bytes(state, goal, mesh)) * mesh.size, float(new_partial_transfers(state, goal, mesh) * state.itemsize))
+    return float(sent_avg_bytes(state, goal, mesh)) * mesh.size
 
 
 @cached(maxsize=65536, max_bytes=24 * MIB)

@@ -13,9 +13,11 @@ from typing import NamedTuple
 from lowering.caching import cached
 from lowering.kinds.base import erase, replicated_axes, splits_integer_average
 from lowering.kinds.exchange import involved_axes
+from lowering.kinds.uneven_exchange import group_axes, is_gather
 from spec_lang.ir import AxisType, Dim, Mesh, TensorType
 
-__all__ = ["Move", "erase", "exchange_move", "involved_axes", "moves", "with_dims", "with_partial"]
+__all__ = ["Move", "balanced_exchange_move", "erase", "exchange_move", "involved_axes", "moves", "with_dims",
+           "with_partial"]
 
 
 class Move(NamedTuple):
@@ -72,6 +74,19 @@ def exchange_move(a: TensorType, b: TensorType, mesh: Mesh) -> Move | None:
     return Move("all_to_all", group, dims, b)
 
 
+def balanced_exchange_move(a: TensorType, b: TensorType, mesh: Mesh) -> Move | None:
+    """An exact exchange from a to b over the axes whose role changes, some of which
+    replicate a (so ``exchange_move`` has none): ``all_to_allv``, whose replicas split the
+    sending (balanced sources). None where a has a pending sum or the step is a gather."""
+    if a == b or a.partial_axes or b.partial_axes:
+        return None
+    group = group_axes(a, b, mesh)
+    if not group or set(group) <= set(a.sharded_axes) or is_gather(a, b, group):
+        return None
+    dims = tuple(i for i, (da, db) in enumerate(zip(a.dims, b.dims)) if da.axes != db.axes)
+    return Move("all_to_allv", group, dims, b)
+
+
 def moves(t: TensorType, goal: TensorType, mesh: Mesh, op: str) -> Iterator[Move]:
     """Every move the search considers from state ``t`` towards ``goal`` (both erased)."""
     dims = [d.axes for d in t.dims]
@@ -91,7 +106,7 @@ def moves(t: TensorType, goal: TensorType, mesh: Mesh, op: str) -> Iterator[Move
     # dim while a reduction is pending (to split the reduction's work) or where the goal
     # has a new P(sum) over it (to split what must arrive, zero_pad at the end)
     for a in repl:
-        spread = ((pending and a in repl_goal) or a in new_sum) and mesh.axis_size(a) > 1
+        spread = (a in repl_goal or a in new_sum) and mesh.axis_size(a) > 1
         targets = [goal_dim[a]] if a in goal_dim else (range(t.ndim) if spread else [])
         for k in targets:
             nd = list(dims)
@@ -142,7 +157,8 @@ def moves(t: TensorType, goal: TensorType, mesh: Mesh, op: str) -> Iterator[Move
             alt[k] = alt[k] + tuple(extra)
             targets.append(alt)
     for nd in targets:
-        m = exchange_move(t, with_dims(t, list(nd)), mesh)
+        target = with_dims(t, list(nd))
+        m = exchange_move(t, target, mesh) or balanced_exchange_move(t, target, mesh)
         if m is not None:
             yield m
 

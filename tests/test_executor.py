@@ -55,6 +55,9 @@ CASES = {
     "permute": ("permute", ("dp", "tp"), 0, "f64[8@(dp,tp)]", "f64[8@(tp,dp)]", "dp=2,tp=4", None, None),
     "permute-uneven": ("permute", ("dp", "tp"), 0, "f64[5@(dp,tp),2]", "f64[5@(tp,dp),2]", "dp=2,tp=2",
                        None, None),
+    # balanced sources: the replicas over y split the sending (the rule that picks them is
+    # the same in the pieces the runner packs as in the simulator's)
+    "a2av-balanced": ("all_to_allv", ("y", "z"), (0, 1), "f64[6,1@z]", "f64[6@z,1@y]", "y=4,z=8", None, None),
     "slice": ("slice", "tp", 1, "f64[4,8]", "f64[4,8@tp]", "dp=2,tp=4", None, None),
     "zero_fill": ("zero_fill", "dp", (), "f64[4@tp]", "f64[4@tp]{U:dp}", "dp=2,tp=2", None, None),
     "zero_pad": ("zero_pad", "tp", 0, "f64[10@tp]", "f64[10]{U:tp}", "dp=2,tp=4", None, None),

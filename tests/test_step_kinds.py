@@ -55,6 +55,8 @@ PAIRS = [
     ("ep=2", "f32[32@ep<parts 4,6,4,2|2,4,8,2>,3]", "f32[32@ep<aligned 4,6,4,2|2,4,8,2>,3]"),
     ("dp=3,tp=2", "f32[4@dp<ragged 1,2,1 over 2>,6,4@tp]", "f32[4,6,4]{U:dp}"),
     ("dp=3,tp=2", "f32[4,6,4]{R:dp}", "f32[4@dp<ragged 1,2,1 over 2>,6,4]{U:tp}"),
+    # balanced sources on plain layouts: the replicas over y take turns serving z's needers
+    ("y=2,z=4", "f32[3,1@z]", "f32[3@z,1@y]"),
 ]
 
 

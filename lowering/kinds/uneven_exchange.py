@@ -23,8 +23,15 @@ arrive once per contribution, from a rank chosen without coordination):
 * the source shards a dim on ``a``: any coordinate (each holds other elements);
 * the source has a pending reduction on ``a`` the destination finishes: every
   coordinate (each holds one contribution);
-* the source replicates on ``a``: the receiver's own coordinate (often itself), so the
-  load spreads and nothing moves that is already there;
+* the source replicates on ``a``: the receiver itself where it holds the data (nothing
+  moves that is already there); else one replica, chosen per receiver and per class of
+  senders (the coordinates that say which data a rank holds) by a rotation, so that the
+  replicas split the sending (*balanced sources*); but with a pending sum in the source,
+  the receiver's own coordinate (replicas may split the sum differently)::
+
+      i32[6,1@z] -> i32[6@z,1@y] on y=4,z=8: the four replicas (y, z=0) serve the five
+      receivers (y=0, z=1..5) in turn (y = 1, 2, 3, 0, 1): 2 elements each at most,
+      where replica y=0 alone sent all 5
 * the destination has a *new* pending sum on ``a``: the value stays on one coordinate
   (the one that holds it, or coordinate 0 of a replicated source) and the others hold 0.
 
@@ -94,36 +101,62 @@ def finished_axes(src: TensorType, dst: TensorType, axes: tuple[str, ...]) -> tu
 
 @dataclass(frozen=True)
 class _Rule:
-    """Per group axis (by mesh index): must the sender share the receiver's coordinate,
-    and must the receiver sit on coordinate 0 to receive at all."""
+    """Per group axis (by mesh index): must the sender share the receiver's coordinate
+    (``same``), must the receiver sit on coordinate 0 to receive at all (``zero``), does the
+    sender's coordinate say which data it holds (``held``: a sharded source, or a
+    contribution to a sum the step finishes), or is it one replica among others (``spread``)."""
 
     same: tuple[int, ...]
     zero: tuple[int, ...]
+    held: tuple[int, ...]
+    spread: tuple[int, ...]
+    group: tuple[int, ...]
+    sizes: tuple[int, ...]  # the mesh's
+
+    def picks(self, cq: np.ndarray, cr: np.ndarray) -> np.ndarray:
+        """Whether sender ``cq`` is the one its class sends to receiver ``cr`` from
+        (coordinates, broadcast): the receiver itself where it holds that class's data, else
+        the replica the rotation picks: the sum of the receiver's group coordinates and the
+        class's, modulo the replicas (a step along any axis turns to the next replica)."""
+        same_class = (cq[..., list(self.held)] == cr[..., list(self.held)]).all(axis=-1)
+        itself = (cq[..., list(self.spread)] == cr[..., list(self.spread)]).all(axis=-1)
+        replica = np.zeros(cq.shape[:-1], dtype=np.int64)
+        for i in self.spread:  # row-major over the replicated axes
+            replica = replica * self.sizes[i] + cq[..., i]
+        replicas = int(np.prod([self.sizes[i] for i in self.spread]))
+        turn = (cr[..., list(self.group)].sum(axis=-1) + cq[..., list(self.held)].sum(axis=-1)) % replicas
+        return np.where(same_class, itself, replica == turn)
 
 
 def _rule(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> _Rule:
     op = src.partial_op or dst.partial_op or "sum"
-    same, zero = [], []
+    same, zero, held, spread = [], [], [], []
     for a in axes:
         i = mesh.index(a)
         new_sum = a in dst.partial_axes and a not in src.partial_axes and op == "sum"
         if src.dim_of(a) is not None:
-            if new_sum:
-                same.append(i)
+            (same if new_sum else held).append(i)
         elif a in src.partial_axes:
-            pass
-        else:  # replicated in the source
+            held.append(i)
+        elif new_sum:  # replicated in the source: the value stays on coordinate 0
             same.append(i)
-            if new_sum:
-                zero.append(i)
-    return _Rule(tuple(same), tuple(zero))
+            zero.append(i)
+        elif src.partial_axes:
+            # replicas of a pending sum split it each their own way: a receiver takes every
+            # contribution from one split, its own (the one it holds a part of)
+            same.append(i)
+        else:  # replicated in the source: any replica holds the same values
+            spread.append(i)
+    return _Rule(tuple(same), tuple(zero), tuple(held), tuple(spread), tuple(mesh.index(a) for a in axes),
+                 tuple(mesh.sizes))
 
 
 def _sends_to(rule: _Rule, coords: np.ndarray, q: int, r: int) -> bool:
     """Does ``q`` send to receiver ``r`` (each element ``r`` needs arrives once per
     contribution, from the one rank the rule picks)?"""
     cq, cr = coords[q], coords[r]
-    return all(cr[i] == 0 for i in rule.zero) and all(cq[i] == cr[i] for i in rule.same)
+    return (all(cr[i] == 0 for i in rule.zero) and all(cq[i] == cr[i] for i in rule.same)
+            and (not rule.spread or bool(rule.picks(cq, cr))))
 
 
 def _view(lay: LocalLayout, i: int, box: np.ndarray) -> View:
@@ -345,11 +378,26 @@ def _traffic(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]
     got = np.zeros(mesh.size, dtype=np.int64)
     same, zero = list(rule.same), list(rule.zero)
     groups = group_arrays(mesh, axes)[1] if axes else np.arange(mesh.size)[:, None]
+    g, n = groups.shape
+    if g * n * n * sb.shape[1] * db.shape[1] * max(1, src.ndim) <= _PAIR_BUDGET:  # every group at once
+        c = coords[groups]  # (groups, members, mesh ndim)
+        ok = (c[:, :, None, same] == c[:, None, :, same]).all(axis=-1) if same else np.ones((g, n, n), bool)
+        if zero:
+            ok &= (c[:, None, :, zero] == 0).all(axis=-1)
+        if rule.spread:
+            ok &= rule.picks(c[:, :, None], c[:, None, :])
+        ok[:, np.arange(n), np.arange(n)] = False  # the own piece is copied locally
+        pairs = meet_numel(sb[groups][:, :, None], db[groups][:, None, :]) * ok  # (groups, senders, receivers)
+        sent[groups] = pairs.sum(axis=2)
+        got[groups] = pairs.sum(axis=1)
+        groups = groups[:0]
     for members in groups:
         c = coords[members]
         ok = (c[:, None, same] == c[None, :, same]).all(axis=-1) if same else np.ones((len(members),) * 2, bool)
         if zero:
             ok &= (c[None, :, zero] == 0).all(axis=-1)
+        if rule.spread:
+            ok &= rule.picks(c[:, None], c[None, :])
         np.fill_diagonal(ok, False)  # the own piece is copied locally
         per = max(1, _PAIR_BUDGET // max(1, len(members) * sb.shape[1] * db.shape[1] * max(1, src.ndim)))
         for lo in range(0, len(members), per):

@@ -228,6 +228,8 @@ def own_overlap_numel(a: TensorType, b: TensorType, mesh: Mesh) -> np.ndarray:
 def stacked_blocks(t: TensorType, mesh: Mesh) -> np.ndarray:
     """(world, k, ndim, 2): every rank's blocks, padded with empty boxes to the most any
     rank holds (for vectorised pricing over the world)."""
+    if not t.is_uneven:  # one box a rank
+        return boxes(t, mesh)[:, None]
     lays = layouts(t, mesh)
     k = max(1, max(len(lay.blocks) for lay in lays))
     out = np.zeros((mesh.size, k, t.ndim, 2), dtype=np.int64)
