@@ -184,9 +184,9 @@ def baseline_programs(cases: Sequence[tuple[str, str, str]], rev: str = "main",
     """Each case compiled by the code of git revision ``rev`` (in a subprocess, from a
     ``git archive`` of it), its steps repriced by this tree: ``bytes_max``, the revision's
     own ``sent`` figure and its ``collectives``."""
+    from lowering.cost import DEFAULT_COST_MODEL
     from lowering.kinds import priced_step
     from lowering.program import program_cost
-    from lowering.cost import DEFAULT_COST_MODEL
     from spec_lang.parser import parse, parse_mesh
 
     with tempfile.TemporaryDirectory() as tmp:
