@@ -483,6 +483,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--json", metavar="PATH", help="write results + summary as JSON ('-': stdout, no tables)")
     ap.add_argument("--no-latency", action="store_true", help="skip the latency-aware pass")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a must-hold property fails")
+    ap.add_argument("--skewed", type=int, metavar="N", default=None,
+                    help="instead: N random skewed pairs (bench/skewed.py), this tree and --baseline against an "
+                    "independent bound, under the default model and the pure bytes model")
+    ap.add_argument("--seed", type=int, default=0, help="the skewed family's seed")
+    ap.add_argument("--baseline", default="main", help="the git revision whose plans are today's (default main)")
     return ap.parse_args(argv)
 
 
@@ -501,6 +506,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from rich.console import Console
 
     args = parse_args(argv)
+    if args.skewed is not None:
+        return skewed_main(args)
     cases = select_cases(load_cases(), args.quick, args.ids)
     results = run(cases, latency=not args.no_latency)
     summary = summarize(results)
@@ -519,6 +526,32 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         else:
             Path(args.json).write_text(text)
     return {"cases": results, "summary": summary, "failures": failures, "strict": args.strict}
+
+
+def skewed_main(args: argparse.Namespace) -> dict[str, Any]:
+    """The skewed family (``bench/skewed.py``) under the default model and the pure bytes model
+    (``spare_axis_bytes=0``: relays through axes both ends replicate are not charged a
+    collective's latency), this tree against ``--baseline``, both against the same bound."""
+    from rich.console import Console
+
+    from bench.skewed import render_skewed, run_skewed
+
+    console = Console(width=None if sys.stdout.isatty() else 220, quiet=args.json == "-")
+    runs = {}
+    for name, model in (("default", None), ("pure bytes", PURE_BYTES_MODEL.to_json())):
+        console.print(f"-- {name} model", highlight=False)
+        runs[name] = run_skewed(args.skewed, args.seed, args.baseline, cost_model=model)
+        render_skewed(runs[name]["summary"], console)
+    failures = [f"{name}: {len(r['summary']['wrong'])} wrong programs" for name, r in runs.items()
+                if r["summary"]["wrong"]]
+    if args.json:
+        text = json.dumps({name: r for name, r in runs.items()}, indent=2)
+        if args.json == "-":
+            print(text)
+        else:
+            Path(args.json).write_text(text)
+    return {"cases": [], "summary": {name: r["summary"] for name, r in runs.items()}, "failures": failures,
+            "strict": args.strict}
 
 
 if __name__ == "__main__":

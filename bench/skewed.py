@@ -172,7 +172,7 @@ from lowering import compile
 cases, kw = json.load(sys.stdin)
 out = []
 for mesh, src, dst in cases:
-    p = compile(src, dst, mesh, **kw)
+    p = compile(src, dst, mesh, **kw)  # a cost model as its JSON dict
     out.append({"steps": [[s.kind, list(s.axes), list(s.dims), str(s.src), str(s.dst), s.op, s.padded]
                           for s in p.steps], "sent": p.cost.bytes_sent_max, "collectives": p.cost.collectives})
 json.dump(out, sys.stdout)
@@ -180,7 +180,7 @@ json.dump(out, sys.stdout)
 
 
 def baseline_programs(cases: Sequence[tuple[str, str, str]], rev: str = "main",
-                      gap_bytes: int | None = None) -> list[dict[str, Any]]:
+                      cost_model: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Each case compiled by the code of git revision ``rev`` (in a subprocess, from a
     ``git archive`` of it), its steps repriced by this tree: ``bytes_max``, the revision's
     own ``sent`` figure and its ``collectives``."""
@@ -192,7 +192,7 @@ def baseline_programs(cases: Sequence[tuple[str, str, str]], rev: str = "main",
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        kw = {} if gap_bytes is None else {"gap_bytes": gap_bytes}
+        kw = {} if cost_model is None else {"cost_model": cost_model}
         res = subprocess.run([sys.executable, "-c", _BASELINE], input=json.dumps([list(cases), kw]), text=True,
                              capture_output=True, cwd=tmp, env={"PYTHONPATH": tmp, "PATH": "/usr/bin:/bin"},
                              check=True)
@@ -208,7 +208,7 @@ def baseline_programs(cases: Sequence[tuple[str, str, str]], rev: str = "main",
 # ---- one run ---------------------------------------------------------------------------------
 
 
-def _exact(mesh: str, src: str, dst: str, prog: Any) -> bool:
+def simulated_exact(mesh: str, src: str, dst: str, prog: Any) -> bool:
     """The program's simulation gives every rank its destination block (the chunk rule above)."""
     from lowering.simulator import simulate
 
@@ -222,22 +222,24 @@ def _exact(mesh: str, src: str, dst: str, prog: Any) -> bool:
     return all(g.shape == w.shape and np.array_equal(g, w) for g, w in zip(got, want))
 
 
-def run_skewed(n: int = 300, seed: int = 0, rev: str | None = "main", gap_bytes: int | None = None) -> dict[str, Any]:
+def run_skewed(n: int = 300, seed: int = 0, rev: str | None = "main",
+               cost_model: dict[str, Any] | None = None) -> dict[str, Any]:
     """Every case's bound, this tree's program (price, collectives, exact) and, unless ``rev``
-    is None, the program of revision ``rev``; and the summary: geomean and worst ratio to the
-    bound for each, cases over 2x, cases worse than the baseline, wrong programs."""
+    is None, the program of revision ``rev`` (both under ``cost_model``, a CostModel's JSON
+    dict, None for the default); and the summary: geomean and worst ratio to the bound for
+    each, cases over 2x, cases worse than the baseline, wrong programs."""
     from lowering import compile
 
     cases = skewed_cases(n, seed)
-    base = baseline_programs(cases, rev, gap_bytes) if rev else None
-    kw = {} if gap_bytes is None else {"gap_bytes": gap_bytes}
+    base = baseline_programs(cases, rev, cost_model) if rev else None
+    kw = {} if cost_model is None else {"cost_model": cost_model}
     rows = []
     for i, (mesh, src, dst) in enumerate(cases):
         prog = compile(src, dst, mesh, **kw)
         bound = independent_bound(mesh, src, dst)
         row = {"mesh": mesh, "src": src, "dst": dst, "bound": bound, "bytes": prog.cost.bytes_max,
                "sent": prog.cost.bytes_sent_max, "collectives": prog.cost.collectives,
-               "exact": _exact(mesh, src, dst, prog), "plan": [s.describe() for s in prog.steps]}
+               "exact": simulated_exact(mesh, src, dst, prog), "plan": [s.describe() for s in prog.steps]}
         if base is not None:
             row["base_bytes"], row["base_sent"] = base[i]["bytes_max"], base[i]["sent"]
             row["base_collectives"] = base[i]["collectives"]
