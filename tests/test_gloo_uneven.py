@@ -19,6 +19,10 @@ from spec_lang.dual import dual_type  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not dist.is_gloo_available(), reason="torch built without gloo")
 BACKWARD = ("dp=4", "f64[5@dp<ragged 1,2,1,1 over 2>,4]", "f64[5,4@dp<0,3,1,0>]")
+# balanced sources on plain layouts: the replicas (y, z=0) take turns, so each serves the
+# receiver at the other y (rank 2 sends to rank 1, rank 0 to rank 3; a hand-built step, since
+# the planner ties it with slice + permute on 4 ranks)
+BALANCED = ("y=2,z=2", "f64[4,1@z]", "f64[4@(z,y),1]")
 ASYNC = ("dp=4", "f64[8@dp<3,0,5,0>,2]", "f64[8@dp<0,1,1,6>,2]")
 
 
@@ -63,6 +67,13 @@ def counted(rank: int, world: int) -> dict:
             y = redistribute(torch.from_numpy(block(s, m, rank).astype(np.float32)), s, d, m, timeout=20)
             out[src, dst] = (sum(c[0] for c in seen), sum(c[1] for c in seen),
                              bool(np.array_equal(y.numpy(), block(d, m, rank).astype(np.float32))))
+        from lowering import make_program, make_step
+        from torch_backend.executor import execute
+
+        m, s, d = case_types(*BALANCED)
+        seen.clear()
+        y = execute(make_program([make_step("all_to_allv", s, d, m)], m), torch.from_numpy(block(s, m, rank)))
+        out["balanced"] = (sum(c[0] for c in seen), sum(c[1] for c in seen), bool(np.array_equal(y.numpy(), block(d, m, rank))))
     finally:
         dist.all_to_all_single = real
     # async_op: the handle's wait() gives the sync result
@@ -150,6 +161,12 @@ def test_bytes_async_and_backward_on_4_ranks(pool4) -> None:
         assert all(results[r][src, dst][2] for r in range(4)), (src, dst)
         n += 1
     assert n == 3
+    from lowering import make_step
+
+    m, s, d = case_types(*BALANCED)
+    step = make_step("all_to_allv", s, d, m)
+    assert [results[r]["balanced"][:2] for r in range(4)] == [(step.bytes_sent[r], step.bytes_moved[r]) for r in range(4)]
+    assert sorted(step.bytes_sent) == [0, 0, 8, 8] and all(results[r]["balanced"][2] for r in range(4))
     assert all(results[r]["async"] for r in range(4))
     m, s, d = case_types(*BACKWARD)
     rng = np.random.default_rng(5)
