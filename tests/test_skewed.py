@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lowering import CostModel, compile, simulate
-from lowering.kinds import rank_pieces
+from lowering.kinds import rank_pieces, wire_bytes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.skewed import chunk_boxes, independent_bound, simulated_exact, skewed_case
@@ -69,6 +69,10 @@ def test_skewed_pairs_are_exact_and_never_below_the_bound(seed: int, pure: bool)
     prog = compile(src, dst, mesh, cost_model=PURE if pure else None)
     assert simulated_exact(mesh, src, dst, prog), str(prog)
     assert prog.cost.bytes_max >= independent_bound(mesh, src, dst), str(prog)
+    for step in prog.steps:  # the price (per class of replicas) is what the pieces (per pair) move
+        if step.kind == "all_to_allv":
+            assert wire_bytes(step, prog.mesh) == step.bytes_sent, str(prog)
+            assert wire_bytes(step, prog.mesh, received=True) == step.bytes_recv, str(prog)
     # the peak rule: no step holds more than the larger end block and its output
     if prog.steps:
         item = prog.src.itemsize

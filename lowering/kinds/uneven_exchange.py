@@ -68,7 +68,16 @@ from lowering.kinds.base import (
     same_except,
 )
 from lowering.kinds.copies import Copy, View, as_run, plan_copies, row_major, run_view
-from lowering.layout import LocalLayout, group_arrays, meet_numel, mesh_coords, rank_layout, stacked_blocks
+from lowering.layout import (
+    LocalLayout,
+    boxes,
+    group_arrays,
+    meet_numel,
+    mesh_coords,
+    overlap_numel,
+    rank_layout,
+    stacked_blocks,
+)
 from spec_lang.ir import Mesh, TensorType
 
 if TYPE_CHECKING:
@@ -372,6 +381,8 @@ def _traffic(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]
     """Elements each rank sends and receives: its exact pieces, for every rank at once
     (vectorised over each group's sender x receiver pairs; receivers in chunks to bound memory)."""
     rule = _rule(src, dst, mesh, axes)
+    if rule.spread and not rule.same and not src.is_uneven and not dst.is_uneven:
+        return _replica_traffic(src, dst, mesh, axes, rule)
     coords = mesh_coords(mesh)
     sb, db = stacked_blocks(src, mesh), stacked_blocks(dst, mesh)
     sent = np.zeros(mesh.size, dtype=np.int64)
@@ -405,6 +416,41 @@ def _traffic(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]
             n = meet_numel(sb[members][:, None], db[recv][None, :]) * ok[:, lo:lo + per]  # (senders, receivers)
             sent[members] += n.sum(axis=1)
             got[recv] += n.sum(axis=0)
+    sent.setflags(write=False)
+    got.setflags(write=False)
+    return sent, got
+
+
+def _replica_traffic(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...],
+                     rule: _Rule) -> tuple[np.ndarray, np.ndarray]:
+    """``_traffic`` of plain layouts where the group replicates the source (balanced
+    sources, no new sums): the replicas of a class hold one box, so each receiver's overlap
+    is computed once per class (classes x receivers, not senders x receivers) and credited
+    to the replica the rotation picks."""
+    coords = mesh_coords(mesh)
+    sb, db = boxes(src, mesh), boxes(dst, mesh)
+    sent = np.zeros(mesh.size, dtype=np.int64)
+    got = np.zeros(mesh.size, dtype=np.int64)
+    held, spread = list(rule.held), list(rule.spread)
+    replicas = int(np.prod([mesh.sizes[i] for i in spread]))
+    for members in group_arrays(mesh, axes)[1]:
+        c = coords[members]
+        cls = np.zeros(len(members), dtype=np.int64)
+        for i in held:  # row-major over the held axes
+            cls = cls * mesh.sizes[i] + c[:, i]
+        rep = np.zeros(len(members), dtype=np.int64)
+        for i in spread:
+            rep = rep * mesh.sizes[i] + c[:, i]
+        classes, first = np.unique(cls, return_index=True)
+        sender = np.full((len(classes), replicas), -1, dtype=np.int64)  # (class, replica) -> member
+        sender[np.searchsorted(classes, cls), rep] = np.arange(len(members))
+        ov = overlap_numel(sb[members[first]][:, None], db[members][None, :])  # (classes, receivers)
+        own = classes[:, None] == cls[None, :]  # a receiver of the class keeps its own copy
+        ov = np.where(own, 0, ov)
+        turn = (c[:, list(rule.group)].sum(axis=1)[None, :] + c[first][:, held].sum(axis=1)[:, None]) % replicas
+        who = sender[np.arange(len(classes))[:, None], turn]  # (classes, receivers): the member that sends
+        np.add.at(sent, members[who.reshape(-1)], ov.reshape(-1))
+        got[members] += ov.sum(axis=0)
     sent.setflags(write=False)
     got.setflags(write=False)
     return sent, got
