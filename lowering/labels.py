@@ -272,7 +272,6 @@ def move_bytes(state: TensorType, mv: Move, mesh: Mesh) -> np.ndarray:
     """(world,) elements each rank moves in this move, the larger of what it sends and what
     it receives, as ``Step.bytes_moved`` counts them (read-only; cached, since a state
     expanded under a second label prices the same moves again)."""
-    spec = kind_of(mv.kind)  # padded where the kind pads, as ``priced_step`` prices it
-    out = np.maximum(spec.price(state, mv.dst, mesh, mv.axes), spec.received(state, mv.dst, mesh, mv.axes))
+    out = kind_of(mv.kind).moved(state, mv.dst, mesh, mv.axes)  # padded where the kind pads, as priced_step
     out.setflags(write=False)
     return out

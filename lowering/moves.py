@@ -87,8 +87,10 @@ def balanced_exchange_move(a: TensorType, b: TensorType, mesh: Mesh) -> Move | N
     return Move("all_to_allv", group, dims, b)
 
 
-def moves(t: TensorType, goal: TensorType, mesh: Mesh, op: str) -> Iterator[Move]:
-    """Every move the search considers from state ``t`` towards ``goal`` (both erased)."""
+def moves(t: TensorType, goal: TensorType, mesh: Mesh, op: str, unspread: frozenset[str] = frozenset()) -> Iterator[Move]:
+    """Every move the search considers from state ``t`` towards ``goal`` (both erased);
+    ``unspread``: axes not to slice onto a dim the goal does not shard with them (the
+    planner's spare axes, where no plan that pays their charge can win)."""
     dims = [d.axes for d in t.dims]
     goal_dim = {a: i for i, d in enumerate(goal.dims) for a in d.axes}
     goal_p = set(goal.partial_axes)
@@ -106,7 +108,7 @@ def moves(t: TensorType, goal: TensorType, mesh: Mesh, op: str) -> Iterator[Move
     # dim while a reduction is pending (to split the reduction's work) or where the goal
     # has a new P(sum) over it (to split what must arrive, zero_pad at the end)
     for a in repl:
-        spread = (a in repl_goal or a in new_sum) and mesh.axis_size(a) > 1
+        spread = (a in repl_goal or a in new_sum) and mesh.axis_size(a) > 1 and a not in unspread
         targets = [goal_dim[a]] if a in goal_dim else (range(t.ndim) if spread else [])
         for k in targets:
             nd = list(dims)

@@ -362,6 +362,9 @@ def _search_labels(ctx: SearchContext, start: TensorType, op: str, max_labels: i
     goal, mesh = ctx.goal, ctx.mesh
     if start == goal:
         return [], (True, 0)
+    # a path that slices a spare axis pays its charge; where the incumbent already costs
+    # less, no such path can win (the incumbent only gets cheaper): those slices are not generated
+    unspread = frozenset(ctx.spare) if ctx.charge and best_key[0] < ctx.charge else frozenset()
     aside: int | None = None  # the lowest bytes floor of a path the gap alone set aside
     exact = work - _EXACT_MOVES  # the gap applies once the work left is below this
 
@@ -395,7 +398,7 @@ def _search_labels(ctx: SearchContext, start: TensorType, op: str, max_labels: i
             return _unwind(node), _proof(bound, aside, floor)
         if work <= 0 or time.perf_counter() > deadline:
             return (incumbent if best is None else _unwind(best)), (False, None)
-        nexts = _moves(state, goal, mesh, op)
+        nexts = _moves(state, goal, mesh, op, unspread)
         work -= len(nexts)
         for mv in nexts:
             seen = expanded.get(mv.dst, ())
@@ -443,10 +446,11 @@ def _unwind(node: tuple | None) -> list[tuple[TensorType, Move]]:
 
 
 @cached(maxsize=2048)  # values hold new states (types): a few searches' worth
-def _moves(state: TensorType, goal: TensorType, mesh: Mesh, op: str) -> tuple[Move, ...]:
+def _moves(state: TensorType, goal: TensorType, mesh: Mesh, op: str,
+           unspread: frozenset[str] = frozenset()) -> tuple[Move, ...]:
     # the same move can come from two generators (a suffix all_to_all that is also the
     # direct exchange): price it once, first place kept
-    return tuple(dict.fromkeys(moves(state, goal, mesh, op)))
+    return tuple(dict.fromkeys(moves(state, goal, mesh, op, unspread)))
 
 
 def _price(state: TensorType, mv: Move, mesh: Mesh) -> Step:

@@ -129,6 +129,12 @@ class StepKind:
         local kinds receive nothing."""
         return np.zeros(mesh.size, dtype=np.int64)
 
+    def moved(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...],
+              padded: bool = True) -> np.ndarray:
+        """(world,) the larger of ``price`` and ``received`` per rank: what the step costs each
+        rank (the planner's search prices every move by it; kinds share the work where they can)."""
+        return np.maximum(self.price(src, dst, mesh, axes, padded), self.received(src, dst, mesh, axes, padded))
+
     def padded(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> bool:
         """Whether uneven pieces are padded on the wire (and priced so)."""
         return False

@@ -109,6 +109,14 @@ class AllGather(StepKind):
         pieces = local_numel(src, mesh)[rows]
         return per_rank(mesh, rows, pieces.sum(axis=1, keepdims=True) - pieces)
 
+    def moved(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...],
+              padded: bool = True) -> np.ndarray:
+        """The group's total less the smaller of its own block and its successor's."""
+        rows = group_rows(mesh, axes)
+        pieces = local_numel(src, mesh)[rows]
+        successor = np.concatenate((pieces[:, 1:], pieces[:, :1]), axis=1)
+        return per_rank(mesh, rows, pieces.sum(axis=1, keepdims=True) - np.minimum(pieces, successor))
+
     def pieces(self, step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> RankPieces:
         src_b = boxes(step.src, mesh)
         me_out = boxes(step.dst, mesh)[rank]

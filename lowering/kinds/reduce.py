@@ -129,6 +129,12 @@ class ReduceScatter(StepKind):
             pieces = np.broadcast_to(pieces.max(axis=1, keepdims=True), pieces.shape)
         return per_rank(mesh, rows, (rows.shape[1] - 1) * pieces)
 
+    def moved(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...],
+              padded: bool = True) -> np.ndarray:
+        if padded:  # (n-1) chunks out, (n-1) chunks in
+            return self.price(src, dst, mesh, axes, padded)
+        return super().moved(src, dst, mesh, axes, padded)
+
     def padded(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> bool:
         pieces = box_numel(boxes(dst, mesh)[group_rows(mesh, axes)])
         return bool((pieces != pieces.max(axis=1, keepdims=True)).any())
@@ -183,6 +189,10 @@ class AllReduce(StepKind):
     def received(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...],
                  padded: bool = True) -> np.ndarray:
         """As much as it sends."""
+        return self.price(src, dst, mesh, axes, padded)
+
+    def moved(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...],
+              padded: bool = True) -> np.ndarray:
         return self.price(src, dst, mesh, axes, padded)
 
     def pieces(self, step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> RankPieces:
