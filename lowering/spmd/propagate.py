@@ -37,13 +37,13 @@ UNARY_LINEAR = frozenset({
     "getitem", "expand", "expand_as", "clone", "detach", "to", "chunk", "split", "narrow", "select", "neg",
     "negative", "sum", "mean", "cumsum", "flip", "roll", "repeat", "float", "double", "half", "bfloat16", "type_as",
     "movedim", "swapaxes", "unbind", "tile", "view_as", "reshape_as", "diagonal", "trace", "positive", "conj",
-    "real", "zero_", "mT", "T", "requires_grad_", "retain_grad", "cpu", "cuda", "index_select", "gather",
+    "real", "imag", "data", "zero_", "mT", "T", "H", "mH", "requires_grad_", "retain_grad", "cpu", "cuda", "index_select", "gather",
 })
 # keep S(i) when every varying operand is that same S(i)
 ELEMENTWISE = frozenset({"add", "sub", "mul", "div", "neg", "relu", "gelu", "silu", "tanh", "sigmoid", "exp", "log",
                          "sqrt", "rsqrt", "pow", "abs", "clone", "detach", "to", "contiguous", "where", "maximum",
                          "minimum", "clamp", "float", "double", "softplus", "square", "sin", "cos", "dropout",
-                         "true_divide", "multiply", "subtract", "negative"})
+                         "true_divide", "multiply", "subtract", "negative", "data", "real", "imag"})
 
 
 def _fix_i(axis: str, other: LocalType) -> str:

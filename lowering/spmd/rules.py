@@ -98,8 +98,14 @@ def fix_for(src: LocalType, dst: LocalType) -> str:
     return f"from {src!r} to {dst!r} use " + " or ".join(calls)
 
 
+# the ops whose tables put "-" on the diagonal: src == dst is nothing to do (the input is
+# returned as it is), so a generic wrapper may pass src and dst through unchanged
+IDENTITY_ON_DIAGONAL = ("reinterpret", "convert", "redistribute")
+
+
 def check_pair(op: str, src: LocalType, dst: LocalType) -> str | None:
-    """Refuse (SpecError) a pair ``op`` does not take; returns the routed collective for redistribute."""
+    """Refuse (SpecError) a pair ``op`` does not take; returns the routed collective for
+    redistribute, and ``"identity"`` for ``src == dst`` where the op's table says nothing to do."""
     if op not in ALLOWED:
         raise SpecError(f"unknown typed collective {op!r}", hint=f"use one of {', '.join(COLLECTIVES)}")
     pair = (_letter(src), _letter(dst))
@@ -107,7 +113,9 @@ def check_pair(op: str, src: LocalType, dst: LocalType) -> str | None:
         raise SpecError(f"reinterpret(src={src!r}, dst={dst!r}) is not a valid pair: reinterpret does not take "
                         "S(i) (it keeps the local tensor, so S(i) would mean the same as V)",
                         hint=f"write V for the varying side, or use convert(src={src!r}, dst={dst!r})")
-    if op in ("all_to_all", "redistribute") and pair == ("S", "S") and src == dst:
+    if src == dst and op in IDENTITY_ON_DIAGONAL:
+        return "identity"
+    if op == "all_to_all" and pair == ("S", "S") and src == dst:
         raise SpecError(f"{op}(src={src!r}, dst={dst!r}) is not a valid pair: source and destination are equal",
                         hint="nothing to do; an all_to_all moves the split from one dim to another")
     if pair not in ALLOWED[op]:

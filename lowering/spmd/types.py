@@ -12,9 +12,11 @@ V whose blocks concatenate on tensor dim i (the partition-spec view of V)::
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from spec_lang.errors import SpecError
+from spec_lang.ir import TensorType
 
 REDUCE_OPS = ("sum", "avg", "max", "min")
 
@@ -39,6 +41,21 @@ class LocalType:
     def base(self) -> str:
         """The local type proper: S(i) is V (the dim only says how blocks reassemble)."""
         return "V" if self.kind == "S" else self.kind
+
+    @property
+    def grad(self) -> LocalType:
+        """The gradient's type: R <-> P (any P's gradient is R), I, V and S(i) their own."""
+        return {"R": P, "P": R}.get(self.kind, self)
+
+    def agrees(self, other: LocalType) -> bool:
+        """Whether a tensor of this type may stand where ``other`` is stated: the same local
+        type, S(i) where V is stated (or V where S(i) is: the partition spec is added), never
+        S(i) for S(j) nor one pending reduction for another."""
+        if self.base != other.base:
+            return False
+        if self.kind == "P":
+            return self.op == other.op
+        return not (self.kind == other.kind == "S" and self.dim != other.dim)
 
     def __repr__(self) -> str:
         if self.kind == "S":
@@ -82,3 +99,23 @@ def as_local_type(t: object, what: str = "type") -> LocalType:
                 return LocalType(kind)
     raise SpecError(f"the {what} {t!r} is not a local SPMD type",
                     hint="use spmd.R, spmd.I, spmd.V, spmd.P, spmd.P('avg') or spmd.S(dim)")
+
+
+def types_of(t: TensorType, unstated: Iterable[str] = ()) -> tuple[dict[str, LocalType], dict[tuple[str, ...], int]]:
+    """The per-axis local types a global type states, and the global size of each split dim
+    (keyed by its axes): a dim split by axes is S(dim) on each of them, an annotation gives
+    R, V or P(op); each axis of ``unstated`` that ``t`` neither splits nor annotates is I
+    (an unannotated mesh axis of a type means I: pass the mesh's axes for a type's meaning
+    on its mesh, or the axes a string annotates ``{I:..}`` explicitly)."""
+    types: dict[str, LocalType] = {}
+    sizes: dict[tuple[str, ...], int] = {}
+    for d, dim in enumerate(t.dims):
+        for a in dim.axes:
+            types[a] = S(d)
+        if dim.axes:
+            sizes[dim.axes] = dim.size
+    for a, at in t.axis_types:
+        types[a] = LocalType("P", at.op) if at.kind == "P" else LocalType(at.kind)
+    for a in unstated:
+        types.setdefault(a, I)
+    return types, sizes

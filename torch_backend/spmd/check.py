@@ -17,12 +17,19 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from lowering.spmd.propagate import einsum_types, propagate
-from torch_backend.spmd.tags import TYPES
+from torch_backend.type_tags import TYPES
 
-_SKIP = frozenset({"__get__", "__set__", "size", "dim", "numel", "item", "tolist", "__repr__", "__format__",
+# ops that read metadata or drive autograd: no type flows through them (matched on the
+# function's own name, dunders included)
+_SKIP = frozenset({"__set__", "size", "dim", "numel", "item", "tolist", "__repr__", "__format__",
                    "__len__", "__bool__", "__hash__", "__iter__", "data_ptr", "is_contiguous", "stride",
                    "__reduce_ex__", "__deepcopy__", "__setstate__", "element_size", "storage_offset",
-                   "untyped_storage", "backward", "register_hook", "_is_view", "requires_grad_"})
+                   "untyped_storage", "backward", "register_hook", "_is_view", "requires_grad_",
+                   "is_floating_point", "is_complex", "get_device", "nelement", "ndimension", "__contains__"})
+# attributes whose value is the tensor's data seen another way: typed like the op of that name
+# (``x.T`` is ``transpose``); every other attribute (shape, dtype, grad_fn, ...) is metadata,
+# and ``x.grad`` has the gradient's type
+STRUCTURAL_ATTRIBUTES = frozenset({"T", "mT", "H", "mH", "data", "real", "imag"})
 
 _state = {"bypass": 0}
 
@@ -37,8 +44,16 @@ def unchecked() -> Iterator[None]:
         _state["bypass"] -= 1
 
 
+def attribute_name(func: Any) -> str:
+    """The attribute a ``__get__`` reads (a getset descriptor's name, or a property's)."""
+    owner = getattr(func, "__self__", None)
+    return getattr(owner, "__name__", None) or getattr(getattr(owner, "fget", None), "__name__", "") or ""
+
+
 def op_name(func: Any) -> str:
     name = getattr(func, "__name__", None) or str(func)
+    if name == "__get__":
+        return attribute_name(func)
     if name.startswith("__") and name.endswith("__"):
         name = name[2:-2]
         if name.startswith(("r", "i")) and name[1:] in ("add", "sub", "mul", "truediv", "matmul"):
@@ -78,9 +93,15 @@ class _TypeCheck(TorchFunctionMode):
         typed = [t for t in (getattr(x, TYPES, None) for x in tensors) if t]
         if not typed:
             return func(*args, **kwargs)
-        name = op_name(func)
-        if name in _SKIP:
+        raw = getattr(func, "__name__", None)
+        if raw in _SKIP:
             return func(*args, **kwargs)
+        name = op_name(func)
+        if raw == "__get__" and name not in STRUCTURAL_ATTRIBUTES:
+            out = func(*args, **kwargs)
+            if name == "grad" and isinstance(out, torch.Tensor) and isinstance(args[0], torch.Tensor):
+                setattr(out, TYPES, {a: t.grad for a, t in (getattr(args[0], TYPES, None) or {}).items()})
+            return out
         sharded = any(t.kind == "S" for d in typed for t in d.values())
         if name == "einsum" and sharded and args and isinstance(args[0], str):
             ops = args[1:] if not (len(args) == 2 and isinstance(args[1], (list, tuple))) else args[1]

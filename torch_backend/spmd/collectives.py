@@ -25,7 +25,8 @@ from torch_backend.executor import execute
 from torch_backend.groups import MeshContext
 from torch_backend.spmd.check import unchecked
 from torch_backend.spmd.mesh import as_axes, mesh_context
-from torch_backend.spmd.tags import SIZES, attach, recorded_size, typeof
+from torch_backend.spmd.tags import recorded_size, typeof
+from torch_backend.type_tags import SIZES, attach
 
 
 class _Typed(torch.autograd.Function):
@@ -90,9 +91,12 @@ def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: Loca
     group = as_axes(axis, ctx.mesh.names)
     have = typeof(x)
     for a in group:
-        if a in have and have[a].base != s.base:
+        if a in have and not have[a].agrees(s):
             raise SpecError(f"spmd.{op}: x is {have[a]!r} on axis {a!r}, but src={s!r}",
                             hint=f"pass src={have[a]!r}, or convert x first")
+    if routed == "identity":  # src == dst: the input as it is (a view of it, typed; autograd: identity)
+        y = x.view_as(x)
+        return attach(y, {**have, **{a: d for a in group}}, getattr(x, SIZES, None))
     check_whole_average(routed, s, group, have, dtype_name(x.dtype), ctx.mesh)
     shapes = _shapes(x, ctx)
     n_src = _src_size(x, s, group, ctx, shapes, size)
