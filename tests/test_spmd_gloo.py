@@ -1,5 +1,6 @@
-"""The typed collectives on real gloo processes: a few rank diagrams on 3 processes, and
-the Megatron-style MLP on 2 processes against its single-process twin."""
+"""The typed collectives on real gloo processes: a few rank diagrams on 3 processes, the
+Megatron-style MLP on 2 processes against its single-process twin, and the tensor-parallel
++ FSDP MLP on 8 (dp=2, tp=4) under typecheck(), its FSDP trap refused."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from spmd_megatron import H, parallel, single  # noqa: E402
+from spmd_megatron import FSDP_MESH, STORED, TRAP, H, fsdp_init, fsdp_parallel, fsdp_single, parallel, single  # noqa: E402
 from spmd_utils import T, Tv  # noqa: E402
 from torch_utils import GlooPool  # noqa: E402
 
@@ -87,3 +88,38 @@ def test_megatron_mlp_matches_single_process(mode: str) -> None:
         assert torch.allclose(got["W2"], weights["W2"][:, rows], atol=1e-6, rtol=0)
         assert torch.allclose(got["b2"], weights["b2"], atol=1e-6, rtol=0)
     assert losses[-1] < losses[0]
+
+
+def _fsdp_trap(rank: int, world: int, full: dict) -> str:
+    from spec_lang.errors import SpecError
+
+    try:
+        fsdp_parallel(rank, world, full, TRAP, steps=1)
+    except SpecError as e:
+        return str(e)
+    return "not refused"
+
+
+def test_megatron_tp_fsdp_step_on_eight_gloo_processes(gloo_pool) -> None:
+    """Weights stored FSDP-style over (tp, dp), gathered to {R:dp} for the step, the batch
+    split over dp, column- then row-parallel over tp, every op under typecheck(): the losses,
+    the first step's shard gradients and the trained shards are the single-process model's.
+    The same step gathering to 'f64[32@tp,16]' (I on dp) is refused on every rank."""
+    from lowering.spmd.types import I, P
+    from spec_lang import parse, parse_mesh
+    from torch_backend.blocks import local_part
+
+    losses, first, final = fsdp_single()
+    full = fsdp_init()
+    res = gloo_pool.run(fsdp_parallel, full, timeout_s=240)
+    mesh = parse_mesh(FSDP_MESH)
+    for r in range(8):
+        got_losses, got_first, got_final, loss_type = res[r]
+        assert loss_type == {"dp": P, "tp": I}
+        assert got_losses == pytest.approx(losses, rel=1e-12)
+        for k in ("W1", "W2"):
+            t = parse(STORED[k])
+            assert torch.allclose(torch.tensor(got_first[k], dtype=torch.float64), local_part(first[k], t, mesh, r), rtol=0, atol=1e-12)
+            assert torch.allclose(torch.tensor(got_final[k], dtype=torch.float64), local_part(final[k], t, mesh, r), rtol=0, atol=1e-12)
+    refused = gloo_pool.run(_fsdp_trap, full, timeout_s=120)
+    assert all(refused[r].startswith("linear mixes I with S(0) on mesh axis 'dp'") for r in range(8)), refused[0]

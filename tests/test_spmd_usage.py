@@ -146,3 +146,100 @@ def test_local_map_refuses_a_tensor_in_a_none_slot() -> None:
     g = spmd.local_map(lambda a: (a, a), in_types=({"tp": V},), out_types=({"tp": V}, None))
     with pytest.raises(SpecError, match="output 1 is a tensor, but out_types gives it None"):
         g(typed({"tp": V}))
+
+
+# ---- the FSDP gradient trap ---------------------------------------------------------------
+
+def test_redistribute_outputs_carry_the_destinations_types(fake_pg) -> None:
+    """Every call kind types its output per mesh axis from the destination type: a split
+    axis S(i), {R:..} R, {U:..} P, an unannotated axis I; a type string's explicit {I:..} too."""
+    import torch_backend as tb
+
+    full = torch.arange(32 * 16, dtype=torch.float64).reshape(32, 16)
+    src, mesh = "f64[32@(tp,dp),16]", "dp=2,tp=4"
+    with local_mode(fake_pg, 8):
+        w = tb.distribute(full, mesh, src)
+        assert spmd.typeof(w) == {}  # distribute gives blocks; the types are the caller's to state
+        assert spmd.typeof(tb.redistribute(w, src, "f64[32@tp,16]", mesh)) == {"tp": S(0), "dp": I}
+        assert spmd.typeof(tb.redistribute(w, src, "f64[32@tp,16]{R:dp}", mesh)) == {"tp": S(0), "dp": R}
+        assert spmd.typeof(tb.redistribute(w, src, "f64[32,16@dp]{U:tp}", mesh)) == {"tp": P, "dp": S(1)}
+        assert spmd.typeof(tb.redistributor(src, "f64[32@tp,16]", mesh)(w)) == {"tp": S(0), "dp": I}
+        handle = tb.redistribute(w, src, "f64[32@tp,16]{R:dp}", mesh, async_op=True)
+        assert spmd.typeof(handle.wait()) == {"tp": S(0), "dp": R}
+        ys = tb.redistribute_many([w, w], [src, src], ["f64[32@tp,16]{R:dp}", "f64[32,16]"], mesh)
+        assert [spmd.typeof(y) for y in ys] == [{"tp": S(0), "dp": R}, {"tp": I, "dp": I}]
+        handle = tb.redistribute_many([w], [src], ["f64[32@dp,16]"], mesh, async_op=True)
+        assert spmd.typeof(handle.wait()[0]) == {"tp": I, "dp": S(0)}
+        # the input is never modified, its types neither; types of axes off the mesh stay
+        spmd.assert_type(w, {"pp": S(0), "ep": R})
+        y = tb.redistribute(w, src, "f64[32@tp,16]{R:dp}", mesh)
+        assert spmd.typeof(y) == {"pp": V, "ep": R, "tp": S(0), "dp": R}
+        assert spmd.typeof(w) == {"pp": S(0), "ep": R}
+        # a size S(i) records is what a typed all_gather needs for uneven blocks
+        y = tb.redistribute(tb.distribute(full[:30], mesh, "f64[30,16]"), "f64[30,16]", "f64[30@tp,16]", mesh)
+        assert spmd.typeof(spmd.all_gather(y, "tp", src=S(0), dst=R, mesh=mesh)) == {"tp": R, "dp": I}
+    assert spmd.typeof(spmd.assert_type(torch.ones(8, 16), "f32[32@tp,16]{I:dp}")) == {"tp": S(0), "dp": I}
+    assert spmd.typeof(spmd.assert_type(torch.ones(8, 16), "f32[32@tp,16]")) == {"tp": S(0)}  # dp left alone
+    with pytest.raises(SpecError, match="axis 'dp' of the tensor is R, not I"):
+        spmd.assert_type(typed({"dp": R}), "f64[2,3]{I:dp}")
+
+
+def test_fsdp_trap_is_refused_under_typecheck(fake_pg) -> None:
+    """A weight gathered to 'f64[32@tp,16]' is I on dp; used with dp-varying data, its
+    gradient would not be summed over dp. typecheck() refuses the op, naming the axis and
+    the fix ({R:dp} in the destination type, or a reinterpret)."""
+    from spmd_megatron import TRAP, fsdp_init, fsdp_parallel
+
+    full = fsdp_init()
+    with local_mode(fake_pg, 8), pytest.raises(SpecError) as e:
+        fsdp_parallel(0, 8, full, TRAP, steps=1)
+    msg = str(e.value)
+    assert msg.startswith("linear mixes I with S(0) on mesh axis 'dp'")
+    assert "{R:dp}" in msg.split("hint:")[1] and "reinterpret(x, 'dp', src=I, dst=R)" in msg
+
+
+def test_fsdp_trap_gives_wrong_gradients_without_typecheck_and_R_right_ones(fake_pg) -> None:
+    """What the refusal prevents, against the single-process model (one FSDP layer, no
+    checker): with I on dp each dp rank keeps its own batch's gradient; with {R:dp} the
+    gradients are the model's. The loss is each rank's part of the total (P on dp and tp),
+    so seeding each rank's backward with 1 is its R gradient."""
+    from spmd_megatron import FSDP_MESH, GATHERED, STORED, TRAP, fsdp_init
+
+    import torch_backend as tb
+
+    full = fsdp_init()
+    w = full["W1"].clone().requires_grad_(True)
+    (torch.relu(torch.nn.functional.linear(full["x"], w)) ** 2).sum().backward()
+    errors = {}
+    for name, gathered in (("trap", TRAP["W1"]), ("R", GATHERED["W1"])):
+        with local_mode(fake_pg, 8):
+            x = tb.distribute(full["x"], FSDP_MESH, "f64[8@dp,16]")
+            shard = tb.distribute(full["W1"], FSDP_MESH, STORED["W1"]).requires_grad_(True)
+            w1 = tb.redistribute(shard, STORED["W1"], gathered, FSDP_MESH)
+            (torch.relu(torch.nn.functional.linear(x, w1)) ** 2).sum().backward()
+            want = from_local(tb.distribute(w.grad, FSDP_MESH, STORED["W1"]))
+            errors[name] = max(float((a - b).abs().max()) for a, b in zip(from_local(shard.grad), want))
+    assert errors["R"] < 1e-12 and errors["trap"] > 1.0
+
+
+def test_megatron_tp_fsdp_step_under_typecheck(fake_pg) -> None:
+    """The TP + FSDP MLP trains under typecheck() to the single-process model (LocalTensorMode
+    on 8 ranks; tests/test_spmd_gloo.py runs it on 8 gloo processes)."""
+    from spmd_megatron import FSDP_MESH, STORED, fsdp_init, fsdp_parallel, fsdp_single
+
+    import torch_backend as tb
+
+    losses, first, final = fsdp_single()
+    full = fsdp_init()
+    with local_mode(fake_pg, 8):
+        got_losses, got_first, got_final, loss_type = fsdp_parallel(0, 8, full)
+        want_first = {k: [b.tolist() for b in from_local(tb.distribute(first[k], FSDP_MESH, STORED[k]))]
+                      for k in first}
+        want_final = {k: [b.tolist() for b in from_local(tb.distribute(final[k], FSDP_MESH, STORED[k]))]
+                      for k in final}
+    assert loss_type == {"dp": P, "tp": I}
+    for step, per_rank in enumerate(got_losses):
+        assert all(v == pytest.approx(losses[step], rel=1e-12) for v in per_rank)
+    for k in ("W1", "W2"):
+        assert torch.allclose(torch.tensor(got_first[k]), torch.tensor(want_first[k]), rtol=0, atol=1e-12)
+        assert torch.allclose(torch.tensor(got_final[k]), torch.tensor(want_final[k]), rtol=0, atol=1e-12)

@@ -31,20 +31,30 @@ def attach(x: torch.Tensor, types: dict[str, LocalType], sizes: dict[tuple[str, 
     return x
 
 
+Tags = tuple[dict[str, LocalType], dict[tuple[str, ...], int]]
+
+
 @lru_cache(maxsize=4096)
-def _meaning(dst: TensorType, mesh: Mesh) -> tuple[dict[str, LocalType], dict[tuple[str, ...], int]]:
-    return types_of(dst, mesh.names)
+def _meaning(dst: TensorType, mesh: Mesh) -> Tags:
+    types, sizes = types_of(dst, mesh.names)
+    return {a: types[a] for a in mesh.names}, sizes
 
 
 on_clear(_meaning.cache_clear)
 
 
-def typed_output(y: torch.Tensor, x: torch.Tensor, program: Program) -> torch.Tensor:
-    """``y``, the output of ``program`` run on ``x``, typed by what ``program``'s destination
-    type means on its mesh (the types are shared by every output of the program: never
-    mutated). Axes of another mesh that ``x`` carries types on keep them (a redistribution
-    acts on each of their coordinates alike), S(i) as V: the dims' blocks may have changed."""
-    types, sizes = _meaning(program.dst, program.mesh)
+def output_tags(program: Program) -> Tags:
+    """The per-axis types (and split sizes) of ``program``'s output: what its destination
+    type means on its mesh. Bound programs keep theirs (``BoundProgram.tags``)."""
+    return _meaning(program.dst, program.mesh)
+
+
+def typed_output(y: torch.Tensor, x: torch.Tensor, tags: Tags) -> torch.Tensor:
+    """``y``, a redistribution's output from ``x``, typed by its program's ``tags`` (shared by
+    every output of the program: never mutated). Axes of another mesh that ``x`` carries
+    types on keep them (a redistribution acts on each of their coordinates alike), S(i) as
+    V: the dims' blocks may have changed."""
+    types, sizes = tags
     outer = getattr(x, TYPES, None)
     if outer and any(a not in types for a in outer):
         types = {**{a: V if t.kind == "S" else t for a, t in outer.items() if a not in types}, **types}
