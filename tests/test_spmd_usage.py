@@ -243,3 +243,55 @@ def test_megatron_tp_fsdp_step_under_typecheck(fake_pg) -> None:
     for k in ("W1", "W2"):
         assert torch.allclose(torch.tensor(got_first[k]), torch.tensor(want_first[k]), rtol=0, atol=1e-12)
         assert torch.allclose(torch.tensor(got_final[k]), torch.tensor(want_final[k]), rtol=0, atol=1e-12)
+
+
+# ---- the loss' type at backward() ----------------------------------------------------------
+
+def _loss(lm, kind: str):
+    """w (R, ones) times x (V: A B / C D / E F per rank); the loss of type ``kind`` on x."""
+    x = spmd.assert_type(to_local(lm, ABC), {"x": V})
+    w = spmd.assert_type(to_local(lm, [torch.ones(2, dtype=torch.float64)] * 3, requires_grad=True), {"x": R})
+    part = (w * x).sum()  # V: each rank's part
+    loss = {"V": lambda: part,
+            "P": lambda: spmd.reinterpret(part, "x", src=V, dst=P),
+            "I": lambda: spmd.all_reduce(spmd.reinterpret(part, "x", src=V, dst=P), "x", src=P, dst=I),
+            "R": lambda: spmd.all_reduce(spmd.reinterpret(part, "x", src=V, dst=P), "x", src=P, dst=R)}[kind]()
+    return w, loss
+
+
+@pytest.mark.parametrize("kind", ["I", "P"])
+def test_backward_of_an_I_or_P_loss_gives_the_gradient(fake_pg, kind) -> None:
+    """The loss A+B+C+D+E+F (each rank's w.x added up): d/dw = [A+C+E, B+D+F], held as a
+    pending sum of each rank's own x."""
+    with local_mode(fake_pg, 3) as lm, spmd.use_mesh("x=3"), spmd.typecheck():
+        w, loss = _loss(lm, kind)
+        loss.backward()
+        g = spmd.all_reduce(w.grad, "x", src=P, dst=R)
+        same(from_local(g), [Tv("A+C+E", "B+D+F")] * 3)
+
+
+@pytest.mark.parametrize("kind,scale", [("R", 3), ("V", 1)])
+def test_backward_of_an_R_or_V_loss_is_refused(fake_pg, kind, scale) -> None:
+    """Without the checker an R loss's gradient is 3x the loss's (its seed is a pending sum of
+    three ones); a V loss is each rank's own part (here the same sum, by luck of how it was
+    built): neither says what the loss is, so typecheck() refuses both, in every form."""
+    with local_mode(fake_pg, 3) as lm, spmd.use_mesh("x=3"):
+        w, loss = _loss(lm, kind)
+        loss.backward()
+        g = spmd.all_reduce(w.grad, "x", src=P, dst=R)
+        same(from_local(g), [Tv("A+C+E", "B+D+F") * scale] * 3)
+        with spmd.typecheck():
+            for call in (lambda: loss.backward(), lambda: torch.autograd.backward([loss]),
+                         lambda: torch.autograd.grad(loss, w)):
+                w, loss = _loss(lm, kind)
+                with pytest.raises(SpecError, match=f"of a loss that is {kind} on mesh axis 'x'") as e:
+                    call()
+                fix = "src=R, dst=I" if kind == "R" else "src=V, dst=P"
+                assert fix in str(e.value).split("hint:")[1]
+            # a gradient given explicitly states what the loss's gradient is
+            w, loss = _loss(lm, kind)
+            loss.backward(gradient=torch.ones_like(loss))
+            assert spmd.typeof(w.grad) == {"x": P}
+            w, loss = _loss(lm, kind)
+            (gw,) = torch.autograd.grad(loss, w, grad_outputs=torch.ones_like(loss))
+            assert spmd.typeof(gw) == {"x": P}  # torch.autograd.grad's results typed like x.grad

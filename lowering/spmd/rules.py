@@ -172,3 +172,24 @@ def backward_of(op: str, src: LocalType, dst: LocalType) -> tuple[str, LocalType
     if op == "all_to_all" and src.kind == "S":
         return b_op, dst, src
     return b_op, typed(b_src, (dst, src)), typed(b_dst, (src, dst))
+
+
+def check_loss(op: str, types: dict[str, LocalType]) -> None:
+    """Refuse ``op`` (``backward``, ``grad``) seeding a loss of ``types`` with ones: only I
+    (the one value, its gradient 1 everywhere) and P (a pending sum, its gradient R: 1 on
+    every rank) take that seed. R's gradient is P, so n ranks' ones are n times the
+    gradient; V (or S(i)) has no one value: its ones differentiate the ranks' sum."""
+    for a, t in types.items():
+        if t.base == "R":
+            raise SpecError(f"{op}() of a loss that is R on mesh axis {a!r}: its implicit gradient (1 on every "
+                            f"rank) is a pending sum of one 1 per rank, so every gradient comes out scaled by "
+                            f"the size of {a!r}",
+                            hint=f"spmd.reinterpret(loss, {a!r}, src=R, dst=I) first (the loss is the same on "
+                            "every rank: count it once)")
+        if t.base == "V":
+            raise SpecError(f"{op}() of a loss that is {t!r} on mesh axis {a!r}: a varying loss has no one value, "
+                            "and seeding every rank's with 1 differentiates their sum (a loss computed alike on "
+                            "every rank counts once per rank)",
+                            hint=f"say what the ranks' losses make: spmd.reinterpret(loss, {a!r}, src=V, dst=P) "
+                            f"if they add up to the loss, or spmd.all_gather(loss, {a!r}, src=V, dst=I) and "
+                            "reduce it yourself")

@@ -17,6 +17,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from lowering.spmd.propagate import einsum_types, propagate
+from lowering.spmd.rules import check_loss
 from torch_backend.type_tags import TYPES
 
 # ops that read metadata or drive autograd: no type flows through them (matched on the
@@ -24,12 +25,16 @@ from torch_backend.type_tags import TYPES
 _SKIP = frozenset({"__set__", "size", "dim", "numel", "item", "tolist", "__repr__", "__format__",
                    "__len__", "__bool__", "__hash__", "__iter__", "data_ptr", "is_contiguous", "stride",
                    "__reduce_ex__", "__deepcopy__", "__setstate__", "element_size", "storage_offset",
-                   "untyped_storage", "backward", "register_hook", "_is_view", "requires_grad_",
+                   "untyped_storage", "register_hook", "_is_view", "requires_grad_",
                    "is_floating_point", "is_complex", "get_device", "nelement", "ndimension", "__contains__"})
 # attributes whose value is the tensor's data seen another way: typed like the op of that name
 # (``x.T`` is ``transpose``); every other attribute (shape, dtype, grad_fn, ...) is metadata,
 # and ``x.grad`` has the gradient's type
 STRUCTURAL_ATTRIBUTES = frozenset({"T", "mT", "H", "mH", "data", "real", "imag"})
+
+# the autograd entry points, and where their gradient seed is: positional index, keywords.
+# Without one, the seed is ones, sound only for a loss that is I or P on each axis.
+_SEEDED = {"backward": (1, ("gradient", "grad_tensors")), "grad": (2, ("grad_outputs",))}
 
 _state = {"bypass": 0}
 
@@ -96,11 +101,20 @@ class _TypeCheck(TorchFunctionMode):
         raw = getattr(func, "__name__", None)
         if raw in _SKIP:
             return func(*args, **kwargs)
+        if raw in _SEEDED:
+            _check_seeds(raw, args, kwargs)
+            out = func(*args, **kwargs)
+            if raw == "grad":  # each input's gradient has its gradient type, as x.grad does
+                inputs = args[1] if len(args) > 1 else kwargs.get("inputs")
+                inputs = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs or ())
+                for x, g in zip(inputs, out):
+                    _type_grad(x, g)
+            return out
         name = op_name(func)
         if raw == "__get__" and name not in STRUCTURAL_ATTRIBUTES:
             out = func(*args, **kwargs)
-            if name == "grad" and isinstance(out, torch.Tensor) and isinstance(args[0], torch.Tensor):
-                setattr(out, TYPES, {a: t.grad for a, t in (getattr(args[0], TYPES, None) or {}).items()})
+            if name == "grad":
+                _type_grad(args[0], out)
             return out
         sharded = any(t.kind == "S" for d in typed for t in d.values())
         if name == "einsum" and sharded and args and isinstance(args[0], str):
@@ -116,6 +130,26 @@ class _TypeCheck(TorchFunctionMode):
         with unchecked():
             out = func(*args, **kwargs)
         return _attach_all(out, out_types)
+
+
+def _type_grad(x: Any, g: Any) -> None:
+    """``g``, the gradient of ``x``, typed by the gradient table (R's is P, P's R, I, V, S(i) their own)."""
+    types = getattr(x, TYPES, None) if isinstance(x, torch.Tensor) else None
+    if types and isinstance(g, torch.Tensor):
+        setattr(g, TYPES, {a: t.grad for a, t in types.items()})
+
+
+def _check_seeds(name: str, args: tuple, kwargs: dict) -> None:
+    """``loss.backward()``, ``torch.autograd.backward`` / ``grad``: each output seeded with
+    ones (no gradient given for it) must be a loss the ones are the gradient of."""
+    at, keys = _SEEDED[name]
+    seeds = args[at] if len(args) > at else next((kwargs[k] for k in keys if k in kwargs), None)
+    outputs = args[0] if args else kwargs.get("tensors", kwargs.get("outputs"))
+    outputs = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs or ())
+    seeds = [seeds] if seeds is None or isinstance(seeds, torch.Tensor) else list(seeds)
+    for k, out in enumerate(outputs):
+        if (seeds[k] if k < len(seeds) else None) is None and isinstance(out, torch.Tensor):
+            check_loss(name, getattr(out, TYPES, None) or {})
 
 
 def _matmul_types(name: str, tensors: list) -> dict:
