@@ -281,11 +281,10 @@ def test_backward_of_an_R_or_V_loss_is_refused(fake_pg, kind, scale) -> None:
         g = spmd.all_reduce(w.grad, "x", src=P, dst=R)
         same(from_local(g), [Tv("A+C+E", "B+D+F") * scale] * 3)
         with spmd.typecheck():
-            for call in (lambda: loss.backward(), lambda: torch.autograd.backward([loss]),
-                         lambda: torch.autograd.grad(loss, w)):
-                w, loss = _loss(lm, kind)
+            for call in (lambda w, loss: loss.backward(), lambda w, loss: torch.autograd.backward([loss]),
+                         lambda w, loss: torch.autograd.grad(loss, w)):
                 with pytest.raises(SpecError, match=f"of a loss that is {kind} on mesh axis 'x'") as e:
-                    call()
+                    call(*_loss(lm, kind))
                 fix = "src=R, dst=I" if kind == "R" else "src=V, dst=P"
                 assert fix in str(e.value).split("hint:")[1]
             # a gradient given explicitly states what the loss's gradient is
