@@ -38,6 +38,13 @@ def _diagrams(rank: int, world: int) -> dict:
         # reduce_scatter(P, S(0)) then all_reduce via redistribute
         z = spmd.reduce_scatter(torch.full((6,), float(rank + 1), dtype=torch.float64), "x", src=P, dst=S(0))
         out["rs"] = z.tolist()
+        # all_reduce in place: a flat buffer reduced in its own memory, and a strided one
+        buf = torch.full((2, 4), float(rank + 1), dtype=torch.float64)
+        ptr = buf.data_ptr()
+        same = spmd.all_reduce(buf, "x", src=P, dst=R, inplace=True) is buf and buf.data_ptr() == ptr
+        strided = torch.full((2, 4), float(rank + 1), dtype=torch.float64)
+        spmd.all_reduce(strided[:, 0], "x", src=P("avg"), dst=R, inplace=True)
+        out["inplace"] = (same, buf.tolist(), strided.tolist())
     return out
 
 
@@ -71,6 +78,7 @@ def test_diagrams_on_three_gloo_processes() -> None:
         assert y == [float(T(f"{c}{r}")) for c in "ABC"]
         assert g == [float(T(f"{'ABC'[r]}{k}")) for k in range(3)]
         assert res[r]["rs"] == [6.0, 6.0]
+        assert res[r]["inplace"] == (True, [[6.0] * 4] * 2, [[2.0] + [r + 1.0] * 3] * 2)  # the sum; column 0's average
 
 
 @pytest.mark.parametrize("mode", ["local", "global"])

@@ -294,3 +294,40 @@ def test_backward_of_an_R_or_V_loss_is_refused(fake_pg, kind, scale) -> None:
             w, loss = _loss(lm, kind)
             (gw,) = torch.autograd.grad(loss, w, grad_outputs=torch.ones_like(loss))
             assert spmd.typeof(gw) == {"x": P}  # torch.autograd.grad's results typed like x.grad
+
+
+# ---- all_reduce(..., inplace=True) ---------------------------------------------------------
+
+@pytest.mark.parametrize("src,dst", [(P, R), (P, I), (P("avg"), R)], ids=repr)
+def test_all_reduce_in_place_reduces_the_buffer_itself(fake_pg, src, dst) -> None:
+    """A flat gradient buffer (+[A,B], +[C,D], +[E,F]) reduced in its own memory: the same
+    tensor comes back, [A+C+E, B+D+F] (a third of it for avg) on every rank, typed dst."""
+    with local_mode(fake_pg, 3) as lm, spmd.use_mesh("x=3"):
+        buf = spmd.assert_type(to_local(lm, ABC), {"x": src, "dp": V})
+        ptrs = [t.data_ptr() for t in buf._local_tensors.values()]
+        out = spmd.all_reduce(buf, "x", src=src, dst=dst, inplace=True)
+        assert out is buf and [t.data_ptr() for t in buf._local_tensors.values()] == ptrs
+        want = Tv("A+C+E", "B+D+F") / (3 if src.op == "avg" else 1)
+        same(from_local(buf), [want] * 3)
+        assert spmd.typeof(buf) == {"x": dst, "dp": V}
+        # a strided buffer: reduced through a contiguous copy, written back into it
+        base = to_local(lm, [torch.stack([b, -b], 1) for b in ABC])
+        col = base[:, 0]
+        assert not col.is_contiguous()
+        spmd.all_reduce(col, "x", src=src, dst=dst, inplace=True)
+        same([b[:, 0] for b in from_local(base)], [want] * 3)
+        same([b[:, 1] for b in from_local(base)], [-b for b in ABC])
+
+
+def test_all_reduce_in_place_refuses_what_autograd_records(fake_pg) -> None:
+    with local_mode(fake_pg, 3) as lm, spmd.use_mesh("x=3"):
+        x = to_local(lm, ABC, requires_grad=True)
+        with pytest.raises(SpecError, match="inplace=True. takes a tensor autograd does not record"):
+            spmd.all_reduce(x, "x", src=P, dst=R, inplace=True)
+        with torch.no_grad():
+            y = x.detach().clone()
+            assert spmd.all_reduce(y, "x", src=P, dst=R, inplace=True) is y
+        with lm.disable():
+            plain = torch.ones(2, dtype=torch.float64)  # one tensor, not every rank's
+        with pytest.raises(SpecError, match="needs a LocalTensor"):
+            spmd.all_reduce(plain, "x", src=P, dst=R, inplace=True)
