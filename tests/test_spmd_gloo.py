@@ -45,6 +45,18 @@ def _diagrams(rank: int, world: int) -> dict:
         strided = torch.full((2, 4), float(rank + 1), dtype=torch.float64)
         spmd.all_reduce(strided[:, 0], "x", src=P("avg"), dst=R, inplace=True)
         out["inplace"] = (same, buf.tolist(), strided.tolist())
+        # torch.distributed's own all_reduce under the checker: the world's group is the x axis
+        import torch.distributed as dist
+
+        g = spmd.assert_type(torch.full((2,), float(rank + 1), dtype=torch.float64), {"x": P})
+        with spmd.typecheck():
+            dist.all_reduce(g)
+            try:
+                dist.all_reduce(g)  # now R: a second sum would triple it
+                refused = ""
+            except ValueError as e:
+                refused = str(e).splitlines()[0]
+        out["raw"] = (g.tolist(), spmd.typeof(g) == {"x": R}, refused)
     return out
 
 
@@ -78,6 +90,8 @@ def test_diagrams_on_three_gloo_processes() -> None:
         assert y == [float(T(f"{c}{r}")) for c in "ABC"]
         assert g == [float(T(f"{'ABC'[r]}{k}")) for k in range(3)]
         assert res[r]["rs"] == [6.0, 6.0]
+        assert res[r]["raw"] == ([6.0, 6.0], True, "torch.distributed.all_reduce of a tensor that is R on mesh "
+                                 "axis 'x': a reduction finishes a pending one (P)")
         assert res[r]["inplace"] == (True, [[6.0] * 4] * 2, [[2.0] + [r + 1.0] * 3] * 2)  # the sum; column 0's average
 
 

@@ -39,6 +39,7 @@ def test_attribute_reads_of_a_partial_tensor() -> None:
         assert x.grad is None and x.grad_fn is None and x.is_leaf and not x.requires_grad
         assert x.is_floating_point() and len(x) == 2 and "tensor" in repr(x)
         x.grad = None  # a write is no op either
+        assert spmd.typeof(torch.empty_like(x)) == {} and spmd.typeof(x.new_zeros(2)) == {}  # no value flows in
         with pytest.raises(SpecError, match="relu is not linear"):  # an op on P is still checked
             torch.relu(x)
 
@@ -331,3 +332,87 @@ def test_all_reduce_in_place_refuses_what_autograd_records(fake_pg) -> None:
             plain = torch.ones(2, dtype=torch.float64)  # one tensor, not every rank's
         with pytest.raises(SpecError, match="needs a LocalTensor"):
             spmd.all_reduce(plain, "x", src=P, dst=R, inplace=True)
+
+
+# ---- torch.distributed's collectives under the checker -------------------------------------
+
+def _group(axes: tuple[str, ...]):
+    import torch_backend as tb
+
+    return tb.context("dp=2,tp=3").group(axes, 0).pg
+
+
+@pytest.mark.filterwarnings("ignore:.*is deprecated:FutureWarning")  # Megatron's names for the *_single calls
+def test_raw_collectives_are_typed_by_their_groups_axes(fake_pg) -> None:
+    """Megatron's gradient sync and loss averaging: dist.all_reduce of a pending sum over the
+    tp group is R there (in place), the other axes' types kept; the gather, the
+    reduce_scatter and the all_to_all as the diagrams say, values included."""
+    import torch.distributed as dist
+
+    pieces = [Tv(f"A{r}", f"B{r}", f"C{r}") for r in range(6)]  # rank r = (dp, tp) = (r // 3, r % 3)
+    with local_mode(fake_pg, 6) as lm, spmd.use_mesh("dp=2,tp=3"), spmd.typecheck():
+        g = spmd.assert_type(to_local(lm, pieces), {"tp": P, "dp": V})
+        dist.all_reduce(g, group=_group(("tp",)))  # +A0, +A1, +A2 => A0+A1+A2 on tp
+        assert spmd.typeof(g) == {"tp": R, "dp": V}
+        same(from_local(g), [Tv(*(f"{c}{3 * (r // 3)}+{c}{3 * (r // 3) + 1}+{c}{3 * (r // 3) + 2}" for c in "ABC"))
+                             for r in range(6)])
+        v = spmd.assert_type(to_local(lm, pieces), {"tp": V, "dp": R})
+        out = torch.empty(9, dtype=torch.float64)
+        dist.all_gather_into_tensor(out, v, group=_group(("tp",)))  # [A0..], [A1..], [A2..] => concatenated
+        assert spmd.typeof(out) == {"tp": R, "dp": R}
+        same(from_local(out)[:3], [torch.cat(pieces[:3])] * 3)
+        p = spmd.assert_type(to_local(lm, [Tv(f"A{r}", f"B{r}") for r in range(6)]), {"dp": P})
+        half = torch.empty(1, dtype=torch.float64)
+        dist.reduce_scatter_tensor(half, p, group=_group(("dp",)))  # +[Ax, Bx], +[Ay, By] => A, B
+        assert spmd.typeof(half) == {"dp": S(0)}
+        same(from_local(half)[:1] + from_local(half)[3:4], [Tv("A0+A3"), Tv("B0+B3")])
+        a2a = torch.empty(3, dtype=torch.float64)
+        dist.all_to_all_single(a2a, v, group=_group(("tp",)))  # [A0, B0, C0] on rank 0 ... => [A0, A1, A2]
+        assert spmd.typeof(a2a) == {"tp": V, "dp": R}
+        same(from_local(a2a)[:3], [Tv("A0", "A1", "A2"), Tv("B0", "B1", "B2"), Tv("C0", "C1", "C2")])
+        # the world's group spans every axis; an untyped tensor is outside the checker
+        w = spmd.assert_type(to_local(lm, pieces), {"tp": P, "dp": P})
+        dist.all_reduce(w)
+        assert spmd.typeof(w) == {"tp": R, "dp": R}
+        plain = to_local(lm, pieces)
+        dist.all_reduce(plain, group=_group(("tp",)))
+        assert spmd.typeof(plain) == {}
+
+
+@pytest.mark.parametrize("call,t,match,fix", [
+    ("all_reduce", R, "all_reduce of a tensor that is R on mesh axis 'tp'", "nothing to reduce"),
+    ("all_reduce", V, "all_reduce of a tensor that is V on mesh axis 'tp'", "src=V, dst=P"),
+    ("all_reduce_max", P, r"ReduceOp.MAX of a tensor that is P on mesh axis 'tp'", "ReduceOp.SUM"),
+    ("all_gather", P, "all_gather_single of a tensor that is P on mesh axis 'tp'", "reduce a pending sum"),
+    ("all_gather", R, "all_gather_single of a tensor that is R", "nothing to gather"),
+    ("reduce_scatter", V, "reduce_scatter_single of a tensor that is V", "src=V, dst=P"),
+    ("all_to_all", P, "all_to_all_single of a tensor that is P", "reduce it first"),
+])
+@pytest.mark.filterwarnings("ignore:.*is deprecated:FutureWarning")
+def test_raw_collectives_without_a_sound_typing_are_refused(fake_pg, call, t, match, fix) -> None:
+    """Refused before anything is sent: the tensor keeps its values and its type."""
+    import torch.distributed as dist
+
+    calls = {"all_reduce": lambda x, g: dist.all_reduce(x, group=g),
+             "all_reduce_max": lambda x, g: dist.all_reduce(x, op=dist.ReduceOp.MAX, group=g),
+             "all_gather": lambda x, g: dist.all_gather_into_tensor(torch.empty(9, dtype=x.dtype), x, group=g),
+             "reduce_scatter": lambda x, g: dist.reduce_scatter_tensor(torch.empty(1, dtype=x.dtype), x, group=g),
+             "all_to_all": lambda x, g: dist.all_to_all_single(torch.empty_like(x), x, group=g)}
+    with local_mode(fake_pg, 6) as lm, spmd.use_mesh("dp=2,tp=3"), spmd.typecheck():
+        x = spmd.assert_type(to_local(lm, [Tv(f"A{r}", f"B{r}", f"C{r}") for r in range(6)]), {"tp": t})
+        with pytest.raises(SpecError, match=match) as e:
+            calls[call](x, _group(("tp",)))
+        assert fix in str(e.value).split("hint:")[1]
+        same(from_local(x), [Tv(f"A{r}", f"B{r}", f"C{r}") for r in range(6)])
+        assert spmd.typeof(x) == {"tp": t}
+
+
+def test_raw_collectives_need_the_mesh_and_a_mesh_axes_group(fake_pg) -> None:
+    import torch.distributed as dist
+
+    with local_mode(fake_pg, 6) as lm:
+        x = spmd.assert_type(to_local(lm, [Tv("A")] * 6), {"tp": P})
+        with spmd.typecheck(), pytest.raises(SpecError, match="needs the mesh"):
+            dist.all_reduce(x)
+        with spmd.use_mesh("dp=2,tp=3"), spmd.typecheck(), pytest.raises(SpecError, match=r"ranks \[0, 1\]"):
+            dist.all_reduce(x, group=dist.new_group([0, 1]))  # half of a tp group

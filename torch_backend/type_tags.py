@@ -11,6 +11,8 @@ imports those entry points, so they can import it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 
 import torch
@@ -22,6 +24,20 @@ from spec_lang.ir import Mesh, TensorType
 
 TYPES = "_spmd_types"  # {mesh axis: LocalType}
 SIZES = "_spmd_sizes"  # {group axes: global size of the dim the group splits}
+
+# > 0 while shardc's own code runs torch ops (the spmd functions' insides, shardc's c10d
+# calls): the type checker leaves them alone, since the call types its output itself
+UNCHECKED = [0]
+
+
+@contextmanager
+def unchecked() -> Iterator[None]:
+    """Run shardc's own torch ops without the type checker."""
+    UNCHECKED[0] += 1
+    try:
+        yield
+    finally:
+        UNCHECKED[0] -= 1
 
 
 def attach(x: torch.Tensor, types: dict[str, LocalType], sizes: dict[tuple[str, ...], int] | None = None) -> torch.Tensor:

@@ -9,6 +9,8 @@ internals unchecked.
 
 from __future__ import annotations
 
+import inspect
+import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -17,16 +19,19 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from lowering.spmd.propagate import einsum_types, propagate
-from lowering.spmd.rules import check_loss
-from torch_backend.type_tags import TYPES
+from lowering.spmd.rules import RAW_COLLECTIVES, check_loss, raw_collective_types
+from torch_backend.type_tags import TYPES, UNCHECKED, unchecked
 
-# ops that read metadata or drive autograd: no type flows through them (matched on the
-# function's own name, dunders included)
+# ops that read metadata, drive autograd or make a new tensor of the argument's shape only
+# (``empty_like``: no value of it flows in): no type flows through them, their results are
+# untyped (matched on the function's own name, dunders included)
 _SKIP = frozenset({"__set__", "size", "dim", "numel", "item", "tolist", "__repr__", "__format__",
                    "__len__", "__bool__", "__hash__", "__iter__", "data_ptr", "is_contiguous", "stride",
                    "__reduce_ex__", "__deepcopy__", "__setstate__", "element_size", "storage_offset",
                    "untyped_storage", "register_hook", "_is_view", "requires_grad_",
-                   "is_floating_point", "is_complex", "get_device", "nelement", "ndimension", "__contains__"})
+                   "is_floating_point", "is_complex", "get_device", "nelement", "ndimension", "__contains__",
+                   "empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like",
+                   "randint_like", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor"})
 # attributes whose value is the tensor's data seen another way: typed like the op of that name
 # (``x.T`` is ``transpose``); every other attribute (shape, dtype, grad_fn, ...) is metadata,
 # and ``x.grad`` has the gradient's type
@@ -35,18 +40,6 @@ STRUCTURAL_ATTRIBUTES = frozenset({"T", "mT", "H", "mH", "data", "real", "imag"}
 # the autograd entry points, and where their gradient seed is: positional index, keywords.
 # Without one, the seed is ones, sound only for a loss that is I or P on each axis.
 _SEEDED = {"backward": (1, ("gradient", "grad_tensors")), "grad": (2, ("grad_outputs",))}
-
-_state = {"bypass": 0}
-
-
-@contextmanager
-def unchecked() -> Iterator[None]:
-    """Run the spmd functions' own torch ops without the checker."""
-    _state["bypass"] += 1
-    try:
-        yield
-    finally:
-        _state["bypass"] -= 1
 
 
 def attribute_name(func: Any) -> str:
@@ -91,7 +84,7 @@ def _attach_all(out: Any, types: dict) -> Any:
 class _TypeCheck(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        if _state["bypass"]:
+        if UNCHECKED[0]:
             return func(*args, **kwargs)
         tensors: list = []
         scalar = _tensors(args, tensors)
@@ -101,6 +94,8 @@ class _TypeCheck(TorchFunctionMode):
         raw = getattr(func, "__name__", None)
         if raw in _SKIP:
             return func(*args, **kwargs)
+        if raw in RAW_COLLECTIVES:
+            return _raw_collective(func, raw, args, kwargs)
         if raw in _SEEDED:
             _check_seeds(raw, args, kwargs)
             out = func(*args, **kwargs)
@@ -137,6 +132,59 @@ def _type_grad(x: Any, g: Any) -> None:
     types = getattr(x, TYPES, None) if isinstance(x, torch.Tensor) else None
     if types and isinstance(g, torch.Tensor):
         setattr(g, TYPES, {a: t.grad for a, t in types.items()})
+
+
+_SIGNATURES: dict[Any, inspect.Signature] = {}
+
+
+def _raw_collective(func: Any, name: str, args: tuple, kwargs: dict) -> Any:
+    """A torch.distributed collective on a typed tensor: its output typed on the mesh axes
+    its process group spans (``lowering.spmd.rules.raw_collective_types``), or refused
+    before it runs. An all_reduce retypes its tensor in place."""
+    sig = _SIGNATURES.get(func)
+    if sig is None:
+        sig = _SIGNATURES[func] = inspect.signature(func)
+    p = sig.bind(*args, **kwargs).arguments
+    inp = p.get("tensor", p.get("input", p.get("input_tensor")))
+    out = inp if name == "all_reduce" else p.get("output", p.get("output_tensor"))
+    types = getattr(inp, TYPES, None)
+    if not types:  # an untyped input: outside the checker (its output too)
+        return func(*args, **kwargs)
+    op = p.get("op")
+    reduce = None if op is None else getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
+    if op is None and RAW_COLLECTIVES[name] in ("all_reduce", "reduce_scatter"):
+        reduce = "SUM"
+    new = raw_collective_types(name, reduce, _group_axes(name, p.get("group")), types)
+    result = func(*args, **kwargs)
+    if isinstance(out, torch.Tensor):
+        setattr(out, TYPES, new)
+    return result
+
+
+def _group_axes(name: str, group: Any) -> tuple[str, ...]:
+    """The mesh axes (of the enclosing ``spmd.use_mesh``) whose group a process group is."""
+    import torch.distributed as dist
+
+    from lowering.layout import group_ranks
+    from spec_lang.errors import SpecError
+    from torch_backend.spmd.mesh import mesh_context
+
+    try:
+        ctx = mesh_context()
+    except SpecError:
+        raise SpecError(f"torch.distributed.{name} of a typed tensor under typecheck(): the checker needs the "
+                        "mesh to read its process group as mesh axes",
+                        hint="wrap the code in `with spmd.use_mesh(mesh):`") from None
+    ranks = set(dist.get_process_group_ranks(group if group is not None else dist.group.WORLD))
+    names = ctx.mesh.names
+    for k in range(1, len(names) + 1):
+        for axes in itertools.combinations(names, k):
+            if {ctx.global_rank(q) for q in group_ranks(ctx.mesh, axes, ctx.ranks[0])} == ranks:
+                return axes
+    raise SpecError(f"torch.distributed.{name} under typecheck(): its process group (ranks {sorted(ranks)}) is "
+                    f"not the group of any set of axes of the mesh {ctx.mesh}, so its typing is unknown",
+                    hint="use the group of mesh axes (a DeviceMesh's get_group(axis)), or the typed "
+                    "spmd collectives")
 
 
 def _check_seeds(name: str, args: tuple, kwargs: dict) -> None:

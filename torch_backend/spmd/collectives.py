@@ -24,10 +24,9 @@ from torch_backend.collectives import all_reduce_into
 from torch_backend.dtypes import dtype_name
 from torch_backend.executor import build_pieces, execute
 from torch_backend.groups import MeshContext
-from torch_backend.spmd.check import unchecked
 from torch_backend.spmd.mesh import as_axes, mesh_context
 from torch_backend.spmd.tags import recorded_size, typeof
-from torch_backend.type_tags import SIZES, attach
+from torch_backend.type_tags import SIZES, attach, unchecked
 
 
 class _Typed(torch.autograd.Function):

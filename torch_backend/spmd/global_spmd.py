@@ -19,9 +19,8 @@ import torch
 from lowering.spmd.propagate import einsum_types, propagate
 from lowering.spmd.types import LocalType, as_local_type
 from spec_lang.errors import SpecError
-from torch_backend.spmd.check import unchecked
 from torch_backend.spmd.tags import typeof
-from torch_backend.type_tags import TYPES, attach
+from torch_backend.type_tags import TYPES, attach, unchecked
 
 
 def _axes(out_partial_axes: str | Sequence[str] | None) -> tuple[str, ...]:
