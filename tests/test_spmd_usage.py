@@ -416,3 +416,41 @@ def test_raw_collectives_need_the_mesh_and_a_mesh_axes_group(fake_pg) -> None:
             dist.all_reduce(x)
         with spmd.use_mesh("dp=2,tp=3"), spmd.typecheck(), pytest.raises(SpecError, match=r"ranks \[0, 1\]"):
             dist.all_reduce(x, group=dist.new_group([0, 1]))  # half of a tp group
+
+
+# ---- affine ops, no_typecheck() -------------------------------------------------------------
+
+@pytest.mark.parametrize("fn,shapes", [
+    (torch.addmm, ((2, 4), (2, 3), (3, 4))), (torch.addmv, ((2,), (2, 3), (3,))), (torch.addr, ((2, 3), (2,), (3,))),
+    (torch.baddbmm, ((5, 2, 4), (5, 2, 3), (5, 3, 4))), (torch.addbmm, ((2, 4), (5, 2, 3), (5, 3, 4))),
+], ids=lambda v: getattr(v, "__name__", ""))
+def test_affine_ops_are_a_sum_of_bias_and_product(fake_pg, fn, shapes) -> None:
+    """addmm(b, m1, m2) = b + m1 @ m2: P when the bias and the product are (one P factor,
+    the other R), so the reduced result is the model's; P + R, P x P refused as for + and @."""
+    g = torch.Generator().manual_seed(0)
+    per_rank = [[torch.randint(-4, 5, s, generator=g).double() for s in shapes] for _ in range(3)]
+    with local_mode(fake_pg, 3) as lm, spmd.use_mesh("x=3"), spmd.typecheck():
+        def arg(k: int, t):  # argument k of type t: per-rank pieces, or rank 0's everywhere for R
+            blocks = [per_rank[0 if t == R else r][k] for r in range(3)]
+            return spmd.assert_type(to_local(lm, blocks), {"x": t})
+
+        y = fn(arg(0, P), arg(1, P), arg(2, R))
+        assert spmd.typeof(y) == {"x": P}
+        total = spmd.all_reduce(y, "x", src=P, dst=R)
+        want = fn(sum(p[0] for p in per_rank), sum(p[1] for p in per_rank), per_rank[0][2])
+        same(from_local(total), [want] * 3)
+        assert spmd.typeof(fn(arg(0, V), arg(1, R), arg(2, V))) == {"x": V}
+        with pytest.raises(SpecError, match=rf"{fn.__name__}\(P, R\) on mesh axis 'x'"):
+            fn(arg(0, R), arg(1, P), arg(2, R))
+        with pytest.raises(SpecError, match=r"\(P, P\) on mesh axis 'x'"):
+            fn(arg(0, P), arg(1, P), arg(2, P))
+
+
+def test_no_typecheck_turns_the_checker_off_for_a_scope() -> None:
+    p = typed({"tp": P})
+    with spmd.typecheck():
+        with spmd.no_typecheck():
+            y = torch.relu(p)  # not linear: refused under the checker
+        assert spmd.typeof(y) == {}
+        with pytest.raises(SpecError, match="relu is not linear"):
+            torch.relu(p)

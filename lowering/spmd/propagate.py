@@ -25,9 +25,12 @@ from spec_lang.errors import SpecError
 
 Types = dict[str, LocalType]
 
+# the affine ops: a bias plus a product (addmm(b, m1, m2) = b + m1 @ m2), typed as the
+# addition of the bias and the product's type (the product typed as mm, mv, outer or bmm)
+AFFINE = {"addmm": "mm", "addmv": "mv", "addr": "outer", "baddbmm": "bmm", "addbmm": "bmm"}
 # linear jointly in every tensor argument: P + P -> P
 ADDITIVE = frozenset({"add", "sub", "subtract", "cat", "concat", "concatenate", "stack", "hstack", "vstack",
-                      "add_", "sub_", "sum_to_size"})
+                      "add_", "sub_", "sum_to_size", *AFFINE})
 # linear in each tensor argument separately: one P, the rest R
 MULTILINEAR = frozenset({"mul", "multiply", "matmul", "mm", "bmm", "einsum", "linear", "outer", "dot", "tensordot",
                          "div", "true_divide", "mv", "inner", "kron"})

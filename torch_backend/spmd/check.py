@@ -12,13 +12,13 @@ from __future__ import annotations
 import inspect
 import itertools
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from lowering.spmd.propagate import einsum_types, propagate
+from lowering.spmd.propagate import AFFINE, einsum_types, propagate
 from lowering.spmd.rules import RAW_COLLECTIVES, check_loss, raw_collective_types
 from torch_backend.type_tags import TYPES, UNCHECKED, unchecked
 
@@ -117,6 +117,11 @@ class _TypeCheck(TorchFunctionMode):
             out_types = einsum_types(name, args[0], [getattr(x, TYPES, None) or {} for x in ops])
         elif name in ("matmul", "mm", "linear") and sharded:
             out_types = _matmul_types(name, tensors)
+        elif name in AFFINE and len(tensors) == 3:  # bias + product: the product typed first
+            ts = [getattr(x, TYPES, None) or {} for x in tensors]
+            product = (_matmul_types("mm", tensors[1:]) if sharded and name == "addmm"
+                       else propagate(AFFINE[name], [t for t in ts[1:] if t]))
+            out_types = propagate(name, [t for t in (ts[0], product) if t])
         elif name == "linear" and len(tensors) > 2:  # x @ w.T + b: affine, the bias is an addition
             xw = propagate(name, [t for t in (getattr(x, TYPES, None) for x in tensors[:2]) if t])
             out_types = propagate("add", [xw, getattr(tensors[2], TYPES, None) or {}])
@@ -220,6 +225,12 @@ def _matmul_types(name: str, tensors: list) -> dict:
     if name == "linear" and len(tensors) > 2:
         out = propagate("add", [out, getattr(tensors[2], TYPES, None) or {}])
     return out
+
+
+def no_typecheck() -> AbstractContextManager[None]:
+    """Run the scope's torch ops outside ``typecheck()`` (their results are untyped: type
+    them with ``spmd.assert_type`` where they re-enter the checked code)."""
+    return unchecked()
 
 
 @contextmanager
