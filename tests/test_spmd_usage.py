@@ -185,30 +185,39 @@ def test_redistribute_outputs_carry_the_destinations_types(fake_pg) -> None:
         spmd.assert_type(typed({"dp": R}), "f64[2,3]{I:dp}")
 
 
-def test_fsdp_trap_is_refused_under_typecheck(fake_pg) -> None:
-    """A weight gathered to 'f64[32@tp,16]' is I on dp; used with dp-varying data, its
-    gradient would not be summed over dp. typecheck() refuses the op, naming the axis and
+def test_fsdp_step_under_typecheck_and_its_trap(fake_pg) -> None:
+    """The TP + FSDP MLP, its weights gathered to {R:dp}, trains under typecheck() to the
+    single-process model (LocalTensorMode on 8 ranks; tests/test_spmd_gloo.py runs it on 8
+    gloo processes). Gathered to 'f64[32@tp,16]' instead, a weight is I on dp: used with
+    dp-varying data its gradient is not summed over dp, so the gradients are wrong (shown
+    on one layer without the checker), and typecheck() refuses the op, naming the axis and
     the fix ({R:dp} in the destination type, or a reinterpret)."""
-    from spmd_megatron import TRAP, fsdp_init, fsdp_parallel
-
-    full = fsdp_init()
-    with local_mode(fake_pg, 8), pytest.raises(SpecError) as e:
-        fsdp_parallel(0, 8, full, TRAP, steps=1)
-    msg = str(e.value)
-    assert msg.startswith("linear mixes I with S(0) on mesh axis 'dp'")
-    assert "{R:dp}" in msg.split("hint:")[1] and "reinterpret(x, 'dp', src=I, dst=R)" in msg
-
-
-def test_fsdp_trap_gives_wrong_gradients_without_typecheck_and_R_right_ones(fake_pg) -> None:
-    """What the refusal prevents, against the single-process model (one FSDP layer, no
-    checker): with I on dp each dp rank keeps its own batch's gradient; with {R:dp} the
-    gradients are the model's. The loss is each rank's part of the total (P on dp and tp),
-    so seeding each rank's backward with 1 is its R gradient."""
-    from spmd_megatron import FSDP_MESH, GATHERED, STORED, TRAP, fsdp_init
+    from spmd_megatron import FSDP_MESH, GATHERED, STORED, TRAP, fsdp_init, fsdp_parallel, fsdp_single
 
     import torch_backend as tb
 
+    losses, first, final = fsdp_single()
     full = fsdp_init()
+    with local_mode(fake_pg, 8):
+        got_losses, got_first, got_final, loss_type = fsdp_parallel(0, 8, full)
+        want_first = {k: [b.tolist() for b in from_local(tb.distribute(first[k], FSDP_MESH, STORED[k]))]
+                      for k in first}
+        want_final = {k: [b.tolist() for b in from_local(tb.distribute(final[k], FSDP_MESH, STORED[k]))]
+                      for k in final}
+        with pytest.raises(SpecError) as e:
+            fsdp_parallel(0, 8, full, TRAP, steps=1)
+    assert loss_type == {"dp": P, "tp": I}
+    for step, per_rank in enumerate(got_losses):
+        assert all(v == pytest.approx(losses[step], rel=1e-12) for v in per_rank)
+    for k in ("W1", "W2"):
+        assert torch.allclose(torch.tensor(got_first[k]), torch.tensor(want_first[k]), rtol=0, atol=1e-12)
+        assert torch.allclose(torch.tensor(got_final[k]), torch.tensor(want_final[k]), rtol=0, atol=1e-12)
+    msg = str(e.value)
+    assert msg.startswith("linear mixes I with S(0) on mesh axis 'dp'")
+    assert "{R:dp}" in msg.split("hint:")[1] and "reinterpret(x, 'dp', src=I, dst=R)" in msg
+    # what the refusal prevents, on one FSDP layer without the checker: the loss is each
+    # rank's part of the total (P on dp and tp), so seeding each rank's backward with 1 is its
+    # R gradient; with I on dp each dp rank keeps its own batch's gradient
     w = full["W1"].clone().requires_grad_(True)
     (torch.relu(torch.nn.functional.linear(full["x"], w)) ** 2).sum().backward()
     errors = {}
@@ -221,29 +230,6 @@ def test_fsdp_trap_gives_wrong_gradients_without_typecheck_and_R_right_ones(fake
             want = from_local(tb.distribute(w.grad, FSDP_MESH, STORED["W1"]))
             errors[name] = max(float((a - b).abs().max()) for a, b in zip(from_local(shard.grad), want))
     assert errors["R"] < 1e-12 and errors["trap"] > 1.0
-
-
-def test_megatron_tp_fsdp_step_under_typecheck(fake_pg) -> None:
-    """The TP + FSDP MLP trains under typecheck() to the single-process model (LocalTensorMode
-    on 8 ranks; tests/test_spmd_gloo.py runs it on 8 gloo processes)."""
-    from spmd_megatron import FSDP_MESH, STORED, fsdp_init, fsdp_parallel, fsdp_single
-
-    import torch_backend as tb
-
-    losses, first, final = fsdp_single()
-    full = fsdp_init()
-    with local_mode(fake_pg, 8):
-        got_losses, got_first, got_final, loss_type = fsdp_parallel(0, 8, full)
-        want_first = {k: [b.tolist() for b in from_local(tb.distribute(first[k], FSDP_MESH, STORED[k]))]
-                      for k in first}
-        want_final = {k: [b.tolist() for b in from_local(tb.distribute(final[k], FSDP_MESH, STORED[k]))]
-                      for k in final}
-    assert loss_type == {"dp": P, "tp": I}
-    for step, per_rank in enumerate(got_losses):
-        assert all(v == pytest.approx(losses[step], rel=1e-12) for v in per_rank)
-    for k in ("W1", "W2"):
-        assert torch.allclose(torch.tensor(got_first[k]), torch.tensor(want_first[k]), rtol=0, atol=1e-12)
-        assert torch.allclose(torch.tensor(got_final[k]), torch.tensor(want_final[k]), rtol=0, atol=1e-12)
 
 
 # ---- the loss' type at backward() ----------------------------------------------------------
