@@ -2,9 +2,12 @@
 
 A TorchFunctionMode: each op whose tensor arguments carry types gets its output typed by
 ``lowering.spmd.propagate`` (or refused, before it runs, with a SpecError naming the op,
-the argument types and the collective or convert that is missing). Untyped tensors are
-outside the checker; ops on them run untouched. The spmd functions themselves run their
-internals unchecked.
+the argument types and the collective or convert that is missing). Attribute reads,
+``backward()``/``torch.autograd.grad`` (the loss' type) and torch.distributed's
+collectives (typed on the mesh axes of their process group) have rules of their own.
+Untyped tensors are outside the checker; ops on them run untouched. shardc's own calls
+(the spmd functions, ``torch_backend.redistribute``'s collectives) run unchecked: they
+type their results themselves.
 """
 
 from __future__ import annotations
@@ -16,10 +19,14 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch.overrides import TorchFunctionMode
 
+from lowering.layout import group_ranks
 from lowering.spmd.propagate import AFFINE, einsum_types, propagate
 from lowering.spmd.rules import RAW_COLLECTIVES, check_loss, raw_collective_types
+from spec_lang.errors import SpecError
+from torch_backend.spmd.mesh import mesh_context
 from torch_backend.type_tags import TYPES, UNCHECKED, unchecked
 
 # ops that read metadata, drive autograd or make a new tensor of the argument's shape only
@@ -168,12 +175,6 @@ def _raw_collective(func: Any, name: str, args: tuple, kwargs: dict) -> Any:
 
 def _group_axes(name: str, group: Any) -> tuple[str, ...]:
     """The mesh axes (of the enclosing ``spmd.use_mesh``) whose group a process group is."""
-    import torch.distributed as dist
-
-    from lowering.layout import group_ranks
-    from spec_lang.errors import SpecError
-    from torch_backend.spmd.mesh import mesh_context
-
     try:
         ctx = mesh_context()
     except SpecError:
