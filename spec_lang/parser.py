@@ -129,13 +129,24 @@ def parse(text: str) -> TensorType:
         return text
     if not isinstance(text, str):
         raise SpecError(f"expected a type string, got {type(text).__name__}", hint=_TYPE_HINT)
-    return _parse_type(text)
+    return _parse_type(text)[0]
+
+
+def invariant_axes(text: str) -> tuple[str, ...]:
+    """The mesh axes a type string annotates I explicitly (``{I:dp}``), in the order written.
+
+    The ``TensorType`` drops them (an unannotated axis is I already); the SPMD API keeps
+    them, since there a type string states only the axes it names."""
+    if not isinstance(text, str):
+        raise SpecError(f"expected a type string, got {type(text).__name__}", hint=_TYPE_HINT)
+    return _parse_type(text)[1]
 
 
 @lru_cache(maxsize=4096)
-def _parse_type(text: str) -> TensorType:
+def _parse_type(text: str) -> tuple[TensorType, tuple[str, ...]]:
     """The grammar gives the structure; the IR constructors judge it (one set of rules
-    for parsed and built types), and their errors get a caret here."""
+    for parsed and built types), and their errors get a caret here. Returns the type and
+    the axes annotated I explicitly."""
     tree = _run(text, "type_start", _TYPE_HINT, "type").children[0]
     dtype_tok, *rest = tree.children
     try:
@@ -173,7 +184,8 @@ def _parse_type(text: str) -> TensorType:
         over = byte_overflow(sizes, itemsize)
         if over is not None:  # the IR refuses it too; here the caret goes on the dim that overflows
             raise bytes_error(sizes, itemsize).at(text, size_at[over])
-        return TensorType(dtype, tuple(dims), tuple(axis_types))
+        invariant = tuple(a for a, at in axis_types if at.kind == "I")
+        return TensorType(dtype, tuple(dims), tuple(axis_types)), invariant
     except SpecError as e:
         if e.text is not None:
             raise

@@ -37,6 +37,7 @@ from torch_backend.comm import rank_map
 from torch_backend.dtypes import dtype_name, short_name, to_torch_dtype
 from torch_backend.executor import BoundProgram, bind
 from torch_backend.groups import MeshContext, context, real_world
+from torch_backend.type_tags import typed_output
 
 
 def _is_dtensor(x: Any) -> bool:
@@ -90,9 +91,8 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
         hot = _HOT.get((src, dst, mesh))
         if (hot is not None and timeout is None and not async_op and hot[0] is real_world()
                 and fits_block(x, hot[2]) and not (agree if agree is not None else _AGREE[0] if _AGREE else agree_default())):
-            if x.requires_grad and torch.is_grad_enabled():
-                return autograd.Redistribute.apply(x, hot[1])
-            return hot[3](x)
+            y = autograd.Redistribute.apply(x, hot[1]) if x.requires_grad and torch.is_grad_enabled() else hot[3](x)
+            return typed_output(y, x, hot[1].tags)
     if _is_dtensor(x):
         if async_op:
             raise SpecError("async_op=True takes a local tensor, not a DTensor",

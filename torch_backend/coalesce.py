@@ -12,7 +12,7 @@ program of the gradients' programs as the backward.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -29,6 +29,7 @@ from torch_backend.executor import _aliases, build_pieces
 from torch_backend.groups import MeshContext
 from torch_backend.packed import LAUNCHABLE, PACKED
 from torch_backend.runners import RUNNERS, Pieces
+from torch_backend.type_tags import Tags, output_tags, typed_output
 
 
 @dataclass(eq=False)
@@ -39,6 +40,10 @@ class JointBound:
     ctx: MeshContext
     pieces: list[list[Pieces]]
     _backward: JointBound | None = None
+    tags: list[Tags] = field(init=False, repr=False)  # each output's SPMD types (type_tags.typed_output)
+
+    def __post_init__(self) -> None:
+        self.tags = [output_tags(p) for p in self.joint.programs]
 
     def run(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         return self.unaliased(xs, self.run_rounds(list(xs), self.joint.rounds))
@@ -66,6 +71,10 @@ class JointBound:
             if _aliases(self.ctx, y, x):
                 ys[j] = rank_map(self.ctx, lambda r, t: t.clone(memory_format=torch.contiguous_format), y)
         return ys
+
+    def typed(self, ys: list[torch.Tensor], xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """The outputs, each typed by its destination (``type_tags.typed_output``)."""
+        return [typed_output(y, x, t) for y, x, t in zip(ys, xs, self.tags)]
 
     def backward(self) -> JointBound:
         if self._backward is None:
@@ -128,9 +137,10 @@ class ManyHandle:
     def wait(self) -> list[torch.Tensor]:
         if self._out is None:
             if torch.is_grad_enabled() and any(x.requires_grad for x in self._xs):
-                self._out = list(_ManyFinish.apply(self._pending, *self._xs))
+                ys = list(_ManyFinish.apply(self._pending, *self._xs))
             else:
-                self._out = self._pending.result()
+                ys = self._pending.result()
+            self._out = self._pending.bound.typed(ys, self._xs)
         return self._out
 
 
@@ -197,8 +207,8 @@ def redistribute_many(xs: Sequence[torch.Tensor], srcs: Sequence[TensorType | st
     if async_op:
         return ManyHandle(JointPending(bound, [x.detach() if x.requires_grad else x for x in checked]), checked)
     if torch.is_grad_enabled() and any(x.requires_grad for x in checked):
-        return list(_Many.apply(bound, *checked))
-    return bound.run(checked)
+        return bound.typed(list(_Many.apply(bound, *checked)), xs)
+    return bound.typed(bound.run(checked), xs)
 
 
 def prepare_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Mesh | str | Any, *,

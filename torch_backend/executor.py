@@ -53,6 +53,7 @@ from torch_backend.groups import MeshContext, context
 from torch_backend.lean import collective_error, lean_run
 from torch_backend.runners import RUNNERS, Pieces
 from torch_backend.scratch import Scratch, using
+from torch_backend.type_tags import Tags, output_tags
 
 __all__ = ["BoundProgram", "CollectiveError", "Pieces", "bind", "build_pieces", "execute"]
 StepHook = Callable[[int, Step], None]
@@ -109,6 +110,10 @@ class BoundProgram:
     scratch: Scratch | None = None  # a prepared program's reused send/receive buffers
     _lean: Any = field(default=_UNSET, repr=False)  # lean_run's function (None: interpret)
     expect: Any = field(default=None, repr=False)  # what api.check_tensor's fast test compares, once made
+    tags: Tags = field(init=False, repr=False)  # the output's SPMD types (type_tags.typed_output)
+
+    def __post_init__(self) -> None:
+        self.tags = output_tags(self.program)
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
         lean = self._lean

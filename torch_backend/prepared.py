@@ -23,6 +23,7 @@ from spec_lang.ir import Mesh, TensorType
 from torch_backend import autograd
 from torch_backend.api import agree_default, bound_call, check_agree, check_tensor, expected_block, fits_block
 from torch_backend.executor import BoundProgram
+from torch_backend.type_tags import typed_output
 
 
 class Redistributor:
@@ -54,9 +55,8 @@ class Redistributor:
         want, run = self._hot
         if want and not async_op and type(x) is torch.Tensor and fits_block(x, want) and not (
                 self._agree if self._agree is not None else agree_default()):
-            if x.requires_grad and torch.is_grad_enabled():
-                return autograd.Redistribute.apply(x, b)
-            return run(x)
+            y = autograd.Redistribute.apply(x, b) if x.requires_grad and torch.is_grad_enabled() else run(x)
+            return typed_output(y, x, b.tags)
         x = check_tensor(x, b.program.src, b.ctx, self._agree, b)
         if async_op:
             return autograd.apply_async(b.program, x, b.ctx, bound=b)

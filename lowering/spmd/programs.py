@@ -124,6 +124,9 @@ def program_for(op: str, src: LocalType, dst: LocalType, group: tuple[str, ...],
             raise SpecError(f"mesh axis {a!r} is not on the mesh {mesh}", hint=f"use one of {', '.join(mesh.names)}")
     if len(set(group)) != len(group) or not group:
         raise SpecError(f"axes {list(group)} must name each mesh axis once", hint="e.g. 'tp' or ('dp', 'tp')")
+    if routed == "identity":  # src == dst: nothing to do
+        split = {src.dim: size} if src.kind == "S" and size is not None else None
+        return make_program([], mesh, src=typed(shape, src, group, dtype, split))
     steps = [make_step(k, s, d, mesh, axes=group if kind_of(k).collective else None)
              for k, s, d in step_types(routed, src, dst, group, shape, dtype, mesh, size)]
     return make_program(steps, mesh)
