@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from lowering.coalesce import JointProgram, Merged, check_type_lists, plan_jointly
+from lowering.layout import group_ranks
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from torch_backend import collectives, comm
@@ -26,6 +27,7 @@ from torch_backend.api import _ranks_at_fault, agree_default, bound_call, check_
 from torch_backend.autograd import backward_program
 from torch_backend.comm import rank_map
 from torch_backend.executor import _aliases, build_pieces
+from torch_backend.faults import CollectiveError
 from torch_backend.groups import MeshContext
 from torch_backend.packed import LAUNCHABLE, PACKED
 from torch_backend.runners import RUNNERS, Pieces
@@ -50,15 +52,32 @@ class JointBound:
         return ys
 
     def run_group(self, g: Merged, ys: list[torch.Tensor]) -> None:
-        if not g.packed:
-            j, i = g.members[0]
-            step = self.joint.programs[j].steps[i]
-            ys[j] = RUNNERS[step.kind](self.ctx, step, self.pieces[j][i], ys[j])
-            return
-        steps = [self.joint.step(ref) for ref in g.members]
-        outs = PACKED[g.kind](self.ctx, steps, [self.pieces[j][i] for j, i in g.members], [ys[j] for j, _ in g.members])
+        try:
+            if not g.packed:
+                j, i = g.members[0]
+                step = self.joint.programs[j].steps[i]
+                ys[j] = RUNNERS[step.kind](self.ctx, step, self.pieces[j][i], ys[j])
+                return
+            steps = [self.joint.step(ref) for ref in g.members]
+            outs = PACKED[g.kind](self.ctx, steps, [self.pieces[j][i] for j, i in g.members],
+                                  [ys[j] for j, _ in g.members])
+        except RuntimeError as e:
+            raise self.failed(g, e) from e
         for (j, _), y in zip(g.members, outs):
             ys[j] = y
+
+    def failed(self, g: Merged, e: RuntimeError) -> RuntimeError:
+        """The error of a failed round: a CollectiveError naming the step, the tensors, the
+        group and who is at fault (a local step's error as it is)."""
+        step = self.joint.step(g.members[0])
+        if not step.is_collective or isinstance(e, CollectiveError):
+            return e
+        ctx = self.ctx
+        members = group_ranks(self.joint.mesh, step.axes, ctx.ranks[0])
+        tensors = sorted({j for j, _ in g.members})
+        where = (f"rank {ctx.ranks[0] if len(ctx.ranks) == 1 else list(ctx.ranks)}: {step.describe()} of "
+                 f"tensor{'s' if len(tensors) > 1 else ''} {tensors} on group {list(members)}")
+        return ctx.failed(where, e, members, step.axes)
 
     def unaliased(self, xs: Sequence[torch.Tensor], ys: list[torch.Tensor]) -> list[torch.Tensor]:
         """The results, none sharing memory with an input (a lone view is copied)."""
@@ -83,13 +102,13 @@ class JointPending:
         self.bound, self._xs = bound, list(xs)
         rounds, ctx = bound.joint.rounds, bound.ctx
         ys = bound.run_rounds(list(xs), rounds[:-1])
-        self._inflight: list[tuple[tuple[int, ...], Any, Callable[[], Any]]] = []
+        self._inflight: list[tuple[Merged, tuple[int, ...], Any, Callable[[], Any]]] = []
         for g in rounds[-1] if rounds else ():
             launched = None if ctx.is_local else self._launch(g, ys)
             if launched is None:
                 bound.run_group(g, ys)
             else:
-                self._inflight.append(launched)
+                self._inflight.append((g, *launched))
         self._ys, self._result = ys, None
 
     def _launch(self, g: Merged, ys: list[torch.Tensor]) -> tuple[tuple[int, ...], Any, Callable[[], Any]] | None:
@@ -110,8 +129,11 @@ class JointPending:
     def result(self) -> list[torch.Tensor]:
         if self._result is None:
             ys = self._ys
-            for members, work, unpack in self._inflight:
-                comm.wait(self.bound.ctx, work)
+            for g, members, work, unpack in self._inflight:
+                try:
+                    comm.wait(self.bound.ctx, work)
+                except RuntimeError as e:
+                    raise self.bound.failed(g, e) from e
                 for j, y in zip(members, unpack()):
                     ys[j] = y
             self._result, self._inflight = self.bound.unaliased(self._xs, ys), []
