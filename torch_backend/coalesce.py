@@ -20,15 +20,17 @@ import torch
 
 from lowering.coalesce import JointProgram, Merged, check_type_lists, plan_jointly
 from lowering.layout import group_ranks
+from lowering.program import Program
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from torch_backend import collectives, comm
-from torch_backend.api import _ranks_at_fault, agree_default, bound_call, check_tensor
+from torch_backend.agree import Checks, agreed, describe
+from torch_backend.api import agreed_program, agreeing, bound_call, check_tensor
 from torch_backend.autograd import backward_program
 from torch_backend.comm import rank_map
 from torch_backend.executor import _aliases, build_pieces
 from torch_backend.faults import CollectiveError
-from torch_backend.groups import MeshContext
+from torch_backend.groups import MeshContext, context
 from torch_backend.packed import LAUNCHABLE, PACKED
 from torch_backend.runners import RUNNERS, Pieces
 
@@ -213,8 +215,18 @@ def redistribute_many(xs: Sequence[torch.Tensor], srcs: Sequence[TensorType | st
     if not (len(xs) == len(srcs) == len(dsts)) or not xs:
         raise SpecError(f"got {len(xs)} tensors, {len(srcs)} source types and {len(dsts)} destination types",
                         hint="pass one source and one destination type per tensor (at least one)")
-    bound = prepare_many(srcs, dsts, mesh, timeout=timeout)
-    checked = _check_all(xs, bound, agree)
+    if agreeing(agree):
+        def run(found: Checks) -> list[torch.Tensor]:
+            found.ctx = ctx = context(mesh, timeout=timeout)
+            programs = [agreed_program(s, d, ctx) for s, d in zip(srcs, dsts)]
+            found.call = describe([(p.src, p.dst) for p in programs], ctx, xs)
+            return _check_all(xs, programs, ctx)
+
+        checked = agreed(mesh, run)
+        bound = prepare_many(srcs, dsts, mesh, timeout=timeout)
+    else:
+        bound = prepare_many(srcs, dsts, mesh, timeout=timeout)
+        checked = _check_all(xs, bound.joint.programs, bound.ctx)
     if async_op:
         return ManyHandle(JointPending(bound, [x.detach() if x.requires_grad else x for x in checked]), checked)
     if torch.is_grad_enabled() and any(x.requires_grad for x in checked):
@@ -229,22 +241,12 @@ def prepare_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | s
     return JointBound(plan_jointly([b.program for b in bounds]), bounds[0].ctx, [b.pieces for b in bounds])
 
 
-def _check_all(xs: Sequence[torch.Tensor], bound: JointBound, agree: bool | None) -> list[torch.Tensor]:
-    """Every tensor against its source type; with ``agree``, one all_reduce for all of them."""
-    ctx = bound.ctx
-    if agree is None:
-        agree = agree_default()
-    error, out = None, []
-    for i, (x, p) in enumerate(zip(xs, bound.joint.programs)):
+def _check_all(xs: Sequence[torch.Tensor], programs: Sequence[Program], ctx: MeshContext) -> list[torch.Tensor]:
+    """Every tensor against its source type; the first that fails is the error."""
+    out = []
+    for i, (x, p) in enumerate(zip(xs, programs)):
         try:
-            out.append(check_tensor(x, p.src, ctx, False))
+            out.append(check_tensor(x, p.src, ctx))
         except SpecError as e:
-            error = error or SpecError(f"tensor {i}: {e.message}", text=e.text, pos=e.pos, hint=e.hint)
-    if agree and not ctx.is_local:
-        bad = _ranks_at_fault(ctx, error is not None)
-        if error is None and bad:
-            raise SpecError(f"rank(s) {bad} passed tensors that do not match their source types",
-                            hint="see the error on those ranks")
-    if error is not None:
-        raise error
+            raise SpecError(f"tensor {i}: {e.message}", text=e.text, pos=e.pos, hint=e.hint) from None
     return out

@@ -106,27 +106,33 @@ def culprit_note(e: BaseException, members: Sequence[int], me: int, timeout: tim
     ranks ``members`` seen by global rank ``me`` (``to_mesh``: global -> mesh rank, for the
     names; ``timeout``: the collective's)."""
     if len(members) < 2:
-        return "which rank is at fault cannot be told: the group has one member"
+        return "at fault: cannot be told (the group has one member)"
     store = default_store()
     if store is None:
-        return "which rank is at fault cannot be told: the process group has no store to ask"
+        return "at fault: cannot be told (the process group has no store to ask)"
     timeout_s = timeout.total_seconds() if timeout is not None else 60.0
     peer_closed = bool(_PEER_CLOSED.search(str(e)))
     try:
         missing = roll_call(store, members, me, peer_closed, timeout_s)
     except Exception as err:
-        return (f"which rank is at fault cannot be told: the store could not be read "
-                f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
+        return f"at fault: cannot be told (the store could not be read: {type(err).__name__}: {_first_line(err)})"
     names = sorted(to_mesh.get(r, r) for r in missing) if to_mesh is not None else sorted(missing)
     if not names:
-        return ("every member of the group failed here too, so the process group cannot tell which "
-                "rank is at fault (a slow rank, the network, or the same error everywhere)")
+        return ("at fault: cannot be told (every member of the group failed here too: a slow rank, the "
+                "network, or the same error everywhere)")
     if peer_closed and len(names) == 1:
-        return (f"rank {names[0]} is at fault: the one member of the group that did not report this "
-                "failure (it closed its connection: it died or left the group)")
-    who = f"rank {names[0]}" if len(names) == 1 else f"ranks {names}"
-    return (f"{who} did not report this failure within {wait_s(timeout_s, peer_closed):g} s: at fault "
-            "(died, hung, or never reached this collective)")
+        return (f"at fault: rank {names[0]} (the one member of the group that did not report this failure: "
+                "it closed its connection, so it died or left the group)")
+    if len(names) == 1:
+        return (f"at fault: rank {names[0]} (it did not report this failure within "
+                f"{wait_s(timeout_s, peer_closed):g} s: it died, hangs, or never reached this collective)")
+    return (f"at fault: ranks {names} (they did not report this failure within "
+            f"{wait_s(timeout_s, peer_closed):g} s: they died, hang, or never reached this collective)")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e)
+    return text.splitlines()[0] if text else ""
 
 
 def collective_failure(where: str, e: BaseException, members: Sequence[int], me: int,
