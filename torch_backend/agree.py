@@ -2,16 +2,17 @@
 
 Each rank describes its call canonically (every source and destination type as the one
 printer writes it, which fixes dtype and global shape; the mesh, its names and sizes,
-and its ranks where a DeviceMesh maps them; the tensors' device kind), hashes the
-description to 8 bytes, and the ranks all_gather (failed?, hash) over the group of the
-whole mesh (the world itself for a mesh of the default group: no group is made for it).
-A rank whose own checks failed (a type that does not parse, a tensor of the wrong
-shape, a mesh of another size) takes part too, marked as failed. When every rank passed
-its checks and every hash is equal, the call goes on. Otherwise every rank knows it, so
-all of them take a second all_gather, of a short description each, and every rank
-raises: a rank that failed its checks its own error, the others a SpecError that names
-the ranks at fault and what they passed (the ranks whose call differs from the
-majority's; without a majority, every group of ranks with its call).
+and its ranks where a DeviceMesh maps them; the tensors' device kind) and hashes the
+description to 8 bytes; one all_reduce over the group of the whole mesh (the world
+itself for a mesh of the default group: no group is made for it) gathers every rank's
+(failed?, hash), 16 bytes a rank. A rank whose own checks failed (a type that does not
+parse, a tensor of the wrong shape, a mesh of another size) takes part too, marked as
+failed. When every rank passed its checks and every hash is equal, the call goes on.
+Otherwise every rank knows it, so all of them take a second gather, of a short
+description each, and every rank raises: a rank that failed its checks its own error,
+the others a SpecError that names the ranks at fault and what they passed (the ranks
+whose call differs from the majority's; without a majority, every group of ranks with
+its call).
 
 The agreement runs before the program is bound: binding creates the process groups of
 the program's steps, and ranks with different programs would wait there for each other.
@@ -35,7 +36,7 @@ from torch_backend.groups import GroupHandle, MeshContext, context, is_device_me
 
 T = TypeVar("T")
 
-TEXT_BYTES = 512  # each rank's description in the second all_gather (longer ones are cut)
+TEXT_BYTES = 512  # each rank's description in the second gather (longer ones are cut)
 SHOWN = 3  # failed ranks whose errors a message quotes
 
 
@@ -91,14 +92,13 @@ def _world_context(mesh: Any) -> MeshContext | None:
 
 
 def compare(ctx: MeshContext, call: str | None, error: BaseException | None) -> BaseException | None:
-    """One all_gather of (failed?, hash of ``call``) over the mesh; on any difference a
+    """One gather of (failed?, hash of ``call``) over the mesh; on any difference a
     second of each rank's description, and an error on every rank: a SpecError naming
     the ranks at fault, or, on a rank that failed its checks, the ``error`` to raise
     (with what the others passed where the calls differ)."""
     group = ctx.group(ctx.mesh.names, ctx.rank)
     device = torch.device("cuda", torch.cuda.current_device()) if ctx.backend == "nccl" else torch.device("cpu")
-    mine = torch.tensor([int(error is not None), _digest(call)], dtype=torch.int64, device=device)
-    rows = _gather(ctx, group, mine).view(-1, 2).tolist()
+    rows = _gather(ctx, group, [int(error is not None), _digest(call)], torch.int64, device).view(-1, 2).tolist()
     failed = [q for q, (bad, _) in zip(group.members, rows) if bad]
     digests = {q: d for q, (_, d) in zip(group.members, rows) if d}
     if not failed and len(digests) == len(group.members) and len(set(digests.values())) == 1:
@@ -132,10 +132,17 @@ def _digest(call: str | None) -> int:
     return d or 1
 
 
-def _gather(ctx: MeshContext, group: GroupHandle, mine: torch.Tensor) -> torch.Tensor:
-    out = mine.new_empty(mine.numel() * len(group.members))
+def _gather(ctx: MeshContext, group: GroupHandle, mine: Sequence[int], dtype: torch.dtype,
+            device: torch.device) -> torch.Tensor:
+    """Every member's row ``mine``, in the group's order: an all_reduce (sum) of a table in
+    which each rank fills its own row."""
+    k = len(mine)
+    table = torch.zeros(k * len(group.members), dtype=dtype)
+    at = group.members.index(ctx.rank) * k
+    table[at:at + k] = torch.tensor(mine, dtype=dtype)
+    out = table.to(device)
     try:
-        comm.all_gather(ctx, out, mine, group)
+        comm.all_reduce(ctx, out, "sum", group)
     except RuntimeError as e:
         raise ctx.failed(f"rank {ctx.rank}: agree=True's exchange", e, group.members, ctx.mesh.names) from e
     return out
@@ -144,9 +151,7 @@ def _gather(ctx: MeshContext, group: GroupHandle, mine: torch.Tensor) -> torch.T
 def _gather_texts(ctx: MeshContext, group: GroupHandle, text: str, device: torch.device) -> dict[int, tuple[str, str]]:
     """Every rank's (call, first line of its error), cut to ``TEXT_BYTES``."""
     raw = text.encode()[:TEXT_BYTES]
-    mine = torch.zeros(TEXT_BYTES, dtype=torch.uint8)
-    mine[:len(raw)] = torch.tensor(list(raw), dtype=torch.uint8)
-    rows = _gather(ctx, group, mine.to(device)).view(-1, TEXT_BYTES).cpu()
+    rows = _gather(ctx, group, [*raw, *bytes(TEXT_BYTES - len(raw))], torch.uint8, device).view(-1, TEXT_BYTES).cpu()
     out = {}
     for q, row in zip(group.members, rows):
         call, _, err = bytes(row.tolist()).rstrip(b"\0").decode(errors="ignore").partition("\0")
