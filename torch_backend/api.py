@@ -9,7 +9,7 @@ A call that differs between ranks (a tensor whose shape is wrong on *some* ranks
 rank with other types or another mesh) fails only where it is wrong, and the others stop
 at the collective timeout (or wait to create a group the odd rank never joins), unless
 ``agree=True`` (or ``SHARDC_AGREE=1``): then the ranks compare their calls before any
-collective of the program (``torch_backend.agree``: one all_gather of 16 bytes per
+collective of the program (``torch_backend.agree``: one all_reduce of 16 bytes per
 rank), and every rank fails at once, naming the ranks at fault. The input tensor is
 never modified.
 """
@@ -78,15 +78,16 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
     Differentiable (see ``torch_backend.autograd``). ``timeout`` bounds each collective of
     the groups this call creates (seconds or a timedelta).
 
-    ``agree=True`` (or ``SHARDC_AGREE=1`` in the environment) adds one small all_gather
+    ``agree=True`` (or ``SHARDC_AGREE=1`` in the environment) adds one small all_reduce
     over the mesh before the program (``torch_backend.agree``): the ranks compare what
     decides it (the types, the mesh, the tensors' device kind) and whether each passed its
     checks, so that a call that is wrong on *some* ranks only (a tensor of the wrong shape,
     other types, another mesh) fails on every rank at once, each naming the ranks at
     fault. It is off by default because a call that is wrong the same way everywhere
     already fails everywhere without it, and the extra collective costs a latency on
-    every call; without it, ranks that pass different types or meshes run different
-    programs and the others fail at the collective timeout (see docs/running.md).
+    every call. Without it, ranks that pass different types or meshes run different
+    programs: they fail at the collective timeout, or, where the collectives happen to
+    match, return wrong data (see docs/running.md).
 
     ``async_op=True`` (local tensors) returns a handle at once, its last collective on the
     wire where the kind allows (an even all_gather or reduce_scatter into its output, an
