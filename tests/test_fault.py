@@ -104,14 +104,14 @@ def test_an_exit_seen_while_a_late_report_arrives_is_a_death():
     """The race behind "rank 3 hung" for a rank that had exited: the launcher saw rank 3's
     exit while the last survivor's report was still on its way, took that report, and then,
     every rank still running having been named by the others, called rank 3 hung."""
-    from torch_backend.launcher import _collect, merge
+    from torch_backend.launcher import collect, merge
 
     def report(r: int) -> dict:
         return {"rank": r, "ok": False, "collective": True,
                 "error": "CollectiveError: ... [rank 3 did not reach step 1 (it reported no progress)]"}
 
     procs = [_Proc(None), _Proc(None), _Proc(None), _Proc(17)]
-    reports, died, hung = _collect(procs, _Queue([report(0), report(1), None, report(2)]), TIMEOUT, 4)
+    reports, died, hung = collect(procs, _Queue([report(0), report(1), None, report(2)]), TIMEOUT, 4)
     res = merge(reports, died, hung, 4, "gloo")
     assert (died, hung, res.failed_rank) == ({3: 17}, [], 3)
     assert res.message.splitlines()[0] == "rank 3 died (exit code 17) without a report"

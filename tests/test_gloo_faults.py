@@ -34,8 +34,14 @@ def fault_rank(spec: Any, store: Any) -> dict[str, Any]:
 
     rank = dist.get_rank()
     x = torch.ones(local_shape(parse(SRC), parse_mesh(MESH), rank))
+
+    def call() -> Any:
+        if spec.fault.endswith("redistribute_many"):
+            return torch_backend.redistribute_many([x, x.clone()], [SRC, SRC], [DST, DST], MESH, timeout=TIMEOUT_S)
+        return torch_backend.redistribute(x, SRC, DST, MESH, timeout=TIMEOUT_S)
+
     if spec.fault != "exit before the first call":
-        torch_backend.redistribute(x, SRC, DST, MESH, timeout=TIMEOUT_S)  # all well, the groups made
+        call()  # all well, the groups made
     if rank == CULPRIT:
         if spec.fault.startswith("exit"):
             os._exit(17)
@@ -43,7 +49,7 @@ def fault_rank(spec: Any, store: Any) -> dict[str, Any]:
         return {"rank": rank, "ok": True, "error": None}
     start = time.monotonic()
     try:
-        torch_backend.redistribute(x, SRC, DST, MESH, timeout=TIMEOUT_S)
+        call()
         got = "no error"
     except torch_backend.CollectiveError as e:
         got = str(e)
@@ -69,12 +75,14 @@ def run_scenario(fault: str) -> dict[int, dict[str, Any]]:
     "stay away",
     # it dies before the first call: the survivors fail making the program's first group
     "exit before the first call",
+    # the packed collectives of redistribute_many name it too
+    "exit in redistribute_many",
 ])
 def test_survivors_name_the_culprit(fault):
     survivors = run_scenario(fault)
     for r, rep in survivors.items():
         assert f"\nat fault: rank {CULPRIT} (" in rep["got"], (r, rep["got"])
-    if fault == "exit":
+    if fault in ("exit", "exit in redistribute_many"):  # the ranks that wait on it see it close
         assert any("the one member of the group that did not report this failure: it closed its connection"
                    in rep["got"] for rep in survivors.values()), survivors
     # within about the timeout: the roll call waits at most its grace after a timeout, and

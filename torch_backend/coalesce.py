@@ -64,7 +64,10 @@ class JointBound:
             outs = PACKED[g.kind](self.ctx, steps, [self.pieces[j][i] for j, i in g.members],
                                   [ys[j] for j, _ in g.members])
         except RuntimeError as e:
-            raise self.failed(g, e) from e
+            err = self.failed(g, e)
+            if err is e:
+                raise
+            raise err from e
         for (j, _), y in zip(g.members, outs):
             ys[j] = y
 
@@ -135,7 +138,10 @@ class JointPending:
                 try:
                     comm.wait(self.bound.ctx, work)
                 except RuntimeError as e:
-                    raise self.bound.failed(g, e) from e
+                    err = self.bound.failed(g, e)
+                    if err is e:
+                        raise
+                    raise err from e
                 for j, y in zip(members, unpack()):
                     ys[j] = y
             self._result, self._inflight = self.bound.unaliased(self._xs, ys), []

@@ -161,7 +161,7 @@ def launch_local(spec: RunSpec | Any, world: int,
         p.start()
     try:
         tick = None if on_progress is None else (lambda done, failed: on_progress(_progress(store, done, failed)))
-        reports, died, hung = _collect(procs, q, spec.timeout, world, tick)
+        reports, died, hung = collect(procs, q, spec.timeout, world, tick)
     finally:
         for p in procs:
             if p.is_alive():
@@ -170,9 +170,11 @@ def launch_local(spec: RunSpec | Any, world: int,
     return merge(reports, died, hung, world, spec.backend)
 
 
-def _collect(procs: list[Any], q: Any, timeout: float, world: int,
-             tick: Callable[[int, int], None] | None = None
-             ) -> tuple[dict[int, dict[str, Any]], dict[int, int], list[int]]:
+def collect(procs: list[Any], q: Any, timeout: float, world: int,
+            tick: Callable[[int, int], None] | None = None
+            ) -> tuple[dict[int, dict[str, Any]], dict[int, int], list[int]]:
+    """Every rank's report from ``q``: (reports, the ranks that died without one and their
+    exit codes, the ranks still running when the others had stopped: hung)."""
     reports: dict[int, dict[str, Any]] = {}
     died: dict[int, int] = {}
     start = time.monotonic()
