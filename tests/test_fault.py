@@ -75,6 +75,8 @@ def test_a_rank_that_exits_is_reported_died_every_time():
                            timeout=150)
         data = json.loads(p.stdout)
         verdicts.append((mesh, data["failed_rank"], data["error"].splitlines()[0]))
+        # every survivor failed in a collective (or in making a group), never in its own code
+        assert all(rep["error"].startswith("CollectiveError: ") for rep in data["rank_reports"]), data["rank_reports"]
     assert all(v[1:] == (3, "rank 3 died (exit code 17) without a report") for v in verdicts), verdicts
 
 
