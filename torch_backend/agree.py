@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
+from lowering.caching import cached
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from torch_backend import comm
@@ -43,11 +44,17 @@ SHOWN = 3  # failed ranks whose errors a message quotes
 def describe(pairs: Sequence[tuple[TensorType, TensorType]], ctx: MeshContext, xs: Sequence[Any] = ()) -> str:
     """The canonical text of a call (its pairs of types on ``ctx``'s mesh, with tensors
     ``xs``): what the ranks must agree on."""
-    text = "; ".join(f"{s} -> {d}" for s, d in pairs) + f" on mesh {ctx.mesh}"
-    if ctx.to_global != tuple(range(ctx.mesh.size)):
-        text += f" (global ranks {list(ctx.to_global)})"
-    kinds = sorted({str(getattr(getattr(x, "device", None), "type", type(x).__name__)) for x in xs})
-    return text + (f", {'/'.join(kinds)} tensor{'s' if len(xs) > 1 else ''}" if kinds else "")
+    kinds = tuple(sorted({str(getattr(getattr(x, "device", None), "type", type(x).__name__)) for x in xs}))
+    return _call_text(tuple(pairs), ctx.mesh, ctx.to_global, kinds, len(xs) > 1)
+
+
+@cached(maxsize=1024)  # an agreeing call in a loop describes the same call every time
+def _call_text(pairs: tuple[tuple[TensorType, TensorType], ...], mesh: Mesh, to_global: tuple[int, ...],
+               kinds: tuple[str, ...], several: bool) -> str:
+    text = "; ".join(f"{s} -> {d}" for s, d in pairs) + f" on mesh {mesh}"
+    if to_global != tuple(range(mesh.size)):
+        text += f" (global ranks {list(to_global)})"
+    return text + (f", {'/'.join(kinds)} tensor{'s' if several else ''}" if kinds else "")
 
 
 @dataclass

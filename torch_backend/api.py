@@ -247,12 +247,23 @@ def agreed_call(x: Any, src: TensorType | str, dst: TensorType | str, mesh: Mesh
     now that every rank runs the same program)."""
     def run(found: Checks) -> torch.Tensor:
         found.ctx = ctx = context(mesh, timeout=timeout)
-        program = agreed_program(src, dst, ctx)
+        before = _bound_before(src, dst, ctx)
+        program = before.program if before is not None else agreed_program(src, dst, ctx)
         found.call = describe([(program.src, program.dst)], ctx, [x])
-        return check_tensor(x, program.src, ctx)
+        return check_tensor(x, program.src, ctx, before)
 
     x = agreed(mesh, run)
     return bound_call(src, dst, mesh, timeout=timeout), x
+
+
+def _bound_before(src: TensorType | str, dst: TensorType | str, ctx: MeshContext) -> BoundProgram | None:
+    """The bound program of an earlier call with these arguments on ``ctx`` (checked and
+    bound already: an agreeing call in a loop skips its checks), else None."""
+    try:
+        hit = _CALLS.get((src, dst, id(ctx)))
+    except TypeError:  # an unhashable type argument: the checks refuse it
+        return None
+    return hit if hit is not None and hit.ctx is ctx else None
 
 
 _AGREE: list[bool] = []  # SHARDC_AGREE as read at the first call of this process
