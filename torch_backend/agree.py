@@ -3,12 +3,12 @@
 Each rank describes its call canonically (every source and destination type as the one
 printer writes it, which fixes dtype and global shape; the mesh, its names and sizes,
 and its ranks where a DeviceMesh maps them; the tensors' device kind) and hashes the
-description to 8 bytes; one all_reduce over the group of the whole mesh (the world
-itself for a mesh of the default group: no group is made for it) gathers every rank's
-(failed?, hash), 16 bytes a rank. A rank whose own checks failed (a type that does not
-parse, a tensor of the wrong shape, a mesh of another size) takes part too, marked as
-failed. When every rank passed its checks and every hash is equal, the call goes on.
-Otherwise every rank knows it, so all of them take a second gather, of a short
+description; one all_reduce over the group of the whole mesh (the world itself for a
+mesh of the default group: no group is made for it) gathers every rank's hash and
+whether its checks failed, 8 bytes a rank. A rank whose own checks failed (a type that
+does not parse, a tensor of the wrong shape, a mesh of another size) takes part too,
+marked as failed. When every rank passed its checks and every hash is equal, the call
+goes on. Otherwise every rank knows it, so all of them take a second gather, of a short
 description each, and every rank raises: a rank that failed its checks its own error,
 the others a SpecError that names the ranks at fault and what they passed (the ranks
 whose call differs from the majority's; without a majority, every group of ranks with
@@ -99,15 +99,16 @@ def _world_context(mesh: Any) -> MeshContext | None:
 
 
 def compare(ctx: MeshContext, call: str | None, error: BaseException | None) -> BaseException | None:
-    """One gather of (failed?, hash of ``call``) over the mesh; on any difference a
+    """One gather of (hash of ``call``, failed?) over the mesh; on any difference a
     second of each rank's description, and an error on every rank: a SpecError naming
     the ranks at fault, or, on a rank that failed its checks, the ``error`` to raise
     (with what the others passed where the calls differ)."""
     group = ctx.group(ctx.mesh.names, ctx.rank)
     device = torch.device("cuda", torch.cuda.current_device()) if ctx.backend == "nccl" else torch.device("cpu")
-    rows = _gather(ctx, group, [int(error is not None), _digest(call)], torch.int64, device).view(-1, 2).tolist()
-    failed = [q for q, (bad, _) in zip(group.members, rows) if bad]
-    digests = {q: d for q, (_, d) in zip(group.members, rows) if d}
+    # one int64 a rank: the call's hash, shifted, and whether the rank's checks failed
+    rows = _gather(ctx, group, [_digest(call) << 1 | int(error is not None)], torch.int64, device).tolist()
+    failed = [q for q, v in zip(group.members, rows) if v & 1]
+    digests = {q: v >> 1 for q, v in zip(group.members, rows) if v >> 1}
     if not failed and len(digests) == len(group.members) and len(set(digests.values())) == 1:
         return None
     first = str(error).splitlines()[0] if error is not None and str(error) else type(error).__name__
@@ -132,11 +133,10 @@ def compare(ctx: MeshContext, call: str | None, error: BaseException | None) -> 
 
 
 def _digest(call: str | None) -> int:
-    """8 bytes of the call's hash as a nonzero int64 (0: no description, the rank failed first)."""
+    """62 bits of the call's hash, not 0 (0: no description, the rank failed before one)."""
     if call is None:
         return 0
-    d = int.from_bytes(hashlib.blake2b(call.encode(), digest_size=8).digest(), "little", signed=True)
-    return d or 1
+    return int.from_bytes(hashlib.blake2b(call.encode(), digest_size=8).digest(), "little") >> 2 or 1
 
 
 def _gather(ctx: MeshContext, group: GroupHandle, mine: Sequence[int], dtype: torch.dtype,

@@ -9,7 +9,7 @@ A call that differs between ranks (a tensor whose shape is wrong on *some* ranks
 rank with other types or another mesh) fails only where it is wrong, and the others stop
 at the collective timeout (or wait to create a group the odd rank never joins), unless
 ``agree=True`` (or ``SHARDC_AGREE=1``): then the ranks compare their calls before any
-collective of the program (``torch_backend.agree``: one all_reduce of 16 bytes per
+collective of the program (``torch_backend.agree``: one all_reduce of 8 bytes per
 rank), and every rank fails at once, naming the ranks at fault. The input tensor is
 never modified.
 """
