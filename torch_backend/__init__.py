@@ -21,7 +21,7 @@ _EXPORTS = {
     "context": "torch_backend.groups",
     "MeshContext": "torch_backend.groups",
     "clear_caches": "torch_backend.groups",
-    "CollectiveError": "torch_backend.comm",
+    "CollectiveError": "torch_backend.faults",
     "dual_type": "spec_lang.dual",
     "backward_program": "torch_backend.autograd",
 }

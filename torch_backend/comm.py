@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from torch_backend.dtypes import wire_view
+from torch_backend.faults import CollectiveError  # noqa: F401 - where it lived: torch_backend.comm.CollectiveError
 from torch_backend.groups import GroupHandle, MeshContext
 from torch_backend.type_tags import UNCHECKED
 
@@ -33,10 +34,6 @@ _OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp
 
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-
-
-class CollectiveError(RuntimeError):
-    """A collective failed or timed out (a peer died, hung, or the group broke)."""
 
 
 def reduce_op(op: str, dtype: torch.dtype) -> Any:

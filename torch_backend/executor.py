@@ -47,8 +47,9 @@ from lowering.kinds import rank_pieces
 from lowering.program import Program, Step, check_program
 from spec_lang.errors import SpecError
 from torch_backend import collectives, comm, local_steps, typed_steps, uneven_steps  # noqa: F401 - each registers its runners
-from torch_backend.comm import CollectiveError, rank_map
+from torch_backend.comm import rank_map
 from torch_backend.dtypes import check_reductions
+from torch_backend.faults import CollectiveError
 from torch_backend.groups import MeshContext, context
 from torch_backend.lean import collective_error, lean_run
 from torch_backend.runners import RUNNERS, Pieces
@@ -177,7 +178,12 @@ class Pending:
             y = self._y
             if self._launched is not None:
                 work, finish = self._launched
-                comm.wait(self.bound.ctx, work)
+                b = self.bound
+                try:
+                    comm.wait(b.ctx, work)
+                except RuntimeError as e:
+                    i = self._rest - 1
+                    raise collective_error(b.ctx, b.program, i, b.program.steps[i], e) from e
                 y = finish()
             b = self.bound
             rest = b.program.steps[self._rest:]
