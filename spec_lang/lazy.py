@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 
-def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_exports(package: str, exports: dict[str, str],
+                 defined: Iterable[str] = ()) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``(__getattr__, __dir__)`` for ``package``: each name in ``exports`` is imported from
-    its module on first use, then kept in the package namespace."""
+    its module on first use, then kept in the package namespace; ``__dir__`` lists them and
+    the public names the package defines itself (``defined``)."""
+    listed = sorted([*exports, *defined])
     namespace = sys.modules[package].__dict__
 
     def __getattr__(name: str) -> Any:
@@ -23,6 +26,6 @@ def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str],
         return value
 
     def __dir__() -> list[str]:
-        return sorted(exports)
+        return list(listed)
 
     return __getattr__, __dir__

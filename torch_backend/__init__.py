@@ -7,7 +7,12 @@ resolve lazily, so ``import torch_backend`` (and ``shardc parse``) does not impo
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from spec_lang.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from spec_lang.ir import TensorType
 
 _EXPORTS = {
     "redistribute": "torch_backend.api",
@@ -22,11 +27,18 @@ _EXPORTS = {
     "MeshContext": "torch_backend.groups",
     "clear_caches": "torch_backend.groups",
     "CollectiveError": "torch_backend.comm",
-    "dual_type": "spec_lang.dual",
     "backward_program": "torch_backend.autograd",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted([*_EXPORTS, "dual_type"])
 
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+def dual_type(t: TensorType | str) -> TensorType:
+    """The gradient's type under the SPMD type system (R <-> P); a string is parsed first."""
+    from spec_lang.dual import dual_type
+    from spec_lang.parser import parse
+
+    return dual_type(parse(t))
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, ["dual_type"])
