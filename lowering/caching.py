@@ -273,6 +273,6 @@ def clear_caches() -> None:
 
     # spec_lang keeps its own small caches (it cannot import this module); not the grammar
     for module, name in ((parser, "_parse_type"), (parser, "_parse_mesh"), (ir, "_dim_axes_ok"), (ir, "_check_layout")):
-        fn = getattr(module, name, None)
-        if callable(getattr(fn, "cache_clear", None)):
-            fn.cache_clear()
+        clear = getattr(getattr(module, name, None), "cache_clear", None)
+        if callable(clear):
+            clear()

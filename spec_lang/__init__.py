@@ -1,5 +1,8 @@
 """shardc's front end: the type DSL, its IR, its printer, and JAX interop."""
 
+from collections.abc import Sequence
+from typing import Any
+
 from spec_lang.errors import SpecError
 from spec_lang.ir import DTYPES, AxisType, Dim, Mesh, TensorType
 from spec_lang.local_type import LocalType
@@ -11,15 +14,17 @@ def format_type(t: TensorType | str, short_dtype: bool = False) -> str:
     return parse(t).format(short_dtype)
 
 
-def from_jax(spec_or_sharding, shape=None, dtype=None, mesh=None):
+def from_jax(spec_or_sharding: Any, shape: Sequence[int] | None = None, dtype: Any = None,
+             mesh: Mesh | str | Any = None) -> TensorType:
     """PartitionSpec / NamedSharding (or a jax.Array) -> TensorType. jax is imported lazily."""
     from spec_lang.jax_interop import from_jax as _from_jax
 
     return _from_jax(spec_or_sharding, shape=shape, dtype=dtype, mesh=mesh)
 
 
-def to_jax(t, mesh):
-    """TensorType -> jax.sharding.NamedSharding on the first N devices."""
+def to_jax(t: TensorType | str, mesh: Mesh | str | Any) -> Any:
+    """TensorType (or its string) -> jax.sharding.NamedSharding on the first N devices
+    (``Any``: jax is optional, so its types are not named here)."""
     from spec_lang.jax_interop import to_jax as _to_jax
 
     return _to_jax(t, mesh)

@@ -142,9 +142,11 @@ def from_jax(
     except SpecError as e:
         if e.text is not None:
             raise
-        pos = None if e.subject is None else locate(text, e.subject)
-        if pos is not None:  # a repeated name: point at its second use
-            pos = locate(text, e.subject, pos + 1) or pos
+        pos = None
+        if e.subject is not None:
+            pos = locate(text, e.subject)
+            if pos is not None:  # a repeated name: point at its second use
+                pos = locate(text, e.subject, pos + 1) or pos
         raise SpecError(
             f"PartitionSpec {text} with shape {value_text(list(shape))}: {e.message}", text=text, pos=pos,
             hint=e.hint,
@@ -181,8 +183,10 @@ def _refuse_unrepresentable(t: TensorType, m: Mesh | None) -> None:
                 text=text, pos=text.find("{"),
                 hint="reduce it first, or use U (P(sum)); P(avg|max|min) exist only in DTensor",
             )
-    for i, d in enumerate(t.dims if m is not None else ()):
-        n = m.group_size(d.axes)  # type: ignore[union-attr]
+    if m is None:
+        return
+    for i, d in enumerate(t.dims):
+        n = m.group_size(d.axes)
         if d.size % n:
             why = "JAX's public API refuses uneven shardings"
             if len(d.axes) > 1:

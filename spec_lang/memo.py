@@ -30,10 +30,11 @@ class memo(Generic[_T]):
         return value
 
 
-def unmemoised_state(obj: Any) -> dict[str, Any]:
+def unmemoised_state(obj: object) -> dict[str, Any]:
     """``obj``'s fields for pickling, without its memoised values: they are recomputed on
     first read, and a hash must be (a string's hash differs between processes)."""
-    skip = _memo_names(type(obj))
+    cls: type = type(obj)  # as ``type``: mypy checks a type[object] against Hashable as an instance
+    skip = _memo_names(cls)
     return {k: v for k, v in obj.__dict__.items() if k not in skip}
 
 
