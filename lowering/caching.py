@@ -221,7 +221,7 @@ def cached(*, maxsize: int | None = None, max_bytes: int | None = None) -> Calla
         if max_bytes is None:
             lru = functools.lru_cache(maxsize=maxsize)(fn)
             _REGISTRY.append(_LruStore(name, lru))
-            return lru  # type: ignore[return-value]
+            return lru  # type: ignore[return-value]  # fn's signature, which F cannot say of a wrapper
         store = _Store(name, maxsize, max_bytes)
         get, hits = store.table.get, store.hits_box
 
@@ -235,10 +235,11 @@ def cached(*, maxsize: int | None = None, max_bytes: int | None = None) -> Calla
                 return held[0]
             return store.put(key, fn(*args, **kwargs))
 
+        # lru_cache's two methods, on a plain function (which declares no such attributes)
         wrapper.cache_clear = store.clear  # type: ignore[attr-defined]
         wrapper.cache_info = store.info  # type: ignore[attr-defined]
         _REGISTRY.append(store)
-        return wrapper  # type: ignore[return-value]
+        return wrapper  # type: ignore[return-value]  # fn's signature (functools.wraps), which F cannot say
 
     return decorate
 

@@ -25,7 +25,7 @@ def resolve(t: TensorType | str, mesh: Mesh | str) -> tuple[TensorType, Mesh]:
 def check_rank(rank: object, mesh: Mesh) -> int:
     """``rank`` as an int where it is a rank of ``mesh``; otherwise a SpecError."""
     try:
-        r = -1 if isinstance(rank, bool) else operator.index(rank)  # type: ignore[arg-type]
+        r = -1 if isinstance(rank, bool) else operator.index(rank)  # type: ignore[arg-type]  # any object: operator.index decides
     except TypeError:
         r = -1
     if not 0 <= r < mesh.size:
@@ -126,9 +126,8 @@ def check_flag(value: object, what: str, hint: str) -> bool | None:
 
 def check_seconds(value: object, what: str, hint: str) -> float:
     """``value`` as a float; SpecError naming ``what`` unless it is a positive finite number."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     try:
-        seconds = float(value) if ok else math.nan  # type: ignore[arg-type]
+        seconds = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
     except OverflowError:  # an int past a float's range
         seconds = math.inf
     if not math.isfinite(seconds) or seconds <= 0:

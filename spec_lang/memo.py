@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 _T = TypeVar("_T")
 
@@ -22,9 +22,14 @@ class memo(Generic[_T]):
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
-    def __get__(self, obj: Any, owner: type | None = None) -> _T:
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> memo[_T]: ...
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> _T: ...
+
+    def __get__(self, obj: object, owner: type | None = None) -> memo[_T] | _T:
         if obj is None:
-            return self  # type: ignore[return-value]
+            return self
         value = self.fn(obj)
         obj.__dict__[self.name] = value  # an instance attribute: later reads skip this descriptor
         return value
