@@ -35,10 +35,10 @@ from typing import Any
 
 from lowering import uneven_placements as uneven
 from spec_lang.errors import SpecError, locate, number_text, value_text
-from spec_lang.ir import INT64_LIMIT, AxisType, Dim, Mesh, TensorType, canonical_dtype
+from spec_lang.ir import AxisType, Dim, Mesh, TensorType, canonical_dtype
 from spec_lang.local_type import REDUCE_OPS
 from spec_lang.parser import Call, Form, parse_mesh, parse_shard_order, read_calls
-from spec_lang.split import size_row
+from spec_lang.split import INT64_LIMIT, size_row
 
 _ORDER_HINT = "write shard_order as {tensor_dim: [mesh dims major->minor]}, e.g. {0: ['tp', 'dp']}"
 
