@@ -11,8 +11,21 @@ from typing import TYPE_CHECKING
 
 from spec_lang.lazy import lazy_exports
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # what a type checker (and an IDE) sees of the lazy names
     from spec_lang.ir import TensorType
+    from torch_backend import spmd as spmd
+    from torch_backend.api import distribute as distribute
+    from torch_backend.api import redistribute as redistribute
+    from torch_backend.autograd import backward_program as backward_program
+    from torch_backend.coalesce import redistribute_many as redistribute_many
+    from torch_backend.comm import CollectiveError as CollectiveError
+    from torch_backend.executor import execute as execute
+    from torch_backend.groups import MeshContext as MeshContext
+    from torch_backend.groups import clear_caches as clear_caches
+    from torch_backend.groups import context as context
+    from torch_backend.prepared import Redistributor as Redistributor
+    from torch_backend.prepared import redistributor as redistributor
+    from torch_backend.sizes import uneven_type as uneven_type
 
 _EXPORTS = {
     "redistribute": "torch_backend.api",
