@@ -188,3 +188,11 @@ def test_a_type_checker_sees_every_lazy_name_from_its_module() -> None:
     assert set(LAZY) == {"lowering", "lowering.layout", "torch_backend"}
     for package, table in LAZY.items():
         assert _type_checking_imports(package) == table, package
+
+
+def test_a_lazy_package_lists_its_own_doors_too() -> None:
+    for package in LAZY:
+        module = importlib.import_module(package)
+        assert dir(module) == sorted(module.__all__), package
+        if not package.startswith("torch_backend"):  # its names import torch
+            assert all(hasattr(module, name) for name in module.__all__), package
