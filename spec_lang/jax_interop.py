@@ -18,11 +18,14 @@ jax is imported only inside these functions, so ``spec_lang`` imports without it
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spec_lang.errors import SpecError, locate, value_text
 from spec_lang.ir import DTYPE_HINT, AxisType, Dim, Mesh, TensorType, canonical_dtype
 from spec_lang.parser import parse, parse_mesh
+
+if TYPE_CHECKING:  # jax is imported only inside the functions
+    from jax.sharding import NamedSharding
 
 
 def _dtype(dtype: Any) -> str:
@@ -225,7 +228,7 @@ def _dim_pos(t: TensorType, i: int) -> int:
     return pos
 
 
-def to_jax(t: TensorType | str, mesh: Mesh | str | Any) -> Any:
+def to_jax(t: TensorType | str, mesh: Mesh | str | Any) -> NamedSharding:
     """TensorType -> NamedSharding on an Explicit-axes jax Mesh over ``jax.devices()[:N]``.
 
     Device r is rank r (row-major over the mesh axes), matching ``lowering.local_slices``.
