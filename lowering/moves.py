@@ -85,8 +85,8 @@ def moves(t: TensorType, goal: TensorType, mesh: Mesh, op: str) -> Iterator[Move
     # local slices: shard a replicated axis onto the dim the goal wants it on, or
     # (while a reduction is pending) onto any dim, to split the reduction's work
     for a in repl:
-        targets = [goal_dim[a]] if a in goal_dim else (range(t.ndim) if pending and a in repl_goal else [])
-        for k in targets:
+        onto = [goal_dim[a]] if a in goal_dim else (range(t.ndim) if pending and a in repl_goal else [])
+        for k in onto:
             nd = list(dims)
             nd[k] = nd[k] + (a,)
             yield Move("slice", (a,), (k,), with_dims(t, nd))

@@ -169,14 +169,14 @@ def _global(op: str, a: str, ins: list[str], out: str, types: list[LocalType], p
         if t.base in ("I", "P") or t.kind == "V":
             raise SpecError(f"{op}: global SPMD operands on mesh axis {a!r} are S(i) or R, got {shown}",
                             hint="drop to local SPMD with spmd.local_map, or redistribute the operand first")
-    labels = {ins[k][t.dim] for k, t in enumerate(types) if t.kind == "S" and t.dim < len(ins[k])}  # type: ignore[operator]
+    labels = {ins[k][t.dim] for k, t in enumerate(types) if t.kind == "S" and t.dim is not None and t.dim < len(ins[k])}
     if len(labels) != 1:
         raise SpecError(f"{op}: operands shard different labels {sorted(labels)} on mesh axis {a!r} ({shown})",
                         hint="all_to_all one operand so both shard the same label")
     label = labels.pop()
     for k, t in enumerate(types):
         uses = label in ins[k]
-        if uses and (t.kind != "S" or ins[k][t.dim] != label):  # type: ignore[index]
+        if uses and (t.dim is None or ins[k][t.dim] != label):  # only S carries a dim
             raise SpecError(f"{op}: label {label!r} is sharded on mesh axis {a!r} in one operand but operand {k} "
                             f"({ins[k]}: {t!r}) does not shard it there",
                             hint=f"spmd.convert(w, {a!r}, src=R, dst=S({ins[k].index(label)})) that operand")
