@@ -20,6 +20,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check spec_lang lowering torch_backend tests bench
+	$(PY) -m mypy
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
@@ -27,4 +28,4 @@ bench: $(STAMP)
 	$(PY) bench/plan_speed.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis

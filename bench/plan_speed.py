@@ -143,7 +143,7 @@ def dtensor_inputs(case: dict[str, Any]) -> dict[str, Any]:
         return case["anchor_inputs"]["dtensor"]
     out: dict[str, Any] = {}
     for side in ("src", "dst"):
-        specs, order = placement_specs(case[side], case["mesh"])
+        specs, order = placement_specs(parse(case[side]), parse_mesh(case["mesh"]))
         out[side] = format_placements(specs)
         if order:
             out[f"{side}_order"] = {str(k): v for k, v in order.items()}

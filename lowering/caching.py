@@ -221,7 +221,7 @@ def cached(*, maxsize: int | None = None, max_bytes: int | None = None) -> Calla
         if max_bytes is None:
             lru = functools.lru_cache(maxsize=maxsize)(fn)
             _REGISTRY.append(_LruStore(name, lru))
-            return lru  # type: ignore[return-value]
+            return lru  # type: ignore[return-value]  # fn's signature, which F cannot say of a wrapper
         store = _Store(name, maxsize, max_bytes)
         get, hits = store.table.get, store.hits_box
 
@@ -235,10 +235,11 @@ def cached(*, maxsize: int | None = None, max_bytes: int | None = None) -> Calla
                 return held[0]
             return store.put(key, fn(*args, **kwargs))
 
+        # lru_cache's two methods, on a plain function (which declares no such attributes)
         wrapper.cache_clear = store.clear  # type: ignore[attr-defined]
         wrapper.cache_info = store.info  # type: ignore[attr-defined]
         _REGISTRY.append(store)
-        return wrapper  # type: ignore[return-value]
+        return wrapper  # type: ignore[return-value]  # fn's signature (functools.wraps), which F cannot say
 
     return decorate
 
@@ -273,6 +274,6 @@ def clear_caches() -> None:
 
     # spec_lang keeps its own small caches (it cannot import this module); not the grammar
     for module, name in ((parser, "_parse_type"), (parser, "_parse_mesh"), (ir, "_dim_axes_ok"), (ir, "_check_layout")):
-        fn = getattr(module, name, None)
-        if callable(getattr(fn, "cache_clear", None)):
-            fn.cache_clear()
+        clear = getattr(getattr(module, name, None), "cache_clear", None)
+        if callable(clear):
+            clear()

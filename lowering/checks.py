@@ -14,7 +14,8 @@ from spec_lang.split import INT64_LIMIT
 
 
 def resolve(t: TensorType | str, mesh: Mesh | str) -> tuple[TensorType, Mesh]:
-    """Parse strings and check the type against the mesh (the common entry of lowering)."""
+    """Parse strings and check the type against the mesh: what the public entry points do
+    first, so every function below them takes IR."""
     m = parse_mesh(mesh)
     tt = parse(t)
     check_type(tt, m, text=t if isinstance(t, str) else None)
@@ -24,7 +25,7 @@ def resolve(t: TensorType | str, mesh: Mesh | str) -> tuple[TensorType, Mesh]:
 def check_rank(rank: object, mesh: Mesh) -> int:
     """``rank`` as an int where it is a rank of ``mesh``; otherwise a SpecError."""
     try:
-        r = -1 if isinstance(rank, bool) else operator.index(rank)  # type: ignore[arg-type]
+        r = -1 if isinstance(rank, bool) else operator.index(rank)  # type: ignore[arg-type]  # any object: operator.index decides
     except TypeError:
         r = -1
     if not 0 <= r < mesh.size:
@@ -35,12 +36,10 @@ def check_rank(rank: object, mesh: Mesh) -> int:
     return r
 
 
-def check_type(t: TensorType | str, mesh: Mesh | str, text: str | None = None) -> None:
-    """Every axis the type names exists on the mesh; otherwise a SpecError at that axis.
-    Strings are parsed first (a malformed one is a SpecError at its fault)."""
-    if isinstance(t, str) and text is None:
-        text = t
-    t, mesh = parse(t), parse_mesh(mesh)  # IR passes through
+def check_type(t: TensorType, mesh: Mesh, text: str | None = None) -> None:
+    """Every axis the type names exists on the mesh; otherwise a SpecError at that axis
+    (its caret in ``text``, the type as written, where given). ``lowering.check_type`` is
+    the public door, which takes strings too."""
     for a in (*t.sharded_axes, *(a for a, _ in t.axis_types)):
         if a not in mesh:
             src = text if text is not None else str(t)  # formatted only for the error: calls are hot
@@ -127,9 +126,8 @@ def check_flag(value: object, what: str, hint: str) -> bool | None:
 
 def check_seconds(value: object, what: str, hint: str) -> float:
     """``value`` as a float; SpecError naming ``what`` unless it is a positive finite number."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     try:
-        seconds = float(value) if ok else math.nan  # type: ignore[arg-type]
+        seconds = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
     except OverflowError:  # an int past a float's range
         seconds = math.inf
     if not math.isfinite(seconds) or seconds <= 0:
@@ -157,9 +155,10 @@ def check_gap_bytes(gap_bytes: object, default: int) -> int:
     hint = f"give a whole number of bytes: the default {default}, or 0 for a plan proven cheapest outright"
     if isinstance(gap_bytes, bool) or not isinstance(gap_bytes, numbers.Integral):
         raise SpecError(f"gap_bytes must be an int (bytes), got {type(gap_bytes).__name__} {gap_bytes!r}", hint=hint)
-    if not 0 <= gap_bytes < INT64_LIMIT:
+    n = int(gap_bytes)
+    if not 0 <= n < INT64_LIMIT:
         raise SpecError(f"gap_bytes must be >= 0 and below 2**63, got {value_text(gap_bytes)}", hint=hint)
-    return int(gap_bytes)
+    return n
 
 
 def check_budget(budget_s: object, default: float) -> float:

@@ -37,7 +37,7 @@ import operator
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from spec_lang.errors import SpecError, value_text
 
@@ -47,7 +47,7 @@ SPARE_AXIS_BYTES = 65536  # the bytes-first model's charge per collective over a
 _COST_HINT = "alpha is seconds per collective (e.g. 5e-6), beta seconds per byte (e.g. 1e-10): finite, >= 0"
 
 
-def _is_number(v: object) -> bool:
+def _is_number(v: object) -> TypeGuard[numbers.Real]:
     return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
@@ -56,7 +56,7 @@ def _seconds(v: object, what: str, subject: str | None = None) -> float:
     if not _is_number(v):
         raise SpecError(f"{what} must be a number, got {type(v).__name__} {v!r}", subject=subject, hint=_COST_HINT)
     try:
-        f, shown = float(v), None  # type: ignore[arg-type]
+        f, shown = float(v), None
     except OverflowError:  # an int past a float's range
         f, shown = math.inf, value_text(v)
     if not math.isfinite(f) or f < 0:

@@ -32,11 +32,15 @@ the routes with its own pricing and keeps the cheapest.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from lowering.kinds.base import replicated_axes, splits_integer_average
 from lowering.moves import Move, balanced_exchange_move, exchange_move, with_dims, with_partial
 from spec_lang.ir import Mesh, TensorType
 
 Path = list[tuple[TensorType, Move]]
+# a route's builder: takes the move (kind, axes, dims, next state), returns the next state
+Go = Callable[[str, tuple[str, ...], tuple[int, ...], TensorType], TensorType]
 
 
 def fallback_routes(start: TensorType, goal: TensorType, mesh: Mesh, op: str) -> list[Path]:
@@ -82,8 +86,8 @@ def _routes(start: TensorType, goal: TensorType, mesh: Mesh, op: str, *, scatter
     moving = pending or any(d.axes != g.axes for d, g in zip(start.dims, goal.dims))
     spread = [a for a in new_p if a in replicated_axes(start, mesh)] if pad and moving and start.ndim else []
     if padded or spread:
-        longest = max(range(start.ndim), key=lambda k: start.dims[k].size) if start.ndim else -1
-        target = with_dims(target, [g.axes + tuple(a for a in d.axes if a in padded) + (tuple(spread) if k == longest else ())
+        widest = max(range(start.ndim), key=lambda k: start.dims[k].size) if start.ndim else -1
+        target = with_dims(target, [g.axes + tuple(a for a in d.axes if a in padded) + (tuple(spread) if k == widest else ())
                                     for k, (g, d) in enumerate(zip(target.dims, start.dims))])
         padded += spread
 
@@ -108,18 +112,18 @@ def _routes(start: TensorType, goal: TensorType, mesh: Mesh, op: str, *, scatter
                 # the rest onto the longest dim too: a smaller block to rearrange, and the
                 # gather back joins the last gather
                 rest = tuple(a for a in left if not any(a in w for _, w in on))
-                k = max(range(state.ndim), key=lambda i: state.dims[i].size) if state.ndim else None
-                if k is not None:
-                    dims[k] = dims[k] + rest
-                    on = [(i, w + rest) if i == k else (i, w) for i, w in on]
-                    if all(i != k for i, _ in on):
-                        on = sorted(on + [(k, rest)])
+                longest = max(range(state.ndim), key=lambda i: state.dims[i].size) if state.ndim else None
+                if longest is not None:
+                    dims[longest] = dims[longest] + rest
+                    on = [(i, w + rest) if i == longest else (i, w) for i, w in on]
+                    if all(i != longest for i, _ in on):
+                        on = sorted(on + [(longest, rest)])
             if on:
                 axes = tuple(a for _, w in on for a in w)
                 left = [a for a in left if a not in axes]
-                rest = set(state.partial_axes) - set(axes)
+                unreduced = set(state.partial_axes) - set(axes)
                 state = go("reduce_scatter", axes, tuple(k for k, _ in on),
-                           with_partial(with_dims(state, dims), rest, op, mesh))
+                           with_partial(with_dims(state, dims), unreduced, op, mesh))
         if left:
             state = go("all_reduce", tuple(left), (), with_partial(state, set(state.partial_axes) - set(left), op, mesh))
         state = _slice_goal_axes(state, target, mesh, go)
@@ -133,12 +137,13 @@ def _routes(start: TensorType, goal: TensorType, mesh: Mesh, op: str, *, scatter
                 out.append(None)
                 continue
             path[:] = []
-            state = _rearrange(start, target, mesh, go, None)
+            rearranged = _rearrange(start, target, mesh, go, None)
         else:
-            state = _rearrange(reduced, target, mesh, go, exchange)
-        if state is None:
+            rearranged = _rearrange(reduced, target, mesh, go, exchange)
+        if rearranged is None:
             out.append(None)
             continue
+        state = rearranged
         for k, d in enumerate(target.dims):
             for a in reversed(d.axes):  # minor first: zero_pad takes the minor axis of a dim
                 if a not in padded:
@@ -155,7 +160,7 @@ def _routes(start: TensorType, goal: TensorType, mesh: Mesh, op: str, *, scatter
     return out
 
 
-def _slice_goal_axes(state: TensorType, target: TensorType, mesh: Mesh, go) -> TensorType:
+def _slice_goal_axes(state: TensorType, target: TensorType, mesh: Mesh, go: Go) -> TensorType:
     """Slice, one axis at a time in the goal's order, every axis ``target`` shards and
     ``state`` replicates (appended minor on the goal's dim)."""
     free = set(replicated_axes(state, mesh))
@@ -168,7 +173,7 @@ def _slice_goal_axes(state: TensorType, target: TensorType, mesh: Mesh, go) -> T
     return state
 
 
-def _rearrange(state: TensorType, target: TensorType, mesh: Mesh, go, exchange: str | None) -> TensorType | None:
+def _rearrange(state: TensorType, target: TensorType, mesh: Mesh, go: Go, exchange: str | None) -> TensorType | None:
     """Shard/Replicate moves ``state -> target`` (same partial axes, every axis ``target``
     shards already sharded in ``state``): an exchange to the normal form, then gathers
     (``exchange="first"``); gathers of the minor axes ``target`` does not shard, then an

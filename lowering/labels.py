@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 import numpy as np
 
@@ -103,10 +103,16 @@ class SearchContext:
         charge = self._charge_after(lab, mv, mv.kind in COLLECTIVE_KINDS)[0]
         return max(lab.moved_max, -(-int(lab.moved_sum + self.future(mv.dst)) // self.mesh.size)) + charge
 
+    @overload
+    def path_key(self, path: list[tuple[TensorType, Move]], cutoff: None = None) -> tuple: ...
+    @overload
+    def path_key(self, path: list[tuple[TensorType, Move]], cutoff: tuple) -> tuple | None: ...
+
     def path_key(self, path: list[tuple[TensorType, Move]], cutoff: tuple | None = None) -> tuple | None:
         """The search key of a complete path from the start (its final label's); None where
         ``cutoff`` is given and a prefix already costs more in bytes or collectives."""
-        lab, prefix = self.first, ()
+        lab = self.first
+        prefix: tuple[tuple[TensorType, Move], ...] = ()
         for state, mv in path:
             # the constructive routes share their first steps: each prefix is priced once
             prefix = (*prefix, (state, mv))
@@ -132,6 +138,11 @@ class SearchContext:
         out = self.keys(lab, state)
         assert out is not None  # no cutoff given
         return out[1]
+
+    @overload
+    def keys(self, lab: Label, state: TensorType, cutoff: None = None) -> tuple[tuple, tuple]: ...
+    @overload
+    def keys(self, lab: Label, state: TensorType, cutoff: tuple) -> tuple[tuple, tuple] | None: ...
 
     def keys(self, lab: Label, state: TensorType, cutoff: tuple | None = None) -> tuple[tuple, tuple] | None:
         """(order, bound): the frontier's order, and the key that prunes and proves; None

@@ -109,8 +109,8 @@ def moves(t: TensorType, goal: TensorType, mesh: Mesh, op: str, unspread: frozen
     # has a new P(sum) over it (to split what must arrive, zero_pad at the end)
     for a in repl:
         spread = (a in repl_goal or a in new_sum) and mesh.axis_size(a) > 1 and a not in unspread
-        targets = [goal_dim[a]] if a in goal_dim else (range(t.ndim) if spread else [])
-        for k in targets:
+        onto = [goal_dim[a]] if a in goal_dim else (range(t.ndim) if spread else [])
+        for k in onto:
             nd = list(dims)
             nd[k] = nd[k] + (a,)
             yield Move("slice", (a,), (k,), with_dims(t, nd))

@@ -35,10 +35,10 @@ from typing import Any
 
 from lowering import uneven_placements as uneven
 from spec_lang.errors import SpecError, locate, number_text, value_text
-from spec_lang.ir import INT64_LIMIT, AxisType, Dim, Mesh, TensorType, canonical_dtype
+from spec_lang.ir import AxisType, Dim, Mesh, TensorType, canonical_dtype
 from spec_lang.local_type import REDUCE_OPS
 from spec_lang.parser import Call, Form, parse_mesh, parse_shard_order, read_calls
-from spec_lang.split import size_row
+from spec_lang.split import INT64_LIMIT, size_row
 
 _ORDER_HINT = "write shard_order as {tensor_dim: [mesh dims major->minor]}, e.g. {0: ['tp', 'dp']}"
 
@@ -172,12 +172,12 @@ def as_mesh(mesh: Mesh | str | Any) -> Mesh:
 
 
 def placement_specs(
-    t: TensorType | str, mesh: Mesh | str | Any, *, strided: bool = False
+    tt: TensorType, m: Mesh, *, strided: bool = False
 ) -> tuple[list[PlacementSpec], dict[int, list[str]]]:
     """The torch-free core of ``to_placements`` (same results, as PlacementSpecs)."""
-    from lowering.checks import resolve
+    from lowering.checks import check_type
 
-    tt, m = resolve(t, as_mesh(mesh))
+    check_type(tt, m)
     out: list[PlacementSpec] = []
     for name in m.names:
         d = tt.dim_of(name)
@@ -216,7 +216,7 @@ def placement_specs(
     return out, {}
 
 
-def strided_refusal(t: TensorType | str, mesh: Mesh | str | Any) -> str | None:
+def strided_refusal(tt: TensorType, m: Mesh) -> str | None:
     """Why torch's ``distribute_tensor`` cannot take ``t``'s ``_StridedShard`` form; None
     where it can (no ``_StridedShard`` at all, or every strided dim divides evenly).
 
@@ -225,9 +225,6 @@ def strided_refusal(t: TensorType | str, mesh: Mesh | str | Any) -> str | None:
     (an AssertionError on every rank; with ``src_data_rank=None`` it skips that check
     and hands some ranks other rows than the chunk rule does).
     """
-    from lowering.checks import resolve
-
-    tt, m = resolve(t, as_mesh(mesh))
     specs, _ = placement_specs(tt, m, strided=True)
     for d in sorted({s.dim for s in specs if s.kind == "_S"}):
         axes = tt.dims[d].axes
@@ -262,7 +259,10 @@ def to_placements(
     if shard_order_format not in SHARD_ORDER_FORMATS:
         raise SpecError(f"unknown shard_order_format {shard_order_format!r}",
                         hint="use 'names' (shardc's {dim: [axis names]}) or 'torch' (ShardOrderEntry tuples)")
-    specs, order = placement_specs(t, mesh, strided=strided)
+    from lowering.checks import resolve
+
+    tt, m = resolve(t, as_mesh(mesh))
+    specs, order = placement_specs(tt, m, strided=strided)
     placements = [_to_torch(s) for s in specs]
     if shard_order_format == "names":
         return placements, order
@@ -270,18 +270,10 @@ def to_placements(
         return placements, None
     from torch.distributed.tensor._dtensor_spec import ShardOrderEntry
 
-    tt = _resolved(t, mesh)
-    m = as_mesh(mesh)
     return placements, tuple(
         ShardOrderEntry(tensor_dim=d, mesh_dims=tuple(m.index(a) for a in dim.axes))
         for d, dim in enumerate(tt.dims) if dim.axes
     )
-
-
-def _resolved(t: TensorType | str, mesh: Mesh | str | Any) -> TensorType:
-    from lowering.checks import resolve
-
-    return resolve(t, as_mesh(mesh))[0]
 
 
 def _to_torch(s: PlacementSpec) -> Any:

@@ -149,6 +149,7 @@ def _compile(src: TensorType, dst: TensorType, mesh: Mesh, model: CostModel,
         return _annotated(plan_uneven(src, dst, mesh, model), src, dst, mesh, model, (True, 0))
     # axes of size 1 move nothing: layouts equal up to them are one state (no 0-byte collective)
     start, goal = erase(drop_unit_axes(src, mesh)), erase(drop_unit_axes(dst, mesh))
+    proof: Proof
     path, proof = _normal_form(start, goal, mesh, op, model), (True, 0)
     if path is None:
         path, proof = _search(start, goal, mesh, op, model, budget_s, gap_bytes, t0)
@@ -381,7 +382,8 @@ def _search_labels(ctx: SearchContext, start: TensorType, op: str, max_labels: i
     first = ctx.first
     start_keys = ctx.keys(first, start)
     floor = start_keys[1][0]  # the bytes floor of every path
-    frontier = [(*start_keys, next(tie), start, first, None)]
+    # (order, bound, tie, state, label, node): a node is (state, move, parent node) or None
+    frontier: list[tuple[tuple, tuple, int, TensorType, Label, tuple | None]] = [(*start_keys, next(tie), start, first, None)]
     while frontier:
         key, bound, _, state, lab, node = heapq.heappop(frontier)
         if key >= best_key:
@@ -401,15 +403,15 @@ def _search_labels(ctx: SearchContext, start: TensorType, op: str, max_labels: i
         nexts = _moves(state, goal, mesh, op, unspread)
         work -= len(nexts)
         for mv in nexts:
-            seen = expanded.get(mv.dst, ())
-            if len(seen) >= max_labels:
+            held = expanded.get(mv.dst, ())
+            if len(held) >= max_labels:
                 continue
             if gap and work < exact and ctx.future(mv.dst) > 0:  # a collective is still due after it
                 before = ctx.floor_before(lab, mv)
                 if before > best_key[0] or set_aside(before, lab.colls + (mv.kind in COLLECTIVE_KINDS) + 1):
                     continue  # (above the best, the exact bound would drop it too)
             lab2 = ctx.extend(lab, state, mv, best_key)
-            if lab2 is None or dominated(seen, lab2):
+            if lab2 is None or dominated(held, lab2):
                 continue
             keys = ctx.keys(lab2, mv.dst, best_key)
             if keys is None:

@@ -195,17 +195,14 @@ def check_program(program: object) -> Program:
 
 
 def make_program(steps: Sequence[Step] | Step, mesh: Mesh | str, *, cost_model: CostModel | None = None,
-                 src: TensorType | None = None) -> Program:
+                 src: TensorType | str | None = None) -> Program:
     """A Program of ``steps`` (each step's src is the previous step's dst), with its cost.
 
     ``src`` is the program's source type when ``steps`` is empty.
     """
     m = parse_mesh(mesh)
     steps = (steps,) if not isinstance(steps, Sequence) else tuple(steps)
-    if not steps and src is None:
-        raise SpecError("make_program needs at least one step, or src= for an empty program")
-    if src is not None:
-        src, _ = resolve(src, m)
+    given = None if src is None else resolve(src, m)[0]
     for i, s in enumerate(steps):
         if not isinstance(s, Step):
             raise SpecError(f"step {i + 1} is a {type(s).__name__}, not a Step",
@@ -215,14 +212,19 @@ def make_program(steps: Sequence[Step] | Step, mesh: Mesh | str, *, cost_model: 
         if len(s.bytes_sent) != m.size:
             raise SpecError(f"step {i + 1} ({s.describe()}) was priced on a mesh of {len(s.bytes_sent)} ranks, "
                             f"not on {m} ({m.size} ranks)", hint="build every step on the program's mesh")
-    prev = steps[0].src if steps else src
+    if steps:
+        first = steps[0].src
+    elif given is not None:
+        first = given
+    else:
+        raise SpecError("make_program needs at least one step, or src= for an empty program")
+    prev = first
     for i, s in enumerate(steps):
         if s.src != prev:
             raise SpecError(f"step {i + 1} ({s.describe()}) starts at {s.src}, but the previous step ends at {prev}",
                             hint="chain steps so each starts where the last one ends")
         prev = s.dst
     model = cost_model or DEFAULT_COST_MODEL
-    first = steps[0].src if steps else src
     return Program(m, first, prev, steps, program_cost(list(steps), first, m, model))
 
 

@@ -1,9 +1,17 @@
 """shardc's front end: the type DSL, its IR, its printer, and JAX interop."""
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
 from spec_lang.errors import SpecError
 from spec_lang.ir import DTYPES, AxisType, Dim, Mesh, TensorType
 from spec_lang.local_type import LocalType
 from spec_lang.parser import parse, parse_local_type, parse_mesh, parse_shard_order
+
+if TYPE_CHECKING:  # jax is optional: only a type checker imports it here
+    from jax.sharding import NamedSharding
 
 
 def format_type(t: TensorType | str, short_dtype: bool = False) -> str:
@@ -11,15 +19,16 @@ def format_type(t: TensorType | str, short_dtype: bool = False) -> str:
     return parse(t).format(short_dtype)
 
 
-def from_jax(spec_or_sharding, shape=None, dtype=None, mesh=None):
+def from_jax(spec_or_sharding: Any, shape: Sequence[int] | None = None, dtype: Any = None,
+             mesh: Mesh | str | Any = None) -> TensorType:
     """PartitionSpec / NamedSharding (or a jax.Array) -> TensorType. jax is imported lazily."""
     from spec_lang.jax_interop import from_jax as _from_jax
 
     return _from_jax(spec_or_sharding, shape=shape, dtype=dtype, mesh=mesh)
 
 
-def to_jax(t, mesh):
-    """TensorType -> jax.sharding.NamedSharding on the first N devices."""
+def to_jax(t: TensorType | str, mesh: Mesh | str | Any) -> NamedSharding:
+    """TensorType (or its string) -> jax.sharding.NamedSharding on the first N devices."""
     from spec_lang.jax_interop import to_jax as _to_jax
 
     return _to_jax(t, mesh)

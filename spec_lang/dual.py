@@ -10,16 +10,14 @@ duals, and a dim sharded by a mesh axis stays sharded by it::
 from __future__ import annotations
 
 from spec_lang.ir import AxisType, TensorType
-from spec_lang.parser import parse
 
 _SUM = AxisType("P", "sum")
 _REPLICATE = AxisType("R")
 
 
-def dual_type(t: TensorType | str) -> TensorType:
-    """The gradient's type: R <-> P (P(avg) -> R too), I and V and sharded dims unchanged.
-    A string is parsed first (a malformed one is a SpecError)."""
-    t = parse(t)
+def dual_type(t: TensorType) -> TensorType:
+    """The gradient's type: R <-> P (P(avg) -> R too), I and V and sharded dims unchanged
+    (``torch_backend.dual_type`` is the public door that takes a string too)."""
     out = []
     for a, at in t.axis_types:
         if at.kind == "R":

@@ -118,7 +118,7 @@ def _check_int(value: object, what: str, lowest: int, too_small: str, hint: str)
     try:
         if isinstance(value, bool):
             raise TypeError
-        n = operator.index(value)  # int and numpy ints; not float, not bool
+        n = operator.index(value)  # type: ignore[arg-type]  # any object: int and numpy ints pass, not float
     except TypeError:
         raise SpecError(f"{what} must be an int, got {type(value).__name__} {value!r}", hint=hint) from None
     if n < lowest:

@@ -18,11 +18,14 @@ jax is imported only inside these functions, so ``spec_lang`` imports without it
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spec_lang.errors import SpecError, locate, value_text
 from spec_lang.ir import DTYPE_HINT, AxisType, Dim, Mesh, TensorType, canonical_dtype
 from spec_lang.parser import parse, parse_mesh
+
+if TYPE_CHECKING:  # jax is imported only inside the functions
+    from jax.sharding import NamedSharding
 
 
 def _dtype(dtype: Any) -> str:
@@ -142,9 +145,11 @@ def from_jax(
     except SpecError as e:
         if e.text is not None:
             raise
-        pos = None if e.subject is None else locate(text, e.subject)
-        if pos is not None:  # a repeated name: point at its second use
-            pos = locate(text, e.subject, pos + 1) or pos
+        pos = None
+        if e.subject is not None:
+            pos = locate(text, e.subject)
+            if pos is not None:  # a repeated name: point at its second use
+                pos = locate(text, e.subject, pos + 1) or pos
         raise SpecError(
             f"PartitionSpec {text} with shape {value_text(list(shape))}: {e.message}", text=text, pos=pos,
             hint=e.hint,
@@ -181,8 +186,10 @@ def _refuse_unrepresentable(t: TensorType, m: Mesh | None) -> None:
                 text=text, pos=text.find("{"),
                 hint="reduce it first, or use U (P(sum)); P(avg|max|min) exist only in DTensor",
             )
-    for i, d in enumerate(t.dims if m is not None else ()):
-        n = m.group_size(d.axes)  # type: ignore[union-attr]
+    if m is None:
+        return
+    for i, d in enumerate(t.dims):
+        n = m.group_size(d.axes)
         if d.size % n:
             why = "JAX's public API refuses uneven shardings"
             if len(d.axes) > 1:
@@ -221,7 +228,7 @@ def _dim_pos(t: TensorType, i: int) -> int:
     return pos
 
 
-def to_jax(t: TensorType | str, mesh: Mesh | str | Any) -> Any:
+def to_jax(t: TensorType | str, mesh: Mesh | str | Any) -> NamedSharding:
     """TensorType -> NamedSharding on an Explicit-axes jax Mesh over ``jax.devices()[:N]``.
 
     Device r is rank r (row-major over the mesh axes), matching ``lowering.local_slices``.

@@ -1,16 +1,27 @@
-"""Lazy package exports (PEP 562), so importing a package never imports torch or jax."""
+"""Lazy package exports (PEP 562), so importing a package never imports torch or jax.
+
+A package that uses them also imports the same names under ``TYPE_CHECKING``, so a type
+checker and an IDE see each name's real signature (``tests/test_import_graph.py`` checks
+that the two agree)."""
 
 from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+# every package's table (name -> the module that defines it), by package, as registered
+TABLES: dict[str, Mapping[str, str]] = {}
 
-def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+
+def lazy_exports(package: str, exports: dict[str, str],
+                 defined: Iterable[str] = ()) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``(__getattr__, __dir__)`` for ``package``: each name in ``exports`` is imported from
-    its module on first use, then kept in the package namespace."""
+    its module on first use, then kept in the package namespace; ``__dir__`` lists them and
+    the public names the package defines itself (``defined``)."""
+    TABLES[package] = dict(exports)
+    listed = sorted([*exports, *defined])
     namespace = sys.modules[package].__dict__
 
     def __getattr__(name: str) -> Any:
@@ -23,6 +34,6 @@ def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str],
         return value
 
     def __dir__() -> list[str]:
-        return sorted(exports)
+        return list(listed)
 
     return __getattr__, __dir__

@@ -73,6 +73,21 @@ class LocalType:
         return "V" if self.kind == "S" else self.kind
 
     @property
+    def grad(self) -> LocalType:
+        """The gradient's type: R <-> P (any P's gradient is R), I, V and S(i) their own."""
+        return {"R": P, "P": R}.get(self.kind, self)
+
+    def agrees(self, other: LocalType) -> bool:
+        """Whether a tensor of this type may stand where ``other`` is stated: the same local
+        type, S(i) where V is stated (or V where S(i) is: the partition spec is added), never
+        S(i) for S(j) nor one pending reduction for another."""
+        if self.base != other.base:
+            return False
+        if self.kind == "P":
+            return self.op == other.op
+        return not (self.kind == other.kind == "S" and self.dim != other.dim)
+
+    @property
     def code(self) -> str:
         """How a type string writes it: ``U`` for P(sum), as JAX prints unreduced."""
         if self.kind == "P":

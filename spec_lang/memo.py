@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 _T = TypeVar("_T")
 
@@ -22,18 +22,24 @@ class memo(Generic[_T]):
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
-    def __get__(self, obj: Any, owner: type | None = None) -> _T:
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> memo[_T]: ...
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> _T: ...
+
+    def __get__(self, obj: object, owner: type | None = None) -> memo[_T] | _T:
         if obj is None:
-            return self  # type: ignore[return-value]
+            return self
         value = self.fn(obj)
         obj.__dict__[self.name] = value  # an instance attribute: later reads skip this descriptor
         return value
 
 
-def unmemoised_state(obj: Any) -> dict[str, Any]:
+def unmemoised_state(obj: object) -> dict[str, Any]:
     """``obj``'s fields for pickling, without its memoised values: they are recomputed on
     first read, and a hash must be (a string's hash differs between processes)."""
-    skip = _memo_names(type(obj))
+    cls: type = type(obj)  # as ``type``: mypy checks a type[object] against Hashable as an instance
+    skip = _memo_names(cls)
     return {k: v for k, v in obj.__dict__.items() if k not in skip}
 
 

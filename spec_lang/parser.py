@@ -69,7 +69,7 @@ def _run(text: str, start: str, hint: str, what: str) -> Any:
         ) from None
     except UnexpectedCharacters as e:
         raise SpecError(
-            f"malformed {what}: unexpected character {text[e.pos_in_stream]!r}",
+            f"malformed {what}: unexpected character {e.char!r}",
             text=text, pos=e.pos_in_stream, hint=hint,
         ) from None
     except UnexpectedInput as e:  # any other lark input error
@@ -120,7 +120,7 @@ def _caret(e: SpecError, words: list[tuple[str, int]], text: str, fallback: int 
     return fallback if found is None else found
 
 
-def parse(text: str) -> TensorType:
+def parse(text: str | TensorType) -> TensorType:
     """Parse a type string (``f32[8@(dp,tp),16]{U:tp}``) into a ``TensorType``.
 
     A ``TensorType`` passes through unchanged.
@@ -129,13 +129,24 @@ def parse(text: str) -> TensorType:
         return text
     if not isinstance(text, str):
         raise SpecError(f"expected a type string, got {type(text).__name__}", hint=_TYPE_HINT)
-    return _parse_type(text)
+    return _parse_type(text)[0]
+
+
+def invariant_axes(text: str) -> tuple[str, ...]:
+    """The mesh axes a type string annotates I explicitly (``{I:dp}``), in the order written.
+
+    The ``TensorType`` drops them (an unannotated axis is I already); the SPMD API keeps
+    them, since there a type string states only the axes it names."""
+    if not isinstance(text, str):
+        raise SpecError(f"expected a type string, got {type(text).__name__}", hint=_TYPE_HINT)
+    return _parse_type(text)[1]
 
 
 @lru_cache(maxsize=4096)
-def _parse_type(text: str) -> TensorType:
+def _parse_type(text: str) -> tuple[TensorType, tuple[str, ...]]:
     """The grammar gives the structure; the IR constructors judge it (one set of rules
-    for parsed and built types), and their errors get a caret here."""
+    for parsed and built types), and their errors get a caret here. Returns the type and
+    the axes annotated I explicitly."""
     tree = _run(text, "type_start", _TYPE_HINT, "type").children[0]
     dtype_tok, *rest = tree.children
     try:
@@ -165,15 +176,16 @@ def _parse_type(text: str) -> TensorType:
             elif node.data == "annotations":
                 for ann in node.children:
                     kind_tok, group = ann.children
-                    at = _axis_type(kind_tok, text)
+                    local = _axis_type(kind_tok, text)
                     pairs = _names(group)
                     words += pairs
-                    axis_types += [(name, at) for name, _ in pairs]
+                    axis_types += [(name, local) for name, _ in pairs]
         sizes, itemsize = tuple(d.size for d in dims), DTYPES[dtype][1]
         over = byte_overflow(sizes, itemsize)
         if over is not None:  # the IR refuses it too; here the caret goes on the dim that overflows
             raise bytes_error(sizes, itemsize).at(text, size_at[over])
-        return TensorType(dtype, tuple(dims), tuple(axis_types))
+        invariant = tuple(a for a, at in axis_types if at.kind == "I")
+        return TensorType(dtype, tuple(dims), tuple(axis_types)), invariant
     except SpecError as e:
         if e.text is not None:
             raise
@@ -226,7 +238,7 @@ def _axis_type(tok: Any, text: str) -> LocalType:
         raise e.at(text, tok.start_pos) from None
 
 
-def parse_mesh(text: str) -> Mesh:
+def parse_mesh(text: str | Mesh) -> Mesh:
     """Parse ``dp=2,tp=4`` (mesh order) into a ``Mesh``; a ``Mesh`` passes through."""
     if isinstance(text, Mesh):
         return text

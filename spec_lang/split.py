@@ -34,7 +34,7 @@ def _count(v: object, what: str, hint: str) -> int:
     if isinstance(v, bool):
         raise SpecError(f"{what} must hold ints, got {v!r}", hint=hint)
     try:
-        n = operator.index(v)  # type: ignore[arg-type]
+        n = operator.index(v)  # type: ignore[arg-type]  # any object: operator.index decides
     except TypeError:
         raise SpecError(f"{what} must hold ints, got {v!r}", hint=hint) from None
     if n < 0:
@@ -56,7 +56,7 @@ def size_row(values: object, what: str, hint: str) -> tuple[int, ...]:
         raise SpecError(f"{what} must be a sequence of ints in order, got a {type(values).__name__} {values!r}",
                         hint=hint + " (a list or tuple: a set has no order)")
     try:
-        items = tuple(values)  # type: ignore[arg-type]
+        items: tuple[object, ...] = tuple(values)  # type: ignore[arg-type]  # any object: tuple() decides
     except TypeError:
         raise SpecError(f"{what} must be a sequence of ints, got {values!r}", hint=hint) from None
     return tuple(_count(v, what, hint) for v in items)

@@ -18,8 +18,13 @@ def local_array(full: np.ndarray, t: TensorType, mesh: Mesh, rank: int) -> np.nd
     return full.reshape(-1)[block_indices(lay, t.shape)].reshape(lay.shape)
 
 
-def shards_of(full: np.ndarray, t: TensorType, mesh: Mesh, rng: np.random.Generator) -> list[np.ndarray]:
-    """Each rank's local block of ``full`` under ``t`` (partial axes split into contributions)."""
+def shards_of(full: np.ndarray, t: TensorType, mesh: Mesh, rng: np.random.Generator,
+              exact_avg: bool = True) -> list[np.ndarray]:
+    """Each rank's local block of ``full`` under ``t`` (partial axes split into contributions).
+
+    ``exact_avg=False``: an average's contributions need not sum to a multiple of the group
+    size, so an integer average truncates (the value is then not ``full``: read it with
+    ``denoted_global``)."""
     out = [local_array(full, t, mesh, r) for r in range(mesh.size)]
     axes = tuple(a for a in mesh.names if a in t.partial_axes)
     if not axes:
@@ -39,6 +44,8 @@ def shards_of(full: np.ndarray, t: TensorType, mesh: Mesh, rng: np.random.Genera
         elif op == "avg":
             parts = [rng.integers(-8, 8, size=base.shape).astype(base.dtype) for _ in range(n - 1)]
             parts.append(base * n - sum(parts, np.zeros_like(base)))
+            if not exact_avg:  # a remainder that depends on the value alone, so replicas still agree
+                parts[-1] = parts[-1] + (np.abs(base).astype(np.int64) % n).astype(base.dtype)
         else:  # max / min: one contribution holds the value, the others are beyond it
             sign = -1 if op == "max" else 1
             parts = [base + sign * rng.integers(1, 8, size=base.shape).astype(base.dtype) for _ in range(n)]
@@ -62,5 +69,19 @@ def reduce_partial(outs: list[np.ndarray], t: TensorType, mesh: Mesh) -> list[np
     red = []
     for r in range(mesh.size):
         stack = np.stack([outs[q] for q in group_ranks(mesh, axes, r)])
+        if op == "avg" and np.issubdtype(stack.dtype, np.integer):
+            # the definition of an integer P(avg): the whole group's sum, divided once, toward zero
+            total = stack.sum(0)
+            red.append((np.sign(total) * (np.abs(total) // len(stack))).astype(stack.dtype))
+            continue
         red.append({"sum": stack.sum(0), "avg": stack.mean(0), "max": stack.max(0), "min": stack.min(0)}[op])
     return red
+
+
+def denoted_global(inputs: list[np.ndarray], t: TensorType, mesh: Mesh) -> np.ndarray:
+    """The global array that per-rank blocks of ``t`` denote (P axes reduced by their definition)."""
+    blocks = reduce_partial(inputs, t, mesh)
+    out = np.zeros(t.shape, dtype=blocks[0].dtype).reshape(-1)
+    for r, b in enumerate(blocks):
+        out[block_indices(rank_layout(t, mesh, r), t.shape)] = b.reshape(-1)
+    return out.reshape(t.shape)

@@ -90,18 +90,19 @@ def test_agreeing_forms_give_dtensor_result(sharded, how):
         assert torch.equal(outs[r], full[slices[r]])
 
 
-def test_agree_is_passed_through(sharded, monkeypatch):
-    seen = {}
-    real = torch_backend.api.check_tensor
+@pytest.mark.parametrize("agree", [True, False])
+def test_agree_is_passed_through(sharded, monkeypatch, agree):
+    seen = []
+    real = torch_backend.api.agreed
 
-    def spy(x, s, ctx, agree, *rest):
-        seen["agree"] = agree
-        return real(x, s, ctx, agree, *rest)
+    def spy(mesh, run):
+        seen.append(mesh)
+        return real(mesh, run)
 
-    monkeypatch.setattr(torch_backend.api, "check_tensor", spy)
-    _, _, d = sharded
-    torch_backend.redistribute(d, "f32[12@(dp,tp),10]", "f32[12@tp,10]", agree=True)
-    assert seen["agree"] is True
+    monkeypatch.setattr(torch_backend.api, "agreed", spy)
+    dm, _, d = sharded
+    torch_backend.redistribute(d, "f32[12@(dp,tp),10]", "f32[12@tp,10]", agree=agree)
+    assert seen == ([dm] if agree else [])
 
 
 def test_partial_input_gradient_is_replicated(fake_pg):

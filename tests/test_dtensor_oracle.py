@@ -188,7 +188,7 @@ def test_shard_order_form() -> None:
     t = parse("f32[8@(tp,dp),4@cp]")
     for so in ({0: ["tp", "dp"]}, {0: [2, 0]}, "{0: ['tp', 'dp']}", "{0: [tp, 0]}"):
         assert from_placements([Shard(0), Shard(1), Shard(0)], "dp=2,cp=2,tp=2", (8, 4), shard_order=so) == t
-    assert placement_specs(t, "dp=2,cp=2,tp=2")[1] == {0: ["tp", "dp"]}
+    assert placement_specs(t, parse_mesh("dp=2,cp=2,tp=2"))[1] == {0: ["tp", "dp"]}
 
 
 # ---- check_placements: every seed-003 rule has its own error ----------------------------------

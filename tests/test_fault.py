@@ -57,3 +57,63 @@ def test_failed_rank_is_named(kind, rank):
     # before the hung rank would have woken (order, not a tight time: 2 busy cores)
     waits = [r["failed_after_s"] for r in data["rank_reports"] if "failed_after_s" in r]
     assert waits and max(waits) < HANG_S / 4, waits
+
+
+# a rank that exits just before the program's first step, after the groups are made: the
+# issue's dp=2,tp=4 (a reduce_scatter over tp, then an all_to_all over both axes, so the
+# survivors fail at different times and in different groups) and the smaller dp=2,tp=2
+EXIT_RUNS = [("dp=2,tp=2", SRC, DST)] * 2 + [("dp=2,tp=4", "f32[16@dp,8]{U:tp}", "f32[16@tp,8]")] * 2
+
+
+@pytest.mark.timeout(400)
+def test_a_rank_that_exits_is_reported_died_every_time():
+    verdicts = []
+    for mesh, src, dst in EXIT_RUNS:
+        env = dict(os.environ, PYTHONPATH=str(REPO), SHARDC_FAULT="rank=3,step=0,kind=exit")
+        p = subprocess.run([sys.executable, "-m", "torch_backend.cli", "run", "--mesh", mesh, src, dst, "--json",
+                            "--timeout", str(TIMEOUT)], cwd=REPO, env=env, capture_output=True, text=True,
+                           timeout=150)
+        data = json.loads(p.stdout)
+        verdicts.append((mesh, data["failed_rank"], data["error"].splitlines()[0]))
+        # every survivor failed in a collective (or in making a group), never in its own code
+        assert all(rep["error"].startswith("CollectiveError: ") for rep in data["rank_reports"]), data["rank_reports"]
+    assert all(v[1:] == (3, "rank 3 died (exit code 17) without a report") for v in verdicts), verdicts
+
+
+class _Proc:
+    """A rank process as the launcher sees it: its exit code (None while it runs)."""
+
+    def __init__(self, exitcode: int | None) -> None:
+        self.exitcode, self.sentinel = exitcode, None
+
+
+class _Queue:
+    """The reports' queue, scripted: each get() gives the next report, or None for Empty."""
+
+    def __init__(self, script: list) -> None:
+        self.script = list(script)
+
+    def get(self, timeout: float | None = None) -> dict:
+        import queue
+
+        if not self.script or self.script[0] is None:
+            self.script = self.script[1:]
+            raise queue.Empty
+        return self.script.pop(0)
+
+
+def test_an_exit_seen_while_a_late_report_arrives_is_a_death():
+    """The race behind "rank 3 hung" for a rank that had exited: the launcher saw rank 3's
+    exit while the last survivor's report was still on its way, took that report, and then,
+    every rank still running having been named by the others, called rank 3 hung."""
+    from torch_backend.launcher import collect, merge
+
+    def report(r: int) -> dict:
+        return {"rank": r, "ok": False, "collective": True,
+                "error": "CollectiveError: ... [rank 3 did not reach step 1 (it reported no progress)]"}
+
+    procs = [_Proc(None), _Proc(None), _Proc(None), _Proc(17)]
+    reports, died, hung = collect(procs, _Queue([report(0), report(1), None, report(2)]), TIMEOUT, 4)
+    res = merge(reports, died, hung, 4, "gloo")
+    assert (died, hung, res.failed_rank) == ({3: 17}, [], 3)
+    assert res.message.splitlines()[0] == "rank 3 died (exit code 17) without a report"

@@ -1,21 +1,37 @@
-"""The planning layer's import graph, read from the source as ``ast`` sees it (imports at
-module level, under ``TYPE_CHECKING`` and inside functions alike): the data (Step, Program,
-Cost) reaches no step-kind registry and no planner, the step kinds reach no planner, the
-planning modules form no import cycle, no private name crosses lowering's modules, and no
-lowering module shares its file name with a module of another package."""
+"""The import graph of spec_lang, lowering and torch_backend, read from the source as ``ast``
+sees it: imports at module level, under ``TYPE_CHECKING`` and inside functions alike, and a
+name imported through a lazy package (``spec_lang.lazy.lazy_exports``) as an import of the
+module that defines it (a lazy package itself imports every module of its table). The
+packages import one way (spec_lang -> lowering -> torch_backend) and form no import cycle;
+no private name crosses modules; the data (Step, Program, Cost) reaches no step-kind
+registry and no planner, and the step kinds reach no planner; no file name is used by two
+packages; and a lazy package's ``TYPE_CHECKING`` imports are its table, so a type checker
+sees what the package hands out."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
+from spec_lang.lazy import TABLES
+
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("spec_lang", "lowering", "torch_backend")
-# the layout algebra's own cycle and file name, left to the layout part of issue 26
-LAYOUT_CYCLE = {"lowering.blocks", "lowering.checks", "lowering.layout"}
-SHARED_NAMES = {"blocks.py"}
+PACKAGES = ("spec_lang", "lowering", "torch_backend")  # in import order
 PLANNER = {"lowering.planner", "lowering.labels", "lowering.moves", "lowering.fallback", "lowering.bounds",
            "lowering.uneven_planner"}
+
+# torch_backend's execution layer (api, autograd, executor, coalesce, collectives,
+# uneven_steps) still breaks both rules; issue 27 (one execution stack) rewrites it and
+# removes these. Each must still be there: the test fails once one is gone, so this list
+# only shrinks. spec_lang and lowering have none.
+KNOWN_CYCLES = {frozenset({"torch_backend.api", "torch_backend.autograd", "torch_backend.executor"})}
+KNOWN_PRIVATE_IMPORTS = {
+    ("torch_backend.coalesce", "torch_backend.executor", "_aliases"),
+    ("torch_backend.uneven_steps", "torch_backend.collectives", "_first"),
+    ("torch_backend.uneven_steps", "torch_backend.collectives", "_group"),
+    ("torch_backend.uneven_steps", "torch_backend.collectives", "_pack_exchange"),
+}
 
 
 def _modules() -> dict[str, Path]:
@@ -29,14 +45,36 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
+def _lazy_tables() -> dict[str, dict[str, str]]:
+    """Each lazy package's table (name -> defining module), as the package registers it."""
+    lazy = [m for m, f in MODULES.items() if f.name == "__init__.py" and "lazy_exports(" in f.read_text()]
+    for package in lazy:
+        importlib.import_module(package)  # imports no torch or jax: that is what the tables are for
+    return {package: dict(TABLES[package]) for package in lazy}
+
+
+LAZY = _lazy_tables()
+
+
 def _owner(name: str) -> str | None:
     while name and name not in MODULES:
         name = name.rpartition(".")[0]
     return name or None
 
 
+def _target(base: str, name: str) -> str | None:
+    """The module that ``from base import name`` reaches: a submodule, the module a lazy
+    package's table names, else ``base``'s own module."""
+    if f"{base}.{name}" in MODULES:
+        return f"{base}.{name}"
+    if name in LAZY.get(base, {}):
+        return LAZY[base][name]
+    return _owner(base)
+
+
 def _imports(module: str) -> list[tuple[str, str]]:
-    """(imported module, imported name) for every import in ``module``'s source."""
+    """(imported module, imported name) for every import in ``module``'s source (the name is
+    empty for ``import x``)."""
     f = MODULES[module]
     package = module if f.name == "__init__.py" else module.rpartition(".")[0]
     out: list[tuple[str | None, str]] = []
@@ -48,9 +86,8 @@ def _imports(module: str) -> list[tuple[str, str]]:
             if node.level:
                 parts = package.split(".")
                 base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
-            for a in node.names:
-                full = f"{base}.{a.name}"
-                out.append((full if full in MODULES else _owner(base), a.name))
+            out += [(_target(base, a.name), a.name) for a in node.names]
+    out += [(target, name) for name, target in LAZY.get(module, {}).items()]
     return [(t, name) for t, name in out if t is not None and t != module]
 
 
@@ -66,34 +103,95 @@ def _reach(module: str) -> set[str]:
     return seen
 
 
+REACH = {m: _reach(m) for m in MODULES}
+
+
+def _cycles() -> set[frozenset[str]]:
+    """The import cycles: each set of modules that reach one another."""
+    return {frozenset({m} | {t for t in REACH[m] if m in REACH[t]}) for m in MODULES if m in REACH[m]}
+
+
+def _private_imports() -> set[tuple[str, str, str]]:
+    return {(m, t, name) for m in MODULES for t, name in _imports(m)
+            if name.startswith("_") and not name.startswith("__")}
+
+
+def test_the_import_graph_sees_function_level_and_lazy_imports() -> None:
+    # inside a function: the public door imports the IR function it wraps
+    assert "lowering.layout.per_rank" in GRAPH["lowering"]
+    # through a lazy package: kinds/__init__ takes local_shapes from lowering.layout
+    assert "lowering.layout.per_rank" in GRAPH["lowering.kinds"]
+    assert "lowering.layout" not in GRAPH["lowering.kinds"]
+    # torch_backend's api reaches the planner through lowering's table
+    assert "lowering.planner" in REACH["torch_backend.api"]
+
+
+def test_the_packages_import_one_way() -> None:
+    for i, package in enumerate(PACKAGES):
+        later = PACKAGES[i + 1:]
+        upward = sorted((m, t) for m in MODULES if m.split(".")[0] == package
+                        for t in GRAPH[m] if t.split(".")[0] in later)
+        assert not upward, upward
+
+
+def test_no_import_cycle_but_the_known_ones() -> None:
+    cycles = _cycles()
+    assert not cycles - KNOWN_CYCLES, [sorted(c) for c in cycles - KNOWN_CYCLES]
+    assert not KNOWN_CYCLES - cycles, ("gone: take them off KNOWN_CYCLES", [sorted(c) for c in KNOWN_CYCLES - cycles])
+
+
+def test_no_private_name_crosses_modules_but_the_known_ones() -> None:
+    crossing = _private_imports()
+    assert not crossing - KNOWN_PRIVATE_IMPORTS, sorted(crossing - KNOWN_PRIVATE_IMPORTS)
+    assert not KNOWN_PRIVATE_IMPORTS - crossing, ("gone: take them off KNOWN_PRIVATE_IMPORTS",
+                                                   sorted(KNOWN_PRIVATE_IMPORTS - crossing))
+
+
+def test_the_known_exceptions_are_torch_backends_alone() -> None:
+    named = {m for c in KNOWN_CYCLES for m in c} | {m for i in KNOWN_PRIVATE_IMPORTS for m in i[:2]}
+    assert all(m.startswith("torch_backend.") for m in named), sorted(named)
+
+
 def test_the_data_reaches_no_step_kind_and_no_planner() -> None:
-    reached = _reach("lowering.program")
+    reached = REACH["lowering.program"]
     assert not {m for m in reached if m.startswith("lowering.kinds") or m in PLANNER}, sorted(reached)
 
 
 def test_the_step_kinds_reach_no_planner() -> None:
-    kinds = [m for m in MODULES if m.startswith("lowering.kinds")]
-    for m in kinds:
-        assert not _reach(m) & PLANNER, (m, sorted(_reach(m) & PLANNER))
+    for m in (m for m in MODULES if m.startswith("lowering.kinds")):
+        assert not REACH[m] & PLANNER, (m, sorted(REACH[m] & PLANNER))
 
 
-def test_lowering_has_no_import_cycle() -> None:
-    lowering = [m for m in MODULES if m.startswith("lowering")]
-    cycles = {frozenset(m for m in lowering if m == start or (m in _reach(start) and start in _reach(m)))
-              for start in lowering}
-    cycles = {c for c in cycles if len(c) > 1 and not c <= LAYOUT_CYCLE}
-    assert not cycles, [sorted(c) for c in cycles]
-
-
-def test_no_private_name_crosses_lowering_modules() -> None:
-    crossing = [(m, t, name) for m in MODULES if m.startswith("lowering") for t, name in _imports(m)
-                if name.startswith("_") and not name.startswith("__")]
-    assert not crossing, crossing
-
-
-def test_no_lowering_module_shares_its_file_name_with_another_package() -> None:
+def test_no_file_name_in_two_packages() -> None:
     def names(package: str) -> set[str]:
         return {f.name for f in (ROOT / package).rglob("*.py")} - {"__init__.py"}
 
-    shared = names("lowering") & (names("spec_lang") | names("torch_backend"))
-    assert shared <= SHARED_NAMES, sorted(shared - SHARED_NAMES)
+    for i, a in enumerate(PACKAGES):
+        for b in PACKAGES[i + 1:]:
+            assert not names(a) & names(b), (a, b, sorted(names(a) & names(b)))
+
+
+def _type_checking_imports(package: str) -> dict[str, str]:
+    """name -> module of the names ``package``'s ``__init__`` imports under ``TYPE_CHECKING``
+    as themselves (``from m import x as x``: re-exported to a type checker)."""
+    out = {}
+    for node in ast.parse(MODULES[package].read_text()).body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for imp in node.body:
+                if isinstance(imp, ast.ImportFrom):
+                    out |= {a.name: _target(imp.module or "", a.name) for a in imp.names if a.asname == a.name}
+    return out
+
+
+def test_a_type_checker_sees_every_lazy_name_from_its_module() -> None:
+    assert set(LAZY) == {"lowering", "lowering.layout", "torch_backend"}
+    for package, table in LAZY.items():
+        assert _type_checking_imports(package) == table, package
+
+
+def test_a_lazy_package_lists_its_own_doors_too() -> None:
+    for package in LAZY:
+        module = importlib.import_module(package)
+        assert dir(module) == sorted(module.__all__), package
+        if not package.startswith("torch_backend"):  # its names import torch
+            assert all(hasattr(module, name) for name in module.__all__), package

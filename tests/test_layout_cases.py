@@ -44,11 +44,13 @@ def test_layout_cases_are_not_trivial() -> None:
 @pytest.mark.parametrize("case", CASES)
 def test_placements_match_dtensor(case: dict[str, Any]) -> None:
     """The DTensor forms the case file lists (torch-free text: S(d), _S(d,sf), R, P(op))."""
+    from lowering.checks import resolve
     from lowering.placements import format_placements, parse_placements, placement_specs
 
     want = case["dtensor"]
-    specs, order = placement_specs(case["type"], case["mesh"])
-    strided, _ = placement_specs(case["type"], case["mesh"], strided=True)
+    t, mesh = resolve(case["type"], case["mesh"])
+    specs, order = placement_specs(t, mesh)
+    strided, _ = placement_specs(t, mesh, strided=True)
     assert format_placements(specs) == format_placements(parse_placements(want["placements"]))
     assert order == {int(k): v for k, v in (want["shard_order"] or {}).items()}
     assert format_placements(strided) == format_placements(

@@ -1,5 +1,6 @@
-"""The typed collectives on real gloo processes: a few rank diagrams on 3 processes, and
-the Megatron-style MLP on 2 processes against its single-process twin."""
+"""The typed collectives on real gloo processes: a few rank diagrams on 3 processes, the
+Megatron-style MLP on 2 processes against its single-process twin, and the tensor-parallel
++ FSDP MLP on 8 (dp=2, tp=4) under typecheck(), its FSDP trap refused."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from spmd_megatron import H, parallel, single  # noqa: E402
+from spmd_megatron import FSDP_MESH, STORED, TRAP, H, fsdp_init, fsdp_parallel, fsdp_single, parallel, single  # noqa: E402
 from spmd_utils import T, Tv  # noqa: E402
 from torch_utils import GlooPool  # noqa: E402
 
@@ -37,6 +38,25 @@ def _diagrams(rank: int, world: int) -> dict:
         # reduce_scatter(P, S(0)) then all_reduce via redistribute
         z = spmd.reduce_scatter(torch.full((6,), float(rank + 1), dtype=torch.float64), "x", src=P, dst=S(0))
         out["rs"] = z.tolist()
+        # all_reduce in place: a flat buffer reduced in its own memory, and a strided one
+        buf = torch.full((2, 4), float(rank + 1), dtype=torch.float64)
+        ptr = buf.data_ptr()
+        same = spmd.all_reduce(buf, "x", src=P, dst=R, inplace=True) is buf and buf.data_ptr() == ptr
+        strided = torch.full((2, 4), float(rank + 1), dtype=torch.float64)
+        spmd.all_reduce(strided[:, 0], "x", src=P("avg"), dst=R, inplace=True)
+        out["inplace"] = (same, buf.tolist(), strided.tolist())
+        # torch.distributed's own all_reduce under the checker: the world's group is the x axis
+        import torch.distributed as dist
+
+        g = spmd.assert_type(torch.full((2,), float(rank + 1), dtype=torch.float64), {"x": P})
+        with spmd.typecheck():
+            dist.all_reduce(g)
+            try:
+                dist.all_reduce(g)  # now R: a second sum would triple it
+                refused = ""
+            except ValueError as e:
+                refused = str(e).splitlines()[0]
+        out["raw"] = (g.tolist(), spmd.typeof(g) == {"x": R}, refused)
     return out
 
 
@@ -70,6 +90,9 @@ def test_diagrams_on_three_gloo_processes() -> None:
         assert y == [float(T(f"{c}{r}")) for c in "ABC"]
         assert g == [float(T(f"{'ABC'[r]}{k}")) for k in range(3)]
         assert res[r]["rs"] == [6.0, 6.0]
+        assert res[r]["raw"] == ([6.0, 6.0], True, "torch.distributed.all_reduce of a tensor that is R on mesh "
+                                 "axis 'x': a reduction finishes a pending one (P)")
+        assert res[r]["inplace"] == (True, [[6.0] * 4] * 2, [[2.0] + [r + 1.0] * 3] * 2)  # the sum; column 0's average
 
 
 @pytest.mark.parametrize("mode", ["local", "global"])
@@ -87,3 +110,38 @@ def test_megatron_mlp_matches_single_process(mode: str) -> None:
         assert torch.allclose(got["W2"], weights["W2"][:, rows], atol=1e-6, rtol=0)
         assert torch.allclose(got["b2"], weights["b2"], atol=1e-6, rtol=0)
     assert losses[-1] < losses[0]
+
+
+def _fsdp_trap(rank: int, world: int, full: dict) -> str:
+    from spec_lang.errors import SpecError
+
+    try:
+        fsdp_parallel(rank, world, full, TRAP, steps=1)
+    except SpecError as e:
+        return str(e)
+    return "not refused"
+
+
+def test_megatron_tp_fsdp_step_on_eight_gloo_processes(gloo_pool) -> None:
+    """Weights stored FSDP-style over (tp, dp), gathered to {R:dp} for the step, the batch
+    split over dp, column- then row-parallel over tp, every op under typecheck(): the losses,
+    the first step's shard gradients and the trained shards are the single-process model's.
+    The same step gathering to 'f64[32@tp,16]' (I on dp) is refused on every rank."""
+    from lowering.spmd.types import I, P
+    from spec_lang import parse, parse_mesh
+    from torch_backend.blocks import local_part
+
+    losses, first, final = fsdp_single()
+    full = fsdp_init()
+    res = gloo_pool.run(fsdp_parallel, full, timeout_s=240)
+    mesh = parse_mesh(FSDP_MESH)
+    for r in range(8):
+        got_losses, got_first, got_final, loss_type = res[r]
+        assert loss_type == {"dp": P, "tp": I}
+        assert got_losses == pytest.approx(losses, rel=1e-12)
+        for k in ("W1", "W2"):
+            t = parse(STORED[k])
+            assert torch.allclose(torch.tensor(got_first[k], dtype=torch.float64), local_part(first[k], t, mesh, r), rtol=0, atol=1e-12)
+            assert torch.allclose(torch.tensor(got_final[k], dtype=torch.float64), local_part(final[k], t, mesh, r), rtol=0, atol=1e-12)
+    refused = gloo_pool.run(_fsdp_trap, full, timeout_s=120)
+    assert all(refused[r].startswith("linear mixes I with S(0) on mesh axis 'dp'") for r in range(8)), refused[0]

@@ -13,7 +13,7 @@ from typed_data import pairing, random_arrays
 from lowering.kinds import simulate_step
 from lowering.layout import local_shape
 from lowering.spmd.programs import backward_program, program_for
-from lowering.spmd.rules import ALLOWED, BACKWARD, backward_of, check_pair
+from lowering.spmd.rules import ALLOWED, BACKWARD, IDENTITY_ON_DIAGONAL, backward_of, check_pair
 from lowering.spmd.types import I, LocalType, P, R, S, V, as_local_type
 from spec_lang.dual import dual_type
 from spec_lang.errors import SpecError
@@ -99,7 +99,34 @@ def test_backward_table_has_every_direct_row() -> None:
                 assert fwd[1:] == (a, b)
 
 
-REFUSED = [(op, a, b) for op in ALLOWED for a in "RIVPS" for b in "RIVPS" if (a, b) not in ALLOWED[op]]
+def _identity(op: str, a: str, b: str) -> bool:
+    """The diagonal of reinterpret, convert and redistribute: nothing to do (reinterpret takes no S(i))."""
+    return a == b and op in IDENTITY_ON_DIAGONAL and not (op == "reinterpret" and a == "S")
+
+
+REFUSED = [(op, a, b) for op in ALLOWED for a in "RIVPS" for b in "RIVPS"
+           if (a, b) not in ALLOWED[op] and not _identity(op, a, b)]
+
+
+@pytest.mark.parametrize("op", IDENTITY_ON_DIAGONAL)
+@pytest.mark.parametrize("t", [R, I, V, P, P("avg"), S(0), S(1)], ids=repr)
+def test_the_diagonal_is_nothing_to_do(op, t) -> None:
+    """src == dst: the tables' "-", an empty program (the input as it is, its backward too)."""
+    if op == "reinterpret" and t.kind == "S":
+        with pytest.raises(SpecError, match="does not take S"):
+            check_pair(op, t, t)
+        return
+    assert check_pair(op, t, t) == "identity"
+    m = parse_mesh("dp=2,tp=3")
+    prog = program_for(op, t, t, ("tp",), (3, 4), "float64", m, 9 if t.kind == "S" else None)
+    assert prog.steps == () and prog.src == prog.dst
+    assert backward_program(prog).steps == ()
+    for other in ("all_gather", "all_reduce", "reduce_scatter", "all_to_all"):  # a real op there, or none
+        if other == "all_to_all" and t == V:
+            assert check_pair(other, t, t) == "all_to_all"  # the transpose of the mesh axis and dim 0
+            continue
+        with pytest.raises(SpecError):
+            check_pair(other, t, t)
 
 
 @pytest.mark.parametrize("op,a,b", REFUSED, ids=lambda v: str(v))

@@ -5,10 +5,13 @@ fit the mesh, the program compiles, the world matches the mesh, and the tensor's
 device and local shape match the source type for this rank. A call that is wrong in
 the same way on every rank therefore fails on every rank at once, with a SpecError (a
 ValueError) that says how to fix it, and no rank is left waiting in a collective.
-A tensor whose shape is wrong on *some* ranks only fails there, and the others stop at
-the collective timeout, unless ``agree=True`` (or ``SHARDC_AGREE=1``): then one 4-byte
-all_reduce lets every rank fail at once, naming the ranks at fault. The input tensor
-is never modified.
+A call that differs between ranks (a tensor whose shape is wrong on *some* ranks, a
+rank with other types or another mesh) fails only where it is wrong, and the others stop
+at the collective timeout (or wait to create a group the odd rank never joins), unless
+``agree=True`` (or ``SHARDC_AGREE=1``): then the ranks compare their calls before any
+collective of the program (``torch_backend.agree``: one all_reduce of 8 bytes per
+rank), and every rank fails at once, naming the ranks at fault. The input tensor is
+never modified.
 """
 
 from __future__ import annotations
@@ -31,12 +34,14 @@ from spec_lang.dual import dual_type
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from spec_lang.parser import parse
-from torch_backend import autograd, comm
+from torch_backend import autograd
+from torch_backend.agree import Checks, agreed, describe
 from torch_backend.blocks import local_part
 from torch_backend.comm import rank_map
-from torch_backend.dtypes import dtype_name, short_name, to_torch_dtype
+from torch_backend.dtypes import check_reductions, dtype_name, short_name, to_torch_dtype
 from torch_backend.executor import BoundProgram, bind
 from torch_backend.groups import MeshContext, context, real_world
+from torch_backend.type_tags import typed_output
 
 
 def _is_dtensor(x: Any) -> bool:
@@ -73,11 +78,16 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
     Differentiable (see ``torch_backend.autograd``). ``timeout`` bounds each collective of
     the groups this call creates (seconds or a timedelta).
 
-    ``agree=True`` (or ``SHARDC_AGREE=1`` in the environment) adds one 4-byte all_reduce
-    over the mesh before the program, so that a tensor that is wrong on *some* ranks only
-    fails on every rank at once, each naming the ranks at fault. It is off by default
-    because a call that is wrong the same way everywhere already fails everywhere
-    without it, and the extra collective costs a latency on every call.
+    ``agree=True`` (or ``SHARDC_AGREE=1`` in the environment) adds one small all_reduce
+    over the mesh before the program (``torch_backend.agree``): the ranks compare what
+    decides it (the types, the mesh, the tensors' device kind) and whether each passed its
+    checks, so that a call that is wrong on *some* ranks only (a tensor of the wrong shape,
+    other types, another mesh) fails on every rank at once, each naming the ranks at
+    fault. It is off by default because a call that is wrong the same way everywhere
+    already fails everywhere without it, and the extra collective costs a latency on
+    every call. Without it, ranks that pass different types or meshes run different
+    programs: they fail at the collective timeout, or, where the collectives happen to
+    match, return wrong data (see docs/running.md).
 
     ``async_op=True`` (local tensors) returns a handle at once, its last collective on the
     wire where the kind allows (an even all_gather or reduce_scatter into its output, an
@@ -90,9 +100,8 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
         hot = _HOT.get((src, dst, mesh))
         if (hot is not None and timeout is None and not async_op and hot[0] is real_world()
                 and fits_block(x, hot[2]) and not (agree if agree is not None else _AGREE[0] if _AGREE else agree_default())):
-            if x.requires_grad and torch.is_grad_enabled():
-                return autograd.Redistribute.apply(x, hot[1])
-            return hot[3](x)
+            y = autograd.Redistribute.apply(x, hot[1]) if x.requires_grad and torch.is_grad_enabled() else hot[3](x)
+            return typed_output(y, x, hot[1].tags)
     if _is_dtensor(x):
         if async_op:
             raise SpecError("async_op=True takes a local tensor, not a DTensor",
@@ -108,8 +117,11 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
     if not isinstance(x, torch.Tensor):
         raise SpecError(f"expected a torch.Tensor, got {type(x).__name__}",
                         hint="pass this rank's local block as a tensor")
-    bound = bound_call(src, dst, mesh, timeout=timeout)
-    x = check_tensor(x, bound.program.src, bound.ctx, agree, bound)
+    if agreeing(agree):
+        bound, x = agreed_call(x, src, dst, mesh, timeout)
+    else:
+        bound = bound_call(src, dst, mesh, timeout=timeout)
+        x = check_tensor(x, bound.program.src, bound.ctx, bound)
     if async_op:
         return autograd.apply_async(bound.program, x, bound.ctx, bound=bound)
     if timeout is None and type(x) is torch.Tensor and type(src) is str and type(dst) is str and type(mesh) is str:
@@ -140,12 +152,15 @@ def prepare(x: Any, src: TensorType | str, dst: TensorType | str, mesh: Mesh | s
             timeout: timedelta | float | None = None,
             agree: bool | None = None) -> tuple[Program, MeshContext, torch.Tensor]:
     """Every check of a local-tensor call, then the program and its context. No communication
-    (except ``agree``'s one all_reduce)."""
+    (except ``agree``'s)."""
     if not isinstance(x, torch.Tensor):
         raise SpecError(f"expected a torch.Tensor, got {type(x).__name__}",
                         hint="pass this rank's local block as a tensor")
+    if agreeing(agree):
+        bound, x = agreed_call(x, src, dst, mesh, timeout)
+        return bound.program, bound.ctx, x
     program, ctx = plan_call(src, dst, mesh, timeout=timeout)
-    return program, ctx, check_tensor(x, program.src, ctx, agree)
+    return program, ctx, check_tensor(x, program.src, ctx)
 
 
 # (src, dst, id(ctx)) -> the call's bound program; a hit skips parsing, checks and compiling.
@@ -198,18 +213,58 @@ def _bound_call(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str |
         hit, key = None, None
     if hit is not None and hit.ctx is ctx:
         return hit
+    bound = bind(checked_program(src, dst, ctx), ctx)
+    if key is not None:
+        if len(_CALLS) >= _CALLS_MAX:
+            _CALLS.clear()
+        _CALLS[key] = bound
+    return bound
+
+
+def checked_program(src: TensorType | str, dst: TensorType | str, ctx: MeshContext) -> Program:
+    """Both types parsed and checked against the mesh and each other, and their program:
+    every tensor-independent check of a call but the binding's (pure: no communication)."""
     s, d = _type(src, "source"), _type(dst, "destination")
     s_text = src if isinstance(src, str) else None
     d_text = dst if isinstance(dst, str) else None
     lowering.check_type(s, ctx.mesh, text=s_text)
     lowering.check_type(d, ctx.mesh, text=d_text)
     check_same_global(s, d, s_text, d_text)
-    bound = bind(lowering.compile(s, d, ctx.mesh), ctx)
-    if key is not None:
-        if len(_CALLS) >= _CALLS_MAX:
-            _CALLS.clear()
-        _CALLS[key] = bound
-    return bound
+    return lowering.compile(s, d, ctx.mesh)
+
+
+def agreed_program(src: TensorType | str, dst: TensorType | str, ctx: MeshContext) -> Program:
+    """``checked_program`` and the binding's own check (a reduction torch cannot add), as a
+    call that agrees runs them before the agreement."""
+    program = checked_program(src, dst, ctx)
+    check_reductions(program)
+    return program
+
+
+def agreed_call(x: Any, src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any,
+                timeout: timedelta | float | None) -> tuple[BoundProgram, torch.Tensor]:
+    """A local-tensor call that agrees: every check on this rank, the agreement
+    (``torch_backend.agree``), and only then the bound program (whose groups are made
+    now that every rank runs the same program)."""
+    def run(found: Checks) -> torch.Tensor:
+        found.ctx = ctx = context(mesh, timeout=timeout)
+        before = _bound_before(src, dst, ctx)
+        program = before.program if before is not None else agreed_program(src, dst, ctx)
+        found.call = describe([(program.src, program.dst)], ctx, [x])
+        return check_tensor(x, program.src, ctx, before)
+
+    x = agreed(mesh, run)
+    return bound_call(src, dst, mesh, timeout=timeout), x
+
+
+def _bound_before(src: TensorType | str, dst: TensorType | str, ctx: MeshContext) -> BoundProgram | None:
+    """The bound program of an earlier call with these arguments on ``ctx`` (checked and
+    bound already: an agreeing call in a loop skips its checks), else None."""
+    try:
+        hit = _CALLS.get((src, dst, id(ctx)))
+    except TypeError:  # an unhashable type argument: the checks refuse it
+        return None
+    return hit if hit is not None and hit.ctx is ctx else None
 
 
 _AGREE: list[bool] = []  # SHARDC_AGREE as read at the first call of this process
@@ -232,14 +287,19 @@ on_clear(_AGREE.clear)
 
 def check_agree(agree: object) -> bool | None:
     """``agree=`` as given, where it is None, True or False (else a SpecError naming it)."""
-    return check_flag(agree, "agree", "pass agree=True for one all_reduce that makes a tensor wrong on some "
-                      "ranks fail on all of them, False to skip it, or None for SHARDC_AGREE's setting")
+    return check_flag(agree, "agree", "pass agree=True for the ranks to compare their calls before any "
+                      "collective (a call that differs on some ranks fails on all of them), False to skip it, "
+                      "or None for SHARDC_AGREE's setting")
 
 
-def check_tensor(x: Any, s: TensorType, ctx: MeshContext, agree: bool | None,
-                 bound: BoundProgram | None = None) -> torch.Tensor:
-    """The tensor's checks against the source type; with ``agree`` (or ``SHARDC_AGREE=1``) one
-    4-byte all_reduce makes a tensor wrong on some ranks fail on every rank at once.
+def agreeing(agree: bool | None) -> bool:
+    """Whether a call agrees: ``agree`` as given, else ``SHARDC_AGREE``."""
+    return agree if agree is not None else _AGREE[0] if _AGREE else agree_default()
+
+
+def check_tensor(x: Any, s: TensorType, ctx: MeshContext, bound: BoundProgram | None = None) -> torch.Tensor:
+    """The tensor's checks against the source type (this rank's; every rank's under
+    LocalTensorMode). A call that agrees runs them before its agreement.
 
     ``bound``: the call's bound program (its source type is ``s``), which keeps what a
     plain tensor of a real group must have (dtype, device, this rank's shape): a tensor
@@ -247,41 +307,13 @@ def check_tensor(x: Any, s: TensorType, ctx: MeshContext, agree: bool | None,
     if not isinstance(x, torch.Tensor):
         raise SpecError(f"expected a torch.Tensor, got {type(x).__name__}",
                         hint="pass this rank's local block as a tensor")
-    if agree is None:
-        agree = _AGREE[0] if _AGREE else agree_default()
-    if not agree or ctx.is_local:  # LocalTensorMode checks every rank in this process
-        if bound is not None:
-            want = bound.expect
-            if want is None:
-                want = bound.expect = expected_block(s, ctx)
-            if fits_block(x, want):
-                return x
-        return check_local(x, s, ctx)
-    try:
-        x = check_local(x, s, ctx)
-        error = None
-    except SpecError as e:
-        error = e
-    bad = _ranks_at_fault(ctx, error is not None)
-    if error is not None:
-        raise error
-    if bad:
-        raise SpecError(
-            f"rank(s) {bad} passed a tensor that does not match {s}; this rank's was fine",
-            text=str(s), pos=str(s).find("["),
-            hint="see the error on those ranks: each names its expected local shape",
-        )
-    return x
-
-
-def _ranks_at_fault(ctx: MeshContext, mine_bad: bool) -> list[int]:
-    """One all_reduce over the mesh: which mesh ranks failed their local checks."""
-    device = torch.device("cuda", torch.cuda.current_device()) if ctx.backend == "nccl" else torch.device("cpu")
-    flags = torch.zeros(ctx.mesh.size, dtype=torch.int32, device=device)
-    if mine_bad:
-        flags[ctx.rank] = 1
-    comm.all_reduce(ctx, flags, "sum", ctx.group(ctx.mesh.names, ctx.rank))
-    return [int(r) for r in torch.nonzero(flags).flatten()]
+    if bound is not None:
+        want = bound.expect
+        if want is None:
+            want = bound.expect = expected_block(s, ctx)
+        if fits_block(x, want):
+            return x
+    return check_local(x, s, ctx)
 
 
 _DEVICE_TEST = {"gloo": "is_cpu", "nccl": "is_cuda"}  # check_local's device rule per backend
@@ -402,17 +434,32 @@ def _redistribute_dtensor(x: Any, src: TensorType | str | None, dst: TensorType 
     if dst is None:
         raise SpecError("redistribute(dtensor, dst) needs a destination type", hint="e.g. 'f32[8,16@dp]'")
     dm = x.device_mesh
-    m = as_mesh(dm)
-    if mesh is not None:
-        _check_dtensor_mesh(mesh, dm, m)
-    order = _shard_order(x, m)
-    s = from_placements(x.placements, m, tuple(x.shape), x.dtype, shard_order=order or None)
-    if src is not None:
-        s = _check_dtensor_source(src, s, m)
-    d = _type(dst, "destination")
+
+    def types() -> tuple[TensorType, TensorType, Mesh]:
+        m = as_mesh(dm)
+        if mesh is not None:
+            _check_dtensor_mesh(mesh, dm, m)
+        order = _shard_order(x, m)
+        s = from_placements(x.placements, m, tuple(x.shape), x.dtype, shard_order=order or None)
+        if src is not None:
+            s = _check_dtensor_source(src, s, m)
+        return s, _type(dst, "destination"), m
+
     # the input's gradient has dual(src)'s layout: a P(sum) where src says R
-    bound = bound_call(s, d, dm, timeout=timeout)
-    local = check_tensor(x.to_local(grad_placements=_grad_placements(s, m)), bound.program.src, bound.ctx, agree, bound)
+    if agreeing(agree):
+        def run(found: Checks) -> tuple[TensorType, TensorType, Mesh, torch.Tensor]:
+            found.ctx = ctx = context(dm, timeout=timeout)
+            s, d, m = types()
+            program = agreed_program(s, d, ctx)
+            found.call = describe([(program.src, program.dst)], ctx, [x])
+            return s, d, m, check_tensor(x.to_local(grad_placements=_grad_placements(s, m)), program.src, ctx)
+
+        s, d, m, local = agreed(dm, run)
+        bound = bound_call(s, d, dm, timeout=timeout)
+    else:
+        s, d, m = types()
+        bound = bound_call(s, d, dm, timeout=timeout)
+        local = check_tensor(x.to_local(grad_placements=_grad_placements(s, m)), bound.program.src, bound.ctx, bound)
     y = autograd.apply(bound.program, local, bound.ctx, bound=bound)
     placements, _ = to_placements(d, m, strided=True)
     # the incoming gradient must have dual(dst)'s layout (a P(sum) where dst says R), which is

@@ -43,6 +43,7 @@ from spec_lang.errors import SpecError
 from spec_lang.ir import TensorType
 from torch_backend.executor import BoundProgram, Pending, bind
 from torch_backend.groups import MeshContext
+from torch_backend.type_tags import typed_output
 
 
 def check_differentiable(src: TensorType, dst: TensorType) -> None:
@@ -91,9 +92,8 @@ def apply(program: Program, x: torch.Tensor, mesh_ctx: MeshContext, bound: Bound
     """Run ``program`` differentiably when autograd is recording ``x``, plainly otherwise
     (``bound``: the program already bound to ``mesh_ctx``, as a prepared call keeps it)."""
     bound = bound if bound is not None else bind(program, mesh_ctx)
-    if x.requires_grad and torch.is_grad_enabled():
-        return Redistribute.apply(x, bound)
-    return bound.run(x)
+    y = Redistribute.apply(x, bound) if x.requires_grad and torch.is_grad_enabled() else bound.run(x)
+    return typed_output(y, x, bound.tags)
 
 
 class _Finish(torch.autograd.Function):
@@ -119,9 +119,10 @@ class Handle:
     def wait(self) -> torch.Tensor:
         if self._out is None:
             if torch.is_grad_enabled() and self._x.requires_grad:
-                self._out = _Finish.apply(self._x, self._pending)
+                y = _Finish.apply(self._x, self._pending)
             else:
-                self._out = self._pending.result()
+                y = self._pending.result()
+            self._out = typed_output(y, self._x, self._pending.bound.tags)
         return self._out
 
 

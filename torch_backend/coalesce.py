@@ -12,23 +12,28 @@ program of the gradients' programs as the backward.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import torch
 
 from lowering.joint import JointProgram, Merged, check_type_lists, plan_jointly
+from lowering.layout import group_ranks
+from lowering.program import Program
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from torch_backend import collectives, comm
-from torch_backend.api import _ranks_at_fault, agree_default, bound_call, check_agree, check_tensor
+from torch_backend.agree import Checks, agreed, describe
+from torch_backend.api import agreed_program, agreeing, bound_call, check_agree, check_tensor
 from torch_backend.autograd import backward_program
 from torch_backend.comm import rank_map
 from torch_backend.executor import _aliases, build_pieces
-from torch_backend.groups import MeshContext
+from torch_backend.faults import CollectiveError
+from torch_backend.groups import MeshContext, context
 from torch_backend.packed import LAUNCHABLE, PACKED
 from torch_backend.runners import RUNNERS, Pieces
+from torch_backend.type_tags import Tags, output_tags, typed_output
 
 
 @dataclass(eq=False)
@@ -39,6 +44,10 @@ class JointBound:
     ctx: MeshContext
     pieces: list[list[Pieces]]
     _backward: JointBound | None = None
+    tags: list[Tags] = field(init=False, repr=False)  # each output's SPMD types (type_tags.typed_output)
+
+    def __post_init__(self) -> None:
+        self.tags = [output_tags(p) for p in self.joint.programs]
 
     def run(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         return self.unaliased(xs, self.run_rounds(list(xs), self.joint.rounds))
@@ -50,15 +59,35 @@ class JointBound:
         return ys
 
     def run_group(self, g: Merged, ys: list[torch.Tensor]) -> None:
-        if not g.packed:
-            j, i = g.members[0]
-            step = self.joint.programs[j].steps[i]
-            ys[j] = RUNNERS[step.kind](self.ctx, step, self.pieces[j][i], ys[j])
-            return
-        steps = [self.joint.step(ref) for ref in g.members]
-        outs = PACKED[g.kind](self.ctx, steps, [self.pieces[j][i] for j, i in g.members], [ys[j] for j, _ in g.members])
+        try:
+            if not g.packed:
+                j, i = g.members[0]
+                step = self.joint.programs[j].steps[i]
+                ys[j] = RUNNERS[step.kind](self.ctx, step, self.pieces[j][i], ys[j])
+                return
+            steps = [self.joint.step(ref) for ref in g.members]
+            outs = PACKED[g.kind](self.ctx, steps, [self.pieces[j][i] for j, i in g.members],
+                                  [ys[j] for j, _ in g.members])
+        except RuntimeError as e:
+            err = self.failed(g, e)
+            if err is e:
+                raise
+            raise err from e
         for (j, _), y in zip(g.members, outs):
             ys[j] = y
+
+    def failed(self, g: Merged, e: RuntimeError) -> RuntimeError:
+        """The error of a failed round: a CollectiveError naming the step, the tensors, the
+        group and who is at fault (a local step's error as it is)."""
+        step = self.joint.step(g.members[0])
+        if not step.is_collective or isinstance(e, CollectiveError):
+            return e
+        ctx = self.ctx
+        members = group_ranks(self.joint.mesh, step.axes, ctx.ranks[0])
+        tensors = sorted({j for j, _ in g.members})
+        where = (f"rank {ctx.ranks[0] if len(ctx.ranks) == 1 else list(ctx.ranks)}: {step.describe()} of "
+                 f"tensor{'s' if len(tensors) > 1 else ''} {tensors} on group {list(members)}")
+        return ctx.failed(where, e, members, step.axes)
 
     def unaliased(self, xs: Sequence[torch.Tensor], ys: list[torch.Tensor]) -> list[torch.Tensor]:
         """The results, none sharing memory with an input (a lone view is copied)."""
@@ -66,6 +95,10 @@ class JointBound:
             if _aliases(self.ctx, y, x):
                 ys[j] = rank_map(self.ctx, lambda r, t: t.clone(memory_format=torch.contiguous_format), y)
         return ys
+
+    def typed(self, ys: list[torch.Tensor], xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """The outputs, each typed by its destination (``type_tags.typed_output``)."""
+        return [typed_output(y, x, t) for y, x, t in zip(ys, xs, self.tags)]
 
     def backward(self) -> JointBound:
         if self._backward is None:
@@ -83,13 +116,13 @@ class JointPending:
         self.bound, self._xs = bound, list(xs)
         rounds, ctx = bound.joint.rounds, bound.ctx
         ys = bound.run_rounds(list(xs), rounds[:-1])
-        self._inflight: list[tuple[tuple[int, ...], Any, Callable[[], Any]]] = []
+        self._inflight: list[tuple[Merged, tuple[int, ...], Any, Callable[[], Any]]] = []
         for g in rounds[-1] if rounds else ():
             launched = None if ctx.is_local else self._launch(g, ys)
             if launched is None:
                 bound.run_group(g, ys)
             else:
-                self._inflight.append(launched)
+                self._inflight.append((g, *launched))
         self._ys, self._result = ys, None
 
     def _launch(self, g: Merged, ys: list[torch.Tensor]) -> tuple[tuple[int, ...], Any, Callable[[], Any]] | None:
@@ -110,8 +143,14 @@ class JointPending:
     def result(self) -> list[torch.Tensor]:
         if self._result is None:
             ys = self._ys
-            for members, work, unpack in self._inflight:
-                comm.wait(self.bound.ctx, work)
+            for g, members, work, unpack in self._inflight:
+                try:
+                    comm.wait(self.bound.ctx, work)
+                except RuntimeError as e:
+                    err = self.bound.failed(g, e)
+                    if err is e:
+                        raise
+                    raise err from e
                 for j, y in zip(members, unpack()):
                     ys[j] = y
             self._result, self._inflight = self.bound.unaliased(self._xs, ys), []
@@ -128,9 +167,10 @@ class ManyHandle:
     def wait(self) -> list[torch.Tensor]:
         if self._out is None:
             if torch.is_grad_enabled() and any(x.requires_grad for x in self._xs):
-                self._out = list(_ManyFinish.apply(self._pending, *self._xs))
+                ys = list(_ManyFinish.apply(self._pending, *self._xs))
             else:
-                self._out = self._pending.result()
+                ys = self._pending.result()
+            self._out = self._pending.bound.typed(ys, self._xs)
         return self._out
 
 
@@ -192,13 +232,23 @@ def redistribute_many(xs: Sequence[torch.Tensor], srcs: Sequence[TensorType | st
     if not (len(xs) == len(srcs) == len(dsts)) or not xs:
         raise SpecError(f"got {len(xs)} tensors, {len(srcs)} source types and {len(dsts)} destination types",
                         hint="pass one source and one destination type per tensor (at least one)")
-    bound = prepare_many(srcs, dsts, mesh, timeout=timeout)
-    checked = _check_all(xs, bound, agree)
+    if agreeing(agree):
+        def run(found: Checks) -> list[torch.Tensor]:
+            found.ctx = ctx = context(mesh, timeout=timeout)
+            programs = [agreed_program(s, d, ctx) for s, d in zip(srcs, dsts)]
+            found.call = describe([(p.src, p.dst) for p in programs], ctx, xs)
+            return _check_all(xs, programs, ctx)
+
+        checked = agreed(mesh, run)
+        bound = prepare_many(srcs, dsts, mesh, timeout=timeout)
+    else:
+        bound = prepare_many(srcs, dsts, mesh, timeout=timeout)
+        checked = _check_all(xs, bound.joint.programs, bound.ctx)
     if async_op:
         return ManyHandle(JointPending(bound, [x.detach() if x.requires_grad else x for x in checked]), checked)
     if torch.is_grad_enabled() and any(x.requires_grad for x in checked):
-        return list(_Many.apply(bound, *checked))
-    return bound.run(checked)
+        return bound.typed(list(_Many.apply(bound, *checked)), xs)
+    return bound.typed(bound.run(checked), xs)
 
 
 def prepare_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Mesh | str | Any, *,
@@ -208,22 +258,12 @@ def prepare_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | s
     return JointBound(plan_jointly([b.program for b in bounds]), bounds[0].ctx, [b.pieces for b in bounds])
 
 
-def _check_all(xs: Sequence[torch.Tensor], bound: JointBound, agree: bool | None) -> list[torch.Tensor]:
-    """Every tensor against its source type; with ``agree``, one all_reduce for all of them."""
-    ctx = bound.ctx
-    if agree is None:
-        agree = agree_default()
-    error, out = None, []
-    for i, (x, p) in enumerate(zip(xs, bound.joint.programs)):
+def _check_all(xs: Sequence[torch.Tensor], programs: Sequence[Program], ctx: MeshContext) -> list[torch.Tensor]:
+    """Every tensor against its source type; the first that fails is the error."""
+    out = []
+    for i, (x, p) in enumerate(zip(xs, programs)):
         try:
-            out.append(check_tensor(x, p.src, ctx, False))
+            out.append(check_tensor(x, p.src, ctx))
         except SpecError as e:
-            error = error or SpecError(f"tensor {i}: {e.message}", text=e.text, pos=e.pos, hint=e.hint)
-    if agree and not ctx.is_local:
-        bad = _ranks_at_fault(ctx, error is not None)
-        if error is None and bad:
-            raise SpecError(f"rank(s) {bad} passed tensors that do not match their source types",
-                            hint="see the error on those ranks")
-    if error is not None:
-        raise error
+            raise SpecError(f"tensor {i}: {e.message}", text=e.text, pos=e.pos, hint=e.hint) from None
     return out

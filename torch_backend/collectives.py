@@ -239,13 +239,18 @@ def local_reduce(parts: list[torch.Tensor], op: str) -> torch.Tensor:
 @runs("all_reduce")
 def all_reduce(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
     """``+A, +B, +C => A + B + C`` on every rank, on a contiguous copy of the input."""
-    alone = _alone(ctx, plans, x)
-    if alone is not None:
-        return alone
-    op = step.op or "sum"
-    buf = rank_map(ctx, lambda r, t: t.clone(memory_format=torch.contiguous_format), x)
-    comm.all_reduce(ctx, buf, op, _group(ctx, step))
-    return finish_avg(buf, op, _group_size(plans))
+    return all_reduce_into(ctx, step, plans, rank_map(ctx, lambda r, t: t.clone(memory_format=torch.contiguous_format), x))
+
+
+def all_reduce_into(ctx: MeshContext, step: Step, plans: Plans, buf: torch.Tensor) -> torch.Tensor:
+    """The all_reduce step on ``buf`` itself (contiguous), in place; returns ``buf`` (a group
+    of one has nothing to reduce)."""
+    n = _group_size(plans)
+    if n > 1:
+        op = step.op or "sum"
+        comm.all_reduce(ctx, buf, op, _group(ctx, step))
+        finish_avg(buf, op, n)
+    return buf
 
 
 # ---- exchanges --------------------------------------------------------------------------

@@ -26,16 +26,14 @@ import torch
 import torch.distributed as dist
 
 from torch_backend.dtypes import wire_view
+from torch_backend.faults import CollectiveError  # noqa: F401 - where it lived: torch_backend.comm.CollectiveError
 from torch_backend.groups import GroupHandle, MeshContext
+from torch_backend.type_tags import UNCHECKED
 
 _OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-
-
-class CollectiveError(RuntimeError):
-    """A collective failed or timed out (a peer died, hung, or the group broke)."""
 
 
 def reduce_op(op: str, dtype: torch.dtype) -> Any:
@@ -79,6 +77,16 @@ def rank_map(ctx: MeshContext, fn: Callable[..., torch.Tensor], *tensors: torch.
 # ---- collectives ------------------------------------------------------------------------
 
 
+def _own(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """One of shardc's own c10d calls: outside the SPMD type checker (``typecheck()`` types
+    torch.distributed's collectives in user code; a shardc call types its own result)."""
+    UNCHECKED[0] += 1
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        UNCHECKED[0] -= 1
+
+
 def wait(ctx: MeshContext, work: Any) -> None:
     """Wait for one collective, bounded by the context's timeout (the group's otherwise)."""
     if work is None:
@@ -92,19 +100,19 @@ def wait(ctx: MeshContext, work: Any) -> None:
 def all_gather(ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, group: GroupHandle,
                launch_only: bool = False) -> Any:
     """Gather into ``out``; ``launch_only`` returns the work unwaited (wait with ``wait``)."""
-    work = _all_gather(wire_view(out), wire_view(inp), group=group.pg, async_op=True)
+    work = _own(_all_gather, wire_view(out), wire_view(inp), group=group.pg, async_op=True)
     return work if launch_only else wait(ctx, work)
 
 
 def reduce_scatter(ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, op: str, group: GroupHandle,
                    launch_only: bool = False) -> Any:
-    work = _reduce_scatter(wire_view(out, True), wire_view(inp, True), op=reduce_op(op, inp.dtype), group=group.pg,
-                           async_op=True)
+    work = _own(_reduce_scatter, wire_view(out, True), wire_view(inp, True), op=reduce_op(op, inp.dtype),
+                group=group.pg, async_op=True)
     return work if launch_only else wait(ctx, work)
 
 
 def all_reduce(ctx: MeshContext, buf: torch.Tensor, op: str, group: GroupHandle, launch_only: bool = False) -> Any:
-    work = dist.all_reduce(wire_view(buf, True), op=reduce_op(op, buf.dtype), group=group.pg, async_op=True)
+    work = _own(dist.all_reduce, wire_view(buf, True), op=reduce_op(op, buf.dtype), group=group.pg, async_op=True)
     return work if launch_only else wait(ctx, work)
 
 
@@ -116,8 +124,8 @@ def all_to_all(ctx: MeshContext, send: torch.Tensor, send_splits: dict[int, list
     if not ctx.is_local:
         mine_in, mine_out = send_splits[ctx.rank], recv_splits[ctx.rank]
         recv = out if out is not None else torch.empty(sum(mine_out), dtype=send.dtype, device=send.device)
-        wait(ctx, dist.all_to_all_single(wire_view(recv), wire_view(send), mine_out, mine_in, group=group.pg,
-                                         async_op=True))
+        wait(ctx, _own(dist.all_to_all_single, wire_view(recv), wire_view(send), mine_out, mine_in, group=group.pg,
+                       async_op=True))
         return recv
     import torch.distributed._functional_collectives as fc
     from torch.distributed._local_tensor import LocalTensor
@@ -125,7 +133,7 @@ def all_to_all(ctx: MeshContext, send: torch.Tensor, send_splits: dict[int, list
     ins = _per_rank_ints(ctx, send_splits)
     outs = _per_rank_ints(ctx, recv_splits)
     wire = wire_view(send)
-    got = fc.all_to_all_single(wire, outs, ins, group.pg)
+    got = _own(fc.all_to_all_single, wire, outs, ins, group.pg)
     if not isinstance(got, LocalTensor) and hasattr(got, "wait"):
         got = got.wait()
     return got.view(send.dtype) if wire.dtype != send.dtype else got
@@ -155,5 +163,5 @@ def p2p(ctx: MeshContext, sends: list[tuple[torch.Tensor, int]], recvs: list[tup
     ops += [dist.P2POp(dist.irecv, wire_view(t), ctx.global_rank(q), group=group.pg) for t, q in recvs]
     if not ops:
         return
-    for w in dist.batch_isend_irecv(ops):
+    for w in _own(dist.batch_isend_irecv, ops):
         wait(ctx, w)

@@ -47,12 +47,14 @@ from lowering.kinds import rank_pieces
 from lowering.program import Program, Step, check_program
 from spec_lang.errors import SpecError
 from torch_backend import collectives, comm, local_steps, typed_steps, uneven_steps  # noqa: F401 - each registers its runners
-from torch_backend.comm import CollectiveError, rank_map
+from torch_backend.comm import rank_map
 from torch_backend.dtypes import check_reductions
+from torch_backend.faults import CollectiveError
 from torch_backend.groups import MeshContext, context
 from torch_backend.lean import collective_error, lean_run
 from torch_backend.runners import RUNNERS, Pieces
 from torch_backend.scratch import Scratch, using
+from torch_backend.type_tags import Tags, output_tags
 
 __all__ = ["BoundProgram", "CollectiveError", "Pieces", "bind", "build_pieces", "execute"]
 StepHook = Callable[[int, Step], None]
@@ -109,6 +111,10 @@ class BoundProgram:
     scratch: Scratch | None = None  # a prepared program's reused send/receive buffers
     _lean: Any = field(default=_UNSET, repr=False)  # lean_run's function (None: interpret)
     expect: Any = field(default=None, repr=False)  # what api.check_tensor's fast test compares, once made
+    tags: Tags = field(init=False, repr=False)  # the output's SPMD types (type_tags.typed_output)
+
+    def __post_init__(self) -> None:
+        self.tags = output_tags(self.program)
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
         lean = self._lean
@@ -172,7 +178,12 @@ class Pending:
             y = self._y
             if self._launched is not None:
                 work, finish = self._launched
-                comm.wait(self.bound.ctx, work)
+                b = self.bound
+                try:
+                    comm.wait(b.ctx, work)
+                except RuntimeError as e:
+                    i = self._rest - 1
+                    raise collective_error(b.ctx, b.program, i, b.program.steps[i], e) from e
                 y = finish()
             b = self.bound
             rest = b.program.steps[self._rest:]

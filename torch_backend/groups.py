@@ -38,7 +38,7 @@ import atexit
 import gc
 import sys
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -51,6 +51,7 @@ from lowering.layout import group_ranks
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh
 from spec_lang.parser import parse_mesh
+from torch_backend.faults import CollectiveError, collective_failure, group_timeout
 
 
 def local_tensor_mode() -> Any | None:
@@ -187,7 +188,11 @@ class MeshContext:
                 # eager NCCL init: every member creates the communicator here, so a later
                 # batch_isend_irecv in which some members have nothing to do cannot hang
                 device = torch.device("cuda", torch.cuda.current_device())
-            pg = _new_group(tuple(sorted(self.to_global[q] for q in mine)), self.timeout, device)
+            try:
+                pg = _new_group(tuple(sorted(self.to_global[q] for q in mine)), self.timeout, device)
+            except RuntimeError as e:  # a member died or never came: c10d's errors name nobody
+                raise self.failed(f"rank {self.rank}: creating the process group over {','.join(axes)} "
+                                  f"(ranks {sorted(mine)})", e, sorted(mine)) from e
         from_global = {g: q for q, g in enumerate(self.to_global)}
         order = tuple(from_global[g] for g in dist.get_process_group_ranks(pg))
         if sorted(order) != sorted(mine):
@@ -196,6 +201,21 @@ class MeshContext:
 
     def global_rank(self, mesh_rank: int) -> int:
         return self.to_global[mesh_rank]
+
+    def failed(self, where: str, e: BaseException, members: Sequence[int], axes: tuple[str, ...] | None = None
+               ) -> CollectiveError:
+        """The CollectiveError of a collective (or a group's creation) that failed ``where``,
+        over the mesh ranks ``members`` (the group over ``axes``, made already; None: not
+        made), naming who is at fault where the store can tell (``torch_backend.faults``)."""
+        if self.is_local:
+            return CollectiveError(f"{where} failed: {e}")
+        timeout = self.timeout
+        if timeout is None:
+            made = self._members.get(tuple(sorted(axes, key=self.mesh.index))) if axes is not None else None
+            timeout = group_timeout(made.pg if made is not None else dist.group.WORLD)
+        to_mesh = {g: q for q, g in enumerate(self.to_global)}
+        return collective_failure(where, e, [self.to_global[q] for q in members], self.to_global[self.rank],
+                                  timeout, to_mesh)
 
     def prepare(self, axes_sets: list[tuple[str, ...]]) -> None:
         """Create every group a program needs before its first collective."""

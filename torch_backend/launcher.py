@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 # torch is imported where a rank (or the store) needs it, so ``shardc run`` refuses bad
 # input before paying for it
 GRACE_S = 10.0  # after the first failure, on top of the collective timeout
+EXIT_WAIT_S = 1.0  # how long a rank the others gave up on gets to show that it exited
 
 
 @dataclass
@@ -160,7 +161,7 @@ def launch_local(spec: RunSpec | Any, world: int,
         p.start()
     try:
         tick = None if on_progress is None else (lambda done, failed: on_progress(_progress(store, done, failed)))
-        reports, died, hung = _collect(procs, q, spec.timeout, world, tick)
+        reports, died, hung = collect(procs, q, spec.timeout, world, tick)
     finally:
         for p in procs:
             if p.is_alive():
@@ -169,9 +170,11 @@ def launch_local(spec: RunSpec | Any, world: int,
     return merge(reports, died, hung, world, spec.backend)
 
 
-def _collect(procs: list[Any], q: Any, timeout: float, world: int,
-             tick: Callable[[int, int], None] | None = None
-             ) -> tuple[dict[int, dict[str, Any]], dict[int, int], list[int]]:
+def collect(procs: list[Any], q: Any, timeout: float, world: int,
+            tick: Callable[[int, int], None] | None = None
+            ) -> tuple[dict[int, dict[str, Any]], dict[int, int], list[int]]:
+    """Every rank's report from ``q``: (reports, the ranks that died without one and their
+    exit codes, the ranks still running when the others had stopped: hung)."""
     reports: dict[int, dict[str, Any]] = {}
     died: dict[int, int] = {}
     start = time.monotonic()
@@ -188,25 +191,55 @@ def _collect(procs: list[Any], q: Any, timeout: float, world: int,
         except queue_mod.Empty:
             pass
         now = time.monotonic()
-        for r, p in enumerate(procs):
-            if r not in reports and r not in died and p.exitcode is not None:
-                try:  # its report may still be in flight
-                    rep = q.get(timeout=0.5)
-                    reports[rep["rank"]] = rep
-                    continue
-                except queue_mod.Empty:
-                    pass
-                if r not in reports:
-                    died[r] = p.exitcode
-                    first_failure = first_failure or now
+        if _reap(procs, q, reports, died, 0.0):
+            first_failure = first_failure or now
         if first_failure is not None:
             pending = [r for r in range(world) if r not in reports and r not in died]
             if now - first_failure > timeout + GRACE_S or _all_named(pending, reports):
                 break
         if first_failure is None and now - start > STARTUP_S + timeout * 4 and not reports:
             break
+    # a rank the others named may have exited a moment ago (its exit status reaches this
+    # process after their reports): it died, whatever the counters said, so look once more
+    if _reap(procs, q, reports, died, EXIT_WAIT_S) and first_failure is None:
+        first_failure = time.monotonic()
     hung = [r for r in range(world) if r not in reports and r not in died]
     return reports, died, hung
+
+
+def _reap(procs: list[Any], q: Any, reports: dict[int, dict[str, Any]], died: dict[int, int],
+          wait_s: float) -> bool:
+    """Mark the ranks that exited without a report as died (their exit codes); returns
+    whether any was. ``wait_s``: how long to wait for a rank still running to exit."""
+    from multiprocessing.connection import wait
+
+    running = {procs[r].sentinel: r for r in range(len(procs)) if r not in reports and r not in died}
+    if wait_s > 0 and running:
+        deadline = time.monotonic() + wait_s
+        while running and (left := deadline - time.monotonic()) > 0:
+            for sentinel in wait(list(running), timeout=left):
+                running.pop(sentinel)
+    exited = [r for r in range(len(procs)) if r not in reports and r not in died and procs[r].exitcode is not None]
+    if not exited:
+        return False
+    _drain(q, reports, 0.5)  # a report sent just before the exit may still be in flight
+    new = False
+    for r in exited:
+        if r not in reports:
+            died[r] = procs[r].exitcode
+            new = True
+    return new
+
+
+def _drain(q: Any, reports: dict[int, dict[str, Any]], wait_s: float) -> None:
+    """Every report in the queue now, or arriving within ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            rep = q.get(timeout=max(deadline - time.monotonic(), 0.01))
+        except queue_mod.Empty:
+            return
+        reports[rep["rank"]] = rep
 
 
 def _all_named(pending: list[int], reports: dict[int, dict[str, Any]]) -> bool:

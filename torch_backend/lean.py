@@ -27,7 +27,8 @@ from lowering.kinds import RankPieces
 from lowering.layout import group_ranks
 from lowering.program import Program, Step
 from torch_backend import comm
-from torch_backend.comm import CollectiveError, finish_avg
+from torch_backend.comm import finish_avg
+from torch_backend.faults import CollectiveError
 from torch_backend.groups import MeshContext
 from torch_backend.runners import RUNNERS, Pieces
 from torch_backend.scratch import Scratch, using
@@ -37,12 +38,11 @@ LeanRun = Callable[[torch.Tensor], torch.Tensor]
 
 
 def collective_error(ctx: MeshContext, program: Program, i: int, step: Step, e: RuntimeError) -> CollectiveError:
-    """The error a failed collective step raises: which rank, which step, which group."""
-    return CollectiveError(
-        f"rank {ctx.ranks[0] if len(ctx.ranks) == 1 else list(ctx.ranks)}: step {i + 1}/{len(program)} "
-        f"{step.describe()} on group {list(group_ranks(program.mesh, step.axes, ctx.ranks[0]))} "
-        f"failed: {e}"
-    )
+    """The error a failed collective step raises: which rank, which step, which group, who is at fault."""
+    members = group_ranks(program.mesh, step.axes, ctx.ranks[0])
+    where = (f"rank {ctx.ranks[0] if len(ctx.ranks) == 1 else list(ctx.ranks)}: step {i + 1}/{len(program)} "
+             f"{step.describe()} on group {list(members)}")
+    return ctx.failed(where, e, members, step.axes)
 
 
 def _stacks(big: tuple[int, ...], small: tuple[int, ...], n: int) -> bool:

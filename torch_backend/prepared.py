@@ -21,8 +21,20 @@ import torch
 from lowering.program import Program
 from spec_lang.ir import Mesh, TensorType
 from torch_backend import autograd
-from torch_backend.api import agree_default, bound_call, check_agree, check_tensor, expected_block, fits_block
+from torch_backend.agree import Checks, agreed, describe
+from torch_backend.api import (
+    agree_default,
+    agreed_program,
+    agreeing,
+    bound_call,
+    check_agree,
+    check_tensor,
+    expected_block,
+    fits_block,
+)
 from torch_backend.executor import BoundProgram
+from torch_backend.groups import context
+from torch_backend.type_tags import typed_output
 
 
 class Redistributor:
@@ -54,10 +66,17 @@ class Redistributor:
         want, run = self._hot
         if want and not async_op and type(x) is torch.Tensor and fits_block(x, want) and not (
                 self._agree if self._agree is not None else agree_default()):
-            if x.requires_grad and torch.is_grad_enabled():
-                return autograd.Redistribute.apply(x, b)
-            return run(x)
-        x = check_tensor(x, b.program.src, b.ctx, self._agree, b)
+            y = autograd.Redistribute.apply(x, b) if x.requires_grad and torch.is_grad_enabled() else run(x)
+            return typed_output(y, x, b.tags)
+        if agreeing(self._agree):
+            def run(found: Checks) -> torch.Tensor:
+                found.ctx = b.ctx
+                found.call = describe([(b.program.src, b.program.dst)], b.ctx, [x])
+                return check_tensor(x, b.program.src, b.ctx, b)
+
+            x = agreed(b.program.mesh, run)
+        else:
+            x = check_tensor(x, b.program.src, b.ctx, b)
         if async_op:
             return autograd.apply_async(b.program, x, b.ctx, bound=b)
         return autograd.apply(b.program, x, b.ctx, bound=b)
@@ -71,7 +90,16 @@ def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str
     """Prepare ``redistribute(x, src, dst, mesh)`` for many calls (see the module docstring).
 
     Every check that does not depend on the tensor runs here, before any communication:
-    a bad type, mesh or world is a SpecError now, not at the first call.
+    a bad type, mesh or world is a SpecError now, not at the first call. With ``agree``
+    (or ``SHARDC_AGREE=1``) the ranks agree on the call here, before its groups are made,
+    and on each call's tensor when it is called (``torch_backend.agree``).
     """
     check_agree(agree)
+    if agreeing(agree):
+        def run(found: Checks) -> None:
+            found.ctx = ctx = context(mesh, timeout=timeout)
+            program = agreed_program(src, dst, ctx)
+            found.call = describe([(program.src, program.dst)], ctx)
+
+        agreed(mesh, run)
     return Redistributor(bound_call(src, dst, mesh, timeout=timeout).prepared(), agree)

@@ -20,9 +20,9 @@ import torch
 import torch.distributed as dist
 
 from lowering.program import Program, Step
-from torch_backend.comm import CollectiveError
 from torch_backend.data import block, expected_block, global_tensor
 from torch_backend.executor import execute
+from torch_backend.faults import CollectiveError, default_store, failures
 from torch_backend.groups import MeshContext, context
 from torch_backend.run_spec import STARTUP_S, RunSpec, compile_spec
 
@@ -80,6 +80,7 @@ class Monitor:
         """Who else failed, or has not reached this rank's step (read from the store)."""
         time.sleep(0.2)  # let a peer that raised publish its error first
         notes = []
+        store = default_store()
         for q in range(self.world):
             if q == self.rank:
                 continue
@@ -87,11 +88,21 @@ class Monitor:
             if err is not None and "CollectiveError" not in err:
                 notes.append(f"rank {q} failed: {err.splitlines()[0]}")
                 continue
+            if err is not None or _saw_failure(store, q):
+                continue  # a collective failed under it too: a victim, like this rank
             at = self._get(f"progress/{q}")
             if at is None or int(at) < self.step:
                 where = "it reported no progress" if at is None or int(at) < 0 else f"it last began step {int(at) + 1}"
                 notes.append(f"rank {q} did not reach step {self.step + 1} ({where})")
         return "; ".join(notes)
+
+
+def _saw_failure(store: Any, rank: int) -> bool:
+    """Whether ``rank`` reported a failed collective (``torch_backend.faults``'s count)."""
+    try:
+        return store is not None and failures(store, rank) > 0
+    except Exception:
+        return False
 
 
 def _parse_fault(text: str) -> dict[str, Any]:

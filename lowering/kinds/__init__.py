@@ -103,7 +103,10 @@ def members_of(step: Step, mesh: Mesh, rank: int) -> tuple[int, ...]:
 
 def rank_pieces(step: Step, mesh: Mesh | str, rank: int, members: tuple[int, ...] | None = None) -> RankPieces:
     """``rank``'s pieces of ``step``: only this rank's, read off the layout algebra."""
-    m, r = _checked_rank(step, mesh, rank)
+    from spec_lang.parser import parse_mesh
+
+    m = parse_mesh(mesh)
+    r = _checked_rank(step, m, rank)
     if members is not None:
         group = members_of(step, m, r)
         try:
@@ -125,16 +128,14 @@ def _rank_pieces(step: Step, mesh: Mesh, rank: int, members: tuple[int, ...] | N
                                      members_of(step, mesh, rank))
 
 
-def _checked_rank(step: Step, mesh: Mesh | str, rank: object) -> tuple[Mesh, int]:
+def _checked_rank(step: Step, mesh: Mesh, rank: object) -> int:
     from lowering.checks import check_rank, check_type
-    from spec_lang.parser import parse_mesh
 
-    m = parse_mesh(mesh)
     if not isinstance(step, Step):
         raise SpecError(f"expected a Step, got {type(step).__name__}",
                         hint="take a step from a compiled program, or build one with lowering.make_step")
-    check_type(step.src, m)
-    return m, check_rank(rank, m)
+    check_type(step.src, mesh)
+    return check_rank(rank, mesh)
 
 
 def wire_bytes(step: Step, mesh: Mesh, received: bool = False) -> tuple[int, ...]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from typing import TYPE_CHECKING, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -87,6 +87,18 @@ class RankPieces:
     def me(self) -> int:
         """This rank's process-group rank."""
         return self.members.index(self.rank)
+
+
+PiecesT = TypeVar("PiecesT", bound=RankPieces)
+
+
+def own_pieces(cls: type[PiecesT], pieces: Sequence[RankPieces]) -> list[PiecesT]:
+    """``pieces`` as ``cls``: a kind's ``simulate`` is given the pieces its ``pieces`` built,
+    each of its own class (a TypeError otherwise)."""
+    out = [p for p in pieces if isinstance(p, cls)]
+    if len(out) != len(pieces):
+        raise TypeError(f"expected {cls.__name__} pieces, got {sorted({type(p).__name__ for p in pieces})}")
+    return out
 
 
 @dataclass(frozen=True)
@@ -236,7 +248,7 @@ def divide_sum(total: np.ndarray, n: int) -> np.ndarray:
         return total
     if total.dtype.name not in INTEGER_DTYPES:
         return (total / n).astype(total.dtype)
-    wide = total.astype(_wide(total.dtype))
+    wide: np.ndarray = total.astype(_wide(total.dtype))
     q = wide // n
     q += (wide < 0) & (q * n != wide)  # floor division rounds negatives down: back toward zero
     return q.astype(total.dtype)

@@ -30,6 +30,7 @@ from lowering.kinds.base import (
     box_shape,
     erase,
     numel,
+    own_pieces,
     pieces_of,
     refuse,
     register,
@@ -167,14 +168,15 @@ class AllToAll(StepKind):
 
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
         out = []
-        for p in pieces:
+        own = own_pieces(ExchangePieces, pieces)
+        for p in own:
             y = np.zeros(p.out_shape, dtype=xs[p.rank].dtype)
-            sp = p.self_piece  # type: ignore[attr-defined]
+            sp = p.self_piece
             y[sp.dst] = xs[p.rank][sp.src]
             filled = sp.numel
-            for pc in p.recv:  # type: ignore[attr-defined]
+            for pc in p.recv:
                 if pc.numel:
-                    sent = pieces[pc.peer].send[p.me]  # type: ignore[attr-defined]
+                    sent = own[pc.peer].send[p.me]
                     y[pc.dst] = xs[pc.peer][sent.src]
                     filled += pc.numel
             if filled != y.size:

@@ -32,6 +32,7 @@ from lowering.kinds.base import (
     box_shape,
     erase,
     is_run,
+    own_pieces,
     pieces_of,
     refuse,
     register,
@@ -77,7 +78,8 @@ class AllGather(StepKind):
         if set(erase(src).axis_types) != set(erase(dst).axis_types):
             raise refuse(self.name, src, dst, "pending reductions must stay the same",
                          "reduce with all_reduce or reduce_scatter instead")
-        removed, dims = [], []
+        removed: list[str] = []
+        dims: list[int] = []
         for k, (a, b) in enumerate(zip(src.dims, dst.dims)):
             if a.axes[: len(b.axes)] != b.axes:
                 raise refuse(self.name, src, dst, f"dim {k} must keep a prefix of its axes {list(a.axes)}",
@@ -141,10 +143,10 @@ class AllGather(StepKind):
 
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
         out = []
-        for p in pieces:
+        for p in own_pieces(GatherPieces, pieces):
             y = np.zeros(p.out_shape, dtype=xs[p.rank].dtype)
             filled = 0
-            for pc in p.recv:  # type: ignore[attr-defined]
+            for pc in p.recv:
                 if pc.numel:
                     y[pc.dst] = xs[pc.peer].reshape(pc.shape)
                     filled += pc.numel

@@ -38,6 +38,7 @@ from lowering.kinds.base import (
     StepKind,
     box_shape,
     erase,
+    own_pieces,
     refuse,
     register,
     rel,
@@ -90,7 +91,8 @@ class Slice(StepKind):
         if set(es.axis_types) != set(ed.axis_types):
             raise refuse(self.name, src, dst, "partial axes must stay the same", "reduce or convert separately")
         free = set(replicated_axes(src, mesh))
-        added, dims = [], []
+        added: list[str] = []
+        dims: list[int] = []
         for k, (a, b) in enumerate(zip(src.dims, dst.dims)):
             if b.axes[: len(a.axes)] != a.axes:
                 raise refuse(self.name, src, dst, f"dim {k} must keep its axes {list(a.axes)} as a prefix",
@@ -113,7 +115,7 @@ class Slice(StepKind):
                             members=(rank,), region=rel(b, a))
 
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return [np.array(x[p.region], copy=True) for p, x in zip(pieces, xs)]
+        return [np.array(x[p.region], copy=True) for p, x in zip(own_pieces(RegionPieces, pieces), xs)]
 
 
 @register
@@ -135,7 +137,8 @@ class ZeroFill(StepKind):
                           keep=keeps_values(mesh, step.axes, rank))
 
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return [np.array(x, copy=True) if p.keep else np.zeros_like(x) for p, x in zip(pieces, xs)]
+        return [np.array(x, copy=True) if p.keep else np.zeros_like(x)
+                for p, x in zip(own_pieces(FillPieces, pieces), xs)]
 
 
 def _new_partial(kind: str, src: TensorType, dst: TensorType, mesh: Mesh) -> tuple[str, ...]:
@@ -164,7 +167,8 @@ class ZeroPad(StepKind):
         same_except(self.name, src, dst, "a convert never changes V axes")
         if dst.partial_op not in (None, "sum") or (src.partial_op and src.partial_op != dst.partial_op):
             raise refuse(self.name, src, dst, "zero padding makes a pending sum", "convert S to P(sum) only")
-        removed, dims = [], []
+        removed: list[str] = []
+        dims: list[int] = []
         for k, (a, b) in enumerate(zip(src.dims, dst.dims)):
             if a.axes[: len(b.axes)] != b.axes:
                 raise refuse(self.name, src, dst, f"dim {k} must keep a prefix of its axes",
@@ -186,7 +190,7 @@ class ZeroPad(StepKind):
 
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
         out = []
-        for p, x in zip(pieces, xs):
+        for p, x in zip(own_pieces(RegionPieces, pieces), xs):
             y = np.zeros(p.out_shape, dtype=x.dtype)
             y[p.region] = x
             out.append(y)

@@ -39,6 +39,7 @@ from lowering.kinds.base import (
     check_whole_average,
     is_run,
     numel,
+    own_pieces,
     pieces_of,
     reduce_arrays,
     refuse,
@@ -96,7 +97,8 @@ class ReduceScatter(StepKind):
 
     def infer(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> Signature:
         gone = _reduced(self.name, src, dst, mesh, axes)
-        added, dims = [], []
+        added: list[str] = []
+        dims: list[int] = []
         for k, (a, b) in enumerate(zip(src.dims, dst.dims)):
             if b.axes[: len(a.axes)] != a.axes:
                 raise refuse(self.name, src, dst, f"dim {k} must keep its axes {list(a.axes)} as a prefix",
@@ -159,9 +161,10 @@ class ReduceScatter(StepKind):
 
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
         out = []
-        for p in pieces:
+        own = own_pieces(ScatterPieces, pieces)
+        for p in own:
             at = p.me
-            parts = [xs[q][pieces[q].send[at].src] for q in p.members]  # type: ignore[attr-defined]
+            parts = [xs[q][own[q].send[at].src] for q in p.members]
             out.append(reduce_arrays(parts, step.op or "sum").astype(xs[p.rank].dtype))
         return out
 

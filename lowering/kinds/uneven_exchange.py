@@ -63,6 +63,7 @@ from lowering.kinds.base import (
     check_whole_average,
     divide_sum,
     erase,
+    own_pieces,
     refuse,
     register,
     same_except,
@@ -139,7 +140,10 @@ class _Rule:
 
 def _rule(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> _Rule:
     op = src.partial_op or dst.partial_op or "sum"
-    same, zero, held, spread = [], [], [], []
+    same: list[int] = []
+    zero: list[int] = []
+    held: list[int] = []
+    spread: list[int] = []
     for a in axes:
         i = mesh.index(a)
         new_sum = a in dst.partial_axes and a not in src.partial_axes and op == "sum"
@@ -187,7 +191,7 @@ def _view(lay: LocalLayout, i: int, box: np.ndarray) -> View:
 def _meet(a: LocalLayout, b: LocalLayout) -> list[tuple[int, int, np.ndarray]]:
     """Non-empty intersections of a's blocks with b's, a's blocks outer (both sides list them
     in this one order)."""
-    out = []
+    out: list[tuple[int, int, np.ndarray]] = []
     if not len(a.blocks) or not len(b.blocks):
         return out
     lo = np.maximum(a.blocks[:, None, :, 0], b.blocks[None, :, :, 0])
@@ -301,14 +305,15 @@ def identity(op: str, dtype: np.dtype) -> object:
     # wherever such an array exists) for their range
     import ml_dtypes
 
+    extremes: ml_dtypes.iinfo | ml_dtypes.finfo
     try:
-        info = ml_dtypes.iinfo(dtype)
+        extremes = ml_dtypes.iinfo(dtype)
     except ValueError:
-        info = ml_dtypes.finfo(dtype)
+        extremes = ml_dtypes.finfo(dtype)
         if np.isinf(np.array(np.inf).astype(dtype).astype(np.float32)):
             return -np.inf if op == "max" else np.inf
         # no infinity (float8_e4m3fn and kin): the finite extremes are the identities
-    return info.min if op == "max" else info.max
+    return extremes.min if op == "max" else extremes.max
 
 
 def _apply(copies: Sequence[Copy], src: np.ndarray, dst: np.ndarray, op: str | None) -> None:
@@ -324,26 +329,26 @@ def _apply(copies: Sequence[Copy], src: np.ndarray, dst: np.ndarray, op: str | N
             np.minimum(b, a, out=b)
 
 
-def _simulate(step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray], op: str | None,
+def _simulate(step: Step, pieces: Sequence[ExchangeVPieces], xs: Sequence[np.ndarray], op: str | None,
               divide: int) -> list[np.ndarray]:
     sends = {}
     for p in pieces:
         flat_in = np.ascontiguousarray(xs[p.rank]).reshape(-1)
-        buf = np.zeros(p.send_elems, dtype=flat_in.dtype)  # type: ignore[attr-defined]
-        _apply(p.pack_copies, flat_in, buf, None)  # type: ignore[attr-defined]
+        buf = np.zeros(p.send_elems, dtype=flat_in.dtype)
+        _apply(p.pack_copies, flat_in, buf, None)
         segs, off = {}, 0
-        for pc in p.send:  # type: ignore[attr-defined]
+        for pc in p.send:
             segs[pc.peer] = buf[off:off + pc.numel]
             off += pc.numel
         sends[p.rank] = segs
     out = []
     for p in pieces:
         x = np.ascontiguousarray(xs[p.rank]).reshape(-1)
-        recv = np.concatenate([sends[pc.peer][p.rank] for pc in p.recv  # type: ignore[attr-defined]
+        recv = np.concatenate([sends[pc.peer][p.rank] for pc in p.recv
                                if pc.peer != p.rank] or [np.zeros(0, dtype=x.dtype)])
         y = np.full(int(np.prod(p.out_shape)), identity(op or "sum", x.dtype), dtype=x.dtype)
-        _apply(p.self_copies, x, y, op)  # type: ignore[attr-defined]
-        _apply(p.unpack_copies, recv, y, op)  # type: ignore[attr-defined]
+        _apply(p.self_copies, x, y, op)
+        _apply(p.unpack_copies, recv, y, op)
         if op == "avg":
             y = divide_sum(y, divide)
         out.append(y.reshape(p.out_shape))
@@ -487,7 +492,7 @@ class AllToAllV(StepKind):
         return _pieces(step, mesh, rank, members)
 
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return _simulate(step, pieces, xs, None, 1)
+        return _simulate(step, own_pieces(ExchangeVPieces, pieces), xs, None, 1)
 
 
 @register
@@ -501,7 +506,8 @@ class ReduceScatterV(AllToAllV):
         return self.name
 
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return _simulate(step, pieces, xs, step.op or "sum", pieces[0].divide)  # type: ignore[attr-defined]
+        own = own_pieces(ExchangeVPieces, pieces)
+        return _simulate(step, own, xs, step.op or "sum", own[0].divide)
 
 
 # ---- the uneven gather around a ring, and the exchange that moves nothing ------------------
@@ -613,16 +619,17 @@ class AllGatherV(AllToAllV):
 
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
         own = {}
-        for p in pieces:
+        ring = own_pieces(GatherVPieces, pieces)
+        for p in ring:
             x = np.ascontiguousarray(xs[p.rank]).reshape(-1)
-            seg = np.zeros(p.segments[p.position], dtype=x.dtype)  # type: ignore[attr-defined]
-            _apply(p.pack_copies, x, seg, None)  # type: ignore[attr-defined]
+            seg = np.zeros(p.segments[p.position], dtype=x.dtype)
+            _apply(p.pack_copies, x, seg, None)
             own[p.rank] = seg
         out = []
-        for p in pieces:
+        for p in ring:
             buf = np.concatenate([own[q] for q in p.members])
             y = np.zeros(int(np.prod(p.out_shape)), dtype=buf.dtype)
-            _apply(p.unpack_copies, buf, y, None)  # type: ignore[attr-defined]
+            _apply(p.unpack_copies, buf, y, None)
             out.append(y.reshape(p.out_shape))
         return out
 
@@ -644,7 +651,7 @@ class SliceV(AllToAllV):
         return sig
 
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return _simulate(step, pieces, xs, None, 1)
+        return _simulate(step, own_pieces(ExchangeVPieces, pieces), xs, None, 1)
 
 
 def refine_exchange(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...], sent: np.ndarray) -> str:

@@ -11,9 +11,9 @@ the local tensor 1-D)::
     rank 0: blocks [0:4] [6:12] [16:20] [28:30]   concatenated along dim 0
     rank 1: blocks [4:6] [12:16] [20:28] [30:32]
 
-Every block of a rank has the same extent on the dims other than ``cat``. Internal
-functions take IR; the public entry points (``boxes``, ``local_shape(s)``,
-``local_slices``, ``local_indices``) also take strings.
+Every block of a rank has the same extent on the dims other than ``cat``. Every function
+here takes IR; ``lowering.boxes``, ``local_shape(s)``, ``local_slices`` and
+``local_indices`` are their public doors, which take strings too.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from lowering.caching import MIB, cached, on_clear
-from lowering.checks import check_rank, check_type, resolve
+from lowering.checks import check_rank, check_type
 from lowering.layout.ranges import (
     box_slices,
     chunk_range,
@@ -53,14 +53,12 @@ class LocalLayout(NamedTuple):
 
 
 @cached(maxsize=4096, max_bytes=24 * MIB)
-def boxes(t: TensorType | str, mesh: Mesh | str) -> np.ndarray:
+def boxes(t: TensorType, mesh: Mesh) -> np.ndarray:
     """(world, ndim, 2) int array: the global [start, stop) each rank holds, per dim.
 
     Partial, replicated and varying axes do not cut the box: every rank on such
     an axis holds the same index range (with, for P and V, different values).
     """
-    if type(t) is not TensorType or type(mesh) is not Mesh:
-        t, mesh = resolve(t, mesh)
     if t.is_uneven:
         raise SpecError(f"{t} splits a dim unevenly: its ranks hold blocks, not one box each",
                         hint="ask lowering.layout.rank_layout for an uneven type's blocks")
@@ -144,10 +142,10 @@ def rank_layout(t: TensorType, mesh: Mesh, rank: int) -> LocalLayout:
     sp = t.dims[d].split
     assert sp is not None
     runs = _split_runs(t, d, mesh, rank)
-    other = [dim_ranges(dim.size, dim.axes, mesh)[rank] if k != d else None for k, dim in enumerate(t.dims)]
+    other = {k: dim_ranges(dim.size, dim.axes, mesh)[rank] for k, dim in enumerate(t.dims) if k != d}
     if sp.kind == "ragged" and sp.span > 1:
         prefix = tuple(dim.size for dim in t.dims[:sp.span])
-        tail = [(int(r[0]), int(r[1])) for r in other[sp.span:]]  # type: ignore[index]
+        tail = [(int(r[0]), int(r[1])) for k, r in other.items() if k >= sp.span]
         blocks = [box + tail for a, b in runs for box in flat_run_boxes(a, b, prefix)]
         arr = np.asarray(blocks, dtype=np.int64).reshape(len(blocks), t.ndim, 2)
         sizes = np.prod(arr[:, :, 1] - arr[:, :, 0], axis=1).tolist() if len(blocks) else []
@@ -155,13 +153,12 @@ def rank_layout(t: TensorType, mesh: Mesh, rank: int) -> LocalLayout:
         total = int(sum(sizes))
         return LocalLayout((total,), arr, offsets, None)
     arr = np.empty((len(runs), t.ndim, 2), dtype=np.int64)
-    for k, r in enumerate(other):
-        if k != d:
-            arr[:, k, :] = r
+    for k, r in other.items():
+        arr[:, k, :] = r
     arr[:, d, :] = np.asarray(runs, dtype=np.int64).reshape(-1, 2)
     lengths = [b - a for a, b in runs]
     offsets = tuple(int(sum(lengths[:i])) for i in range(len(runs)))
-    shape = tuple(int(sum(lengths)) if k == d else int(r[1] - r[0]) for k, r in enumerate(other))  # type: ignore[index]
+    shape = tuple(int(sum(lengths)) if k == d else int(other[k][1] - other[k][0]) for k in range(t.ndim))
     return LocalLayout(shape, arr, offsets, d)
 
 
@@ -171,10 +168,8 @@ def layouts(t: TensorType, mesh: Mesh) -> list[LocalLayout]:
 
 
 @cached(maxsize=4096, max_bytes=8 * MIB)
-def local_shapes(t: TensorType | str, mesh: Mesh | str) -> tuple[tuple[int, ...], ...]:
+def local_shapes(t: TensorType, mesh: Mesh) -> tuple[tuple[int, ...], ...]:
     """Every rank's local shape, in rank order (equal shapes are one shared tuple)."""
-    if type(t) is not TensorType or type(mesh) is not Mesh:
-        t, mesh = resolve(t, mesh)
     if t.ndim == 0:
         return ((),) * mesh.size
     if t.is_uneven:
@@ -187,10 +182,8 @@ def local_shapes(t: TensorType | str, mesh: Mesh | str) -> tuple[tuple[int, ...]
     return tuple(shared.setdefault(s, s) for s in zip(*sizes.T.tolist()))
 
 
-def local_shape(t: TensorType | str, mesh: Mesh | str, rank: int) -> tuple[int, ...]:
+def local_shape(t: TensorType, mesh: Mesh, rank: int) -> tuple[int, ...]:
     """``rank``'s local shape; a rank off the mesh is a SpecError."""
-    if type(t) is not TensorType or type(mesh) is not Mesh:
-        t, mesh = resolve(t, mesh)
     return local_shapes(t, mesh)[check_rank(rank, mesh)]
 
 
@@ -254,18 +247,18 @@ def block_indices(lay: LocalLayout, shape: tuple[int, ...]) -> np.ndarray:
     return np.concatenate(parts, axis=lay.cat).reshape(-1)
 
 
-def local_indices(t: TensorType | str, mesh: Mesh | str) -> list[np.ndarray]:
+def local_indices(t: TensorType, mesh: Mesh) -> list[np.ndarray]:
     """For each rank, the row-major flat global index of every element of its local tensor,
     in the local tensor's order (its blocks, flattened)."""
-    t, mesh = resolve(t, mesh)
+    check_type(t, mesh)
     return [block_indices(lay, t.shape) for lay in layouts(t, mesh)]
 
 
-def local_slices(t: TensorType | str, mesh: Mesh | str) -> list[tuple[slice, ...]]:
+def local_slices(t: TensorType, mesh: Mesh) -> list[tuple[slice, ...]]:
     """One entry per rank, in rank order: the global index range that rank holds, so its
     local tensor is ``global[s]``. An uneven type where some rank's local tensor is not
     one slice of the global tensor (several runs, or a flattened run) is a SpecError."""
-    t, mesh = resolve(t, mesh)
+    check_type(t, mesh)
     if not t.is_uneven:
         return [box_slices(b) for b in boxes(t, mesh)]
     return [box_slices(_one_box(t, mesh, r)) for r in range(mesh.size)]

@@ -10,6 +10,8 @@ since the planner's states share most of their dims.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import numpy as np
 
 from lowering.caching import MIB, cached
@@ -23,7 +25,11 @@ def mesh_coords(mesh: Mesh) -> np.ndarray:
     return np.ascontiguousarray(grids, dtype=np.int64)
 
 
-def chunk_range(start: np.ndarray, length: np.ndarray, n: int, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+# one range (ints) or one per rank (arrays)
+Ints = TypeVar("Ints", int, np.ndarray)
+
+
+def chunk_range(start: Ints, length: Ints, n: int, c: Ints) -> tuple[Ints, Ints]:
     """torch.chunk of [start, start+length) into n pieces; piece c as (start, length)."""
     size = -(-length // n)  # ceil
     lo = np.minimum(c * size, length)

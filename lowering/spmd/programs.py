@@ -19,7 +19,7 @@ from __future__ import annotations
 from lowering.caching import MIB, cached
 from lowering.kinds import kind_of, make_step
 from lowering.planner import dual_steps
-from lowering.program import Program, make_program
+from lowering.program import Program, Step, make_program
 from lowering.spmd.rules import check_pair
 from spec_lang.dual import dual_type
 from spec_lang.errors import SpecError
@@ -47,6 +47,14 @@ def _need_dim(op: str, t: LocalType, shape: Shape) -> int:
     return 0 if t.dim is None else t.dim
 
 
+def _need_size(op: str, t: LocalType, size: int | None) -> int:
+    """The global length of the source's S(i) dim, which its blocks alone do not give."""
+    if size is None:
+        raise SpecError(f"{op}: {t!r} needs the global length of the dim its blocks concatenate on",
+                        hint="pass size=, the sum of every rank's length of that dim")
+    return size
+
+
 def _need_leading(op: str, shape: Shape, n: int, why: str) -> None:
     if not shape or shape[0] != n:
         raise SpecError(f"{op}: the local tensor has shape {list(shape)}, but {why} needs dim 0 of the "
@@ -67,9 +75,9 @@ def step_types(op: str, src: LocalType, dst: LocalType, group: tuple[str, ...], 
     a, b = src.base, dst.base
     if op == "all_gather":
         if src.kind == "S":
-            i = _need_dim(op, src, shape)
-            full = shape[:i] + (size,) + shape[i + 1:]
-            return [("all_gather", t(full, src, {i: size}), t(full, dst))]
+            i, length = _need_dim(op, src, shape), _need_size(op, src, size)
+            full = shape[:i] + (length,) + shape[i + 1:]
+            return [("all_gather", t(full, src, {i: length}), t(full, dst))]
         return [("stack", t(shape, src), stack0(shape)), ("all_gather", stack0(shape), t((n, *shape), dst))]
     if op == "all_reduce":
         return [("all_reduce", t(shape, src), t(shape, dst))]
@@ -81,9 +89,9 @@ def step_types(op: str, src: LocalType, dst: LocalType, group: tuple[str, ...], 
         return [("reduce_scatter", t(shape, src), stack0(shape[1:])), ("stack", stack0(shape[1:]), t(shape[1:], dst))]
     if op == "all_to_all":
         if src.kind == "S":
-            i, j = _need_dim(op, src, shape), _need_dim(op, dst, shape)
-            full = shape[:i] + (size,) + shape[i + 1:]
-            return [("all_to_all", t(full, src, {i: size}), t(full, dst, {j: full[j]}))]
+            i, j, length = _need_dim(op, src, shape), _need_dim(op, dst, shape), _need_size(op, src, size)
+            full = shape[:i] + (length,) + shape[i + 1:]
+            return [("all_to_all", t(full, src, {i: length}), t(full, dst, {j: full[j]}))]
         _need_leading(op, shape, n, "all_to_all(V, V)")
         mid = TensorType(canonical_dtype(dtype) or dtype, (Dim(n), Dim(n, group)) + tuple(Dim(s) for s in shape[1:]))
         return [("stack", t(shape, src), stack0(shape)), ("all_to_all", stack0(shape), mid), ("stack", mid, t(shape, dst))]
@@ -104,9 +112,9 @@ def step_types(op: str, src: LocalType, dst: LocalType, group: tuple[str, ...], 
         _need_leading(op, shape, n, f"convert({src!r}, V)")
         return [("slice", t(shape, src), stack0(shape[1:])), ("stack", stack0(shape[1:]), t(shape[1:], dst))]
     if src.kind == "S":
-        i = _need_dim(op, src, shape)
-        full = shape[:i] + (size,) + shape[i + 1:]
-        return [("zero_pad", t(shape, src, {i: size}), t(full, dst))]
+        i, length = _need_dim(op, src, shape), _need_size(op, src, size)
+        full = shape[:i] + (length,) + shape[i + 1:]
+        return [("zero_pad", t(shape, src, {i: length}), t(full, dst))]
     return [("stack", t(shape, src), stack0(shape)), ("zero_pad", stack0(shape), t((n, *shape), dst))]
 
 
@@ -124,6 +132,9 @@ def program_for(op: str, src: LocalType, dst: LocalType, group: tuple[str, ...],
             raise SpecError(f"mesh axis {a!r} is not on the mesh {mesh}", hint=f"use one of {', '.join(mesh.names)}")
     if len(set(group)) != len(group) or not group:
         raise SpecError(f"axes {list(group)} must name each mesh axis once", hint="e.g. 'tp' or ('dp', 'tp')")
+    if routed == "identity":  # src == dst: nothing to do
+        split = {src.dim: size} if src.dim is not None and size is not None else None
+        return make_program([], mesh, src=typed(shape, src, group, dtype, split))
     steps = [make_step(k, s, d, mesh, axes=group if kind_of(k).collective else None)
              for k, s, d in step_types(routed, src, dst, group, shape, dtype, mesh, size)]
     return make_program(steps, mesh)
@@ -132,7 +143,7 @@ def program_for(op: str, src: LocalType, dst: LocalType, group: tuple[str, ...],
 @cached(maxsize=4096, max_bytes=16 * MIB)
 def backward_program(program: Program) -> Program:
     """The gradient's program: the steps reversed, each replaced by its dual steps."""
-    steps = []
+    steps: list[Step] = []
     for st in reversed(program.steps):
         steps.extend(dual_steps(st, program.mesh))
     return make_program(steps, program.mesh, src=dual_type(program.dst))

@@ -25,9 +25,12 @@ from spec_lang.local_type import I, LocalType, P, R, S, V
 
 Types = dict[str, LocalType]
 
+# the affine ops: a bias plus a product (addmm(b, m1, m2) = b + m1 @ m2), typed as the
+# addition of the bias and the product's type (the product typed as mm, mv, outer or bmm)
+AFFINE = {"addmm": "mm", "addmv": "mv", "addr": "outer", "baddbmm": "bmm", "addbmm": "bmm"}
 # linear jointly in every tensor argument: P + P -> P
 ADDITIVE = frozenset({"add", "sub", "subtract", "cat", "concat", "concatenate", "stack", "hstack", "vstack",
-                      "add_", "sub_", "sum_to_size"})
+                      "add_", "sub_", "sum_to_size", *AFFINE})
 # linear in each tensor argument separately: one P, the rest R
 MULTILINEAR = frozenset({"mul", "multiply", "matmul", "mm", "bmm", "einsum", "linear", "outer", "dot", "tensordot",
                          "div", "true_divide", "mv", "inner", "kron"})
@@ -37,34 +40,43 @@ UNARY_LINEAR = frozenset({
     "getitem", "expand", "expand_as", "clone", "detach", "to", "chunk", "split", "narrow", "select", "neg",
     "negative", "sum", "mean", "cumsum", "flip", "roll", "repeat", "float", "double", "half", "bfloat16", "type_as",
     "movedim", "swapaxes", "unbind", "tile", "view_as", "reshape_as", "diagonal", "trace", "positive", "conj",
-    "real", "zero_", "mT", "T", "requires_grad_", "retain_grad", "cpu", "cuda", "index_select", "gather",
+    "real", "imag", "data", "zero_", "mT", "T", "H", "mH", "requires_grad_", "retain_grad", "cpu", "cuda", "index_select", "gather",
 })
 # keep S(i) when every varying operand is that same S(i)
 ELEMENTWISE = frozenset({"add", "sub", "mul", "div", "neg", "relu", "gelu", "silu", "tanh", "sigmoid", "exp", "log",
                          "sqrt", "rsqrt", "pow", "abs", "clone", "detach", "to", "contiguous", "where", "maximum",
                          "minimum", "clamp", "float", "double", "softplus", "square", "sin", "cos", "dropout",
-                         "true_divide", "multiply", "subtract", "negative"})
+                         "true_divide", "multiply", "subtract", "negative", "data", "real", "imag"})
 
 
-def _fix_i(axis: str, other: LocalType) -> str:
+def refuse_invariant_mix(op: str, axis: str, types: Sequence[LocalType]) -> None:
+    """I mixes with no other type on an axis: its gradient stays I (never summed over the
+    axis), where a use beside V, P or R data needs the sum. The fix names the ways out."""
+    bases = {t.base for t in types}
+    if "I" not in bases or len(bases) == 1:
+        return
+    other = next(t for t in types if t.base != "I")
+    shown = ", ".join(repr(t) for t in types)
     to_i = {"R": f"spmd.reinterpret(y, {axis!r}, src=R, dst=I) the replicated one",
             "V": f"spmd.all_gather(y, {axis!r}, src=V, dst=I) the varying one",
             "P": f"spmd.all_reduce(y, {axis!r}, src=P, dst=I) the partial one"}[other.base]
-    return (f"I never mixes with other types: spmd.reinterpret(x, {axis!r}, src=I, dst=R) the invariant operand "
-            f"(its gradient is then all-reduced), or {to_i}")
+    raise SpecError(f"{op} mixes I with {other!r} on mesh axis {axis!r} (arguments: {shown}): the invariant "
+                    f"operand's gradient would not be summed over {axis!r}",
+                    hint=f"make the invariant operand R: write {{R:{axis}}} in the type that made it (a type "
+                    f"string leaves an unannotated axis I, e.g. torch_backend.redistribute's destination "
+                    f"'f32[32@tp,16]' is I on {axis!r}; 'f32[32@tp,16]{{R:{axis}}}' is not), or "
+                    f"spmd.reinterpret(x, {axis!r}, src=I, dst=R) it (its gradient is then all-reduced); "
+                    f"or {to_i}")
 
 
 def combine(op: str, axis: str, types: Sequence[LocalType], scalars: bool = False) -> LocalType:
     """The output type on ``axis`` of ``op`` applied to operands of ``types`` (typed tensors
     only); ``scalars``: the op also took a Python number (``x + 1`` is affine, not linear)."""
     bases = {t.base for t in types}
-    shown = ", ".join(repr(t) for t in types)
     if "I" in bases and len(bases) > 1:
-        other = next(t for t in types if t.base != "I")
-        raise SpecError(f"{op} mixes I with {other!r} on mesh axis {axis!r} (arguments: {shown})",
-                        hint=_fix_i(axis, other))
+        refuse_invariant_mix(op, axis, types)
     if "P" in bases:
-        return _partial(op, axis, types, shown, scalars)
+        return _partial(op, axis, types, ", ".join(repr(t) for t in types), scalars)
     if bases == {"I"}:
         return I
     if "V" in bases:
@@ -126,6 +138,7 @@ def einsum_types(op: str, eq: str, args: Sequence[Types], out_partial_axes: Sequ
     axes = list(dict.fromkeys(axes + list(out_partial_axes)))
     result: Types = {}
     for a in axes:
+        refuse_invariant_mix(op, a, [t[a] for t in args if a in t])
         types = [t.get(a, R) for t in args]
         partial = a in out_partial_axes
         if any(t.kind == "S" for t in types):
@@ -156,14 +169,14 @@ def _global(op: str, a: str, ins: list[str], out: str, types: list[LocalType], p
         if t.base in ("I", "P") or t.kind == "V":
             raise SpecError(f"{op}: global SPMD operands on mesh axis {a!r} are S(i) or R, got {shown}",
                             hint="drop to local SPMD with spmd.local_map, or redistribute the operand first")
-    labels = {ins[k][t.dim] for k, t in enumerate(types) if t.kind == "S" and t.dim < len(ins[k])}  # type: ignore[operator]
+    labels = {ins[k][t.dim] for k, t in enumerate(types) if t.kind == "S" and t.dim is not None and t.dim < len(ins[k])}
     if len(labels) != 1:
         raise SpecError(f"{op}: operands shard different labels {sorted(labels)} on mesh axis {a!r} ({shown})",
                         hint="all_to_all one operand so both shard the same label")
     label = labels.pop()
     for k, t in enumerate(types):
         uses = label in ins[k]
-        if uses and (t.kind != "S" or ins[k][t.dim] != label):  # type: ignore[index]
+        if uses and (t.dim is None or ins[k][t.dim] != label):  # only S carries a dim
             raise SpecError(f"{op}: label {label!r} is sharded on mesh axis {a!r} in one operand but operand {k} "
                             f"({ins[k]}: {t!r}) does not shard it there",
                             hint=f"spmd.convert(w, {a!r}, src=R, dst=S({ins[k].index(label)})) that operand")

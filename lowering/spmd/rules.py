@@ -94,8 +94,14 @@ def fix_for(src: LocalType, dst: LocalType) -> str:
     return f"from {src!r} to {dst!r} use " + " or ".join(calls)
 
 
+# the ops whose tables put "-" on the diagonal: src == dst is nothing to do (the input is
+# returned as it is), so a generic wrapper may pass src and dst through unchanged
+IDENTITY_ON_DIAGONAL = ("reinterpret", "convert", "redistribute")
+
+
 def check_pair(op: str, src: LocalType, dst: LocalType) -> str | None:
-    """Refuse (SpecError) a pair ``op`` does not take; returns the routed collective for redistribute."""
+    """Refuse (SpecError) a pair ``op`` does not take; returns the routed collective for
+    redistribute, and ``"identity"`` for ``src == dst`` where the op's table says nothing to do."""
     if op not in ALLOWED:
         raise SpecError(f"unknown typed collective {op!r}", hint=f"use one of {', '.join(COLLECTIVES)}")
     pair = (src.kind, dst.kind)
@@ -103,7 +109,9 @@ def check_pair(op: str, src: LocalType, dst: LocalType) -> str | None:
         raise SpecError(f"reinterpret(src={src!r}, dst={dst!r}) is not a valid pair: reinterpret does not take "
                         "S(i) (it keeps the local tensor, so S(i) would mean the same as V)",
                         hint=f"write V for the varying side, or use convert(src={src!r}, dst={dst!r})")
-    if op in ("all_to_all", "redistribute") and pair == ("S", "S") and src == dst:
+    if src == dst and op in IDENTITY_ON_DIAGONAL:
+        return "identity"
+    if op == "all_to_all" and pair == ("S", "S") and src == dst:
         raise SpecError(f"{op}(src={src!r}, dst={dst!r}) is not a valid pair: source and destination are equal",
                         hint="nothing to do; an all_to_all moves the split from one dim to another")
     if pair not in ALLOWED[op]:
@@ -160,3 +168,81 @@ def backward_of(op: str, src: LocalType, dst: LocalType) -> tuple[str, LocalType
     if op == "all_to_all" and src.kind == "S":
         return b_op, dst, src
     return b_op, typed(b_src, (dst, src)), typed(b_dst, (src, dst))
+
+
+def check_loss(op: str, types: dict[str, LocalType]) -> None:
+    """Refuse ``op`` (``backward``, ``grad``) seeding a loss of ``types`` with ones: only I
+    (the one value, its gradient 1 everywhere) and P (a pending sum, its gradient R: 1 on
+    every rank) take that seed. R's gradient is P, so n ranks' ones are n times the
+    gradient; V (or S(i)) has no one value: its ones differentiate the ranks' sum."""
+    for a, t in types.items():
+        if t.base == "R":
+            raise SpecError(f"{op}() of a loss that is R on mesh axis {a!r}: its implicit gradient (1 on every "
+                            f"rank) is a pending sum of one 1 per rank, so every gradient comes out scaled by "
+                            f"the size of {a!r}",
+                            hint=f"spmd.reinterpret(loss, {a!r}, src=R, dst=I) first (the loss is the same on "
+                            "every rank: count it once)")
+        if t.base == "V":
+            raise SpecError(f"{op}() of a loss that is {t!r} on mesh axis {a!r}: a varying loss has no one value, "
+                            "and seeding every rank's with 1 differentiates their sum (a loss computed alike on "
+                            "every rank counts once per rank)",
+                            hint=f"say what the ranks' losses make: spmd.reinterpret(loss, {a!r}, src=V, dst=P) "
+                            f"if they add up to the loss, or spmd.all_gather(loss, {a!r}, src=V, dst=I) and "
+                            "reduce it yourself")
+
+
+# torch.distributed's collectives as the SPMD type system reads them (they record no
+# autograd, so only the forward value is typed): what each takes on the group's mesh
+# axes, and what its output is there
+RAW_COLLECTIVES = {"all_reduce": "all_reduce", "all_gather_single": "all_gather",
+                   "all_gather_into_tensor": "all_gather", "reduce_scatter_single": "reduce_scatter",
+                   "reduce_scatter_tensor": "reduce_scatter", "all_to_all_single": "all_to_all"}
+_RAW_REDUCE = {"SUM": "sum", "AVG": "avg", "MAX": "max", "MIN": "min"}
+
+
+def raw_collective_types(name: str, reduce: str | None, group: tuple[str, ...],
+                         types: dict[str, LocalType]) -> dict[str, LocalType]:
+    """The output types of ``torch.distributed.<name>`` over the mesh axes ``group`` (its
+    process group's) on an input of ``types``; SpecError where no typing is sound. ``reduce``:
+    the ReduceOp's name (``SUM``, ...). Axes the input is untyped on stay untyped.
+
+    all_reduce(P(op)) -> R and reduce_scatter(P(op)) -> S(0), with the ReduceOp of the
+    pending reduction; all_gather_into_tensor(V or S(i)) -> R (blocks concatenated on dim 0,
+    in group order); all_to_all_single(V, S(i), R or I) -> V."""
+    kind = RAW_COLLECTIVES[name]
+    call = f"torch.distributed.{name}"
+    out = dict(types)
+    for a in group:
+        t = types.get(a)
+        if t is None:
+            continue
+        if kind in ("all_reduce", "reduce_scatter"):
+            op = _RAW_REDUCE.get(reduce or "")
+            if op is None:
+                raise SpecError(f"{call} with ReduceOp.{reduce} has no SPMD typing (on mesh axis {a!r}, the "
+                                f"tensor is {t!r})", hint="use SUM, AVG, MAX or MIN on a matching P(op)")
+            if t.base != "P":
+                fix = (f"spmd.reinterpret(x, {a!r}, src=V, dst=P) first if each rank holds an addend"
+                       if t.base == "V" else
+                       f"there is nothing to reduce: the sum of its equal copies is n times it (spmd.reinterpret"
+                       f"(x, {a!r}, src={t!r}, dst=P) first if that is what you mean)")
+                raise SpecError(f"{call} of a tensor that is {t!r} on mesh axis {a!r}: a reduction finishes a "
+                                "pending one (P)", hint=fix)
+            if t.op != op:
+                raise SpecError(f"{call} with ReduceOp.{reduce} of a tensor that is {t!r} on mesh axis {a!r}",
+                                hint=f"reduce a P({t.op!r}) with ReduceOp.{t.op.upper()}")
+            out[a] = LocalType("R") if kind == "all_reduce" else LocalType("S", dim=0)
+        elif kind == "all_gather":
+            if t.base != "V":
+                raise SpecError(f"{call} of a tensor that is {t!r} on mesh axis {a!r}: a gather collects "
+                                "varying blocks (V or S(i))",
+                                hint=("reduce a pending sum with all_reduce or reduce_scatter" if t.base == "P"
+                                      else f"it is the same on every rank already: nothing to gather over {a!r}"))
+            out[a] = LocalType("R")
+        else:
+            if t.base == "P":
+                raise SpecError(f"{call} of a tensor that is {t!r} on mesh axis {a!r}: exchanging the pieces "
+                                "of a pending sum does not keep any sum",
+                                hint=f"reduce it first (all_reduce or reduce_scatter over {a!r})")
+            out[a] = LocalType("V")
+    return out

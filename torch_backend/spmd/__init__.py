@@ -7,7 +7,7 @@ See docs/spmd_types.md. Every collective is one shardc Program run by the execut
 from __future__ import annotations
 
 from spec_lang.local_type import I, LocalType, P, R, S, V
-from torch_backend.spmd.check import typecheck
+from torch_backend.spmd.check import no_typecheck, typecheck
 from torch_backend.spmd.collectives import (
     all_gather,
     all_reduce,
@@ -23,6 +23,6 @@ from torch_backend.spmd.tags import assert_type, typeof
 
 __all__ = [
     "I", "LocalType", "P", "R", "S", "V", "all_gather", "all_reduce", "all_to_all", "assert_type", "convert",
-    "einsum", "linear", "local_map", "redistribute", "reduce_scatter", "reinterpret", "typecheck", "typeof",
-    "use_mesh",
+    "einsum", "linear", "local_map", "no_typecheck", "redistribute", "reduce_scatter", "reinterpret", "typecheck",
+    "typeof", "use_mesh",
 ]

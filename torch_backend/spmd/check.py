@@ -2,43 +2,63 @@
 
 A TorchFunctionMode: each op whose tensor arguments carry types gets its output typed by
 ``lowering.spmd.propagate`` (or refused, before it runs, with a SpecError naming the op,
-the argument types and the collective or convert that is missing). Untyped tensors are
-outside the checker; ops on them run untouched. The spmd functions themselves run their
-internals unchecked.
+the argument types and the collective or convert that is missing). Attribute reads,
+``backward()``/``torch.autograd.grad`` (the loss' type) and torch.distributed's
+collectives (typed on the mesh axes of their process group) have rules of their own.
+Untyped tensors are outside the checker; ops on them run untouched. shardc's own calls
+(the spmd functions, ``torch_backend.redistribute``'s collectives) run unchecked: they
+type their results themselves.
 """
 
 from __future__ import annotations
 
+import inspect
+import itertools
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch.overrides import TorchFunctionMode
 
-from lowering.spmd.propagate import einsum_types, propagate
-from torch_backend.spmd.tags import TYPES
+from lowering.layout import group_ranks
+from lowering.spmd.propagate import AFFINE, einsum_types, propagate
+from lowering.spmd.rules import RAW_COLLECTIVES, check_loss, raw_collective_types
+from spec_lang.errors import SpecError
+from torch_backend.spmd.mesh import mesh_context
+from torch_backend.type_tags import TYPES, UNCHECKED, unchecked
 
-_SKIP = frozenset({"__get__", "__set__", "size", "dim", "numel", "item", "tolist", "__repr__", "__format__",
+# ops that read metadata, drive autograd or make a new tensor of the argument's shape only
+# (``empty_like``: no value of it flows in): no type flows through them, their results are
+# untyped (matched on the function's own name, dunders included)
+_SKIP = frozenset({"__set__", "size", "dim", "numel", "item", "tolist", "__repr__", "__format__",
                    "__len__", "__bool__", "__hash__", "__iter__", "data_ptr", "is_contiguous", "stride",
                    "__reduce_ex__", "__deepcopy__", "__setstate__", "element_size", "storage_offset",
-                   "untyped_storage", "backward", "register_hook", "_is_view", "requires_grad_"})
+                   "untyped_storage", "register_hook", "_is_view", "requires_grad_",
+                   "is_floating_point", "is_complex", "get_device", "nelement", "ndimension", "__contains__",
+                   "empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like",
+                   "randint_like", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor"})
+# attributes whose value is the tensor's data seen another way: typed like the op of that name
+# (``x.T`` is ``transpose``); every other attribute (shape, dtype, grad_fn, ...) is metadata,
+# and ``x.grad`` has the gradient's type
+STRUCTURAL_ATTRIBUTES = frozenset({"T", "mT", "H", "mH", "data", "real", "imag"})
 
-_state = {"bypass": 0}
+# the autograd entry points, and where their gradient seed is: positional index, keywords.
+# Without one, the seed is ones, sound only for a loss that is I or P on each axis.
+_SEEDED = {"backward": (1, ("gradient", "grad_tensors")), "grad": (2, ("grad_outputs",))}
 
 
-@contextmanager
-def unchecked() -> Iterator[None]:
-    """Run the spmd functions' own torch ops without the checker."""
-    _state["bypass"] += 1
-    try:
-        yield
-    finally:
-        _state["bypass"] -= 1
+def attribute_name(func: Any) -> str:
+    """The attribute a ``__get__`` reads (a getset descriptor's name, or a property's)."""
+    owner = getattr(func, "__self__", None)
+    return getattr(owner, "__name__", None) or getattr(getattr(owner, "fget", None), "__name__", "") or ""
 
 
 def op_name(func: Any) -> str:
     name = getattr(func, "__name__", None) or str(func)
+    if name == "__get__":
+        return attribute_name(func)
     if name.startswith("__") and name.endswith("__"):
         name = name[2:-2]
         if name.startswith(("r", "i")) and name[1:] in ("add", "sub", "mul", "truediv", "matmul"):
@@ -71,22 +91,44 @@ def _attach_all(out: Any, types: dict) -> Any:
 class _TypeCheck(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        if _state["bypass"]:
+        if UNCHECKED[0]:
             return func(*args, **kwargs)
         tensors: list = []
         scalar = _tensors(args, tensors)
         typed = [t for t in (getattr(x, TYPES, None) for x in tensors) if t]
         if not typed:
             return func(*args, **kwargs)
-        name = op_name(func)
-        if name in _SKIP:
+        raw = getattr(func, "__name__", None)
+        if raw in _SKIP:
             return func(*args, **kwargs)
+        if raw in RAW_COLLECTIVES:
+            return _raw_collective(func, raw, args, kwargs)
+        if raw in _SEEDED:
+            _check_seeds(raw, args, kwargs)
+            out = func(*args, **kwargs)
+            if raw == "grad":  # each input's gradient has its gradient type, as x.grad does
+                inputs = args[1] if len(args) > 1 else kwargs.get("inputs")
+                inputs = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs or ())
+                for x, g in zip(inputs, out):
+                    _type_grad(x, g)
+            return out
+        name = op_name(func)
+        if raw == "__get__" and name not in STRUCTURAL_ATTRIBUTES:
+            out = func(*args, **kwargs)
+            if name == "grad":
+                _type_grad(args[0], out)
+            return out
         sharded = any(t.kind == "S" for d in typed for t in d.values())
         if name == "einsum" and sharded and args and isinstance(args[0], str):
             ops = args[1:] if not (len(args) == 2 and isinstance(args[1], (list, tuple))) else args[1]
             out_types = einsum_types(name, args[0], [getattr(x, TYPES, None) or {} for x in ops])
         elif name in ("matmul", "mm", "linear") and sharded:
             out_types = _matmul_types(name, tensors)
+        elif name in AFFINE and len(tensors) == 3:  # bias + product: the product typed first
+            ts = [getattr(x, TYPES, None) or {} for x in tensors]
+            product = (_matmul_types("mm", tensors[1:]) if sharded and name == "addmm"
+                       else propagate(AFFINE[name], [t for t in ts[1:] if t]))
+            out_types = propagate(name, [t for t in (ts[0], product) if t])
         elif name == "linear" and len(tensors) > 2:  # x @ w.T + b: affine, the bias is an addition
             xw = propagate(name, [t for t in (getattr(x, TYPES, None) for x in tensors[:2]) if t])
             out_types = propagate("add", [xw, getattr(tensors[2], TYPES, None) or {}])
@@ -95,6 +137,73 @@ class _TypeCheck(TorchFunctionMode):
         with unchecked():
             out = func(*args, **kwargs)
         return _attach_all(out, out_types)
+
+
+def _type_grad(x: Any, g: Any) -> None:
+    """``g``, the gradient of ``x``, typed by the gradient table (R's is P, P's R, I, V, S(i) their own)."""
+    types = getattr(x, TYPES, None) if isinstance(x, torch.Tensor) else None
+    if types and isinstance(g, torch.Tensor):
+        setattr(g, TYPES, {a: t.grad for a, t in types.items()})
+
+
+_SIGNATURES: dict[Any, inspect.Signature] = {}
+
+
+def _raw_collective(func: Any, name: str, args: tuple, kwargs: dict) -> Any:
+    """A torch.distributed collective on a typed tensor: its output typed on the mesh axes
+    its process group spans (``lowering.spmd.rules.raw_collective_types``), or refused
+    before it runs. An all_reduce retypes its tensor in place."""
+    sig = _SIGNATURES.get(func)
+    if sig is None:
+        sig = _SIGNATURES[func] = inspect.signature(func)
+    p = sig.bind(*args, **kwargs).arguments
+    inp = p.get("tensor", p.get("input", p.get("input_tensor")))
+    out = inp if name == "all_reduce" else p.get("output", p.get("output_tensor"))
+    types = getattr(inp, TYPES, None)
+    if not types:  # an untyped input: outside the checker (its output too)
+        return func(*args, **kwargs)
+    op = p.get("op")
+    reduce = None if op is None else getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
+    if op is None and RAW_COLLECTIVES[name] in ("all_reduce", "reduce_scatter"):
+        reduce = "SUM"
+    new = raw_collective_types(name, reduce, _group_axes(name, p.get("group")), types)
+    result = func(*args, **kwargs)
+    if isinstance(out, torch.Tensor):
+        setattr(out, TYPES, new)
+    return result
+
+
+def _group_axes(name: str, group: Any) -> tuple[str, ...]:
+    """The mesh axes (of the enclosing ``spmd.use_mesh``) whose group a process group is."""
+    try:
+        ctx = mesh_context()
+    except SpecError:
+        raise SpecError(f"torch.distributed.{name} of a typed tensor under typecheck(): the checker needs the "
+                        "mesh to read its process group as mesh axes",
+                        hint="wrap the code in `with spmd.use_mesh(mesh):`") from None
+    ranks = set(dist.get_process_group_ranks(group if group is not None else dist.group.WORLD))
+    names = ctx.mesh.names
+    for k in range(1, len(names) + 1):
+        for axes in itertools.combinations(names, k):
+            if {ctx.global_rank(q) for q in group_ranks(ctx.mesh, axes, ctx.ranks[0])} == ranks:
+                return axes
+    raise SpecError(f"torch.distributed.{name} under typecheck(): its process group (ranks {sorted(ranks)}) is "
+                    f"not the group of any set of axes of the mesh {ctx.mesh}, so its typing is unknown",
+                    hint="use the group of mesh axes (a DeviceMesh's get_group(axis)), or the typed "
+                    "spmd collectives")
+
+
+def _check_seeds(name: str, args: tuple, kwargs: dict) -> None:
+    """``loss.backward()``, ``torch.autograd.backward`` / ``grad``: each output seeded with
+    ones (no gradient given for it) must be a loss the ones are the gradient of."""
+    at, keys = _SEEDED[name]
+    seeds = args[at] if len(args) > at else next((kwargs[k] for k in keys if k in kwargs), None)
+    outputs = args[0] if args else kwargs.get("tensors", kwargs.get("outputs"))
+    outputs = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs or ())
+    seeds = [seeds] if seeds is None or isinstance(seeds, torch.Tensor) else list(seeds)
+    for k, out in enumerate(outputs):
+        if (seeds[k] if k < len(seeds) else None) is None and isinstance(out, torch.Tensor):
+            check_loss(name, getattr(out, TYPES, None) or {})
 
 
 def _matmul_types(name: str, tensors: list) -> dict:
@@ -117,6 +226,12 @@ def _matmul_types(name: str, tensors: list) -> dict:
     if name == "linear" and len(tensors) > 2:
         out = propagate("add", [out, getattr(tensors[2], TYPES, None) or {}])
     return out
+
+
+def no_typecheck() -> AbstractContextManager[None]:
+    """Run the scope's torch ops outside ``typecheck()`` (their results are untyped: type
+    them with ``spmd.assert_type`` where they re-enter the checked code)."""
+    return unchecked()
 
 
 @contextmanager

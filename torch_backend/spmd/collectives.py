@@ -21,12 +21,13 @@ from spec_lang.local_type import LocalType
 from spec_lang.parser import parse_local_type as as_local_type
 from torch_backend.api import check_local
 from torch_backend.autograd import check_differentiable
+from torch_backend.collectives import all_reduce_into
 from torch_backend.dtypes import dtype_name
-from torch_backend.executor import execute
+from torch_backend.executor import build_pieces, execute
 from torch_backend.groups import MeshContext
-from torch_backend.spmd.check import unchecked
 from torch_backend.spmd.mesh import as_axes, mesh_context
-from torch_backend.spmd.tags import SIZES, attach, recorded_size, typeof
+from torch_backend.spmd.tags import recorded_size, typeof
+from torch_backend.type_tags import SIZES, attach, unchecked
 
 
 class _Typed(torch.autograd.Function):
@@ -75,25 +76,32 @@ def _src_size(x: torch.Tensor, src: LocalType, group: tuple[str, ...], ctx: Mesh
 
 
 def typed_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: Any = None,
-               size: int | None = None) -> torch.Tensor:
+               size: int | None = None, inplace: bool = False) -> torch.Tensor:
     """Check, build and run ``op(x, axis, src, dst)``; the result carries its type."""
     s, d = as_local_type(src, "src"), as_local_type(dst, "dst")
     routed = check_pair(op, s, d) or op  # refuses a bad pair before anything else
     with unchecked():
-        return _run(op, routed, x, axis, s, d, mesh, size)
+        return _run(op, routed, x, axis, s, d, mesh, size, inplace)
 
 
 def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: LocalType, mesh: Any,
-         size: int | None) -> torch.Tensor:
+         size: int | None, inplace: bool) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise SpecError(f"spmd.{op} needs a tensor, got {type(x).__name__}")
+    if inplace and x.requires_grad and torch.is_grad_enabled():
+        raise SpecError(f"spmd.{op}(..., inplace=True) takes a tensor autograd does not record (a gradient "
+                        "buffer); this one requires grad", hint="drop inplace=True (the result is then a new "
+                        "tensor, differentiable), or call it under torch.no_grad()")
     ctx = mesh_context(mesh)
     group = as_axes(axis, ctx.mesh.names)
     have = typeof(x)
     for a in group:
-        if a in have and have[a].base != s.base:
+        if a in have and not have[a].agrees(s):
             raise SpecError(f"spmd.{op}: x is {have[a]!r} on axis {a!r}, but src={s!r}",
                             hint=f"pass src={have[a]!r}, or convert x first")
+    if routed == "identity":  # src == dst: the input as it is (a view of it, typed; autograd: identity)
+        y = x.view_as(x)
+        return attach(y, {**have, **{a: d for a in group}}, getattr(x, SIZES, None))
     check_whole_average(routed, s, group, have, dtype_name(x.dtype), ctx.mesh)
     shapes = _shapes(x, ctx)
     n_src = _src_size(x, s, group, ctx, shapes, size)
@@ -105,13 +113,29 @@ def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: Loca
             raise SpecError(f"spmd.{op}: rank {r} holds shape {list(shapes[r])}, but {s!r} over {list(group)} "
                             f"gives it {list(want)} (uneven blocks follow torch.chunk)",
                             hint="give every rank its block, or pass size= (the global length of the split dim)")
-    x = check_local(x, program.src, ctx)
-    y = _Typed.apply(x, program, ctx) if torch.is_grad_enabled() and x.requires_grad else execute(program, x, ctx=ctx)
+    if inplace:
+        y = _in_place(program, x, ctx)
+    else:
+        x = check_local(x, program.src, ctx)
+        y = _Typed.apply(x, program, ctx) if torch.is_grad_enabled() and x.requires_grad else execute(program, x, ctx=ctx)
     out = {**have, **{a: d for a in group}}
     sizes = {k: v for k, v in (getattr(x, SIZES, None) or {}).items() if not set(k) & set(group)}
     if d.kind == "S":
         sizes[group] = program.dst.dims[d.dim].size  # type: ignore[index]
     return attach(y, out, sizes)
+
+
+def _in_place(program: Program, x: torch.Tensor, ctx: MeshContext) -> torch.Tensor:
+    """``program`` (one all_reduce) run on ``x`` itself: a flat buffer reduced without a copy
+    (a non-contiguous one through a contiguous copy, written back)."""
+    if check_local(x, program.src, ctx) is not x:
+        raise SpecError("inplace=True under LocalTensorMode needs a LocalTensor (every rank's block)",
+                        hint="build it with LocalTensorMode's rank_map or torch_backend.distribute")
+    step = program.steps[0]
+    pieces = build_pieces(program, ctx)[0]
+    if x.is_contiguous():
+        return all_reduce_into(ctx, step, pieces, x)
+    return x.copy_(all_reduce_into(ctx, step, pieces, x.contiguous()))
 
 
 def all_gather(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
@@ -126,9 +150,13 @@ def all_gather(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = No
     return typed_call("all_gather", x, axis, src, dst, mesh, size)
 
 
-def all_reduce(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh: Any = None) -> torch.Tensor:
-    """Finish the pending reduction: ``+A, +B, +C  =>  A + B + C`` on every rank (R or I)."""
-    return typed_call("all_reduce", x, axis, src, dst, mesh)
+def all_reduce(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh: Any = None,
+               inplace: bool = False) -> torch.Tensor:
+    """Finish the pending reduction: ``+A, +B, +C  =>  A + B + C`` on every rank (R or I).
+
+    ``inplace=True`` reduces ``x`` itself (a flat gradient buffer: no copy) and returns it,
+    retyped; for a tensor autograd does not record (under ``torch.no_grad()``, or a ``.grad``)."""
+    return typed_call("all_reduce", x, axis, src, dst, mesh, inplace=inplace)
 
 
 def reduce_scatter(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh: Any = None) -> torch.Tensor:

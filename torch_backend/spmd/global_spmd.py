@@ -20,8 +20,8 @@ from lowering.spmd.propagate import einsum_types, propagate
 from spec_lang.errors import SpecError
 from spec_lang.local_type import LocalType
 from spec_lang.parser import parse_local_type as as_local_type
-from torch_backend.spmd.check import unchecked
-from torch_backend.spmd.tags import TYPES, attach, typeof
+from torch_backend.spmd.tags import typeof
+from torch_backend.type_tags import TYPES, attach, unchecked
 
 
 def _axes(out_partial_axes: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -79,8 +79,12 @@ def _as_types(spec: Any, what: str) -> dict[str, LocalType] | None:
     return {a: as_local_type(t, f"{what} of axis {a!r}") for a, t in spec.items()}
 
 
+def _drop_spec(t: LocalType) -> LocalType:
+    return LocalType("V") if t.kind == "S" else t
+
+
 def _local(types: dict[str, LocalType]) -> dict[str, LocalType]:
-    return {a: LocalType("V") if t.kind == "S" else t for a, t in types.items()}
+    return {a: _drop_spec(t) for a, t in types.items()}
 
 
 def local_map(fn: Callable[..., Any], *, in_types: Sequence[Any], out_types: Any) -> Callable[..., Any]:
@@ -99,6 +103,11 @@ def local_map(fn: Callable[..., Any], *, in_types: Sequence[Any], out_types: Any
         local_args = []
         for k, (x, want) in enumerate(zip(args, ins)):
             if want is None:
+                if isinstance(x, torch.Tensor):
+                    raise SpecError(f"local_map: argument {k} is a tensor, but in_types gives it None (for "
+                                    "non-tensors): it would enter the region with its outer types",
+                                    hint=f"give argument {k} its types, e.g. {{'tp': spmd.R}} ({{}} for an "
+                                    "untyped tensor)")
                 local_args.append(x)
                 continue
             if not isinstance(x, torch.Tensor):
@@ -106,7 +115,7 @@ def local_map(fn: Callable[..., Any], *, in_types: Sequence[Any], out_types: Any
                                 f"{want}", hint="pass a tensor there, or put None in in_types for a non-tensor")
             have = typeof(x)
             for a, t in want.items():
-                if a in have and have[a] != t:
+                if a in have and not have[a].agrees(t):  # V where S(i) is stated: refined to S(i)
                     raise SpecError(f"local_map: argument {k} is {have[a]!r} on axis {a!r}, in_types says {t!r}",
                                     hint="redistribute it first, or fix in_types")
             with unchecked():
@@ -119,6 +128,10 @@ def local_map(fn: Callable[..., Any], *, in_types: Sequence[Any], out_types: Any
         final = []
         for k, (y, want) in enumerate(zip(got, outs)):
             if want is None:
+                if isinstance(y, torch.Tensor):
+                    raise SpecError(f"local_map: output {k} is a tensor, but out_types gives it None (for "
+                                    "non-tensors): it would leave the region with its inside types",
+                                    hint=f"give output {k} its types, e.g. {{'tp': spmd.S(0)}}")
                 final.append(y)
                 continue
             if not isinstance(y, torch.Tensor):
@@ -126,7 +139,7 @@ def local_map(fn: Callable[..., Any], *, in_types: Sequence[Any], out_types: Any
                                 f"{want}", hint="return a tensor there, or put None in out_types for a non-tensor")
             have = getattr(y, TYPES, None) or {}
             for a, t in want.items():
-                if a in have and have[a].base != t.base:
+                if a in have and not _drop_spec(have[a]).agrees(_drop_spec(t)):
                     raise SpecError(f"local_map: output {k} is {have[a]!r} on axis {a!r} inside, out_types says "
                                     f"{t!r}", hint="add the collective or convert inside fn, or fix out_types")
             with unchecked():
