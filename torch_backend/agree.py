@@ -80,7 +80,7 @@ def agreed(mesh: Any, run: Callable[[Checks], T]) -> T:
     except Exception as e:  # joins the agreement as failed, then raised
         error = e
     where = found.ctx if found.ctx is not None else _world_context(mesh)
-    if where is not None and not where.is_local and where.mesh.size > 1:
+    if where is not None and not comm.of(where).per_rank and where.mesh.size > 1:
         error = compare(where, found.call, error)
     if error is not None:
         raise error
@@ -151,7 +151,7 @@ def _gather(ctx: MeshContext, group: GroupHandle, mine: Sequence[int], dtype: to
     try:
         comm.all_reduce(ctx, out, "sum", group)
     except RuntimeError as e:
-        raise ctx.failed(f"rank {ctx.rank}: agree=True's exchange", e, group.members, ctx.mesh.names) from e
+        raise comm.failed(ctx, f"rank {ctx.rank}: agree=True's exchange", e, group.members, ctx.mesh.names) from e
     return out
 
 

@@ -34,7 +34,7 @@ from spec_lang.dual import dual_type
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from spec_lang.parser import parse
-from torch_backend import autograd
+from torch_backend import autograd, comm, traced
 from torch_backend.agree import Checks, agreed, describe
 from torch_backend.blocks import local_part
 from torch_backend.comm import rank_map
@@ -94,6 +94,9 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
     all_reduce); ``handle.wait()`` gives the result, differentiable like the sync call.
     Every check still runs before any collective; do not modify ``x`` before ``wait()``.
     """
+    if torch.compiler.is_dynamo_compiling():
+        return traced.call("redistribute", x, src, dst=dst, mesh=mesh, async_op=async_op, timeout=timeout,
+                           agree=agree)
     if agree is not None:
         check_agree(agree)
     if type(x) is torch.Tensor and type(src) is str and type(dst) is str and type(mesh) is str:
@@ -135,6 +138,9 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
 # three comparisons and the run, as long as the default group is the same object.
 _HOT: dict[tuple[str, str, str], tuple[Any, BoundProgram, tuple[Any, ...], Any]] = {}
 on_clear(_HOT.clear)
+
+
+traced.entry("redistribute")(redistribute)
 
 
 def _remember_hot(key: tuple[str, str, str], bound: BoundProgram) -> None:
@@ -323,7 +329,7 @@ def expected_block(t: TensorType, ctx: MeshContext) -> tuple[Any, ...]:
     """(torch dtype, this rank's shape, the device flag to test or None) that pass every
     check of ``check_local`` on a real group; () where the fast test does not apply
     (LocalTensorMode, a dtype torch cannot hold, a type whose shapes cannot be read)."""
-    if ctx.is_local:
+    if comm.of(ctx).per_rank:
         return ()
     try:
         return to_torch_dtype(t.dtype), local_shapes(t, ctx.mesh)[ctx.rank], _DEVICE_TEST.get(ctx.backend)
@@ -361,7 +367,7 @@ def check_local(x: torch.Tensor, t: TensorType, ctx: MeshContext) -> torch.Tenso
     if ctx.backend == "gloo" and x.device.type != "cpu":
         raise SpecError(f"the process group uses gloo but the tensor is on {x.device}",
                         hint="gloo lacks all_to_all on GPU tensors: use an NCCL group, or move the tensor to CPU")
-    if ctx.is_local:
+    if comm.of(ctx).per_rank:
         inner = getattr(x, "_local_tensors", None)
         if inner is None:  # a plain tensor under LocalTensorMode: the same block on every rank
             shapes = {local_shape(t, ctx.mesh, r) for r in ctx.ranks}
@@ -417,11 +423,9 @@ def distribute(tensor: torch.Tensor, mesh: Mesh | str | Any, t: TensorType | str
             x.zero_()
         return x
 
-    if ctx.is_local:
-        if getattr(tensor, "_local_tensors", None) is not None:
-            return rank_map(ctx, lambda r, g: piece(r, g), tensor.detach())
-        return rank_map(ctx, lambda r: piece(r))
-    return piece(ctx.rank)
+    if getattr(tensor, "_local_tensors", None) is not None:
+        return rank_map(ctx, lambda r, g: piece(r, g), tensor.detach())
+    return rank_map(ctx, lambda r: piece(r))
 
 
 def _redistribute_dtensor(x: Any, src: TensorType | str | None, dst: TensorType | str | None,

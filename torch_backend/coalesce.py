@@ -23,7 +23,7 @@ from lowering.layout import group_ranks
 from lowering.program import Program
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
-from torch_backend import collectives, comm
+from torch_backend import collectives, comm, traced
 from torch_backend.agree import Checks, agreed, describe
 from torch_backend.api import agreed_program, agreeing, bound_call, check_agree, check_tensor
 from torch_backend.autograd import backward_program
@@ -87,7 +87,7 @@ class JointBound:
         tensors = sorted({j for j, _ in g.members})
         where = (f"rank {ctx.ranks[0] if len(ctx.ranks) == 1 else list(ctx.ranks)}: {step.describe()} of "
                  f"tensor{'s' if len(tensors) > 1 else ''} {tensors} on group {list(members)}")
-        return ctx.failed(where, e, members, step.axes)
+        return comm.failed(ctx, where, e, members, step.axes)
 
     def unaliased(self, xs: Sequence[torch.Tensor], ys: list[torch.Tensor]) -> list[torch.Tensor]:
         """The results, none sharing memory with an input (a lone view is copied)."""
@@ -118,7 +118,7 @@ class JointPending:
         ys = bound.run_rounds(list(xs), rounds[:-1])
         self._inflight: list[tuple[Merged, tuple[int, ...], Any, Callable[[], Any]]] = []
         for g in rounds[-1] if rounds else ():
-            launched = None if ctx.is_local else self._launch(g, ys)
+            launched = self._launch(g, ys) if comm.of(ctx).launches else None
             if launched is None:
                 bound.run_group(g, ys)
             else:
@@ -223,6 +223,9 @@ def redistribute_many(xs: Sequence[torch.Tensor], srcs: Sequence[TensorType | st
     ``async_op=True`` returns a handle at once, the last round's collectives on the wire;
     ``handle.wait()`` gives the list (do not modify the inputs before it).
     """
+    if torch.compiler.is_dynamo_compiling() and isinstance(xs, (list, tuple)):
+        return traced.call("redistribute_many", list(xs), list(srcs), list(dsts), mesh, async_op=async_op,
+                           timeout=timeout, agree=agree)
     if isinstance(xs, torch.Tensor) or not isinstance(xs, Sequence):
         raise SpecError("redistribute_many takes a sequence of tensors",
                         hint="pass a list, e.g. redistribute_many([x, y], [src_x, src_y], [dst_x, dst_y], mesh)")
@@ -249,6 +252,9 @@ def redistribute_many(xs: Sequence[torch.Tensor], srcs: Sequence[TensorType | st
     if torch.is_grad_enabled() and any(x.requires_grad for x in checked):
         return bound.typed(list(_Many.apply(bound, *checked)), xs)
     return bound.typed(bound.run(checked), xs)
+
+
+traced.entry("redistribute_many")(redistribute_many)
 
 
 def prepare_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Mesh | str | Any, *,

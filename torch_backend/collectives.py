@@ -67,8 +67,8 @@ def all_gather(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
         [B]  =>  [A, B, C]
         [C]
 
-    Equal blocks: one ``all_gather_single``. Uneven: the exact ring (real groups) or an
-    exact all_to_all (LocalTensorMode).
+    Equal blocks: one ``all_gather_single``. Uneven: the exact ring (where the implementation
+    has point-to-point) or an exact all_to_all.
     """
     alone = _alone(ctx, plans, x)
     if alone is not None:
@@ -78,8 +78,8 @@ def all_gather(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
     # under LocalTensorMode one call serves every group, and some may be even while
     # others are not: take the exact path unless all of them are even
     if not all(p.even for p in plans.values()):
-        return _gather_a2a(ctx, g, plans, x) if ctx.is_local else _gather_ring(ctx, g, p0, x)
-    if not ctx.is_local and p0.direct:
+        return _gather_ring(ctx, g, p0, x) if comm.of(ctx).p2p else _gather_a2a(ctx, g, plans, x)
+    if p0.direct and not comm.of(ctx).per_rank:
         y = x.new_empty(p0.out_shape)
         comm.all_gather(ctx, y.view(-1), flat(x), g)
         return y
@@ -124,7 +124,7 @@ def _gather_ring(ctx: MeshContext, g: GroupHandle, plan: RankPieces, x: torch.Te
 
 
 def _gather_a2a(ctx: MeshContext, g: GroupHandle, plans: Plans, x: torch.Tensor) -> torch.Tensor:
-    """Uneven all_gather as an exact all_to_all (LocalTensorMode, which has no p2p)."""
+    """Uneven all_gather as an exact all_to_all (LocalTensorMode and torch.compile: no p2p)."""
     send_splits, recv_splits = {}, {}
     for r, p in plans.items():
         own = next(pc.numel for pc in p.recv if pc.peer == r)
@@ -168,16 +168,18 @@ def reduce_scatter(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) 
     op, g = step.op or "sum", _group(ctx, step)
     if not (p0.even or step.padded):
         return _reduce_scatter_exact(ctx, step, g, plans, x)
-    if not ctx.is_local and p0.direct:
+    if p0.direct and not comm.of(ctx).per_rank:
         y = x.new_empty(p0.out_shape)
         comm.reduce_scatter(ctx, y.view(-1), flat(x), op, g)
         return finish_avg(y, op, p0.n)
 
+    # LocalTensorMode's reduce_scatter cannot split a group whose blocks are all empty
+    # (torch.split by 0); one dummy element per rank keeps it whole. Nothing is sent
+    # there, so the other implementations keep the exact size.
+    least = 1 if comm.of(ctx).per_rank else 0
+
     def chunk(r: int) -> int:
-        # LocalTensorMode's reduce_scatter cannot split a group whose blocks are all empty
-        # (torch.split by 0); one dummy element per rank keeps it whole. Nothing is sent
-        # there, so the real backends keep the exact size.
-        return max(plans[r].chunk, 1) if ctx.is_local else plans[r].chunk
+        return max(plans[r].chunk, least)
 
     def pack(r: int, t: torch.Tensor) -> torch.Tensor:
         p, c = plans[r], chunk(r)
@@ -291,12 +293,13 @@ def all_to_all(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
         return alone
     if step.bytes_sent_max == 0:  # nothing leaves any rank: every block is its own piece
         return rank_map(ctx, lambda r, t: _unpack_exchange(plans[r], t, t.new_empty(0)), x)
-    if step.kind == "permute" and not ctx.is_local:
+    impl = comm.of(ctx)
+    if step.kind == "permute" and impl.p2p:
         return _permute(ctx, _group(ctx, step), _first(plans), x)
     send_splits = {r: [pc.numel for pc in p.send] for r, p in plans.items()}
     recv_splits = {r: [pc.numel for pc in p.recv] for r, p in plans.items()}
     send = rank_map(ctx, lambda r, t: _pack_exchange(plans[r], t), x)
-    if not ctx.is_local:
+    if not impl.per_rank:
         return _exchange_into(ctx, _group(ctx, step), _first(plans), x, send, send_splits, recv_splits)
     got = comm.all_to_all(ctx, send, send_splits, recv_splits, _group(ctx, step))
     return rank_map(ctx, lambda r, t, o: _unpack_exchange(plans[r], t, o), x, got)
@@ -366,7 +369,7 @@ def launch(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> Launc
     straight in its output (an even all_gather or reduce_scatter whose blocks lie back to
     back, an all_reduce) on a real group; None where the step must run synchronously."""
     p0 = _first(plans)
-    if ctx.is_local or p0.n == 1 or step.bytes_sent_max == 0:
+    if not comm.of(ctx).launches or p0.n == 1 or step.bytes_sent_max == 0:
         return None
     g = _group(ctx, step)
     if step.kind == "all_gather" and p0.even and p0.direct:

@@ -1,4 +1,16 @@
-"""The collectives the executor issues, on a real process group or under LocalTensorMode.
+"""The one communication interface: the collectives the executor issues, with three
+interchangeable implementations (``of(ctx)`` picks one; runners never ask which):
+
+* ``C10D``: eager c10d calls on a real process group (gloo, NCCL), writing into the
+  buffers they are given, launchable without waiting, with point-to-point;
+* ``FUNCTIONAL``: the traceable functional collectives (``torch.ops._c10d_functional``),
+  whenever torch.compile traces (``torch.compiler.is_compiling()``): each call is the
+  functional op and its ``wait_tensor`` in the graph, copied into the given buffer (the
+  compiler removes the copy), and no point-to-point (exact ``all_to_all_single`` instead);
+* ``LOCAL``: LocalTensorMode, one call standing for every simulated rank.
+
+Each implementation says what it can do (``Comm``: ``p2p``, ``per_rank``, ``launches``,
+``lean``) and the runners choose their form by that.
 
 Everything here takes flat contiguous buffers. On a real group (gloo, NCCL) these are
 the tensor-form c10d calls: ``all_gather_single`` / ``reduce_scatter_single`` (the
@@ -19,14 +31,15 @@ simulator computes); ``bool`` travels as uint8 with MAX (logical or) for sum/avg
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from torch_backend.dtypes import wire_view
-from torch_backend.faults import CollectiveError  # noqa: F401 - where it lived: torch_backend.comm.CollectiveError
+from torch_backend.faults import CollectiveError
 from torch_backend.groups import GroupHandle, MeshContext
 from torch_backend.type_tags import UNCHECKED
 
@@ -65,13 +78,16 @@ def rank_map(ctx: MeshContext, fn: Callable[..., torch.Tensor], *tensors: torch.
     On a real group that is one call with this rank; under LocalTensorMode it runs on
     each simulated rank's plain tensors (mode disabled) and wraps them in a LocalTensor.
     """
-    if not ctx.is_local:
-        return fn(ctx.rank, *tensors)
-    from torch.distributed._local_tensor import LocalTensor
+    impl = of(ctx)
+    if impl.per_rank:
+        return impl.map(ctx, fn, *tensors)
+    return fn(ctx.rank, *tensors)
 
-    with ctx.local_mode.disable():
-        out = {r: fn(r, *(local_of(t, r) for t in tensors)) for r in ctx.ranks}
-    return LocalTensor(out)
+
+def plain(ctx: MeshContext) -> Any:
+    """A context for plain per-rank torch ops on local blocks (LocalTensorMode off)."""
+    impl = of(ctx)
+    return ctx.local_mode.disable() if impl.per_rank else nullcontext()
 
 
 # ---- collectives ------------------------------------------------------------------------
@@ -87,56 +103,210 @@ def _own(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         UNCHECKED[0] -= 1
 
 
+class Comm:
+    """The communication interface. Flags say what an implementation can do:
+
+    ``p2p``: point-to-point (else exchanges go as exact ``all_to_all``); ``per_rank``: one
+    call plays every rank, whose buffers may differ in size per rank (LocalTensorMode);
+    ``launches``: a collective can be left on the wire and waited later (``wait``);
+    ``lean``: a one-step program may be bound into one closure of c10d calls."""
+
+    p2p = False
+    per_rank = False
+    launches = False
+    lean = False
+
+    def wait(self, ctx: MeshContext, work: Any) -> None:
+        if work is not None:
+            work.wait()
+
+    def failed(self, ctx: MeshContext, where: str, e: BaseException, members: Sequence[int],
+               axes: tuple[str, ...] | None) -> CollectiveError:
+        return CollectiveError(f"{where} failed: {e}")
+
+
+class _C10d(Comm):
+    p2p = True
+    launches = True
+    lean = True
+
+    def wait(self, ctx: MeshContext, work: Any) -> None:
+        if work is None:
+            return
+        if ctx.timeout is not None:
+            work.wait(timeout=ctx.timeout)
+        else:
+            work.wait()
+
+    def failed(self, ctx: MeshContext, where: str, e: BaseException, members: Sequence[int],
+               axes: tuple[str, ...] | None) -> CollectiveError:
+        return ctx.real_failure(where, e, members, axes)
+
+    def all_gather(self, ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, group: GroupHandle) -> Any:
+        return _own(_all_gather, wire_view(out), wire_view(inp), group=group.pg, async_op=True)
+
+    def reduce_scatter(self, ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, op: str,
+                       group: GroupHandle) -> Any:
+        return _own(_reduce_scatter, wire_view(out, True), wire_view(inp, True), op=reduce_op(op, inp.dtype),
+                    group=group.pg, async_op=True)
+
+    def all_reduce(self, ctx: MeshContext, buf: torch.Tensor, op: str, group: GroupHandle) -> Any:
+        return _own(dist.all_reduce, wire_view(buf, True), op=reduce_op(op, buf.dtype), group=group.pg,
+                    async_op=True)
+
+    def all_to_all(self, ctx: MeshContext, send: torch.Tensor, send_splits: dict[int, list[int]],
+                   recv_splits: dict[int, list[int]], group: GroupHandle, out: torch.Tensor | None) -> torch.Tensor:
+        mine_in, mine_out = send_splits[ctx.rank], recv_splits[ctx.rank]
+        recv = out if out is not None else torch.empty(sum(mine_out), dtype=send.dtype, device=send.device)
+        self.wait(ctx, _own(dist.all_to_all_single, wire_view(recv), wire_view(send), mine_out, mine_in,
+                            group=group.pg, async_op=True))
+        return recv
+
+    def p2p_batch(self, ctx: MeshContext, sends: list[tuple[torch.Tensor, int]],
+                  recvs: list[tuple[torch.Tensor, int]], group: GroupHandle) -> None:
+        ops = [dist.P2POp(dist.isend, wire_view(t), ctx.global_rank(q), group=group.pg) for t, q in sends]
+        ops += [dist.P2POp(dist.irecv, wire_view(t), ctx.global_rank(q), group=group.pg) for t, q in recvs]
+        if not ops:
+            return
+        for w in _own(dist.batch_isend_irecv, ops):
+            self.wait(ctx, w)
+
+
+class _Landing:
+    """A functional collective's result and the buffer it lands in: ``wait()`` is the
+    functional ``wait_tensor`` and the copy into the buffer (what a c10d call wrote)."""
+
+    def __init__(self, out: torch.Tensor, got: torch.Tensor) -> None:
+        self.out, self.got = out, got
+
+    def wait(self) -> None:
+        self.out.copy_(torch.ops._c10d_functional.wait_tensor(self.got))
+
+
+_FOPS = {"sum": "sum", "avg": "sum", "max": "max", "min": "min"}
+
+
+def _fop(op: str, dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return "min" if op == "min" else "max"
+    return _FOPS[op]
+
+
+class _Functional(Comm):
+    """torch.compile's form: the ops land in the trace; group names are constants of it."""
+
+    launches = True
+
+    def all_gather(self, ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, group: GroupHandle) -> Any:
+        got = torch.ops._c10d_functional.all_gather_into_tensor(
+            wire_view(inp).contiguous().view(-1), len(group.members), group.pg.group_name)
+        return _Landing(wire_view(out).view(-1), got)
+
+    def reduce_scatter(self, ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, op: str,
+                       group: GroupHandle) -> Any:
+        got = torch.ops._c10d_functional.reduce_scatter_tensor(
+            wire_view(inp, True).contiguous().view(-1), _fop(op, inp.dtype), len(group.members), group.pg.group_name)
+        return _Landing(wire_view(out, True).view(-1), got)
+
+    def all_reduce(self, ctx: MeshContext, buf: torch.Tensor, op: str, group: GroupHandle) -> Any:
+        got = torch.ops._c10d_functional.all_reduce(wire_view(buf, True), _fop(op, buf.dtype), group.pg.group_name)
+        return _Landing(wire_view(buf, True), got)
+
+    def all_to_all(self, ctx: MeshContext, send: torch.Tensor, send_splits: dict[int, list[int]],
+                   recv_splits: dict[int, list[int]], group: GroupHandle, out: torch.Tensor | None) -> torch.Tensor:
+        wire = wire_view(send).contiguous()
+        got = torch.ops._c10d_functional.wait_tensor(torch.ops._c10d_functional.all_to_all_single(
+            wire, list(recv_splits[ctx.rank]), list(send_splits[ctx.rank]), group.pg.group_name))
+        got = got.view(send.dtype) if wire.dtype != send.dtype else got
+        if out is None:
+            return got
+        out.copy_(got)
+        return out
+
+
+class _Local(Comm):
+    """LocalTensorMode: split sizes differ per simulated rank, so ``all_to_all`` goes
+    through the functional collective, which takes them as LocalIntNode SymInts."""
+
+    per_rank = True
+
+    def all_gather(self, ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, group: GroupHandle) -> Any:
+        _own(_all_gather, wire_view(out), wire_view(inp), group=group.pg, async_op=True).wait()
+
+    def reduce_scatter(self, ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, op: str,
+                       group: GroupHandle) -> Any:
+        _own(_reduce_scatter, wire_view(out, True), wire_view(inp, True), op=reduce_op(op, inp.dtype),
+             group=group.pg, async_op=True).wait()
+
+    def all_reduce(self, ctx: MeshContext, buf: torch.Tensor, op: str, group: GroupHandle) -> Any:
+        _own(dist.all_reduce, wire_view(buf, True), op=reduce_op(op, buf.dtype), group=group.pg,
+             async_op=True).wait()
+
+    def all_to_all(self, ctx: MeshContext, send: torch.Tensor, send_splits: dict[int, list[int]],
+                   recv_splits: dict[int, list[int]], group: GroupHandle, out: torch.Tensor | None) -> torch.Tensor:
+        import torch.distributed._functional_collectives as fc
+        from torch.distributed._local_tensor import LocalTensor
+
+        ins = _per_rank_ints(ctx, send_splits)
+        outs = _per_rank_ints(ctx, recv_splits)
+        wire = wire_view(send)
+        got = _own(fc.all_to_all_single, wire, outs, ins, group.pg)
+        if not isinstance(got, LocalTensor) and hasattr(got, "wait"):
+            got = got.wait()
+        return got.view(send.dtype) if wire.dtype != send.dtype else got
+
+    def map(self, ctx: MeshContext, fn: Callable[..., torch.Tensor], *tensors: torch.Tensor) -> torch.Tensor:
+        from torch.distributed._local_tensor import LocalTensor
+
+        with ctx.local_mode.disable():
+            out = {r: fn(r, *(local_of(t, r) for t in tensors)) for r in ctx.ranks}
+        return LocalTensor(out)
+
+
+C10D, FUNCTIONAL, LOCAL = _C10d(), _Functional(), _Local()
+
+
+def of(ctx: MeshContext) -> Any:
+    """The implementation a call on ``ctx`` runs with: functional while torch.compile traces."""
+    if torch.compiler.is_compiling():
+        return FUNCTIONAL
+    return LOCAL if ctx.local_mode is not None else C10D
+
+
 def wait(ctx: MeshContext, work: Any) -> None:
     """Wait for one collective, bounded by the context's timeout (the group's otherwise)."""
-    if work is None:
-        return
-    if ctx.timeout is not None and not ctx.is_local:
-        work.wait(timeout=ctx.timeout)
-    else:
-        work.wait()
+    of(ctx).wait(ctx, work)
+
+
+def _done(ctx: MeshContext, work: Any, launch_only: bool) -> Any:
+    if launch_only:
+        return work
+    wait(ctx, work)
+    return None
 
 
 def all_gather(ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, group: GroupHandle,
                launch_only: bool = False) -> Any:
     """Gather into ``out``; ``launch_only`` returns the work unwaited (wait with ``wait``)."""
-    work = _own(_all_gather, wire_view(out), wire_view(inp), group=group.pg, async_op=True)
-    return work if launch_only else wait(ctx, work)
+    return _done(ctx, of(ctx).all_gather(ctx, out, inp, group), launch_only)
 
 
 def reduce_scatter(ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, op: str, group: GroupHandle,
                    launch_only: bool = False) -> Any:
-    work = _own(_reduce_scatter, wire_view(out, True), wire_view(inp, True), op=reduce_op(op, inp.dtype),
-                group=group.pg, async_op=True)
-    return work if launch_only else wait(ctx, work)
+    return _done(ctx, of(ctx).reduce_scatter(ctx, out, inp, op, group), launch_only)
 
 
 def all_reduce(ctx: MeshContext, buf: torch.Tensor, op: str, group: GroupHandle, launch_only: bool = False) -> Any:
-    work = _own(dist.all_reduce, wire_view(buf, True), op=reduce_op(op, buf.dtype), group=group.pg, async_op=True)
-    return work if launch_only else wait(ctx, work)
+    return _done(ctx, of(ctx).all_reduce(ctx, buf, op, group), launch_only)
 
 
 def all_to_all(ctx: MeshContext, send: torch.Tensor, send_splits: dict[int, list[int]],
                recv_splits: dict[int, list[int]], group: GroupHandle,
                out: torch.Tensor | None = None) -> torch.Tensor:
     """Exact-split all_to_all_single; returns the flat receive buffer (process-group order):
-    ``out`` where given (real groups; a flat contiguous tensor of the received size)."""
-    if not ctx.is_local:
-        mine_in, mine_out = send_splits[ctx.rank], recv_splits[ctx.rank]
-        recv = out if out is not None else torch.empty(sum(mine_out), dtype=send.dtype, device=send.device)
-        wait(ctx, _own(dist.all_to_all_single, wire_view(recv), wire_view(send), mine_out, mine_in, group=group.pg,
-                       async_op=True))
-        return recv
-    import torch.distributed._functional_collectives as fc
-    from torch.distributed._local_tensor import LocalTensor
-
-    ins = _per_rank_ints(ctx, send_splits)
-    outs = _per_rank_ints(ctx, recv_splits)
-    wire = wire_view(send)
-    got = _own(fc.all_to_all_single, wire, outs, ins, group.pg)
-    if not isinstance(got, LocalTensor) and hasattr(got, "wait"):
-        got = got.wait()
-    return got.view(send.dtype) if wire.dtype != send.dtype else got
+    ``out`` where given (a flat contiguous tensor of the received size; used only where
+    the implementation does not play every rank at once)."""
+    return of(ctx).all_to_all(ctx, send, send_splits, recv_splits, group, out)
 
 
 def _per_rank_ints(ctx: MeshContext, splits: dict[int, list[int]]) -> list[Any]:
@@ -156,12 +326,15 @@ def _per_rank_ints(ctx: MeshContext, splits: dict[int, list[int]]) -> list[Any]:
 
 def p2p(ctx: MeshContext, sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]],
         group: GroupHandle) -> None:
-    """One batch of isend/irecv (peers are mesh ranks); waits for all, with the step timeout."""
-    if ctx.is_local:
-        raise RuntimeError("point-to-point is not available under LocalTensorMode")
-    ops = [dist.P2POp(dist.isend, wire_view(t), ctx.global_rank(q), group=group.pg) for t, q in sends]
-    ops += [dist.P2POp(dist.irecv, wire_view(t), ctx.global_rank(q), group=group.pg) for t, q in recvs]
-    if not ops:
-        return
-    for w in _own(dist.batch_isend_irecv, ops):
-        wait(ctx, w)
+    """One batch of isend/irecv (peers are mesh ranks); waits for all, with the step timeout.
+    Only where ``of(ctx).p2p``: the runners take an exact all_to_all elsewhere."""
+    impl = of(ctx)
+    if not impl.p2p:
+        raise RuntimeError(f"point-to-point is not available with {type(impl).__name__.strip('_')}")
+    impl.p2p_batch(ctx, sends, recvs, group)
+
+
+def failed(ctx: MeshContext, where: str, e: BaseException, members: Sequence[int],
+           axes: tuple[str, ...] | None = None) -> CollectiveError:
+    """The CollectiveError of a collective (or a group's creation) that failed ``where``."""
+    return of(ctx).failed(ctx, where, e, members, axes)

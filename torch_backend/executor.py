@@ -117,6 +117,8 @@ class BoundProgram:
         self.tags = output_tags(self.program)
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling():  # traced: the interpreter, on functional collectives
+            return execute(self.program, x, ctx=self.ctx, pieces=self.pieces)
         lean = self._lean
         if lean is _UNSET:
             lean = self.runner()
@@ -257,8 +259,6 @@ def _aliases(ctx: MeshContext, y: torch.Tensor, x: torch.Tensor) -> bool:
         return a.numel() > 0 and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
     try:
-        if ctx.is_local:
-            return any(same(comm.local_of(y, r), comm.local_of(x, r)) for r in ctx.ranks)
-        return same(y, x)
+        return any(same(comm.local_of(y, r), comm.local_of(x, r)) for r in ctx.ranks)
     except RuntimeError:  # no storage to compare (a tensor subclass): copy to be safe
         return True

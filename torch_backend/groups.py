@@ -191,7 +191,7 @@ class MeshContext:
             try:
                 pg = _new_group(tuple(sorted(self.to_global[q] for q in mine)), self.timeout, device)
             except RuntimeError as e:  # a member died or never came: c10d's errors name nobody
-                raise self.failed(f"rank {self.rank}: creating the process group over {','.join(axes)} "
+                raise self.real_failure(f"rank {self.rank}: creating the process group over {','.join(axes)} "
                                   f"(ranks {sorted(mine)})", e, sorted(mine)) from e
         from_global = {g: q for q, g in enumerate(self.to_global)}
         order = tuple(from_global[g] for g in dist.get_process_group_ranks(pg))
@@ -202,13 +202,12 @@ class MeshContext:
     def global_rank(self, mesh_rank: int) -> int:
         return self.to_global[mesh_rank]
 
-    def failed(self, where: str, e: BaseException, members: Sequence[int], axes: tuple[str, ...] | None = None
-               ) -> CollectiveError:
-        """The CollectiveError of a collective (or a group's creation) that failed ``where``,
-        over the mesh ranks ``members`` (the group over ``axes``, made already; None: not
-        made), naming who is at fault where the store can tell (``torch_backend.faults``)."""
-        if self.is_local:
-            return CollectiveError(f"{where} failed: {e}")
+    def real_failure(self, where: str, e: BaseException, members: Sequence[int],
+                     axes: tuple[str, ...] | None = None) -> CollectiveError:
+        """The CollectiveError of a collective (or a group's creation) on real process groups
+        that failed ``where``, over the mesh ranks ``members`` (the group over ``axes``, made
+        already; None: not made), naming who is at fault where the store can tell
+        (``torch_backend.faults``; ``comm.failed`` picks this for c10d)."""
         timeout = self.timeout
         if timeout is None:
             made = self._members.get(tuple(sorted(axes, key=self.mesh.index))) if axes is not None else None

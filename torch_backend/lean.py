@@ -42,7 +42,7 @@ def collective_error(ctx: MeshContext, program: Program, i: int, step: Step, e: 
     members = group_ranks(program.mesh, step.axes, ctx.ranks[0])
     where = (f"rank {ctx.ranks[0] if len(ctx.ranks) == 1 else list(ctx.ranks)}: step {i + 1}/{len(program)} "
              f"{step.describe()} on group {list(members)}")
-    return ctx.failed(where, e, members, step.axes)
+    return comm.failed(ctx, where, e, members, step.axes)
 
 
 def _stacks(big: tuple[int, ...], small: tuple[int, ...], n: int) -> bool:
@@ -137,7 +137,7 @@ def lean_run(program: Program, ctx: MeshContext, pieces: list[Pieces],
     runner path copies such a result, as the interpreter does); ``scratch``: the bound
     program's reused buffers, which the runner path hands to its runner.
     """
-    if ctx.is_local or len(program.steps) != 1:
+    if not comm.of(ctx).lean or len(program.steps) != 1:
         return None
     step = program.steps[0]
     p = pieces[0][ctx.rank]

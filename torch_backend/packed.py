@@ -33,11 +33,7 @@ def _stack(ctx: MeshContext, xs: Sequence[torch.Tensor]) -> dict[int, list[torch
 
 def _split(ctx: MeshContext, outs: dict[int, list[torch.Tensor]], count: int) -> list[torch.Tensor]:
     """Per-rank lists of ``count`` tensors -> ``count`` tensors (LocalTensors when simulating)."""
-    if not ctx.is_local:
-        return outs[ctx.rank]
-    from torch.distributed._local_tensor import LocalTensor
-
-    return [LocalTensor({r: outs[r][j] for r in ctx.ranks}) for j in range(count)]
+    return [rank_map(ctx, lambda r, j=j: outs[r][j]) for j in range(count)]
 
 
 def _mapped(ctx: MeshContext, fn: Callable[[int], torch.Tensor]) -> torch.Tensor:
@@ -79,7 +75,7 @@ def reduce_scatter(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pie
     op = steps[0].op or "sum"
     # LocalTensorMode cannot split a buffer of 0 elements per member: keep one dummy element
     sizes = {r: [p[r].chunk for p in pieces] for r in ctx.ranks}
-    total = {r: max(sum(sizes[r]), 1 if ctx.is_local else 0) for r in ctx.ranks}
+    total = {r: max(sum(sizes[r]), 1 if comm.of(ctx).per_rank else 0) for r in ctx.ranks}
 
     def pack(r: int) -> torch.Tensor:
         n = pieces[0][r].n
@@ -178,19 +174,7 @@ def exchange(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
     return _split(ctx, res, len(xs))
 
 
-class _plain:
-    """Plain per-rank torch ops under LocalTensorMode (the mode off), nothing elsewhere."""
-
-    def __init__(self, ctx: MeshContext) -> None:
-        self._cm = ctx.local_mode.disable() if ctx.is_local else None
-
-    def __enter__(self) -> None:
-        if self._cm is not None:
-            self._cm.__enter__()
-
-    def __exit__(self, *exc: object) -> None:
-        if self._cm is not None:
-            self._cm.__exit__(*exc)
+_plain = comm.plain
 
 
 PACKED = {"all_gather": all_gather, "reduce_scatter": reduce_scatter, "all_reduce": all_reduce,

@@ -20,7 +20,7 @@ import torch
 
 from lowering.program import Program
 from spec_lang.ir import Mesh, TensorType
-from torch_backend import autograd
+from torch_backend import autograd, traced
 from torch_backend.agree import Checks, agreed, describe
 from torch_backend.api import (
     agree_default,
@@ -62,6 +62,8 @@ class Redistributor:
     def __call__(self, x: torch.Tensor, *, async_op: bool = False) -> Any:
         """This rank's block of the destination (with ``async_op``, a handle whose ``wait()``
         gives it, as ``redistribute(..., async_op=True)``)."""
+        if torch.compiler.is_dynamo_compiling():
+            return traced.call("prepared", self, x, async_op=async_op)
         b = self._bound
         want, run = self._hot
         if want and not async_op and type(x) is torch.Tensor and fits_block(x, want) and not (
@@ -81,8 +83,23 @@ class Redistributor:
             return autograd.apply_async(b.program, x, b.ctx, bound=b)
         return autograd.apply(b.program, x, b.ctx, bound=b)
 
+    # a constant of a compiled region (``torch_backend.traced``), guarded on identity
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __hash__(self) -> int:
+        return id(self)
+
     def __repr__(self) -> str:
         return f"Redistributor({self.src} -> {self.dst} on {self.program.mesh})"
+
+
+@traced.entry("prepared")
+def _call_prepared(prepared: Redistributor, x: torch.Tensor) -> Any:
+    return prepared(x)
+
+
+torch.utils._pytree.register_constant(Redistributor)
 
 
 def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any, *,

@@ -26,7 +26,7 @@ from spec_lang.ir import Dim, Mesh, TensorType
 from spec_lang.parser import parse
 from spec_lang.split import Split, size_row
 from torch_backend import comm
-from torch_backend.comm import local_of
+from torch_backend.comm import local_of, rank_map
 from torch_backend.dtypes import dtype_name
 from torch_backend.groups import context
 
@@ -94,7 +94,7 @@ def uneven_type(x: torch.Tensor, mesh: Mesh | str | Any, axis: str, dim: int = 0
 
 
 def _first(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-    return local_of(x, ctx.ranks[0]) if ctx.is_local else x
+    return local_of(x, ctx.ranks[0])
 
 
 def _shape(ctx: Any, x: torch.Tensor) -> tuple[int, ...]:
@@ -102,10 +102,10 @@ def _shape(ctx: Any, x: torch.Tensor) -> tuple[int, ...]:
 
 
 def _counts(x: torch.Tensor, dim: int, partitions: Any, r: int, ctx: Any) -> list[int]:
-    n = int(local_of(x, r).shape[dim]) if ctx.is_local else int(x.shape[dim])
+    n = int(local_of(x, r).shape[dim])
     if partitions is None:
         return [n]
-    p = local_of(partitions, r) if ctx.is_local and isinstance(partitions, torch.Tensor) else partitions
+    p = local_of(partitions, r) if isinstance(partitions, torch.Tensor) else partitions
     vals = list(size_row(p.tolist() if isinstance(p, torch.Tensor) else p, f"rank {r}'s partition sizes",
                          "list this rank's piece of every partition, in local order, as ints >= 0"))
     if sum(vals) != n:
@@ -146,15 +146,9 @@ def _gathered(ctx: Any, rows: dict[int, list[int]], width: int) -> list[list[int
         t[r] = torch.tensor(rows[r], dtype=torch.int64)
         return t
 
-    if ctx.is_local:
-        from torch.distributed._local_tensor import LocalTensor
-
-        with ctx.local_mode.disable():
-            buf = LocalTensor({r: table(r) for r in ctx.ranks})
-    else:
-        buf = table(ctx.rank)
+    buf = rank_map(ctx, table)
     comm.all_reduce(ctx, buf, "sum", ctx.group(m.names, ctx.ranks[0]))
-    got = local_of(buf, ctx.ranks[0]) if ctx.is_local else buf
+    got = local_of(buf, ctx.ranks[0])
     return [[int(v) for v in row] for row in got.tolist()]
 
 

@@ -34,7 +34,7 @@ def _exchange(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> to
     recv_splits = {r: [pc.numel for pc in p.recv] for r, p in plans.items()}  # type: ignore[attr-defined]
     send = rank_map(ctx, lambda r, t: _pack_exchange(plans[r], t), x)
     g = _group(ctx, step)
-    if ctx.is_local:
+    if comm.of(ctx).per_rank:
         return comm.all_to_all(ctx, send, send_splits, recv_splits, g)
     p = _first(plans)
     recv = buffer(p, "recv", p.recv_elems, x)  # type: ignore[attr-defined]
@@ -131,7 +131,10 @@ def all_gatherv(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> 
         buf = buffer(p, "ring", sum(p.segments), t)  # type: ignore[attr-defined]
         i = p.position  # type: ignore[attr-defined]
         o, n = p.offsets[i], p.segments[i]  # type: ignore[attr-defined]
-        run_copies(p.pack_copies, contiguous(t), buf[o:o + n])  # type: ignore[attr-defined]
+        # packed apart, then copied in: a compiled region cannot write through as_strided
+        # views of a slice (functionalization), and the extra copy is of the rank's own piece
+        own = run_copies(p.pack_copies, contiguous(t), t.new_empty(n))  # type: ignore[attr-defined]
+        buf[o:o + n].copy_(own)
         return buf
 
     buf = rank_map(ctx, start, x)
@@ -156,7 +159,7 @@ def _ring_round(ctx: MeshContext, g: Any, plans: Plans, buf: torch.Tensor, k: in
         j %= p.n
         return p.offsets[j], p.segments[j]
 
-    if not ctx.is_local:
+    if comm.of(ctx).p2p:
         p = _first(plans)
         i = p.position
         so, sn = seg(p, i - k)

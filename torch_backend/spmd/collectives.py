@@ -19,9 +19,11 @@ from lowering.spmd.rules import check_pair, check_whole_average
 from spec_lang.errors import SpecError
 from spec_lang.local_type import LocalType
 from spec_lang.parser import parse_local_type as as_local_type
+from torch_backend import comm, traced
 from torch_backend.api import check_local
 from torch_backend.autograd import check_differentiable
 from torch_backend.collectives import all_reduce_into
+from torch_backend.comm import local_of
 from torch_backend.dtypes import dtype_name
 from torch_backend.executor import build_pieces, execute
 from torch_backend.groups import MeshContext
@@ -46,10 +48,7 @@ class _Typed(torch.autograd.Function):
 
 
 def _shapes(x: torch.Tensor, ctx: MeshContext) -> dict[int, tuple[int, ...]]:
-    inner = getattr(x, "_local_tensors", None)
-    if ctx.is_local and inner is not None:
-        return {r: tuple(inner[r].shape) for r in ctx.ranks}
-    return {r: tuple(x.shape) for r in ctx.ranks}
+    return {r: tuple(local_of(x, r).shape) for r in ctx.ranks}
 
 
 def _src_size(x: torch.Tensor, src: LocalType, group: tuple[str, ...], ctx: MeshContext,
@@ -68,7 +67,7 @@ def _src_size(x: torch.Tensor, src: LocalType, group: tuple[str, ...], ctx: Mesh
     got = recorded_size(x, group)
     if got is not None:
         return got
-    if ctx.is_local:
+    if comm.of(ctx).per_rank:  # every rank's block is here
         from lowering.layout import group_ranks
 
         return sum(shapes[q][i] for q in group_ranks(ctx.mesh, group, r0))
@@ -78,10 +77,21 @@ def _src_size(x: torch.Tensor, src: LocalType, group: tuple[str, ...], ctx: Mesh
 def typed_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: Any = None,
                size: int | None = None, inplace: bool = False) -> torch.Tensor:
     """Check, build and run ``op(x, axis, src, dst)``; the result carries its type."""
+    if torch.compiler.is_dynamo_compiling():
+        return traced.call("spmd", op, x, axis, src, dst, mesh=mesh, size=size, inplace=inplace)
     s, d = as_local_type(src, "src"), as_local_type(dst, "dst")
     routed = check_pair(op, s, d) or op  # refuses a bad pair before anything else
     with unchecked():
         return _run(op, routed, x, axis, s, d, mesh, size, inplace)
+
+
+@traced.entry("spmd")
+def _traced_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: Any = None,
+                 size: int | None = None, inplace: bool = False) -> torch.Tensor:
+    if inplace:
+        raise SpecError(f"spmd.{op}(..., inplace=True) cannot run inside torch.compile (a compiled region "
+                        "does not write its inputs)", hint="drop inplace=True and use the result")
+    return typed_call(op, x, axis, src, dst, mesh, size)
 
 
 def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: LocalType, mesh: Any,

@@ -1,0 +1,107 @@
+"""torch.compile's door: shardc's calls as regions dynamo does not trace into, which
+AOTAutograd traces (``torch._dynamo.nonstrict_trace``).
+
+Dynamo sees each public call (``redistribute``, a ``Redistributor``'s call,
+``redistribute_many``, the typed ``torch_backend.spmd`` collectives) as one opaque call
+whose non-tensor arguments are constants of the trace (strings, ``Mesh``,
+``TensorType``, a DeviceMesh, a prepared ``Redistributor``). AOTAutograd then runs the
+ordinary eager code once on fake tensors: the parsing, planning and every tensor check
+happen at trace time, in plain Python, on static shapes, and the communication layer
+picks its functional implementation (``comm.of``: ``torch.compiler.is_compiling()``),
+so the graph holds ``_c10d_functional`` ops and their ``wait_tensor``; the backward is
+traced the same way from the same autograd Function. A call with another shape or
+dtype fails dynamo's guards and is traced again (recompiled), or refused by the same
+checks as an eager call.
+
+A DeviceMesh reaches the region as a ``FakeScriptObject`` (an opaque object of the
+trace); it is unwrapped to the real DeviceMesh here, before any check looks at it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch._library.opaque_object import is_opaque_type, register_opaque_type
+
+from spec_lang.errors import SpecError
+from spec_lang.ir import Mesh, TensorType
+from spec_lang.local_type import LocalType
+
+_ENTRIES: dict[str, Callable[..., Any]] = {}
+
+def _fx_repr(obj: Any) -> tuple[str, dict[str, type]]:
+    """How the trace's code names a constant of these frozen classes (their fields)."""
+    cls = type(obj)
+    fields = ", ".join(f"{f}={getattr(obj, f)!r}" for f in cls.__dataclass_fields__)
+    return f"{cls.__name__}({fields})", {cls.__name__: cls}
+
+
+# frozen, hashable and compared by value: constants of a compiled region, which dynamo
+# guards on by equality (a call with another mesh or type is traced again)
+for _cls in (Mesh, LocalType):
+    if not is_opaque_type(_cls):
+        _cls.__fx_repr__ = _fx_repr  # type: ignore[attr-defined]
+        register_opaque_type(_cls, typ="value")
+try:
+    pytree.register_constant(TensorType)
+except ValueError:  # registered already
+    pass
+
+
+def entry(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register ``fn`` as the eager body of the traced call ``name``."""
+    def put(fn: Callable[..., Any]) -> Callable[..., Any]:
+        _ENTRIES[name] = fn
+        return fn
+    return put
+
+
+def _real(a: Any) -> Any:
+    if isinstance(a, (list, tuple)):
+        return type(a)(_real(v) for v in a)
+    if isinstance(a, dict):
+        return {k: _real(v) for k, v in a.items()}
+    real = getattr(a, "real_obj", None) if type(a).__name__ == "FakeScriptObject" else None
+    return real if real is not None else a
+
+
+@torch._dynamo.nonstrict_trace
+def _region(name: str, args: Any, kwargs: Any) -> Any:
+    kwargs = _real(kwargs)
+    if "agree" in kwargs or "timeout" in kwargs:
+        check_compiled_flags(kwargs.get("agree"), kwargs.get("timeout"))
+        kwargs["agree"] = False  # SHARDC_AGREE too: the comparison cannot run in a trace
+    return _ENTRIES[name](*_real(args), **kwargs)
+
+
+class Ready:
+    """``async_op=True`` inside a compiled region: the collectives are functional ops in the
+    graph, each followed by its ``wait_tensor``, which the compiler places (inductor may
+    sink it after independent compute); ``wait()`` gives the result."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def wait(self) -> Any:
+        return self.value
+
+
+def check_compiled_flags(agree: Any, timeout: Any) -> None:
+    """What a compiled region cannot do, refused at trace time."""
+    if agree:
+        raise SpecError("agree=True cannot run inside torch.compile (its comparison reads values on the host)",
+                        hint="make the call once eagerly with agree=True before compiling, or drop agree")
+    if timeout is not None:
+        raise SpecError("timeout= cannot be set inside torch.compile (functional collectives take the "
+                        "process group's own timeout)",
+                        hint="create the process group with the timeout you want, or call eagerly")
+
+
+def call(name: str, *args: Any, async_op: bool = False, **kwargs: Any) -> Any:
+    """The traced call ``name`` (from inside dynamo's trace): one opaque region. Arguments
+    that are None are left out (the region takes no None): pass them by keyword."""
+    out = _region(name, args, {k: v for k, v in kwargs.items() if v is not None})
+    return Ready(out) if async_op else out
