@@ -1,0 +1,378 @@
+"""Cross-mesh programs: a tensor laid out on one mesh moved to a layout on another.
+
+The two meshes name their global ranks (``Mesh.ranks``); the program runs over the
+*world* ``0 .. max rank`` of their union (ranks in neither do nothing). Pending sums
+on the source are finished on the source mesh first by an ordinary program
+(``finish``); then one or two rounds of exact point-to-point messages over the world::
+
+    send_across  each piece a destination rank lacks, from one holder of it; the holders
+                 of a replicated source take turns (each receiver pulls from a different
+                 replica), and a rank that holds a piece on both meshes copies it locally
+    fan_out      (where it is cheaper) a piece wanted by k ranks crosses once, cut in k
+                 parts, one to each; then each of them sends its part to the other k-1:
+                 the scatter across the boundary, then the all_gather among replicas
+
+Every element is a global box; a rank's data is the boxes it holds, so the numpy
+semantics need no layout beyond the two sides' ``boxes``. The price counts every rank
+of the world; ``cross_bound`` is the bytes no program can undercut: what the neediest
+destination rank lacks, and per class of source ranks holding the same block, what
+must leave the class at least once, shared by its members.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from lowering.cost import CostModel
+from lowering.layout import boxes as even_boxes
+from lowering.layout import local_shapes, rank_layout
+from lowering.program import Cost, Program
+from spec_lang.errors import SpecError
+from spec_lang.ir import Mesh, TensorType
+
+Box = tuple[tuple[int, int], ...]
+
+
+class Transfer(NamedTuple):
+    """The global box ``box`` sent from world rank ``sender`` to world rank ``receiver``."""
+
+    sender: int
+    receiver: int
+    box: Box
+
+
+def _numel(box: Box) -> int:
+    n = 1
+    for lo, hi in box:
+        n *= hi - lo
+    return n
+
+
+@dataclass(frozen=True)
+class CrossStep:
+    """One round of point-to-point messages over the world (batched sends and receives)."""
+
+    kind: str  # "send_across" or "fan_out"
+    transfers: tuple[Transfer, ...]
+    bytes_sent: tuple[int, ...]  # per world rank
+    bytes_recv: tuple[int, ...]
+
+    @property
+    def bytes_moved(self) -> tuple[int, ...]:
+        return tuple(map(max, self.bytes_sent, self.bytes_recv))
+
+    @property
+    def bytes_max(self) -> int:
+        return max(self.bytes_moved, default=0)
+
+    def describe(self) -> str:
+        pairs = len({(t.sender, t.receiver) for t in self.transfers})
+        return f"{self.kind} ({pairs} point-to-point message(s))"
+
+    def rank_transfers(self, rank: int) -> tuple[tuple[Transfer, ...], tuple[Transfer, ...]]:
+        """(what ``rank`` sends, what it receives) in this round."""
+        return (tuple(t for t in self.transfers if t.sender == rank),
+                tuple(t for t in self.transfers if t.receiver == rank))
+
+
+@dataclass(frozen=True)
+class CrossProgram:
+    """``src`` on ``src_mesh`` -> ``dst`` on ``dst_mesh``: ``finish`` (pending sums finished
+    on the source mesh, or None) then ``steps`` over the world ``0 .. world-1``."""
+
+    src_mesh: Mesh
+    dst_mesh: Mesh
+    src: TensorType
+    dst: TensorType
+    finish: Program | None
+    steps: tuple[CrossStep, ...]
+    cost: Cost
+    bound: int  # bytes: no program moving src to dst between these meshes costs less
+    world: int
+
+    @property
+    def optimal(self) -> bool:
+        return self.cost.bytes_max == self.bound
+
+    def __str__(self) -> str:
+        lines = [f"program from mesh {self.src_mesh} to mesh {self.dst_mesh} (world of {self.world} ranks): "
+                 f"{self.src}  ->  {self.dst}"]
+        n = 0
+        for s in self.finish.steps if self.finish else ():
+            n += 1
+            moved = f"{s.bytes_max} B/rank" if s.is_collective else "local"
+            lines.append(f"  {n}. {s.describe()} on the source mesh  -> {s.dst}   [{moved}]")
+        for c in self.steps:
+            n += 1
+            lines.append(f"  {n}. {c.describe()}   [{c.bytes_max} B/rank]")
+        if not n:
+            lines.append("  (no steps: every rank already holds its destination block)")
+        cost = self.cost
+        lines.append(f"  cost: {cost.bytes_max} B (busiest rank, sent or received), {cost.bytes_sent_max} B sent "
+                     f"(max rank), {cost.collectives} round(s)")
+        lines.append(f"  cross-mesh lower bound: {self.bound} B" + (" (met)" if self.optimal else ""))
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "src_mesh": str(self.src_mesh), "dst_mesh": str(self.dst_mesh),
+            "src": str(self.src), "dst": str(self.dst), "world": self.world,
+            "finish": None if self.finish is None else self.finish.to_json(),
+            "steps": [{"kind": s.kind, "bytes_max": s.bytes_max,
+                       "transfers": [[t.sender, t.receiver, [list(b) for b in t.box]] for t in s.transfers]}
+                      for s in self.steps],
+            "cost": self.cost.to_json(), "bound": self.bound,
+        }
+
+
+def check_cross_types(src: TensorType, dst: TensorType) -> None:
+    """What a cross-mesh program takes: values the same on every holder (R, or P pending on
+    the source), laid out by the chunk rule or an uneven split with one block a rank."""
+    for side, t in (("source", src), ("destination", dst)):
+        for axis, at in t.axis_types:
+            if at.kind == "V" or (at.kind == "P" and side == "destination") or at.kind == "I":
+                raise SpecError(f"a cross-mesh program's {side} type {t} has {at.code} on {axis!r}",
+                                subject=axis, hint="across meshes the source may be sharded, replicated or "
+                                "pending a sum, the destination sharded or replicated")
+
+
+def boxes(t: TensorType, mesh: Mesh) -> np.ndarray:
+    """Each rank's one global box (world, ndim, 2); an uneven split where a rank holds
+    several blocks (a PartitionedShard, a ragged split over several dims) is refused."""
+    if not t.is_uneven:
+        return even_boxes(t, mesh)
+    out = np.empty((mesh.size, t.ndim, 2), dtype=np.int64)
+    for r in range(mesh.size):
+        lay = rank_layout(t, mesh, r)
+        if len(lay.blocks) != 1 or lay.cat is None and t.ndim > 1:
+            raise SpecError(f"{t} gives a rank several blocks: a cross-mesh program moves one block a rank",
+                            hint="split the dim by sizes (<3,5>) rather than parts or ragged runs across meshes")
+        out[r] = lay.blocks[0]
+    return out
+
+
+def full_type(t: TensorType) -> TensorType:
+    """``t`` with its pending sums finished (P axes replicated)."""
+    from dataclasses import replace
+
+    return replace(t, axis_types=tuple((a, at) for a, at in t.axis_types if at.kind != "P"))
+
+
+def _classes(bx: np.ndarray, ranks: tuple[int, ...]) -> tuple[np.ndarray, list[list[int]]]:
+    """The distinct boxes (k, ndim, 2) and, per box, the world ranks holding it (mesh order)."""
+    flat = bx.reshape(len(bx), -1)
+    uniq, inverse = np.unique(flat, axis=0, return_inverse=True)
+    members: list[list[int]] = [[] for _ in range(len(uniq))]
+    for i, c in enumerate(inverse.reshape(-1).tolist()):
+        members[c].append(ranks[i])
+    return uniq.reshape(len(uniq), *bx.shape[1:]), members
+
+
+def _meets(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(i, j, box) for every non-empty intersection of box a[i] with box b[j]."""
+    lo = np.maximum(a[:, None, :, 0], b[None, :, :, 0])
+    hi = np.minimum(a[:, None, :, 1], b[None, :, :, 1])
+    ok = (hi > lo).all(axis=2)
+    i, j = np.nonzero(ok)
+    return i, j, np.stack([lo[i, j], hi[i, j]], axis=-1)
+
+
+def _as_box(b: np.ndarray) -> Box:
+    return tuple((int(lo), int(hi)) for lo, hi in b.tolist())
+
+
+def _cut(box: Box, k: int) -> list[Box]:
+    """``box`` cut along its longest dim into at most ``k`` nearly equal non-empty parts."""
+    d = max(range(len(box)), key=lambda i: box[i][1] - box[i][0])
+    lo, hi = box[d]
+    k = min(k, hi - lo)
+    edges = [lo + (hi - lo) * i // k for i in range(k + 1)]
+    return [box[:d] + ((edges[i], edges[i + 1]),) + box[d + 1:] for i in range(k)]
+
+
+def _step(kind: str, transfers: list[Transfer], world: int, item: int) -> CrossStep:
+    sent = np.zeros(world, dtype=np.int64)
+    recv = np.zeros(world, dtype=np.int64)
+    for t in transfers:
+        n = _numel(t.box) * item
+        sent[t.sender] += n
+        recv[t.receiver] += n
+    return CrossStep(kind, tuple(transfers), tuple(sent.tolist()), tuple(recv.tolist()))
+
+
+def _needs(full: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh) -> list[tuple[Box, list[int], list[int]]]:
+    """Per piece (a source class's block met with a destination class's): the piece, its
+    holders, and the destination ranks that want it and do not hold it."""
+    s_boxes, s_members = _classes(boxes(full, src_mesh), src_mesh.global_ranks)
+    d_boxes, d_members = _classes(boxes(dst, dst_mesh), dst_mesh.global_ranks)
+    out = []
+    for i, j, b in zip(*_meets(d_boxes, s_boxes), strict=True):
+        holders = s_members[j]
+        held = set(holders)
+        out.append((_as_box(b), holders, [r for r in d_members[i] if r not in held]))
+    return out
+
+
+def _plans(needs: list[tuple[Box, list[int], list[int]]], world: int, item: int) -> list[list[CrossStep]]:
+    """The direct plan and, where some piece has several receivers, the fan-out plan."""
+    turn: dict[tuple[int, ...], int] = {}
+
+    def sender(holders: list[int]) -> int:
+        key = tuple(holders)
+        k = turn.get(key, 0)
+        turn[key] = k + 1
+        return holders[k % len(holders)]
+
+    direct = [Transfer(sender(h), r, b) for b, h, want in needs for r in want]
+    plans = [[_step("send_across", direct, world, item)] if direct else []]
+    if any(len(want) > 1 for _, _, want in needs):
+        turn.clear()
+        across: list[Transfer] = []
+        among: list[Transfer] = []
+        for b, h, want in needs:
+            if len(want) == 1:
+                across.append(Transfer(sender(h), want[0], b))
+                continue
+            for i, part in enumerate(_cut(b, len(want))):
+                across.append(Transfer(sender(h), want[i], part))
+                among += [Transfer(want[i], r, part) for r in want if r != want[i]]
+        plans.append([_step("send_across", across, world, item), _step("fan_out", among, world, item)])
+    return plans
+
+
+def _moved(steps: Sequence[CrossStep], finish: Program | None, src_mesh: Mesh, world: int) -> tuple[np.ndarray, np.ndarray]:
+    moved = np.zeros(world, dtype=np.int64)
+    sent = np.zeros(world, dtype=np.int64)
+    at = np.asarray(src_mesh.global_ranks)
+    for s in finish.steps if finish else ():
+        np.add.at(moved, at, np.asarray(s.bytes_moved, dtype=np.int64))
+        np.add.at(sent, at, np.asarray(s.bytes_sent, dtype=np.int64))
+    for c in steps:
+        moved += np.asarray(c.bytes_moved, dtype=np.int64)
+        sent += np.asarray(c.bytes_sent, dtype=np.int64)
+    return moved, sent
+
+
+def cross_bound(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh) -> int:
+    """Bytes no cross-mesh program from ``src`` to ``dst`` can undercut (busiest rank)."""
+    full = full_type(src)
+    pending = any(src_mesh.axis_size(a) > 1 for a in src.partial_axes)
+    item = src.itemsize
+    lack = 0
+    s_at = {r: i for i, r in enumerate(src_mesh.global_ranks)}
+    s_boxes, d_boxes = boxes(full, src_mesh), boxes(dst, dst_mesh)
+    for j, r in enumerate(dst_mesh.global_ranks):
+        want = int(np.prod(d_boxes[j, :, 1] - d_boxes[j, :, 0]))
+        i = s_at.get(r)
+        if i is not None and not pending:  # a partial value is not the value
+            lo = np.maximum(d_boxes[j, :, 0], s_boxes[i, :, 0])
+            hi = np.minimum(d_boxes[j, :, 1], s_boxes[i, :, 1])
+            want -= int(np.prod(np.maximum(hi - lo, 0)))
+        lack = max(lack, want)
+    leave = 0
+    if not pending:  # per holder class: what someone outside wants leaves it at least once
+        per: dict[tuple[int, ...], int] = {}
+        for b, holders, wanting in _needs(full, dst, src_mesh, dst_mesh):
+            if wanting:
+                per[tuple(holders)] = per.get(tuple(holders), 0) + _numel(b)
+        leave = max((-(-n // len(h)) for h, n in per.items()), default=0)
+    return max(lack, leave) * item
+
+
+def cross_program(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh, finish: Program | None,
+                  model: CostModel) -> CrossProgram:
+    """The cheaper of the direct and the fan-out plan after ``finish`` (checked types)."""
+    full = full_type(src)
+    world = max(max(src_mesh.global_ranks), max(dst_mesh.global_ranks)) + 1
+    item = src.itemsize
+    best: tuple[int, int, list[CrossStep]] | None = None
+    for steps in _plans(_needs(full, dst, src_mesh, dst_mesh), world, item):
+        moved, _ = _moved(steps, finish, src_mesh, world)
+        key = (int(moved.max()), len(steps))
+        if best is None or key < best[:2]:
+            best = (*key, steps)
+    assert best is not None
+    steps = best[2]
+    moved, sent = _moved(steps, finish, src_mesh, world)
+    peak = np.zeros(world, dtype=np.int64)
+    peak[list(src_mesh.global_ranks)] += [math.prod(shape) * item for shape in local_shapes(full, src_mesh)]
+    peak[list(dst_mesh.global_ranks)] += [math.prod(shape) * item for shape in local_shapes(dst, dst_mesh)]
+    cost = Cost(
+        bytes_sent_max=int(sent.max()), collectives=(finish.cost.collectives if finish else 0) + len(steps),
+        peak_bytes_max=int(peak.max()),
+        time_s=(finish.cost.time_s if finish else 0.0) + sum(model.step_time((), s.bytes_max, True) for s in steps),
+        bytes_max=int(moved.max()),
+    )
+    return CrossProgram(src_mesh, dst_mesh, src, dst, finish, tuple(steps), cost,
+                        cross_bound(src, dst, src_mesh, dst_mesh), world)
+
+
+def simulate_cross(program: CrossProgram, inputs: Sequence[np.ndarray | None],
+                   finish_sim: Any) -> list[np.ndarray | None]:
+    """The numpy semantics: ``inputs`` one per world rank (None off the source mesh);
+    one output per world rank (None off the destination mesh). ``finish_sim`` runs the
+    source mesh's program (``lowering.simulate``)."""
+    p = program
+    if isinstance(inputs, (str, bytes, bytearray)) or not hasattr(inputs, "__len__"):
+        raise SpecError(f"simulate takes one array (or None) per world rank, got {type(inputs).__name__}",
+                        hint=f"pass a list of {p.world} entries, None off the source mesh {p.src_mesh}")
+    if len(inputs) != p.world:
+        raise SpecError(f"simulate got {len(inputs)} inputs for a cross-mesh program over {p.world} ranks",
+                        hint=f"pass one entry per rank 0..{p.world - 1}, None off the source mesh {p.src_mesh}")
+    on_src = set(p.src_mesh.global_ranks)
+    for r, x in enumerate(inputs):
+        if (x is None) == (r in on_src):
+            raise SpecError(f"rank {r}'s input is {'missing' if x is None else 'given'}, but rank {r} is "
+                            f"{'on' if r in on_src else 'off'} the source mesh {p.src_mesh}",
+                            hint="give each rank of the source mesh its block and every other rank None")
+    xs = [np.asarray(inputs[r]) for r in p.src_mesh.global_ranks]
+    shapes = local_shapes(p.src, p.src_mesh)
+    for r, x, want in zip(p.src_mesh.global_ranks, xs, shapes, strict=True):
+        if x.shape != want:
+            raise SpecError(f"rank {r}'s input has shape {list(x.shape)}, the source type says {list(want)}",
+                            hint=f"give each rank of the source mesh its block of {p.src}")
+    if p.finish is not None:
+        xs = finish_sim(p.finish, xs)
+    full = full_type(p.src)
+    held: list[list[tuple[Box, np.ndarray]]] = [[] for _ in range(p.world)]
+    for r, b, x in zip(p.src_mesh.global_ranks, boxes(full, p.src_mesh), xs, strict=True):
+        held[r].append((_as_box(b), x))
+    for step in p.steps:
+        arrived = [(t.receiver, t.box, _cut_out(held[t.sender], t.box)) for t in step.transfers]
+        for r, b, x in arrived:
+            held[r].append((b, x))
+    out: list[np.ndarray | None] = [None] * p.world
+    for r, b, shape in zip(p.dst_mesh.global_ranks, boxes(p.dst, p.dst_mesh), local_shapes(p.dst, p.dst_mesh),
+                           strict=True):
+        out[r] = _assemble(held[r], _as_box(b), shape, p.src.dtype, xs[0].dtype if xs else np.float32)
+    return out
+
+
+def _cut_out(held: list[tuple[Box, np.ndarray]], box: Box) -> np.ndarray:
+    for b, x in held:
+        if all(lo >= blo and hi <= bhi for (lo, hi), (blo, bhi) in zip(box, b, strict=True)):
+            return x[tuple(slice(lo - blo, hi - blo) for (lo, hi), (blo, _) in zip(box, b, strict=True))].copy()
+    raise AssertionError(f"a transfer of {box} from a rank that does not hold it")
+
+
+def _assemble(held: list[tuple[Box, np.ndarray]], box: Box, shape: tuple[int, ...], dtype: str,
+              np_dtype: Any) -> np.ndarray:
+    out = np.zeros(shape, dtype=np_dtype)
+    filled = np.zeros(shape, dtype=bool)
+    for b, x in held:
+        lo = [max(a[0], c[0]) for a, c in zip(box, b, strict=True)]
+        hi = [min(a[1], c[1]) for a, c in zip(box, b, strict=True)]
+        if any(h <= lo_ for lo_, h in zip(lo, hi, strict=True)):
+            continue
+        dst_sl = tuple(slice(l_ - a[0], h - a[0]) for l_, h, a in zip(lo, hi, box, strict=True))
+        src_sl = tuple(slice(l_ - c[0], h - c[0]) for l_, h, c in zip(lo, hi, b, strict=True))
+        out[dst_sl] = x[src_sl]
+        filled[dst_sl] = True
+    if not filled.all():
+        raise AssertionError(f"a destination block {box} of {dtype} is not covered")
+    return out
