@@ -8,6 +8,7 @@ algebra.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 
@@ -218,3 +219,22 @@ def test_big_meshes_compile_fast():
     p = lowering.compile("f32[4096@(a,b),64]", "f32[4096@b,64@a]", "a=32,b=32", dst_mesh="a=32,b=32@[512-1535]")
     assert time.perf_counter() - t < 2.0
     assert p.cost.bytes_max == p.bound
+
+
+# ---- shardc plan --to-mesh ----------------------------------------------------------------
+
+
+def test_cli_plan_to_mesh(capsys):
+    from torch_backend.cli import main
+
+    rc = main(["plan", "--mesh", "fsdp=4", "--to-mesh", "rep=2,tp=2@[4-7]", "f32[16@fsdp,8]", "f32[16,8@tp]"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "program from mesh fsdp=4 to mesh rep=2,tp=2@[4-7] (world of 8 ranks)" in out
+    assert "cross-mesh lower bound: 256 B (met)" in out and "ratio to the bound: 1.00x" in out
+    rc = main(["plan", "--mesh", "fsdp=4", "--to-mesh", "tp=2@[4-7]", "f32[16@fsdp,8]", "f32[16,8@tp]", "--json"])
+    captured = capsys.readouterr()
+    assert rc == 2 and "2 ranks but 4 global ranks" in captured.err and "^" in captured.err
+    rc = main(["plan", "--mesh", "fsdp=4", "--to-mesh", "tp=2@[4,5]", "f32[16@fsdp,8]", "f32[16,8@tp]", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 0 and data["bound"] == data["lower_bound"] == data["cost"]["bytes_max"] == 256
