@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -33,7 +33,7 @@ from lowering.layout import boxes as even_boxes
 from lowering.layout import local_shapes, rank_layout
 from lowering.program import Cost, Program
 from spec_lang.errors import SpecError
-from spec_lang.ir import Mesh, TensorType
+from spec_lang.ir import Dim, Mesh, TensorType
 
 Box = tuple[tuple[int, int], ...]
 
@@ -94,6 +94,11 @@ class CrossProgram:
     cost: Cost
     bound: int  # bytes: no program moving src to dst between these meshes costs less
     world: int
+
+    @property
+    def sent(self) -> TensorType:
+        """What the crossing starts from on the source mesh: ``src`` with its sums finished."""
+        return self.src if self.finish is None else self.finish.dst
 
     @property
     def optimal(self) -> bool:
@@ -158,9 +163,23 @@ def boxes(t: TensorType, mesh: Mesh) -> np.ndarray:
 
 def full_type(t: TensorType) -> TensorType:
     """``t`` with its pending sums finished (P axes replicated)."""
-    from dataclasses import replace
-
     return replace(t, axis_types=tuple((a, at) for a, at in t.axis_types if at.kind != "P"))
+
+
+def finished_types(t: TensorType) -> list[TensorType]:
+    """Where the source mesh may finish ``t``'s pending sums before the crossing: replicated
+    over the P axes (an all_reduce), or sharding one more dim over them (a reduce_scatter,
+    so the replicas send disjoint halves)."""
+    full = full_type(t)
+    partial = tuple(a for a, at in t.axis_types if at.kind == "P")
+    out = [full]
+    for i, d in enumerate(full.dims):
+        if d.split is None:
+            try:
+                out.append(replace(full, dims=full.dims[:i] + (Dim(d.size, d.axes + partial),) + full.dims[i + 1:]))
+            except SpecError:  # e.g. more shards than the dim has room for the planner's rules
+                continue
+    return out
 
 
 def _classes(bx: np.ndarray, ranks: tuple[int, ...]) -> tuple[np.ndarray, list[list[int]]]:
@@ -287,7 +306,7 @@ def cross_bound(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh
 def cross_program(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh, finish: Program | None,
                   model: CostModel) -> CrossProgram:
     """The cheaper of the direct and the fan-out plan after ``finish`` (checked types)."""
-    full = full_type(src)
+    full = src if finish is None else finish.dst
     world = max(max(src_mesh.global_ranks), max(dst_mesh.global_ranks)) + 1
     item = src.itemsize
     best: tuple[int, int, list[CrossStep]] | None = None
@@ -338,7 +357,7 @@ def simulate_cross(program: CrossProgram, inputs: Sequence[np.ndarray | None],
                             hint=f"give each rank of the source mesh its block of {p.src}")
     if p.finish is not None:
         xs = finish_sim(p.finish, xs)
-    full = full_type(p.src)
+    full = p.sent
     held: list[list[tuple[Box, np.ndarray]]] = [[] for _ in range(p.world)]
     for r, b, x in zip(p.src_mesh.global_ranks, boxes(full, p.src_mesh), xs, strict=True):
         held[r].append((_as_box(b), x))
