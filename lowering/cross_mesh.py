@@ -46,21 +46,23 @@ class Transfer(NamedTuple):
     box: Box
 
 
-def _numel(box: Box) -> int:
-    n = 1
-    for lo, hi in box:
-        n *= hi - lo
-    return n
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class CrossStep:
-    """One round of point-to-point messages over the world (batched sends and receives)."""
+    """One round of point-to-point messages over the world (batched sends and receives):
+    message i sends the global box ``boxes[i]`` from ``senders[i]`` to ``receivers[i]``
+    (read-only arrays: a 1,024-rank all-to-all is a million of them)."""
 
     kind: str  # "send_across" or "fan_out"
-    transfers: tuple[Transfer, ...]
+    senders: np.ndarray  # (n,) world ranks
+    receivers: np.ndarray  # (n,)
+    boxes: np.ndarray  # (n, ndim, 2) global [start, stop)
     bytes_sent: tuple[int, ...]  # per world rank
     bytes_recv: tuple[int, ...]
+
+    @property
+    def transfers(self) -> tuple[Transfer, ...]:
+        return tuple(Transfer(s, r, _as_box(b))
+                     for s, r, b in zip(self.senders.tolist(), self.receivers.tolist(), self.boxes, strict=True))
 
     @property
     def bytes_moved(self) -> tuple[int, ...]:
@@ -70,14 +72,21 @@ class CrossStep:
     def bytes_max(self) -> int:
         return max(self.bytes_moved, default=0)
 
+    def messages(self) -> int:
+        """Point-to-point messages: one per (sender, receiver) pair, its pieces packed."""
+        return len(np.unique(self.senders.astype(np.int64) * (1 << 21) + self.receivers))
+
     def describe(self) -> str:
-        pairs = len({(t.sender, t.receiver) for t in self.transfers})
-        return f"{self.kind} ({pairs} point-to-point message(s))"
+        return f"{self.kind} ({self.messages()} point-to-point message(s))"
 
     def rank_transfers(self, rank: int) -> tuple[tuple[Transfer, ...], tuple[Transfer, ...]]:
         """(what ``rank`` sends, what it receives) in this round."""
-        return (tuple(t for t in self.transfers if t.sender == rank),
-                tuple(t for t in self.transfers if t.receiver == rank))
+        out = []
+        for mask in (self.senders == rank, self.receivers == rank):
+            out.append(tuple(Transfer(s, r, _as_box(b)) for s, r, b in
+                             zip(self.senders[mask].tolist(), self.receivers[mask].tolist(), self.boxes[mask],
+                                 strict=True)))
+        return out[0], out[1]
 
 
 @dataclass(frozen=True)
@@ -182,14 +191,27 @@ def finished_types(t: TensorType) -> list[TensorType]:
     return out
 
 
-def _classes(bx: np.ndarray, ranks: tuple[int, ...]) -> tuple[np.ndarray, list[list[int]]]:
-    """The distinct boxes (k, ndim, 2) and, per box, the world ranks holding it (mesh order)."""
-    flat = bx.reshape(len(bx), -1)
-    uniq, inverse = np.unique(flat, axis=0, return_inverse=True)
-    members: list[list[int]] = [[] for _ in range(len(uniq))]
-    for i, c in enumerate(inverse.reshape(-1).tolist()):
-        members[c].append(ranks[i])
-    return uniq.reshape(len(uniq), *bx.shape[1:]), members
+class _Classes(NamedTuple):
+    """Ranks grouped by the box they hold: the distinct boxes (k, ndim, 2), and each
+    class's world ranks (mesh order) as ``members[start[c]:start[c] + sizes[c]]``."""
+
+    boxes: np.ndarray
+    members: np.ndarray
+    start: np.ndarray
+    sizes: np.ndarray
+    of_rank: np.ndarray  # (world,) each world rank's class, -1 off the mesh
+
+
+def _classes(bx: np.ndarray, mesh: Mesh, world: int) -> _Classes:
+    uniq, inverse = np.unique(bx.reshape(len(bx), -1), axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    ranks = np.asarray(mesh.global_ranks, dtype=np.int64)
+    order = np.argsort(inverse, kind="stable")
+    count = np.bincount(inverse, minlength=len(uniq))
+    start = np.concatenate([[0], np.cumsum(count)[:-1]])
+    of_rank = np.full(world, -1, dtype=np.int64)
+    of_rank[ranks] = inverse
+    return _Classes(uniq.reshape(len(uniq), *bx.shape[1:]), ranks[order], start, count, of_rank)
 
 
 def _meets(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -205,63 +227,100 @@ def _as_box(b: np.ndarray) -> Box:
     return tuple((int(lo), int(hi)) for lo, hi in b.tolist())
 
 
-def _cut(box: Box, k: int) -> list[Box]:
-    """``box`` cut along its longest dim into at most ``k`` nearly equal non-empty parts."""
-    d = max(range(len(box)), key=lambda i: box[i][1] - box[i][0])
-    lo, hi = box[d]
-    k = min(k, hi - lo)
-    edges = [lo + (hi - lo) * i // k for i in range(k + 1)]
-    return [box[:d] + ((edges[i], edges[i + 1]),) + box[d + 1:] for i in range(k)]
+def _expand(start: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For rows with ``count`` entries from ``start``: each entry's row and index."""
+    row = np.repeat(np.arange(len(count)), count)
+    first = np.repeat(np.cumsum(count) - count, count)
+    return row, np.repeat(start, count) + np.arange(len(row)) - first
 
 
-def _step(kind: str, transfers: list[Transfer], world: int, item: int) -> CrossStep:
-    sent = np.zeros(world, dtype=np.int64)
-    recv = np.zeros(world, dtype=np.int64)
-    for t in transfers:
-        n = _numel(t.box) * item
-        sent[t.sender] += n
-        recv[t.receiver] += n
-    return CrossStep(kind, tuple(transfers), tuple(sent.tolist()), tuple(recv.tolist()))
-
-
-def _needs(full: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh) -> list[tuple[Box, list[int], list[int]]]:
-    """Per piece (a source class's block met with a destination class's): the piece, its
-    holders, and the destination ranks that want it and do not hold it."""
-    s_boxes, s_members = _classes(boxes(full, src_mesh), src_mesh.global_ranks)
-    d_boxes, d_members = _classes(boxes(dst, dst_mesh), dst_mesh.global_ranks)
-    out = []
-    for i, j, b in zip(*_meets(d_boxes, s_boxes), strict=True):
-        holders = s_members[j]
-        held = set(holders)
-        out.append((_as_box(b), holders, [r for r in d_members[i] if r not in held]))
+def _rank_in_group(keys: np.ndarray) -> np.ndarray:
+    """Each entry's position among the entries of the same key, in entry order."""
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    new = np.ones(len(keys), dtype=bool)
+    new[1:] = sorted_keys[1:] != sorted_keys[:-1]
+    group_first = np.maximum.accumulate(np.where(new, np.arange(len(keys)), 0))
+    out = np.empty(len(keys), dtype=np.int64)
+    out[order] = np.arange(len(keys)) - group_first
     return out
 
 
-def _plans(needs: list[tuple[Box, list[int], list[int]]], world: int, item: int) -> list[list[CrossStep]]:
-    """The direct plan and, where some piece has several receivers, the fan-out plan."""
-    turn: dict[tuple[int, ...], int] = {}
+class _Need(NamedTuple):
+    """Per (piece, receiver that lacks it): the piece's box, holder class, receiver; and
+    each piece's number of such receivers."""
 
-    def sender(holders: list[int]) -> int:
-        key = tuple(holders)
-        k = turn.get(key, 0)
-        turn[key] = k + 1
-        return holders[k % len(holders)]
+    box: np.ndarray  # (n, ndim, 2)
+    holder: np.ndarray  # (n,) source class
+    receiver: np.ndarray  # (n,) world rank
+    piece: np.ndarray  # (n,) piece index
+    wanting: np.ndarray  # (pieces,) receivers lacking each piece
+    piece_box: np.ndarray  # (pieces, ndim, 2)
+    piece_holder: np.ndarray  # (pieces,)
 
-    direct = [Transfer(sender(h), r, b) for b, h, want in needs for r in want]
-    plans = [[_step("send_across", direct, world, item)] if direct else []]
-    if any(len(want) > 1 for _, _, want in needs):
-        turn.clear()
-        across: list[Transfer] = []
-        among: list[Transfer] = []
-        for b, h, want in needs:
-            if len(want) == 1:
-                across.append(Transfer(sender(h), want[0], b))
-                continue
-            for i, part in enumerate(_cut(b, len(want))):
-                across.append(Transfer(sender(h), want[i], part))
-                among += [Transfer(want[i], r, part) for r in want if r != want[i]]
-        plans.append([_step("send_across", across, world, item), _step("fan_out", among, world, item)])
-    return plans
+
+def _needs(src: _Classes, dst: _Classes) -> _Need:
+    i, j, pbox = _meets(dst.boxes, src.boxes)
+    piece, at = _expand(dst.start[i], dst.sizes[i])
+    receiver = dst.members[at]
+    keep = src.of_rank[receiver] != j[piece]  # a rank holding the piece on the source keeps it
+    piece, receiver = piece[keep], receiver[keep]
+    wanting = np.bincount(piece, minlength=len(i))
+    return _Need(pbox[piece], j[piece], receiver, piece, wanting, pbox, j)
+
+
+def _senders(src: _Classes, holder: np.ndarray) -> np.ndarray:
+    """Holders take turns: the k-th message out of a class comes from its (k mod size)-th member."""
+    turn = _rank_in_group(holder)
+    return src.members[src.start[holder] + turn % src.sizes[holder]]
+
+
+def _step(kind: str, senders: np.ndarray, receivers: np.ndarray, bx: np.ndarray, world: int,
+          item: int) -> CrossStep:
+    numel = np.prod(bx[:, :, 1] - bx[:, :, 0], axis=1) * item if len(bx) else np.zeros(0, dtype=np.int64)
+    sent = np.bincount(senders, weights=numel, minlength=world).astype(np.int64)
+    recv = np.bincount(receivers, weights=numel, minlength=world).astype(np.int64)
+    for a in (senders, receivers, bx):
+        a.setflags(write=False)
+    return CrossStep(kind, senders, receivers, bx, tuple(sent.tolist()), tuple(recv.tolist()))
+
+
+def _direct(src: _Classes, need: _Need, world: int, item: int) -> list[CrossStep]:
+    if not len(need.receiver):
+        return []
+    return [_step("send_across", _senders(src, need.holder), need.receiver, need.box, world, item)]
+
+
+def _fan_out(src: _Classes, need: _Need, world: int, item: int) -> list[CrossStep]:
+    """Each piece wanted by k > 1 ranks cut in k parts along its longest dim (fewer where
+    the dim is shorter): part i crosses to the i-th of them, who sends it to the others."""
+    pb = need.piece_box
+    ext = pb[:, :, 1] - pb[:, :, 0]
+    dim = np.argmax(ext, axis=1)
+    length = ext[np.arange(len(pb)), dim]
+    parts = np.minimum(need.wanting, length)
+    # the receivers of each piece, in entry order (entries are grouped by piece already)
+    order = np.argsort(need.piece, kind="stable")
+    recv_sorted = need.receiver[order]
+    first = np.concatenate([[0], np.cumsum(need.wanting)[:-1]])
+    # one row per part: its piece, its index, its box
+    part_piece, part_at = _expand(np.zeros(len(parts), dtype=np.int64), parts)
+    lo = pb[part_piece, dim[part_piece], 0]
+    edges_lo = lo + length[part_piece] * part_at // parts[part_piece]
+    edges_hi = lo + length[part_piece] * (part_at + 1) // parts[part_piece]
+    part_box = pb[part_piece].copy()
+    rows = np.arange(len(part_piece))
+    part_box[rows, dim[part_piece], 0] = edges_lo
+    part_box[rows, dim[part_piece], 1] = edges_hi
+    part_owner = recv_sorted[first[part_piece] + part_at]
+    across = _step("send_across", _senders(src, need.piece_holder[part_piece]), part_owner, part_box, world, item)
+    # each part to every other wanting rank of its piece
+    k = need.wanting[part_piece]
+    row, at = _expand(first[part_piece], k)
+    to = recv_sorted[at]
+    keep = to != part_owner[row]
+    among = _step("fan_out", part_owner[row][keep], to[keep], part_box[row][keep], world, item)
+    return [across, among]
 
 
 def _moved(steps: Sequence[CrossStep], finish: Program | None, src_mesh: Mesh, world: int) -> tuple[np.ndarray, np.ndarray]:
@@ -277,40 +336,60 @@ def _moved(steps: Sequence[CrossStep], finish: Program | None, src_mesh: Mesh, w
     return moved, sent
 
 
+def _world(src_mesh: Mesh, dst_mesh: Mesh) -> int:
+    return max(max(src_mesh.global_ranks), max(dst_mesh.global_ranks)) + 1
+
+
 def cross_bound(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh) -> int:
     """Bytes no cross-mesh program from ``src`` to ``dst`` can undercut (busiest rank)."""
+    return _bound(src, dst, src_mesh, dst_mesh, None)
+
+
+def _bound(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh,
+           known: tuple[_Classes, _Need] | None) -> int:
+    """``cross_bound``, reusing the classes and needs of ``src`` where the caller has them."""
+    world = _world(src_mesh, dst_mesh)
     full = full_type(src)
     pending = any(src_mesh.axis_size(a) > 1 for a in src.partial_axes)
-    item = src.itemsize
-    lack = 0
-    s_at = {r: i for i, r in enumerate(src_mesh.global_ranks)}
     s_boxes, d_boxes = boxes(full, src_mesh), boxes(dst, dst_mesh)
-    for j, r in enumerate(dst_mesh.global_ranks):
-        want = int(np.prod(d_boxes[j, :, 1] - d_boxes[j, :, 0]))
-        i = s_at.get(r)
-        if i is not None and not pending:  # a partial value is not the value
-            lo = np.maximum(d_boxes[j, :, 0], s_boxes[i, :, 0])
-            hi = np.minimum(d_boxes[j, :, 1], s_boxes[i, :, 1])
-            want -= int(np.prod(np.maximum(hi - lo, 0)))
-        lack = max(lack, want)
+    want = np.prod(d_boxes[:, :, 1] - d_boxes[:, :, 0], axis=1)
+    if not pending:  # a partial value is not the value: it is no part of what a rank holds
+        at = np.full(world, -1, dtype=np.int64)
+        at[list(src_mesh.global_ranks)] = np.arange(src_mesh.size)
+        mine = at[list(dst_mesh.global_ranks)]
+        on = mine >= 0
+        own = s_boxes[mine[on]]
+        lo = np.maximum(d_boxes[on, :, 0], own[:, :, 0])
+        hi = np.minimum(d_boxes[on, :, 1], own[:, :, 1])
+        want[on] -= np.prod(np.maximum(hi - lo, 0), axis=1)
+    lack = int(want.max())
     leave = 0
     if not pending:  # per holder class: what someone outside wants leaves it at least once
-        per: dict[tuple[int, ...], int] = {}
-        for b, holders, wanting in _needs(full, dst, src_mesh, dst_mesh):
-            if wanting:
-                per[tuple(holders)] = per.get(tuple(holders), 0) + _numel(b)
-        leave = max((-(-n // len(h)) for h, n in per.items()), default=0)
-    return max(lack, leave) * item
+        src_c, need = known or (src_c := _classes(s_boxes, src_mesh, world),
+                                _needs(src_c, _classes(d_boxes, dst_mesh, world)))
+        wanted = need.wanting > 0
+        numel = np.prod(need.piece_box[:, :, 1] - need.piece_box[:, :, 0], axis=1)
+        per = np.bincount(need.piece_holder[wanted], weights=numel[wanted], minlength=len(src_c.sizes))
+        if len(per):
+            leave = int((-(-per.astype(np.int64) // src_c.sizes)).max())
+    return max(lack, leave) * src.itemsize
 
 
 def cross_program(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh, finish: Program | None,
                   model: CostModel) -> CrossProgram:
     """The cheaper of the direct and the fan-out plan after ``finish`` (checked types)."""
     full = src if finish is None else finish.dst
-    world = max(max(src_mesh.global_ranks), max(dst_mesh.global_ranks)) + 1
+    world = _world(src_mesh, dst_mesh)
     item = src.itemsize
+    src_c = _classes(boxes(full, src_mesh), src_mesh, world)
+    need = _needs(src_c, _classes(boxes(dst, dst_mesh), dst_mesh, world))
+    bound = _bound(src, dst, src_mesh, dst_mesh, None if finish else (src_c, need))
+    plans = [_direct(src_c, need, world, item)]
+    # the fan-out only where the direct plan is above the bound (nothing is cheaper than it)
+    if (need.wanting > 1).any() and int(_moved(plans[0], finish, src_mesh, world)[0].max()) > bound:
+        plans.append(_fan_out(src_c, need, world, item))
     best: tuple[int, int, list[CrossStep]] | None = None
-    for steps in _plans(_needs(full, dst, src_mesh, dst_mesh), world, item):
+    for steps in plans:
         moved, _ = _moved(steps, finish, src_mesh, world)
         key = (int(moved.max()), len(steps))
         if best is None or key < best[:2]:
@@ -327,8 +406,7 @@ def cross_program(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Me
         time_s=(finish.cost.time_s if finish else 0.0) + sum(model.step_time((), s.bytes_max, True) for s in steps),
         bytes_max=int(moved.max()),
     )
-    return CrossProgram(src_mesh, dst_mesh, src, dst, finish, tuple(steps), cost,
-                        cross_bound(src, dst, src_mesh, dst_mesh), world)
+    return CrossProgram(src_mesh, dst_mesh, src, dst, finish, tuple(steps), cost, bound, world)
 
 
 def simulate_cross(program: CrossProgram, inputs: Sequence[np.ndarray | None],
@@ -362,7 +440,7 @@ def simulate_cross(program: CrossProgram, inputs: Sequence[np.ndarray | None],
     for r, b, x in zip(p.src_mesh.global_ranks, boxes(full, p.src_mesh), xs, strict=True):
         held[r].append((_as_box(b), x))
     for step in p.steps:
-        arrived = [(t.receiver, t.box, _cut_out(held[t.sender], t.box)) for t in step.transfers]
+        arrived = [(t.receiver, t.box, _cut_out(held[t.sender], t.box)) for t in step.transfers]  # all first
         for r, b, x in arrived:
             held[r].append((b, x))
     out: list[np.ndarray | None] = [None] * p.world
