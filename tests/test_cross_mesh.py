@@ -249,3 +249,36 @@ def test_pending_sum_finished_where_the_replicas_then_send_disjoint_parts():
     p = lowering.compile("f32[64,64@dp]{U:tp}", "f32[64,64@tp]", "dp=2,tp=2", dst_mesh="tp=2@[4,5]")
     assert [s.kind for s in p.finish.steps] == ["reduce_scatter"]  # not an all_reduce: half the bytes
     assert p.cost.bytes_max == p.bound == 64 * 32 * 4
+
+
+# ---- random pairs: exact, never under the bound ---------------------------------------------
+
+
+def _random_mesh(rng, prefix: str, world: int) -> str:
+    sizes = [int(rng.integers(1, 4)) for _ in range(int(rng.integers(1, 3)))]
+    n = math.prod(sizes)
+    ranks = rng.permutation(world)[:n].tolist() if rng.random() < 0.8 else list(range(n))
+    return ",".join(f"{prefix}{i}={s}" for i, s in enumerate(sizes)) + f"@[{','.join(map(str, ranks))}]"
+
+
+def _random_type(rng, mesh: Mesh, shape: tuple[int, ...], pending: bool) -> str:
+    axes = list(mesh.names)
+    rng.shuffle(axes)
+    dims: list[list[str]] = [[] for _ in shape]
+    rest = []
+    for a in axes:
+        where = int(rng.integers(0, len(shape) + 1))
+        (dims[where] if where < len(shape) else rest).append(a)
+    text = "f32[" + ",".join(f"{n}@({','.join(d)})" if d else str(n) for n, d in zip(shape, dims, strict=True)) + "]"
+    return text + (f"{{U:({','.join(rest)})}}" if pending and rest else "")
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_pairs(seed):
+    rng = np.random.default_rng(seed)
+    world = int(rng.integers(9, 13))
+    m1, m2 = parse_mesh(_random_mesh(rng, "a", world)), parse_mesh(_random_mesh(rng, "b", world))
+    shape = tuple(int(rng.integers(1, 9)) for _ in range(int(rng.integers(1, 3))))
+    src, dst = _random_type(rng, m1, shape, rng.random() < 0.3), _random_type(rng, m2, shape, False)
+    p = _run(src, dst, m1, m2, seed)
+    assert p.cost.bytes_max >= p.bound
