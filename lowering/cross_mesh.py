@@ -269,12 +269,6 @@ def _needs(src: _Classes, dst: _Classes) -> _Need:
     return _Need(pbox[piece], j[piece], receiver, piece, wanting, pbox, j)
 
 
-def _senders(src: _Classes, holder: np.ndarray) -> np.ndarray:
-    """Holders take turns: the k-th message out of a class comes from its (k mod size)-th member."""
-    turn = _rank_in_group(holder)
-    return src.members[src.start[holder] + turn % src.sizes[holder]]
-
-
 def _step(kind: str, senders: np.ndarray, receivers: np.ndarray, bx: np.ndarray, world: int,
           item: int) -> CrossStep:
     numel = np.prod(bx[:, :, 1] - bx[:, :, 0], axis=1) * item if len(bx) else np.zeros(0, dtype=np.int64)
@@ -285,42 +279,63 @@ def _step(kind: str, senders: np.ndarray, receivers: np.ndarray, bx: np.ndarray,
     return CrossStep(kind, senders, receivers, bx, tuple(sent.tolist()), tuple(recv.tolist()))
 
 
-def _direct(src: _Classes, need: _Need, world: int, item: int) -> list[CrossStep]:
-    if not len(need.receiver):
-        return []
-    return [_step("send_across", _senders(src, need.holder), need.receiver, need.box, world, item)]
+def _cut_rows(bx: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Box ``bx[i]`` cut along its longest dim into ``n[i]`` nearly equal parts (fewer where
+    that dim is shorter): each part's row, its index within the row, and its box."""
+    ext = bx[:, :, 1] - bx[:, :, 0]
+    dim = np.argmax(ext, axis=1) if len(bx) else np.zeros(0, dtype=np.int64)
+    length = ext[np.arange(len(bx)), dim]
+    parts = np.maximum(np.minimum(n, length), 1)
+    row, at = _expand(np.zeros(len(parts), dtype=np.int64), parts)
+    d, lo = dim[row], bx[row, dim[row], 0]
+    out = bx[row].copy()
+    i = np.arange(len(row))
+    out[i, d, 0] = lo + length[row] * at // parts[row]
+    out[i, d, 1] = lo + length[row] * (at + 1) // parts[row]
+    return row, at, out
 
 
-def _fan_out(src: _Classes, need: _Need, world: int, item: int) -> list[CrossStep]:
-    """Each piece wanted by k > 1 ranks cut in k parts along its longest dim (fewer where
-    the dim is shorter): part i crosses to the i-th of them, who sends it to the others."""
-    pb = need.piece_box
-    ext = pb[:, :, 1] - pb[:, :, 0]
-    dim = np.argmax(ext, axis=1)
-    length = ext[np.arange(len(pb)), dim]
-    parts = np.minimum(need.wanting, length)
-    # the receivers of each piece, in entry order (entries are grouped by piece already)
-    order = np.argsort(need.piece, kind="stable")
+def _from_holders(src: _Classes, holder: np.ndarray, receiver: np.ndarray, bx: np.ndarray,
+                  split: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(senders, receivers, boxes) of pieces sent out of holder classes. The holders take
+    turns (the k-th message out of a class comes from its (k mod size)-th member: each
+    receiver pulls from another replica), or with ``split`` each piece is cut among all
+    the holders of its class (balanced whatever the pieces' sizes)."""
+    if not split:
+        turn = _rank_in_group(holder)
+        return src.members[src.start[holder] + turn % src.sizes[holder]], receiver, bx
+    row, at, parts = _cut_rows(bx, src.sizes[holder])
+    return src.members[src.start[holder[row]] + at], receiver[row], parts
+
+
+def _plan(src: _Classes, need: _Need, fan: np.ndarray, split: bool, world: int, item: int) -> list[CrossStep]:
+    """One round sending each piece to every rank that lacks it, except the pieces marked in
+    ``fan``: those cross once, cut in one part per rank that wants them, and a second round
+    sends each part on to the others (the scatter across, then the all_gather)."""
+    if not fan.any():
+        if not len(need.receiver):
+            return []
+        return [_step("send_across", *_from_holders(src, need.holder, need.receiver, need.box, split), world, item)]
+    direct = ~fan[need.piece]
+    s1, r1, b1 = _from_holders(src, need.holder[direct], need.receiver[direct], need.box[direct], split)
+    fanned = np.nonzero(fan)[0]
+    order = np.argsort(need.piece, kind="stable")  # each piece's wanting ranks, together
     recv_sorted = need.receiver[order]
     first = np.concatenate([[0], np.cumsum(need.wanting)[:-1]])
-    # one row per part: its piece, its index, its box
-    part_piece, part_at = _expand(np.zeros(len(parts), dtype=np.int64), parts)
-    lo = pb[part_piece, dim[part_piece], 0]
-    edges_lo = lo + length[part_piece] * part_at // parts[part_piece]
-    edges_hi = lo + length[part_piece] * (part_at + 1) // parts[part_piece]
-    part_box = pb[part_piece].copy()
-    rows = np.arange(len(part_piece))
-    part_box[rows, dim[part_piece], 0] = edges_lo
-    part_box[rows, dim[part_piece], 1] = edges_hi
-    part_owner = recv_sorted[first[part_piece] + part_at]
-    across = _step("send_across", _senders(src, need.piece_holder[part_piece]), part_owner, part_box, world, item)
-    # each part to every other wanting rank of its piece
-    k = need.wanting[part_piece]
-    row, at = _expand(first[part_piece], k)
-    to = recv_sorted[at]
-    keep = to != part_owner[row]
-    among = _step("fan_out", part_owner[row][keep], to[keep], part_box[row][keep], world, item)
-    return [across, among]
+    row, at, part_box = _cut_rows(need.piece_box[fanned], need.wanting[fanned])
+    piece = fanned[row]
+    owner = recv_sorted[first[piece] + at]
+    s2, r2, b2 = _from_holders(src, need.piece_holder[piece], owner, part_box, split)
+    steps = []
+    if len(s1) + len(s2):
+        steps.append(_step("send_across", np.concatenate([s1, s2]), np.concatenate([r1, r2]),
+                           np.concatenate([b1, b2]), world, item))
+    if len(piece):
+        k_row, k_at = _expand(first[piece], need.wanting[piece])
+        to = recv_sorted[k_at]
+        keep = to != owner[k_row]
+        steps.append(_step("fan_out", owner[k_row][keep], to[keep], part_box[k_row][keep], world, item))
+    return steps
 
 
 def _moved(steps: Sequence[CrossStep], finish: Program | None, src_mesh: Mesh, world: int) -> tuple[np.ndarray, np.ndarray]:
@@ -334,6 +349,32 @@ def _moved(steps: Sequence[CrossStep], finish: Program | None, src_mesh: Mesh, w
         moved += np.asarray(c.bytes_moved, dtype=np.int64)
         sent += np.asarray(c.bytes_sent, dtype=np.int64)
     return moved, sent
+
+
+def _cheapest(src: _Classes, need: _Need, finish: Program | None, src_mesh: Mesh, world: int, item: int,
+              bound: int) -> list[CrossStep]:
+    """The cheapest of a few plans, in order of fewer rounds and messages, the first at the
+    bound taken at once (nothing is cheaper): every piece sent directly; the pieces of the
+    holder classes that direct sending overloads fanned out; every shared piece fanned
+    out; each with holders taking turns, then with pieces cut among the holders."""
+    none = np.zeros(len(need.wanting), dtype=bool)
+    shared = need.wanting > 1
+    numel = np.prod(need.box[:, :, 1] - need.box[:, :, 0], axis=1)
+    load = np.bincount(need.holder, weights=numel, minlength=len(src.sizes)) * item / np.maximum(src.sizes, 1)
+    overloaded = shared & (load[need.piece_holder] > bound)
+    best: tuple[int, int, list[CrossStep]] | None = None
+    for split in (False, True):
+        for fan in (none, overloaded, shared):
+            if fan is not none and not fan.any():
+                continue
+            steps = _plan(src, need, fan, split, world, item)
+            key = (int(_moved(steps, finish, src_mesh, world)[0].max()), len(steps))
+            if best is None or key < best[:2]:
+                best = (*key, steps)
+            if key[0] <= bound:
+                return steps
+    assert best is not None
+    return best[2]
 
 
 def _world(src_mesh: Mesh, dst_mesh: Mesh) -> int:
@@ -384,18 +425,7 @@ def cross_program(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Me
     src_c = _classes(boxes(full, src_mesh), src_mesh, world)
     need = _needs(src_c, _classes(boxes(dst, dst_mesh), dst_mesh, world))
     bound = _bound(src, dst, src_mesh, dst_mesh, None if finish else (src_c, need))
-    plans = [_direct(src_c, need, world, item)]
-    # the fan-out only where the direct plan is above the bound (nothing is cheaper than it)
-    if (need.wanting > 1).any() and int(_moved(plans[0], finish, src_mesh, world)[0].max()) > bound:
-        plans.append(_fan_out(src_c, need, world, item))
-    best: tuple[int, int, list[CrossStep]] | None = None
-    for steps in plans:
-        moved, _ = _moved(steps, finish, src_mesh, world)
-        key = (int(moved.max()), len(steps))
-        if best is None or key < best[:2]:
-            best = (*key, steps)
-    assert best is not None
-    steps = best[2]
+    steps = _cheapest(src_c, need, finish, src_mesh, world, item, bound)
     moved, sent = _moved(steps, finish, src_mesh, world)
     peak = np.zeros(world, dtype=np.int64)
     peak[list(src_mesh.global_ranks)] += [math.prod(shape) * item for shape in local_shapes(full, src_mesh)]
