@@ -282,3 +282,12 @@ def test_random_pairs(seed):
     src, dst = _random_type(rng, m1, shape, rng.random() < 0.3), _random_type(rng, m2, shape, False)
     p = _run(src, dst, m1, m2, seed)
     assert p.cost.bytes_max >= p.bound
+
+
+def test_cli_show_names_global_ranks(capsys):
+    from torch_backend.cli import main
+
+    assert main(["show", "f32[3@dp]", "--mesh", "dp=4@[9,8,7,6]", "--no-color", "--width", "80"]) == 0
+    out = capsys.readouterr().out
+    assert "(global ranks)" in out and "│  9  │  8  │  7  │" in out
+    assert "ranks holding no elements (uneven chunk rule): 6" in out
