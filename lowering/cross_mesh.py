@@ -32,7 +32,7 @@ from lowering.cost import CostModel
 from lowering.layout import boxes as even_boxes
 from lowering.layout import local_shapes, rank_layout
 from lowering.program import Cost, Program
-from spec_lang.errors import SpecError
+from spec_lang.errors import SpecError, locate
 from spec_lang.ir import Dim, Mesh, TensorType
 
 Box = tuple[tuple[int, int], ...]
@@ -144,14 +144,18 @@ class CrossProgram:
         }
 
 
-def check_cross_types(src: TensorType, dst: TensorType) -> None:
-    """What a cross-mesh program takes: values the same on every holder (R, or P pending on
-    the source), laid out by the chunk rule or an uneven split with one block a rank."""
-    for side, t in (("source", src), ("destination", dst)):
+def check_cross_types(src: TensorType, dst: TensorType, src_text: str | None = None,
+                      dst_text: str | None = None) -> None:
+    """What a cross-mesh program takes: values the same on every holder (R, I, or P pending
+    on the source), laid out by the chunk rule or an uneven split with one block a rank.
+    The caret points into the type as written, where given."""
+    for side, t, text in (("source", src, src_text), ("destination", dst, dst_text)):
         for axis, at in t.axis_types:
-            if at.kind == "V" or (at.kind == "P" and side == "destination") or at.kind == "I":
+            if at.kind == "V" or (at.kind == "P" and side == "destination"):
+                found = None if text is None else locate(text, axis, text.find("{") + 1)
                 raise SpecError(f"a cross-mesh program's {side} type {t} has {at.code} on {axis!r}",
-                                subject=axis, hint="across meshes the source may be sharded, replicated or "
+                                text=text if found is not None else None, pos=found, subject=axis,
+                                hint="across meshes the source may be sharded, replicated (R, I) or "
                                 "pending a sum, the destination sharded or replicated")
 
 

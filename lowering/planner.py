@@ -142,7 +142,7 @@ def compile(
     d, dm = resolve(dst, m if dst_mesh is None else dst_mesh)
     check_same_global(s, d, src if isinstance(src, str) else None, dst if isinstance(dst, str) else None)
     if dst_mesh is not None:
-        check_cross_types(s, d)
+        check_cross_types(s, d, src if isinstance(src, str) else None, dst if isinstance(dst, str) else None)
     cost_model = as_cost_model(cost_model, m)
     if cost_model is not None and cost_model.spare_axis_bytes < 0:
         raise SpecError(f"spare_axis_bytes must be >= 0, got {cost_model.spare_axis_bytes}",

@@ -129,6 +129,7 @@ CORPUS = [
     ("pending sum, reduce_scatter first", "f32[64,64@dp]{U:tp}", "f32[64,64@tp]", "dp=2,tp=2", "tp=2@[4,5]"),
     ("pending average, overlap", "f32[8@dp,4]{P(avg):tp}", "f32[8,4]", "dp=2,tp=2", "r=2@[3,4]"),
     ("replicated source", "f32[16@dp,8]", "f32[16,8@tp]", "dp=2,r=2", "tp=4@[4-7]"),
+    ("invariant source", "f32[16@dp,8]{I:r}", "f32[16,8@tp]{R:r}", "dp=2,r=2", "r=2,tp=2@[3-6]"),
     ("replicated destination", "f32[16@dp,8]", "f32[16,8]", "dp=2", "r=4@[2-5]"),
     # 12-row pieces, cut in 3 for the fan-out (a piece that does not divide lands above the
     # bound by its rounding: f32[16@dp,8] here moves 288 B against a bound of 256 B)
@@ -192,6 +193,9 @@ def test_bad_cross_mesh_input():
         lowering.compile("f32[16@dp,8]", "f32[16@xx,8]", "dp=2", dst_mesh="tp=2@[2,3]")
     with pytest.raises(SpecError, match="destination type"):
         lowering.compile("f32[16@dp,8]", "f32[16,8]{U:tp}", "dp=2", dst_mesh="tp=2@[2,3]")
+    with pytest.raises(SpecError, match="source type .* has V on 'tp'") as e:
+        lowering.compile("f32[16@dp,8]{V:tp}", "f32[16,8]", "dp=2,tp=2", dst_mesh="r=2@[4,5]")
+    assert e.value.pos == 15 and e.value.hint  # at the axis in the annotation
     with pytest.raises(SpecError, match="ends too early"):
         lowering.compile("f32[16@dp,8]", "f32[16,8]", "dp=2", dst_mesh="tp=2@[2,")
     p = lowering.compile("f32[16@dp,8]", "f32[16,8]", "dp=2", dst_mesh="tp=2@[2,3]")
