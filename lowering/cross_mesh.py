@@ -103,6 +103,16 @@ class CrossProgram:
     cost: Cost
     bound: int  # bytes: no program moving src to dst between these meshes costs less
     world: int
+    # the plan chosen, which each rank's part is rebuilt from (``rank_part``): pieces cut
+    # among their holders, and the source classes (of ``sent``'s distinct boxes, sorted)
+    # whose shared pieces fan out
+    split: bool = False
+    fanned: tuple[int, ...] = ()
+
+    def rank_part(self, rank: int) -> tuple[tuple[tuple[Transfer, ...], tuple[Transfer, ...]], ...]:
+        """Per step, (what ``rank`` sends, what it receives), from the pieces of its own
+        blocks alone: work linear in the world, not in the program's messages."""
+        return rank_part(self, rank)
 
     @property
     def sent(self) -> TensorType:
@@ -238,18 +248,6 @@ def _expand(start: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return row, np.repeat(start, count) + np.arange(len(row)) - first
 
 
-def _rank_in_group(keys: np.ndarray) -> np.ndarray:
-    """Each entry's position among the entries of the same key, in entry order."""
-    order = np.argsort(keys, kind="stable")
-    sorted_keys = keys[order]
-    new = np.ones(len(keys), dtype=bool)
-    new[1:] = sorted_keys[1:] != sorted_keys[:-1]
-    group_first = np.maximum.accumulate(np.where(new, np.arange(len(keys)), 0))
-    out = np.empty(len(keys), dtype=np.int64)
-    out[order] = np.arange(len(keys)) - group_first
-    return out
-
-
 class _Need(NamedTuple):
     """Per (piece, receiver that lacks it): the piece's box, holder class, receiver; and
     each piece's number of such receivers."""
@@ -261,16 +259,22 @@ class _Need(NamedTuple):
     wanting: np.ndarray  # (pieces,) receivers lacking each piece
     piece_box: np.ndarray  # (pieces, ndim, 2)
     piece_holder: np.ndarray  # (pieces,)
+    piece_dst: np.ndarray  # (pieces,) the destination class wanting it
+    position: np.ndarray  # (n,) the receiver's place among the piece's wanting ranks
 
 
-def _needs(src: _Classes, dst: _Classes) -> _Need:
-    i, j, pbox = _meets(dst.boxes, src.boxes)
+def _needs(src: _Classes, dst: _Classes,
+           pieces: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> _Need:
+    """Every piece's receivers that lack it; ``pieces`` (dst class, src class, box) where
+    only some pieces are wanted, else all."""
+    i, j, pbox = _meets(dst.boxes, src.boxes) if pieces is None else pieces
     piece, at = _expand(dst.start[i], dst.sizes[i])
     receiver = dst.members[at]
     keep = src.of_rank[receiver] != j[piece]  # a rank holding the piece on the source keeps it
     piece, receiver = piece[keep], receiver[keep]
     wanting = np.bincount(piece, minlength=len(i))
-    return _Need(pbox[piece], j[piece], receiver, piece, wanting, pbox, j)
+    position = np.arange(len(piece)) - (np.cumsum(wanting) - wanting)[piece]  # entries come grouped by piece
+    return _Need(pbox[piece], j[piece], receiver, piece, wanting, pbox, j, i, position)
 
 
 def _step(kind: str, senders: np.ndarray, receivers: np.ndarray, bx: np.ndarray, world: int,
@@ -299,14 +303,15 @@ def _cut_rows(bx: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     return row, at, out
 
 
-def _from_holders(src: _Classes, holder: np.ndarray, receiver: np.ndarray, bx: np.ndarray,
+def _from_holders(src: _Classes, holder: np.ndarray, receiver: np.ndarray, bx: np.ndarray, turn: np.ndarray,
                   split: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(senders, receivers, boxes) of pieces sent out of holder classes. The holders take
-    turns (the k-th message out of a class comes from its (k mod size)-th member: each
-    receiver pulls from another replica), or with ``split`` each piece is cut among all
-    the holders of its class (balanced whatever the pieces' sizes)."""
+    turns: a message comes from member ``turn mod size`` of its class, ``turn`` being the
+    receiver's place among the piece's wanting ranks plus the index of their class (so
+    each receiver pulls from another replica, and a rank finds its own senders and
+    receivers from its own pieces); or with ``split`` each piece is cut among all the
+    holders of its class (balanced whatever the pieces' sizes)."""
     if not split:
-        turn = _rank_in_group(holder)
         return src.members[src.start[holder] + turn % src.sizes[holder]], receiver, bx
     row, at, parts = _cut_rows(bx, src.sizes[holder])
     return src.members[src.start[holder[row]] + at], receiver[row], parts
@@ -319,9 +324,12 @@ def _plan(src: _Classes, need: _Need, fan: np.ndarray, split: bool, world: int, 
     if not fan.any():
         if not len(need.receiver):
             return []
-        return [_step("send_across", *_from_holders(src, need.holder, need.receiver, need.box, split), world, item)]
+        turn = need.position + need.piece_dst[need.piece]
+        return [_step("send_across", *_from_holders(src, need.holder, need.receiver, need.box, turn, split),
+                      world, item)]
     direct = ~fan[need.piece]
-    s1, r1, b1 = _from_holders(src, need.holder[direct], need.receiver[direct], need.box[direct], split)
+    turn = (need.position + need.piece_dst[need.piece])[direct]
+    s1, r1, b1 = _from_holders(src, need.holder[direct], need.receiver[direct], need.box[direct], turn, split)
     fanned = np.nonzero(fan)[0]
     order = np.argsort(need.piece, kind="stable")  # each piece's wanting ranks, together
     recv_sorted = need.receiver[order]
@@ -329,7 +337,7 @@ def _plan(src: _Classes, need: _Need, fan: np.ndarray, split: bool, world: int, 
     row, at, part_box = _cut_rows(need.piece_box[fanned], need.wanting[fanned])
     piece = fanned[row]
     owner = recv_sorted[first[piece] + at]
-    s2, r2, b2 = _from_holders(src, need.piece_holder[piece], owner, part_box, split)
+    s2, r2, b2 = _from_holders(src, need.piece_holder[piece], owner, part_box, at + need.piece_dst[piece], split)
     steps = []
     if len(s1) + len(s2):
         steps.append(_step("send_across", np.concatenate([s1, s2]), np.concatenate([r1, r2]),
@@ -355,30 +363,34 @@ def _moved(steps: Sequence[CrossStep], finish: Program | None, src_mesh: Mesh, w
     return moved, sent
 
 
+def _fan_mask(need: _Need, fanned: np.ndarray) -> np.ndarray:
+    return (need.wanting > 1) & np.isin(need.piece_holder, fanned)
+
+
 def _cheapest(src: _Classes, need: _Need, finish: Program | None, src_mesh: Mesh, world: int, item: int,
-              bound: int) -> list[CrossStep]:
+              bound: int) -> tuple[list[CrossStep], bool, tuple[int, ...]]:
     """The cheapest of a few plans, in order of fewer rounds and messages, the first at the
     bound taken at once (nothing is cheaper): every piece sent directly; the pieces of the
     holder classes that direct sending overloads fanned out; every shared piece fanned
     out; each with holders taking turns, then with pieces cut among the holders."""
-    none = np.zeros(len(need.wanting), dtype=bool)
-    shared = need.wanting > 1
     numel = np.prod(need.box[:, :, 1] - need.box[:, :, 0], axis=1)
     load = np.bincount(need.holder, weights=numel, minlength=len(src.sizes)) * item / np.maximum(src.sizes, 1)
-    overloaded = shared & (load[need.piece_holder] > bound)
-    best: tuple[int, int, list[CrossStep]] | None = None
+    classes = np.arange(len(src.sizes))
+    choices = [classes[:0], classes[load > bound], classes]
+    best: tuple[int, int, list[CrossStep], bool, tuple[int, ...]] | None = None
     for split in (False, True):
-        for fan in (none, overloaded, shared):
-            if fan is not none and not fan.any():
+        for k, fanned in enumerate(choices):
+            fan = _fan_mask(need, fanned)
+            if k and (not fan.any() or (k == 2 and np.array_equal(fan, _fan_mask(need, choices[1])))):
                 continue
             steps = _plan(src, need, fan, split, world, item)
             key = (int(_moved(steps, finish, src_mesh, world)[0].max()), len(steps))
             if best is None or key < best[:2]:
-                best = (*key, steps)
+                best = (*key, steps, split, tuple(fanned.tolist()))
             if key[0] <= bound:
-                return steps
+                return steps, split, tuple(fanned.tolist())
     assert best is not None
-    return best[2]
+    return best[2], best[3], best[4]
 
 
 def _world(src_mesh: Mesh, dst_mesh: Mesh) -> int:
@@ -429,7 +441,7 @@ def cross_program(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Me
     src_c = _classes(boxes(full, src_mesh), src_mesh, world)
     need = _needs(src_c, _classes(boxes(dst, dst_mesh), dst_mesh, world))
     bound = _bound(src, dst, src_mesh, dst_mesh, None if finish else (src_c, need))
-    steps = _cheapest(src_c, need, finish, src_mesh, world, item, bound)
+    steps, split, fanned = _cheapest(src_c, need, finish, src_mesh, world, item, bound)
     moved, sent = _moved(steps, finish, src_mesh, world)
     peak = np.zeros(world, dtype=np.int64)
     peak[list(src_mesh.global_ranks)] += [math.prod(shape) * item for shape in local_shapes(full, src_mesh)]
@@ -440,7 +452,31 @@ def cross_program(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Me
         time_s=(finish.cost.time_s if finish else 0.0) + sum(model.step_time((), s.bytes_max, True) for s in steps),
         bytes_max=int(moved.max()),
     )
-    return CrossProgram(src_mesh, dst_mesh, src, dst, finish, tuple(steps), cost, bound, world)
+    return CrossProgram(src_mesh, dst_mesh, src, dst, finish, tuple(steps), cost, bound, world, split, fanned)
+
+
+def rank_part(p: CrossProgram, rank: int) -> tuple[tuple[tuple[Transfer, ...], tuple[Transfer, ...]], ...]:
+    """``CrossProgram.rank_part``: the plan's rules (turns, cuts, fan-out) depend on each
+    piece alone, so the pieces of ``rank``'s own blocks (its destination block met with
+    every source class, its source block met with every destination class) rebuild
+    exactly its messages."""
+    world, item = p.world, p.src.itemsize
+    src_c = _classes(boxes(p.sent, p.src_mesh), p.src_mesh, world)
+    dst_c = _classes(boxes(p.dst, p.dst_mesh), p.dst_mesh, world)
+    i_r, j_r = (int(c.of_rank[rank]) if 0 <= rank < world else -1 for c in (dst_c, src_c))
+    i, j, pbox = (np.zeros(0, dtype=np.int64),) * 2 + (np.zeros((0, p.src.ndim, 2), dtype=np.int64),)
+    if i_r >= 0:
+        _, j, pbox = _meets(dst_c.boxes[i_r:i_r + 1], src_c.boxes)
+        i = np.full(len(j), i_r)
+    if j_r >= 0:
+        i2, _, pbox2 = _meets(dst_c.boxes, src_c.boxes[j_r:j_r + 1])
+        other = i2 != i_r  # the piece (i_r, j_r) is listed once
+        i, j = np.concatenate([i, i2[other]]), np.concatenate([j, np.full(int(other.sum()), j_r)])
+        pbox = np.concatenate([pbox, pbox2[other]])
+    need = _needs(src_c, dst_c, (i, j, pbox))
+    steps = {s.kind: s for s in _plan(src_c, need, _fan_mask(need, np.asarray(p.fanned, dtype=np.int64)), p.split,
+                                      world, item)}
+    return tuple(steps[s.kind].rank_transfers(rank) if s.kind in steps else ((), ()) for s in p.steps)
 
 
 def simulate_cross(program: CrossProgram, inputs: Sequence[np.ndarray | None],

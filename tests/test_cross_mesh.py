@@ -228,6 +228,10 @@ def test_big_meshes_compile_fast():
         p = lowering.compile(src, dst, m1, dst_mesh=m2)
         assert time.perf_counter() - t < 1.0, (m1, m2)  # about 0.1 s alone; two shared cores
         assert p.cost.bytes_max == p.bound
+        t = time.perf_counter()
+        part = p.rank_part(1500)
+        assert time.perf_counter() - t < 0.1  # ~3 ms: from the rank's own pieces
+        assert [tuple(sorted(x)) for step in part for x in step] == _global_part(p, 1500)
 
 
 # ---- shardc plan --to-mesh ----------------------------------------------------------------
@@ -295,3 +299,33 @@ def test_cli_show_names_global_ranks(capsys):
     out = capsys.readouterr().out
     assert "(global ranks)" in out and "│  9  │  8  │  7  │" in out
     assert "ranks holding no elements (uneven chunk rule): 6" in out
+
+
+def _global_part(p, rank):
+    return [tuple(sorted(x)) for s in p.steps for x in s.rank_transfers(rank)]
+
+
+@pytest.mark.parametrize("what, src, dst, m1, m2", CORPUS, ids=[c[0] for c in CORPUS])
+def test_rank_part_from_own_pieces(what, src, dst, m1, m2):
+    p = lowering.compile(src, dst, m1, dst_mesh=m2)
+    for r in range(p.world + 1):  # and one rank in neither mesh
+        part = p.rank_part(r)
+        assert [tuple(sorted(x)) for step in part for x in step] == _global_part(p, r), r
+
+
+def test_rank_part_of_random_and_fanned_plans():
+    cases = [("f32[16@dp,8]", "f32[16,8]", "dp=2", "r=8@[2-9]"), ("f32[360@a]", "f32[360@b]", "a=3@[7,9,1]",
+                                                                   "c=3,b=2@[2,10,3,0,6,7]")]
+    for seed in range(60):
+        rng = np.random.default_rng(seed)
+        m1, m2 = _random_mesh(rng, "a", 12), _random_mesh(rng, "b", 12)
+        shape = tuple(60 * int(rng.integers(1, 5)) for _ in range(int(rng.integers(1, 3))))
+        cases.append((_random_type(rng, parse_mesh(m1), shape, False), _random_type(rng, parse_mesh(m2), shape, False),
+                      m1, m2))
+    kinds = set()
+    for src, dst, m1, m2 in cases:
+        p = lowering.compile(src, dst, m1, dst_mesh=m2)
+        kinds |= {(s.kind, p.split) for s in p.steps}
+        for r in range(p.world):
+            assert [tuple(sorted(x)) for step in p.rank_part(r) for x in step] == _global_part(p, r), (src, m1, m2, r)
+    assert ("fan_out", False) in kinds and ("send_across", True) in kinds  # fan-outs and cuts among holders too
