@@ -259,22 +259,71 @@ class _Need(NamedTuple):
     wanting: np.ndarray  # (pieces,) receivers lacking each piece
     piece_box: np.ndarray  # (pieces, ndim, 2)
     piece_holder: np.ndarray  # (pieces,)
-    piece_dst: np.ndarray  # (pieces,) the destination class wanting it
+    turn: np.ndarray  # (pieces,) messages out of its holder class before this piece's
     position: np.ndarray  # (n,) the receiver's place among the piece's wanting ranks
 
 
 def _needs(src: _Classes, dst: _Classes,
-           pieces: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> _Need:
-    """Every piece's receivers that lack it; ``pieces`` (dst class, src class, box) where
-    only some pieces are wanted, else all."""
-    i, j, pbox = _meets(dst.boxes, src.boxes) if pieces is None else pieces
+           pieces: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None) -> _Need:
+    """Every piece's receivers that lack it; ``pieces`` (dst class, src class, box, turn)
+    where only some pieces are wanted (``_own_pieces``), else all."""
+    given = pieces is not None
+    i, j, pbox, turn = pieces if pieces is not None else (*_meets(dst.boxes, src.boxes), None)
     piece, at = _expand(dst.start[i], dst.sizes[i])
     receiver = dst.members[at]
     keep = src.of_rank[receiver] != j[piece]  # a rank holding the piece on the source keeps it
     piece, receiver = piece[keep], receiver[keep]
     wanting = np.bincount(piece, minlength=len(i))
     position = np.arange(len(piece)) - (np.cumsum(wanting) - wanting)[piece]  # entries come grouped by piece
-    return _Need(pbox[piece], j[piece], receiver, piece, wanting, pbox, j, i, position)
+    if not given:  # the messages out of each holder class before each piece (pieces in dst-class order)
+        order = np.lexsort((i, j))
+        before = np.cumsum(wanting[order]) - wanting[order]
+        new = np.ones(len(order), dtype=bool)
+        new[1:] = j[order][1:] != j[order][:-1]
+        turn = np.empty(len(i), dtype=np.int64)
+        turn[order] = before - np.maximum.accumulate(np.where(new, before, 0))
+    assert turn is not None
+    return _Need(pbox[piece], j[piece], receiver, piece, wanting, pbox, j, turn, position)
+
+
+def _own_pieces(src: _Classes, dst: _Classes, i_r: int, j_r: int,
+                ndim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The pieces of one rank's own blocks: its destination class ``i_r`` met with every
+    source class, and its source class ``j_r`` met with every destination class (-1: not
+    on that mesh), each with its turn (what ``_needs`` counts over every piece), counted
+    here from the destination classes before it that meet its source class."""
+    i, j = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if i_r >= 0:
+        j = _meets(dst.boxes[i_r:i_r + 1], src.boxes)[1]
+        i = np.full(len(j), i_r)
+    if j_r >= 0:
+        i2 = _meets(dst.boxes, src.boxes[j_r:j_r + 1])[0]
+        other = i2 != i_r  # the piece (i_r, j_r) is listed once
+        i, j = np.concatenate([i, i2[other]]), np.concatenate([j, np.full(int(other.sum()), j_r)])
+    # wanting(i', j') = the size of class i' less its ranks that hold j' on the source
+    both = (dst.of_rank >= 0) & (src.of_rank >= 0)
+    keys, counts = np.unique(dst.of_rank[both] * len(src.sizes) + src.of_rank[both], return_counts=True)
+
+    def wanting(ii: np.ndarray, jj: np.ndarray) -> np.ndarray:
+        if not len(keys):
+            return dst.sizes[ii]
+        k = ii * len(src.sizes) + jj
+        at = np.minimum(np.searchsorted(keys, k), len(keys) - 1)
+        return dst.sizes[ii] - np.where(keys[at] == k, counts[at], 0)
+
+    turn = np.zeros(len(i), dtype=np.int64)
+    for jj in np.unique(j):
+        rows = np.nonzero(j == jj)[0]
+        upto = int(i[rows].max())
+        before = np.arange(upto)
+        lo = np.maximum(dst.boxes[before, :, 0], src.boxes[jj, :, 0])
+        hi = np.minimum(dst.boxes[before, :, 1], src.boxes[jj, :, 1])
+        w = np.where((hi > lo).all(axis=1), wanting(before, np.full(upto, jj)), 0)
+        prefix = np.concatenate([[0], np.cumsum(w)])
+        turn[rows] = prefix[i[rows]]
+    lo = np.maximum(dst.boxes[i, :, 0], src.boxes[j, :, 0])
+    hi = np.minimum(dst.boxes[i, :, 1], src.boxes[j, :, 1])
+    return i, j, np.stack([lo, hi], axis=-1).reshape(len(i), ndim, 2), turn
 
 
 def _step(kind: str, senders: np.ndarray, receivers: np.ndarray, bx: np.ndarray, world: int,
@@ -324,11 +373,11 @@ def _plan(src: _Classes, need: _Need, fan: np.ndarray, split: bool, world: int, 
     if not fan.any():
         if not len(need.receiver):
             return []
-        turn = need.position + need.piece_dst[need.piece]
+        turn = need.position + need.turn[need.piece]
         return [_step("send_across", *_from_holders(src, need.holder, need.receiver, need.box, turn, split),
                       world, item)]
     direct = ~fan[need.piece]
-    turn = (need.position + need.piece_dst[need.piece])[direct]
+    turn = (need.position + need.turn[need.piece])[direct]
     s1, r1, b1 = _from_holders(src, need.holder[direct], need.receiver[direct], need.box[direct], turn, split)
     fanned = np.nonzero(fan)[0]
     order = np.argsort(need.piece, kind="stable")  # each piece's wanting ranks, together
@@ -337,7 +386,7 @@ def _plan(src: _Classes, need: _Need, fan: np.ndarray, split: bool, world: int, 
     row, at, part_box = _cut_rows(need.piece_box[fanned], need.wanting[fanned])
     piece = fanned[row]
     owner = recv_sorted[first[piece] + at]
-    s2, r2, b2 = _from_holders(src, need.piece_holder[piece], owner, part_box, at + need.piece_dst[piece], split)
+    s2, r2, b2 = _from_holders(src, need.piece_holder[piece], owner, part_box, at + need.turn[piece], split)
     steps = []
     if len(s1) + len(s2):
         steps.append(_step("send_across", np.concatenate([s1, s2]), np.concatenate([r1, r2]),
@@ -464,16 +513,7 @@ def rank_part(p: CrossProgram, rank: int) -> tuple[tuple[tuple[Transfer, ...], t
     src_c = _classes(boxes(p.sent, p.src_mesh), p.src_mesh, world)
     dst_c = _classes(boxes(p.dst, p.dst_mesh), p.dst_mesh, world)
     i_r, j_r = (int(c.of_rank[rank]) if 0 <= rank < world else -1 for c in (dst_c, src_c))
-    i, j, pbox = (np.zeros(0, dtype=np.int64),) * 2 + (np.zeros((0, p.src.ndim, 2), dtype=np.int64),)
-    if i_r >= 0:
-        _, j, pbox = _meets(dst_c.boxes[i_r:i_r + 1], src_c.boxes)
-        i = np.full(len(j), i_r)
-    if j_r >= 0:
-        i2, _, pbox2 = _meets(dst_c.boxes, src_c.boxes[j_r:j_r + 1])
-        other = i2 != i_r  # the piece (i_r, j_r) is listed once
-        i, j = np.concatenate([i, i2[other]]), np.concatenate([j, np.full(int(other.sum()), j_r)])
-        pbox = np.concatenate([pbox, pbox2[other]])
-    need = _needs(src_c, dst_c, (i, j, pbox))
+    need = _needs(src_c, dst_c, _own_pieces(src_c, dst_c, i_r, j_r, p.src.ndim))
     steps = {s.kind: s for s in _plan(src_c, need, _fan_mask(need, np.asarray(p.fanned, dtype=np.int64)), p.split,
                                       world, item)}
     return tuple(steps[s.kind].rank_transfers(rank) if s.kind in steps else ((), ()) for s in p.steps)

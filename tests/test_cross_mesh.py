@@ -230,7 +230,7 @@ def test_big_meshes_compile_fast():
         assert p.cost.bytes_max == p.bound
         t = time.perf_counter()
         part = p.rank_part(1500)
-        assert time.perf_counter() - t < 0.1  # ~3 ms: from the rank's own pieces
+        assert time.perf_counter() - t < 0.25  # 3-40 ms alone: from the rank's own pieces
         assert [tuple(sorted(x)) for step in part for x in step] == _global_part(p, 1500)
 
 
