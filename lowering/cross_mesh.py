@@ -15,8 +15,9 @@ on the source are finished on the source mesh first by an ordinary program
 Every element is a global box; a rank's data is the boxes it holds, so the numpy
 semantics need no layout beyond the two sides' ``boxes``. The price counts every rank
 of the world; ``cross_bound`` is the bytes no program can undercut: what the neediest
-destination rank lacks, and per class of source ranks holding the same block, what
-must leave the class at least once, shared by its members.
+destination rank lacks, and per class of source ranks holding the same values (the same
+block, and the same addends of a pending sum), what must leave the class at least once,
+shared by its members.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import numpy as np
 
 from lowering.cost import CostModel
 from lowering.layout import boxes as even_boxes
-from lowering.layout import local_shapes, rank_layout
+from lowering.layout import local_shapes, mesh_coords, rank_layout
 from lowering.program import Cost, Program
 from spec_lang.errors import SpecError, locate
 from spec_lang.ir import Dim, Mesh, TensorType
@@ -216,8 +217,13 @@ class _Classes(NamedTuple):
     of_rank: np.ndarray  # (world,) each world rank's class, -1 off the mesh
 
 
-def _classes(bx: np.ndarray, mesh: Mesh, world: int) -> _Classes:
-    uniq, inverse = np.unique(bx.reshape(len(bx), -1), axis=0, return_inverse=True)
+def _classes(bx: np.ndarray, mesh: Mesh, world: int, values: np.ndarray | None = None) -> _Classes:
+    """``values``: a row per rank that also tells holders apart (the coordinates of a
+    pending sum's axes: ranks with the same box hold different addends)."""
+    rows = bx.reshape(len(bx), -1)
+    key = rows if values is None else np.concatenate([rows, values.reshape(len(bx), -1)], axis=1)
+    uniq, inverse = np.unique(key, axis=0, return_inverse=True)
+    uniq = uniq[:, :rows.shape[1]]
     inverse = inverse.reshape(-1)
     ranks = np.asarray(mesh.global_ranks, dtype=np.int64)
     order = np.argsort(inverse, kind="stable")
@@ -469,16 +475,22 @@ def _bound(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh,
         hi = np.minimum(d_boxes[on, :, 1], own[:, :, 1])
         want[on] -= np.prod(np.maximum(hi - lo, 0), axis=1)
     lack = int(want.max())
-    leave = 0
-    if not pending:  # per holder class: what someone outside wants leaves it at least once
+    # per class of ranks holding the same values (the same addends of a pending sum): what
+    # a rank outside it wants of them leaves the class at least once, one element a value
+    if pending:
+        partial = [src_mesh.index(a) for a in src.partial_axes]
+        src_c = _classes(s_boxes, src_mesh, world, mesh_coords(src_mesh)[:, partial])
+        need = _needs(src_c, _classes(d_boxes, dst_mesh, world))
+    else:
         src_c, need = known or (src_c := _classes(s_boxes, src_mesh, world),
                                 _needs(src_c, _classes(d_boxes, dst_mesh, world)))
-        wanted = need.wanting > 0
+    wanted = need.wanting > 0
+    if wanted.any():
         numel = np.prod(need.piece_box[:, :, 1] - need.piece_box[:, :, 0], axis=1)
         per = np.bincount(need.piece_holder[wanted], weights=numel[wanted], minlength=len(src_c.sizes))
-        if len(per):
-            leave = int((-(-per.astype(np.int64) // src_c.sizes)).max())
-    return max(lack, leave) * src.itemsize
+        leave = int((-(-per.astype(np.int64) // src_c.sizes)).max())
+        return max(lack, leave) * src.itemsize
+    return lack * src.itemsize
 
 
 def cross_program(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh, finish: Program | None,

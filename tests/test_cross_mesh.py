@@ -183,6 +183,14 @@ def test_bound_by_hand():
     assert lowering.compile("f32[16,8]", "f32[16,8@tp]", "r=1", dst_mesh="tp=2@[0,1]").bound == 256
 
 
+def test_bound_of_a_pending_sum_counts_each_addend_leaving_its_holder():
+    # ranks 7 and 6 hold different addends of all 32 elements; 7 wants a quarter, 6 none: each
+    # addend is wanted off its rank, so 32 elements leave each (128 B), above any rank's lack
+    p = lowering.compile("f32[4,8]{U:a0}", "f32[4@b0,8@b1]", "a0=2@[7,6]", dst_mesh="b0=2,b1=2@[4,9,7,5]")
+    assert p.bound == 128 and p.cost.bytes_max == 128
+    assert [s.kind for s in p.finish.steps] == ["reduce_scatter"]
+
+
 def test_reshape_in_place_moves_only_what_changes_hands():
     p = lowering.compile("f32[16@dp,8]", "f32[16@dp,8]", "dp=4", dst_mesh="dp=4@[0,1,2,3]")
     assert p.steps == () and p.cost.bytes_max == 0 and p.bound == 0
