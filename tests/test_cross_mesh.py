@@ -337,3 +337,16 @@ def test_rank_part_of_random_and_fanned_plans():
         for r in range(p.world):
             assert [tuple(sorted(x)) for step in p.rank_part(r) for x in step] == _global_part(p, r), (src, m1, m2, r)
     assert ("fan_out", False) in kinds and ("send_across", True) in kinds  # fan-outs and cuts among holders too
+
+
+def test_jax_mesh_names_its_devices_as_ranks():
+    import jax  # conftest gives it 8 CPU devices
+
+    m = jax.sharding.Mesh(np.array(jax.devices()[4:8]).reshape(2, 2), ("dp", "tp"))
+    assert spec_lang.mesh_from_jax(m) == parse_mesh("dp=2,tp=2@[4-7]")
+    sharding = spec_lang.to_jax("f32[8@dp,4]", "dp=2,tp=2@[7,6,5,4]")
+    assert [d.id for d in sharding.mesh.devices.flat] == [7, 6, 5, 4]
+    with pytest.raises(SpecError, match="no device of that id"):
+        spec_lang.to_jax("f32[8@dp]", "dp=2@[3,99]")
+    with pytest.raises(SpecError, match="expected a jax Mesh"):
+        spec_lang.mesh_from_jax("dp=2")
