@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # what a type checker (and an IDE) sees of the lazy names
     from lowering.caching import clear_caches as clear_caches
     from lowering.checks import resolve as resolve
     from lowering.cost import CostModel as CostModel
+    from lowering.cross_mesh import CrossProgram as CrossProgram
     from lowering.joint import JointProgram as JointProgram
     from lowering.joint import compile_many as compile_many
     from lowering.kinds import make_step as make_step
@@ -60,6 +61,7 @@ _EXPORTS = {
     "compile_many": "lowering.joint",
     "JointProgram": "lowering.joint",
     "lower_bound": "lowering.bounds",
+    "CrossProgram": "lowering.cross_mesh",
     "simulate": "lowering.simulator",
     # caches
     "clear_caches": "lowering.caching",

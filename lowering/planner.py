@@ -36,7 +36,7 @@ import itertools
 import os
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -49,6 +49,7 @@ from lowering.checks import (
     resolve,
 )
 from lowering.cost import DEFAULT_COST_MODEL, SPARE_AXIS_BYTES, CostModel, as_cost_model
+from lowering.cross_mesh import CrossProgram, check_cross_types, cross_program, finished_types
 from lowering.fallback import fallback_routes
 from lowering.kinds import COLLECTIVE_KINDS, dual_kind, kind_of, make_step, priced_step
 from lowering.kinds.base import drop_unit_axes, replicated_axes, splits_integer_average
@@ -92,6 +93,19 @@ DEFAULT_GAP_BYTES = SPARE_AXIS_BYTES // _GAP_SHARE
 _EXACT_MOVES = 16
 
 
+@overload
+def compile(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str, *,
+            cost_model: CostModel | Mapping[str, Any] | str | os.PathLike[str] | None = None,
+            budget_s: float = DEFAULT_BUDGET_S, gap_bytes: int | None = None, dst_mesh: None = None) -> Program: ...
+
+
+@overload
+def compile(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str, *,
+            cost_model: CostModel | Mapping[str, Any] | str | os.PathLike[str] | None = None,
+            budget_s: float = DEFAULT_BUDGET_S, gap_bytes: int | None = None,
+            dst_mesh: Mesh | str) -> CrossProgram: ...
+
+
 def compile(
     src: TensorType | str,
     dst: TensorType | str,
@@ -100,8 +114,13 @@ def compile(
     cost_model: CostModel | Mapping[str, Any] | str | os.PathLike[str] | None = None,
     budget_s: float = DEFAULT_BUDGET_S,
     gap_bytes: int | None = None,
-) -> Program:
+    dst_mesh: Mesh | str | None = None,
+) -> Program | CrossProgram:
     """Compile ``src -> dst`` on ``mesh`` into the cheapest Program found within ``budget_s``.
+
+    With ``dst_mesh``, ``dst`` is laid out on ``dst_mesh`` instead, and the result is a
+    ``CrossProgram`` over the union of the two meshes' global ranks (``Mesh.ranks``):
+    pending sums finished on ``mesh``, then point-to-point rounds (docs/cross_mesh.md).
 
     Always answers for a pair the checks accept: where the search runs out of its budget,
     the cheapest program found so far (at worst a constructive route through the normal
@@ -120,8 +139,10 @@ def compile(
     ``shardc calibrate --out`` writes); None is the default bytes-first model.
     """
     s, m = resolve(src, mesh)
-    d, _ = resolve(dst, m)
+    d, dm = resolve(dst, m if dst_mesh is None else dst_mesh)
     check_same_global(s, d, src if isinstance(src, str) else None, dst if isinstance(dst, str) else None)
+    if dst_mesh is not None:
+        check_cross_types(s, d, src if isinstance(src, str) else None, dst if isinstance(dst, str) else None)
     cost_model = as_cost_model(cost_model, m)
     if cost_model is not None and cost_model.spare_axis_bytes < 0:
         raise SpecError(f"spare_axis_bytes must be >= 0, got {cost_model.spare_axis_bytes}",
@@ -134,7 +155,25 @@ def compile(
     model = cost_model or DEFAULT_COST_MODEL
     gap = model.spare_axis_bytes // _GAP_SHARE if gap_bytes is None else check_gap_bytes(gap_bytes, DEFAULT_GAP_BYTES)
     # a timed model prices each collective's latency in its time already: its search has no gap
-    return _compile(s, d, m, model, check_budget(budget_s, DEFAULT_BUDGET_S), gap if model.bytes_first else 0)
+    budget, gap = check_budget(budget_s, DEFAULT_BUDGET_S), gap if model.bytes_first else 0
+    if dst_mesh is not None:
+        return _compile_cross(s, d, m, dm, model, budget, gap)
+    return _compile(s, d, m, model, budget, gap)
+
+
+@cached(maxsize=1024, max_bytes=32 * MIB)
+def _compile_cross(src: TensorType, dst: TensorType, mesh: Mesh, dst_mesh: Mesh, model: CostModel,
+                   budget_s: float, gap_bytes: int) -> CrossProgram:
+    """Pending sums finished on the source mesh by an ordinary program, then the crossing."""
+    if not src.partial_axes:
+        return cross_program(src, dst, mesh, dst_mesh, None, model)
+    best: CrossProgram | None = None
+    for mid in finished_types(src):
+        p = cross_program(src, dst, mesh, dst_mesh, _compile(src, mid, mesh, model, budget_s, gap_bytes), model)
+        if best is None or (p.cost.bytes_max, p.cost.collectives) < (best.cost.bytes_max, best.cost.collectives):
+            best = p
+    assert best is not None  # finished_types gives at least the replicated one
+    return best
 
 
 @cached(maxsize=8192, max_bytes=32 * MIB)

@@ -9,17 +9,33 @@ tests compare against.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import overload
 
 import numpy as np
 
+from lowering.cross_mesh import CrossProgram, simulate_cross
 from lowering.kinds import simulate_step
 from lowering.layout import local_shapes
 from lowering.program import Program, check_program
 from spec_lang.errors import SpecError
 
 
-def simulate(program: Program, local_inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Run ``program`` on one numpy array per rank (rank order); returns the outputs."""
+@overload
+def simulate(program: Program, local_inputs: Sequence[np.ndarray]) -> list[np.ndarray]: ...
+
+
+@overload
+def simulate(program: CrossProgram, local_inputs: Sequence[np.ndarray | None]) -> list[np.ndarray | None]: ...
+
+
+def simulate(program: Program | CrossProgram,
+             local_inputs: Sequence[np.ndarray | None]) -> list[np.ndarray] | list[np.ndarray | None]:
+    """Run ``program`` on one numpy array per rank (rank order); returns the outputs.
+
+    A ``CrossProgram`` takes one entry per rank of its world (``0 .. max rank``), None off
+    the source mesh, and returns one per rank, None off the destination mesh."""
+    if isinstance(program, CrossProgram):
+        return simulate_cross(program, local_inputs, simulate)
     mesh = check_program(program).mesh
     if isinstance(local_inputs, (str, bytes, bytearray)) or not hasattr(local_inputs, "__len__"):
         raise SpecError(f"simulate takes one array per rank, got {type(local_inputs).__name__}",

@@ -27,6 +27,13 @@ def from_jax(spec_or_sharding: Any, shape: Sequence[int] | None = None, dtype: A
     return _from_jax(spec_or_sharding, shape=shape, dtype=dtype, mesh=mesh)
 
 
+def mesh_from_jax(mesh: Any) -> Mesh:
+    """A jax Mesh -> Mesh, its devices' ids as the global ranks. jax is imported lazily."""
+    from spec_lang.jax_interop import mesh_from_jax as _mesh_from_jax
+
+    return _mesh_from_jax(mesh)
+
+
 def to_jax(t: TensorType | str, mesh: Mesh | str | Any) -> NamedSharding:
     """TensorType (or its string) -> jax.sharding.NamedSharding on the first N devices."""
     from spec_lang.jax_interop import to_jax as _to_jax
@@ -36,5 +43,5 @@ def to_jax(t: TensorType | str, mesh: Mesh | str | Any) -> NamedSharding:
 
 __all__ = [
     "DTYPES", "AxisType", "Dim", "LocalType", "Mesh", "SpecError", "TensorType",
-    "format_type", "from_jax", "parse", "parse_local_type", "parse_mesh", "parse_shard_order", "to_jax",
+    "format_type", "from_jax", "mesh_from_jax", "parse", "parse_local_type", "parse_mesh", "parse_shard_order", "to_jax",
 ]

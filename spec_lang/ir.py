@@ -141,10 +141,16 @@ def _as_tuple(value: object, what: str) -> tuple:
 
 @dataclass(frozen=True)
 class Mesh:
-    """Named mesh axes in mesh order; rank = row-major coordinate over them."""
+    """Named mesh axes in mesh order; rank = row-major coordinate over them.
+
+    ``ranks`` names the global rank of each mesh rank (row-major order of the coordinates):
+    ``None`` means ``0..size-1``, and a tuple equal to that is stored as ``None``, so one
+    mesh has one canonical object. Two meshes over different ranks are what a cross-mesh
+    program (``lowering.compile(..., dst_mesh=)``) moves a tensor between."""
 
     names: tuple[str, ...]
     sizes: tuple[int, ...]
+    ranks: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         names = _as_tuple(self.names, "mesh names")
@@ -181,11 +187,12 @@ class Mesh:
                 )
         object.__setattr__(self, "names", names)
         object.__setattr__(self, "sizes", sizes)
+        object.__setattr__(self, "ranks", _check_ranks(self.ranks, math.prod(sizes)))
 
     # hashed on every cached layout lookup: once per object (not shipped, as TensorType's)
     @_memo
     def _hash(self) -> int:
-        return hash((self.names, self.sizes))
+        return hash((self.names, self.sizes) if self.ranks is None else (self.names, self.sizes, self.ranks))
 
     def __hash__(self) -> int:
         return self._hash
@@ -233,8 +240,53 @@ class Mesh:
             r = r * s + c
         return r
 
+    @property
+    def global_ranks(self) -> tuple[int, ...]:
+        """The global rank of each mesh rank, in mesh-rank order (``0..size-1`` by default)."""
+        return tuple(range(self.size)) if self.ranks is None else self.ranks
+
     def __str__(self) -> str:
-        return ",".join(f"{n}={s}" for n, s in zip(self.names, self.sizes, strict=True))
+        axes = ",".join(f"{n}={s}" for n, s in zip(self.names, self.sizes, strict=True))
+        return axes if self.ranks is None else f"{axes}@[{ranks_text(self.ranks)}]"
+
+
+def ranks_text(ranks: tuple[int, ...]) -> str:
+    """``0-3,6,9,8``: runs of three or more consecutive ascending ranks as ``a-b``."""
+    out: list[str] = []
+    i = 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        if j - i >= 2:
+            out.append(f"{ranks[i]}-{ranks[j]}")
+        else:
+            out += [str(r) for r in ranks[i:j + 1]]
+        i = j + 1
+    return ",".join(out)
+
+
+_RANKS_HINT = "list each mesh rank's global rank once, in row-major order of the mesh, e.g. dp=2,tp=2@[8-11]"
+
+
+def _check_ranks(ranks: object, size: int) -> tuple[int, ...] | None:
+    if ranks is None:
+        return None
+    values = _as_tuple(ranks, "mesh ranks")
+    if len(values) != size:
+        raise SpecError(f"the mesh has {size} ranks but {len(values)} global ranks are listed", hint=_RANKS_HINT)
+    seen: set[int] = set()
+    for r in values:
+        if isinstance(r, bool) or not isinstance(r, int):
+            raise SpecError(f"a mesh's global rank must be an int, got {value_text(r)}", hint=_RANKS_HINT)
+        if r < 0 or r >= MAX_WORLD:
+            raise SpecError(f"global rank {r} is out of range (0 to {MAX_WORLD - 1:,})", subject=str(r),
+                            hint=_RANKS_HINT)
+        if r in seen:
+            raise SpecError(f"global rank {r} is listed twice", subject=str(r), hint=_RANKS_HINT)
+        seen.add(r)
+    out = tuple(int(r) for r in values)
+    return None if out == tuple(range(size)) else out
 
 
 _REPEAT_HINT = "a mesh axis may shard one dim or carry one local type, not both or twice"

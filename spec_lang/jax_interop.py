@@ -49,10 +49,21 @@ def _dtype(dtype: Any) -> str:
 
 
 def _mesh_from_jax(mesh: Any) -> Mesh:
-    """A jax Mesh (or AbstractMesh) -> shardc Mesh, axis order kept."""
+    """A jax Mesh (or AbstractMesh) -> shardc Mesh, axis order kept; a concrete Mesh's
+    devices name its ranks (each device's id, row-major over the mesh)."""
     names = tuple(str(n) for n in mesh.axis_names)
     shape = mesh.shape  # OrderedDict name -> size on both Mesh and AbstractMesh
-    return Mesh(names, tuple(int(shape[n]) for n in names))
+    devices = getattr(mesh, "devices", None)  # an AbstractMesh has none
+    ranks = None if devices is None else tuple(int(d.id) for d in devices.flat)
+    return Mesh(names, tuple(int(shape[n]) for n in names), ranks)
+
+
+def mesh_from_jax(mesh: Any) -> Mesh:
+    """The shardc Mesh of a jax Mesh: its axes, and its devices' ids as the global ranks."""
+    if isinstance(mesh, (Mesh, str)) or not (hasattr(mesh, "axis_names") and hasattr(mesh, "shape")):
+        raise SpecError(f"expected a jax Mesh, got {type(mesh).__name__}",
+                        hint="pass a jax.sharding.Mesh; parse a mesh string with spec_lang.parse_mesh")
+    return _mesh_from_jax(mesh)
 
 
 def _as_mesh(mesh: Any) -> Mesh | None:
@@ -249,6 +260,13 @@ def to_jax(t: TensorType | str, mesh: Mesh | str | Any) -> NamedSharding:
 
     if jax_mesh is None:
         devices = jax.devices()
+        if m.ranks is not None:  # a mesh over named ranks: the devices of those ids
+            by_id = {int(d.id): d for d in devices}
+            missing = [r for r in m.ranks if r not in by_id]
+            if missing:
+                raise SpecError(f"the mesh {m} names rank {missing[0]}, but jax has no device of that id",
+                                hint="name ranks among jax.devices()' ids")
+            devices = [by_id[r] for r in m.ranks]
         if len(devices) < m.size:
             raise SpecError(
                 f"the mesh {m} needs {m.size} devices, but jax sees {len(devices)}",

@@ -14,7 +14,7 @@ from spec_lang.local_type import LocalType
 from spec_lang.split import Split
 
 _TYPE_HINT = "write a type like f32[8@(dp,tp),16] or float32[8@dp,16]{U:tp}"
-_MESH_HINT = "write a mesh like dp=2,tp=4 (axis=size, in mesh order)"
+_MESH_HINT = "write a mesh like dp=2,tp=4 (axis=size, in mesh order), over global ranks dp=2,tp=2@[8-11]"
 _ORDER_HINT = "write a shard_order like {0: [1], 1: ['dp', 'tp']}"
 _LOCAL_HINT = "write R, I, V, P (or U), P(avg), P(max), P(min) or S(dim); in Python spmd.R, spmd.P('avg'), spmd.S(1)"
 
@@ -253,16 +253,38 @@ def _parse_mesh(text: str) -> Mesh:
     names: list[str] = []
     sizes: list[int] = []
     words: list[tuple[str, int]] = []
+    ranks: list[int] | None = None
     for ax in tree.children:
+        if ax.data == "rank_item":
+            ranks = (ranks or []) + _rank_item(ax, text, words)
+            continue
         name_tok, size_tok = ax.children
         size = _int(size_tok, text, "mesh axis size")
         words += [(name_tok.value, name_tok.start_pos), (str(size), size_tok.start_pos)]
         names.append(name_tok.value)
         sizes.append(size)
     try:
-        return Mesh(tuple(names), tuple(sizes))
+        return Mesh(tuple(names), tuple(sizes), None if ranks is None else tuple(ranks))
     except SpecError as e:
-        raise e.at(text, _caret(e, words, text, None)) from None
+        raise e.at(text, _caret(e, words, text, text.find("@") if ranks is not None else None)) from None
+
+
+def _rank_item(item: Any, text: str, words: list[tuple[str, int]]) -> list[int]:
+    """``8`` or the run ``8-11`` of a mesh's global ranks (its words noted for carets)."""
+    toks = item.children
+    lo = _int(toks[0], text, "global rank")
+    words.append((str(lo), toks[0].start_pos))
+    if len(toks) == 1:
+        return [lo]
+    hi = _int(toks[1], text, "global rank")
+    words.append((str(hi), toks[1].start_pos))
+    if hi < lo:
+        raise SpecError(f"the rank run {lo}-{hi} runs backwards", text=text, pos=toks[1].start_pos,
+                        hint=f"write a run low to high ({hi}-{lo}), or list the ranks one by one")
+    if hi - lo >= 1 << 20:
+        raise SpecError(f"the rank run {lo}-{hi} is longer than a mesh may be", text=text, pos=toks[1].start_pos,
+                        hint="a mesh has at most 2**20 ranks")
+    return list(range(lo, hi + 1))
 
 
 def parse_shard_order(text: str) -> dict[int, tuple[int | str, ...]]:

@@ -232,12 +232,13 @@ def all_blocks(t: Any, mesh: Any) -> tuple[Any, Any, list[Any] | None]:
 
     from lowering.layout import boxes, layouts
 
+    named = None if mesh.ranks is None else np.asarray(mesh.ranks)  # tiles name global ranks
     if not t.is_uneven:
-        return boxes(t, mesh), None, None
+        return boxes(t, mesh), named, None
     lays = layouts(t, mesh)
     b = np.concatenate([lay.blocks for lay in lays]).reshape(-1, t.ndim, 2)
     owners = np.repeat(np.arange(mesh.size), [len(lay.blocks) for lay in lays])
-    return b, owners, lays
+    return b, owners if named is None else named[owners], lays
 
 
 def render(type_text: str, mesh_text: str, console: Any) -> None:
@@ -247,9 +248,10 @@ def render(type_text: str, mesh_text: str, console: Any) -> None:
     t, mesh = resolve(type_text, mesh_text)
     b, owners, lays = all_blocks(t, mesh)
     console.print(f"[bold]{t}[/bold] on mesh {mesh}")
-    console.print("tiles list the ranks holding them", style="dim")
+    console.print("tiles list the ranks holding them" + ("" if mesh.ranks is None else " (global ranks)"),
+                  style="dim")
     if t.ndim == 0:
-        console.print(f"a scalar: every rank (0-{mesh.size - 1}) holds it")
+        console.print(f"a scalar: every rank ({ranks_text(sorted(mesh.global_ranks))}) holds it")
     else:
         styles: dict[tuple[int, ...], str] = {}
 
@@ -295,12 +297,13 @@ def render(type_text: str, mesh_text: str, console: Any) -> None:
         _rank_blocks(lays, mesh, console)
         empty = [r for r, lay in enumerate(lays) if 0 in lay.shape]
         if empty:
-            console.print(f"ranks holding no elements (uneven split): {ranks_text(empty, max_runs=16)}")
+            named = sorted(mesh.global_ranks[r] for r in empty)
+            console.print(f"ranks holding no elements (uneven split): {ranks_text(named, max_runs=16)}")
     elif 0 in t.shape:
         console.print(f"an empty tensor (dim {t.shape.index(0)} has size 0): the tiles show how its other dims "
                       "are cut")
     else:
-        empty = [r for r in range(mesh.size) if (b[r, :, 1] <= b[r, :, 0]).any()]
+        empty = sorted(mesh.global_ranks[r] for r in range(mesh.size) if (b[r, :, 1] <= b[r, :, 0]).any())
         if empty:
             console.print(f"ranks holding no elements (uneven chunk rule): {ranks_text(empty, max_runs=16)}")
     for line in notes(t, mesh):
@@ -312,7 +315,8 @@ def _rank_blocks(lays: list[Any], mesh: Any, console: Any) -> None:
     console.print(f"each rank's blocks, in local order ({cat_text(lays[0])}):")
     for r, lay in enumerate(lays[:LIST_RANKS]):
         coords = ",".join(f"{k}={v}" for k, v in zip(mesh.names, mesh.coords(r), strict=True))
-        console.print(f"  rank {r:>3} ({coords}): {blocks_text(lay)}", markup=False, soft_wrap=True)
+        console.print(f"  rank {mesh.global_ranks[r]:>3} ({coords}): {blocks_text(lay)}", markup=False,
+                      soft_wrap=True)
     if len(lays) > LIST_RANKS:
         console.print(f"  ... ({len(lays) - LIST_RANKS} more ranks)")
 

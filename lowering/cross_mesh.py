@@ -1,0 +1,597 @@
+"""Cross-mesh programs: a tensor laid out on one mesh moved to a layout on another.
+
+The two meshes name their global ranks (``Mesh.ranks``); the program runs over the
+*world* ``0 .. max rank`` of their union (ranks in neither do nothing). Pending sums
+on the source are finished on the source mesh first by an ordinary program
+(``finish``); then one or two rounds of exact point-to-point messages over the world::
+
+    send_across  each piece a destination rank lacks, from one holder of it; the holders
+                 of a replicated source take turns (each receiver pulls from a different
+                 replica), and a rank that holds a piece on both meshes copies it locally
+    fan_out      (where it is cheaper) a piece wanted by k ranks crosses once, cut in k
+                 parts, one to each; then each of them sends its part to the other k-1:
+                 the scatter across the boundary, then the all_gather among replicas
+
+Every element is a global box; a rank's data is the boxes it holds, so the numpy
+semantics need no layout beyond the two sides' ``boxes``. The price counts every rank
+of the world; ``cross_bound`` is the bytes no program can undercut: what the neediest
+destination rank lacks, and per class of source ranks holding the same values (the same
+block, and the same addends of a pending sum), what must leave the class at least once,
+shared by its members.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from lowering.cost import CostModel
+from lowering.layout import boxes as even_boxes
+from lowering.layout import local_shapes, mesh_coords, rank_layout
+from lowering.program import Cost, Program
+from spec_lang.errors import SpecError, locate
+from spec_lang.ir import Dim, Mesh, TensorType
+
+Box = tuple[tuple[int, int], ...]
+
+
+class Transfer(NamedTuple):
+    """The global box ``box`` sent from world rank ``sender`` to world rank ``receiver``."""
+
+    sender: int
+    receiver: int
+    box: Box
+
+
+@dataclass(frozen=True, eq=False)
+class CrossStep:
+    """One round of point-to-point messages over the world (batched sends and receives):
+    message i sends the global box ``boxes[i]`` from ``senders[i]`` to ``receivers[i]``
+    (read-only arrays: a 1,024-rank all-to-all is a million of them)."""
+
+    kind: str  # "send_across" or "fan_out"
+    senders: np.ndarray  # (n,) world ranks
+    receivers: np.ndarray  # (n,)
+    boxes: np.ndarray  # (n, ndim, 2) global [start, stop)
+    bytes_sent: tuple[int, ...]  # per world rank
+    bytes_recv: tuple[int, ...]
+
+    @property
+    def transfers(self) -> tuple[Transfer, ...]:
+        return tuple(Transfer(s, r, _as_box(b))
+                     for s, r, b in zip(self.senders.tolist(), self.receivers.tolist(), self.boxes, strict=True))
+
+    @property
+    def bytes_moved(self) -> tuple[int, ...]:
+        return tuple(map(max, self.bytes_sent, self.bytes_recv))
+
+    @property
+    def bytes_max(self) -> int:
+        return max(self.bytes_moved, default=0)
+
+    def messages(self) -> int:
+        """Point-to-point messages: one per (sender, receiver) pair, its pieces packed."""
+        return len(np.unique(self.senders.astype(np.int64) * (1 << 21) + self.receivers))
+
+    def describe(self) -> str:
+        return f"{self.kind} ({self.messages()} point-to-point message(s))"
+
+    def rank_transfers(self, rank: int) -> tuple[tuple[Transfer, ...], tuple[Transfer, ...]]:
+        """(what ``rank`` sends, what it receives) in this round."""
+        out = []
+        for mask in (self.senders == rank, self.receivers == rank):
+            out.append(tuple(Transfer(s, r, _as_box(b)) for s, r, b in
+                             zip(self.senders[mask].tolist(), self.receivers[mask].tolist(), self.boxes[mask],
+                                 strict=True)))
+        return out[0], out[1]
+
+
+@dataclass(frozen=True)
+class CrossProgram:
+    """``src`` on ``src_mesh`` -> ``dst`` on ``dst_mesh``: ``finish`` (pending sums finished
+    on the source mesh, or None) then ``steps`` over the world ``0 .. world-1``."""
+
+    src_mesh: Mesh
+    dst_mesh: Mesh
+    src: TensorType
+    dst: TensorType
+    finish: Program | None
+    steps: tuple[CrossStep, ...]
+    cost: Cost
+    bound: int  # bytes: no program moving src to dst between these meshes costs less
+    world: int
+    # the plan chosen, which each rank's part is rebuilt from (``rank_part``): pieces cut
+    # among their holders, and the source classes (of ``sent``'s distinct boxes, sorted)
+    # whose shared pieces fan out
+    split: bool = False
+    fanned: tuple[int, ...] = ()
+
+    def rank_part(self, rank: int) -> tuple[tuple[tuple[Transfer, ...], tuple[Transfer, ...]], ...]:
+        """Per step, (what ``rank`` sends, what it receives), from the pieces of its own
+        blocks alone: work linear in the world, not in the program's messages."""
+        return rank_part(self, rank)
+
+    @property
+    def sent(self) -> TensorType:
+        """What the crossing starts from on the source mesh: ``src`` with its sums finished."""
+        return self.src if self.finish is None else self.finish.dst
+
+    @property
+    def optimal(self) -> bool:
+        return self.cost.bytes_max == self.bound
+
+    def __str__(self) -> str:
+        lines = [f"program from mesh {self.src_mesh} to mesh {self.dst_mesh} (world of {self.world} ranks): "
+                 f"{self.src}  ->  {self.dst}"]
+        n = 0
+        for s in self.finish.steps if self.finish else ():
+            n += 1
+            moved = f"{s.bytes_max} B/rank" if s.is_collective else "local"
+            lines.append(f"  {n}. {s.describe()} on the source mesh  -> {s.dst}   [{moved}]")
+        for c in self.steps:
+            n += 1
+            lines.append(f"  {n}. {c.describe()}   [{c.bytes_max} B/rank]")
+        if not n:
+            lines.append("  (no steps: every rank already holds its destination block)")
+        cost = self.cost
+        lines.append(f"  cost: {cost.bytes_max} B (busiest rank, sent or received), {cost.bytes_sent_max} B sent "
+                     f"(max rank), {cost.collectives} round(s)")
+        lines.append(f"  cross-mesh lower bound: {self.bound} B" + (" (met)" if self.optimal else ""))
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "src_mesh": str(self.src_mesh), "dst_mesh": str(self.dst_mesh),
+            "src": str(self.src), "dst": str(self.dst), "world": self.world,
+            "finish": None if self.finish is None else self.finish.to_json(),
+            "steps": [{"kind": s.kind, "bytes_max": s.bytes_max,
+                       "transfers": [[t.sender, t.receiver, [list(b) for b in t.box]] for t in s.transfers]}
+                      for s in self.steps],
+            "cost": self.cost.to_json(), "bound": self.bound,
+        }
+
+
+def check_cross_types(src: TensorType, dst: TensorType, src_text: str | None = None,
+                      dst_text: str | None = None) -> None:
+    """What a cross-mesh program takes: values the same on every holder (R, I, or P pending
+    on the source), laid out by the chunk rule or an uneven split with one block a rank.
+    The caret points into the type as written, where given."""
+    for side, t, text in (("source", src, src_text), ("destination", dst, dst_text)):
+        for axis, at in t.axis_types:
+            if at.kind == "V" or (at.kind == "P" and side == "destination"):
+                found = None if text is None else locate(text, axis, text.find("{") + 1)
+                raise SpecError(f"a cross-mesh program's {side} type {t} has {at.code} on {axis!r}",
+                                text=text if found is not None else None, pos=found, subject=axis,
+                                hint="across meshes the source may be sharded, replicated (R, I) or "
+                                "pending a sum, the destination sharded or replicated")
+
+
+def boxes(t: TensorType, mesh: Mesh) -> np.ndarray:
+    """Each rank's one global box (world, ndim, 2); an uneven split where a rank holds
+    several blocks (a PartitionedShard, a ragged split over several dims) is refused."""
+    if not t.is_uneven:
+        return even_boxes(t, mesh)
+    out = np.empty((mesh.size, t.ndim, 2), dtype=np.int64)
+    for r in range(mesh.size):
+        lay = rank_layout(t, mesh, r)
+        if len(lay.blocks) != 1 or lay.cat is None and t.ndim > 1:
+            raise SpecError(f"{t} gives a rank several blocks: a cross-mesh program moves one block a rank",
+                            hint="split the dim by sizes (<3,5>) rather than parts or ragged runs across meshes")
+        out[r] = lay.blocks[0]
+    return out
+
+
+def full_type(t: TensorType) -> TensorType:
+    """``t`` with its pending sums finished (P axes replicated)."""
+    return replace(t, axis_types=tuple((a, at) for a, at in t.axis_types if at.kind != "P"))
+
+
+def finished_types(t: TensorType) -> list[TensorType]:
+    """Where the source mesh may finish ``t``'s pending sums before the crossing: replicated
+    over the P axes (an all_reduce), or sharding one more dim over them (a reduce_scatter,
+    so the replicas send disjoint halves)."""
+    full = full_type(t)
+    partial = tuple(a for a, at in t.axis_types if at.kind == "P")
+    out = [full]
+    for i, d in enumerate(full.dims):
+        if d.split is None:
+            try:
+                out.append(replace(full, dims=full.dims[:i] + (Dim(d.size, d.axes + partial),) + full.dims[i + 1:]))
+            except SpecError:  # e.g. more shards than the dim has room for the planner's rules
+                continue
+    return out
+
+
+class _Classes(NamedTuple):
+    """Ranks grouped by the box they hold: the distinct boxes (k, ndim, 2), and each
+    class's world ranks (mesh order) as ``members[start[c]:start[c] + sizes[c]]``."""
+
+    boxes: np.ndarray
+    members: np.ndarray
+    start: np.ndarray
+    sizes: np.ndarray
+    of_rank: np.ndarray  # (world,) each world rank's class, -1 off the mesh
+
+
+def _classes(bx: np.ndarray, mesh: Mesh, world: int, values: np.ndarray | None = None) -> _Classes:
+    """``values``: a row per rank that also tells holders apart (the coordinates of a
+    pending sum's axes: ranks with the same box hold different addends)."""
+    rows = bx.reshape(len(bx), -1)
+    key = rows if values is None else np.concatenate([rows, values.reshape(len(bx), -1)], axis=1)
+    uniq, inverse = np.unique(key, axis=0, return_inverse=True)
+    uniq = uniq[:, :rows.shape[1]]
+    inverse = inverse.reshape(-1)
+    ranks = np.asarray(mesh.global_ranks, dtype=np.int64)
+    order = np.argsort(inverse, kind="stable")
+    count = np.bincount(inverse, minlength=len(uniq))
+    start = np.concatenate([[0], np.cumsum(count)[:-1]])
+    of_rank = np.full(world, -1, dtype=np.int64)
+    of_rank[ranks] = inverse
+    return _Classes(uniq.reshape(len(uniq), *bx.shape[1:]), ranks[order], start, count, of_rank)
+
+
+def _meets(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(i, j, box) for every non-empty intersection of box a[i] with box b[j]."""
+    lo = np.maximum(a[:, None, :, 0], b[None, :, :, 0])
+    hi = np.minimum(a[:, None, :, 1], b[None, :, :, 1])
+    ok = (hi > lo).all(axis=2)
+    i, j = np.nonzero(ok)
+    return i, j, np.stack([lo[i, j], hi[i, j]], axis=-1)
+
+
+def _as_box(b: np.ndarray) -> Box:
+    return tuple((int(lo), int(hi)) for lo, hi in b.tolist())
+
+
+def _expand(start: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For rows with ``count`` entries from ``start``: each entry's row and index."""
+    row = np.repeat(np.arange(len(count)), count)
+    first = np.repeat(np.cumsum(count) - count, count)
+    return row, np.repeat(start, count) + np.arange(len(row)) - first
+
+
+class _Need(NamedTuple):
+    """Per (piece, receiver that lacks it): the piece's box, holder class, receiver; and
+    each piece's number of such receivers."""
+
+    box: np.ndarray  # (n, ndim, 2)
+    holder: np.ndarray  # (n,) source class
+    receiver: np.ndarray  # (n,) world rank
+    piece: np.ndarray  # (n,) piece index
+    wanting: np.ndarray  # (pieces,) receivers lacking each piece
+    piece_box: np.ndarray  # (pieces, ndim, 2)
+    piece_holder: np.ndarray  # (pieces,)
+    turn: np.ndarray  # (pieces,) messages out of its holder class before this piece's
+    position: np.ndarray  # (n,) the receiver's place among the piece's wanting ranks
+
+
+def _needs(src: _Classes, dst: _Classes,
+           pieces: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None) -> _Need:
+    """Every piece's receivers that lack it; ``pieces`` (dst class, src class, box, turn)
+    where only some pieces are wanted (``_own_pieces``), else all."""
+    given = pieces is not None
+    i, j, pbox, turn = pieces if pieces is not None else (*_meets(dst.boxes, src.boxes), None)
+    piece, at = _expand(dst.start[i], dst.sizes[i])
+    receiver = dst.members[at]
+    keep = src.of_rank[receiver] != j[piece]  # a rank holding the piece on the source keeps it
+    piece, receiver = piece[keep], receiver[keep]
+    wanting = np.bincount(piece, minlength=len(i))
+    position = np.arange(len(piece)) - (np.cumsum(wanting) - wanting)[piece]  # entries come grouped by piece
+    if not given:  # the messages out of each holder class before each piece (pieces in dst-class order)
+        order = np.lexsort((i, j))
+        before = np.cumsum(wanting[order]) - wanting[order]
+        new = np.ones(len(order), dtype=bool)
+        new[1:] = j[order][1:] != j[order][:-1]
+        turn = np.empty(len(i), dtype=np.int64)
+        turn[order] = before - np.maximum.accumulate(np.where(new, before, 0))
+    assert turn is not None
+    return _Need(pbox[piece], j[piece], receiver, piece, wanting, pbox, j, turn, position)
+
+
+def _own_pieces(src: _Classes, dst: _Classes, i_r: int, j_r: int,
+                ndim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The pieces of one rank's own blocks: its destination class ``i_r`` met with every
+    source class, and its source class ``j_r`` met with every destination class (-1: not
+    on that mesh), each with its turn (what ``_needs`` counts over every piece), counted
+    here from the destination classes before it that meet its source class."""
+    i, j = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if i_r >= 0:
+        j = _meets(dst.boxes[i_r:i_r + 1], src.boxes)[1]
+        i = np.full(len(j), i_r)
+    if j_r >= 0:
+        i2 = _meets(dst.boxes, src.boxes[j_r:j_r + 1])[0]
+        other = i2 != i_r  # the piece (i_r, j_r) is listed once
+        i, j = np.concatenate([i, i2[other]]), np.concatenate([j, np.full(int(other.sum()), j_r)])
+    # wanting(i', j') = the size of class i' less its ranks that hold j' on the source
+    both = (dst.of_rank >= 0) & (src.of_rank >= 0)
+    keys, counts = np.unique(dst.of_rank[both] * len(src.sizes) + src.of_rank[both], return_counts=True)
+
+    def wanting(ii: np.ndarray, jj: np.ndarray) -> np.ndarray:
+        if not len(keys):
+            return dst.sizes[ii]
+        k = ii * len(src.sizes) + jj
+        at = np.minimum(np.searchsorted(keys, k), len(keys) - 1)
+        return dst.sizes[ii] - np.where(keys[at] == k, counts[at], 0)
+
+    turn = np.zeros(len(i), dtype=np.int64)
+    for jj in np.unique(j):
+        rows = np.nonzero(j == jj)[0]
+        upto = int(i[rows].max())
+        before = np.arange(upto)
+        lo = np.maximum(dst.boxes[before, :, 0], src.boxes[jj, :, 0])
+        hi = np.minimum(dst.boxes[before, :, 1], src.boxes[jj, :, 1])
+        w = np.where((hi > lo).all(axis=1), wanting(before, np.full(upto, jj)), 0)
+        prefix = np.concatenate([[0], np.cumsum(w)])
+        turn[rows] = prefix[i[rows]]
+    lo = np.maximum(dst.boxes[i, :, 0], src.boxes[j, :, 0])
+    hi = np.minimum(dst.boxes[i, :, 1], src.boxes[j, :, 1])
+    return i, j, np.stack([lo, hi], axis=-1).reshape(len(i), ndim, 2), turn
+
+
+def _step(kind: str, senders: np.ndarray, receivers: np.ndarray, bx: np.ndarray, world: int,
+          item: int) -> CrossStep:
+    numel = np.prod(bx[:, :, 1] - bx[:, :, 0], axis=1) * item if len(bx) else np.zeros(0, dtype=np.int64)
+    sent = np.bincount(senders, weights=numel, minlength=world).astype(np.int64)
+    recv = np.bincount(receivers, weights=numel, minlength=world).astype(np.int64)
+    for a in (senders, receivers, bx):
+        a.setflags(write=False)
+    return CrossStep(kind, senders, receivers, bx, tuple(sent.tolist()), tuple(recv.tolist()))
+
+
+def _cut_rows(bx: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Box ``bx[i]`` cut along its longest dim into ``n[i]`` nearly equal parts (fewer where
+    that dim is shorter): each part's row, its index within the row, and its box."""
+    ext = bx[:, :, 1] - bx[:, :, 0]
+    dim = np.argmax(ext, axis=1) if len(bx) else np.zeros(0, dtype=np.int64)
+    length = ext[np.arange(len(bx)), dim]
+    parts = np.maximum(np.minimum(n, length), 1)
+    row, at = _expand(np.zeros(len(parts), dtype=np.int64), parts)
+    d, lo = dim[row], bx[row, dim[row], 0]
+    out = bx[row].copy()
+    i = np.arange(len(row))
+    out[i, d, 0] = lo + length[row] * at // parts[row]
+    out[i, d, 1] = lo + length[row] * (at + 1) // parts[row]
+    return row, at, out
+
+
+def _from_holders(src: _Classes, holder: np.ndarray, receiver: np.ndarray, bx: np.ndarray, turn: np.ndarray,
+                  split: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(senders, receivers, boxes) of pieces sent out of holder classes. The holders take
+    turns: a message comes from member ``turn mod size`` of its class, ``turn`` being the
+    receiver's place among the piece's wanting ranks plus the index of their class (so
+    each receiver pulls from another replica, and a rank finds its own senders and
+    receivers from its own pieces); or with ``split`` each piece is cut among all the
+    holders of its class (balanced whatever the pieces' sizes)."""
+    if not split:
+        return src.members[src.start[holder] + turn % src.sizes[holder]], receiver, bx
+    row, at, parts = _cut_rows(bx, src.sizes[holder])
+    return src.members[src.start[holder[row]] + at], receiver[row], parts
+
+
+def _plan(src: _Classes, need: _Need, fan: np.ndarray, split: bool, world: int, item: int) -> list[CrossStep]:
+    """One round sending each piece to every rank that lacks it, except the pieces marked in
+    ``fan``: those cross once, cut in one part per rank that wants them, and a second round
+    sends each part on to the others (the scatter across, then the all_gather)."""
+    if not fan.any():
+        if not len(need.receiver):
+            return []
+        turn = need.position + need.turn[need.piece]
+        return [_step("send_across", *_from_holders(src, need.holder, need.receiver, need.box, turn, split),
+                      world, item)]
+    direct = ~fan[need.piece]
+    turn = (need.position + need.turn[need.piece])[direct]
+    s1, r1, b1 = _from_holders(src, need.holder[direct], need.receiver[direct], need.box[direct], turn, split)
+    fanned = np.nonzero(fan)[0]
+    order = np.argsort(need.piece, kind="stable")  # each piece's wanting ranks, together
+    recv_sorted = need.receiver[order]
+    first = np.concatenate([[0], np.cumsum(need.wanting)[:-1]])
+    row, at, part_box = _cut_rows(need.piece_box[fanned], need.wanting[fanned])
+    piece = fanned[row]
+    owner = recv_sorted[first[piece] + at]
+    s2, r2, b2 = _from_holders(src, need.piece_holder[piece], owner, part_box, at + need.turn[piece], split)
+    steps = []
+    if len(s1) + len(s2):
+        steps.append(_step("send_across", np.concatenate([s1, s2]), np.concatenate([r1, r2]),
+                           np.concatenate([b1, b2]), world, item))
+    if len(piece):
+        k_row, k_at = _expand(first[piece], need.wanting[piece])
+        to = recv_sorted[k_at]
+        keep = to != owner[k_row]
+        steps.append(_step("fan_out", owner[k_row][keep], to[keep], part_box[k_row][keep], world, item))
+    return steps
+
+
+def _moved(steps: Sequence[CrossStep], finish: Program | None, src_mesh: Mesh, world: int) -> tuple[np.ndarray, np.ndarray]:
+    moved = np.zeros(world, dtype=np.int64)
+    sent = np.zeros(world, dtype=np.int64)
+    at = np.asarray(src_mesh.global_ranks)
+    for s in finish.steps if finish else ():
+        np.add.at(moved, at, np.asarray(s.bytes_moved, dtype=np.int64))
+        np.add.at(sent, at, np.asarray(s.bytes_sent, dtype=np.int64))
+    for c in steps:
+        moved += np.asarray(c.bytes_moved, dtype=np.int64)
+        sent += np.asarray(c.bytes_sent, dtype=np.int64)
+    return moved, sent
+
+
+def _fan_mask(need: _Need, fanned: np.ndarray) -> np.ndarray:
+    return (need.wanting > 1) & np.isin(need.piece_holder, fanned)
+
+
+def _cheapest(src: _Classes, need: _Need, finish: Program | None, src_mesh: Mesh, world: int, item: int,
+              bound: int) -> tuple[list[CrossStep], bool, tuple[int, ...]]:
+    """The cheapest of a few plans, in order of fewer rounds and messages, the first at the
+    bound taken at once (nothing is cheaper): every piece sent directly; the pieces of the
+    holder classes that direct sending overloads fanned out; every shared piece fanned
+    out; each with holders taking turns, then with pieces cut among the holders."""
+    numel = np.prod(need.box[:, :, 1] - need.box[:, :, 0], axis=1)
+    load = np.bincount(need.holder, weights=numel, minlength=len(src.sizes)) * item / np.maximum(src.sizes, 1)
+    classes = np.arange(len(src.sizes))
+    choices = [classes[:0], classes[load > bound], classes]
+    best: tuple[int, int, list[CrossStep], bool, tuple[int, ...]] | None = None
+    for split in (False, True):
+        for k, fanned in enumerate(choices):
+            fan = _fan_mask(need, fanned)
+            if k and (not fan.any() or (k == 2 and np.array_equal(fan, _fan_mask(need, choices[1])))):
+                continue
+            steps = _plan(src, need, fan, split, world, item)
+            key = (int(_moved(steps, finish, src_mesh, world)[0].max()), len(steps))
+            if best is None or key < best[:2]:
+                best = (*key, steps, split, tuple(fanned.tolist()))
+            if key[0] <= bound:
+                return steps, split, tuple(fanned.tolist())
+    assert best is not None
+    return best[2], best[3], best[4]
+
+
+def _world(src_mesh: Mesh, dst_mesh: Mesh) -> int:
+    return max(max(src_mesh.global_ranks), max(dst_mesh.global_ranks)) + 1
+
+
+def cross_bound(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh) -> int:
+    """Bytes no cross-mesh program from ``src`` to ``dst`` can undercut (busiest rank)."""
+    return _bound(src, dst, src_mesh, dst_mesh, None)
+
+
+def _bound(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh,
+           known: tuple[_Classes, _Need] | None) -> int:
+    """``cross_bound``, reusing the classes and needs of ``src`` where the caller has them."""
+    world = _world(src_mesh, dst_mesh)
+    full = full_type(src)
+    pending = any(src_mesh.axis_size(a) > 1 for a in src.partial_axes)
+    s_boxes, d_boxes = boxes(full, src_mesh), boxes(dst, dst_mesh)
+    want = np.prod(d_boxes[:, :, 1] - d_boxes[:, :, 0], axis=1)
+    if not pending:  # a partial value is not the value: it is no part of what a rank holds
+        at = np.full(world, -1, dtype=np.int64)
+        at[list(src_mesh.global_ranks)] = np.arange(src_mesh.size)
+        mine = at[list(dst_mesh.global_ranks)]
+        on = mine >= 0
+        own = s_boxes[mine[on]]
+        lo = np.maximum(d_boxes[on, :, 0], own[:, :, 0])
+        hi = np.minimum(d_boxes[on, :, 1], own[:, :, 1])
+        want[on] -= np.prod(np.maximum(hi - lo, 0), axis=1)
+    lack = int(want.max())
+    # per class of ranks holding the same values (the same addends of a pending sum): what
+    # a rank outside it wants of them leaves the class at least once, one element a value
+    if pending:
+        partial = [src_mesh.index(a) for a in src.partial_axes]
+        src_c = _classes(s_boxes, src_mesh, world, mesh_coords(src_mesh)[:, partial])
+        need = _needs(src_c, _classes(d_boxes, dst_mesh, world))
+    else:
+        src_c, need = known or (src_c := _classes(s_boxes, src_mesh, world),
+                                _needs(src_c, _classes(d_boxes, dst_mesh, world)))
+    wanted = need.wanting > 0
+    if wanted.any():
+        numel = np.prod(need.piece_box[:, :, 1] - need.piece_box[:, :, 0], axis=1)
+        per = np.bincount(need.piece_holder[wanted], weights=numel[wanted], minlength=len(src_c.sizes))
+        leave = int((-(-per.astype(np.int64) // src_c.sizes)).max())
+        return max(lack, leave) * src.itemsize
+    return lack * src.itemsize
+
+
+def cross_program(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh, finish: Program | None,
+                  model: CostModel) -> CrossProgram:
+    """The cheaper of the direct and the fan-out plan after ``finish`` (checked types)."""
+    full = src if finish is None else finish.dst
+    world = _world(src_mesh, dst_mesh)
+    item = src.itemsize
+    src_c = _classes(boxes(full, src_mesh), src_mesh, world)
+    need = _needs(src_c, _classes(boxes(dst, dst_mesh), dst_mesh, world))
+    bound = _bound(src, dst, src_mesh, dst_mesh, None if finish else (src_c, need))
+    steps, split, fanned = _cheapest(src_c, need, finish, src_mesh, world, item, bound)
+    moved, sent = _moved(steps, finish, src_mesh, world)
+    peak = np.zeros(world, dtype=np.int64)
+    peak[list(src_mesh.global_ranks)] += [math.prod(shape) * item for shape in local_shapes(full, src_mesh)]
+    peak[list(dst_mesh.global_ranks)] += [math.prod(shape) * item for shape in local_shapes(dst, dst_mesh)]
+    cost = Cost(
+        bytes_sent_max=int(sent.max()), collectives=(finish.cost.collectives if finish else 0) + len(steps),
+        peak_bytes_max=int(peak.max()),
+        time_s=(finish.cost.time_s if finish else 0.0) + sum(model.step_time((), s.bytes_max, True) for s in steps),
+        bytes_max=int(moved.max()),
+    )
+    return CrossProgram(src_mesh, dst_mesh, src, dst, finish, tuple(steps), cost, bound, world, split, fanned)
+
+
+def rank_part(p: CrossProgram, rank: int) -> tuple[tuple[tuple[Transfer, ...], tuple[Transfer, ...]], ...]:
+    """``CrossProgram.rank_part``: the plan's rules (turns, cuts, fan-out) depend on each
+    piece alone, so the pieces of ``rank``'s own blocks (its destination block met with
+    every source class, its source block met with every destination class) rebuild
+    exactly its messages."""
+    world, item = p.world, p.src.itemsize
+    src_c = _classes(boxes(p.sent, p.src_mesh), p.src_mesh, world)
+    dst_c = _classes(boxes(p.dst, p.dst_mesh), p.dst_mesh, world)
+    i_r, j_r = (int(c.of_rank[rank]) if 0 <= rank < world else -1 for c in (dst_c, src_c))
+    need = _needs(src_c, dst_c, _own_pieces(src_c, dst_c, i_r, j_r, p.src.ndim))
+    steps = {s.kind: s for s in _plan(src_c, need, _fan_mask(need, np.asarray(p.fanned, dtype=np.int64)), p.split,
+                                      world, item)}
+    return tuple(steps[s.kind].rank_transfers(rank) if s.kind in steps else ((), ()) for s in p.steps)
+
+
+def simulate_cross(program: CrossProgram, inputs: Sequence[np.ndarray | None],
+                   finish_sim: Any) -> list[np.ndarray | None]:
+    """The numpy semantics: ``inputs`` one per world rank (None off the source mesh);
+    one output per world rank (None off the destination mesh). ``finish_sim`` runs the
+    source mesh's program (``lowering.simulate``)."""
+    p = program
+    if isinstance(inputs, (str, bytes, bytearray)) or not hasattr(inputs, "__len__"):
+        raise SpecError(f"simulate takes one array (or None) per world rank, got {type(inputs).__name__}",
+                        hint=f"pass a list of {p.world} entries, None off the source mesh {p.src_mesh}")
+    if len(inputs) != p.world:
+        raise SpecError(f"simulate got {len(inputs)} inputs for a cross-mesh program over {p.world} ranks",
+                        hint=f"pass one entry per rank 0..{p.world - 1}, None off the source mesh {p.src_mesh}")
+    on_src = set(p.src_mesh.global_ranks)
+    for r, x in enumerate(inputs):
+        if (x is None) == (r in on_src):
+            raise SpecError(f"rank {r}'s input is {'missing' if x is None else 'given'}, but rank {r} is "
+                            f"{'on' if r in on_src else 'off'} the source mesh {p.src_mesh}",
+                            hint="give each rank of the source mesh its block and every other rank None")
+    xs = [np.asarray(inputs[r]) for r in p.src_mesh.global_ranks]
+    shapes = local_shapes(p.src, p.src_mesh)
+    for r, x, want in zip(p.src_mesh.global_ranks, xs, shapes, strict=True):
+        if x.shape != want:
+            raise SpecError(f"rank {r}'s input has shape {list(x.shape)}, the source type says {list(want)}",
+                            hint=f"give each rank of the source mesh its block of {p.src}")
+    if p.finish is not None:
+        xs = finish_sim(p.finish, xs)
+    full = p.sent
+    held: list[list[tuple[Box, np.ndarray]]] = [[] for _ in range(p.world)]
+    for r, b, x in zip(p.src_mesh.global_ranks, boxes(full, p.src_mesh), xs, strict=True):
+        held[r].append((_as_box(b), x))
+    for step in p.steps:
+        arrived = [(t.receiver, t.box, _cut_out(held[t.sender], t.box)) for t in step.transfers]  # all first
+        for r, b, x in arrived:
+            held[r].append((b, x))
+    out: list[np.ndarray | None] = [None] * p.world
+    for r, b, shape in zip(p.dst_mesh.global_ranks, boxes(p.dst, p.dst_mesh), local_shapes(p.dst, p.dst_mesh),
+                           strict=True):
+        out[r] = _assemble(held[r], _as_box(b), shape, p.src.dtype, xs[0].dtype if xs else np.float32)
+    return out
+
+
+def _cut_out(held: list[tuple[Box, np.ndarray]], box: Box) -> np.ndarray:
+    for b, x in held:
+        if all(lo >= blo and hi <= bhi for (lo, hi), (blo, bhi) in zip(box, b, strict=True)):
+            return x[tuple(slice(lo - blo, hi - blo) for (lo, hi), (blo, _) in zip(box, b, strict=True))].copy()
+    raise AssertionError(f"a transfer of {box} from a rank that does not hold it")
+
+
+def _assemble(held: list[tuple[Box, np.ndarray]], box: Box, shape: tuple[int, ...], dtype: str,
+              np_dtype: Any) -> np.ndarray:
+    out = np.zeros(shape, dtype=np_dtype)
+    filled = np.zeros(shape, dtype=bool)
+    for b, x in held:
+        lo = [max(a[0], c[0]) for a, c in zip(box, b, strict=True)]
+        hi = [min(a[1], c[1]) for a, c in zip(box, b, strict=True)]
+        if any(h <= lo_ for lo_, h in zip(lo, hi, strict=True)):
+            continue
+        dst_sl = tuple(slice(l_ - a[0], h - a[0]) for l_, h, a in zip(lo, hi, box, strict=True))
+        src_sl = tuple(slice(l_ - c[0], h - c[0]) for l_, h, c in zip(lo, hi, b, strict=True))
+        out[dst_sl] = x[src_sl]
+        filled[dst_sl] = True
+    if not filled.all():
+        raise AssertionError(f"a destination block {box} of {dtype} is not covered")
+    return out
