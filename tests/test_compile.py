@@ -79,6 +79,11 @@ def compiled_cases(rank: int, world: int) -> dict:
             if label == "aot_eager":
                 ops = sorted({str(n.target) for n in backend.fw_graphs[0].graph.nodes if "c10d" in str(n.target)})
             out[name, label] = (torch.equal(got, want) and torch.equal(x.grad, xe.grad), ops)
+    # a DeviceMesh the eager path never saw: read inside the trace, under its fake mode
+    fresh = init_device_mesh("cpu", (world,), mesh_dim_names=("fsdp",))
+    dist.barrier()
+    got = torch.compile(lambda x: rd(x, "f32[8@fsdp,6]", "f32[8,6]", fresh), backend="aot_eager", fullgraph=True)(x0)
+    out["DeviceMesh first seen compiled"] = got
     # a DTensor argument and a DTensor result of the compiled function itself
     def dt_in_out(dt):
         return rd(dt, "f32[8,6@dp]") * 2
@@ -160,3 +165,10 @@ def test_a_dtensor_call_is_checked_at_trace_time(compiled):
     for res in compiled.values():
         assert res["DTensor bad dst"] is not None and "global shapes differ" in res["DTensor bad dst"], \
             res["DTensor bad dst"]
+
+
+@pytest.mark.timeout(360)
+def test_a_device_mesh_first_seen_inside_the_trace(compiled):
+    full = torch.cat([torch.arange(24.0).view(4, 6) * (r + 1) + 0.25 for r in range(2)])
+    for res in compiled.values():
+        assert torch.equal(res["DeviceMesh first seen compiled"], full)
