@@ -16,6 +16,7 @@ never modified.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import sys
@@ -489,8 +490,14 @@ def _dtensor_types(dm: Any, placements: tuple[Any, ...], shape: tuple[int, ...],
 # redistribute(dtensor, ...) inside torch.compile: what each traced call needs besides the
 # local tensor, by a key of its constant arguments. Dynamo reads an entry as a global, so
 # it is guarded by value; an evicted entry is computed again (a retrace), never wrong.
-_COMPILED_PLANS: dict[str, tuple[Any, ...]] = {}
-on_clear(_COMPILED_PLANS.clear)
+# (A namespace, not a dict: dynamo reads a global dict once per trace, so an entry added by
+# a second DTensor call of the same trace would be missing; an attribute is read when used.)
+class _Plans:
+    pass
+
+
+_COMPILED_PLANS = _Plans()
+on_clear(lambda: _COMPILED_PLANS.__dict__.clear())
 
 
 @torch.compiler.assume_constant_result
@@ -510,12 +517,13 @@ def _compiled_dtensor_plan(dm: Any, placements: tuple[Any, ...], shape: tuple[in
     if dst is None:
         raise SpecError("redistribute(dtensor, dst) needs a destination type", hint="e.g. 'f32[8,16@dp]'")
     s, d, m = _dtensor_types(dm, placements, shape, dtype, None, src, dst, mesh)
-    key = repr((id(dm), placements, shape, dtype, s, d))
-    if key not in _COMPILED_PLANS:
-        if len(_COMPILED_PLANS) >= 256:
-            del _COMPILED_PLANS[next(iter(_COMPILED_PLANS))]
+    key = "plan_" + hashlib.sha1(repr((id(dm), placements, shape, dtype, s, d)).encode()).hexdigest()
+    held = _COMPILED_PLANS.__dict__
+    if key not in held:
+        if len(held) >= 256:
+            del held[next(iter(held))]
         # the types as their canonical text, which a traced region takes as a constant
-        _COMPILED_PLANS[key] = (s.format(), d.format(), _grad_placements(s, m), to_placements(d, m, strided=True)[0],
+        held[key] = (s.format(), d.format(), _grad_placements(s, m), to_placements(d, m, strided=True)[0],
                                 _grad_placements(d, m))
     return key
 
@@ -530,7 +538,7 @@ def _compiled_dtensor(x: Any, src: TensorType | str | None, dst: TensorType | st
     stated, dst = (None, src) if dst is None else (src, dst)
     key = _compiled_dtensor_plan(x.device_mesh, tuple(x.placements), tuple(x.shape), x.dtype, stated, dst, mesh,
                                  async_op, timeout, agree)
-    s, d, src_grad, placements, dst_grad = _COMPILED_PLANS[key]
+    s, d, src_grad, placements, dst_grad = getattr(_COMPILED_PLANS, key)
     y = traced.call("redistribute", x.to_local(grad_placements=src_grad), s, dst=d, mesh=x.device_mesh)
     shape = tuple(x.shape)
     stride = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
