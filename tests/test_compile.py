@@ -21,7 +21,11 @@ CASES = {  # the call inside the compiled function -> the functional ops of its 
     "async_op": AG, "reduce_scatter": RS, "permute": A2A, "uneven all_to_allv": A2A, "uneven all_gatherv": A2A,
     "spmd.all_gather": AG, "local_map": AG, "DTensor": AG, "DTensor partial gradient": [],
 }
-INDUCTOR: tuple[str, ...] = ()  # inductor checked by hand (see the report): two ranks compiling C++ on 2 cores hang here
+# Inductor too, except the uneven kinds: there inductor's min-cut partitioner moves a
+# backward all_to_all_single into the forward graph on a rank whose send buffer is empty
+# (it then does not depend on the tangents) but not on the others, so the ranks issue
+# their collectives in different orders and one waits forever (see docs/running.md)
+INDUCTOR: tuple[str, ...] = tuple(c for c in CASES if not c.startswith("uneven"))
 
 
 def compiled_cases(rank: int, world: int) -> dict:
