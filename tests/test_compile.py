@@ -19,14 +19,19 @@ A2A = ["_c10d_functional.all_to_all_single.default", "_c10d_functional.wait_tens
 CASES = {  # the call inside the compiled function -> the functional ops of its forward graph
     "mesh string": AG, "spec_lang.Mesh": AG, "DeviceMesh": AG, "redistributor": AG, "redistribute_many": AG,
     "async_op": AG, "reduce_scatter": RS, "permute": A2A, "uneven all_to_allv": A2A, "uneven all_gatherv": A2A,
-    "spmd.all_gather": AG, "local_map": AG,
+    "spmd.all_gather": AG, "local_map": AG, "DTensor": AG, "DTensor partial gradient": [],
 }
-INDUCTOR: tuple[str, ...] = ()  # inductor checked by hand (see the report): two ranks compiling C++ on 2 cores hang here
+# Inductor too, except the uneven kinds: there inductor's min-cut partitioner moves a
+# backward all_to_all_single into the forward graph on a rank whose send buffer is empty
+# (it then does not depend on the tangents) but not on the others, so the ranks issue
+# their collectives in different orders and one waits forever (see docs/running.md)
+INDUCTOR: tuple[str, ...] = tuple(c for c in CASES if not c.startswith("uneven"))
 
 
 def compiled_cases(rank: int, world: int) -> dict:
     from torch._dynamo.testing import AotEagerAndRecordGraphs
     from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard
 
     import torch_backend
     from spec_lang import SpecError, parse_mesh
@@ -55,6 +60,12 @@ def compiled_cases(rank: int, world: int) -> dict:
         "local_map": lambda x: spmd.local_map(
             lambda a: spmd.all_gather(a * 2, "dp", src=spmd.V, dst=spmd.R, mesh=mesh),
             in_types=[{"dp": spmd.V}], out_types={"dp": spmd.R})(x),
+        # a DTensor in and out of shardc's call, built and taken apart inside the compiled function
+        "DTensor": lambda x: rd(DTensor.from_local(x, dm, [Shard(0)], run_check=False), "f32[8,6]").to_local(),
+        # {R:dp} stands for Replicate and asks for a P(sum) gradient: no collective forward, a
+        # reduce_scatter backward (DTensor's own backward would hand a Replicate gradient back)
+        "DTensor partial gradient": lambda x: rd(DTensor.from_local(x.repeat(2, 1), dm, [Replicate()], run_check=False),
+                                                 "f32[8,6]{R:dp}", "f32[8@dp,6]").to_local() * (rank + 1),
     }
     out: dict = {}
     x0 = torch.arange(24.0).view(4, 6) * (rank + 1) + 0.25
@@ -72,6 +83,33 @@ def compiled_cases(rank: int, world: int) -> dict:
             if label == "aot_eager":
                 ops = sorted({str(n.target) for n in backend.fw_graphs[0].graph.nodes if "c10d" in str(n.target)})
             out[name, label] = (torch.equal(got, want) and torch.equal(x.grad, xe.grad), ops)
+    # a DeviceMesh the eager path never saw: read inside the trace, under its fake mode
+    fresh = init_device_mesh("cpu", (world,), mesh_dim_names=("fsdp",))
+    dist.barrier()
+    got = torch.compile(lambda x: rd(x, "f32[8@fsdp,6]", "f32[8,6]", fresh), backend="aot_eager", fullgraph=True)(x0)
+    out["DeviceMesh first seen compiled"] = got
+    # a DTensor argument and a DTensor result of the compiled function itself
+    def dt_in_out(dt):
+        return rd(dt, "f32[8,6@dp]") * 2
+
+    grads = []
+    for g in (dt_in_out, torch.compile(dt_in_out, backend="aot_eager", fullgraph=True)):
+        dist.barrier()
+        xl = x0.clone().requires_grad_()
+        y = g(DTensor.from_local(xl, dm, [Shard(0)], run_check=False))
+        y.to_local().backward(torch.ones(8, 3) * (rank + 1))
+        grads.append((type(y).__name__, tuple(y.placements), y.to_local().detach(), xl.grad))
+    out["DTensor in and out"] = grads
+    # a DTensor call the eager checks refuse is refused at trace time with their SpecError
+    try:
+        torch.compile(lambda x: rd(DTensor.from_local(x, dm, [Shard(0)], run_check=False), "f32[8,7]"),
+                      backend="aot_eager", fullgraph=True)(x0)
+        out["DTensor bad dst"] = None
+    except Exception as e:
+        err = e
+        while err is not None and not isinstance(err, SpecError):
+            err = err.__cause__ or err.__context__
+        out["DTensor bad dst"] = str(err) if err is not None else f"{type(e).__name__}: {e}"
     # a tensor of another shape: traced again, and refused by the same check as eager
     f = torch.compile(calls["mesh string"], backend="aot_eager", fullgraph=True)
     try:
@@ -110,3 +148,31 @@ def test_compiles_fullgraph_and_matches_eager(compiled, name):
 def test_a_changed_shape_is_refused_with_the_eager_error(compiled):
     for res in compiled.values():
         assert res["bad shape"] is not None and "the shape [4, 6]" in res["bad shape"], res["bad shape"]
+
+
+@pytest.mark.timeout(360)
+def test_dtensor_argument_and_result_of_the_compiled_function(compiled):
+    for rank, res in compiled.items():
+        eager, comp = res["DTensor in and out"]
+        assert comp[0] == "DTensor" and comp[1] == eager[1], (rank, comp[:2], eager[:2])
+        # independent of both: the global is arange(24)*(r+1)+0.25 stacked over r; each rank's
+        # result holds its 3 columns of it doubled; the gradient of rank r's columns is 2*(r+1)
+        full = torch.cat([torch.arange(24.0).view(4, 6) * (r + 1) + 0.25 for r in range(2)])
+        assert torch.equal(comp[2], full[:, 3 * rank:3 * rank + 3] * 2)
+        want_grad = torch.cat([torch.full((4, 3), 2.0), torch.full((4, 3), 4.0)], dim=1)
+        assert torch.equal(comp[3], want_grad) and torch.equal(eager[3], comp[3])
+        assert torch.equal(comp[2], eager[2])
+
+
+@pytest.mark.timeout(360)
+def test_a_dtensor_call_is_checked_at_trace_time(compiled):
+    for res in compiled.values():
+        assert res["DTensor bad dst"] is not None and "global shapes differ" in res["DTensor bad dst"], \
+            res["DTensor bad dst"]
+
+
+@pytest.mark.timeout(360)
+def test_a_device_mesh_first_seen_inside_the_trace(compiled):
+    full = torch.cat([torch.arange(24.0).view(4, 6) * (r + 1) + 0.25 for r in range(2)])
+    for res in compiled.values():
+        assert torch.equal(res["DeviceMesh first seen compiled"], full)

@@ -16,6 +16,7 @@ never modified.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import sys
@@ -95,6 +96,8 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
     Every check still runs before any collective; do not modify ``x`` before ``wait()``.
     """
     if torch.compiler.is_dynamo_compiling():
+        if _is_dtensor(x):
+            return _compiled_dtensor(x, src, dst, mesh, async_op=async_op, timeout=timeout, agree=agree)
         return traced.call("redistribute", x, src, dst=dst, mesh=mesh, async_op=async_op, timeout=timeout,
                            agree=agree)
     if agree is not None:
@@ -433,21 +436,14 @@ def _redistribute_dtensor(x: Any, src: TensorType | str | None, dst: TensorType 
                           agree: bool | None) -> Any:
     from torch.distributed.tensor import DTensor
 
-    from lowering.placements import as_mesh, from_placements, to_placements
+    from lowering.placements import to_placements
 
     if dst is None:
         raise SpecError("redistribute(dtensor, dst) needs a destination type", hint="e.g. 'f32[8,16@dp]'")
     dm = x.device_mesh
 
     def types() -> tuple[TensorType, TensorType, Mesh]:
-        m = as_mesh(dm)
-        if mesh is not None:
-            _check_dtensor_mesh(mesh, dm, m)
-        order = _shard_order(x, m)
-        s = from_placements(x.placements, m, tuple(x.shape), x.dtype, shard_order=order or None)
-        if src is not None:
-            s = _check_dtensor_source(src, s, m)
-        return s, _type(dst, "destination"), m
+        return _dtensor_types(dm, tuple(x.placements), tuple(x.shape), x.dtype, x, src, dst, mesh)
 
     # the input's gradient has dual(src)'s layout: a P(sum) where src says R
     if agreeing(agree):
@@ -472,6 +468,82 @@ def _redistribute_dtensor(x: Any, src: TensorType | str | None, dst: TensorType 
     stride = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
     return DTensor.from_local(y, dm, placements, run_check=False, shape=torch.Size(shape), stride=stride,
                               grad_placements=_grad_placements(d, m))
+
+
+def _dtensor_types(dm: Any, placements: tuple[Any, ...], shape: tuple[int, ...], dtype: torch.dtype, x: Any,
+                   src: TensorType | str | None, dst: TensorType | str, mesh: Mesh | str | Any | None,
+                   ) -> tuple[TensorType, TensorType, Mesh]:
+    """The source type (read from the DTensor's placements, or the stated one if it agrees),
+    the destination type and the mesh of ``redistribute(dtensor, ...)``."""
+    from lowering.placements import as_mesh, from_placements
+
+    m = as_mesh(dm)
+    if mesh is not None:
+        _check_dtensor_mesh(mesh, dm, m)
+    order = _shard_order(x, m) if x is not None else {}
+    s = from_placements(placements, m, shape, dtype, shard_order=order or None)
+    if src is not None:
+        s = _check_dtensor_source(src, s, m)
+    return s, _type(dst, "destination"), m
+
+
+# redistribute(dtensor, ...) inside torch.compile: what each traced call needs besides the
+# local tensor, by a key of its constant arguments. Dynamo reads an entry as a global, so
+# it is guarded by value; an evicted entry is computed again (a retrace), never wrong.
+# (A namespace, not a dict: dynamo reads a global dict once per trace, so an entry added by
+# a second DTensor call of the same trace would be missing; an attribute is read when used.)
+class _Plans:
+    pass
+
+
+_COMPILED_PLANS = _Plans()
+on_clear(lambda: _COMPILED_PLANS.__dict__.clear())
+
+
+@torch.compiler.assume_constant_result
+def _compiled_dtensor_plan(dm: Any, placements: tuple[Any, ...], shape: tuple[int, ...], dtype: torch.dtype,
+                           src: TensorType | str | None, dst: TensorType | str | None,
+                           mesh: Mesh | str | Any | None, async_op: bool, timeout: Any, agree: Any) -> str:
+    """Run once by dynamo at trace time (its arguments are constants of the trace): the
+    eager call's checks and types, and the placements of the input's gradient, of the
+    result and of the result's gradient, stored in ``_COMPILED_PLANS`` under the key
+    returned."""
+    from lowering.placements import to_placements
+
+    traced.check_compiled_flags(agree, timeout)
+    if async_op:
+        raise SpecError("async_op=True takes a local tensor, not a DTensor",
+                        hint="pass dt.to_local() with its source type and mesh, or drop async_op")
+    if dst is None:
+        raise SpecError("redistribute(dtensor, dst) needs a destination type", hint="e.g. 'f32[8,16@dp]'")
+    s, d, m = _dtensor_types(dm, placements, shape, dtype, None, src, dst, mesh)
+    key = "plan_" + hashlib.sha1(repr((id(dm), placements, shape, dtype, s, d)).encode()).hexdigest()
+    held = _COMPILED_PLANS.__dict__
+    if key not in held:
+        if len(held) >= 256:
+            del held[next(iter(held))]
+        # the types as their canonical text, which a traced region takes as a constant
+        held[key] = (s.format(), d.format(), _grad_placements(s, m), to_placements(d, m, strided=True)[0],
+                                _grad_placements(d, m))
+    return key
+
+
+def _compiled_dtensor(x: Any, src: TensorType | str | None, dst: TensorType | str | None,
+                      mesh: Mesh | str | Any | None, *, async_op: bool, timeout: Any, agree: Any) -> Any:
+    """``redistribute(dtensor, ...)`` inside torch.compile: a DTensor cannot leave a traced
+    region, so the region runs on the local tensor, and the DTensor is taken apart before
+    it and rebuilt after it from constants (as DTensor's own compiled redistribute does)."""
+    from torch.distributed.tensor import DTensor
+
+    stated, dst = (None, src) if dst is None else (src, dst)
+    key = _compiled_dtensor_plan(x.device_mesh, tuple(x.placements), tuple(x.shape), x.dtype, stated, dst, mesh,
+                                 async_op, timeout, agree)
+    s, d, src_grad, placements, dst_grad = getattr(_COMPILED_PLANS, key)
+    y = traced.call("redistribute", x.to_local(grad_placements=src_grad), s, dst=d, mesh=x.device_mesh)
+    shape = tuple(x.shape)
+    stride = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
+    return DTensor.from_local(y, x.device_mesh, placements, run_check=False, shape=torch.Size(shape),
+                              stride=stride, grad_placements=dst_grad)
 
 
 def _grad_placements(t: TensorType, m: Mesh) -> Any:

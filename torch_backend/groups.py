@@ -251,8 +251,14 @@ def _read_device_mesh(dm: Any) -> tuple[Mesh, tuple[int, ...]]:
     if not names:
         raise SpecError("the DeviceMesh has no mesh_dim_names",
                         hint="create it with init_device_mesh(..., mesh_dim_names=('dp', 'tp'))")
-    layout = dm.mesh  # a tensor rebuilt on every read: read it once
-    return Mesh(tuple(names), tuple(int(s) for s in layout.shape)), tuple(int(g) for g in layout.flatten().tolist())
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    # a DeviceMesh first seen inside torch.compile's trace: its rank tensor is built on every
+    # read, and under the trace's fake mode it would be fake (its values unknown)
+    with _disable_current_modes():
+        layout = dm.mesh  # a tensor rebuilt on every read: read it once
+        ranks = tuple(int(g) for g in layout.flatten().tolist())
+    return Mesh(tuple(names), tuple(int(s) for s in layout.shape)), ranks
 
 
 def _resolve_device_mesh(dm: Any) -> tuple[Mesh, tuple[int, ...]]:
