@@ -70,7 +70,37 @@ def _run_cases(rank: int, world: int) -> dict:
     x = None if xs[rank] is None else torch.from_numpy(xs[rank])
     y = redistribute(x, "f32[16@dp,4]", "f32[16,4@tp]", "dp=4@[0-3]", dst_mesh="tp=4@[4-7]", timeout=20)
     out["after-bad"] = None if y is None else y.numpy()
+    # prepared, called twice
+    from torch_backend import redistributor
+
+    f = redistributor("f32[16@dp,4]", "f32[16,4@tp]", "dp=4@[0-3]", dst_mesh="tp=4@[4-7]", timeout=20)
+    out["prepared"] = [None if (y := f(x)) is None else y.numpy() for _ in range(2)]
+    # gradients where both meshes cover the same ranks: upstream gradients drawn alike on every rank
+    for name, src, dst in GRADS:
+        _, xs, _ = inputs(src, "fsdp=8", 7)
+        x = torch.from_numpy(xs[rank]).double().requires_grad_(True)
+        y = redistribute(x, src, dst, "fsdp=8", dst_mesh="dp=2,tp=4", timeout=20)
+        w = torch.from_numpy(upstream(dst)[rank])
+        (gx,) = torch.autograd.grad(y, x, w)
+        out[name] = gx.numpy()
+    # no gradient across meshes over different ranks: every rank fails before any message
+    x = torch.zeros(4, 4, requires_grad=True) if rank < 4 else None
+    try:
+        redistribute(x, "f32[16@dp,4]", "f32[16,4@tp]", "dp=4@[0-3]", dst_mesh="tp=4@[4-7]", timeout=20)
+        out["grad-across"] = "no error"
+    except ValueError as e:
+        out["grad-across"] = f"{type(e).__name__}: {e}"
     return out
+
+
+GRADS = [("grad-reshape", "f64[8@fsdp,12]", "f64[8@dp,12@tp]"),
+         ("grad-replicated", "f64[8@fsdp,12]", "f64[8,12@tp]{R:dp}")]
+
+
+def upstream(dst: str) -> list[np.ndarray]:
+    d, m = parse(dst), parse_mesh("dp=2,tp=4")
+    rng = np.random.default_rng(5)
+    return [rng.integers(-9, 9, size=shape).astype(np.float64) for shape in lowering.local_shapes(d, m)]
 
 
 @pytest.fixture(scope="module")
@@ -117,3 +147,32 @@ def test_bad_call_fails_on_every_rank_before_any_message(gloo_cross):
         assert (y is None) == (oracle[rank] is None)
         if y is not None:
             np.testing.assert_array_equal(y, oracle[rank])
+
+
+def test_prepared(gloo_cross):
+    _, oracle = _expected("f32[16@dp,4]", "dp=4@[0-3]", "f32[16,4@tp]", "tp=4@[4-7]", 99)
+    for rank in range(8):
+        for y in gloo_cross[rank]["prepared"]:
+            assert (y is None) == (oracle[rank] is None)
+            if y is not None:
+                np.testing.assert_array_equal(y, oracle[rank])
+
+
+@pytest.mark.parametrize("name,src,dst", GRADS)
+def test_gradient_on_the_same_ranks_reshaped(gloo_cross, name, src, dst):
+    # the gradient's global value, from the definition: each upstream block added at the
+    # place its rank holds (an R axis's replicas each hold a gradient of the same value)
+    d, dm = parse(dst), parse_mesh("dp=2,tp=4")
+    s, sm = parse(src), parse_mesh("fsdp=8")
+    grad = np.zeros(s.shape)
+    for sl, w in zip(lowering.local_slices(d, dm), upstream(dst), strict=True):
+        grad[sl] += w
+    for rank, sl in enumerate(lowering.local_slices(s, sm)):
+        np.testing.assert_array_equal(gloo_cross[rank][name], grad[sl], err_msg=f"{name} rank {rank}")
+
+
+def test_no_gradient_across_different_ranks(gloo_cross):
+    for rank in range(8):
+        msg = gloo_cross[rank]["grad-across"]
+        assert msg.startswith("SpecError"), (rank, msg)
+        assert ("no gradient through a move" in msg) if rank < 4 else ("rank(s) [0, 1, 2, 3]" in msg), (rank, msg)

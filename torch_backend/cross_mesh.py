@@ -24,10 +24,12 @@ import torch.distributed as dist
 import lowering
 from lowering.cross_mesh import Box, CrossProgram, Transfer
 from lowering.cross_mesh import boxes as cross_boxes
-from lowering.layout import local_shapes
+from lowering.layout import group_ranks, local_shapes
+from spec_lang.dual import dual_type
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from spec_lang.parser import parse_mesh
+from torch_backend.autograd import check_differentiable
 from torch_backend.dtypes import to_torch_dtype
 from torch_backend.executor import execute
 from torch_backend.groups import MeshContext, check_timeout, is_device_mesh, local_tensor_mode
@@ -69,7 +71,15 @@ def redistribute(x: torch.Tensor | None, src: TensorType | str, dst: TensorType 
                  *, timeout: timedelta | float | None = None) -> torch.Tensor | None:
     """This rank's block of ``dst`` on ``dst_mesh`` (None off it), from its block ``x`` of
     ``src`` on ``mesh`` (None off it). Every rank of the world ``0 .. max rank`` of the two
-    meshes must call it, ranks on neither mesh included (they get None)."""
+    meshes must call it, and every other rank of the default group too (they get None):
+    the ranks agree on their checks over the whole world first."""
+    return redistributor(src, dst, mesh, dst_mesh, timeout=timeout)(x)
+
+
+def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Any, dst_mesh: Any, *,
+                  timeout: timedelta | float | None = None) -> CrossRedistributor:
+    """``redistribute(..., dst_mesh=)`` prepared for many calls: the program compiled and
+    the world checked now, every rank alike, before any message."""
     timeout = check_timeout(timeout)
     if local_tensor_mode() is not None:
         raise SpecError("a cross-mesh redistribute runs on real process groups, not under LocalTensorMode",
@@ -78,21 +88,73 @@ def redistribute(x: torch.Tensor | None, src: TensorType | str, dst: TensorType 
         raise SpecError("no torch.distributed process group is initialized",
                         hint="call torch.distributed.init_process_group(...) on every rank of both meshes")
     p = plan(src, dst, mesh, dst_mesh)
-    world, me = dist.get_world_size(), dist.get_rank()
+    world = dist.get_world_size()
     if world < p.world:
         raise SpecError(f"the program from mesh {p.src_mesh} to mesh {p.dst_mesh} runs over ranks "
                         f"0..{p.world - 1} but the world has {world} ranks",
                         hint=f"launch at least {p.world} ranks")
-    error = _check_block(x, p, me)
-    if me >= p.world:  # outside the program's world: nothing to agree on, nothing to move
-        if error is not None:
-            raise error
+    return CrossRedistributor(p, timeout)
+
+
+class CrossRedistributor:
+    """A compiled cross-mesh move; call it on this rank's block (None off the source mesh)."""
+
+    def __init__(self, program: CrossProgram, timeout: timedelta | None) -> None:
+        self.program = program
+        self.timeout = timeout
+
+    def __call__(self, x: torch.Tensor | None) -> torch.Tensor | None:
+        p, timeout = self.program, self.timeout
+        me = dist.get_rank()
+        error = _check_block(x, p, me) or _check_grad(x, p)
+        device = _device(x)
+        _agree(error, p, me, device, timeout, str(dist.get_backend()))
+        if x is not None and x.requires_grad and torch.is_grad_enabled():
+            return CrossRedistribute.apply(x, p, me, device, timeout, str(dist.get_backend()))
+        with torch.no_grad():
+            return run(p, x, me, device, timeout, str(dist.get_backend()))
+
+    def __repr__(self) -> str:
+        p = self.program
+        return f"CrossRedistributor({p.src} on {p.src_mesh} -> {p.dst} on {p.dst_mesh})"
+
+
+def _check_grad(x: object, p: CrossProgram) -> SpecError | None:
+    """Autograd through a cross-mesh call needs every rank to take part in the backward,
+    which holds where the two meshes cover the same ranks, the whole world (a job
+    reshaped in place)."""
+    if not (isinstance(x, torch.Tensor) and x.requires_grad and torch.is_grad_enabled()):
         return None
-    device = _device(x)
-    backend = str(dist.get_backend())
-    _agree(error, p, me, device, timeout, backend)
-    assert x is not None or me not in p.src_mesh.global_ranks
-    return run(p, x, me, device, timeout, backend)
+    if set(p.src_mesh.global_ranks) != set(p.dst_mesh.global_ranks) or p.world != dist.get_world_size():
+        return SpecError(f"no gradient through a move from mesh {p.src_mesh} to mesh {p.dst_mesh}: a "
+                         "backward across meshes over different ranks is not supported yet",
+                         hint="detach the tensor (x.detach()) or run under torch.no_grad(); meshes over the "
+                              "same ranks, every rank of the world (a job reshaped), are differentiable")
+    try:
+        check_differentiable(p.src, p.dst)
+    except SpecError as e:
+        return e
+    return None
+
+
+class CrossRedistribute(torch.autograd.Function):
+    """The backward of ``src`` on ``mesh`` -> ``dst`` on ``dst_mesh`` is the cross-mesh
+    program from ``dual(dst)`` on ``dst_mesh`` back to ``dual(src)`` on ``mesh`` (the SPMD
+    type system's duals, as ``torch_backend.autograd``)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, p: CrossProgram, me: int, device: torch.device,
+                timeout: timedelta | None, backend: str) -> torch.Tensor | None:
+        ctx.args = (p, me, device, timeout, backend)
+        return run(p, x, me, device, timeout, backend)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
+        p, me, device, timeout, backend = ctx.args
+        back = lowering.compile(dual_type(p.dst), dual_type(p.src), p.dst_mesh, dst_mesh=p.src_mesh)
+        with torch.no_grad():
+            dx = run(back, g.contiguous(), me, device, timeout, backend)
+        return dx, None, None, None, None, None
 
 
 def _check_block(x: object, p: CrossProgram, me: int) -> SpecError | None:
@@ -131,15 +193,16 @@ def _agree(error: SpecError | None, p: CrossProgram, me: int, device: torch.devi
            timeout: timedelta | None, backend: str) -> None:
     """One all_reduce over the world of which ranks failed their checks: a call wrong on
     some ranks only fails on every rank, before any message."""
-    union = world_context(p.world, me, timeout, backend)
-    flags = torch.zeros(p.world, dtype=torch.int32, device=device)
+    world = dist.get_world_size()
+    union = world_context(world, me, timeout, backend)
+    flags = torch.zeros(world, dtype=torch.int32, device=device)
     flags[me] = error is not None
     handle = union.group(("world",), me)
     try:
         dist.all_reduce(flags, group=handle.pg)
     except RuntimeError as e:
         raise union.real_failure(f"rank {me}: agreeing on the cross-mesh call's checks", e,
-                                 list(range(p.world)), ("world",)) from e
+                                 list(range(world)), ("world",)) from e
     if error is not None:
         raise error
     bad = [r for r, f in enumerate(flags.tolist()) if f]
@@ -151,7 +214,7 @@ def _agree(error: SpecError | None, p: CrossProgram, me: int, device: torch.devi
 
 
 def world_context(n: int, me: int, timeout: timedelta | None, backend: str) -> MeshContext:
-    """A context over global ranks ``0 .. n-1`` as a one-axis mesh, for the agreement."""
+    """The whole world as a one-axis mesh (its group is the default group), for the agreement."""
     return MeshContext(Mesh(("world",), (n,)), (me,), tuple(range(n)), timeout=timeout, backend=backend)
 
 
@@ -165,8 +228,11 @@ def run(p: CrossProgram, x: torch.Tensor | None, me: int, device: torch.device,
         assert x is not None
         if p.finish is not None:
             ctx = MeshContext(p.finish.mesh, (i,), on_src, timeout=timeout, backend=backend)
+            source_groups(p, me, ctx, timeout)
             x = execute(p.finish, x, ctx=ctx)
         held.append((_box(cross_boxes(p.sent, p.src_mesh)[i]), x))
+    elif p.finish is not None:
+        source_groups(p, me, None, timeout)
     for (sends, recvs) in p.rank_part(me):
         held += _round(held, sends, recvs, to_torch_dtype(p.src.dtype), device)
     on_dst = p.dst_mesh.global_ranks
@@ -175,6 +241,39 @@ def run(p: CrossProgram, x: torch.Tensor | None, me: int, device: torch.device,
     j = on_dst.index(me)
     shape = local_shapes(p.dst, p.dst_mesh)[j]
     return _assemble(held, _box(cross_boxes(p.dst, p.dst_mesh)[j]), shape, to_torch_dtype(p.dst.dtype), device)
+
+
+def source_groups(p: CrossProgram, me: int, ctx: MeshContext | None, timeout: timedelta | None) -> None:
+    """Create the source mesh's groups the finish uses, alike on every rank of the world.
+
+    torch names a group made by its members alone (``use_local_synchronization``) after its
+    ranks and how many groups the caller already has, so every rank must make as many
+    groups as every other, or a later group over ranks of both sides (the next call, or
+    the backward) waits forever for a name its peers never use. Each rank of the source
+    mesh makes its group of each axis set; every other rank makes a group of itself alone
+    in its place (once per partition of the source ranks, as the members' groups are
+    cached once)."""
+    m = p.finish.mesh if p.finish is not None else p.src_mesh
+    seen: list[tuple[str, ...]] = []
+    for step in p.finish.steps if p.finish is not None else ():
+        key = tuple(sorted(step.axes, key=m.index))
+        if not step.is_collective or m.group_size(key) <= 1 or key in seen:
+            continue
+        seen.append(key)
+        if ctx is not None:
+            ctx.group(key, ctx.rank)
+            continue
+        parts = tuple(sorted(tuple(sorted(p.src_mesh.global_ranks[q] for q in group_ranks(m, key, r)))
+                             for r in range(m.size)))
+        if (parts, timeout) not in _ALONE:
+            kwargs: dict[str, Any] = {"use_local_synchronization": True}
+            if timeout is not None:
+                kwargs["timeout"] = timeout
+            _ALONE[(parts, timeout)] = dist.new_group([me], **kwargs)
+
+
+# per (partition of the source ranks into groups, timeout): this rank's group of itself
+_ALONE: dict[tuple[Any, timedelta | None], Any] = {}
 
 
 def _box(b: Any) -> Box:
