@@ -233,7 +233,7 @@ def run(p: CrossProgram, x: torch.Tensor | None, me: int, device: torch.device,
         held.append((_box(cross_boxes(p.sent, p.src_mesh)[i]), x))
     elif p.finish is not None:
         source_groups(p, me, None, timeout)
-    for (sends, recvs) in p.rank_part(me):
+    for (sends, recvs) in _rank_part(p, me):
         held += _round(held, sends, recvs, to_torch_dtype(p.src.dtype), device)
     on_dst = p.dst_mesh.global_ranks
     if me not in on_dst:
@@ -241,6 +241,20 @@ def run(p: CrossProgram, x: torch.Tensor | None, me: int, device: torch.device,
     j = on_dst.index(me)
     shape = local_shapes(p.dst, p.dst_mesh)[j]
     return _assemble(held, _box(cross_boxes(p.dst, p.dst_mesh)[j]), shape, to_torch_dtype(p.dst.dtype), device)
+
+
+def _rank_part(p: CrossProgram, me: int) -> Any:
+    """This rank's messages, rebuilt once per program (a prepared call pays for it once)."""
+    key = (id(p), me)
+    hit = _PARTS.get(key)
+    if hit is None or hit[0] is not p:
+        if len(_PARTS) > 256:
+            _PARTS.clear()
+        hit = _PARTS[key] = (p, p.rank_part(me))
+    return hit[1]
+
+
+_PARTS: dict[tuple[int, int], tuple[CrossProgram, Any]] = {}
 
 
 def source_groups(p: CrossProgram, me: int, ctx: MeshContext | None, timeout: timedelta | None) -> None:
