@@ -125,13 +125,9 @@ def compiled_cases(rank: int, world: int) -> dict:
 
 @pytest.fixture(scope="module")
 def compiled() -> dict:
-    from torch_utils import GlooPool
+    from torch_utils import run_once
 
-    pool = GlooPool(2, collective_timeout_s=240)
-    try:
-        return pool.run(compiled_cases, timeout_s=300)
-    finally:
-        pool.close()
+    return run_once(2, compiled_cases, collective_timeout_s=240, timeout_s=300)
 
 
 @pytest.mark.timeout(360)

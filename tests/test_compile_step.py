@@ -23,13 +23,9 @@ def _job(rank: int, world: int) -> dict:
 
 @pytest.fixture(scope="module")
 def steps() -> dict:
-    from torch_utils import GlooPool
+    from torch_utils import run_once
 
-    pool = GlooPool(8, collective_timeout_s=120)
-    try:
-        return pool.run(_job, timeout_s=180)
-    finally:
-        pool.close()
+    return run_once(8, _job, collective_timeout_s=120, timeout_s=180)
 
 
 @pytest.mark.timeout(240)

@@ -209,3 +209,13 @@ def adjoint(fake_pg: Callable[[int], None], mesh_text: Any, src_text: Any, dst_t
         (grad,) = torch.autograd.grad(out, x, grad_outputs=y)
         outs, grads = from_local(out), from_local(grad)
     return pairing(dst, mesh, outs, yb), pairing(src, mesh, xb, grads)
+
+
+def run_once(world: int, fn: Callable[..., Any], *, collective_timeout_s: float, timeout_s: float) -> dict[int, Any]:
+    """One job on a pool of ``world`` gloo ranks of its own, closed after it (a module
+    fixture's whole run: the job's ranks must not share a pool with other tests)."""
+    pool = GlooPool(world, collective_timeout_s=collective_timeout_s)
+    try:
+        return pool.run(fn, timeout_s=timeout_s)
+    finally:
+        pool.close()
