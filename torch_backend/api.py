@@ -64,7 +64,7 @@ def _type(t: TensorType | str, what: str) -> TensorType:
 def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str | None = None,
                  mesh: Mesh | str | Any | None = None, *,
                  timeout: timedelta | float | None = None, agree: bool | None = None,
-                 async_op: bool = False) -> Any:
+                 async_op: bool = False, dst_mesh: Mesh | str | Any | None = None) -> Any:
     """Turn this rank's block ``x`` of type ``src`` into its block of type ``dst`` on ``mesh``.
 
     * local tensors: ``redistribute(x, 'f32[8@dp,16]', 'f32[8,16@dp]', 'dp=2,tp=4')``; the
@@ -94,7 +94,18 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
     wire where the kind allows (an even all_gather or reduce_scatter into its output, an
     all_reduce); ``handle.wait()`` gives the result, differentiable like the sync call.
     Every check still runs before any collective; do not modify ``x`` before ``wait()``.
+
+    ``dst_mesh=`` moves the tensor to ``dst`` laid out on another mesh (over other or
+    overlapping global ranks, ``tp=2@[4,5]``): every rank of both meshes calls it, ``x``
+    None off ``mesh``, the result None off ``dst_mesh`` (``torch_backend.cross_mesh``,
+    docs/cross_mesh.md). The ranks always agree on their checks there first.
     """
+    if dst_mesh is not None:
+        if async_op:
+            raise SpecError("async_op=True is not supported with dst_mesh=", hint="drop async_op")
+        from torch_backend import cross_mesh
+
+        return cross_mesh.redistribute(x, src, dst, mesh, dst_mesh, timeout=timeout)
     if torch.compiler.is_dynamo_compiling():
         if _is_dtensor(x):
             return _compiled_dtensor(x, src, dst, mesh, async_op=async_op, timeout=timeout, agree=agree)

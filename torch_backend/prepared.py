@@ -103,14 +103,22 @@ torch.utils._pytree.register_constant(Redistributor)
 
 
 def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any, *,
-                  timeout: timedelta | float | None = None, agree: bool | None = None) -> Redistributor:
+                  timeout: timedelta | float | None = None, agree: bool | None = None,
+                  dst_mesh: Mesh | str | Any | None = None) -> Any:
     """Prepare ``redistribute(x, src, dst, mesh)`` for many calls (see the module docstring).
 
     Every check that does not depend on the tensor runs here, before any communication:
     a bad type, mesh or world is a SpecError now, not at the first call. With ``agree``
     (or ``SHARDC_AGREE=1``) the ranks agree on the call here, before its groups are made,
     and on each call's tensor when it is called (``torch_backend.agree``).
+
+    ``dst_mesh=``: a ``torch_backend.cross_mesh.CrossRedistributor`` moving the tensor to
+    ``dst`` on another mesh (``redistribute(..., dst_mesh=)``; its ranks always agree).
     """
+    if dst_mesh is not None:
+        from torch_backend import cross_mesh
+
+        return cross_mesh.redistributor(src, dst, mesh, dst_mesh, timeout=timeout)
     check_agree(agree)
     if agreeing(agree):
         def run(found: Checks) -> None:

@@ -1,0 +1,178 @@
+"""Cross-mesh redistribution on 8 real gloo ranks (the shared ``gloo_pool``): every
+scenario against ``lowering.simulate`` and a numpy oracle cut from the global array by
+the definition of each layout (``local_slices``); the caller's block never modified; a
+call wrong on one rank fails on every rank before any message."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+import lowering  # noqa: E402
+from spec_lang import parse, parse_mesh  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not dist.is_gloo_available(), reason="torch built without gloo")
+
+# (name, src, mesh, dst, dst_mesh)
+CASES = [
+    ("weight-sync", "f32[16@fsdp,8]", "fsdp=4@[0-3]", "f32[16,8@tp]{R:rep}", "rep=2,tp=2@[4-7]"),
+    ("shrink-8-6", "f32[48@dp,6]", "dp=8", "f32[48@dp,6]", "dp=6@[0,1,2,4,6,7]"),
+    ("grow-6-8", "f32[48@dp,6]", "dp=6@[0,1,2,4,6,7]", "f32[48@dp,6]", "dp=8"),
+    ("pending-sum", "f32[8,8@dp]{U:tp}", "dp=2,tp=2", "f32[8,8@tp]", "tp=2@[4,5]"),
+    ("overlap", "f32[12@(dp,tp),5]", "dp=2,tp=2@[2-5]", "f32[12,5@x]", "x=4@[4,5,6,7]"),
+    ("reshape-same-ranks", "f32[8@fsdp,12]", "fsdp=8", "f32[8@dp,12@tp]", "dp=2,tp=4"),
+    ("replicated-src-uneven", "bf16[7,10]", "dp=2@[6,7]", "bf16[7@tp,10]", "tp=3@[0,3,1]"),
+    ("permuted", "i32[6@a,4]", "a=3@[5,1,3]", "i32[6,4@b]", "b=2@[3,0]"),
+]
+
+
+def inputs(src: str, mesh: str, seed: int) -> tuple[np.ndarray, list[np.ndarray | None], int]:
+    """(global array, one block per world rank or None, world): integer values, so the
+    addends of a pending sum over ``tp`` add up exactly."""
+    s, m = parse(src), parse_mesh(mesh)
+    rng = np.random.default_rng(seed)
+    g = rng.integers(-50, 50, size=s.shape).astype(np.float32)
+    part = rng.integers(-50, 50, size=s.shape).astype(np.float32)
+    world = 8
+    out: list[np.ndarray | None] = [None] * world
+    for i, (r, sl) in enumerate(zip(m.global_ranks, lowering.local_slices(s, m), strict=True)):
+        block = g[sl]
+        if s.partial_axes:  # tp coordinate 0 holds ``part``, 1 holds the rest
+            block = part[sl] if i % m.sizes[m.index("tp")] == 0 else (g - part)[sl]
+        out[r] = np.ascontiguousarray(block)
+    return g, out, world
+
+
+def _run_cases(rank: int, world: int) -> dict:
+    from torch_backend import redistribute
+    from torch_backend.dtypes import to_torch_dtype
+
+    out: dict = {}
+    for k, (name, src, mesh, dst, dst_mesh) in enumerate(CASES):
+        _, xs, _ = inputs(src, mesh, k)
+        dt = to_torch_dtype(parse(src).dtype)
+        x = None if xs[rank] is None else torch.from_numpy(xs[rank]).to(dt)
+        x0 = None if x is None else x.clone()
+        y = redistribute(x, src, dst, mesh, dst_mesh=dst_mesh, timeout=20)
+        out[name] = (None if y is None else y.float().numpy(), x is None or torch.equal(x, x0))
+    # a bad call: rank 7 is off the source mesh but passes a tensor; every rank must fail,
+    # and nothing may be in flight afterwards (the good call after it gets its own data)
+    x = torch.zeros(4, 4) if rank in (0, 1, 2, 3, 7) else None
+    try:
+        redistribute(x, "f32[16@dp,4]", "f32[16,4@tp]", "dp=4@[0-3]", dst_mesh="tp=4@[4-7]", timeout=20)
+        out["bad"] = "no error"
+    except ValueError as e:
+        out["bad"] = f"{type(e).__name__}: {e}"
+    _, xs, _ = inputs("f32[16@dp,4]", "dp=4@[0-3]", 99)
+    x = None if xs[rank] is None else torch.from_numpy(xs[rank])
+    y = redistribute(x, "f32[16@dp,4]", "f32[16,4@tp]", "dp=4@[0-3]", dst_mesh="tp=4@[4-7]", timeout=20)
+    out["after-bad"] = None if y is None else y.numpy()
+    # prepared, called twice
+    from torch_backend import redistributor
+
+    f = redistributor("f32[16@dp,4]", "f32[16,4@tp]", "dp=4@[0-3]", dst_mesh="tp=4@[4-7]", timeout=20)
+    out["prepared"] = [None if (y := f(x)) is None else y.numpy() for _ in range(2)]
+    # gradients where both meshes cover the same ranks: upstream gradients drawn alike on every rank
+    for name, src, dst in GRADS:
+        _, xs, _ = inputs(src, "fsdp=8", 7)
+        x = torch.from_numpy(xs[rank]).double().requires_grad_(True)
+        y = redistribute(x, src, dst, "fsdp=8", dst_mesh="dp=2,tp=4", timeout=20)
+        w = torch.from_numpy(upstream(dst)[rank])
+        (gx,) = torch.autograd.grad(y, x, w)
+        out[name] = gx.numpy()
+    # no gradient across meshes over different ranks: every rank fails before any message
+    x = torch.zeros(4, 4, requires_grad=True) if rank < 4 else None
+    try:
+        redistribute(x, "f32[16@dp,4]", "f32[16,4@tp]", "dp=4@[0-3]", dst_mesh="tp=4@[4-7]", timeout=20)
+        out["grad-across"] = "no error"
+    except ValueError as e:
+        out["grad-across"] = f"{type(e).__name__}: {e}"
+    return out
+
+
+GRADS = [("grad-reshape", "f64[8@fsdp,12]", "f64[8@dp,12@tp]"),
+         ("grad-replicated", "f64[8@fsdp,12]", "f64[8,12@tp]{R:dp}")]
+
+
+def upstream(dst: str) -> list[np.ndarray]:
+    d, m = parse(dst), parse_mesh("dp=2,tp=4")
+    rng = np.random.default_rng(5)
+    return [rng.integers(-9, 9, size=shape).astype(np.float64) for shape in lowering.local_shapes(d, m)]
+
+
+@pytest.fixture(scope="module")
+def gloo_cross(gloo_pool) -> dict:
+    return gloo_pool.run(_run_cases, timeout_s=150)
+
+
+def _expected(src: str, mesh: str, dst: str, dst_mesh: str, seed: int) -> tuple[list, list]:
+    g, xs, world = inputs(src, mesh, seed)
+    p = lowering.compile(src, dst, mesh, dst_mesh=dst_mesh)
+    sim = lowering.simulate(p, xs[:p.world]) + [None] * (world - p.world)
+    d, dm = parse(dst), parse_mesh(dst_mesh)
+    oracle: list = [None] * world
+    for r, sl in zip(dm.global_ranks, lowering.local_slices(d, dm), strict=True):
+        oracle[r] = g[sl]
+    if d.dtype == "bfloat16":  # what a bf16 block holds of the values
+        oracle = [None if o is None else torch.from_numpy(o).bfloat16().float().numpy() for o in oracle]
+    return sim, oracle
+
+
+@pytest.mark.parametrize("k", range(len(CASES)), ids=[c[0] for c in CASES])
+def test_cross_mesh_on_gloo(gloo_cross, k):
+    name, src, mesh, dst, dst_mesh = CASES[k]
+    sim, oracle = _expected(src, mesh, dst, dst_mesh, k)
+    for rank in range(8):
+        y, untouched = gloo_cross[rank][name]
+        assert untouched, (name, rank)
+        if oracle[rank] is None:
+            assert y is None, (name, rank)
+        else:
+            assert y is not None, (name, rank)
+            np.testing.assert_array_equal(y, oracle[rank], err_msg=f"{name} rank {rank}")
+            np.testing.assert_array_equal(y, np.asarray(sim[rank], dtype=np.float32), err_msg=f"{name} rank {rank}")
+
+
+def test_bad_call_fails_on_every_rank_before_any_message(gloo_cross):
+    for rank in range(8):
+        msg = gloo_cross[rank]["bad"]
+        assert msg.startswith("SpecError"), (rank, msg)
+        assert ("rank 7 is off the source mesh" in msg) if rank == 7 else ("rank(s) [7]" in msg), (rank, msg)
+    _, oracle = _expected("f32[16@dp,4]", "dp=4@[0-3]", "f32[16,4@tp]", "tp=4@[4-7]", 99)
+    for rank in range(8):
+        y = gloo_cross[rank]["after-bad"]
+        assert (y is None) == (oracle[rank] is None)
+        if y is not None:
+            np.testing.assert_array_equal(y, oracle[rank])
+
+
+def test_prepared(gloo_cross):
+    _, oracle = _expected("f32[16@dp,4]", "dp=4@[0-3]", "f32[16,4@tp]", "tp=4@[4-7]", 99)
+    for rank in range(8):
+        for y in gloo_cross[rank]["prepared"]:
+            assert (y is None) == (oracle[rank] is None)
+            if y is not None:
+                np.testing.assert_array_equal(y, oracle[rank])
+
+
+@pytest.mark.parametrize("name,src,dst", GRADS)
+def test_gradient_on_the_same_ranks_reshaped(gloo_cross, name, src, dst):
+    # the gradient's global value, from the definition: each upstream block added at the
+    # place its rank holds (an R axis's replicas each hold a gradient of the same value)
+    d, dm = parse(dst), parse_mesh("dp=2,tp=4")
+    s, sm = parse(src), parse_mesh("fsdp=8")
+    grad = np.zeros(s.shape)
+    for sl, w in zip(lowering.local_slices(d, dm), upstream(dst), strict=True):
+        grad[sl] += w
+    for rank, sl in enumerate(lowering.local_slices(s, sm)):
+        np.testing.assert_array_equal(gloo_cross[rank][name], grad[sl], err_msg=f"{name} rank {rank}")
+
+
+def test_no_gradient_across_different_ranks(gloo_cross):
+    for rank in range(8):
+        msg = gloo_cross[rank]["grad-across"]
+        assert msg.startswith("SpecError"), (rank, msg)
+        assert ("no gradient through a move" in msg) if rank < 4 else ("rank(s) [0, 1, 2, 3]" in msg), (rank, msg)
