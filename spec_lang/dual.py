@@ -9,6 +9,7 @@ duals, and a dim sharded by a mesh axis stays sharded by it::
 
 from __future__ import annotations
 
+from spec_lang.errors import SpecError
 from spec_lang.ir import AxisType, TensorType
 
 _SUM = AxisType("P", "sum")
@@ -27,3 +28,14 @@ def dual_type(t: TensorType) -> TensorType:
         else:
             out.append((a, at))
     return t.replace(axis_types=tuple(out))
+
+
+def check_differentiable(src: TensorType, dst: TensorType) -> None:
+    for t, side in ((src, "source"), (dst, "destination")):
+        op = t.partial_op
+        if op in ("max", "min"):
+            raise SpecError(
+                f"no gradient through a pending {op}: the {side} type {t} is P({op})",
+                hint=f"P({op}) has no typed gradient (it needs the arg-{op}); reduce it without autograd "
+                "(torch.no_grad() or .detach()), or use P(sum)/P(avg)",
+            )

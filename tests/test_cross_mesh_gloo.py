@@ -176,3 +176,140 @@ def test_no_gradient_across_different_ranks(gloo_cross):
         msg = gloo_cross[rank]["grad-across"]
         assert msg.startswith("SpecError"), (rank, msg)
         assert ("no gradient through a move" in msg) if rank < 4 else ("rank(s) [0, 1, 2, 3]" in msg), (rank, msg)
+
+
+def _groups_stay_in_step(rank: int, world: int) -> dict:
+    """A pending sum finished on ranks 0-3 over tp ({0,1}, {2,3}), then a world mesh whose
+    tp groups include those ranks with the same timeout, then its dp groups: torch names a
+    group made by its members after how many groups each already has, so a group the
+    cross-mesh call left on ranks 0-3 only would make ranks 4-7 one group ahead, and the dp
+    groups ({0,2,4,6}, {1,3,5,7}) would never form."""
+    import torch.distributed.distributed_c10d as c10d
+
+    from torch_backend import redistribute
+
+    t = 7.5  # a timeout no other test uses: its groups are new to this job
+    _, xs, _ = inputs("f32[8,8@dp]{U:tp}", "dp=2,tp=2", 3)
+    x = None if xs[rank] is None else torch.from_numpy(xs[rank])
+    redistribute(x, "f32[8,8@dp]{U:tp}", "f32[8,8@tp]", "dp=2,tp=2", dst_mesh="tp=2@[4,5]", timeout=t)
+    after_cross = len(c10d._world.pg_names)
+    one = torch.full((8, 4), float(rank))
+    summed = redistribute(one, "f32[8,4]{U:tp}", "f32[8,4]", "dp=4,tp=2", timeout=t)  # over tp
+    gathered = redistribute(torch.full((2, 4), float(rank)), "f32[8@dp,4]", "f32[8,4]", "dp=4,tp=2", timeout=t)
+    return {"after_cross": after_cross, "after": len(c10d._world.pg_names),
+            "summed": summed.numpy(), "gathered": gathered.numpy()}
+
+
+def test_later_groups_form_after_a_cross_mesh_finish(gloo_pool):
+    got = gloo_pool.run(_groups_stay_in_step, timeout_s=60)
+    assert len({got[r]["after_cross"] for r in range(8)}) == 1, got
+    assert len({got[r]["after"] for r in range(8)}) == 1, got
+    for r in range(8):
+        pair = r - r % 2
+        np.testing.assert_array_equal(got[r]["summed"], np.full((8, 4), pair + pair + 1.0))
+        # gathered over dp among the ranks of r's tp coordinate: rank 2d + r%2 gave rows 2d, 2d+1
+        want = np.repeat(np.arange(0.0, 8.0, 2.0) + r % 2, 2)[:, None] * np.ones((8, 4))
+        np.testing.assert_array_equal(got[r]["gathered"], want)
+
+
+# a state dict of mixed dtypes, fsdp=4 on ranks 0-3 -> two tp=2 replicas on ranks 4-7
+MANY = [("f32[16@fsdp,8]", "f32[16,8@tp]{R:rep}"), ("bf16[8@fsdp]", "bf16[8]{R:(rep,tp)}"),
+        ("f64[12@fsdp,6]", "f64[12@tp,6]{R:rep}"), ("i32[4@fsdp,3]", "i32[4,3]{R:(rep,tp)}")]
+
+
+def _many_cases(rank: int, world: int) -> dict:
+    import torch.distributed.distributed_c10d as c10d
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from torch_backend import redistribute, redistribute_many
+    from torch_backend.dtypes import to_torch_dtype
+
+    out: dict = {}
+    xs = []
+    for k, (src, _) in enumerate(MANY):
+        _, blocks, _ = inputs(src, "fsdp=4@[0-3]", 20 + k)
+        dt = to_torch_dtype(parse(src).dtype)
+        xs.append(None if blocks[rank] is None else torch.from_numpy(blocks[rank]).to(dt))
+    ys = redistribute_many(xs, [s for s, _ in MANY], [d for _, d in MANY], "fsdp=4@[0-3]",
+                           dst_mesh="rep=2,tp=2@[4-7]", timeout=20)
+    out["many"] = [None if y is None else y.double().numpy() for y in ys]
+    # DTensor in, DTensor out: DeviceMeshes over the two rank sets, read as the meshes' ranks
+    # (made without their own process groups, which a DTensor's local view does not need)
+    src_dm = DeviceMesh("cpu", [0, 1, 2, 3], mesh_dim_names=("fsdp",), _init_backend=False)
+    dst_dm = DeviceMesh("cpu", [[4, 5], [6, 7]], mesh_dim_names=("rep", "tp"), _init_backend=False)
+    x = None
+    if rank < 4:
+        from torch.distributed.tensor import DTensor, Shard
+
+        x = DTensor.from_local(torch.from_numpy(inputs("f32[16@fsdp,8]", "fsdp=4@[0-3]", 20)[1][rank]), src_dm,
+                               [Shard(0)], run_check=False)
+    y = redistribute(x, None if rank < 4 else "f32[16@fsdp,8]", "f32[16,8@tp]{R:rep}",
+                     None if rank < 4 else src_dm, dst_mesh=dst_dm, timeout=20)
+    out["dtensor"] = None if y is None else (type(y).__name__, [str(p) for p in y.placements],
+                                             y.to_local().numpy(), y.full_tensor().numpy() if False else None)
+    # one rank asks for another destination: every rank fails before any message
+    try:
+        redistribute(xs[0], MANY[0][0], "f32[16,8@tp]" + ("" if rank == 5 else "{R:rep}"), "fsdp=4@[0-3]",
+                     dst_mesh="rep=2,tp=2@[4-7]", timeout=20)
+        out["differs"] = "no error"
+    except ValueError as e:
+        out["differs"] = f"{type(e).__name__}: {e}"
+    out["groups"] = len(c10d._world.pg_names)
+    return out
+
+
+@pytest.fixture(scope="module")
+def gloo_many(gloo_pool) -> dict:
+    return gloo_pool.run(_many_cases, timeout_s=120)
+
+
+def test_redistribute_many_across_meshes(gloo_many):
+    for k, (src, dst) in enumerate(MANY):
+        sim, oracle = _expected(src, "fsdp=4@[0-3]", dst, "rep=2,tp=2@[4-7]", 20 + k)
+        for rank in range(8):
+            y = gloo_many[rank]["many"][k]
+            assert (y is None) == (oracle[rank] is None), (k, rank)
+            if y is not None:
+                np.testing.assert_array_equal(y, oracle[rank], err_msg=f"{dst} rank {rank}")
+                np.testing.assert_array_equal(y, np.asarray(sim[rank], dtype=np.float64))
+
+
+def test_dtensor_in_dtensor_out_across_meshes(gloo_many):
+    _, oracle = _expected("f32[16@fsdp,8]", "fsdp=4@[0-3]", "f32[16,8@tp]{R:rep}", "rep=2,tp=2@[4-7]", 20)
+    for rank in range(8):
+        got = gloo_many[rank]["dtensor"]
+        if rank < 4:
+            assert got is None
+            continue
+        name, placements, local, _ = got
+        assert name == "DTensor" and placements == ["R", "S(1)"], got
+        np.testing.assert_array_equal(local, oracle[rank])
+
+
+def test_a_different_call_on_one_rank_fails_everywhere(gloo_many):
+    for rank in range(8):
+        msg = gloo_many[rank]["differs"]
+        assert msg.startswith("SpecError") and "made a different cross-mesh call" in msg, (rank, msg)
+        assert ("rank(s) [5]" in msg) if rank != 5 else ("rank(s) [0, 1, 2, 3, 4, 6, 7]" in msg), (rank, msg)
+    assert len({gloo_many[r]["groups"] for r in range(8)}) == 1
+
+
+def test_one_message_per_pair_of_ranks_and_round():
+    from torch_backend.mesh_transfer import rounds
+
+    programs = [lowering.compile(s, d, "fsdp=4@[0-3]", dst_mesh="rep=2,tp=2@[4-7]") for s, d in MANY]
+    for me in range(8):
+        joint = rounds(programs, me)
+        alone = [rounds([p], me) for p in programs]
+        assert len(joint) == max(len(a) for a in alone)
+        for k, rnd in enumerate(joint):
+            for side in ("sends", "recvs"):
+                peers = [m.peer for m in getattr(rnd, side)]
+                assert len(peers) == len(set(peers))  # one message a peer
+                assert set(peers) == {m.peer for a in alone if k < len(a) for m in getattr(a[k], side)}
+                for m in getattr(rnd, side):  # every piece aligned for its dtype, back to back
+                    at = 0
+                    for pc in m.pieces:
+                        assert pc.offset == at and pc.offset % programs[pc.i].src.itemsize == 0
+                        at += pc.nbytes
+                    assert at == m.nbytes

@@ -97,15 +97,15 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
 
     ``dst_mesh=`` moves the tensor to ``dst`` laid out on another mesh (over other or
     overlapping global ranks, ``tp=2@[4,5]``): every rank of both meshes calls it, ``x``
-    None off ``mesh``, the result None off ``dst_mesh`` (``torch_backend.cross_mesh``,
+    None off ``mesh``, the result None off ``dst_mesh`` (``torch_backend.mesh_transfer``,
     docs/cross_mesh.md). The ranks always agree on their checks there first.
     """
     if dst_mesh is not None:
         if async_op:
             raise SpecError("async_op=True is not supported with dst_mesh=", hint="drop async_op")
-        from torch_backend import cross_mesh
+        from torch_backend import mesh_transfer
 
-        return cross_mesh.redistribute(x, src, dst, mesh, dst_mesh, timeout=timeout)
+        return mesh_transfer.redistribute(x, src, dst, mesh, dst_mesh, timeout=timeout)
     if torch.compiler.is_dynamo_compiling():
         if _is_dtensor(x):
             return _compiled_dtensor(x, src, dst, mesh, async_op=async_op, timeout=timeout, agree=agree)

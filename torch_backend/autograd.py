@@ -38,23 +38,10 @@ import torch
 
 import lowering
 from lowering.program import Program, check_program
-from spec_lang.dual import dual_type
-from spec_lang.errors import SpecError
-from spec_lang.ir import TensorType
+from spec_lang.dual import check_differentiable, dual_type
 from torch_backend.executor import BoundProgram, Pending, bind
 from torch_backend.groups import MeshContext
 from torch_backend.type_tags import typed_output
-
-
-def check_differentiable(src: TensorType, dst: TensorType) -> None:
-    for t, side in ((src, "source"), (dst, "destination")):
-        op = t.partial_op
-        if op in ("max", "min"):
-            raise SpecError(
-                f"no gradient through a pending {op}: the {side} type {t} is P({op})",
-                hint=f"P({op}) has no typed gradient (it needs the arg-{op}); reduce it without autograd "
-                "(torch.no_grad() or .detach()), or use P(sum)/P(avg)",
-            )
 
 
 def backward_program(program: Program) -> Program:

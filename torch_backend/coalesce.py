@@ -216,13 +216,22 @@ def _zeros(bound: JointBound, j: int) -> torch.Tensor:
 def redistribute_many(xs: Sequence[torch.Tensor], srcs: Sequence[TensorType | str],
                       dsts: Sequence[TensorType | str], mesh: Mesh | str | Any, *,
                       timeout: timedelta | float | None = None, agree: bool | None = None,
-                      async_op: bool = False) -> Any:
+                      async_op: bool = False, dst_mesh: Mesh | str | Any | None = None) -> Any:
     """Redistribute ``xs[i]`` from ``srcs[i]`` to ``dsts[i]``, all on ``mesh``, jointly.
 
     Returns the new blocks in order; the inputs are never modified. See the module docstring.
     ``async_op=True`` returns a handle at once, the last round's collectives on the wire;
     ``handle.wait()`` gives the list (do not modify the inputs before it).
+
+    ``dst_mesh=``: every ``dsts[i]`` on another mesh, one joint cross-mesh program
+    (``torch_backend.mesh_transfer``; None for the tensors off ``mesh``).
     """
+    if dst_mesh is not None:
+        if async_op:
+            raise SpecError("async_op=True is not supported with dst_mesh=", hint="drop async_op")
+        from torch_backend import mesh_transfer
+
+        return mesh_transfer.redistribute_many(xs, srcs, dsts, mesh, dst_mesh=dst_mesh, timeout=timeout)
     if torch.compiler.is_dynamo_compiling() and isinstance(xs, (list, tuple)):
         return traced.call("redistribute_many", list(xs), list(srcs), list(dsts), mesh, async_op=async_op,
                            timeout=timeout, agree=agree)

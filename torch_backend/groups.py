@@ -21,7 +21,14 @@ Three ways to get a :class:`MeshContext` (``context()`` picks):
   DeviceMesh's own process groups.
 
 New groups are made with ``use_local_synchronization=True``: only the members call
-``new_group``, so groups can be created lazily by the ranks that need them.
+``new_group``, so groups can be created lazily by the ranks that need them. torch names
+such a group after its ranks *and how many groups the caller already has*, so every rank
+must make as many groups as every other: a mesh over the whole world does (each rank makes
+its own group of each axis set, in the same order). A mesh over some of the world's ranks
+gets its groups from ``subset_context`` instead, which every rank of the world calls: each
+makes one group per new partition of the world (its own part, a part of one rank for the
+ranks off the mesh), kept apart from the world mesh's groups, so a cache hit on some ranks
+can never be a new group on others.
 
 Caches (all bound to the current default group, so a new world starts empty): process
 groups per (ranks, timeout, device), so a second caller's timeout is honoured; contexts
@@ -82,7 +89,9 @@ class GroupHandle:
 #   dm_contexts: DeviceMesh (weakly) -> {timeout: MeshContext}
 # A DeviceMesh is held weakly everywhere (a dead one drops its entries, and a new mesh at
 # the same address can never hit them); its contexts hold it through a weakref only.
-_CACHE: dict[str, Any] = {"world": None, "groups": {}, "contexts": {}, "dm_contexts": weakref.WeakKeyDictionary()}
+#   partitions: (partition of the world's ranks, timeout, device) -> this rank's part's group
+_CACHE: dict[str, Any] = {"world": None, "groups": {}, "contexts": {}, "dm_contexts": weakref.WeakKeyDictionary(),
+                          "partitions": {}}
 # DeviceMesh (weakly) -> (Mesh, mesh rank -> global rank). Reading ``DeviceMesh.mesh``
 # rebuilds a tensor from the mesh layout each time, so it is read once per DeviceMesh.
 _DEVICE_MESHES: weakref.WeakKeyDictionary[Any, tuple[Mesh, tuple[int, ...]]] = weakref.WeakKeyDictionary()
@@ -93,6 +102,7 @@ def _group_cache() -> dict[tuple, Any]:
     if _CACHE["world"] is not world:
         _CACHE["world"] = world
         _CACHE["groups"] = {}
+        _CACHE["partitions"] = {}
         _CACHE["contexts"] = {}
         _CACHE["dm_contexts"] = weakref.WeakKeyDictionary()
     return _CACHE["groups"]
@@ -121,7 +131,7 @@ def _release_groups() -> None:
     process ("terminate called without an active exception") after a clean run, which
     torchrun reports as a failed rank."""
     clear_caches()
-    _CACHE.update(world=None, groups={})
+    _CACHE.update(world=None, groups={}, partitions={})
     gc.collect()
 
 
@@ -246,6 +256,58 @@ def _new_group(ranks: tuple[int, ...], timeout: timedelta | None, device: Any) -
     return pg
 
 
+def subset_context(mesh: Mesh, to_global: tuple[int, ...], axes_sets: Sequence[tuple[str, ...]], *,
+                   timeout: timedelta | None, backend: str) -> MeshContext | None:
+    """The context of ``mesh`` laid over the global ranks ``to_global`` (some of the
+    world's), with its groups over ``axes_sets`` made now; None on ranks off the mesh.
+
+    Every rank of the world calls it with the same arguments, in the same order (a
+    cross-mesh call, which every rank takes part in). Each new (partition, timeout) makes
+    exactly one group on every rank, its own part's, so the ranks' group counts, after
+    which torch names the groups made by their members alone, stay equal."""
+    me = dist.get_rank()
+    ctx = MeshContext(mesh, (to_global.index(me),), to_global, timeout=timeout, backend=backend) \
+        if me in to_global else None
+    device = torch.device("cuda", torch.cuda.current_device()) \
+        if backend == "nccl" and torch.cuda.is_available() else None
+    on_mesh = set(to_global)
+    for axes in axes_sets:
+        key = tuple(sorted(axes, key=mesh.index))
+        if mesh.group_size(key) <= 1:
+            continue
+        parts = {tuple(sorted(to_global[q] for q in group_ranks(mesh, key, r))) for r in range(mesh.size)}
+        parts |= {(r,) for r in range(dist.get_world_size()) if r not in on_mesh}
+        pg = _partition_group(tuple(sorted(parts)), me, timeout, device)
+        if ctx is not None and key not in ctx._members:
+            from_global = {g: q for q, g in enumerate(to_global)}
+            ctx._members[key] = GroupHandle(pg, tuple(from_global[g] for g in dist.get_process_group_ranks(pg)))
+    return ctx
+
+
+def _partition_group(parts: tuple[tuple[int, ...], ...], me: int, timeout: timedelta | None, device: Any) -> Any:
+    """This rank's part's group of a partition of the world, made once per (partition,
+    timeout, device) by every rank alike."""
+    mine = next(part for part in parts if me in part)
+    if len(parts) == 1:
+        return dist.group.WORLD
+    _group_cache()  # bound to the current default group: a new world starts empty
+    cache = _CACHE["partitions"]
+    key = (parts, timeout, None if device is None else str(device))
+    pg = cache.get(key)
+    if pg is None:
+        kwargs: dict[str, Any] = {"use_local_synchronization": True}
+        if timeout is not None:
+            kwargs["timeout"] = timeout
+        if device is not None:
+            kwargs["device_id"] = device
+        try:
+            pg = cache[key] = dist.new_group(list(mine), **kwargs)
+        except RuntimeError as e:  # a member died or never came: c10d's errors name nobody
+            raise collective_failure(f"rank {me}: creating the process group over ranks {list(mine)}", e,
+                                     mine, me, timeout) from e
+    return pg
+
+
 def _read_device_mesh(dm: Any) -> tuple[Mesh, tuple[int, ...]]:
     names = getattr(dm, "mesh_dim_names", None)
     if not names:
@@ -272,6 +334,13 @@ def _resolve_device_mesh(dm: Any) -> tuple[Mesh, tuple[int, ...]]:
     got = _read_device_mesh(dm)
     _DEVICE_MESHES[dm] = got
     return got
+
+
+def device_mesh_over_ranks(dm: Any) -> Mesh:
+    """A named DeviceMesh as a ``Mesh`` that names its global ranks (``dp=2@[4-5]``), read
+    once per DeviceMesh."""
+    m, ranks = _resolve_device_mesh(dm)
+    return Mesh(m.names, m.sizes, ranks)
 
 
 def is_device_mesh(obj: Any) -> bool:

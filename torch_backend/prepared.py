@@ -112,13 +112,13 @@ def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str
     (or ``SHARDC_AGREE=1``) the ranks agree on the call here, before its groups are made,
     and on each call's tensor when it is called (``torch_backend.agree``).
 
-    ``dst_mesh=``: a ``torch_backend.cross_mesh.CrossRedistributor`` moving the tensor to
+    ``dst_mesh=``: a ``torch_backend.mesh_transfer.CrossRedistributor`` moving the tensor to
     ``dst`` on another mesh (``redistribute(..., dst_mesh=)``; its ranks always agree).
     """
     if dst_mesh is not None:
-        from torch_backend import cross_mesh
+        from torch_backend import mesh_transfer
 
-        return cross_mesh.redistributor(src, dst, mesh, dst_mesh, timeout=timeout)
+        return mesh_transfer.redistributor(src, dst, mesh, dst_mesh, timeout=timeout)
     check_agree(agree)
     if agreeing(agree):
         def run(found: Checks) -> None:

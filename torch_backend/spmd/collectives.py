@@ -16,12 +16,12 @@ from lowering.layout import local_shape
 from lowering.program import Program
 from lowering.spmd.programs import backward_program, program_for
 from lowering.spmd.rules import check_pair, check_whole_average
+from spec_lang.dual import check_differentiable
 from spec_lang.errors import SpecError
 from spec_lang.local_type import LocalType
 from spec_lang.parser import parse_local_type as as_local_type
 from torch_backend import comm, traced
 from torch_backend.api import check_local
-from torch_backend.autograd import check_differentiable
 from torch_backend.collectives import all_reduce_into
 from torch_backend.comm import local_of
 from torch_backend.dtypes import dtype_name

@@ -1,0 +1,569 @@
+"""Run ``lowering.CrossProgram``s on real process groups: tensors moved from a layout on
+one mesh to a layout on another mesh over other (or overlapping) global ranks.
+
+Every rank of the default group calls ``redistribute(x, src, dst, mesh, dst_mesh=...)``:
+``x`` on the ranks of ``mesh``, None elsewhere. Each rank compiles the program, checks its
+block, and the ranks agree in one small all_reduce over the world (each rank's verdict
+and a hash of the call it made) before the first message, so a call wrong on one rank, or
+different on one rank, fails on every rank, each naming the ranks at fault.
+
+Then the pending sums are finished on the source mesh (its groups made alike on every
+rank of the world: ``groups.subset_context``), and each round of point-to-point messages
+runs as one ``batch_isend_irecv`` on the default group, which needs no group of its own:
+one byte buffer per pair of ranks, its pieces packed in an order both sides derive from
+their own ``CrossProgram.rank_part``. ``redistribute_many`` packs every tensor's pieces
+for the same peer into that one buffer (a state dict is one message per pair of ranks and
+round, not one per tensor).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import lowering
+from lowering.cross_mesh import Box, CrossProgram, Transfer
+from lowering.cross_mesh import boxes as cross_boxes
+from lowering.kinds import rank_pieces
+from lowering.layout import local_shapes
+from spec_lang.dual import check_differentiable, dual_type
+from spec_lang.errors import SpecError
+from spec_lang.ir import Mesh, TensorType
+from spec_lang.parser import parse_mesh
+from torch_backend import collectives, local_steps, uneven_steps  # noqa: F401 - each registers its runners
+from torch_backend.dtypes import check_reductions, to_torch_dtype
+from torch_backend.groups import (
+    MeshContext,
+    check_timeout,
+    device_mesh_over_ranks,
+    is_device_mesh,
+    local_tensor_mode,
+    subset_context,
+)
+from torch_backend.lean import collective_error
+from torch_backend.runners import RUNNERS
+
+Held = list[tuple[Box, torch.Tensor]]
+
+
+def as_mesh(mesh: Any, what: str) -> Mesh:
+    """A mesh string, a ``spec_lang.Mesh`` or a named DeviceMesh (its global ranks read
+    from its ``mesh`` tensor) as a ``Mesh`` over named ranks."""
+    if isinstance(mesh, (str, Mesh)):
+        return parse_mesh(mesh)
+    if is_device_mesh(mesh):
+        return device_mesh_over_ranks(mesh)
+    raise SpecError(f"{what} must be a mesh, got {type(mesh).__name__}",
+                    hint="pass a mesh string like 'tp=2@[4,5]', a spec_lang Mesh or a named DeviceMesh")
+
+
+def plan(src: TensorType | str, dst: TensorType | str, mesh: Any, dst_mesh: Any) -> CrossProgram:
+    """The CrossProgram every rank runs (compiled alike on every rank, cached), with every
+    check that does not depend on the tensor."""
+    m, dm = as_mesh(mesh, "mesh"), as_mesh(dst_mesh, "dst_mesh")
+    for t, what in ((src, "src"), (dst, "dst")):
+        if not isinstance(t, (str, TensorType)):
+            raise SpecError(f"{what} must be a type string or a TensorType, got {type(t).__name__}",
+                            hint="pass e.g. 'f32[8@dp,16]'")
+    p = lowering.compile(src, dst, m, dst_mesh=dm)
+    if p.finish is not None:
+        check_reductions(p.finish)
+    return p
+
+
+def _world_checks() -> None:
+    """What every rank sees alike (no message is needed to fail everywhere)."""
+    if local_tensor_mode() is not None:
+        raise SpecError("a cross-mesh redistribute runs on real process groups, not under LocalTensorMode",
+                        hint="simulate a cross-mesh program with lowering.simulate instead")
+    if not dist.is_initialized():
+        raise SpecError("no torch.distributed process group is initialized",
+                        hint="call torch.distributed.init_process_group(...) on every rank of both meshes")
+
+
+def _check_world(p: CrossProgram) -> None:
+    world = dist.get_world_size()
+    if world < p.world:
+        raise SpecError(f"the program from mesh {p.src_mesh} to mesh {p.dst_mesh} runs over ranks "
+                        f"0..{p.world - 1} but the world has {world} ranks",
+                        hint=f"launch at least {p.world} ranks")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One tensor's move as every rank planned it, and the DeviceMesh a DTensor result is
+    laid on (None: local tensors out)."""
+
+    program: CrossProgram
+    out_mesh: Any = None
+
+    def key(self) -> str:
+        p = self.program
+        return f"{p.src}|{p.src_mesh}|{p.dst}|{p.dst_mesh}|{self.out_mesh is not None}"
+
+
+def redistribute(x: Any, src: TensorType | str | None, dst: TensorType | str | None, mesh: Any, dst_mesh: Any,
+                 *, timeout: timedelta | float | None = None) -> Any:
+    """This rank's block of ``dst`` on ``dst_mesh`` (None off it), from its block ``x`` of
+    ``src`` on ``mesh`` (None off it). Every rank of the default group calls it (the ranks
+    off both meshes get None): the ranks agree on their checks over the whole world first.
+
+    A DTensor ``x`` gives its source type (``src`` may be None on its ranks, or must agree
+    with it) and its mesh (``mesh`` may be None on its ranks). Where ``mesh`` (or ``x``'s)
+    and ``dst_mesh`` are DeviceMeshes, the result is a DTensor on ``dst_mesh``.
+    ``redistribute(dtensor, dst, dst_mesh=...)`` (no ``dst``) reads ``src`` as the
+    destination, as the one-mesh call does."""
+    if dst is None:
+        src, dst = None, src
+    return redistribute_many([x], [src], [dst], mesh, dst_mesh=dst_mesh, timeout=timeout, one=True)[0]
+
+
+def redistribute_many(xs: Sequence[Any], srcs: Sequence[TensorType | str | None],
+                      dsts: Sequence[TensorType | str | None], mesh: Any, *, dst_mesh: Any,
+                      timeout: timedelta | float | None = None, one: bool = False) -> list[Any]:
+    """``redistribute(xs[i], srcs[i], dsts[i], mesh, dst_mesh=)`` for every i as one joint
+    program: each round one message per pair of ranks, every tensor's pieces packed in it."""
+    timeout = check_timeout(timeout)
+    _world_checks()
+    me = dist.get_rank()
+    error: SpecError | None = None
+    calls: list[Call] = []
+    locals_: list[torch.Tensor | None] = []
+    try:
+        if isinstance(xs, torch.Tensor) or not isinstance(xs, Sequence):
+            raise SpecError("redistribute_many takes a sequence of tensors (None off the source mesh)",
+                            hint="pass a list, e.g. redistribute_many([x, y], [src_x, src_y], [dst_x, dst_y], "
+                                 "mesh, dst_mesh=...)")
+        if not (len(xs) == len(srcs) == len(dsts)) or not xs:
+            raise SpecError(f"got {len(xs)} tensors, {len(srcs)} source types and {len(dsts)} destination types",
+                            hint="pass one source and one destination type per tensor (at least one)")
+        for x, s, d in zip(xs, srcs, dsts, strict=True):
+            call, local = _resolve(x, s, d, mesh, dst_mesh, me)
+            calls.append(call)
+            locals_.append(local)
+        for i, (call, local) in enumerate(zip(calls, locals_, strict=True)):
+            error = error or _check_block(local, call.program, me, None if one else i)
+            if error is None and not one and _wants_grad(local):
+                error = SpecError("redistribute_many(..., dst_mesh=) does not carry gradients yet",
+                                  hint="detach the tensors or run under torch.no_grad(); redistribute(..., "
+                                       "dst_mesh=) carries them where both meshes cover the world")
+            error = error or (_check_grad(local, call.program) if one else None)
+    except SpecError as e:
+        error = e
+    device = _device(next((t for t in locals_ if t is not None), None))
+    _agree(error, "|".join(c.key() for c in calls) if error is None else "", me, device, timeout)
+    assert error is None  # _agree raised it
+    backend = str(dist.get_backend())
+    if one and _wants_grad(locals_[0]):
+        ys = [CrossRedistribute.apply(locals_[0], calls[0].program, me, device, timeout, backend)]
+    else:
+        with torch.no_grad():
+            ys = run_many([c.program for c in calls], locals_, me, device, timeout, backend)
+    return [_output(y, c) for y, c in zip(ys, calls, strict=True)]
+
+
+def _resolve(x: Any, src: TensorType | str | None, dst: TensorType | str, mesh: Any, dst_mesh: Any,
+             me: int) -> tuple[Call, torch.Tensor | None]:
+    """The call's program and this rank's local block (a DTensor taken apart)."""
+    if _is_dtensor(x):
+        if mesh is None:
+            mesh = x.device_mesh
+        elif as_mesh(mesh, "mesh") != as_mesh(x.device_mesh, "the DTensor's mesh"):
+            raise SpecError(f"the mesh {as_mesh(mesh, 'mesh')} does not match the DTensor's DeviceMesh "
+                            f"{as_mesh(x.device_mesh, 'the DTensor mesh')}",
+                            hint="drop mesh= on the ranks holding the DTensor, or pass its own device_mesh")
+        actual = _dtensor_type(x)
+        if src is None:
+            src = actual
+        elif not _same_layout(src, actual, as_mesh(mesh, "mesh")):
+            raise SpecError(f"the source type {src} does not match the DTensor, which is {actual}",
+                            hint="drop the source type (it is read from the DTensor) or write "
+                                 f"{actual}")
+        local = x.to_local()
+    else:
+        local = x
+    if src is None:
+        raise SpecError(f"rank {me} gave no source type",
+                        hint="every rank off the source mesh states it: the ranks all run the same program")
+    if mesh is None:
+        raise SpecError(f"rank {me} gave no source mesh",
+                        hint="every rank passes the source mesh (a DTensor's rank may leave it to the DTensor)")
+    p = plan(src, dst, mesh, dst_mesh)
+    _check_world(p)
+    out_mesh = dst_mesh if is_device_mesh(dst_mesh) and is_device_mesh(mesh) else None
+    return Call(p, out_mesh), local
+
+
+def _is_dtensor(x: Any) -> bool:
+    import sys
+
+    cls = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
+    return cls is not None and isinstance(x, cls)
+
+
+def _dtensor_type(x: Any) -> TensorType:
+    from lowering.placements import from_placements
+
+    m = as_mesh(x.device_mesh, "the DTensor's mesh")
+    return from_placements(tuple(x.placements), Mesh(m.names, m.sizes), tuple(x.shape), x.dtype)
+
+
+def _same_layout(stated: TensorType | str, actual: TensorType, mesh: Mesh) -> bool:
+    """The same blocks on every rank, the same pending reductions, dtype and shape."""
+    s = lowering.check_type(stated, Mesh(mesh.names, mesh.sizes))
+    plain = Mesh(mesh.names, mesh.sizes)
+    return (s.dtype == actual.dtype and s.shape == actual.shape
+            and {a: at for a, at in s.axis_types if at.kind == "P"}
+            == {a: at for a, at in actual.axis_types if at.kind == "P"}
+            and bool((lowering.boxes(s, plain) == lowering.boxes(actual, plain)).all()))
+
+
+def _output(y: torch.Tensor | None, call: Call) -> Any:
+    if y is None or call.out_mesh is None:
+        return y
+    from torch.distributed.tensor import DTensor
+
+    from lowering.placements import to_placements
+
+    d, m = call.program.dst, call.program.dst_mesh
+    placements, _ = to_placements(d, Mesh(m.names, m.sizes), strided=True)
+    shape = d.shape
+    stride = tuple(int(torch.Size(shape[i + 1:]).numel()) for i in range(len(shape)))
+    return DTensor.from_local(y, call.out_mesh, placements, run_check=False, shape=torch.Size(shape), stride=stride)
+
+
+def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Any, dst_mesh: Any, *,
+                  timeout: timedelta | float | None = None) -> CrossRedistributor:
+    """``redistribute(..., dst_mesh=)`` prepared for many calls: the program compiled and
+    the world agreed now, every rank alike, before any message."""
+    timeout = check_timeout(timeout)
+    _world_checks()
+    me = dist.get_rank()
+    try:
+        p = plan(src, dst, mesh, dst_mesh)
+        _check_world(p)
+        error = None
+    except SpecError as e:
+        error = e
+    device = _device(None)
+    _agree(error, Call(p).key() if error is None else "", me, device, timeout)
+    return CrossRedistributor(p, timeout)
+
+
+class CrossRedistributor:
+    """A compiled cross-mesh move; call it on this rank's block (None off the source mesh)."""
+
+    def __init__(self, program: CrossProgram, timeout: timedelta | None) -> None:
+        self.program = program
+        self.timeout = timeout
+
+    def __call__(self, x: torch.Tensor | None) -> torch.Tensor | None:
+        p, timeout = self.program, self.timeout
+        me = dist.get_rank()
+        error = _check_block(x, p, me, None) or _check_grad(x, p)
+        device = _device(x)
+        _agree(error, Call(p).key(), me, device, timeout)
+        backend = str(dist.get_backend())
+        if _wants_grad(x):
+            return CrossRedistribute.apply(x, p, me, device, timeout, backend)
+        with torch.no_grad():
+            return run_many([p], [x], me, device, timeout, backend)[0]
+
+    def __repr__(self) -> str:
+        p = self.program
+        return f"CrossRedistributor({p.src} on {p.src_mesh} -> {p.dst} on {p.dst_mesh})"
+
+
+def _wants_grad(x: object) -> bool:
+    return isinstance(x, torch.Tensor) and x.requires_grad and torch.is_grad_enabled()
+
+
+def _check_grad(x: object, p: CrossProgram) -> SpecError | None:
+    """Autograd through a cross-mesh call needs every rank to take part in the backward,
+    which holds where the two meshes cover the same ranks, the whole world (a job
+    reshaped in place)."""
+    if not _wants_grad(x):
+        return None
+    if set(p.src_mesh.global_ranks) != set(p.dst_mesh.global_ranks) or p.world != dist.get_world_size():
+        return SpecError(f"no gradient through a move from mesh {p.src_mesh} to mesh {p.dst_mesh}: a "
+                         "backward across meshes over different ranks is not supported yet",
+                         hint="detach the tensor (x.detach()) or run under torch.no_grad(); meshes over the "
+                              "same ranks, every rank of the world (a job reshaped), are differentiable")
+    try:
+        check_differentiable(p.src, p.dst)
+    except SpecError as e:
+        return e
+    return None
+
+
+class CrossRedistribute(torch.autograd.Function):
+    """The backward of ``src`` on ``mesh`` -> ``dst`` on ``dst_mesh`` is the cross-mesh
+    program from ``dual(dst)`` on ``dst_mesh`` back to ``dual(src)`` on ``mesh`` (the SPMD
+    type system's duals)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, p: CrossProgram, me: int, device: torch.device,  # type: ignore[override]
+                timeout: timedelta | None, backend: str) -> torch.Tensor | None:
+        ctx.args = (p, me, device, timeout, backend)
+        return run_many([p], [x], me, device, timeout, backend)[0]
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        p, me, device, timeout, backend = ctx.args
+        back = lowering.compile(dual_type(p.dst), dual_type(p.src), p.dst_mesh, dst_mesh=p.src_mesh)
+        with torch.no_grad():
+            dx = run_many([back], [g.contiguous()], me, device, timeout, backend)[0]
+        return dx, None, None, None, None, None
+
+
+def _check_block(x: object, p: CrossProgram, me: int, i: int | None) -> SpecError | None:
+    which = "" if i is None else f" (tensor {i})"
+    on_src = p.src_mesh.global_ranks
+    if me not in on_src:
+        if x is not None:
+            return SpecError(f"rank {me} is off the source mesh {p.src_mesh} but was given a tensor{which}",
+                             hint="pass x=None on the ranks outside the source mesh")
+        return None
+    if x is None:
+        return SpecError(f"rank {me} is on the source mesh {p.src_mesh} but was given None{which}",
+                         hint=f"pass this rank's block of {p.src}")
+    if not isinstance(x, torch.Tensor):
+        return SpecError(f"expected a torch.Tensor on rank {me}{which}, got {type(x).__name__}",
+                         hint=f"pass this rank's block of {p.src} as a tensor")
+    want = local_shapes(p.src, p.src_mesh)[on_src.index(me)]
+    if tuple(x.shape) != tuple(want):
+        return SpecError(f"rank {me}'s block{which} has shape {list(x.shape)}, the source type {p.src} gives it "
+                         f"{list(want)} on mesh {p.src_mesh}", hint="pass this rank's own block of the source type")
+    dtype = to_torch_dtype(p.src.dtype)
+    if x.dtype != dtype:
+        return SpecError(f"rank {me}'s block{which} is {x.dtype}, the source type {p.src} says {dtype}",
+                         hint=f"convert it with x.to({dtype})")
+    return None
+
+
+def _device(x: torch.Tensor | None) -> torch.device:
+    if x is not None:
+        return x.device
+    if str(dist.get_backend()) == "nccl" and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _call_hash(key: str) -> int:
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=7).digest(), "big")
+
+
+def _agree(error: SpecError | None, key: str, me: int, device: torch.device, timeout: timedelta | None) -> None:
+    """One all_reduce over the world of which ranks failed their checks and which call each
+    made (a hash): a call wrong, or different, on some ranks fails on every rank, before
+    any message."""
+    world = dist.get_world_size()
+    flags = torch.zeros(2 * world, dtype=torch.int64, device=device)
+    flags[me] = error is not None
+    flags[world + me] = _call_hash(key) if error is None else 0
+    try:
+        work = dist.all_reduce(flags, async_op=True)
+        assert work is not None
+        if timeout is None:
+            work.wait()
+        else:
+            work.wait(timeout)
+    except RuntimeError as e:
+        from torch_backend.faults import collective_failure
+
+        raise collective_failure(f"rank {me}: agreeing on the cross-mesh call's checks", e, list(range(world)),
+                                 me, timeout) from e
+    if error is not None:
+        raise error
+    got = flags.tolist()
+    bad = [r for r in range(world) if got[r]]
+    if bad:
+        raise SpecError(f"rank(s) {bad} failed their checks of the cross-mesh call; no rank sent anything",
+                        hint="see those ranks' errors: each rank of the source mesh passes its block, every "
+                             "other rank None, and every rank the same types and meshes")
+    hashes = got[world:]
+    odd = [r for r in range(world) if hashes[r] != hashes[me]]
+    if odd:
+        raise SpecError(f"rank(s) {odd} made a different cross-mesh call from rank {me}'s "
+                        f"({key.replace('|', ' ')}); no rank sent anything",
+                        hint="every rank of the world passes the same types, meshes and dst_mesh")
+
+
+# ---- running ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One box of tensor ``i`` in a message: ``nbytes`` at ``offset`` of the buffer."""
+
+    i: int
+    box: Box
+    offset: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Message:
+    peer: int
+    pieces: tuple[Piece, ...]
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Round:
+    sends: tuple[Message, ...]
+    recvs: tuple[Message, ...]
+
+
+def _numel(box: Box) -> int:
+    n = 1
+    for lo, hi in box:
+        n *= hi - lo
+    return n
+
+
+def _messages(per_tensor: Sequence[tuple[Transfer, ...]], peer_of: Any, items: Sequence[int]) -> tuple[Message, ...]:
+    """One message per peer, every tensor's boxes for it packed, largest items first (so
+    each piece starts aligned for its dtype), then by tensor and box: sender and receiver
+    derive the same order from their own parts."""
+    by_peer: dict[int, list[tuple[int, int, Box]]] = {}
+    for i, transfers in enumerate(per_tensor):
+        for t in transfers:
+            if _numel(t.box):
+                by_peer.setdefault(peer_of(t), []).append((-items[i], i, t.box))
+    out = []
+    for peer in sorted(by_peer):
+        pieces, at = [], 0
+        for neg_item, i, box in sorted(by_peer[peer]):
+            n = _numel(box) * -neg_item
+            pieces.append(Piece(i, box, at, n))
+            at += n
+        out.append(Message(peer, tuple(pieces), at))
+    return tuple(out)
+
+
+def rounds(programs: Sequence[CrossProgram], me: int) -> tuple[Round, ...]:
+    """This rank's rounds of a joint run: round k holds every program's k-th step."""
+    key = (tuple(id(p) for p in programs), me)
+    hit = _ROUNDS.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], programs, strict=True)):
+        return hit[1]
+    parts = [p.rank_part(me) for p in programs]
+    items = [p.src.itemsize for p in programs]
+    out = []
+    for k in range(max(len(part) for part in parts)):
+        step = [part[k] if k < len(part) else ((), ()) for part in parts]
+        out.append(Round(_messages([s for s, _ in step], lambda t: t.receiver, items),
+                         _messages([r for _, r in step], lambda t: t.sender, items)))
+    if len(_ROUNDS) > 256:
+        _ROUNDS.clear()
+    _ROUNDS[key] = (tuple(programs), tuple(out))
+    return tuple(out)
+
+
+_ROUNDS: dict[tuple[tuple[int, ...], int], tuple[tuple[CrossProgram, ...], tuple[Round, ...]]] = {}
+
+
+def run_many(programs: Sequence[CrossProgram], xs: Sequence[torch.Tensor | None], me: int, device: torch.device,
+             timeout: timedelta | None, backend: str) -> list[torch.Tensor | None]:
+    """The checked programs on this rank: each one's finish on its source mesh, then the
+    joint rounds; this rank's block of each destination (None off its mesh)."""
+    held: list[Held] = []
+    for p, x in zip(programs, xs, strict=True):
+        x = _finish(p, x, me, timeout, backend)
+        on_src = p.src_mesh.global_ranks
+        held.append([(_box(cross_boxes(p.sent, p.src_mesh)[on_src.index(me)]), x)] if x is not None else [])
+    dtypes = [to_torch_dtype(p.src.dtype) for p in programs]
+    for rnd in rounds(programs, me):
+        for i, piece in _round(held, rnd, dtypes, device):
+            held[i].append(piece)
+    out: list[torch.Tensor | None] = []
+    for p, h, dtype in zip(programs, held, dtypes, strict=True):
+        on_dst = p.dst_mesh.global_ranks
+        if me not in on_dst:
+            out.append(None)
+            continue
+        j = on_dst.index(me)
+        out.append(_assemble(h, _box(cross_boxes(p.dst, p.dst_mesh)[j]), local_shapes(p.dst, p.dst_mesh)[j],
+                             dtype, device))
+    return out
+
+
+def _finish(p: CrossProgram, x: torch.Tensor | None, me: int, timeout: timedelta | None,
+            backend: str) -> torch.Tensor | None:
+    """The pending sums finished on the source mesh. Every rank of the world makes the
+    source mesh's groups alike (``subset_context``); only its ranks run the steps."""
+    f = p.finish
+    if f is None:
+        return x
+    axes = [s.axes for s in f.steps if s.is_collective]
+    ctx = subset_context(f.mesh, p.src_mesh.global_ranks, axes, timeout=timeout, backend=backend)
+    if ctx is None or x is None:
+        return x
+    return _run_steps(f, ctx, x)
+
+
+def _run_steps(f: lowering.Program, ctx: MeshContext, x: torch.Tensor) -> torch.Tensor:
+    y = x
+    for k, step in enumerate(f.steps):
+        collective = step.is_collective and f.mesh.group_size(step.axes) > 1
+        members = ctx.group(step.axes, ctx.rank).members if collective else (ctx.rank,)
+        try:
+            y = RUNNERS[step.kind](ctx, step, {ctx.rank: rank_pieces(step, f.mesh, ctx.rank, members)}, y)
+        except RuntimeError as e:
+            if not collective:
+                raise
+            raise collective_error(ctx, f, k, step, e) from e
+    return y
+
+
+def _box(b: Any) -> Box:
+    return tuple((int(lo), int(hi)) for lo, hi in b)
+
+
+def _round(held: list[Held], rnd: Round, dtypes: Sequence[torch.dtype],
+           device: torch.device) -> list[tuple[int, tuple[Box, torch.Tensor]]]:
+    """One batched round of point-to-point messages; the pieces this rank received."""
+    ops, incoming = [], []
+    for m in rnd.sends:
+        buf = torch.empty(m.nbytes, dtype=torch.uint8, device=device)
+        for pc in m.pieces:
+            _view(buf, pc, dtypes[pc.i]).copy_(_cut(held[pc.i], pc.box))
+        ops.append(dist.P2POp(dist.isend, buf, m.peer))
+    for m in rnd.recvs:
+        buf = torch.empty(m.nbytes, dtype=torch.uint8, device=device)
+        ops.append(dist.P2POp(dist.irecv, buf, m.peer))
+        incoming.append((m, buf))
+    if ops:
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+    return [(pc.i, (pc.box, _view(buf, pc, dtypes[pc.i]))) for m, buf in incoming for pc in m.pieces]
+
+
+def _view(buf: torch.Tensor, pc: Piece, dtype: torch.dtype) -> torch.Tensor:
+    return buf[pc.offset:pc.offset + pc.nbytes].view(dtype).view([hi - lo for lo, hi in pc.box])
+
+
+def _cut(held: Held, box: Box) -> torch.Tensor:
+    for b, t in held:
+        if all(blo <= lo and hi <= bhi for (lo, hi), (blo, bhi) in zip(box, b, strict=True)):
+            return t[tuple(slice(lo - blo, hi - blo) for (lo, hi), (blo, _) in zip(box, b, strict=True))]
+    raise AssertionError(f"rank asked to send {box}, which it does not hold")
+
+
+def _assemble(held: Held, box: Box, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    out = torch.empty(shape, dtype=dtype, device=device)
+    for b, t in held:
+        lo = [max(a[0], c[0]) for a, c in zip(box, b, strict=True)]
+        hi = [min(a[1], c[1]) for a, c in zip(box, b, strict=True)]
+        if any(h <= lo_ for lo_, h in zip(lo, hi, strict=True)):
+            continue
+        out[tuple(slice(l_ - a[0], h - a[0]) for l_, h, a in zip(lo, hi, box, strict=True))] = \
+            t[tuple(slice(l_ - c[0], h - c[0]) for l_, h, c in zip(lo, hi, b, strict=True))]
+    return out
