@@ -313,3 +313,22 @@ def test_one_message_per_pair_of_ranks_and_round():
                         assert pc.offset == at and pc.offset % programs[pc.i].src.itemsize == 0
                         at += pc.nbytes
                     assert at == m.nbytes
+
+
+def test_a_piece_lands_in_place_only_where_it_is_one_run_of_the_output():
+    from torch_backend.mesh_transfer import output_run
+
+    rng = np.random.default_rng(0)
+    at = ((2, 6), (10, 13), (0, 4))  # the output's global box, shape (4, 3, 4)
+    out = torch.arange(48.0).view(4, 3, 4)
+    for _ in range(300):
+        box = tuple((int(lo), int(lo + rng.integers(1, hi - lo + 1))) for lo, hi in
+                    ((int(rng.integers(a, b)), b) for a, b in at))
+        sl = tuple(slice(lo - a, hi - a) for (lo, hi), (a, _) in zip(box, at))
+        flat = np.arange(48).reshape(4, 3, 4)[sl].ravel()
+        one_run = bool(np.array_equal(flat, np.arange(flat[0], flat[0] + flat.size)))
+        run = output_run((at, out), box)
+        assert (run is not None) == one_run, box
+        if run is not None:
+            np.testing.assert_array_equal(run.numpy(), out[sl].reshape(-1).numpy())
+    assert output_run((at, out), ((0, 2), (10, 13), (0, 4))) is None  # not inside the output

@@ -264,11 +264,15 @@ class CrossRedistributor:
         self.timeout = timeout
 
     def __call__(self, x: torch.Tensor | None) -> torch.Tensor | None:
+        # the call was agreed when it was prepared; each call checks its block on its own
+        # rank before any message, as a prepared one-mesh call does: an all_reduce over
+        # the world per call would cost more than the move (8 ranks on 2 cores: 20 ms)
         p, timeout = self.program, self.timeout
         me = dist.get_rank()
         error = _check_block(x, p, me, None) or _check_grad(x, p)
+        if error is not None:
+            raise error
         device = _device(x)
-        _agree(error, Call(p).key(), me, device, timeout)
         backend = str(dist.get_backend())
         if _wants_grad(x):
             return CrossRedistribute.apply(x, p, me, device, timeout, backend)
@@ -475,24 +479,28 @@ def run_many(programs: Sequence[CrossProgram], xs: Sequence[torch.Tensor | None]
     """The checked programs on this rank: each one's finish on its source mesh, then the
     joint rounds; this rank's block of each destination (None off its mesh)."""
     held: list[Held] = []
-    for p, x in zip(programs, xs, strict=True):
-        x = _finish(p, x, me, timeout, backend)
-        on_src = p.src_mesh.global_ranks
-        held.append([(_box(cross_boxes(p.sent, p.src_mesh)[on_src.index(me)]), x)] if x is not None else [])
+    outs: list[tuple[Box, torch.Tensor] | None] = []
     dtypes = [to_torch_dtype(p.src.dtype) for p in programs]
+    for p, x, dtype in zip(programs, xs, dtypes, strict=True):
+        x = _finish(p, x, me, timeout, backend)
+        on_src, on_dst = p.src_mesh.global_ranks, p.dst_mesh.global_ranks
+        held.append([(_box(cross_boxes(p.sent, p.src_mesh)[on_src.index(me)]), x)] if x is not None else [])
+        if me in on_dst:
+            j = on_dst.index(me)
+            shape = local_shapes(p.dst, p.dst_mesh)[j]
+            outs.append((_box(cross_boxes(p.dst, p.dst_mesh)[j]), torch.empty(shape, dtype=dtype, device=device)))
+        else:
+            outs.append(None)
+    placed: list[set[Box]] = [set() for _ in programs]
     for rnd in rounds(programs, me):
-        for i, piece in _round(held, rnd, dtypes, device):
+        for i, piece, in_place in _round(held, outs, rnd, dtypes, device):
             held[i].append(piece)
-    out: list[torch.Tensor | None] = []
-    for p, h, dtype in zip(programs, held, dtypes, strict=True):
-        on_dst = p.dst_mesh.global_ranks
-        if me not in on_dst:
-            out.append(None)
-            continue
-        j = on_dst.index(me)
-        out.append(_assemble(h, _box(cross_boxes(p.dst, p.dst_mesh)[j]), local_shapes(p.dst, p.dst_mesh)[j],
-                             dtype, device))
-    return out
+            if in_place:
+                placed[i].add(piece[0])
+    for h, out, done in zip(held, outs, placed, strict=True):
+        if out is not None:
+            _assemble(h, done, *out)
+    return [None if out is None else out[1] for out in outs]
 
 
 def _finish(p: CrossProgram, x: torch.Tensor | None, me: int, timeout: timedelta | None,
@@ -527,23 +535,49 @@ def _box(b: Any) -> Box:
     return tuple((int(lo), int(hi)) for lo, hi in b)
 
 
-def _round(held: list[Held], rnd: Round, dtypes: Sequence[torch.dtype],
-           device: torch.device) -> list[tuple[int, tuple[Box, torch.Tensor]]]:
-    """One batched round of point-to-point messages; the pieces this rank received."""
+def _round(held: list[Held], outs: Sequence[tuple[Box, torch.Tensor] | None], rnd: Round,
+           dtypes: Sequence[torch.dtype], device: torch.device) -> list[tuple[int, tuple[Box, torch.Tensor], bool]]:
+    """One batched round of point-to-point messages; the pieces this rank received (and
+    whether each landed in its output already). A message of one piece goes without a
+    copy where it can: sent from a contiguous block as it is, received into the
+    contiguous run of the output it fills."""
     ops, incoming = [], []
     for m in rnd.sends:
-        buf = torch.empty(m.nbytes, dtype=torch.uint8, device=device)
-        for pc in m.pieces:
-            _view(buf, pc, dtypes[pc.i]).copy_(_cut(held[pc.i], pc.box))
+        if len(m.pieces) == 1 and (t := _cut(held[m.pieces[0].i], m.pieces[0].box)).is_contiguous():
+            buf = t.reshape(-1).view(torch.uint8)
+        else:
+            buf = torch.empty(m.nbytes, dtype=torch.uint8, device=device)
+            for pc in m.pieces:
+                _view(buf, pc, dtypes[pc.i]).copy_(_cut(held[pc.i], pc.box))
         ops.append(dist.P2POp(dist.isend, buf, m.peer))
     for m in rnd.recvs:
-        buf = torch.empty(m.nbytes, dtype=torch.uint8, device=device)
+        run = output_run(outs[m.pieces[0].i], m.pieces[0].box) if len(m.pieces) == 1 else None
+        buf = torch.empty(m.nbytes, dtype=torch.uint8, device=device) if run is None else run.view(torch.uint8)
         ops.append(dist.P2POp(dist.irecv, buf, m.peer))
-        incoming.append((m, buf))
+        incoming.append((m, buf, run is not None))
     if ops:
         for req in dist.batch_isend_irecv(ops):
             req.wait()
-    return [(pc.i, (pc.box, _view(buf, pc, dtypes[pc.i]))) for m, buf in incoming for pc in m.pieces]
+    return [(pc.i, (pc.box, _view(buf, pc, dtypes[pc.i])), in_place)
+            for m, buf, in_place in incoming for pc in m.pieces]
+
+
+def output_run(out: tuple[Box, torch.Tensor] | None, box: Box) -> torch.Tensor | None:
+    """The flat run of the output that the global ``box`` fills, where it is one run
+    (dims before the one it cuts of extent 1, dims after it whole), else None."""
+    if out is None:
+        return None
+    at, t = out
+    if not all(olo <= lo and hi <= ohi for (lo, hi), (olo, ohi) in zip(box, at, strict=True)):
+        return None
+    k = next((k for k, (lo, hi) in enumerate(box) if hi - lo != 1), len(box))
+    if any(b != o for b, o in zip(box[k + 1:], at[k + 1:], strict=True)):
+        return None
+    flat, n = 0, 1
+    for (lo, _), (olo, ohi) in reversed(list(zip(box, at, strict=True))):
+        flat += (lo - olo) * n
+        n *= ohi - olo
+    return t.view(-1)[flat:flat + _numel(box)]
 
 
 def _view(buf: torch.Tensor, pc: Piece, dtype: torch.dtype) -> torch.Tensor:
@@ -557,13 +591,14 @@ def _cut(held: Held, box: Box) -> torch.Tensor:
     raise AssertionError(f"rank asked to send {box}, which it does not hold")
 
 
-def _assemble(held: Held, box: Box, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    out = torch.empty(shape, dtype=dtype, device=device)
+def _assemble(held: Held, placed: set[Box], box: Box, out: torch.Tensor) -> None:
+    """Fill the rest of the output from the pieces held (those received in place are there)."""
     for b, t in held:
+        if b in placed:
+            continue
         lo = [max(a[0], c[0]) for a, c in zip(box, b, strict=True)]
         hi = [min(a[1], c[1]) for a, c in zip(box, b, strict=True)]
         if any(h <= lo_ for lo_, h in zip(lo, hi, strict=True)):
             continue
         out[tuple(slice(l_ - a[0], h - a[0]) for l_, h, a in zip(lo, hi, box, strict=True))] = \
             t[tuple(slice(l_ - c[0], h - c[0]) for l_, h, c in zip(lo, hi, b, strict=True))]
-    return out
