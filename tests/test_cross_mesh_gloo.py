@@ -233,6 +233,11 @@ def _many_cases(rank: int, world: int) -> dict:
     ys = redistribute_many(xs, [s for s, _ in MANY], [d for _, d in MANY], "fsdp=4@[0-3]",
                            dst_mesh="rep=2,tp=2@[4-7]", timeout=20)
     out["many"] = [None if y is None else y.double().numpy() for y in ys]
+    from torch_backend.mesh_transfer import redistributor_many
+
+    joint = redistributor_many([s for s, _ in MANY], [d for _, d in MANY], "fsdp=4@[0-3]", "rep=2,tp=2@[4-7]",
+                               timeout=20)
+    out["joint"] = [[None if y is None else y.double().numpy() for y in joint(xs)] for _ in range(2)]
     # DTensor in, DTensor out: DeviceMeshes over the two rank sets, read as the meshes' ranks
     # (made without their own process groups, which a DTensor's local view does not need)
     src_dm = DeviceMesh("cpu", [0, 1, 2, 3], mesh_dim_names=("fsdp",), _init_backend=False)
@@ -267,11 +272,11 @@ def test_redistribute_many_across_meshes(gloo_many):
     for k, (src, dst) in enumerate(MANY):
         sim, oracle = _expected(src, "fsdp=4@[0-3]", dst, "rep=2,tp=2@[4-7]", 20 + k)
         for rank in range(8):
-            y = gloo_many[rank]["many"][k]
-            assert (y is None) == (oracle[rank] is None), (k, rank)
-            if y is not None:
-                np.testing.assert_array_equal(y, oracle[rank], err_msg=f"{dst} rank {rank}")
-                np.testing.assert_array_equal(y, np.asarray(sim[rank], dtype=np.float64))
+            for y in [gloo_many[rank]["many"][k]] + [call[k] for call in gloo_many[rank]["joint"]]:
+                assert (y is None) == (oracle[rank] is None), (k, rank)
+                if y is not None:
+                    np.testing.assert_array_equal(y, oracle[rank], err_msg=f"{dst} rank {rank}")
+                    np.testing.assert_array_equal(y, np.asarray(sim[rank], dtype=np.float64))
 
 
 def test_dtensor_in_dtensor_out_across_meshes(gloo_many):

@@ -284,6 +284,53 @@ class CrossRedistributor:
         return f"CrossRedistributor({p.src} on {p.src_mesh} -> {p.dst} on {p.dst_mesh})"
 
 
+def redistributor_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Any,
+                       dst_mesh: Any, *, timeout: timedelta | float | None = None) -> CrossManyRedistributor:
+    """``redistribute_many(..., dst_mesh=)`` prepared for many calls (a weight sync after
+    every update): the programs compiled and the world agreed now, every rank alike."""
+    timeout = check_timeout(timeout)
+    _world_checks()
+    me = dist.get_rank()
+    programs: list[CrossProgram] = []
+    error = None
+    try:
+        if not (len(srcs) == len(dsts)) or not srcs:
+            raise SpecError(f"got {len(srcs)} source types and {len(dsts)} destination types",
+                            hint="pass one source and one destination type per tensor (at least one)")
+        for s, d in zip(srcs, dsts, strict=True):
+            programs.append(plan(s, d, mesh, dst_mesh))
+            _check_world(programs[-1])
+    except SpecError as e:
+        error = e
+    _agree(error, "|".join(Call(p).key() for p in programs) if error is None else "", me, _device(None), timeout)
+    return CrossManyRedistributor(tuple(programs), timeout)
+
+
+class CrossManyRedistributor:
+    """Compiled joint cross-mesh moves; call it on this rank's blocks (None off the source
+    mesh). Each call checks its blocks on its own rank, as ``CrossRedistributor`` does."""
+
+    def __init__(self, programs: tuple[CrossProgram, ...], timeout: timedelta | None) -> None:
+        self.programs = programs
+        self.timeout = timeout
+
+    def __call__(self, xs: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
+        me = dist.get_rank()
+        if isinstance(xs, torch.Tensor) or not isinstance(xs, Sequence) or len(xs) != len(self.programs):
+            raise SpecError(f"expected a sequence of {len(self.programs)} blocks (None off the source mesh)",
+                            hint="pass one block per tensor the redistributor was prepared for")
+        for i, (p, x) in enumerate(zip(self.programs, xs, strict=True)):
+            error = _check_block(x, p, me, i)
+            if error is None and _wants_grad(x):
+                error = SpecError("a joint cross-mesh move does not carry gradients yet",
+                                  hint="detach the tensors or run under torch.no_grad()")
+            if error is not None:
+                raise error
+        with torch.no_grad():
+            return run_many(self.programs, xs, me, _device(next((x for x in xs if x is not None), None)),
+                            self.timeout, str(dist.get_backend()))
+
+
 def _wants_grad(x: object) -> bool:
     return isinstance(x, torch.Tensor) and x.requires_grad and torch.is_grad_enabled()
 
