@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 
 import lowering
+from lowering.cross_mesh import CrossProgram
 from lowering.program import Program
 from spec_lang.errors import SpecError
 from spec_lang.ir import DTYPE_HINT, canonical_dtype
@@ -30,25 +31,44 @@ class RunSpec:
     bench: int = 0
     timeout: float = 60.0
     progress_bar: bool = False
+    to_mesh: str | None = None  # a cross-mesh run: dst laid out on this mesh
     fault: str | None = field(default_factory=lambda: os.environ.get("SHARDC_FAULT"))
 
 
-def compile_spec(spec: RunSpec) -> Program:
-    """The program every rank runs; a SpecError for anything a rank would refuse before its
-    first collective that the parent can see: a dtype torch cannot hold, a reduction torch
-    cannot add. Errors about the types quote them as they were typed."""
+def compile_spec(spec: RunSpec) -> Program | CrossProgram:
+    """The program every rank runs (a CrossProgram with ``to_mesh``); a SpecError for
+    anything a rank would refuse before its first collective that the parent can see: a
+    dtype torch cannot hold, a reduction torch cannot add. Errors about the types quote
+    them as they were typed."""
     name = None if spec.dtype is None else canonical_dtype(spec.dtype)
     if spec.dtype is not None and name is None:
         raise SpecError(f"unknown dtype {spec.dtype!r}", text=spec.dtype, pos=0, hint=DTYPE_HINT)
+    if spec.to_mesh is not None:
+        cross = lowering.compile(spec.src, spec.dst, spec.mesh, dst_mesh=spec.to_mesh)
+        if name is not None and name != cross.src.dtype:
+            cross = lowering.compile(cross.src.replace(dtype=name), cross.dst.replace(dtype=name), cross.src_mesh,
+                                     dst_mesh=cross.dst_mesh)
+        _check_held(cross.src.dtype, spec)
+        if cross.finish is not None:
+            _check_reductions(cross.finish)
+        return cross
     program = lowering.compile(spec.src, spec.dst, spec.mesh)
     if name is not None and name != program.src.dtype:
         # the plan depends on the dtype (bytes against a fixed charge per collective)
         program = lowering.compile(program.src.replace(dtype=name), program.dst.replace(dtype=name), program.mesh)
-    if program.src.dtype not in TORCH_HELD:
+    _check_held(program.src.dtype, spec)
+    _check_reductions(program)
+    return program
+
+
+def _check_held(dtype: str, spec: RunSpec) -> None:
+    if dtype not in TORCH_HELD:
         text = spec.dtype if spec.dtype is not None else spec.src
-        raise not_held(program.src.dtype, text=text, pos=len(text) - len(text.lstrip()))
+        raise not_held(dtype, text=text, pos=len(text) - len(text.lstrip()))
+
+
+def _check_reductions(program: Program) -> None:
     if any(step.op is not None for step in program.steps):
         from torch_backend.dtypes import check_reductions  # imports torch: only where it can matter
 
         check_reductions(program)
-    return program

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from lowering.cross_mesh import CrossProgram
 from lowering.program import Program, Step
 from torch_backend.data import block, expected_block, global_tensor
 from torch_backend.executor import execute
@@ -143,6 +144,8 @@ def run_rank(spec: RunSpec, store: Any) -> dict[str, Any]:
     rank, world = dist.get_rank(), dist.get_world_size()
     program = compile_spec(spec)
     device = torch.device("cuda", torch.cuda.current_device()) if spec.backend == "nccl" else torch.device("cpu")
+    if isinstance(program, CrossProgram):
+        return run_cross_rank(program, spec, store, device)
     ctx = context(program.mesh, timeout=spec.timeout)
     mon = Monitor(store, rank, world, spec.fault)
     report: dict[str, Any] = {"rank": rank, "ok": False, "check": None, "error": None, "device": str(device)}
@@ -166,6 +169,51 @@ def run_rank(spec: RunSpec, store: Any) -> dict[str, Any]:
         why = mon.diagnose()
         if why:
             report["error"] += f" [{why}]"
+        report["collective"] = True
+        mon.failed(report["error"])
+    except Exception as e:
+        report["error"] = f"{type(e).__name__}: {e}"
+        mon.failed(report["error"])
+    return report
+
+
+def run_cross_rank(program: CrossProgram, spec: RunSpec, store: Any, device: torch.device) -> dict[str, Any]:
+    """``shardc run --to-mesh``: this rank's part of the cross-mesh move (its block of the
+    source where it is on the source mesh, None elsewhere), checked against the
+    destination's block of the same global tensor (None off the destination mesh)."""
+    from torch_backend.mesh_transfer import redistributor
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mon = Monitor(store, rank, world, None)
+    report: dict[str, Any] = {"rank": rank, "ok": False, "check": None, "error": None, "device": str(device)}
+    on_src, on_dst = program.src_mesh.global_ranks, program.dst_mesh.global_ranks
+    try:
+        g = global_tensor(program.src, device=device)
+        x = block(program.src, program.src_mesh, g, on_src.index(rank)) if rank in on_src else None
+        f = redistributor(program.src, program.dst, program.src_mesh, program.dst_mesh, timeout=spec.timeout)
+        t0 = time.perf_counter()
+        y = f(x)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        report["time_s"] = time.perf_counter() - t0
+        if spec.check:
+            if rank in on_dst:
+                want = _widest(expected_block(program.dst, program.dst_mesh, g, on_dst.index(rank)))
+                report["check"] = y is not None and tuple(y.shape) == tuple(want.shape) and \
+                    bool(torch.equal(_widest(y), want))
+            else:
+                report["check"] = y is None
+        if spec.bench:
+            totals = []
+            for _ in range(spec.bench):
+                dist.barrier()
+                t0 = time.perf_counter()
+                f(x)
+                totals.append(time.perf_counter() - t0)
+            report.update(bench_total_s=statistics.median(totals), bench_steps_s=[])
+        report["ok"] = report["check"] is not False
+    except CollectiveError as e:
+        report["error"] = f"CollectiveError: {e}"
         report["collective"] = True
         mon.failed(report["error"])
     except Exception as e:

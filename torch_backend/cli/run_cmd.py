@@ -25,6 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("src", help="source type, e.g. 'f32[12@(dp,tp),10]'")
     p.add_argument("dst", help="destination type, e.g. 'f32[12@tp,10]'")
     p.add_argument("--mesh", required=True, help="mesh, e.g. dp=2,tp=4 (its size is the number of ranks)")
+    p.add_argument("--to-mesh", default=None, metavar="MESH",
+                   help="move to DST laid out on this mesh over named ranks (a cross-mesh run over the union "
+                   "of both meshes' ranks), e.g. --mesh 'fsdp=4@[0-3]' --to-mesh 'rep=2,tp=2@[4-7]'")
     p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto",
                    help="auto: NCCL when every rank can have its own GPU, else gloo on CPU")
     p.add_argument("--dtype", default=None, help="run with this dtype instead of the types' (f32, bf16, i32, ...)")
@@ -46,14 +49,16 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError("--bench must be >= 0", hint="give the number of timed runs, e.g. --bench 20")
     check_timeout_s(args.timeout, "--timeout", "give seconds, e.g. --timeout 30")
     spec = RunSpec(mesh=args.mesh, src=args.src, dst=args.dst, dtype=args.dtype, check=args.check,
-                   bench=args.bench, timeout=args.timeout)
+                   bench=args.bench, timeout=args.timeout, to_mesh=args.to_mesh)
     program = compile_spec(spec)  # every SpecError before any process starts
-    world = program.mesh.size
+    cross = args.to_mesh is not None
+    world = program.world if cross else program.mesh.size
+    mesh = f"{program.src_mesh} and {program.dst_mesh}" if cross else program.mesh
     if launcher.under_torchrun():
         if int(os.environ["WORLD_SIZE"]) != world:
-            raise SpecError(f"torchrun started {os.environ['WORLD_SIZE']} ranks but the mesh {program.mesh} "
+            raise SpecError(f"torchrun started {os.environ['WORLD_SIZE']} ranks but the mesh {mesh} "
                             f"has {world}", hint=f"use torchrun --nproc-per-node ... so that there are {world} ranks")
-    launcher.prepare_local_ranks(world, program.mesh)
+    launcher.prepare_local_ranks(world, mesh)
     spec.backend = launcher.choose_backend(args.backend, world)
     if spec.backend == "nccl":
         import torch
@@ -82,15 +87,16 @@ def run(args: argparse.Namespace) -> int:
 
 def _print(args: argparse.Namespace, program: Any, result: Any) -> None:
     reports = result.reports
+    cross = getattr(args, "to_mesh", None) is not None  # a CrossProgram: timed as a whole
     bench_steps = [max(r.get("bench_steps_s", [0.0])[i] for r in reports.values())
-                   for i in range(len(program.steps))] if args.bench and result.ok else []
+                   for i in range(len(program.steps))] if args.bench and result.ok and not cross else []
     total = (max(r["bench_total_s"] for r in reports.values()) if args.bench and result.ok
              else max((r.get("time_s", 0.0) for r in reports.values()), default=0.0))
     device = next((r.get("device") for r in reports.values() if r.get("device")), "cpu")
     if args.json:
         steps = []
-        for i, s in enumerate(program.steps):
-            d = s.to_json()
+        for i, s in enumerate(program.to_json()["steps"] if cross else program.steps):
+            d = s if cross else s.to_json()
             if bench_steps:
                 d["time_s"] = bench_steps[i]
             steps.append(d)
@@ -110,8 +116,11 @@ def _print(args: argparse.Namespace, program: Any, result: Any) -> None:
         print(result.message, file=sys.stderr)
         return
     if args.check:
-        print(f"check: every rank holds its block of {program.dst}")
-    if args.bench:
+        print(f"check: every rank holds its block of {program.dst}"
+              + (f" on {program.dst_mesh}, the others None" if cross else ""))
+    if args.bench and cross:
+        print(f"time (median of {args.bench} runs, slowest rank): {time_text(total)}")
+    elif args.bench:
         width = max((len(s.describe()) for s in program.steps), default=5)
         print(f"time (median of {args.bench} runs, slowest rank):")
         for i, s in enumerate(program.steps):
