@@ -337,3 +337,42 @@ def test_a_piece_lands_in_place_only_where_it_is_one_run_of_the_output():
         if run is not None:
             np.testing.assert_array_equal(run.numpy(), out[sl].reshape(-1).numpy())
     assert output_run((at, out), ((0, 2), (10, 13), (0, 4))) is None  # not inside the output
+
+
+def _across_a_new_world(rank: int, world: int, path: str) -> dict:
+    """The same cross-mesh finish before and after the world is destroyed and made again:
+    the groups kept for it belong to the old world and must not be used in the new one."""
+    from datetime import timedelta
+
+    from torch_backend import redistribute
+
+    def move() -> np.ndarray | None:
+        _, xs, _ = inputs("f32[8,8@dp]{U:tp}", "dp=2,tp=2", 3)
+        x = None if xs[rank] is None else torch.from_numpy(xs[rank])
+        y = redistribute(x, "f32[8,8@dp]{U:tp}", "f32[8,8@tp]", "dp=2,tp=2", dst_mesh="tp=2@[4,5]", timeout=9)
+        return None if y is None else y.numpy()
+
+    first = move()
+    dist.destroy_process_group()
+    dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=30))
+    second = move()
+    gathered = redistribute(torch.full((2, 4), float(rank)), "f32[8@dp,4]", "f32[8,4]", "dp=4,tp=2", timeout=9)
+    return {"first": first, "second": second, "gathered": gathered.numpy()}
+
+
+def test_a_new_world_gets_new_groups(tmp_path):
+    import functools
+
+    from torch_utils import run_once
+
+    got = run_once(8, functools.partial(_across_a_new_world, path=str(tmp_path / "store")),
+                   collective_timeout_s=30, timeout_s=90)
+    _, oracle = _expected("f32[8,8@dp]{U:tp}", "dp=2,tp=2", "f32[8,8@tp]", "tp=2@[4,5]", 3)
+    for r in range(8):
+        for y in (got[r]["first"], got[r]["second"]):
+            assert (y is None) == (oracle[r] is None), r
+            if y is not None:
+                np.testing.assert_array_equal(y, oracle[r])
+        want = np.repeat(np.arange(0.0, 8.0, 2.0) + r % 2, 2)[:, None] * np.ones((8, 4))
+        np.testing.assert_array_equal(got[r]["gathered"], want)
