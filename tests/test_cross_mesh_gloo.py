@@ -252,6 +252,13 @@ def _many_cases(rank: int, world: int) -> dict:
                      None if rank < 4 else src_dm, dst_mesh=dst_dm, timeout=20)
     out["dtensor"] = None if y is None else (type(y).__name__, [str(p) for p in y.placements],
                                              y.to_local().numpy(), y.full_tensor().numpy() if False else None)
+    # a stated source type that is not the DTensor's layout: every rank fails before any message
+    try:
+        redistribute(x, "f32[16,8@fsdp]", "f32[16,8@tp]{R:rep}", None if rank < 4 else src_dm, dst_mesh=dst_dm,
+                     timeout=20)
+        out["dtensor-mismatch"] = "no error"
+    except ValueError as e:
+        out["dtensor-mismatch"] = f"{type(e).__name__}: {e}"
     # one rank asks for another destination: every rank fails before any message
     try:
         redistribute(xs[0], MANY[0][0], "f32[16,8@tp]" + ("" if rank == 5 else "{R:rep}"), "fsdp=4@[0-3]",
@@ -376,3 +383,10 @@ def test_a_new_world_gets_new_groups(tmp_path):
                 np.testing.assert_array_equal(y, oracle[r])
         want = np.repeat(np.arange(0.0, 8.0, 2.0) + r % 2, 2)[:, None] * np.ones((8, 4))
         np.testing.assert_array_equal(got[r]["gathered"], want)
+
+
+def test_a_dtensor_that_is_not_its_stated_type_fails_everywhere(gloo_many):
+    for rank in range(8):
+        msg = gloo_many[rank]["dtensor-mismatch"]
+        assert msg.startswith("SpecError"), (rank, msg)
+        assert ("does not match the DTensor" in msg) if rank < 4 else ("rank(s) [0, 1, 2, 3]" in msg), (rank, msg)

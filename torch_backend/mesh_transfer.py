@@ -35,7 +35,7 @@ from lowering.layout import local_shapes
 from spec_lang.dual import check_differentiable, dual_type
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
-from spec_lang.parser import parse_mesh
+from spec_lang.parser import parse, parse_mesh
 from torch_backend import collectives, local_steps, uneven_steps  # noqa: F401 - each registers its runners
 from torch_backend.dtypes import check_reductions, to_torch_dtype
 from torch_backend.groups import (
@@ -75,6 +75,14 @@ def plan(src: TensorType | str, dst: TensorType | str, mesh: Any, dst_mesh: Any)
     if p.finish is not None:
         check_reductions(p.finish)
     return p
+
+
+def _bad_argument(e: Exception) -> SpecError:
+    """A check that failed on an argument of the wrong kind, as a SpecError: it must reach
+    the agreement like any other, or the other ranks would wait for this one."""
+    return SpecError(f"a cross-mesh call's argument is not what it should be ({type(e).__name__}: {e})",
+                     hint="pass type strings or TensorTypes, meshes as strings, spec_lang Meshes or named "
+                          "DeviceMeshes, and each rank's block as a tensor (None off the source mesh)")
 
 
 def _world_checks() -> None:
@@ -156,6 +164,8 @@ def redistribute_many(xs: Sequence[Any], srcs: Sequence[TensorType | str | None]
             error = error or (_check_grad(local, call.program) if one else None)
     except SpecError as e:
         error = e
+    except (TypeError, AttributeError, IndexError, KeyError) as e:  # an argument of the wrong kind
+        error = _bad_argument(e)
     device = _device(next((t for t in locals_ if t is not None), None))
     _agree(error, "|".join(c.key() for c in calls) if error is None else "", me, device, timeout)
     assert error is None  # _agree raised it
@@ -216,8 +226,9 @@ def _dtensor_type(x: Any) -> TensorType:
 
 def _same_layout(stated: TensorType | str, actual: TensorType, mesh: Mesh) -> bool:
     """The same blocks on every rank, the same pending reductions, dtype and shape."""
-    s = lowering.check_type(stated, Mesh(mesh.names, mesh.sizes))
     plain = Mesh(mesh.names, mesh.sizes)
+    s = stated if isinstance(stated, TensorType) else parse(stated)
+    lowering.check_type(s, plain)
     return (s.dtype == actual.dtype and s.shape == actual.shape
             and {a: at for a, at in s.axis_types if at.kind == "P"}
             == {a: at for a, at in actual.axis_types if at.kind == "P"}
@@ -251,6 +262,8 @@ def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Any, dst_m
         error = None
     except SpecError as e:
         error = e
+    except (TypeError, AttributeError, IndexError, KeyError) as e:  # an argument of the wrong kind
+        error = _bad_argument(e)
     device = _device(None)
     _agree(error, Call(p).key() if error is None else "", me, device, timeout)
     return CrossRedistributor(p, timeout)
@@ -302,6 +315,8 @@ def redistributor_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorTy
             _check_world(programs[-1])
     except SpecError as e:
         error = e
+    except (TypeError, AttributeError, IndexError, KeyError) as e:  # an argument of the wrong kind
+        error = _bad_argument(e)
     _agree(error, "|".join(Call(p).key() for p in programs) if error is None else "", me, _device(None), timeout)
     return CrossManyRedistributor(tuple(programs), timeout)
 
