@@ -51,7 +51,7 @@ from lowering.checks import (
 from lowering.cost import DEFAULT_COST_MODEL, SPARE_AXIS_BYTES, CostModel, as_cost_model
 from lowering.cross_mesh import CrossProgram, check_cross_types, cross_program, finished_types
 from lowering.fallback import fallback_routes
-from lowering.kinds import COLLECTIVE_KINDS, dual_kind, kind_of, make_step, priced_step
+from lowering.kinds import COLLECTIVE_KINDS, LAUNCHES, dual_kind, kind_of, make_step, priced_step
 from lowering.kinds.base import drop_unit_axes, replicated_axes, splits_integer_average
 from lowering.labels import (
     Label,
@@ -305,7 +305,7 @@ def _normal_form(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
                 state = nxt
     if state != goal:
         return None
-    colls = sum(1 for _, mv in path if mv.kind in COLLECTIVE_KINDS)
+    colls = sum(LAUNCHES[mv.kind] for _, mv in path)
     if colls == 0:
         return path
     if colls > 1:
@@ -447,7 +447,7 @@ def _search_labels(ctx: SearchContext, start: TensorType, op: str, max_labels: i
                 continue
             if gap and work < exact and ctx.future(mv.dst) > 0:  # a collective is still due after it
                 before = ctx.floor_before(lab, mv)
-                if before > best_key[0] or set_aside(before, lab.colls + (mv.kind in COLLECTIVE_KINDS) + 1):
+                if before > best_key[0] or set_aside(before, lab.colls + LAUNCHES[mv.kind] + 1):
                     continue  # (above the best, the exact bound would drop it too)
             lab2 = ctx.extend(lab, state, mv, best_key)
             if lab2 is None or dominated(held, lab2):
