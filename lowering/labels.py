@@ -91,7 +91,9 @@ class SearchContext:
         """The spare-axis charge due after ``mv`` (which runs ``coll`` collectives), its spare
         collectives, and whether a spare axis was sliced."""
         on_spare = not self.spare.isdisjoint(mv.axes)
-        n_spare = lab.spare_colls + (coll if on_spare else 0)
+        # a relay's group holds the axes whose role changes, so its first phase is the
+        # exchange the data needs anyway: only its second is the collective a spare axis adds
+        n_spare = lab.spare_colls + (min(coll, max(1, coll - 1)) if on_spare else 0)
         sliced = lab.spare_sliced or (on_spare and not coll)
         return self.charge * max(n_spare, int(sliced)), n_spare, sliced
 

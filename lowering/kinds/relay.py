@@ -119,9 +119,12 @@ def _split(box: np.ndarray, parts: int) -> list[np.ndarray]:
     return out
 
 
-def _assign(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n: int) -> tuple[
-        list[Hop], list[Hop], np.ndarray]:
-    """Greedy owners: (phase 1 hops, phase 2 hops, per-member moved elements)."""
+def _assign(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], n: int,
+            holders_fan: bool) -> tuple[list[Hop], list[Hop], np.ndarray]:
+    """Greedy owners: (phase 1 hops, phase 2 hops, per-member moved elements). ``holders_fan``:
+    a holder that does not need a part may fan it out itself (else only ranks that need it
+    own it: where holders are few, what they keep sending decides, which a greedy choice
+    one part at a time does not see)."""
     s1, r1, s2, r2 = (np.zeros(n, dtype=np.int64) for _ in range(4))
 
     def cost(i: int) -> int:
@@ -129,12 +132,13 @@ def _assign(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n: int) -> t
 
     hops1: list[Hop] = []
     hops2: list[Hop] = []
-    for box, held, need in parts:
+    for box, held, need, wanted in parts:
         size = int(np.prod(box[:, 1] - box[:, 0]))
         wants = np.flatnonzero(need)
         holders = np.flatnonzero(held)
         best: tuple[tuple[int, int, int], int, int] | None = None
-        for o in sorted(set(wants.tolist()) | set(holders.tolist())):
+        owners = holders if holders_fan else np.flatnonzero(held & wanted)
+        for o in sorted(set(wants.tolist()) | set(owners.tolist())):
             fan = len(wants) - int(need[o])
             if held[o]:
                 after = int(max(s1[o], r1[o]) + max(s2[o] + size * fan, r2[o]))
@@ -162,24 +166,25 @@ def _assign(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n: int) -> t
     return hops1, hops2, moved
 
 
-def _route(sb: np.ndarray, db: np.ndarray, members: tuple[int, ...], split: bool) -> tuple[Routes, np.ndarray]:
+def _route(sb: np.ndarray, db: np.ndarray, members: tuple[int, ...], split: bool,
+           holders_fan: bool) -> tuple[Routes, np.ndarray]:
     atoms = _atoms(sb, db)
     held, wanted = _inside(atoms, sb), _inside(atoms, db)
     need = wanted & ~held
     keep = tuple((int(i), tuple((int(lo), int(hi)) for lo, hi in atoms[a]))
                  for a, i in zip(*np.nonzero(wanted & held)))
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     first: list[bool] = []
     for a in np.flatnonzero(need.any(axis=1)):
         k = int(need[a].sum())
         for b in (_split(atoms[a], k) if split and k > 1 else [atoms[a]]):
-            parts.append((b, held[a], need[a]))
+            parts.append((b, held[a], need[a], wanted[a]))
             first.append(bool((held[a] & wanted[a]).any()))
     # parts that a rank which needs them already holds first (it fans them out with no
     # phase 1), then the larger fan-outs; ties in atom order: the same routes on every rank
     order = sorted(range(len(parts)), key=lambda i: (
         not first[i], -int(np.prod(parts[i][0][:, 1] - parts[i][0][:, 0])) * int(parts[i][2].sum()), i))
-    hops1, hops2, moved = _assign([parts[i] for i in order], len(members))
+    hops1, hops2, moved = _assign([parts[i] for i in order], len(members), holders_fan)
     return Routes(members, tuple(hops1), tuple(hops2), keep), moved
 
 
@@ -210,7 +215,8 @@ def _phase_load(hops: Sequence[Hop], n: int) -> tuple[np.ndarray, np.ndarray]:
 @cached(maxsize=256, max_bytes=8 * MIB)
 def relay_plan(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> RelayPlan:
     """The relay's routes over ``axes`` (computed once per distinct group pattern, with and
-    without cutting atoms into parts: the cheaper by the busiest rank, ties uncut)."""
+    without cutting atoms into parts, with and without holders fanning out: the cheapest
+    by the busiest rank, ties to the first)."""
     sb, db = boxes(src, mesh), boxes(dst, mesh)
     groups = np.sort(group_arrays(mesh, axes)[1], axis=1)
     group_of = np.empty(mesh.size, dtype=np.int64)
@@ -230,8 +236,8 @@ def relay_plan(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ..
         if key not in seen:
             mem = tuple(range(len(members)))
             best: tuple[Routes, np.ndarray] | None = None
-            for split in (False, True):
-                r, m = _route(rs, rd, mem, split)
+            for split, fan in ((False, True), (True, True), (False, False), (True, False)):
+                r, m = _route(rs, rd, mem, split, fan)
                 if best is None or int(m.max(initial=0)) < int(best[1].max(initial=0)):
                     best = (r, m)
             assert best is not None
