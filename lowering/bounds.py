@@ -138,7 +138,8 @@ def receive_need(state: TensorType, goal: TensorType, mesh: Mesh) -> np.ndarray:
 
 
 @cached(maxsize=4096)
-def _lower_bound(src: TensorType, dst: TensorType, mesh: Mesh) -> int:
+def bound_bytes(src: TensorType, dst: TensorType, mesh: Mesh) -> int:
+    """``lower_bound`` of IR, cached (the search asks it of the states it relays from)."""
     return int(lower_bound_detail(src, dst, mesh)["bytes"])
 
 
@@ -149,7 +150,7 @@ def lower_bound(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str) 
     s, m = resolve(src, mesh)
     d, _ = resolve(dst, m)
     check_same_global(s, d)
-    return _lower_bound(s, d, m)
+    return bound_bytes(s, d, m)
 
 
 @cached(maxsize=16384)  # keys hold search states: keep their count modest

@@ -10,11 +10,15 @@ import itertools
 from collections.abc import Iterator
 from typing import NamedTuple
 
+import numpy as np
+
+from lowering.bounds import bound_bytes
 from lowering.caching import cached
 from lowering.kinds.base import erase, kind_of, replicated_axes, splits_integer_average
 from lowering.kinds.exchange import involved_axes
 from lowering.kinds.relay import MAX_PARTS, relay_parts
 from lowering.kinds.uneven_exchange import group_axes, is_gather
+from lowering.layout import local_numel
 from spec_lang.ir import AxisType, Dim, Mesh, TensorType
 
 # the largest world on which the search offers relays (their routes are chosen per group
@@ -99,10 +103,14 @@ def relay_moves(a: TensorType, b: TensorType, mesh: Mesh, direct: Move) -> Itera
     whose replicas can share the sending and relaying)."""
     if a.partial_axes or b.partial_axes or a.is_uneven or b.is_uneven or mesh.size > _RELAY_WORLD:
         return
+    if 2 * int(np.count_nonzero(local_numel(a, mesh))) > mesh.size:
+        return  # most ranks hold data: not few holders (the relay's case; each relay prices a greedy)
     spec = kind_of(direct.kind)
-    if int(spec.price(a, b, mesh, direct.axes).max(initial=0)) <= int(
-            spec.received(a, b, mesh, direct.axes).max(initial=0)):
-        return
+    most = int(spec.moved(a, b, mesh, direct.axes).max(initial=0))
+    if most <= int(spec.received(a, b, mesh, direct.axes).max(initial=0)):
+        return  # the busiest rank is a receiver: no route receives less
+    if most * a.itemsize <= bound_bytes(a, b, mesh):
+        return  # the exchange is at the bound already
     spare = set(replicated_axes(a, mesh)) & set(replicated_axes(b, mesh))
     group = group_axes(a, b, mesh)
     wider = tuple(x for x in mesh.names if x in group or (x in spare and mesh.axis_size(x) > 1))
@@ -187,7 +195,8 @@ def moves(t: TensorType, goal: TensorType, mesh: Mesh, op: str, unspread: frozen
         m = exchange_move(t, target, mesh) or balanced_exchange_move(t, target, mesh)
         if m is not None:
             yield m
-            yield from relay_moves(t, target, mesh, m)
+            if nd is goal_dims:  # relays straight to the goal's dims (each one prices a greedy)
+                yield from relay_moves(t, target, mesh, m)
 
     # reductions of the pending partial axes (an integer average only over all of them at once)
     if pending:

@@ -53,31 +53,37 @@ from spec_lang.ir import Mesh, TensorType
 if TYPE_CHECKING:
     from lowering.program import Step
 
-# a group's atoms (parts included) beyond which the planner does not offer a relay: routes
-# are chosen by a Python loop over them, once per distinct group pattern
+# a group's parts (atoms cut for their fan-out) times its members beyond which the planner
+# does not offer a relay: routes are chosen by a loop over the parts, per group pattern
 MAX_PARTS = 1024
 
 
 @dataclass(frozen=True)
-class Hop:
-    """One part sent in one phase: member indices in the group's process-group order, the
-    global box, and whether the sender reads it from its input (else from its output,
-    where phase 1 put it)."""
-
-    sender: int
-    receiver: int
-    box: tuple[tuple[int, int], ...]
-    from_input: bool
-
-
-@dataclass(frozen=True)
 class Routes:
-    """One group's two phases (members in process-group order, sorted mesh ranks)."""
+    """One group's two phases, per part (members by index in sorted mesh-rank order): its
+    box, who holds it, who needs it (and lacks it), its owner and, where the owner does not
+    hold it, the holder that sends it to the owner in phase 1 (-1: none). In phase 2 the
+    owner sends it to every other rank that needs it."""
 
-    members: tuple[int, ...]
-    phase1: tuple[Hop, ...]
-    phase2: tuple[Hop, ...]
-    keep: tuple[tuple[int, tuple[tuple[int, int], ...]], ...]  # (member, box) copied input -> output
+    boxes: np.ndarray  # (parts, ndim, 2), relative to the group's corner
+    held: np.ndarray  # (parts, members) bool
+    need: np.ndarray  # (parts, members) bool
+    owner: np.ndarray  # (parts,)
+    sigma: np.ndarray  # (parts,)
+    keep: np.ndarray  # (atoms, ndim, 2) boxes some member holds and needs
+    keep_by: np.ndarray  # (atoms,) that member
+
+    def loads(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(s1, r1, s2, r2): elements each member sends and receives per phase."""
+        n = self.held.shape[1]
+        size = np.prod(self.boxes[:, :, 1] - self.boxes[:, :, 0], axis=1) if len(self.boxes) else np.zeros(0, np.int64)
+        hop = self.sigma >= 0
+        s1 = np.bincount(self.sigma[hop], weights=size[hop], minlength=n)
+        r1 = np.bincount(self.owner[hop], weights=size[hop], minlength=n)
+        others = self.need & (np.arange(n)[None, :] != self.owner[:, None])
+        s2 = np.bincount(self.owner, weights=size * others.sum(axis=1), minlength=n)
+        r2 = (others * size[:, None]).sum(axis=0)
+        return tuple(np.asarray(a, dtype=np.int64) for a in (s1, r1, s2, r2))  # type: ignore[return-value]
 
 
 def _cuts(sb: np.ndarray, db: np.ndarray, d: int) -> np.ndarray:
@@ -119,73 +125,61 @@ def _split(box: np.ndarray, parts: int) -> list[np.ndarray]:
     return out
 
 
-def _assign(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], n: int,
-            holders_fan: bool) -> tuple[list[Hop], list[Hop], np.ndarray]:
-    """Greedy owners: (phase 1 hops, phase 2 hops, per-member moved elements). ``holders_fan``:
-    a holder that does not need a part may fan it out itself (else only ranks that need it
-    own it: where holders are few, what they keep sending decides, which a greedy choice
-    one part at a time does not see)."""
+def _assign(boxes_: np.ndarray, held: np.ndarray, need: np.ndarray, wanted: np.ndarray,
+            holders_fan: bool) -> tuple[np.ndarray, np.ndarray, int]:
+    """Greedy owners, part by part in the given order: (owner, sigma, the busiest member's
+    elements). ``holders_fan``: a holder that does not need a part may fan it out itself
+    (else only ranks that need it own it: where holders are few, what they keep sending
+    decides, which a greedy choice one part at a time does not see)."""
+    parts, n = held.shape
     s1, r1, s2, r2 = (np.zeros(n, dtype=np.int64) for _ in range(4))
-
-    def cost(i: int) -> int:
-        return int(max(s1[i], r1[i]) + max(s2[i], r2[i]))
-
-    hops1: list[Hop] = []
-    hops2: list[Hop] = []
-    for box, held, need, wanted in parts:
-        size = int(np.prod(box[:, 1] - box[:, 0]))
-        wants = np.flatnonzero(need)
-        holders = np.flatnonzero(held)
-        best: tuple[tuple[int, int, int], int, int] | None = None
-        owners = holders if holders_fan else np.flatnonzero(held & wanted)
-        for o in sorted(set(wants.tolist()) | set(owners.tolist())):
-            fan = len(wants) - int(need[o])
-            if held[o]:
-                after = int(max(s1[o], r1[o]) + max(s2[o] + size * fan, r2[o]))
-                key, sigma = (after, 0, o), -1
-            else:
-                sigma = int(holders[np.argmin(s1[holders] * n + holders)])  # least loaded, then first
-                after_o = int(max(s1[o], r1[o] + size) + max(s2[o] + size * fan, r2[o]))
-                after_s = int(max(s1[sigma] + size, r1[sigma]) + max(s2[sigma], r2[sigma]))
-                key = (max(after_o, after_s), 1, o)
-            if best is None or key < best[0]:
-                best = (key, o, sigma)
-        assert best is not None
-        _, o, sigma = best
-        t = tuple((int(lo), int(hi)) for lo, hi in box)
-        if sigma >= 0:
-            hops1.append(Hop(sigma, o, t, True))
-            s1[sigma] += size
+    owner = np.zeros(parts, dtype=np.int64)
+    sigma = np.full(parts, -1, dtype=np.int64)
+    sizes = np.prod(boxes_[:, :, 1] - boxes_[:, :, 0], axis=1)
+    counts = need.sum(axis=1)
+    for p in range(parts):
+        size, h, w = int(sizes[p]), held[p], need[p]
+        cand = np.flatnonzero(w | (h if holders_fan else h & wanted[p]))
+        hc = h[cand]
+        fan = counts[p] - w[cand]
+        out2 = np.maximum(s2[cand] + size * fan, r2[cand])
+        holders = np.flatnonzero(h)
+        sg = int(holders[np.argmin(s1[holders])])  # least loaded, then first
+        after_s = max(int(s1[sg]) + size, int(r1[sg])) + max(int(s2[sg]), int(r2[sg]))
+        key = np.where(hc, np.maximum(s1[cand], r1[cand]) + out2,
+                       np.maximum(np.maximum(s1[cand], r1[cand] + size) + out2, after_s))
+        o = int(cand[np.lexsort((cand, ~hc, key))[0]])
+        owner[p] = o
+        if not h[o]:
+            sigma[p] = sg
+            s1[sg] += size
             r1[o] += size
-        for w in wants.tolist():
-            if w != o:
-                hops2.append(Hop(o, w, t, bool(held[o])))
-                s2[o] += size
-                r2[w] += size
-    moved = np.array([cost(i) for i in range(n)], dtype=np.int64)
-    return hops1, hops2, moved
+        s2[o] += size * (int(counts[p]) - int(w[o]))
+        r2[w] += size
+        r2[o] -= size * int(w[o])
+    return owner, sigma, int((np.maximum(s1, r1) + np.maximum(s2, r2)).max(initial=0))
 
 
-def _route(sb: np.ndarray, db: np.ndarray, members: tuple[int, ...], split: bool,
-           holders_fan: bool) -> tuple[Routes, np.ndarray]:
-    atoms = _atoms(sb, db)
-    held, wanted = _inside(atoms, sb), _inside(atoms, db)
+def _route(atoms: np.ndarray, held: np.ndarray, wanted: np.ndarray, split: bool,
+           holders_fan: bool) -> tuple[Routes, int]:
+    ndim = atoms.shape[1]
     need = wanted & ~held
-    keep = tuple((int(i), tuple((int(lo), int(hi)) for lo, hi in atoms[a]))
-                 for a, i in zip(*np.nonzero(wanted & held)))
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-    first: list[bool] = []
-    for a in np.flatnonzero(need.any(axis=1)):
-        k = int(need[a].sum())
-        for b in (_split(atoms[a], k) if split and k > 1 else [atoms[a]]):
-            parts.append((b, held[a], need[a], wanted[a]))
-            first.append(bool((held[a] & wanted[a]).any()))
+    kept = np.nonzero(wanted & held)
+    rows = np.flatnonzero(need.any(axis=1))
+    if split:
+        parts = [(b, a) for a in rows for b in _split(atoms[a], int(need[a].sum()))]
+    else:
+        parts = [(atoms[a], a) for a in rows]
+    boxes_ = np.array([b for b, _ in parts], dtype=np.int64).reshape(len(parts), ndim, 2)
+    src_atom = np.array([a for _, a in parts], dtype=np.int64)
     # parts that a rank which needs them already holds first (it fans them out with no
     # phase 1), then the larger fan-outs; ties in atom order: the same routes on every rank
-    order = sorted(range(len(parts)), key=lambda i: (
-        not first[i], -int(np.prod(parts[i][0][:, 1] - parts[i][0][:, 0])) * int(parts[i][2].sum()), i))
-    hops1, hops2, moved = _assign([parts[i] for i in order], len(members), holders_fan)
-    return Routes(members, tuple(hops1), tuple(hops2), keep), moved
+    first = (held & wanted).any(axis=1)[src_atom]
+    weight = np.prod(boxes_[:, :, 1] - boxes_[:, :, 0], axis=1) * need.sum(axis=1)[src_atom]
+    order = np.lexsort((np.arange(len(parts)), -weight, ~first))
+    boxes_, src_atom = boxes_[order], src_atom[order]
+    owner, sigma, worst = _assign(boxes_, held[src_atom], need[src_atom], wanted[src_atom], holders_fan)
+    return Routes(boxes_, held[src_atom], need[src_atom], owner, sigma, atoms[kept[0]], kept[1]), worst
 
 
 @dataclass(frozen=True)
@@ -201,15 +195,6 @@ class RelayPlan:
     sent: np.ndarray  # (world,) both phases
     received: np.ndarray
     moved: np.ndarray  # per phase the larger of sent and received, summed
-
-
-def _phase_load(hops: Sequence[Hop], n: int) -> tuple[np.ndarray, np.ndarray]:
-    s, r = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    for h in hops:
-        k = int(np.prod([hi - lo for lo, hi in h.box]))
-        s[h.sender] += k
-        r[h.receiver] += k
-    return s, r
 
 
 @cached(maxsize=256, max_bytes=8 * MIB)
@@ -234,18 +219,20 @@ def relay_plan(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ..
         rs, rd = gs - corner[None, :, None], gd - corner[None, :, None]
         key = (rs.tobytes(), rd.tobytes())
         if key not in seen:
-            mem = tuple(range(len(members)))
-            best: tuple[Routes, np.ndarray] | None = None
-            for split, fan in ((False, True), (True, True), (False, False), (True, False)):
-                r, m = _route(rs, rd, mem, split, fan)
-                if best is None or int(m.max(initial=0)) < int(best[1].max(initial=0)):
-                    best = (r, m)
+            best: tuple[Routes, int] | None = None
+            floor = _receive_floor(rs, rd)
+            atoms = _atoms(rs, rd)
+            held, wanted = _inside(atoms, rs), _inside(atoms, rd)
+            for split, fan in ((False, True), (True, False)):
+                r, worst = _route(atoms, held, wanted, split, fan)
+                if best is None or worst < best[1]:
+                    best = (r, worst)
+                if best[1] <= floor:
+                    break  # no route moves less than the neediest member receives
             assert best is not None
-            r, m = best
-            s1, r1 = _phase_load(r.phase1, len(members))
-            s2, r2 = _phase_load(r.phase2, len(members))
+            s1, r1, s2, r2 = best[0].loads()
             seen[key] = len(patterns)
-            patterns.append(r)
+            patterns.append(best[0])
             loads.append((s1 + s2, r1 + r2, np.maximum(s1, r1) + np.maximum(s2, r2)))
         i = seen[key]
         pattern_of.append(i)
@@ -255,9 +242,16 @@ def relay_plan(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ..
     return RelayPlan(groups, group_of, tuple(pattern_of), tuple(patterns), corners, sent, got, moved)
 
 
+def _receive_floor(sb: np.ndarray, db: np.ndarray) -> int:
+    """The most elements a member lacks of its destination block: no route costs less."""
+    own = np.prod(np.clip(np.minimum(sb[:, :, 1], db[:, :, 1]) - np.maximum(sb[:, :, 0], db[:, :, 0]), 0, None),
+                  axis=1)
+    return int((np.prod(db[:, :, 1] - db[:, :, 0], axis=1) - own).max(initial=0))
+
+
 def relay_parts(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...]) -> int:
-    """An upper bound on the parts one group's routes weigh (atoms times the group size):
-    the planner offers a relay only up to ``MAX_PARTS``."""
+    """An upper bound on the work of one group's routes (its atoms times its members): the
+    planner offers a relay only up to ``MAX_PARTS``."""
     sb, db = boxes(src, mesh), boxes(dst, mesh)
     members = np.sort(group_arrays(mesh, axes)[1][0])
     n = len(members)
@@ -290,69 +284,76 @@ class RelayPieces(RankPieces):
     active: tuple[bool, bool]
 
 
-def _view(box: tuple[tuple[int, int], ...], block: np.ndarray) -> View:
+def _view(box: np.ndarray, block: np.ndarray) -> View:
     """Global ``box`` as a strided view of a contiguous tensor holding global box ``block``."""
     shape = tuple(int(hi - lo) for lo, hi in block)
     strides = row_major(shape)
-    off = sum((lo - int(b[0])) * st for (lo, _), b, st in zip(box, block, strides))
-    return View(off, tuple(hi - lo for lo, hi in box), strides)
+    off = sum(int(lo - b[0]) * st for (lo, _), b, st in zip(box, block, strides))
+    return View(off, tuple(int(hi - lo) for lo, hi in box), strides)
 
 
-def _shape(box: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
-    return tuple(hi - lo for lo, hi in box)
+def _shape(box: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(hi - lo) for lo, hi in box)
 
 
 def _pieces(step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> RelayPieces:
-    plan = relay_plan(step.src, step.dst, mesh, step.axes)
+    plan = relay_plan(erase(step.src), erase(step.dst), mesh, step.axes)
     g = int(plan.group_of[rank])
-    routes = plan.patterns[plan.pattern_of[g]]
+    rt = plan.patterns[plan.pattern_of[g]]
     corner = plan.corner[g]
     order = plan.groups[g].tolist()  # the routes' member indices: sorted mesh ranks
     me = order.index(rank)
     pg = [order.index(q) for q in members]  # process-group order -> route index
     sbox, dbox = boxes(step.src, mesh)[rank], boxes(step.dst, mesh)[rank]
+    shift = np.stack([corner, corner], axis=-1)
+    gb = rt.boxes + shift[None]
+    keep = plan_copies((_view(b + shift, sbox), _view(b + shift, dbox)) for b in rt.keep[rt.keep_by == me])
 
-    def glob(box: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
-        return tuple((lo + int(c), hi + int(c)) for (lo, hi), c in zip(box, corner))
+    # (sender, receiver, part) of each phase, in part order
+    hop1 = np.flatnonzero(rt.sigma >= 0)
+    p1 = [(int(rt.sigma[p]), int(rt.owner[p]), int(p)) for p in hop1]
+    p2_parts, p2_to = np.nonzero(rt.need & (np.arange(rt.need.shape[1])[None, :] != rt.owner[:, None]))
+    p2 = [(int(rt.owner[p]), int(w), int(p)) for p, w in zip(p2_parts, p2_to)]
 
-    keep = plan_copies((_view(glob(b), sbox), _view(glob(b), dbox)) for i, b in routes.keep if i == me)
-
-    def phase(hops: tuple[Hop, ...]) -> tuple[tuple[int, ...], tuple[int, ...], list, list, list]:
+    def phase(hops: list[tuple[int, int, int]]) -> tuple[tuple[int, ...], tuple[int, ...], list, list, list]:
         sends, recvs = [0] * len(pg), [0] * len(pg)
         pack_in: list[tuple[View, View]] = []
         pack_out: list[tuple[View, View]] = []
         unpack: list[tuple[View, View]] = []
+        out_to: dict[int, list[int]] = {}
+        in_from: dict[int, list[int]] = {}
+        for a, b, p in hops:
+            if a == me:
+                out_to.setdefault(b, []).append(p)
+            if b == me:
+                in_from.setdefault(a, []).append(p)
         off = 0
         for j, q in enumerate(pg):  # what I send, peer by peer in process-group order
-            for h in hops:
-                if h.sender == me and h.receiver == q:
-                    b = glob(h.box)
-                    (pack_in if h.from_input else pack_out).append(
-                        (_view(b, sbox if h.from_input else dbox), run_view(off, _shape(b))))
-                    k = int(np.prod(_shape(b)))
-                    off += k
-                    sends[j] += k
+            for p in out_to.get(q, ()):
+                mine = bool(rt.held[p, me])
+                pack = pack_in if mine else pack_out
+                pack.append((_view(gb[p], sbox if mine else dbox), run_view(off, _shape(gb[p]))))
+                k = int(np.prod(_shape(gb[p])))
+                off += k
+                sends[j] += k
         off = 0
         for j, q in enumerate(pg):
-            for h in hops:
-                if h.receiver == me and h.sender == q:
-                    b = glob(h.box)
-                    unpack.append((run_view(off, _shape(b)), _view(b, dbox)))
-                    k = int(np.prod(_shape(b)))
-                    off += k
-                    recvs[j] += k
+            for p in in_from.get(q, ()):
+                unpack.append((run_view(off, _shape(gb[p])), _view(gb[p], dbox)))
+                k = int(np.prod(_shape(gb[p])))
+                off += k
+                recvs[j] += k
         return tuple(sends), tuple(recvs), pack_in, pack_out, unpack
 
-    s1, r1, p1, p1_out, u1 = phase(routes.phase1)
-    s2, r2, p2_in, p2_out, u2 = phase(routes.phase2)
-    assert not p1_out  # phase 1 sends only what the sender holds
+    s1, r1, pk1, pk1_out, u1 = phase(p1)
+    s2, r2, pk2_in, pk2_out, u2 = phase(p2)
+    assert not pk1_out  # phase 1 sends only what the sender holds
     return RelayPieces(
-        kind=step.kind, rank=rank, in_shape=tuple(int(hi - lo) for lo, hi in sbox),
-        out_shape=tuple(int(hi - lo) for lo, hi in dbox), members=members,
+        kind=step.kind, rank=rank, in_shape=_shape(sbox), out_shape=_shape(dbox), members=members,
         wire_elems=sum(s1) + sum(s2), wire_in_elems=sum(r1) + sum(r2), keep=keep,
-        send1=s1, recv1=r1, pack1=plan_copies(p1), unpack1=plan_copies(u1),
-        send2=s2, recv2=r2, pack2_in=plan_copies(p2_in), pack2_out=plan_copies(p2_out), unpack2=plan_copies(u2),
-        active=(bool(routes.phase1), bool(routes.phase2)),
+        send1=s1, recv1=r1, pack1=plan_copies(pk1), unpack1=plan_copies(u1),
+        send2=s2, recv2=r2, pack2_in=plan_copies(pk2_in), pack2_out=plan_copies(pk2_out), unpack2=plan_copies(u2),
+        active=(bool(p1), bool(p2)),
     )
 
 
