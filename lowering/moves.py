@@ -10,15 +10,12 @@ import itertools
 from collections.abc import Iterator
 from typing import NamedTuple
 
-import numpy as np
-
 from lowering.bounds import bound_bytes
 from lowering.caching import cached
 from lowering.kinds.base import erase, kind_of, replicated_axes, splits_integer_average
 from lowering.kinds.exchange import involved_axes
 from lowering.kinds.relay import MAX_PARTS, relay_parts
 from lowering.kinds.uneven_exchange import group_axes, is_gather
-from lowering.layout import local_numel
 from spec_lang.ir import AxisType, Dim, Mesh, TensorType
 
 # the largest world on which the search offers relays (their routes are chosen per group
@@ -96,15 +93,14 @@ def balanced_exchange_move(a: TensorType, b: TensorType, mesh: Mesh) -> Move | N
     return Move("all_to_allv", group, dims, b)
 
 
-def relay_moves(a: TensorType, b: TensorType, mesh: Mesh, direct: Move) -> Iterator[Move]:
+def relay_moves(a: TensorType, b: TensorType, mesh: Mesh, direct: Move,
+                unspread: frozenset[str] = frozenset()) -> Iterator[Move]:
     """Two-phase relays from a to b (``lowering.kinds.relay``), where the one-phase exchange
     ``direct`` keeps its holders busier than its receivers (few hold what many need): over
     the exchange's axes, and over those plus the axes both ends replicate (spare axes,
-    whose replicas can share the sending and relaying)."""
+    whose replicas can share the sending and relaying; but not ``unspread``, as ``moves``)."""
     if a.partial_axes or b.partial_axes or a.is_uneven or b.is_uneven or mesh.size > _RELAY_WORLD:
         return
-    if 2 * int(np.count_nonzero(local_numel(a, mesh))) > mesh.size:
-        return  # most ranks hold data: not few holders (the relay's case; each relay prices a greedy)
     spec = kind_of(direct.kind)
     most = int(spec.moved(a, b, mesh, direct.axes).max(initial=0))
     if most <= int(spec.received(a, b, mesh, direct.axes).max(initial=0)):
@@ -113,16 +109,18 @@ def relay_moves(a: TensorType, b: TensorType, mesh: Mesh, direct: Move) -> Itera
         return  # the exchange is at the bound already
     spare = set(replicated_axes(a, mesh)) & set(replicated_axes(b, mesh))
     group = group_axes(a, b, mesh)
-    wider = tuple(x for x in mesh.names if x in group or (x in spare and mesh.axis_size(x) > 1))
+    wider = tuple(x for x in mesh.names if x in group or (x in spare and x not in unspread and mesh.axis_size(x) > 1))
     for axes in dict.fromkeys((group, wider)):
         if mesh.group_size(axes) > 2 and relay_parts(a, b, mesh, axes) <= MAX_PARTS:
             yield Move("relay", axes, direct.dims, b)
 
 
-def moves(t: TensorType, goal: TensorType, mesh: Mesh, op: str, unspread: frozenset[str] = frozenset()) -> Iterator[Move]:
+def moves(t: TensorType, goal: TensorType, mesh: Mesh, op: str, unspread: frozenset[str] = frozenset(),
+          relays: bool = True) -> Iterator[Move]:
     """Every move the search considers from state ``t`` towards ``goal`` (both erased);
     ``unspread``: axes not to slice onto a dim the goal does not shard with them (the
-    planner's spare axes, where no plan that pays their charge can win)."""
+    planner's spare axes, where no plan that pays their charge can win); ``relays``:
+    whether to offer two-phase relays (the search offers them where nothing was sent yet)."""
     dims = [d.axes for d in t.dims]
     goal_dim = {a: i for i, d in enumerate(goal.dims) for a in d.axes}
     goal_p = set(goal.partial_axes)
@@ -195,8 +193,8 @@ def moves(t: TensorType, goal: TensorType, mesh: Mesh, op: str, unspread: frozen
         m = exchange_move(t, target, mesh) or balanced_exchange_move(t, target, mesh)
         if m is not None:
             yield m
-            if nd is goal_dims:  # relays straight to the goal's dims (each one prices a greedy)
-                yield from relay_moves(t, target, mesh, m)
+            if relays and nd is goal_dims:  # relays straight to the goal's dims (each prices a greedy)
+                yield from relay_moves(t, target, mesh, m, unspread)
 
     # reductions of the pending partial axes (an integer average only over all of them at once)
     if pending:

@@ -439,7 +439,9 @@ def _search_labels(ctx: SearchContext, start: TensorType, op: str, max_labels: i
             return _unwind(node), _proof(bound, aside, floor)
         if work <= 0 or time.perf_counter() > deadline:
             return (incumbent if best is None else _unwind(best)), (False, None)
-        nexts = _moves(state, goal, mesh, op, unspread)
+        # relays from states that nothing was sent to reach (the start, after local slices):
+        # where a relay pays, it is the first exchange; offering it later costs compile time
+        nexts = _moves(state, goal, mesh, op, unspread, lab.moved_max == 0)
         work -= len(nexts)
         for mv in nexts:
             held = expanded.get(mv.dst, ())
@@ -488,10 +490,10 @@ def _unwind(node: tuple | None) -> list[tuple[TensorType, Move]]:
 
 @cached(maxsize=2048)  # values hold new states (types): a few searches' worth
 def _moves(state: TensorType, goal: TensorType, mesh: Mesh, op: str,
-           unspread: frozenset[str] = frozenset()) -> tuple[Move, ...]:
+           unspread: frozenset[str] = frozenset(), relays: bool = True) -> tuple[Move, ...]:
     # the same move can come from two generators (a suffix all_to_all that is also the
     # direct exchange): price it once, first place kept
-    return tuple(dict.fromkeys(moves(state, goal, mesh, op, unspread)))
+    return tuple(dict.fromkeys(moves(state, goal, mesh, op, unspread, relays)))
 
 
 def _price(state: TensorType, mv: Move, mesh: Mesh) -> Step:

@@ -125,6 +125,14 @@ def _split(box: np.ndarray, parts: int) -> list[np.ndarray]:
     return out
 
 
+def _rows(m: np.ndarray) -> list[list[int]]:
+    """Each row's true columns, as lists (the greedy below runs on plain ints: its groups
+    are small, and numpy's per-call cost would dominate)."""
+    rows, cols = np.nonzero(m)
+    cuts = np.searchsorted(rows, np.arange(1, m.shape[0]))
+    return [c.tolist() for c in np.split(cols, cuts)]
+
+
 def _assign(boxes_: np.ndarray, held: np.ndarray, need: np.ndarray, wanted: np.ndarray,
             holders_fan: bool) -> tuple[np.ndarray, np.ndarray, int]:
     """Greedy owners, part by part in the given order: (owner, sigma, the busiest member's
@@ -132,32 +140,40 @@ def _assign(boxes_: np.ndarray, held: np.ndarray, need: np.ndarray, wanted: np.n
     (else only ranks that need it own it: where holders are few, what they keep sending
     decides, which a greedy choice one part at a time does not see)."""
     parts, n = held.shape
-    s1, r1, s2, r2 = (np.zeros(n, dtype=np.int64) for _ in range(4))
-    owner = np.zeros(parts, dtype=np.int64)
-    sigma = np.full(parts, -1, dtype=np.int64)
-    sizes = np.prod(boxes_[:, :, 1] - boxes_[:, :, 0], axis=1)
-    counts = need.sum(axis=1)
+    s1, r1, s2, r2 = [0] * n, [0] * n, [0] * n, [0] * n
+    owner = [0] * parts
+    sigma = [-1] * parts
+    sizes = np.prod(boxes_[:, :, 1] - boxes_[:, :, 0], axis=1).tolist()
+    holders_of, needers_of = _rows(held), _rows(need)
+    keepers_of = holders_of if holders_fan else _rows(held & wanted)
     for p in range(parts):
-        size, h, w = int(sizes[p]), held[p], need[p]
-        cand = np.flatnonzero(w | (h if holders_fan else h & wanted[p]))
-        hc = h[cand]
-        fan = counts[p] - w[cand]
-        out2 = np.maximum(s2[cand] + size * fan, r2[cand])
-        holders = np.flatnonzero(h)
-        sg = int(holders[np.argmin(s1[holders])])  # least loaded, then first
-        after_s = max(int(s1[sg]) + size, int(r1[sg])) + max(int(s2[sg]), int(r2[sg]))
-        key = np.where(hc, np.maximum(s1[cand], r1[cand]) + out2,
-                       np.maximum(np.maximum(s1[cand], r1[cand] + size) + out2, after_s))
-        o = int(cand[np.lexsort((cand, ~hc, key))[0]])
+        size, hs, ws = sizes[p], holders_of[p], needers_of[p]
+        k = len(ws)
+        sg = min(hs, key=s1.__getitem__)  # the least loaded holder, then the first
+        after_s = max(s1[sg] + size, r1[sg]) + max(s2[sg], r2[sg])
+        best: tuple[int, int, int] | None = None
+        for o in ws:  # a needer: it receives the part in phase 1, then fans it out
+            out2 = max(s2[o] + size * (k - 1), r2[o])
+            key = (max(max(s1[o], r1[o] + size) + out2, after_s), 1, o)
+            if best is None or key < best:
+                best = key
+        for o in keepers_of[p]:  # a holder: it fans the part out itself
+            key = (max(s1[o], r1[o]) + max(s2[o] + size * k, r2[o]), 0, o)
+            if best is None or key < best:
+                best = key
+        assert best is not None
+        o = best[2]
         owner[p] = o
-        if not h[o]:
+        if best[1]:
             sigma[p] = sg
             s1[sg] += size
             r1[o] += size
-        s2[o] += size * (int(counts[p]) - int(w[o]))
-        r2[w] += size
-        r2[o] -= size * int(w[o])
-    return owner, sigma, int((np.maximum(s1, r1) + np.maximum(s2, r2)).max(initial=0))
+        for w in ws:
+            if w != o:
+                r2[w] += size
+        s2[o] += size * (k - (1 if best[1] else 0))
+    worst = max((max(a, b) + max(c, d) for a, b, c, d in zip(s1, r1, s2, r2)), default=0)
+    return np.array(owner, dtype=np.int64), np.array(sigma, dtype=np.int64), worst
 
 
 def _route(atoms: np.ndarray, held: np.ndarray, wanted: np.ndarray, split: bool,
@@ -223,7 +239,15 @@ def relay_plan(src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ..
             floor = _receive_floor(rs, rd)
             atoms = _atoms(rs, rd)
             held, wanted = _inside(atoms, rs), _inside(atoms, rd)
-            for split, fan in ((False, True), (True, False)):
+            need = wanted & ~held
+            needed = need.any(axis=1)
+            # cutting changes nothing where no needed atom has 2+ needers and 2+ elements, and
+            # holders fanning out changes nothing where every holder of a needed atom needs it
+            ext = (atoms[:, :, 1] - atoms[:, :, 0]).max(axis=1, initial=0)
+            cuts = (True,) if ((need.sum(axis=1) > 1) & (ext > 1)).any() else ()
+            fans = (False,) if (held & ~wanted & needed[:, None]).any() else ()
+            for split, fan in [(False, True), *((c, True) for c in cuts), *((False, f) for f in fans),
+                               *((c, f) for c in cuts for f in fans)]:
                 r, worst = _route(atoms, held, wanted, split, fan)
                 if best is None or worst < best[1]:
                     best = (r, worst)
