@@ -4,17 +4,24 @@ and in torch (LocalTensorMode)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
+import torch
 from hypothesis import HealthCheck, assume, given, settings
 from planner_oracle import expected
 from strategies import cases
 from torch_utils import adjoint, as_numpy, from_local, local_mode, random_blocks, to_local
 
-from lowering import compile, lower_bound, make_program, make_step, simulate
+from lowering import CostModel, compile, lower_bound, make_program, make_step, simulate
 from lowering.kinds import simulate_step, wire_bytes
 from spec_lang.errors import SpecError
 from spec_lang.parser import parse, parse_mesh
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.skewed import skewed_cases
 
 KNOWN = ("dp=4,tp=2", "f32[4@(tp,dp),4]", "f32[4,4@tp]")
 
@@ -64,7 +71,7 @@ def test_relay_moves_exactly_what_the_types_say(mesh: str, src: str, dst: str, a
     assert step.bytes_max >= lower_bound(step.src, step.dst, m)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(cases(max_axes=3, max_ranks=16, even=True))
 def test_relay_on_random_pairs_matches_the_oracle(case: tuple) -> None:
     src, dst, mesh = case
@@ -113,3 +120,37 @@ def test_refusals_name_the_rule() -> None:
         make_step("relay", "f32[8@tp]{V:dp}", "f32[8]{V:dp}", "dp=2,tp=4", axes=("dp", "tp"))
     with pytest.raises(SpecError, match="does not hold"):
         make_step("relay", "f32[8@tp,4]", "f32[8,4@tp]", "dp=2,tp=4", axes=("dp",))
+
+
+def _skewed_relays(n: int) -> list[tuple[str, str, str]]:
+    """Skewed pairs (``bench/skewed.py``) whose pure-bytes plan relays, as f64."""
+    out = []
+    for mesh, src, dst in skewed_cases(120, 3):
+        s, d = (str(parse(t).replace(dtype="float64")) for t in (src, dst))
+        if any(st.kind == "relay" for st in compile(s, d, mesh, cost_model=CostModel.make(spare_axis_bytes=0)).steps):
+            out.append((mesh, s, d))
+    return out[:n]
+
+
+SKEWED_RELAYS = _skewed_relays(6)
+
+
+def test_some_skewed_plans_relay() -> None:
+    assert len(SKEWED_RELAYS) >= 3
+
+
+@pytest.mark.parametrize("mesh,src,dst", SKEWED_RELAYS)
+def test_skewed_relay_programs_run_in_torch(fake_pg, mesh: str, src: str, dst: str) -> None:
+    # whole programs (slices, relays, gathers) under LocalTensorMode against the global array
+    from torch_backend.executor import execute
+
+    m = parse_mesh(mesh)
+    program = compile(src, dst, m, cost_model=CostModel.make(spare_axis_bytes=0))
+    full = _global(src, mesh)
+    blocks = [torch.from_numpy(np.ascontiguousarray(b)) for b in expected(full, program.src, m)]
+    with local_mode(fake_pg, m.size) as lm:
+        y = execute(program, to_local(lm, blocks))
+        outs = from_local(y)
+    for r, (o, w) in enumerate(zip(outs, expected(full, program.dst, m))):
+        np.testing.assert_array_equal(o.numpy(), w, err_msg=f"rank {r}")
+
