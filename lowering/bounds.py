@@ -34,14 +34,54 @@ from spec_lang.ir import Mesh, TensorType
 
 
 def lower_bound_detail(src: TensorType, dst: TensorType, mesh: Mesh) -> dict[str, float]:
-    """``{"bytes", "recv_max_bytes", "sent_avg_bytes"}`` for ``src -> dst`` on ``mesh``."""
+    """``{"bytes", "recv_max_bytes", "sent_avg_bytes", "holder_set_bytes"}`` for ``src -> dst``."""
     item = src.itemsize
     recv, sent_avg = _recv_max_and_sent_avg(src, dst, mesh, True)
+    leave = holder_set_need(src, dst, mesh)
     return {
-        "bytes": int(max(recv * item, -(-int(sent_avg * item * 1000) // 1000))),
+        "bytes": int(max(recv * item, -(-int(sent_avg * item * 1000) // 1000), leave * item)),
         "recv_max_bytes": recv * item,
         "sent_avg_bytes": sent_avg * item,
+        "holder_set_bytes": leave * item,
     }
+
+
+# the (holder sets x distinct goal blocks) table beyond which the holder-set term is left out
+# (it only ever raises the bound: leaving it out keeps the bound true)
+_HOLDER_SET_CELLS = 1 << 22
+
+
+def holder_set_need(src: TensorType, dst: TensorType, mesh: Mesh) -> int:
+    """Elements the busiest member of some holder set must send, at least: the data held by
+    a set H of ranks and needed by a rank outside it must leave H at least once, so one
+    member of H sends ``ceil(count / |H|)`` of it (the few-holders, many-needers case, where
+    what any one rank lacks is small)::
+
+        i32[1@dp,9] -> i32[1,9@dp]{R:w} on dp=5,w=3: the row is held by the 3 ranks at
+        dp=0 and needed by the 12 others, which each lack 2 elements or fewer; 9 - 2 = 7
+        of its elements leave the holders: ceil(7 / 3) = 3 at least from one of them
+
+    Plain layouts (no P or V axis, no uneven split), where each element's holders are
+    exactly one *holder class* (the ranks that differ only on the source's replicated axes:
+    distinct coordinates on a sharded axis hold disjoint blocks), and the goal's blocks
+    are disjoint or equal; 0 elsewhere (the other terms bound those)."""
+    plain = all(not t.partial_axes and not t.axes_of_kind("V") and not t.is_uneven for t in (src, dst))
+    if not plain:
+        return 0
+    ranks = group_arrays(mesh, replicated_axes(src, mesh))[1]  # (classes, members)
+    db = boxes(dst, mesh).reshape(mesh.size, -1)
+    uniq, inv = np.unique(db, axis=0, return_inverse=True)
+    if len(ranks) * len(uniq) > _HOLDER_SET_CELLS:
+        return 0
+    cls = np.empty(mesh.size, dtype=np.int64)
+    cls[ranks] = np.arange(len(ranks))[:, None]
+    inside = np.zeros((len(ranks), len(uniq)), dtype=np.int64)
+    np.add.at(inside, (cls, inv.reshape(-1)), 1)
+    outside = np.bincount(inv.reshape(-1), minlength=len(uniq))[None, :] > inside  # a needer outside the class
+    sb = boxes(src, mesh)[ranks[:, 0]]
+    ov = overlap_numel(sb[:, None], uniq.reshape(len(uniq), src.ndim, 2)[None, :])  # (classes, goal blocks)
+    count = (ov * outside).sum(axis=1)
+    return int((-(-count // ranks.shape[1])).max(initial=0))
 
 
 def sent_avg_bytes(src: TensorType, dst: TensorType, mesh: Mesh) -> float:
@@ -98,7 +138,8 @@ def receive_need(state: TensorType, goal: TensorType, mesh: Mesh) -> np.ndarray:
 
 
 @cached(maxsize=4096)
-def _lower_bound(src: TensorType, dst: TensorType, mesh: Mesh) -> int:
+def bound_bytes(src: TensorType, dst: TensorType, mesh: Mesh) -> int:
+    """``lower_bound`` of IR, cached (the search asks it of the states it relays from)."""
     return int(lower_bound_detail(src, dst, mesh)["bytes"])
 
 
@@ -109,7 +150,7 @@ def lower_bound(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str) 
     s, m = resolve(src, mesh)
     d, _ = resolve(dst, m)
     check_same_global(s, d)
-    return _lower_bound(s, d, m)
+    return bound_bytes(s, d, m)
 
 
 @cached(maxsize=16384)  # keys hold search states: keep their count modest

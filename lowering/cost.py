@@ -163,10 +163,11 @@ class CostModel:
         """Every mesh axis the model names (compile checks them against the mesh)."""
         return {a for a, _ in self.alpha + self.beta} | {a for g in self.groups for a in g[0]}
 
-    def step_time(self, axes: tuple[str, ...], bytes_max: int, collective: bool) -> float:
+    def step_time(self, axes: tuple[str, ...], bytes_max: int, collective: bool, launches: int = 1) -> float:
+        """A step's time: one latency per collective it runs (a relay runs two), and its bytes."""
         if not collective:
             return 0.0
-        return self.alpha_of(axes) + self.beta_of(axes) * bytes_max
+        return launches * self.alpha_of(axes) + self.beta_of(axes) * bytes_max
 
     @property
     def bytes_first(self) -> bool:

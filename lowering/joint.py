@@ -115,7 +115,7 @@ def plan_jointly(programs: Sequence[Program], cost_model: CostModel | None = Non
                 moved += np.asarray(s.bytes_moved, dtype=np.int64)
                 alone.append(Merged(s.kind, ((j, i),)))
                 colls += int(s.is_collective)
-                time += model.step_time(s.axes, s.bytes_max, s.is_collective)
+                time += model.step_time(s.axes, s.bytes_max, s.is_collective, s.launches)
             else:
                 buckets.setdefault(key, []).append((j, i))
         merged = []

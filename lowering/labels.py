@@ -23,7 +23,7 @@ import numpy as np
 from lowering.bounds import receive_needs
 from lowering.caching import MIB, cached
 from lowering.cost import CostModel
-from lowering.kinds import COLLECTIVE_KINDS, kind_of
+from lowering.kinds import LAUNCHES, kind_of
 from lowering.layout import local_numel
 from lowering.moves import Move
 from lowering.program import Program
@@ -76,22 +76,24 @@ class SearchContext:
         item = self.item
         moved = lab.moved + step * item
         moved_max = int(moved.max())
-        coll = mv.kind in COLLECTIVE_KINDS
+        coll = LAUNCHES[mv.kind]
         charge, n_spare, sliced = self._charge_after(lab, mv, coll)
-        colls = lab.colls + int(coll)
+        colls = lab.colls + coll
         if bound is not None and self.bytes_first and (moved_max + charge, colls) > bound[:2]:
             return None  # every term of the key is at least its counterpart here
         # bytes-first: time is a multiple of bytes, which the label already holds
         time = lab.time if self.bytes_first else lab.time + self.model.step_time(
-            mv.axes, int(step.max(initial=0)) * item, coll)
+            mv.axes, int(step.max(initial=0)) * item, coll > 0, coll)
         return Label(moved, time, colls, max(lab.peak, _live_max(state, mv.dst, mesh)), charge, n_spare, sliced,
                       moved_max, lab.moved_sum + int(step.sum()) * item)
 
-    def _charge_after(self, lab: Label, mv: Move, coll: bool) -> tuple[int, int, bool]:
-        """The spare-axis charge due after ``mv``, its spare collectives, and whether a spare
-        axis was sliced."""
+    def _charge_after(self, lab: Label, mv: Move, coll: int) -> tuple[int, int, bool]:
+        """The spare-axis charge due after ``mv`` (which runs ``coll`` collectives), its spare
+        collectives, and whether a spare axis was sliced."""
         on_spare = not self.spare.isdisjoint(mv.axes)
-        n_spare = lab.spare_colls + int(coll and on_spare)
+        # a relay's group holds the axes whose role changes, so its first phase is the
+        # exchange the data needs anyway: only its second is the collective a spare axis adds
+        n_spare = lab.spare_colls + (min(coll, max(1, coll - 1)) if on_spare else 0)
         sliced = lab.spare_sliced or (on_spare and not coll)
         return self.charge * max(n_spare, int(sliced)), n_spare, sliced
 
@@ -100,7 +102,7 @@ class SearchContext:
         ``lab``, without pricing ``mv``: the busiest rank's bytes so far, or the mean over
         ranks of those and what is still due from ``mv.dst`` (``_future``), plus the
         spare-axis charge due after it."""
-        charge = self._charge_after(lab, mv, mv.kind in COLLECTIVE_KINDS)[0]
+        charge = self._charge_after(lab, mv, LAUNCHES[mv.kind])[0]
         return max(lab.moved_max, -(-int(lab.moved_sum + self.future(mv.dst)) // self.mesh.size)) + charge
 
     @overload

@@ -10,14 +10,20 @@ import itertools
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from lowering.bounds import bound_bytes
 from lowering.caching import cached
-from lowering.kinds.base import erase, replicated_axes, splits_integer_average
+from lowering.kinds.base import erase, kind_of, replicated_axes, splits_integer_average
 from lowering.kinds.exchange import involved_axes
+from lowering.kinds.relay import MAX_PARTS, relay_parts
 from lowering.kinds.uneven_exchange import group_axes, is_gather
 from spec_lang.ir import AxisType, Dim, Mesh, TensorType
 
-__all__ = ["Move", "balanced_exchange_move", "erase", "exchange_move", "involved_axes", "moves", "with_dims",
-           "with_partial"]
+# the largest world on which the search offers relays (their routes are chosen per group
+# pattern by a loop over the group's parts)
+_RELAY_WORLD = 256
+
+__all__ = ["Move", "balanced_exchange_move", "erase", "exchange_move", "involved_axes", "moves", "relay_moves",
+           "with_dims", "with_partial"]
 
 
 class Move(NamedTuple):
@@ -87,10 +93,34 @@ def balanced_exchange_move(a: TensorType, b: TensorType, mesh: Mesh) -> Move | N
     return Move("all_to_allv", group, dims, b)
 
 
-def moves(t: TensorType, goal: TensorType, mesh: Mesh, op: str, unspread: frozenset[str] = frozenset()) -> Iterator[Move]:
+def relay_moves(a: TensorType, b: TensorType, mesh: Mesh, direct: Move,
+                unspread: frozenset[str] = frozenset()) -> Iterator[Move]:
+    """Two-phase relays from a to b (``lowering.kinds.relay``), where the one-phase exchange
+    ``direct`` keeps its holders busier than its receivers (few hold what many need): over
+    the exchange's axes, and over those plus the axes both ends replicate (spare axes,
+    whose replicas can share the sending and relaying; but not ``unspread``, as ``moves``)."""
+    if a.partial_axes or b.partial_axes or a.is_uneven or b.is_uneven or mesh.size > _RELAY_WORLD:
+        return
+    spec = kind_of(direct.kind)
+    most = int(spec.moved(a, b, mesh, direct.axes).max(initial=0))
+    if most <= int(spec.received(a, b, mesh, direct.axes).max(initial=0)):
+        return  # the busiest rank is a receiver: no route receives less
+    if most * a.itemsize <= bound_bytes(a, b, mesh):
+        return  # the exchange is at the bound already
+    spare = set(replicated_axes(a, mesh)) & set(replicated_axes(b, mesh))
+    group = group_axes(a, b, mesh)
+    wider = tuple(x for x in mesh.names if x in group or (x in spare and x not in unspread and mesh.axis_size(x) > 1))
+    for axes in dict.fromkeys((group, wider)):
+        if mesh.group_size(axes) > 2 and relay_parts(a, b, mesh, axes) <= MAX_PARTS:
+            yield Move("relay", axes, direct.dims, b)
+
+
+def moves(t: TensorType, goal: TensorType, mesh: Mesh, op: str, unspread: frozenset[str] = frozenset(),
+          relays: bool = True) -> Iterator[Move]:
     """Every move the search considers from state ``t`` towards ``goal`` (both erased);
     ``unspread``: axes not to slice onto a dim the goal does not shard with them (the
-    planner's spare axes, where no plan that pays their charge can win)."""
+    planner's spare axes, where no plan that pays their charge can win); ``relays``:
+    whether to offer two-phase relays (the search offers them where nothing was sent yet)."""
     dims = [d.axes for d in t.dims]
     goal_dim = {a: i for i, d in enumerate(goal.dims) for a in d.axes}
     goal_p = set(goal.partial_axes)
@@ -163,6 +193,8 @@ def moves(t: TensorType, goal: TensorType, mesh: Mesh, op: str, unspread: frozen
         m = exchange_move(t, target, mesh) or balanced_exchange_move(t, target, mesh)
         if m is not None:
             yield m
+            if relays and nd is goal_dims:  # relays straight to the goal's dims (each prices a greedy)
+                yield from relay_moves(t, target, mesh, m, unspread)
 
     # reductions of the pending partial axes (an integer average only over all of them at once)
     if pending:

@@ -51,7 +51,7 @@ from lowering.checks import (
 from lowering.cost import DEFAULT_COST_MODEL, SPARE_AXIS_BYTES, CostModel, as_cost_model
 from lowering.cross_mesh import CrossProgram, check_cross_types, cross_program, finished_types
 from lowering.fallback import fallback_routes
-from lowering.kinds import COLLECTIVE_KINDS, dual_kind, kind_of, make_step, priced_step
+from lowering.kinds import COLLECTIVE_KINDS, LAUNCHES, dual_kind, kind_of, make_step, priced_step
 from lowering.kinds.base import drop_unit_axes, replicated_axes, splits_integer_average
 from lowering.labels import (
     Label,
@@ -305,7 +305,7 @@ def _normal_form(start: TensorType, goal: TensorType, mesh: Mesh, op: str,
                 state = nxt
     if state != goal:
         return None
-    colls = sum(1 for _, mv in path if mv.kind in COLLECTIVE_KINDS)
+    colls = sum(LAUNCHES[mv.kind] for _, mv in path)
     if colls == 0:
         return path
     if colls > 1:
@@ -439,7 +439,9 @@ def _search_labels(ctx: SearchContext, start: TensorType, op: str, max_labels: i
             return _unwind(node), _proof(bound, aside, floor)
         if work <= 0 or time.perf_counter() > deadline:
             return (incumbent if best is None else _unwind(best)), (False, None)
-        nexts = _moves(state, goal, mesh, op, unspread)
+        # relays from states that nothing was sent to reach (the start, after local slices):
+        # where a relay pays, it is the first exchange; offering it later costs compile time
+        nexts = _moves(state, goal, mesh, op, unspread, lab.moved_max == 0)
         work -= len(nexts)
         for mv in nexts:
             held = expanded.get(mv.dst, ())
@@ -447,7 +449,7 @@ def _search_labels(ctx: SearchContext, start: TensorType, op: str, max_labels: i
                 continue
             if gap and work < exact and ctx.future(mv.dst) > 0:  # a collective is still due after it
                 before = ctx.floor_before(lab, mv)
-                if before > best_key[0] or set_aside(before, lab.colls + (mv.kind in COLLECTIVE_KINDS) + 1):
+                if before > best_key[0] or set_aside(before, lab.colls + LAUNCHES[mv.kind] + 1):
                     continue  # (above the best, the exact bound would drop it too)
             lab2 = ctx.extend(lab, state, mv, best_key)
             if lab2 is None or dominated(held, lab2):
@@ -488,10 +490,10 @@ def _unwind(node: tuple | None) -> list[tuple[TensorType, Move]]:
 
 @cached(maxsize=2048)  # values hold new states (types): a few searches' worth
 def _moves(state: TensorType, goal: TensorType, mesh: Mesh, op: str,
-           unspread: frozenset[str] = frozenset()) -> tuple[Move, ...]:
+           unspread: frozenset[str] = frozenset(), relays: bool = True) -> tuple[Move, ...]:
     # the same move can come from two generators (a suffix all_to_all that is also the
     # direct exchange): price it once, first place kept
-    return tuple(dict.fromkeys(moves(state, goal, mesh, op, unspread)))
+    return tuple(dict.fromkeys(moves(state, goal, mesh, op, unspread, relays)))
 
 
 def _price(state: TensorType, mv: Move, mesh: Mesh) -> Step:

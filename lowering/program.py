@@ -46,6 +46,10 @@ class Step:
     # the kind's flag, held here so that a Step is plain data, read without the kinds' registry
     collective: bool = field(kw_only=True, repr=False, compare=False)
     bytes_recv: tuple[int, ...] = field(default=(), kw_only=True, repr=False, compare=False)  # per rank
+    # a step of several phases (a relay) costs a rank the larger direction of each phase,
+    # summed: more than the larger of its totals; per rank, empty for a one-phase step
+    bytes_phased: tuple[int, ...] = field(default=(), kw_only=True, repr=False, compare=False)
+    launches: int = field(default=1, kw_only=True, repr=False, compare=False)  # collectives it runs
 
     @property
     def is_collective(self) -> bool:
@@ -58,7 +62,9 @@ class Step:
     @property
     def bytes_moved(self) -> tuple[int, ...]:
         """Per rank, the larger of the bytes it sends and receives: a link is full duplex, so
-        a rank's share of the step takes as long as its busier direction."""
+        a rank's share of the step takes as long as its busier direction (in each phase)."""
+        if self.bytes_phased:
+            return self.bytes_phased
         if not self.bytes_recv:
             return self.bytes_sent
         return tuple(map(max, self.bytes_sent, self.bytes_recv))
@@ -240,10 +246,10 @@ def program_cost(steps: list[Step], src: TensorType, mesh: Mesh, model: Any) -> 
         moved += np.asarray(s.bytes_moved, dtype=np.int64)
         live = (local_numel(s.src, mesh) + local_numel(s.dst, mesh)) * src.itemsize
         peak = max(peak, int(live.max()))
-        time += model.step_time(s.axes, s.bytes_max, s.is_collective)
+        time += model.step_time(s.axes, s.bytes_max, s.is_collective, s.launches)
     return Cost(
         bytes_sent_max=int(sent.max()) if steps else 0,
-        collectives=sum(1 for s in steps if s.is_collective),
+        collectives=sum(s.launches for s in steps if s.is_collective),
         peak_bytes_max=peak,
         time_s=time,
         bytes_max=int(moved.max()) if steps else 0,

@@ -24,7 +24,10 @@ def _check(src: TensorType, dst: TensorType, mesh: Mesh) -> None:
     assert prog.cost.bytes_max >= bound, (str(prog), bound)
     moved = np.zeros(mesh.size, dtype=np.int64)
     for step in prog.steps:
-        moved += np.maximum(np.asarray(step.bytes_sent, dtype=np.int64), np.asarray(step.bytes_recv, dtype=np.int64))
+        larger = np.maximum(np.asarray(step.bytes_sent, dtype=np.int64), np.asarray(step.bytes_recv, dtype=np.int64))
+        # a relay's two phases each cost their busier direction: at least the larger total
+        assert (np.asarray(step.bytes_moved) >= larger).all()
+        moved += np.asarray(step.bytes_moved, dtype=np.int64)
     assert prog.cost.bytes_max == int(moved.max(initial=0)) >= prog.cost.bytes_sent_max
 
 

@@ -71,7 +71,11 @@ def test_every_move_costs_what_it_takes_off_the_need(case: tuple, seed: int) -> 
             price = move_bytes(state, mv, mesh)
             got = kind_of(mv.kind).received(state, mv.dst, mesh, mv.axes)
             # the search's price of a move is the larger of what each rank sends and receives
-            assert (price == np.maximum(kind_of(mv.kind).price(state, mv.dst, mesh, mv.axes), got)).all()
+            # (per phase, summed, for a relay's two: between that and the sum of the two)
+            sent_now = kind_of(mv.kind).price(state, mv.dst, mesh, mv.axes)
+            if kind_of(mv.kind).launches == 1:
+                assert (price == np.maximum(sent_now, got)).all()
+            assert (np.maximum(sent_now, got) <= price).all() and (price <= sent_now + got).all()
             if not set(goal.partial_axes) - set(state.partial_axes):
                 drop = need - receive_need(mv.dst, goal, mesh)
                 assert (drop <= got).all(), (str(state), mv.kind, mv.axes, str(mv.dst))

@@ -57,6 +57,8 @@ PAIRS = [
     ("dp=3,tp=2", "f32[4,6,4]{R:dp}", "f32[4@dp<ragged 1,2,1 over 2>,6,4]{U:tp}"),
     # balanced sources on plain layouts: the replicas over y take turns serving z's needers
     ("y=2,z=4", "f32[3,1@z]", "f32[3@z,1@y]"),
+    # a two-phase relay: few holders, many needers (each group of needers splits its own way)
+    ("dp=4,tp=2", "f32[4@(tp,dp),4]", "f32[4,4@tp]"),
 ]
 
 
@@ -120,6 +122,9 @@ def test_dual_is_the_exact_adjoint(name: str, mesh: Mesh, step: Step) -> None:
     ("all_to_allv", "f32[8]{U:tp}", "f32[8@tp<1,3,4,0>]"),  # it would finish a reduction
     ("reduce_scatterv", "f32[8@tp<1,3,4,0>]", "f32[8]"),  # nothing pending
     ("all_to_allv", "f32[8@tp<1,3,4,0>]", "f32[8@tp<1,3,4,0>]{V:dp}"),  # V axes change
+    ("relay", "f32[8]{U:tp}", "f32[8@tp]"),  # it would finish a reduction
+    ("relay", "f32[8@tp<1,3,4,0>]", "f32[8]"),  # uneven
+    ("relay", "f32[8@tp]", "f32[8@tp]{R:dp}"),  # nothing moves
 ])
 def test_refused_pairs_name_the_rule(kind: str, src: str, dst: str) -> None:
     with pytest.raises(SpecError, match=kind):

@@ -46,7 +46,7 @@ import torch
 from lowering.kinds import rank_pieces
 from lowering.program import Program, Step, check_program
 from spec_lang.errors import SpecError
-from torch_backend import collectives, comm, local_steps, typed_steps, uneven_steps  # noqa: F401 - each registers its runners
+from torch_backend import collectives, comm, local_steps, relay_steps, typed_steps, uneven_steps  # noqa: F401 - each registers its runners
 from torch_backend.comm import rank_map
 from torch_backend.dtypes import check_reductions
 from torch_backend.faults import CollectiveError

@@ -25,6 +25,7 @@ from lowering.kinds import (  # noqa: F401 - each registers its kinds
     gather,
     local,
     reduce,
+    relay,
     retype,
     uneven_exchange,
 )
@@ -35,12 +36,14 @@ from spec_lang.errors import SpecError, value_text
 from spec_lang.ir import Mesh, TensorType
 
 __all__ = [
-    "COLLECTIVE_KINDS", "KINDS", "Piece", "RankPieces", "StepKind", "dual_kind", "kind_of", "make_program",
+    "COLLECTIVE_KINDS", "KINDS", "LAUNCHES", "Piece", "RankPieces", "StepKind", "dual_kind", "kind_of", "make_program",
     "make_step", "members_of", "priced_step", "rank_pieces", "simulate_step", "wire_bytes",
 ]
 
 # the names of the kinds that communicate (the planner counts its collectives by name)
 COLLECTIVE_KINDS = frozenset(name for name, k in KINDS.items() if k.collective)
+# how many collectives each kind runs (0: a local kind), as the search and the cost count them
+LAUNCHES = {name: k.launches if k.collective else 0 for name, k in KINDS.items()}
 
 
 def priced_step(kind: str, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...],
@@ -56,9 +59,10 @@ def priced_step(kind: str, src: TensorType, dst: TensorType, mesh: Mesh, axes: t
     pad = spec.padded(src, dst, mesh, axes) if padded is None else padded
     sent = tuple((spec.price(src, dst, mesh, axes, padded=pad) * src.itemsize).tolist())
     got = tuple((spec.received(src, dst, mesh, axes, padded=pad) * src.itemsize).tolist())
+    phased = tuple((spec.moved(src, dst, mesh, axes, padded=pad) * src.itemsize).tolist()) if spec.launches > 1 else ()
     return Step(name, axes, dims, src, dst, (op or "sum") if spec.reduces else None,
                 local_shapes(src, mesh), local_shapes(dst, mesh), sent, pad, collective=spec.collective,
-                bytes_recv=got)
+                bytes_recv=got, bytes_phased=phased, launches=spec.launches)
 
 
 def make_step(kind: str, src: TensorType | str, dst: TensorType | str, mesh: Mesh | str, *,

@@ -316,7 +316,7 @@ def identity(op: str, dtype: np.dtype) -> object:
     return extremes.min if op == "max" else extremes.max
 
 
-def _apply(copies: Sequence[Copy], src: np.ndarray, dst: np.ndarray, op: str | None) -> None:
+def apply_copies(copies: Sequence[Copy], src: np.ndarray, dst: np.ndarray, op: str | None) -> None:
     for c in copies:
         a, b = _strided(src, c.src), _strided(dst, c.dst)
         if op is None:
@@ -335,7 +335,7 @@ def _simulate(step: Step, pieces: Sequence[ExchangeVPieces], xs: Sequence[np.nda
     for p in pieces:
         flat_in = np.ascontiguousarray(xs[p.rank]).reshape(-1)
         buf = np.zeros(p.send_elems, dtype=flat_in.dtype)
-        _apply(p.pack_copies, flat_in, buf, None)
+        apply_copies(p.pack_copies, flat_in, buf, None)
         segs, off = {}, 0
         for pc in p.send:
             segs[pc.peer] = buf[off:off + pc.numel]
@@ -347,8 +347,8 @@ def _simulate(step: Step, pieces: Sequence[ExchangeVPieces], xs: Sequence[np.nda
         recv = np.concatenate([sends[pc.peer][p.rank] for pc in p.recv
                                if pc.peer != p.rank] or [np.zeros(0, dtype=x.dtype)])
         y = np.full(int(np.prod(p.out_shape)), identity(op or "sum", x.dtype), dtype=x.dtype)
-        _apply(p.self_copies, x, y, op)
-        _apply(p.unpack_copies, recv, y, op)
+        apply_copies(p.self_copies, x, y, op)
+        apply_copies(p.unpack_copies, recv, y, op)
         if op == "avg":
             y = divide_sum(y, divide)
         out.append(y.reshape(p.out_shape))
@@ -623,13 +623,13 @@ class AllGatherV(AllToAllV):
         for p in ring:
             x = np.ascontiguousarray(xs[p.rank]).reshape(-1)
             seg = np.zeros(p.segments[p.position], dtype=x.dtype)
-            _apply(p.pack_copies, x, seg, None)
+            apply_copies(p.pack_copies, x, seg, None)
             own[p.rank] = seg
         out = []
         for p in ring:
             buf = np.concatenate([own[q] for q in p.members])
             y = np.zeros(int(np.prod(p.out_shape)), dtype=buf.dtype)
-            _apply(p.unpack_copies, buf, y, None)
+            apply_copies(p.unpack_copies, buf, y, None)
             out.append(y.reshape(p.out_shape))
         return out
 

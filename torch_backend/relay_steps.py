@@ -1,0 +1,73 @@
+"""Torch execution of ``relay`` (its definition: ``lowering.kinds.relay``): two exact
+``all_to_all_single`` calls, each with every peer's exact split (never padded, no
+point-to-point, so the same code runs eagerly, under LocalTensorMode and traced)::
+
+    phase 1: each holder sends a piece once, to the rank that owns it (into its output)
+    phase 2: each owner sends its pieces, from its input or from what phase 1 brought,
+             to the other ranks that need them
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lowering.kinds.relay import RelayPieces
+from lowering.program import Step
+from torch_backend import comm
+from torch_backend.comm import rank_map
+from torch_backend.groups import GroupHandle, MeshContext
+from torch_backend.runners import Pieces, runs
+from torch_backend.strided import contiguous, run_copies
+
+
+def _mine(plans: Pieces, r: int) -> RelayPieces:
+    p = plans[r]
+    assert isinstance(p, RelayPieces)
+    return p
+
+
+def _phase(ctx: MeshContext, plans: Pieces, g: GroupHandle, x: torch.Tensor, y: torch.Tensor,
+           phase: int) -> torch.Tensor:
+    """``y`` after one phase: pack, one exact all_to_all over the group, unpack into ``y``."""
+    first = phase == 1
+    send_splits = {r: list(_mine(plans, r).send1 if first else _mine(plans, r).send2) for r in plans}
+    recv_splits = {r: list(_mine(plans, r).recv1 if first else _mine(plans, r).recv2) for r in plans}
+
+    def pack(r: int, t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        p = _mine(plans, r)
+        buf = t.new_empty(sum(send_splits[r]))
+        run_copies(p.pack1 if first else p.pack2_in, contiguous(t), buf)
+        if not first:
+            run_copies(p.pack2_out, contiguous(out), buf)
+        return buf
+
+    send = rank_map(ctx, pack, x, y)
+    got = comm.all_to_all(ctx, send, send_splits, recv_splits, g)
+
+    def land(r: int, out: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
+        p = _mine(plans, r)
+        run_copies(p.unpack1 if first else p.unpack2, contiguous(recv), out)
+        return out
+
+    return rank_map(ctx, land, y, got)
+
+
+@runs("relay")
+def relay(ctx: MeshContext, step: Step, plans: Pieces, x: torch.Tensor) -> torch.Tensor:
+    """Keep what this rank holds and needs, then the two phases."""
+
+    def keep(r: int, t: torch.Tensor) -> torch.Tensor:
+        p = _mine(plans, r)
+        y = t.new_empty(p.out_shape)
+        run_copies(p.keep, contiguous(t), y)
+        return y
+
+    y = rank_map(ctx, keep, x)
+    # under LocalTensorMode one call plays every group: a phase runs where any group has one
+    active = [any(_mine(plans, r).active[i] for r in plans) for i in (0, 1)]
+    if _mine(plans, next(iter(plans))).n > 1 and any(active):
+        g = ctx.group(step.axes, ctx.ranks[0])
+        for phase in (1, 2):
+            if active[phase - 1]:
+                y = _phase(ctx, plans, g, x, y, phase)
+    return y
