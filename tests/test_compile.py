@@ -227,3 +227,33 @@ def test_uneven_all_gatherv_compiles_to_one_exchange(gatherv):
             # {R:dp}: the gradient is the sum of every rank's, 2*(1+2+3)
             assert torch.equal(grad, torch.full_like(grad, 12.0)), (rank, label)
             assert torch.equal(y, res["eager"][0]) and torch.equal(grad, res["eager"][1]), (rank, label)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("src,dst", [("f32[8,6]", "f32[8@dp,6]"), ("f32[8@dp,6]", "f32[8,6]{R:dp}")])
+def test_local_tensor_mode_inside_compile_is_refused(fake_pg, src, dst):
+    """Under LocalTensorMode a compiled region played one rank's pieces for all of them (the
+    slice gave rank 0's block to every rank): refused, with a SpecError in dynamo's chain."""
+    from torch_utils import from_local, local_mode
+
+    import torch_backend
+    from spec_lang import SpecError
+
+    full = torch.arange(48.0).view(8, 6)
+    with local_mode(fake_pg, 4):
+        x = torch_backend.distribute(full, "dp=4", src)
+        eager = from_local(torch_backend.redistribute(x, src, dst, "dp=4"))
+        f = torch.compile(lambda t: torch_backend.redistribute(t, src, dst, "dp=4"), backend="aot_eager",
+                          fullgraph=True)
+        try:
+            got = f(x)
+        except Exception as e:
+            err: BaseException | None = e
+            while err is not None and not isinstance(err, SpecError):
+                err = err.__cause__ or err.__context__
+            assert err is not None and "LocalTensorMode" in str(err) and err.hint, repr(e)
+        else:
+            pytest.fail(f"compiled under LocalTensorMode: {[t.tolist() for t in from_local(got)]}")
+    torch._dynamo.reset()
+    want = [full[2 * r:2 * r + 2] for r in range(4)] if dst == "f32[8@dp,6]" else [full] * 4
+    assert all(torch.equal(a, b) for a, b in zip(eager, want))  # eager is untouched

@@ -38,6 +38,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from spec_lang.errors import SpecError
 from torch_backend.dtypes import wire_view
 from torch_backend.faults import CollectiveError
 from torch_backend.groups import GroupHandle, MeshContext
@@ -274,10 +275,19 @@ C10D, FUNCTIONAL, LOCAL = _C10d(), _Functional(), _Local()
 
 
 def of(ctx: MeshContext) -> Any:
-    """The implementation a call on ``ctx`` runs with: functional while torch.compile traces."""
+    """The implementation a call on ``ctx`` runs with: functional while torch.compile traces.
+
+    LocalTensorMode inside torch.compile is refused: the functional form plays one rank, so
+    every simulated rank would run that rank's pieces (a slice would give rank 0's block to
+    all), and torch 2.13's LocalTensorMode cannot run its own collectives on the trace's fake
+    tensors (its reduce_scatter leaves fake constants in the graph)."""
+    traced = torch.compiler.is_compiling()
     if ctx.local_mode is not None:
+        if traced:
+            raise SpecError("shardc cannot run inside torch.compile under LocalTensorMode",
+                            hint="compile on real ranks (gloo, NCCL), or call shardc eagerly under LocalTensorMode")
         return LOCAL
-    return FUNCTIONAL if torch.compiler.is_compiling() else C10D
+    return FUNCTIONAL if traced else C10D
 
 
 def wait(ctx: MeshContext, work: Any) -> None:
