@@ -1,8 +1,10 @@
 """shardc under torch.compile(fullgraph=True) on 2 real gloo ranks (issue 27's table, row
 by row): every call form compiles with no graph break, its results and gradients equal
-eager shardc's bit for bit (under aot_eager, and under inductor for some), the AOT
+eager shardc's bit for bit (under aot_eager and under inductor), the AOT
 forward graph holds the program's collectives as functional-collective ops, and a
-tensor of the wrong shape is refused at trace time with the eager checks' SpecError."""
+tensor of the wrong shape is refused at trace time with the eager checks' SpecError.
+The uneven all_gather on 3 ranks compiles to one exchange each way; a compiled call under
+LocalTensorMode is refused."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ CASES = {  # the call inside the compiled function -> the functional ops of its 
     "mesh string": AG, "spec_lang.Mesh": AG, "DeviceMesh": AG, "redistributor": AG, "redistribute_many": AG,
     "async_op": AG, "reduce_scatter": RS, "permute": A2A, "uneven all_to_allv": A2A, "uneven all_gatherv": A2A,
     "spmd.all_gather": AG, "local_map": AG, "DTensor": AG, "DTensor partial gradient": [],
-    "uneven, a rank that sends nothing": A2A,
+    "uneven, a rank that sends nothing": A2A, "uneven reduce_scatterv onto one rank": A2A,
+    "reduce_scatter onto an empty block": RS,
 }
 BACKENDS = ("aot_eager", "inductor")
 
@@ -57,6 +60,12 @@ def compiled_cases(rank: int, world: int) -> dict:
         # other way round backward: an empty send buffer must still follow the step's input
         "uneven, a rank that sends nothing": lambda x: rd(rd(x, "f32[8@dp,6]", "f32[8@dp<8,0>,6]", mesh),
                                                            "f32[8@dp<8,0>,6]", "f32[8@dp<2,6>,6]", mesh),
+        # rank 1 receives nothing and its block is empty; backward, an all_gatherv it sends nothing to
+        "uneven reduce_scatterv onto one rank": lambda x: rd(torch.cat([x, x]), "f32[8,6]{U:dp}", "f32[8@dp<8,0>,6]",
+                                                              mesh),
+        # the even kinds where a block is empty (1 row over 2 ranks): a padded reduce_scatter,
+        # and backward an uneven all_gather, an exact all_to_all_single when compiled
+        "reduce_scatter onto an empty block": lambda x: rd(x[:1] * 1, "f32[1,6]{U:dp}", "f32[1@dp,6]", mesh),
         "spmd.all_gather": lambda x: spmd.all_gather(x, "dp", src=spmd.V, dst=spmd.R, mesh=mesh),
         "local_map": lambda x: spmd.local_map(
             lambda a: spmd.all_gather(a * 2, "dp", src=spmd.V, dst=spmd.R, mesh=mesh),

@@ -90,7 +90,11 @@ def all_gather(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
     out = rank_map(ctx, lambda r, t: buffer(plans[r], "gathered", plans[r].n * plans[r].chunk, t), x)
     comm.all_gather(ctx, out, send, g)
 
-    return rank_map(ctx, lambda r, o: run_copies(plans[r].place_copies, o, o.new_empty(plans[r].out_shape)), out)
+    def place(r: int, o: torch.Tensor) -> torch.Tensor:
+        y = run_copies(plans[r].place_copies, o, o.new_empty(plans[r].out_shape))
+        return y if plans[r].place_copies else tied(ctx, y, o)  # an empty block
+
+    return rank_map(ctx, place, out)
 
 
 def _gather_ring(ctx: MeshContext, g: GroupHandle, plan: RankPieces, x: torch.Tensor) -> torch.Tensor:

@@ -203,7 +203,7 @@ class _Functional(Comm):
     launches = True
 
     def tie(self, y: torch.Tensor, srcs: Sequence[torch.Tensor]) -> torch.Tensor:
-        return torch.cat([*(nothing_of(s) for s in srcs), y.reshape(-1)]).view(y.shape)
+        return torch.cat([*(nothing_of(s).to(y.dtype) for s in srcs), y.reshape(-1)]).view(y.shape)
 
     def all_gather(self, ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, group: GroupHandle) -> Any:
         got = torch.ops._c10d_functional.all_gather_into_tensor(

@@ -158,13 +158,14 @@ def exchange(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
     with _plain(ctx):
         for r in ctx.ranks:
             o = comm.local_of(got, r)
-            ys = []
+            ys, fed = [], []
             for j, p in enumerate(pieces):
                 y = blocks[r][j].new_empty(p[r].out_shape)
                 sp = p[r].self_piece
                 if sp.numel:
                     y[sp.dst].copy_(blocks[r][j][sp.src])
                 ys.append(y)
+                fed.append(bool(sp.numel))
             off = 0
             for i in range(len(members[r])):
                 for j, p in enumerate(pieces):
@@ -172,8 +173,8 @@ def exchange(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
                     if pc.numel:
                         ys[j][pc.dst].copy_(o[off:off + pc.numel].view(pc.shape))
                         off += pc.numel
-            got_none = [not p[r].self_piece.numel and not any(pc.numel for pc in p[r].recv) for p in pieces]
-            res[r] = [comm.tied(ctx, y, blocks[r][j], o) if got_none[j] else y for j, y in enumerate(ys)]
+                        fed[j] = True
+            res[r] = [y if fed[j] else comm.tied(ctx, y, blocks[r][j], o) for j, y in enumerate(ys)]
     return _split(ctx, res, len(xs))
 
 
