@@ -1,8 +1,10 @@
 """shardc under torch.compile(fullgraph=True) on 2 real gloo ranks (issue 27's table, row
 by row): every call form compiles with no graph break, its results and gradients equal
-eager shardc's bit for bit (under aot_eager, and under inductor for some), the AOT
+eager shardc's bit for bit (under aot_eager and under inductor), the AOT
 forward graph holds the program's collectives as functional-collective ops, and a
-tensor of the wrong shape is refused at trace time with the eager checks' SpecError."""
+tensor of the wrong shape is refused at trace time with the eager checks' SpecError.
+The uneven all_gather on 3 ranks compiles to one exchange each way; a compiled call under
+LocalTensorMode is refused."""
 
 from __future__ import annotations
 
@@ -20,12 +22,10 @@ CASES = {  # the call inside the compiled function -> the functional ops of its 
     "mesh string": AG, "spec_lang.Mesh": AG, "DeviceMesh": AG, "redistributor": AG, "redistribute_many": AG,
     "async_op": AG, "reduce_scatter": RS, "permute": A2A, "uneven all_to_allv": A2A, "uneven all_gatherv": A2A,
     "spmd.all_gather": AG, "local_map": AG, "DTensor": AG, "DTensor partial gradient": [],
+    "uneven, a rank that sends nothing": A2A, "uneven reduce_scatterv onto one rank": A2A,
+    "reduce_scatter onto an empty block": RS,
 }
-# Inductor too, except the uneven kinds: there inductor's min-cut partitioner moves a
-# backward all_to_all_single into the forward graph on a rank whose send buffer is empty
-# (it then does not depend on the tangents) but not on the others, so the ranks issue
-# their collectives in different orders and one waits forever (see docs/running.md)
-INDUCTOR: tuple[str, ...] = tuple(c for c in CASES if not c.startswith("uneven"))
+BACKENDS = ("aot_eager", "inductor")
 
 
 def compiled_cases(rank: int, world: int) -> dict:
@@ -56,6 +56,16 @@ def compiled_cases(rank: int, world: int) -> dict:
         "uneven all_to_allv": lambda x: rd(x, "f32[8@dp,6]", "f32[8@dp<5,3>,6]", mesh),
         "uneven all_gatherv": lambda x: rd(rd(x, "f32[8@dp,6]", "f32[8@dp<5,3>,6]", mesh),
                                            "f32[8@dp<5,3>,6]", "f32[8,6]", mesh),
+        # rank 0 sends nothing forward in the first exchange, rank 1 in the second, and the
+        # other way round backward: an empty send buffer must still follow the step's input
+        "uneven, a rank that sends nothing": lambda x: rd(rd(x, "f32[8@dp,6]", "f32[8@dp<8,0>,6]", mesh),
+                                                           "f32[8@dp<8,0>,6]", "f32[8@dp<2,6>,6]", mesh),
+        # rank 1 receives nothing and its block is empty; backward, an all_gatherv it sends nothing to
+        "uneven reduce_scatterv onto one rank": lambda x: rd(torch.cat([x, x]), "f32[8,6]{U:dp}", "f32[8@dp<8,0>,6]",
+                                                              mesh),
+        # the even kinds where a block is empty (1 row over 2 ranks): a padded reduce_scatter,
+        # and backward an uneven all_gather, an exact all_to_all_single when compiled
+        "reduce_scatter onto an empty block": lambda x: rd(x[:1] * 1, "f32[1,6]{U:dp}", "f32[1@dp,6]", mesh),
         "spmd.all_gather": lambda x: spmd.all_gather(x, "dp", src=spmd.V, dst=spmd.R, mesh=mesh),
         "local_map": lambda x: spmd.local_map(
             lambda a: spmd.all_gather(a * 2, "dp", src=spmd.V, dst=spmd.R, mesh=mesh),
@@ -74,7 +84,7 @@ def compiled_cases(rank: int, world: int) -> dict:
         xe = x0.clone().requires_grad_()
         want = f(xe)
         want.backward(torch.ones_like(want) * 0.5)
-        backends = [("aot_eager", AotEagerAndRecordGraphs())] + ([("inductor", "inductor")] if name in INDUCTOR else [])
+        backends = [("aot_eager", AotEagerAndRecordGraphs()), ("inductor", "inductor")]
         for label, backend in backends:
             x = x0.clone().requires_grad_()
             got = torch.compile(f, backend=backend, fullgraph=True)(x)
@@ -134,7 +144,7 @@ def compiled() -> dict:
 @pytest.mark.parametrize("name", list(CASES))
 def test_compiles_fullgraph_and_matches_eager(compiled, name):
     for rank, res in compiled.items():
-        for label in ("aot_eager", "inductor") if name in INDUCTOR else ("aot_eager",):
+        for label in BACKENDS:
             same, ops = res[name, label]
             assert same, f"{name} ({label}): differs from eager on rank {rank}"
         assert res[name, "aot_eager"][1] == CASES[name], f"{name}: forward graph's collectives"
@@ -172,3 +182,87 @@ def test_a_device_mesh_first_seen_inside_the_trace(compiled):
     full = torch.cat([torch.arange(24.0).view(4, 6) * (r + 1) + 0.25 for r in range(2)])
     for res in compiled.values():
         assert torch.equal(res["DeviceMesh first seen compiled"], full)
+
+
+# rank 1 holds nothing: it sends nothing forward; {R:dp} asks for a P(sum) gradient, so the
+# backward is the dual exchange (reduce_scatterv), where rank 1 receives nothing
+GATHERV = ("f32[9@dp<4,0,5>,6]", "f32[9,6]{R:dp}")
+A2A_OP = "_c10d_functional.all_to_all_single.default"
+
+
+def gatherv_cases(rank: int, world: int) -> dict:
+    """The uneven all_gatherv alone on 3 ranks (where a ring takes 2 rounds): compiled, one
+    exact all_to_all_single each way; eager on gloo keeps its point-to-point ring."""
+    from torch._dynamo.testing import AotEagerAndRecordGraphs
+
+    import torch_backend
+
+    src, dst = GATHERV
+    mesh = f"dp={world}"
+    rows = [4, 0, 5][rank]
+    x0 = torch.arange(rows * 6.0).view(rows, 6) + 100 * rank
+
+    def f(x):
+        return torch_backend.redistribute(x, src, dst, mesh) * 2
+
+    out: dict = {}
+    for label, backend in (("eager", None), ("aot_eager", AotEagerAndRecordGraphs()), ("inductor", "inductor")):
+        dist.barrier()
+        x = x0.clone().requires_grad_()
+        y = (f if backend is None else torch.compile(f, backend=backend, fullgraph=True))(x)
+        y.backward(torch.ones_like(y) * (rank + 1))
+        out[label] = (y.detach(), x.grad)
+        if label == "aot_eager":
+            out["ops"] = [sum(str(n.target) == A2A_OP for n in g.graph.nodes)
+                          for g in (backend.fw_graphs[0], backend.bw_graphs[0])]
+    return out
+
+
+@pytest.fixture(scope="module")
+def gatherv() -> dict:
+    from torch_utils import run_once
+
+    return run_once(3, gatherv_cases, collective_timeout_s=240, timeout_s=300)
+
+
+@pytest.mark.timeout(360)
+def test_uneven_all_gatherv_compiles_to_one_exchange(gatherv):
+    full = torch.cat([torch.arange(n * 6.0).view(n, 6) + 100 * r for r, n in enumerate([4, 0, 5])])
+    for rank, res in gatherv.items():
+        assert res["ops"] == [1, 1], f"rank {rank}: all_to_all_single forward, backward: {res['ops']}"
+        for label in ("eager", "aot_eager", "inductor"):
+            y, grad = res[label]
+            assert torch.equal(y, full * 2), (rank, label)
+            # {R:dp}: the gradient is the sum of every rank's, 2*(1+2+3)
+            assert torch.equal(grad, torch.full_like(grad, 12.0)), (rank, label)
+            assert torch.equal(y, res["eager"][0]) and torch.equal(grad, res["eager"][1]), (rank, label)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("src,dst", [("f32[8,6]", "f32[8@dp,6]"), ("f32[8@dp,6]", "f32[8,6]{R:dp}")])
+def test_local_tensor_mode_inside_compile_is_refused(fake_pg, src, dst):
+    """Under LocalTensorMode a compiled region played one rank's pieces for all of them (the
+    slice gave rank 0's block to every rank): refused, with a SpecError in dynamo's chain."""
+    from torch_utils import from_local, local_mode
+
+    import torch_backend
+    from spec_lang import SpecError
+
+    full = torch.arange(48.0).view(8, 6)
+    with local_mode(fake_pg, 4):
+        x = torch_backend.distribute(full, "dp=4", src)
+        eager = from_local(torch_backend.redistribute(x, src, dst, "dp=4"))
+        f = torch.compile(lambda t: torch_backend.redistribute(t, src, dst, "dp=4"), backend="aot_eager",
+                          fullgraph=True)
+        try:
+            got = f(x)
+        except Exception as e:
+            err: BaseException | None = e
+            while err is not None and not isinstance(err, SpecError):
+                err = err.__cause__ or err.__context__
+            assert err is not None and "LocalTensorMode" in str(err) and err.hint, repr(e)
+        else:
+            pytest.fail(f"compiled under LocalTensorMode: {[t.tolist() for t in from_local(got)]}")
+    torch._dynamo.reset()
+    want = [full[2 * r:2 * r + 2] for r in range(4)] if dst == "f32[8@dp,6]" else [full] * 4
+    assert all(torch.equal(a, b) for a, b in zip(eager, want))  # eager is untouched

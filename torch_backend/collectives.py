@@ -16,11 +16,11 @@ from lowering.kinds import RankPieces
 from lowering.kinds.base import flat_offset, numel
 from lowering.program import Step
 from torch_backend import comm
-from torch_backend.comm import finish_avg, rank_map
+from torch_backend.comm import finish_avg, rank_map, tied
 from torch_backend.groups import GroupHandle, MeshContext
 from torch_backend.runners import Pieces, runs
 from torch_backend.scratch import buffer
-from torch_backend.strided import contiguous, flat, run_copies
+from torch_backend.strided import contiguous, flat, nothing_of, run_copies
 
 Plans = Pieces
 
@@ -43,17 +43,19 @@ def _alone(ctx: MeshContext, plans: Plans, x: torch.Tensor) -> torch.Tensor | No
     if p.kind == "reduce_scatter":
         return rank_map(ctx, lambda r, t: t[plans[r].send[0].src].clone(), x)
     if p.kind == "all_gather":
-        return rank_map(ctx, lambda r, t: _place(plans[r], [(plans[r].recv[0], t)]), x)
-    return rank_map(ctx, lambda r, t: _unpack_exchange(plans[r], t, t.new_empty(0)), x)
+        return rank_map(ctx, lambda r, t: _place(ctx, plans[r], [(plans[r].recv[0], t)]), x)
+    return rank_map(ctx, lambda r, t: _unpacked(ctx, plans[r], t, nothing_of(t)), x)
 
 
-def _place(plan: RankPieces, parts: list[tuple]) -> torch.Tensor:
+def _place(ctx: MeshContext, plan: RankPieces, parts: list[tuple]) -> torch.Tensor:
     """A new output block assembled from (piece, tensor of piece.shape) pairs."""
     y = parts[0][1].new_empty(plan.out_shape)
     for piece, t in parts:
         if piece.numel:
             y[piece.dst].copy_(t.view(piece.shape))
-    return y
+    if any(piece.numel for piece, _ in parts):
+        return y
+    return tied(ctx, y, *(t for _, t in parts))
 
 
 # ---- all_gather -------------------------------------------------------------------------
@@ -88,7 +90,11 @@ def all_gather(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
     out = rank_map(ctx, lambda r, t: buffer(plans[r], "gathered", plans[r].n * plans[r].chunk, t), x)
     comm.all_gather(ctx, out, send, g)
 
-    return rank_map(ctx, lambda r, o: run_copies(plans[r].place_copies, o, o.new_empty(plans[r].out_shape)), out)
+    def place(r: int, o: torch.Tensor) -> torch.Tensor:
+        y = run_copies(plans[r].place_copies, o, o.new_empty(plans[r].out_shape))
+        return y if plans[r].place_copies else tied(ctx, y, o)  # an empty block
+
+    return rank_map(ctx, place, out)
 
 
 def _gather_ring(ctx: MeshContext, g: GroupHandle, plan: RankPieces, x: torch.Tensor) -> torch.Tensor:
@@ -141,7 +147,7 @@ def _gather_a2a(ctx: MeshContext, g: GroupHandle, plans: Plans, x: torch.Tensor)
             else:
                 parts.append((pc, o[off:off + pc.numel]))
                 off += pc.numel
-        return _place(plans[r], parts)
+        return _place(ctx, plans[r], parts)
 
     return rank_map(ctx, unpack, x, got)
 
@@ -185,6 +191,8 @@ def reduce_scatter(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) 
         p, c = plans[r], chunk(r)
         # padding is zero from the start and no call writes it
         buf = buffer(p, "send", p.n * c, t, zero=not p.even or c != p.chunk)
+        if not p.pack_copies:  # every piece is empty: all padding, tied to t (see nothing_of)
+            return torch.cat([buf, nothing_of(t)])
         return run_copies(p.pack_copies, contiguous(t), buf)  # c != chunk only where every piece is empty
 
     send = rank_map(ctx, pack, x)
@@ -203,7 +211,7 @@ def _reduce_scatter_exact(ctx: MeshContext, step: Step, g: GroupHandle, plans: P
 
     def pack(r: int, t: torch.Tensor) -> torch.Tensor:
         parts = [flat(t[pc.src]) for pc in plans[r].send if pc.peer != r]
-        return torch.cat(parts) if parts else t.new_empty(0)
+        return torch.cat(parts) if parts else nothing_of(t)
 
     got = comm.all_to_all(ctx, rank_map(ctx, pack, x), send_splits, recv_splits, g)
 
@@ -262,6 +270,8 @@ def _pack_exchange(plan: RankPieces, t: torch.Tensor) -> torch.Tensor:
     """The send pieces back to back: a view of the input where they already lie so."""
     t = contiguous(t)
     n = plan.send_elems
+    if n == 0:
+        return nothing_of(t)
     off = plan.send_run
     if off is not None:
         return t.view(-1)[off:off + n]
@@ -275,6 +285,12 @@ def _unpack_exchange(plan: RankPieces, t: torch.Tensor, recv: torch.Tensor) -> t
     if plan.unpack_copies:
         run_copies(plan.unpack_copies, contiguous(recv), y)
     return y
+
+
+def _unpacked(ctx: MeshContext, plan: RankPieces, t: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
+    """``_unpack_exchange``, drawn from ``t`` and ``recv`` where no copy reads them (``comm.tied``)."""
+    y = _unpack_exchange(plan, t, recv)
+    return y if plan.self_copies or plan.unpack_copies else tied(ctx, y, t, recv)
 
 
 @runs("all_to_all", "permute")
@@ -292,7 +308,7 @@ def all_to_all(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
     if alone is not None:
         return alone
     if step.bytes_sent_max == 0:  # nothing leaves any rank: every block is its own piece
-        return rank_map(ctx, lambda r, t: _unpack_exchange(plans[r], t, t.new_empty(0)), x)
+        return rank_map(ctx, lambda r, t: _unpacked(ctx, plans[r], t, nothing_of(t)), x)
     impl = comm.of(ctx)
     if step.kind == "permute" and impl.p2p:
         return _permute(ctx, _group(ctx, step), _first(plans), x)
@@ -302,7 +318,7 @@ def all_to_all(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
     if not impl.per_rank:
         return _exchange_into(ctx, _group(ctx, step), _first(plans), x, send, send_splits, recv_splits)
     got = comm.all_to_all(ctx, send, send_splits, recv_splits, _group(ctx, step))
-    return rank_map(ctx, lambda r, t, o: _unpack_exchange(plans[r], t, o), x, got)
+    return rank_map(ctx, lambda r, t, o: _unpacked(ctx, plans[r], t, o), x, got)
 
 
 def _exchange_into(ctx: MeshContext, g: GroupHandle, plan: RankPieces, x: torch.Tensor, send: torch.Tensor,
@@ -311,7 +327,11 @@ def _exchange_into(ctx: MeshContext, g: GroupHandle, plan: RankPieces, x: torch.
     pieces lie there back to back, else into a (reused) buffer and unpacked."""
     y, recv = _receive_into(plan, x)
     comm.all_to_all(ctx, send, send_splits, recv_splits, g, out=recv)
-    return _finish_into(plan, x, y, recv)
+    y = _finish_into(plan, x, y, recv)
+    # received into a buffer and nothing unpacked or kept: y holds nothing of x or recv
+    if plan.recv_run is None and not (plan.self_copies or plan.unpack_copies):
+        return tied(ctx, y, x, recv)
+    return y
 
 
 def _receive_into(plan: RankPieces, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

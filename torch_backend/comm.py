@@ -38,9 +38,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from spec_lang.errors import SpecError
 from torch_backend.dtypes import wire_view
 from torch_backend.faults import CollectiveError
 from torch_backend.groups import GroupHandle, MeshContext
+from torch_backend.strided import nothing_of
 from torch_backend.type_tags import UNCHECKED
 
 _OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
@@ -120,6 +122,9 @@ class Comm:
         if work is not None:
             work.wait()
 
+    def tie(self, y: torch.Tensor, srcs: Sequence[torch.Tensor]) -> torch.Tensor:
+        return y
+
     def failed(self, ctx: MeshContext, where: str, e: BaseException, members: Sequence[int],
                axes: tuple[str, ...] | None) -> CollectiveError:
         return CollectiveError(f"{where} failed: {e}")
@@ -197,6 +202,9 @@ class _Functional(Comm):
 
     launches = True
 
+    def tie(self, y: torch.Tensor, srcs: Sequence[torch.Tensor]) -> torch.Tensor:
+        return torch.cat([*(nothing_of(s).to(y.dtype) for s in srcs), y.reshape(-1)]).view(y.shape)
+
     def all_gather(self, ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, group: GroupHandle) -> Any:
         got = torch.ops._c10d_functional.all_gather_into_tensor(
             wire_view(inp).contiguous().view(-1), len(group.members), group.pg.group_name)
@@ -267,15 +275,39 @@ C10D, FUNCTIONAL, LOCAL = _C10d(), _Functional(), _Local()
 
 
 def of(ctx: MeshContext) -> Any:
-    """The implementation a call on ``ctx`` runs with: functional while torch.compile traces."""
-    if torch.compiler.is_compiling():
-        return FUNCTIONAL
-    return LOCAL if ctx.local_mode is not None else C10D
+    """The implementation a call on ``ctx`` runs with: functional while torch.compile traces.
+
+    LocalTensorMode inside torch.compile is refused: the functional form plays one rank, so
+    every simulated rank would run that rank's pieces (a slice would give rank 0's block to
+    all), and torch 2.13's LocalTensorMode cannot run its own collectives on the trace's fake
+    tensors (its reduce_scatter leaves fake constants in the graph)."""
+    traced = torch.compiler.is_compiling()
+    if ctx.local_mode is not None:
+        if traced:
+            raise SpecError("shardc cannot run inside torch.compile under LocalTensorMode",
+                            hint="compile on real ranks (gloo, NCCL), or call shardc eagerly under LocalTensorMode")
+        return LOCAL
+    return FUNCTIONAL if traced else C10D
 
 
 def wait(ctx: MeshContext, work: Any) -> None:
     """Wait for one collective, bounded by the context's timeout (the group's otherwise)."""
     of(ctx).wait(ctx, work)
+
+
+def tied(ctx: MeshContext, y: torch.Tensor, *srcs: torch.Tensor) -> torch.Tensor:
+    """``y``, a new block that no copy from ``srcs`` writes (it is empty, or all zeros), as
+    a value computed from them in a traced graph (elsewhere ``y`` itself).
+
+    A compiled graph orders its collectives by data alone, and a rank's graph differs from
+    another's where its blocks are uneven: a step whose output read nothing of its input
+    (or of what it received) would let the next step's collective move, on that rank only
+    (inductor's partitioner puts one that needs no incoming gradient into the forward
+    graph), and the ranks' collectives would no longer pair up. With every send drawn from
+    the step's input (``strided.nothing_of``) and every output from the input and the
+    receive, a program's collectives are one chain on every rank.
+    """
+    return of(ctx).tie(y, srcs)
 
 
 def _done(ctx: MeshContext, work: Any, launch_only: bool) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from lowering.program import Step
-from torch_backend.comm import rank_map
+from torch_backend.comm import rank_map, tied
 from torch_backend.groups import MeshContext
 from torch_backend.runners import Pieces, runs
 
@@ -17,7 +17,7 @@ def slice_(ctx: MeshContext, step: Step, pieces: Pieces, x: torch.Tensor) -> tor
 
 @runs("zero_fill")
 def zero_fill(ctx: MeshContext, step: Step, pieces: Pieces, x: torch.Tensor) -> torch.Tensor:
-    return rank_map(ctx, lambda r, t: t if pieces[r].keep else torch.zeros_like(t), x)
+    return rank_map(ctx, lambda r, t: t if pieces[r].keep else tied(ctx, torch.zeros_like(t), t), x)
 
 
 @runs("zero_pad")

@@ -23,7 +23,7 @@ from torch_backend import comm
 from torch_backend.comm import finish_avg, rank_map
 from torch_backend.groups import MeshContext
 from torch_backend.runners import Pieces
-from torch_backend.strided import flat
+from torch_backend.strided import flat, nothing_of
 
 
 def _stack(ctx: MeshContext, xs: Sequence[torch.Tensor]) -> dict[int, list[torch.Tensor]]:
@@ -80,14 +80,16 @@ def reduce_scatter(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pie
     def pack(r: int) -> torch.Tensor:
         n = pieces[0][r].n
         buf = blocks[r][0].new_zeros(n * total[r])
-        off = 0
+        off, copied = 0, False
         for j, p in enumerate(pieces):
             for i, pc in enumerate(p[r].send):
                 if pc.numel:
                     start = i * total[r] + off
                     buf[start:start + pc.numel].view(pc.shape).copy_(blocks[r][j][pc.src])
+                    copied = True
             off += sizes[r][j]
-        return buf
+        # all padding: tied to the blocks all the same (see strided.nothing_of)
+        return buf if copied else torch.cat([buf, *(nothing_of(b) for b in blocks[r])])
 
     send = _mapped(ctx, pack)
     out = _mapped(ctx, lambda r: blocks[r][0].new_empty(total[r]))
@@ -148,7 +150,7 @@ def exchange(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
     def pack(r: int) -> torch.Tensor:
         parts = [flat(blocks[r][j][p[r].send[i].src]) for i in range(len(members[r]))
                  for j, p in enumerate(pieces) if p[r].send[i].numel]
-        return torch.cat(parts) if parts else blocks[r][0].new_empty(0)
+        return torch.cat(parts) if parts else nothing_of(blocks[r][0])
 
     send = _mapped(ctx, pack)
     got = comm.all_to_all(ctx, send, send_splits, recv_splits, ctx.group(steps[0].axes, ctx.ranks[0]))
@@ -156,13 +158,14 @@ def exchange(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
     with _plain(ctx):
         for r in ctx.ranks:
             o = comm.local_of(got, r)
-            ys = []
+            ys, fed = [], []
             for j, p in enumerate(pieces):
                 y = blocks[r][j].new_empty(p[r].out_shape)
                 sp = p[r].self_piece
                 if sp.numel:
                     y[sp.dst].copy_(blocks[r][j][sp.src])
                 ys.append(y)
+                fed.append(bool(sp.numel))
             off = 0
             for i in range(len(members[r])):
                 for j, p in enumerate(pieces):
@@ -170,7 +173,8 @@ def exchange(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
                     if pc.numel:
                         ys[j][pc.dst].copy_(o[off:off + pc.numel].view(pc.shape))
                         off += pc.numel
-            res[r] = ys
+                        fed[j] = True
+            res[r] = [y if fed[j] else comm.tied(ctx, y, blocks[r][j], o) for j, y in enumerate(ys)]
     return _split(ctx, res, len(xs))
 
 

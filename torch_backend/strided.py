@@ -45,6 +45,17 @@ def flat(t: torch.Tensor) -> torch.Tensor:
     return t.view(-1) if t.is_contiguous() else t.contiguous().view(-1)
 
 
+def nothing_of(t: torch.Tensor) -> torch.Tensor:
+    """A 0-element flat view of ``t``: the send buffer of a rank that sends nothing.
+
+    A fresh empty tensor would not depend on ``t`` in a traced graph; in a backward,
+    inductor's min-cut partitioner then moves that rank's collective into the forward
+    graph (it needs no tangent), on that rank only, and the ranks' collectives no longer
+    pair up. A view keeps every collective after what its step reads.
+    """
+    return t.view(-1)[:0] if t.is_contiguous() else t.narrow(0, 0, 0).reshape(-1)
+
+
 def _width(c: Copy, item: int, so: int, do: int) -> torch.dtype | None:
     """The widest integer dtype that tiles every innermost run of ``c`` (None: keep the dtype)."""
     if c.src.stride[-1] != 1 or c.dst.stride[-1] != 1 or len(c.src.size) < 2 or c.src.size[-1] * item > _NARROW:

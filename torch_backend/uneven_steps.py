@@ -19,11 +19,11 @@ from lowering.kinds.copies import Copy
 from lowering.program import Step
 from torch_backend import comm
 from torch_backend.collectives import Plans, _first, _group, _pack_exchange
-from torch_backend.comm import finish_avg, rank_map
+from torch_backend.comm import finish_avg, rank_map, tied
 from torch_backend.groups import MeshContext
 from torch_backend.runners import runs
 from torch_backend.scratch import buffer
-from torch_backend.strided import contiguous, run_copies
+from torch_backend.strided import contiguous, nothing_of, run_copies
 
 
 def _exchange(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor | None:
@@ -59,6 +59,8 @@ def all_to_allv(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> 
             run_copies(p.self_copies, contiguous(t), y)  # type: ignore[attr-defined]
         if recv is not None and p.unpack_copies:  # type: ignore[attr-defined]
             run_copies(p.unpack_copies, contiguous(recv), y)  # type: ignore[attr-defined]
+        elif not p.self_copies:  # type: ignore[attr-defined]
+            return tied(ctx, y, t, *(() if recv is None else (recv,)))
         return y
 
     if got is None:
@@ -108,6 +110,8 @@ def reduce_scatterv(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor)
         _accumulate(p.self_copies, contiguous(t), y, op)  # type: ignore[attr-defined]
         if recv is not None:
             _accumulate(p.unpack_copies, contiguous(recv), y, op)  # type: ignore[attr-defined]
+        if not (p.self_copies or (recv is not None and p.unpack_copies)):  # type: ignore[attr-defined]
+            y = tied(ctx, y, t, *(() if recv is None else (recv,)))
         return finish_avg(y, op, p.divide)  # type: ignore[attr-defined]
 
     if got is None:
@@ -117,67 +121,69 @@ def reduce_scatterv(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor)
 
 @runs("all_gatherv")
 def all_gatherv(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
-    """Uneven pieces gathered around the ring, each forwarded once at its exact size::
+    """Every member's exact segment to every rank, never padded::
 
-        r0 [a a a]      round 1: a->r1 b->r2 c->r0     [a a a b c c c c]
-        r1 [b]      =>  round 2: c->r1 a->r2 b->r0  => (on every rank)
+        r0 [a a a]                                    [a a a b c c c c]
+        r1 [b]      =>  a, b, c each to the others =>  (on every rank)
         r2 [c c c c]
 
-    Point-to-point on a real group; under LocalTensorMode (no p2p) each round is an
-    all_to_all whose only non-empty split is the successor's, so the bytes are the same.
+    On a real group, n-1 rounds of point-to-point around the ring (each segment forwarded
+    once: what the cost model prices). Where the implementation has no point-to-point
+    (torch.compile's functional collectives, LocalTensorMode), one ``all_to_all_single``
+    with exact splits: each rank's segment to every peer, so one collective in the graph.
     """
-    def start(r: int, t: torch.Tensor) -> torch.Tensor:
-        p = plans[r]
-        buf = buffer(p, "ring", sum(p.segments), t)  # type: ignore[attr-defined]
-        i = p.position  # type: ignore[attr-defined]
-        o, n = p.offsets[i], p.segments[i]  # type: ignore[attr-defined]
-        # packed apart, then copied in: a compiled region cannot write through as_strided
-        # views of a slice (functionalization), and the extra copy is of the rank's own piece
-        own = run_copies(p.pack_copies, contiguous(t), t.new_empty(n))  # type: ignore[attr-defined]
-        buf[o:o + n].copy_(own)
-        return buf
-
-    buf = rank_map(ctx, start, x)
     p0 = _first(plans)
-    n = p0.n
-    if n > 1 and step.bytes_sent_max:
-        g = _group(ctx, step)
-        for k in range(n - 1):
-            _ring_round(ctx, g, plans, buf, k)
-
-    def finish(r: int, b: torch.Tensor) -> torch.Tensor:
-        p = plans[r]
-        return run_copies(p.unpack_copies, b, b.new_empty(p.out_shape))  # type: ignore[attr-defined]
-
-    return rank_map(ctx, finish, buf)
-
-
-def _ring_round(ctx: MeshContext, g: Any, plans: Plans, buf: torch.Tensor, k: int) -> None:
-    """Round k: position i sends segment (i-k) to its successor, receives (i-k-1) from its
-    predecessor (empty segments skipped on both sides)."""
-    def seg(p: Any, j: int) -> tuple[int, int]:
-        j %= p.n
-        return p.offsets[j], p.segments[j]
-
+    if p0.n == 1 or not step.bytes_sent_max:  # every other segment is empty: the own one is all
+        return rank_map(ctx, lambda r, t: _unpack(ctx, plans[r], _own_segment(plans[r], t)), x)
+    g = _group(ctx, step)
     if comm.of(ctx).p2p:
-        p = _first(plans)
-        i = p.position
-        so, sn = seg(p, i - k)
-        ro, rn = seg(p, i - k - 1)
-        succ, pred = p.members[(i + 1) % p.n], p.members[(i - 1) % p.n]
-        comm.p2p(ctx, [(buf[so:so + sn], succ)] if sn else [], [(buf[ro:ro + rn], pred)] if rn else [], g)
-        return
+        return _gather_ring(ctx, g, p0, x)
+    return _gather_once(ctx, g, plans, x)
+
+
+def _own_segment(p: Any, t: torch.Tensor) -> torch.Tensor:
+    n = p.segments[p.position]
+    if n == 0:
+        return nothing_of(t)
+    return run_copies(p.pack_copies, contiguous(t), t.new_empty(n))
+
+
+def _unpack(ctx: MeshContext, p: Any, buf: torch.Tensor) -> torch.Tensor:
+    """The output block from every segment back to back."""
+    y = run_copies(p.unpack_copies, buf, buf.new_empty(p.out_shape))
+    return y if p.unpack_copies else tied(ctx, y, buf)
+
+
+def _gather_once(ctx: MeshContext, g: Any, plans: Plans, x: torch.Tensor) -> torch.Tensor:
+    """One exact ``all_to_all_single``: each rank's segment to each peer (split 0 to itself)."""
     send_splits, recv_splits = {}, {}
     for r, p in plans.items():
         i = p.position  # type: ignore[attr-defined]
-        send_splits[r] = [seg(p, i - k)[1] if j == (i + 1) % p.n else 0 for j in range(p.n)]
-        recv_splits[r] = [seg(p, i - k - 1)[1] if j == (i - 1) % p.n else 0 for j in range(p.n)]
-    send = rank_map(ctx, lambda r, b: (lambda o, c: b[o:o + c])(*seg(plans[r], plans[r].position - k)), buf)
+        segs = p.segments  # type: ignore[attr-defined]
+        send_splits[r] = [0 if j == i else segs[i] for j in range(p.n)]
+        recv_splits[r] = [0 if j == i else s for j, s in enumerate(segs)]
+    own = rank_map(ctx, lambda r, t: _own_segment(plans[r], t), x)
+    send = rank_map(ctx, lambda r, o: o.repeat(plans[r].n - 1), own)
     got = comm.all_to_all(ctx, send, send_splits, recv_splits, g)
 
-    def land(r: int, b: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
-        off, cnt = seg(plans[r], plans[r].position - k - 1)
-        b[off:off + cnt].copy_(o)
-        return b
+    def finish(r: int, o: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
+        p = plans[r]
+        at = p.offsets[p.position]  # type: ignore[attr-defined]
+        return _unpack(ctx, p, torch.cat([recv[:at], o, recv[at:]]))
 
-    rank_map(ctx, land, buf, got)
+    return rank_map(ctx, finish, own, got)
+
+
+def _gather_ring(ctx: MeshContext, g: Any, p: Any, x: torch.Tensor) -> torch.Tensor:
+    """Round k: position i sends segment (i-k) to its successor and receives (i-k-1) from
+    its predecessor (empty segments skipped on both sides), all in one buffer."""
+    i, n, offs, segs = p.position, p.n, p.offsets, p.segments
+    buf = buffer(p, "ring", sum(segs), x)
+    run_copies(p.pack_copies, contiguous(x), buf[offs[i]:offs[i] + segs[i]])
+    succ, pred = p.members[(i + 1) % n], p.members[(i - 1) % n]
+    for k in range(n - 1):
+        s, r = (i - k) % n, (i - k - 1) % n
+        sends = [(buf[offs[s]:offs[s] + segs[s]], succ)] if segs[s] else []
+        recvs = [(buf[offs[r]:offs[r] + segs[r]], pred)] if segs[r] else []
+        comm.p2p(ctx, sends, recvs, g)
+    return _unpack(ctx, p, buf)
