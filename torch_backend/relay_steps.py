@@ -17,7 +17,7 @@ from torch_backend import comm
 from torch_backend.comm import rank_map
 from torch_backend.groups import GroupHandle, MeshContext
 from torch_backend.runners import Pieces, runs
-from torch_backend.strided import contiguous, run_copies
+from torch_backend.strided import contiguous, nothing_of, run_copies
 
 
 def _mine(plans: Pieces, r: int) -> RelayPieces:
@@ -27,14 +27,17 @@ def _mine(plans: Pieces, r: int) -> RelayPieces:
 
 
 def _phase(ctx: MeshContext, plans: Pieces, g: GroupHandle, x: torch.Tensor, y: torch.Tensor,
-           phase: int) -> torch.Tensor:
-    """``y`` after one phase: pack, one exact all_to_all over the group, unpack into ``y``."""
+           phase: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``y`` after one phase (pack, one exact all_to_all over the group, unpack into ``y``),
+    and what the phase received."""
     first = phase == 1
     send_splits = {r: list(_mine(plans, r).send1 if first else _mine(plans, r).send2) for r in plans}
     recv_splits = {r: list(_mine(plans, r).recv1 if first else _mine(plans, r).recv2) for r in plans}
 
     def pack(r: int, t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         p = _mine(plans, r)
+        if not sum(send_splits[r]):  # drawn from the input all the same (see strided.nothing_of)
+            return nothing_of(t)
         buf = t.new_empty(sum(send_splits[r]))
         run_copies(p.pack1 if first else p.pack2_in, contiguous(t), buf)
         if not first:
@@ -49,7 +52,7 @@ def _phase(ctx: MeshContext, plans: Pieces, g: GroupHandle, x: torch.Tensor, y: 
         run_copies(p.unpack1 if first else p.unpack2, contiguous(recv), out)
         return out
 
-    return rank_map(ctx, land, y, got)
+    return rank_map(ctx, land, y, got), got
 
 
 @runs("relay")
@@ -65,9 +68,20 @@ def relay(ctx: MeshContext, step: Step, plans: Pieces, x: torch.Tensor) -> torch
     y = rank_map(ctx, keep, x)
     # under LocalTensorMode one call plays every group: a phase runs where any group has one
     active = [any(_mine(plans, r).active[i] for r in plans) for i in (0, 1)]
+    got: list[tuple[int, torch.Tensor]] = []
     if _mine(plans, next(iter(plans))).n > 1 and any(active):
         g = ctx.group(step.axes, ctx.ranks[0])
         for phase in (1, 2):
             if active[phase - 1]:
-                y = _phase(ctx, plans, g, x, y, phase)
-    return y
+                y, recv = _phase(ctx, plans, g, x, y, phase)
+                got.append((phase, recv))
+
+    def settle(r: int, out: torch.Tensor, t: torch.Tensor, *recvs: torch.Tensor) -> torch.Tensor:
+        # a compiled graph orders collectives by data alone: an output that read nothing of
+        # the input or of a phase's receive is tied to them (see comm.tied), once, at the end,
+        # since a tied block is a view that the phases' strided copies may not write into
+        p = _mine(plans, r)
+        unread = [b for (phase, _), b in zip(got, recvs) if not sum(p.recv1 if phase == 1 else p.recv2)]
+        return out if p.keep and not unread else comm.tied(ctx, out, t, *unread)
+
+    return rank_map(ctx, settle, y, x, *(b for _, b in got))
