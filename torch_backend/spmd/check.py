@@ -5,7 +5,8 @@ A TorchFunctionMode: each op whose tensor arguments carry types gets its output 
 the argument types and the collective or convert that is missing). Attribute reads,
 ``backward()``/``torch.autograd.grad`` (the loss' type) and torch.distributed's
 collectives (typed on the mesh axes of their process group) have rules of their own.
-Untyped tensors are outside the checker; ops on them run untouched. shardc's own calls
+Untyped tensors are outside the checker; ops on them run untouched (``strict=True``
+refuses an op that mixes them with typed ones: a parameter someone forgot to type). shardc's own calls
 (the spmd functions, ``torch_backend.redistribute``'s collectives) run unchecked: they
 type their results themselves.
 """
@@ -16,6 +17,7 @@ import inspect
 import itertools
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -66,6 +68,10 @@ def op_name(func: Any) -> str:
     return {"truediv": "div"}.get(name, name)
 
 
+# whether the innermost typecheck() is strict (spmd.einsum/linear read it too)
+STRICT: ContextVar[bool] = ContextVar("spmd_strict", default=False)
+
+
 def _tensors(args: Any, out: list) -> bool:
     """Collect the tensors of (nested) args; True when a Python number is among them."""
     scalar = False
@@ -88,13 +94,54 @@ def _attach_all(out: Any, types: dict) -> Any:
     return out
 
 
+def untyped_argument(args: tuple, kwargs: dict) -> tuple[str, torch.Tensor] | None:
+    """The first untyped tensor among an op's arguments (``out=`` aside: it is written, not
+    read), and where it is: ``argument 1``, ``argument 0[2]``, ``argument 'weight'``."""
+    def find(xs: Any, where: str) -> tuple[str, torch.Tensor] | None:
+        if isinstance(xs, torch.Tensor):
+            return None if getattr(xs, TYPES, None) else (where, xs)
+        if isinstance(xs, (list, tuple)):
+            for k, x in enumerate(xs):
+                got = find(x, f"{where}[{k}]")
+                if got:
+                    return got
+        return None
+
+    for k, a in enumerate(args):
+        got = find(a, f"argument {k}")
+        if got:
+            return got
+    for key, a in kwargs.items():
+        got = None if key == "out" else find(a, f"argument {key!r}")
+        if got:
+            return got
+    return None
+
+
+def refuse_untyped(op: str, where: str, x: torch.Tensor, typed: list[dict]) -> None:
+    axes = list(dict.fromkeys(a for t in typed for a in t))
+    example = ", ".join(f"{a!r}: spmd.R" for a in axes)
+    raise SpecError(f"strict typecheck: {op} takes an untyped tensor ({where}, shape {list(x.shape)}) beside typed "
+                    f"ones (on mesh axes {', '.join(map(repr, axes))}): its SPMD types are unknown, so the op's "
+                    "gradient cannot be checked (a parameter or buffer nobody typed?)",
+                    hint=f"type it where it is made: spmd.assert_type(t, {{{example}}}) if every rank holds the "
+                    "same value (V or S(i) if each holds its own block), or pass a Python number; "
+                    "typecheck() without strict=True leaves untyped tensors unchecked")
+
+
 class _TypeCheck(TorchFunctionMode):
+    def __init__(self, strict: bool = False) -> None:
+        super().__init__()
+        self.strict = strict
+
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         if UNCHECKED[0]:
             return func(*args, **kwargs)
         tensors: list = []
         scalar = _tensors(args, tensors)
+        if kwargs:  # tensors passed by keyword (weight=, other=) are operands too; out= is written
+            _tensors([v for k, v in kwargs.items() if k != "out" and isinstance(v, torch.Tensor)], tensors)
         typed = [t for t in (getattr(x, TYPES, None) for x in tensors) if t]
         if not typed:
             return func(*args, **kwargs)
@@ -118,6 +165,10 @@ class _TypeCheck(TorchFunctionMode):
             if name == "grad":
                 _type_grad(args[0], out)
             return out
+        if self.strict and len(typed) < len(tensors):
+            found = untyped_argument(args, kwargs)
+            if found:
+                refuse_untyped(name, found[0], found[1], typed)
         sharded = any(t.kind == "S" for d in typed for t in d.values())
         if name == "einsum" and sharded and args and isinstance(args[0], str):
             ops = args[1:] if not (len(args) == 2 and isinstance(args[1], (list, tuple))) else args[1]
@@ -235,8 +286,20 @@ def no_typecheck() -> AbstractContextManager[None]:
 
 
 @contextmanager
-def typecheck() -> Iterator[None]:
+def typecheck(strict: bool = False) -> Iterator[None]:
     """Check every torch op in the scope against the SPMD type system's rules (opt-in; the
-    same code runs, with the same numbers, without it)."""
-    with _TypeCheck():
-        yield
+    same code runs, with the same numbers, without it).
+
+    ``strict=True`` also refuses an op that takes typed and untyped tensors together (and
+    ``spmd.einsum``/``linear`` an untyped operand), naming the op and the untyped argument:
+    outside strict mode an untyped tensor is unchecked, so a parameter nobody typed passes
+    silently (where ``spmd.einsum`` reads it as R)."""
+    if not isinstance(strict, bool):
+        raise SpecError(f"typecheck(strict=...) takes a bool, got {type(strict).__name__}",
+                        hint="spmd.typecheck(strict=True)")
+    token = STRICT.set(strict)
+    try:
+        with _TypeCheck(strict):
+            yield
+    finally:
+        STRICT.reset(token)

@@ -20,6 +20,7 @@ from lowering.spmd.propagate import einsum_types, propagate
 from spec_lang.errors import SpecError
 from spec_lang.local_type import LocalType
 from spec_lang.parser import parse_local_type as as_local_type
+from torch_backend.spmd.check import STRICT, refuse_untyped, untyped_argument
 from torch_backend.spmd.tags import typeof
 from torch_backend.type_tags import TYPES, attach, unchecked
 
@@ -47,10 +48,21 @@ def _local_op(what: str, fn: Callable[..., torch.Tensor], *xs: Any) -> torch.Ten
                         "operands' local blocks: check the shapes each rank holds") from None
 
 
+def _strict(op: str, xs: Sequence[Any]) -> None:
+    """Under ``typecheck(strict=True)``, an untyped operand beside typed ones is refused
+    (outside it, an untyped operand is read as R)."""
+    if STRICT.get():
+        typed = [typeof(x) for x in xs if isinstance(x, torch.Tensor) and typeof(x)]
+        found = untyped_argument(tuple(xs), {}) if typed else None
+        if found:
+            refuse_untyped(op, found[0], found[1], typed)
+
+
 def einsum(eq: str, *xs: torch.Tensor, out_partial_axes: str | Sequence[str] | None = None) -> torch.Tensor:
     """``torch.einsum`` whose result type follows the SPMD type system (global SPMD where an
     operand is S(i)); a contracted sharded label needs its axis in ``out_partial_axes``,
     which makes the result P there."""
+    _strict(f"spmd.einsum({eq!r})", xs)
     types = einsum_types("einsum", eq, [typeof(x) for x in xs], _axes(out_partial_axes))
     return attach(_local_op(f"einsum({eq!r})", lambda *a: torch.einsum(eq, *a), *xs), types)
 
@@ -61,6 +73,7 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *,
     after the reduction (a replicated bias added to every rank's partial sum counts n times)."""
     if x.ndim < 1 or w.ndim != 2:
         raise SpecError(f"linear takes x[..., in] and w[out, in], got {list(x.shape)} and {list(w.shape)}")
+    _strict("spmd.linear", (x, w) if b is None else (x, w, b))
     letters = "abcdefgh"[: x.ndim - 1]
     types = einsum_types("linear", f"{letters}y,zy->{letters}z", [typeof(x), typeof(w)], _axes(out_partial_axes))
     if b is not None:  # the bias' dim 0 is the output's last dim
