@@ -25,10 +25,11 @@ import torch.distributed as dist
 from torch.overrides import TorchFunctionMode
 
 from lowering.layout import group_ranks
-from lowering.spmd.propagate import AFFINE, einsum_types, propagate
+from lowering.spmd.propagate import AFFINE, einsum_types, in_place_rule, propagate
 from lowering.spmd.rules import RAW_COLLECTIVES, check_loss, raw_collective_types
 from spec_lang.errors import SpecError
 from torch_backend.spmd.mesh import mesh_context
+from torch_backend.spmd.tags import typed_number
 from torch_backend.type_tags import TYPES, UNCHECKED, unchecked
 
 # ops that read metadata, drive autograd or make a new tensor of the argument's shape only
@@ -72,17 +73,51 @@ def op_name(func: Any) -> str:
 STRICT: ContextVar[bool] = ContextVar("spmd_strict", default=False)
 
 
-def _tensors(args: Any, out: list) -> bool:
-    """Collect the tensors of (nested) args; True when a Python number is among them."""
+def _tensors(args: Any, out: list, numbers: list) -> bool:
+    """Collect the tensors of (nested) args, and the types of typed Python numbers; True
+    when an untyped Python number is among them."""
     scalar = False
     for a in args:
         if isinstance(a, torch.Tensor):
             out.append(a)
         elif isinstance(a, (list, tuple)):
-            scalar |= _tensors(a, out)
+            scalar |= _tensors(a, out, numbers)
         elif isinstance(a, (int, float)) and not isinstance(a, bool):
-            scalar = True
+            t = getattr(a, TYPES, None)
+            if t:
+                numbers.append(t)
+            else:
+                scalar = True
     return scalar
+
+
+# the in-place operators (``x += y``): they write their first argument, as ``add_`` does
+_INPLACE_DUNDERS = frozenset(f"__i{n}__" for n in ("add", "sub", "mul", "truediv", "floordiv", "div", "matmul",
+                                                      "pow", "mod", "and", "or", "xor", "lshift", "rshift"))
+
+
+def written(raw: str, args: tuple, kwargs: dict) -> tuple[str, Any] | None:
+    """The tensor an op writes (``out=``, or the first argument of an in-place op) and how
+    to name it in an error; None for an op that makes a new tensor."""
+    if "out" in kwargs:
+        return "its out= tensor", kwargs["out"]
+    if args and isinstance(args[0], torch.Tensor) and (
+            raw in _INPLACE_DUNDERS or raw == "__setitem__" or (raw.endswith("_") and not raw.startswith("_"))):
+        return "the tensor it writes in place", args[0]
+    return None
+
+
+def check_written(op: str, where: str, dest: Any, out_types: dict) -> None:
+    """A typed destination keeps its type: the result written into it must agree on each
+    axis (other references to it still read it as that type)."""
+    have = getattr(dest, TYPES, None) if isinstance(dest, torch.Tensor) else None
+    for a, t in (have or {}).items():
+        want = out_types.get(a)
+        if want is not None and not t.agrees(want):
+            raise SpecError(f"{op}: the result is {want!r} on mesh axis {a!r}, but {where} is {t!r}: a tensor's "
+                            "type does not change in place (every other reference to it still reads it as "
+                            f"{t!r})", hint="use the out-of-place op (y = x + v, no out=) for a result of the new "
+                            f"type, or give the operands types whose result is {t!r} on {a!r}")
 
 
 def _attach_all(out: Any, types: dict) -> Any:
@@ -139,13 +174,19 @@ class _TypeCheck(TorchFunctionMode):
         if UNCHECKED[0]:
             return func(*args, **kwargs)
         tensors: list = []
-        scalar = _tensors(args, tensors)
+        numbers: list = []
+        scalar = _tensors(args, tensors, numbers)
         if kwargs:  # tensors passed by keyword (weight=, other=) are operands too; out= is written
-            _tensors([v for k, v in kwargs.items() if k != "out" and isinstance(v, torch.Tensor)], tensors)
+            _tensors([v for k, v in kwargs.items() if k != "out" and isinstance(v, torch.Tensor)], tensors, numbers)
         typed = [t for t in (getattr(x, TYPES, None) for x in tensors) if t]
+        n_typed = len(typed)
+        typed += numbers
         if not typed:
             return func(*args, **kwargs)
         raw = getattr(func, "__name__", None)
+        if raw == "item":  # the number of a typed tensor keeps its types (V: it differs per rank)
+            out = func(*args, **kwargs)
+            return typed_number(out, typed[0]) if type(out) in (int, float) else out
         if raw in _SKIP:
             return func(*args, **kwargs)
         if raw in RAW_COLLECTIVES:
@@ -165,7 +206,7 @@ class _TypeCheck(TorchFunctionMode):
             if name == "grad":
                 _type_grad(args[0], out)
             return out
-        if self.strict and len(typed) < len(tensors):
+        if self.strict and n_typed < len(tensors):
             found = untyped_argument(args, kwargs)
             if found:
                 refuse_untyped(name, found[0], found[1], typed)
@@ -183,10 +224,19 @@ class _TypeCheck(TorchFunctionMode):
         elif name == "linear" and len(tensors) > 2:  # x @ w.T + b: affine, the bias is an addition
             xw = propagate(name, [t for t in (getattr(x, TYPES, None) for x in tensors[:2]) if t])
             out_types = propagate("add", [xw, getattr(tensors[2], TYPES, None) or {}])
+        elif name == "copy_" and len(tensors) == 2:  # the destination takes the source's value
+            out_types = getattr(tensors[1], TYPES, None) or getattr(tensors[0], TYPES, None) or {}
         else:
-            out_types = propagate(name, typed, scalar and name in ("add", "sub", "rsub"))
+            rule = in_place_rule(name)
+            out_types = propagate(rule, typed, scalar and rule in ("add", "sub", "rsub", "setitem"))
+        dest = written(raw or "", args, kwargs)
+        if dest is not None:
+            check_written(name, dest[0], dest[1], out_types)
         with unchecked():
             out = func(*args, **kwargs)
+        if raw == "__setitem__":  # returns None: the types go on the tensor it wrote
+            _attach_all(args[0], out_types)
+            return out
         return _attach_all(out, out_types)
 
 

@@ -14,11 +14,11 @@ import torch
 
 from lowering.layout import local_shape
 from lowering.program import Program
-from lowering.spmd.programs import backward_program, program_for
+from lowering.spmd.programs import backward_program, program_for, stack_dim
 from lowering.spmd.rules import check_pair, check_whole_average
+from lowering.spmd.types import resolve
 from spec_lang.errors import SpecError
 from spec_lang.local_type import LocalType
-from spec_lang.parser import parse_local_type as as_local_type
 from torch_backend import comm, traced
 from torch_backend.api import check_local
 from torch_backend.autograd import check_differentiable
@@ -75,29 +75,32 @@ def _src_size(x: torch.Tensor, src: LocalType, group: tuple[str, ...], ctx: Mesh
 
 
 def typed_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: Any = None,
-               size: int | None = None, inplace: bool = False) -> torch.Tensor:
-    """Check, build and run ``op(x, axis, src, dst)``; the result carries its type."""
+               size: int | None = None, inplace: bool = False, at: int | None = None) -> torch.Tensor:
+    """Check, build and run ``op(x, axis, src, dst)``; the result carries its type. ``at``:
+    the dim V stacks on (``gather_dim``/``scatter_dim``)."""
     if torch.compiler.is_dynamo_compiling():
-        return traced.call("spmd", op, x, axis, src, dst, mesh=mesh, size=size, inplace=inplace)
-    s, d = as_local_type(src, "src"), as_local_type(dst, "dst")
+        return traced.call("spmd", op, x, axis, src, dst, mesh=mesh, size=size, inplace=inplace, at=at)
+    if not isinstance(x, torch.Tensor):
+        raise SpecError(f"spmd.{op} needs a tensor, got {type(x).__name__}")
+    # S(-1) counts from x's last dim (an S dim is a dim of the input and of the output alike)
+    s, d = resolve(src, x.ndim, "src"), resolve(dst, x.ndim, "dst")
     routed = check_pair(op, s, d) or op  # refuses a bad pair before anything else
+    dim = stack_dim(routed, s, d, x.ndim, at)
     with unchecked():
-        return _run(op, routed, x, axis, s, d, mesh, size, inplace)
+        return _run(op, routed, x, axis, s, d, mesh, size, inplace, dim)
 
 
 @traced.entry("spmd")
 def _traced_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: Any = None,
-                 size: int | None = None, inplace: bool = False) -> torch.Tensor:
+                 size: int | None = None, inplace: bool = False, at: int | None = None) -> torch.Tensor:
     if inplace:
         raise SpecError(f"spmd.{op}(..., inplace=True) cannot run inside torch.compile (a compiled region "
                         "does not write its inputs)", hint="drop inplace=True and use the result")
-    return typed_call(op, x, axis, src, dst, mesh, size)
+    return typed_call(op, x, axis, src, dst, mesh, size, at=at)
 
 
 def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: LocalType, mesh: Any,
-         size: int | None, inplace: bool) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise SpecError(f"spmd.{op} needs a tensor, got {type(x).__name__}")
+         size: int | None, inplace: bool, at: int = 0) -> torch.Tensor:
     if inplace and x.requires_grad and torch.is_grad_enabled():
         raise SpecError(f"spmd.{op}(..., inplace=True) takes a tensor autograd does not record (a gradient "
                         "buffer); this one requires grad", hint="drop inplace=True (the result is then a new "
@@ -116,7 +119,7 @@ def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: Loca
     shapes = _shapes(x, ctx)
     n_src = _src_size(x, s, group, ctx, shapes, size)
     shape = shapes[ctx.ranks[0]]
-    program = program_for(routed, s, d, group, shape, dtype_name(x.dtype), ctx.mesh, n_src)
+    program = program_for(routed, s, d, group, shape, dtype_name(x.dtype), ctx.mesh, n_src, at)
     for r in ctx.ranks:
         want = local_shape(program.src, ctx.mesh, r)
         if shapes[r] != want:
@@ -149,15 +152,16 @@ def _in_place(program: Program, x: torch.Tensor, ctx: MeshContext) -> torch.Tens
 
 
 def all_gather(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
-               size: int | None = None) -> torch.Tensor:
-    """Every rank gets the group's blocks: V stacks them on a new dim 0, S(i) concatenates
-    them on dim i; dst R (gradient: reduce_scatter) or I (gradient: the rank's own piece)::
+               size: int | None = None, gather_dim: int | None = None) -> torch.Tensor:
+    """Every rank gets the group's blocks: V stacks them on a new dim 0 (``gather_dim``: on
+    that new dim of the result), S(i) concatenates them on dim i; dst R (gradient:
+    reduce_scatter) or I (gradient: the rank's own piece)::
 
         A                        [A0]
         B  =>  [A, B, C]         [A1]  =>  [A0, A1, A2]
         C                        [A2]
     """
-    return typed_call("all_gather", x, axis, src, dst, mesh, size)
+    return typed_call("all_gather", x, axis, src, dst, mesh, size, at=gather_dim)
 
 
 def all_reduce(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh: Any = None,
@@ -169,14 +173,16 @@ def all_reduce(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh: An
     return typed_call("all_reduce", x, axis, src, dst, mesh, inplace=inplace)
 
 
-def reduce_scatter(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh: Any = None) -> torch.Tensor:
-    """Finish the pending reduction, keeping this rank's piece: V unbinds dim 0, S(i) chunks dim i::
+def reduce_scatter(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh: Any = None,
+                   scatter_dim: int | None = None) -> torch.Tensor:
+    """Finish the pending reduction, keeping this rank's piece: V unbinds dim 0 (``scatter_dim``:
+    that dim), S(i) chunks dim i::
 
         +[Ax, Bx, Cx]      Ax + Ay + Az
         +[Ay, By, Cy]  =>  Bx + By + Bz
         +[Az, Bz, Cz]      Cx + Cy + Cz
     """
-    return typed_call("reduce_scatter", x, axis, src, dst, mesh)
+    return typed_call("reduce_scatter", x, axis, src, dst, mesh, at=scatter_dim)
 
 
 def all_to_all(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
@@ -206,6 +212,6 @@ def convert(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
 
 def redistribute(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
                  size: int | None = None) -> torch.Tensor:
-    """Keep the value, with one collective: S(i)->R|I all_gather, P->R|I all_reduce,
-    P->S(i) reduce_scatter, S(i)->S(j) all_to_all."""
+    """Keep the value, with one collective: V|S(i)->R|I all_gather, P->R|I all_reduce,
+    P->V|S(i) reduce_scatter, S(i)->S(j) all_to_all."""
     return typed_call("redistribute", x, axis, src, dst, mesh, size)
