@@ -28,6 +28,7 @@ from torch_backend.dtypes import dtype_name
 from torch_backend.executor import build_pieces, execute
 from torch_backend.groups import MeshContext
 from torch_backend.spmd.mesh import as_axes, mesh_context
+from torch_backend.spmd.precision import as_dtype, check_options, reduce_in
 from torch_backend.spmd.tags import recorded_size, typeof
 from torch_backend.type_tags import SIZES, attach, unchecked
 
@@ -75,32 +76,41 @@ def _src_size(x: torch.Tensor, src: LocalType, group: tuple[str, ...], ctx: Mesh
 
 
 def typed_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: Any = None,
-               size: int | None = None, inplace: bool = False, at: int | None = None) -> torch.Tensor:
+               size: int | None = None, inplace: bool = False, at: int | None = None,
+               op_dtype: Any = None, out_dtype: Any = None) -> torch.Tensor:
     """Check, build and run ``op(x, axis, src, dst)``; the result carries its type. ``at``:
-    the dim V stacks on (``gather_dim``/``scatter_dim``)."""
+    the dim V stacks on (``gather_dim``/``scatter_dim``); ``op_dtype``/``out_dtype``: a
+    reduction's dtypes (``torch_backend.spmd.precision``)."""
     if torch.compiler.is_dynamo_compiling():
-        return traced.call("spmd", op, x, axis, src, dst, mesh=mesh, size=size, inplace=inplace, at=at)
+        return traced.call("spmd", op, x, axis, src, dst, mesh=mesh, size=size, inplace=inplace, at=at,
+                           op_dtype=op_dtype, out_dtype=out_dtype)
     if not isinstance(x, torch.Tensor):
         raise SpecError(f"spmd.{op} needs a tensor, got {type(x).__name__}")
     # S(-1) counts from x's last dim (an S dim is a dim of the input and of the output alike)
     s, d = resolve(src, x.ndim, "src"), resolve(dst, x.ndim, "dst")
     routed = check_pair(op, s, d) or op  # refuses a bad pair before anything else
     dim = stack_dim(routed, s, d, x.ndim, at)
+    dtypes = None
+    if op_dtype is not None or out_dtype is not None:
+        dtypes = as_dtype(op_dtype, "op_dtype"), as_dtype(out_dtype, "out_dtype")
+        check_options(op, routed, s, x, dtypes[0], inplace)
     with unchecked():
-        return _run(op, routed, x, axis, s, d, mesh, size, inplace, dim)
+        return _run(op, routed, x, axis, s, d, mesh, size, inplace, dim, dtypes)
 
 
 @traced.entry("spmd")
 def _traced_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: Any = None,
-                 size: int | None = None, inplace: bool = False, at: int | None = None) -> torch.Tensor:
+                 size: int | None = None, inplace: bool = False, at: int | None = None,
+                 op_dtype: Any = None, out_dtype: Any = None) -> torch.Tensor:
     if inplace:
         raise SpecError(f"spmd.{op}(..., inplace=True) cannot run inside torch.compile (a compiled region "
                         "does not write its inputs)", hint="drop inplace=True and use the result")
-    return typed_call(op, x, axis, src, dst, mesh, size, at=at)
+    return typed_call(op, x, axis, src, dst, mesh, size, at=at, op_dtype=op_dtype, out_dtype=out_dtype)
 
 
 def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: LocalType, mesh: Any,
-         size: int | None, inplace: bool, at: int = 0) -> torch.Tensor:
+         size: int | None, inplace: bool, at: int = 0,
+         dtypes: tuple[torch.dtype | None, torch.dtype | None] | None = None) -> torch.Tensor:
     if inplace and x.requires_grad and torch.is_grad_enabled():
         raise SpecError(f"spmd.{op}(..., inplace=True) takes a tensor autograd does not record (a gradient "
                         "buffer); this one requires grad", hint="drop inplace=True (the result is then a new "
@@ -126,11 +136,16 @@ def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: Loca
             raise SpecError(f"spmd.{op}: rank {r} holds shape {list(shapes[r])}, but {s!r} over {list(group)} "
                             f"gives it {list(want)} (uneven blocks follow torch.chunk)",
                             hint="give every rank its block, or pass size= (the global length of the split dim)")
+    op_dt, out_dt = dtypes or (None, None)
     if inplace:
         y = _in_place(program, x, ctx)
+    elif op_dt is not None and op_dt != x.dtype:  # added in another dtype than the wire's
+        y = reduce_in(routed, check_local(x, program.src, ctx), s, d, group, ctx, at, op_dt, out_dt)
     else:
         x = check_local(x, program.src, ctx)
         y = _Typed.apply(x, program, ctx) if torch.is_grad_enabled() and x.requires_grad else execute(program, x, ctx=ctx)
+        if out_dt is not None and out_dt != y.dtype:  # reduced in x's dtype, then rounded once
+            y = y.to(out_dt)
     out = {**have, **{a: d for a in group}}
     sizes = {k: v for k, v in (getattr(x, SIZES, None) or {}).items() if not set(k) & set(group)}
     if d.kind == "S":
@@ -165,24 +180,28 @@ def all_gather(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = No
 
 
 def all_reduce(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh: Any = None,
-               inplace: bool = False) -> torch.Tensor:
+               inplace: bool = False, op_dtype: Any = None, out_dtype: Any = None) -> torch.Tensor:
     """Finish the pending reduction: ``+A, +B, +C  =>  A + B + C`` on every rank (R or I).
 
     ``inplace=True`` reduces ``x`` itself (a flat gradient buffer: no copy) and returns it,
-    retyped; for a tensor autograd does not record (under ``torch.no_grad()``, or a ``.grad``)."""
-    return typed_call("all_reduce", x, axis, src, dst, mesh, inplace=inplace)
+    retyped; for a tensor autograd does not record (under ``torch.no_grad()``, or a ``.grad``).
+    ``op_dtype``: add in that dtype, sending x's (bf16 on the wire, fp32 sums); ``out_dtype``:
+    the result's dtype (``torch_backend.spmd.precision`` says exactly what each means)."""
+    return typed_call("all_reduce", x, axis, src, dst, mesh, inplace=inplace, op_dtype=op_dtype, out_dtype=out_dtype)
 
 
 def reduce_scatter(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh: Any = None,
-                   scatter_dim: int | None = None) -> torch.Tensor:
+                   scatter_dim: int | None = None, op_dtype: Any = None, out_dtype: Any = None) -> torch.Tensor:
     """Finish the pending reduction, keeping this rank's piece: V unbinds dim 0 (``scatter_dim``:
     that dim), S(i) chunks dim i::
 
         +[Ax, Bx, Cx]      Ax + Ay + Az
         +[Ay, By, Cy]  =>  Bx + By + Bz
         +[Az, Bz, Cz]      Cx + Cy + Cz
-    """
-    return typed_call("reduce_scatter", x, axis, src, dst, mesh, at=scatter_dim)
+
+    ``op_dtype``/``out_dtype`` as for ``all_reduce``."""
+    return typed_call("reduce_scatter", x, axis, src, dst, mesh, at=scatter_dim, op_dtype=op_dtype,
+                      out_dtype=out_dtype)
 
 
 def all_to_all(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
@@ -211,7 +230,7 @@ def convert(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
 
 
 def redistribute(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
-                 size: int | None = None) -> torch.Tensor:
+                 size: int | None = None, op_dtype: Any = None, out_dtype: Any = None) -> torch.Tensor:
     """Keep the value, with one collective: V|S(i)->R|I all_gather, P->R|I all_reduce,
-    P->V|S(i) reduce_scatter, S(i)->S(j) all_to_all."""
-    return typed_call("redistribute", x, axis, src, dst, mesh, size)
+    P->V|S(i) reduce_scatter, S(i)->S(j) all_to_all (``op_dtype``/``out_dtype`` where it reduces)."""
+    return typed_call("redistribute", x, axis, src, dst, mesh, size, op_dtype=op_dtype, out_dtype=out_dtype)
