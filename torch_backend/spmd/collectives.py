@@ -27,6 +27,7 @@ from torch_backend.comm import local_of
 from torch_backend.dtypes import dtype_name
 from torch_backend.executor import build_pieces, execute
 from torch_backend.groups import MeshContext
+from torch_backend.spmd import ragged
 from torch_backend.spmd.mesh import as_axes, mesh_context
 from torch_backend.spmd.precision import as_dtype, check_options, reduce_in
 from torch_backend.spmd.tags import recorded_size, typeof
@@ -77,25 +78,65 @@ def _src_size(x: torch.Tensor, src: LocalType, group: tuple[str, ...], ctx: Mesh
 
 def typed_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: Any = None,
                size: int | None = None, inplace: bool = False, at: int | None = None,
-               op_dtype: Any = None, out_dtype: Any = None) -> torch.Tensor:
+               op_dtype: Any = None, out_dtype: Any = None, splits: tuple | None = None) -> torch.Tensor:
     """Check, build and run ``op(x, axis, src, dst)``; the result carries its type. ``at``:
     the dim V stacks on (``gather_dim``/``scatter_dim``); ``op_dtype``/``out_dtype``: a
-    reduction's dtypes (``torch_backend.spmd.precision``)."""
+    reduction's dtypes (``torch_backend.spmd.precision``); ``splits``: split sizes, the
+    ragged collectives (``torch_backend.spmd.ragged``)."""
     if torch.compiler.is_dynamo_compiling():
+        if splits is not None:
+            raise SpecError(f"spmd.{op} with split sizes cannot run inside torch.compile (its sizes are data)",
+                            hint="call it outside the compiled region")
         return traced.call("spmd", op, x, axis, src, dst, mesh=mesh, size=size, inplace=inplace, at=at,
                            op_dtype=op_dtype, out_dtype=out_dtype)
     if not isinstance(x, torch.Tensor):
         raise SpecError(f"spmd.{op} needs a tensor, got {type(x).__name__}")
     # S(-1) counts from x's last dim (an S dim is a dim of the input and of the output alike)
     s, d = resolve(src, x.ndim, "src"), resolve(dst, x.ndim, "dst")
-    routed = check_pair(op, s, d) or op  # refuses a bad pair before anything else
+    if splits is not None and op == "all_to_all":
+        routed = op  # the ragged exchange: V or S(d) -> V or S(d) on one dim (checked in _ragged)
+    else:
+        routed = check_pair(op, s, d) or op  # refuses a bad pair before anything else
     dim = stack_dim(routed, s, d, x.ndim, at)
     dtypes = None
     if op_dtype is not None or out_dtype is not None:
         dtypes = as_dtype(op_dtype, "op_dtype"), as_dtype(out_dtype, "out_dtype")
         check_options(op, routed, s, x, dtypes[0], inplace)
     with unchecked():
+        if splits is not None:
+            if dtypes or at is not None:
+                raise SpecError(f"spmd.{op} with split sizes takes no op_dtype, out_dtype or gather/scatter dim",
+                                hint="cast the tensor before or after the call")
+            return _ragged(op, routed, x, axis, s, d, mesh, splits)
         return _run(op, routed, x, axis, s, d, mesh, size, inplace, dim, dtypes)
+
+
+def _ragged(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: LocalType, mesh: Any,
+            splits: tuple) -> torch.Tensor:
+    """The split-size forms (``torch_backend.spmd.ragged``), checked like the others first."""
+    ctx = mesh_context(mesh)
+    group = as_axes(axis, ctx.mesh.names)
+    have = typeof(x)
+    for a in group:
+        if a in have and not have[a].agrees(s):
+            raise SpecError(f"spmd.{op}: x is {have[a]!r} on axis {a!r}, but src={s!r}",
+                            hint=f"pass src={have[a]!r}, or convert x first")
+    if routed == "all_gather":
+        if s.kind != "S":
+            raise SpecError(f"spmd.all_gather(src={s!r}) takes no split_sizes: V's blocks are equal (stacked)",
+                            hint="write src=S(d): blocks of any lengths concatenated on dim d")
+        return ragged.gather_sizes(x, group, s.dim or 0, d, splits[0], ctx, mesh)
+    if routed == "reduce_scatter":
+        if d.kind != "S":
+            raise SpecError(f"spmd.reduce_scatter(dst={d!r}) takes no split_sizes: V's blocks are equal (unbound)",
+                            hint="write dst=S(d): blocks of any lengths on dim d")
+        return ragged.scatter_sizes(x, group, s, d.dim or 0, splits[0], ctx, mesh)
+    if routed != "all_to_all" or s.base != "V" or d.base != "V" or (s.kind == d.kind == "S" and s.dim != d.dim):
+        raise SpecError(f"spmd.{op}(src={s!r}, dst={d!r}) takes no split sizes",
+                        hint="split sizes go with all_to_all(V or S(d) -> V or S(d)), all_gather(S(d), R|I) "
+                        "and reduce_scatter(P, S(d))")
+    dim = s.dim if s.kind == "S" else d.dim if d.kind == "S" else 0
+    return ragged.dispatch(x, group, dim or 0, d, splits[0], splits[1], ctx, mesh)
 
 
 @traced.entry("spmd")
@@ -167,7 +208,7 @@ def _in_place(program: Program, x: torch.Tensor, ctx: MeshContext) -> torch.Tens
 
 
 def all_gather(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
-               size: int | None = None, gather_dim: int | None = None) -> torch.Tensor:
+               size: int | None = None, gather_dim: int | None = None, split_sizes: Any = None) -> torch.Tensor:
     """Every rank gets the group's blocks: V stacks them on a new dim 0 (``gather_dim``: on
     that new dim of the result), S(i) concatenates them on dim i; dst R (gradient:
     reduce_scatter) or I (gradient: the rank's own piece)::
@@ -175,8 +216,12 @@ def all_gather(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = No
         A                        [A0]
         B  =>  [A, B, C]         [A1]  =>  [A0, A1, A2]
         C                        [A2]
+
+    ``split_sizes``: every rank's length of dim i, in group order (blocks of any lengths,
+    not ``torch.chunk``'s: the DynamicShard ``f32[N@axis<s0,s1,..>]`` gathered).
     """
-    return typed_call("all_gather", x, axis, src, dst, mesh, size, at=gather_dim)
+    return typed_call("all_gather", x, axis, src, dst, mesh, size, at=gather_dim,
+                      splits=None if split_sizes is None else (split_sizes,))
 
 
 def all_reduce(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh: Any = None,
@@ -191,7 +236,8 @@ def all_reduce(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh: An
 
 
 def reduce_scatter(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh: Any = None,
-                   scatter_dim: int | None = None, op_dtype: Any = None, out_dtype: Any = None) -> torch.Tensor:
+                   scatter_dim: int | None = None, op_dtype: Any = None, out_dtype: Any = None,
+                   split_sizes: Any = None) -> torch.Tensor:
     """Finish the pending reduction, keeping this rank's piece: V unbinds dim 0 (``scatter_dim``:
     that dim), S(i) chunks dim i::
 
@@ -199,20 +245,33 @@ def reduce_scatter(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh
         +[Ay, By, Cy]  =>  Bx + By + Bz
         +[Az, Bz, Cz]      Cx + Cy + Cz
 
-    ``op_dtype``/``out_dtype`` as for ``all_reduce``."""
+    ``op_dtype``/``out_dtype`` as for ``all_reduce``; ``split_sizes``: every rank's length of
+    dim i, in group order (the DynamicShard ``f32[N@axis<s0,s1,..>]``)."""
     return typed_call("reduce_scatter", x, axis, src, dst, mesh, at=scatter_dim, op_dtype=op_dtype,
-                      out_dtype=out_dtype)
+                      out_dtype=out_dtype, splits=None if split_sizes is None else (split_sizes,))
 
 
 def all_to_all(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
-               size: int | None = None) -> torch.Tensor:
+               size: int | None = None, input_split_sizes: Any = None, output_split_sizes: Any = None) -> torch.Tensor:
     """V -> V transposes the mesh axis with dim 0; S(i) -> S(j) unsplits dim i and splits dim j::
 
         [A0, A1, A2]      [A0, B0, C0]
         [B0, B1, B2]  =>  [A1, B1, C1]
         [C0, C1, C2]      [A2, B2, C2]
+
+    ``input_split_sizes`` (MoE token dispatch): this rank's rows for each destination
+    partition (one per rank, or k experts per rank), in order, as a list or an int tensor
+    (a LocalTensor under LocalTensorMode; the ranks exchange them), or every rank's row
+    (a list of lists). Rank r receives its partitions whole, each with every rank's rows
+    in rank order; ``output_split_sizes``, if given, is checked against that. The backward
+    sends the gradients back the same way. See ``torch_backend.spmd.ragged``.
     """
-    return typed_call("all_to_all", x, axis, src, dst, mesh, size)
+    splits = None if input_split_sizes is None and output_split_sizes is None else (
+        input_split_sizes, output_split_sizes)
+    if splits is not None and input_split_sizes is None:
+        raise SpecError("spmd.all_to_all: output_split_sizes without input_split_sizes",
+                        hint="pass input_split_sizes (the output sizes follow from them)")
+    return typed_call("all_to_all", x, axis, src, dst, mesh, size, splits=splits)
 
 
 def reinterpret(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None) -> torch.Tensor:
