@@ -133,3 +133,10 @@ def test_dtype_options_refused_where_they_mean_nothing(fake_pg) -> None:
         spmd.all_reduce(x, "x", src=P, dst=R, op_dtype=4, mesh="x=3")
     with pytest.raises(SpecError, match=r"dim 0 of the local tensor \(\[7\]\) must split into 3 equal pieces"):
         spmd.reduce_scatter(torch.ones(7, dtype=BF), "x", src=P, dst=S(0), op_dtype=F32, mesh="x=3")
+
+
+def test_no_gradient_through_a_pending_max(fake_pg) -> None:
+    """As the plain call: P('max') has no typed gradient, with op_dtype too."""
+    xs = bf16_blocks(4)
+    with pytest.raises(SpecError, match=r"no gradient through a pending max"):
+        run(fake_pg, lambda x: spmd.all_reduce(x, "x", src=P("max"), dst=R, op_dtype=F32), xs, [torch.ones(4)] * N)

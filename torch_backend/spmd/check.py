@@ -83,7 +83,7 @@ def _tensors(args: Any, out: list, numbers: list) -> bool:
         elif isinstance(a, (list, tuple)):
             scalar |= _tensors(a, out, numbers)
         elif isinstance(a, (int, float)) and not isinstance(a, bool):
-            t = getattr(a, TYPES, None)
+            t = None if type(a) in (int, float) else getattr(a, TYPES, None)  # only a subclass carries types
             if t:
                 numbers.append(t)
             else:

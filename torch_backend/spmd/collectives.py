@@ -181,7 +181,7 @@ def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: Loca
     if inplace:
         y = _in_place(program, x, ctx)
     elif op_dt is not None and op_dt != x.dtype:  # added in another dtype than the wire's
-        y = reduce_in(routed, check_local(x, program.src, ctx), s, d, group, ctx, at, op_dt, out_dt)
+        y = reduce_in(routed, check_local(x, program.src, ctx), s, d, group, ctx, at, op_dt, out_dt, program)
     else:
         x = check_local(x, program.src, ctx)
         y = _Typed.apply(x, program, ctx) if torch.is_grad_enabled() and x.requires_grad else execute(program, x, ctx=ctx)

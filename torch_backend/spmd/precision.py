@@ -27,10 +27,12 @@ from typing import Any
 
 import torch
 
+from lowering.program import Program
 from lowering.spmd.programs import program_for
 from spec_lang.errors import SpecError
 from spec_lang.ir import canonical_dtype
 from spec_lang.local_type import LocalType, R, V
+from torch_backend.autograd import check_differentiable
 from torch_backend.dtypes import dtype_name, to_torch_dtype
 from torch_backend.executor import execute
 from torch_backend.groups import MeshContext
@@ -65,21 +67,22 @@ def check_options(op: str, routed: str, src: LocalType, x: torch.Tensor, op_dtyp
 
 class _Accumulated(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, how: tuple) -> torch.Tensor:  # type: ignore[override]
-        ctx.how = how
+    def forward(ctx: Any, x: torch.Tensor, how: tuple, program: Program) -> torch.Tensor:  # type: ignore[override]
+        ctx.how, ctx.program = how, program
         return _reduce(x, *how)
 
     @staticmethod
-    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
+        check_differentiable(ctx.program.src, ctx.program.dst)  # no gradient through a pending max/min
         routed, src, dst, group, mesh_ctx, at, op_dtype, out_dtype, in_dtype = ctx.how
         g = g.to(in_dtype).contiguous()
         if routed == "all_reduce" and dst.kind == "I":  # backward reinterpret(I, R): nothing sent
-            return g, None
-        if routed == "all_reduce":  # backward all_reduce(P, R), the same options mirrored
+            return g, None, None
+        if routed == "all_reduce":  # backward all_reduce(P, R) (a sum, as the plain call's), options mirrored
             back = (routed, LocalType("P"), R, group, mesh_ctx, at, op_dtype, in_dtype, in_dtype)
             if g.requires_grad and torch.is_grad_enabled():
-                return _Accumulated.apply(g, back), None
-            return _reduce(g, *back), None
+                return _Accumulated.apply(g, back, ctx.program), None, None
+            return _reduce(g, *back), None, None
         # backward of reduce_scatter: all_gather(V|S(i), R) in x's dtype (nothing to add)
         shape = tuple(g.shape)
         if dst.kind == "S":
@@ -89,7 +92,7 @@ class _Accumulated(torch.autograd.Function):
                                   full[dst.dim])  # type: ignore[index]
         else:
             program = program_for("all_gather", V, R, group, shape, dtype_name(in_dtype), mesh_ctx.mesh, None, at)
-        return execute(program, g, ctx=mesh_ctx), None
+        return execute(program, g, ctx=mesh_ctx), None, None
 
 
 def _reduce(x: torch.Tensor, routed: str, src: LocalType, dst: LocalType, group: tuple[str, ...],
@@ -122,9 +125,11 @@ def _reduce(x: torch.Tensor, routed: str, src: LocalType, dst: LocalType, group:
 
 
 def reduce_in(routed: str, x: torch.Tensor, src: LocalType, dst: LocalType, group: tuple[str, ...],
-              ctx: MeshContext, at: int, op_dtype: torch.dtype | None, out_dtype: torch.dtype | None) -> torch.Tensor:
+              ctx: MeshContext, at: int, op_dtype: torch.dtype | None, out_dtype: torch.dtype | None,
+              program: Program) -> torch.Tensor:
     """``routed`` (all_reduce or reduce_scatter) of ``x`` with the dtype options (checked:
-    its pair, axes and shapes as the plain call checks them), differentiable."""
+    its pair, axes and shapes as the plain call checks them, ``program`` the plain call's),
+    differentiable."""
     n = ctx.mesh.group_size(group)
     if routed == "reduce_scatter":
         d = dst.dim if dst.kind == "S" else at
@@ -134,5 +139,5 @@ def reduce_in(routed: str, x: torch.Tensor, src: LocalType, dst: LocalType, grou
                             "size, or drop op_dtype (an uneven reduce_scatter then follows torch.chunk)")
     how = (routed, src, dst, group, ctx, at, op_dtype or x.dtype, out_dtype or x.dtype, x.dtype)
     if torch.is_grad_enabled() and x.requires_grad:
-        return _Accumulated.apply(x, how)
+        return _Accumulated.apply(x, how, program)
     return _reduce(x, *how)
