@@ -227,11 +227,12 @@ class _TypeCheck(TorchFunctionMode):
         elif name == "copy_" and len(tensors) == 2:  # the destination takes the source's value
             out_types = getattr(tensors[1], TYPES, None) or getattr(tensors[0], TYPES, None) or {}
         else:
-            rule = in_place_rule(name)
+            rule = in_place_rule(name) if name[-1] == "_" else name
             out_types = propagate(rule, typed, scalar and rule in ("add", "sub", "rsub", "setitem"))
-        dest = written(raw or "", args, kwargs)
-        if dest is not None:
-            check_written(name, dest[0], dest[1], out_types)
+        if kwargs or (raw and (raw[-1] == "_" or raw[:3] == "__i" or raw == "__setitem__")):  # may write
+            dest = written(raw or "", args, kwargs)
+            if dest is not None:
+                check_written(name, dest[0], dest[1], out_types)
         with unchecked():
             out = func(*args, **kwargs)
         if raw == "__setitem__":  # returns None: the types go on the tensor it wrote
