@@ -93,7 +93,9 @@ def _local(types: dict[str, LocalType]) -> dict[str, LocalType]:
 def _is_spec(spec: Any) -> bool:
     """A leaf of in_types/out_types: the types of one tensor (a dict, a type string or a
     jax PartitionSpec); a list or tuple nests, as the arguments it stands for do."""
-    return isinstance(spec, (dict, str)) or is_jax_spec(spec)
+    if isinstance(spec, (dict, str)):
+        return True
+    return not (spec is None or isinstance(spec, (list, tuple))) and is_jax_spec(spec)
 
 
 def _check_specs(spec: Any, what: str) -> None:

@@ -47,7 +47,8 @@ def typeof(x: Any) -> dict[str, LocalType]:
 
 def is_jax_spec(spec: Any) -> bool:
     """A jax PartitionSpec or NamedSharding (told by its module: jax is not imported here)."""
-    return type(spec).__module__.split(".")[0] in ("jax", "jaxlib")
+    module = getattr(type(spec), "__module__", "") or ""
+    return module.startswith(("jax.", "jaxlib.")) or module in ("jax", "jaxlib")
 
 
 def spec_types(spec: Any, x: Any, what: str) -> tuple[dict[str, LocalType], dict[tuple[str, ...], int]]:
