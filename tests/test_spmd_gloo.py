@@ -183,3 +183,31 @@ def test_ragged_collectives_on_three_gloo_processes() -> None:
         z, g = res[r]["ag"]
         assert z == [float(v) for v in range(7)] and g == [6.0] * [3, 0, 4][r]
         assert res[r]["rs"] == [6.0] * [3, 0, 4][r]
+
+
+def _fp32_accumulation(rank: int, world: int) -> dict:
+    """bf16 addends 256, 1, 0.5 (their sum, 257.5, is no bf16 number), summed in fp32 on real ranks."""
+    from torch_backend import spmd
+    from torch_backend.spmd import P, R, S
+
+    g = torch.tensor([[256.0, 1.0, 0.5][rank], 0.5] * 3, dtype=torch.bfloat16).requires_grad_(True)
+    with spmd.use_mesh("x=3"):
+        plain = spmd.all_reduce(g, "x", src=P, dst=R)
+        y = spmd.all_reduce(g, "x", src=P, dst=R, op_dtype=torch.float32, out_dtype=torch.float32)
+        (grad,) = torch.autograd.grad(y, g, grad_outputs=torch.full((6,), 1.0 + rank / 256, dtype=torch.float32))
+        z = spmd.reduce_scatter(g.detach(), "x", src=P, dst=S(0), op_dtype="f32", out_dtype="f64")
+    return {"plain": plain.tolist(), "y": (y.tolist(), str(y.dtype)), "grad": (grad.tolist(), str(grad.dtype)),
+            "z": (z.tolist(), str(z.dtype))}
+
+
+def test_fp32_accumulation_on_three_gloo_processes() -> None:
+    """The wire carries bf16, the sums are fp32 (257.5 exactly, which no bf16 sum gives); the
+    backward all_reduce sends the bf16-cast gradient and sums it in fp32, returned bf16."""
+    res = _pool(3).run(_fp32_accumulation, timeout_s=120)
+    exact = sum(torch.tensor(1.0 + r / 256).to(torch.bfloat16).double() for r in range(3))  # the bf16-cast pieces
+    want_grad = float(exact.to(torch.bfloat16))
+    for r in range(3):
+        assert res[r]["plain"][0] != 257.5 and res[r]["plain"][1] == 1.5
+        assert res[r]["y"] == ([257.5, 1.5] * 3, "torch.float32")
+        assert res[r]["grad"] == ([want_grad] * 6, "torch.bfloat16")
+        assert res[r]["z"] == ([257.5, 1.5], "torch.float64")
