@@ -171,3 +171,21 @@ def test_all_gather_with_split_sizes_is_the_dynamic_shard_gathered(fake_pg) -> N
         with pytest.raises(SpecError, match="takes no op_dtype"):
             spmd.reduce_scatter(to_local(lm, [full] * N), "ep", src=P, dst=S(0), split_sizes=sizes,
                                 op_dtype=torch.float32)
+
+
+def test_combine_is_the_dispatch_with_the_splits_transposed(fake_pg) -> None:
+    """One expert per rank: sending each source back its rows (input splits: column r of
+    the matrix) restores every rank's tokens in their order; with k experts per rank the
+    combine is the inverse redistribution, DynamicShard -> PartitionedShard."""
+    splits = [[1, 2, 0], [0, 1, 3], [2, 0, 1]]
+    xs = [torch.arange(sum(row), dtype=torch.float64).unsqueeze(1) + 10 * s for s, row in enumerate(splits)]
+    back_splits = [[splits[s][r] for s in range(N)] for r in range(N)]
+    with local_mode(fake_pg, N) as lm, spmd.use_mesh(f"ep={N}"):
+        y = spmd.all_to_all(to_local(lm, xs), "ep", src=V, dst=V, input_split_sizes=per_rank(lm, splits))
+        z = spmd.all_to_all(y * 2, "ep", src=V, dst=V, input_split_sizes=per_rank(lm, back_splits))
+        same(from_local(z), [2 * x for x in xs])
+        xk = tokens(3)
+        yk = spmd.all_to_all(to_local(lm, xk), "ep", src=V, dst=S(0), input_split_sizes=per_rank(lm, SPLITS))
+        parts = tb.uneven_type(to_local(lm, xk), f"ep={N}", "ep", partitions=per_rank(lm, SPLITS))
+        zk = tb.redistribute(yk, tb.uneven_type(yk, f"ep={N}", "ep"), parts, f"ep={N}")
+        same(from_local(zk), xk)
