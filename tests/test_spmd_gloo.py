@@ -145,3 +145,69 @@ def test_megatron_tp_fsdp_step_on_eight_gloo_processes(gloo_pool) -> None:
             assert torch.allclose(torch.tensor(got_final[k], dtype=torch.float64), local_part(final[k], t, mesh, r), rtol=0, atol=1e-12)
     refused = gloo_pool.run(_fsdp_trap, full, timeout_s=120)
     assert all(refused[r].startswith("linear mixes I with S(0) on mesh axis 'dp'") for r in range(8)), refused[0]
+
+
+def _ragged(rank: int, world: int) -> dict:
+    """The ragged collectives on real ranks: each rank passes only its own split sizes."""
+    from torch_backend import spmd
+    from torch_backend.spmd import P, R, S, V
+
+    splits = [[1, 2, 0], [0, 1, 3], [2, 0, 1]]
+    out = {}
+    with spmd.use_mesh("ep=3"):
+        x = (torch.arange(sum(splits[rank]), dtype=torch.float64).unsqueeze(1) + 10 * rank).requires_grad_(True)
+        y = spmd.all_to_all(x, "ep", src=V, dst=S(0), input_split_sizes=torch.tensor(splits[rank]))
+        (g,) = torch.autograd.grad(y, x, grad_outputs=y.detach() * 2)
+        out["a2a"] = (y.flatten().tolist(), g.flatten().tolist())
+        sizes = [3, 0, 4]
+        piece = torch.arange(7.0, dtype=torch.float64).split(sizes)[rank].clone().requires_grad_(True)
+        z = spmd.all_gather(piece, "ep", src=S(0), dst=R, split_sizes=sizes)
+        (g,) = torch.autograd.grad(z, piece, grad_outputs=torch.full((7,), float(rank + 1), dtype=torch.float64))
+        out["ag"] = (z.tolist(), g.tolist())
+        w = spmd.reduce_scatter(torch.full((7,), float(rank + 1), dtype=torch.float64), "ep", src=P, dst=S(0),
+                                split_sizes=sizes)
+        out["rs"] = w.tolist()
+    return out
+
+
+def test_ragged_collectives_on_three_gloo_processes() -> None:
+    """Dispatch with per-rank split sizes (exchanged), its backward the way back; all_gather
+    of blocks of 3, 0, 4 rows (backward: the gradients' sum, reduce_scatterv), and the
+    reduce_scatter onto those blocks: the definitions' values on each rank."""
+    res = _pool(3).run(_ragged, timeout_s=120)
+    got = {0: [0.0, 20.0, 21.0], 1: [1.0, 2.0, 10.0], 2: [11.0, 12.0, 13.0, 22.0]}
+    sent = {0: [0.0, 1.0, 2.0], 1: [10.0, 11.0, 12.0, 13.0], 2: [20.0, 21.0, 22.0]}
+    for r in range(3):
+        y, g = res[r]["a2a"]
+        assert y == got[r] and g == [2 * v for v in sent[r]]
+        z, g = res[r]["ag"]
+        assert z == [float(v) for v in range(7)] and g == [6.0] * [3, 0, 4][r]
+        assert res[r]["rs"] == [6.0] * [3, 0, 4][r]
+
+
+def _fp32_accumulation(rank: int, world: int) -> dict:
+    """bf16 addends 256, 1, 0.5 (their sum, 257.5, is no bf16 number), summed in fp32 on real ranks."""
+    from torch_backend import spmd
+    from torch_backend.spmd import P, R, S
+
+    g = torch.tensor([[256.0, 1.0, 0.5][rank], 0.5] * 3, dtype=torch.bfloat16).requires_grad_(True)
+    with spmd.use_mesh("x=3"):
+        plain = spmd.all_reduce(g, "x", src=P, dst=R)
+        y = spmd.all_reduce(g, "x", src=P, dst=R, op_dtype=torch.float32, out_dtype=torch.float32)
+        (grad,) = torch.autograd.grad(y, g, grad_outputs=torch.full((6,), 1.0 + rank / 256, dtype=torch.float32))
+        z = spmd.reduce_scatter(g.detach(), "x", src=P, dst=S(0), op_dtype="f32", out_dtype="f64")
+    return {"plain": plain.tolist(), "y": (y.tolist(), str(y.dtype)), "grad": (grad.tolist(), str(grad.dtype)),
+            "z": (z.tolist(), str(z.dtype))}
+
+
+def test_fp32_accumulation_on_three_gloo_processes() -> None:
+    """The wire carries bf16, the sums are fp32 (257.5 exactly, which no bf16 sum gives); the
+    backward all_reduce sends the bf16-cast gradient and sums it in fp32, returned bf16."""
+    res = _pool(3).run(_fp32_accumulation, timeout_s=120)
+    exact = sum(torch.tensor(1.0 + r / 256).to(torch.bfloat16).double() for r in range(3))  # the bf16-cast pieces
+    want_grad = float(exact.to(torch.bfloat16))
+    for r in range(3):
+        assert res[r]["plain"][0] != 257.5 and res[r]["plain"][1] == 1.5
+        assert res[r]["y"] == ([257.5, 1.5] * 3, "torch.float32")
+        assert res[r]["grad"] == ([want_grad] * 6, "torch.bfloat16")
+        assert res[r]["z"] == ([257.5, 1.5], "torch.float64")

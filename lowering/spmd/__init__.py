@@ -10,10 +10,11 @@ from __future__ import annotations
 from lowering.spmd.programs import backward_program, program_for
 from lowering.spmd.propagate import combine, einsum_types, propagate
 from lowering.spmd.rules import ALLOWED, BACKWARD, TRANSITIONS, backward_of, check_pair
-from spec_lang.local_type import I, LocalType, P, R, S, V
+from lowering.spmd.types import S, resolve
+from spec_lang.local_type import I, LocalType, P, R, V
 from spec_lang.parser import parse_local_type as as_local_type
 
 __all__ = [
     "ALLOWED", "BACKWARD", "I", "LocalType", "P", "R", "S", "TRANSITIONS", "V", "as_local_type", "backward_of",
-    "backward_program", "check_pair", "combine", "einsum_types", "program_for", "propagate",
+    "backward_program", "check_pair", "combine", "einsum_types", "program_for", "propagate", "resolve",
 ]

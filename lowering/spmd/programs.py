@@ -55,15 +55,16 @@ def _need_size(op: str, t: LocalType, size: int | None) -> int:
     return size
 
 
-def _need_leading(op: str, shape: Shape, n: int, why: str) -> None:
-    if not shape or shape[0] != n:
-        raise SpecError(f"{op}: the local tensor has shape {list(shape)}, but {why} needs dim 0 of the "
-                        f"group's size {n}", hint=f"give dim 0 size {n}, or use S(i) for concat semantics")
+def _need_leading(op: str, shape: Shape, n: int, why: str, dim: int = 0) -> None:
+    if len(shape) <= dim or shape[dim] != n:
+        raise SpecError(f"{op}: the local tensor has shape {list(shape)}, but {why} needs dim {dim} of the "
+                        f"group's size {n}", hint=f"give dim {dim} size {n}, or use S(i) for concat semantics")
 
 
 def step_types(op: str, src: LocalType, dst: LocalType, group: tuple[str, ...], shape: Shape, dtype: str,
-               mesh: Mesh, size: int | None) -> list[tuple[str, TensorType, TensorType]]:
-    """(kind, src type, dst type) of each step; ``size``: the global length of src's S(i) dim."""
+               mesh: Mesh, size: int | None, at: int = 0) -> list[tuple[str, TensorType, TensorType]]:
+    """(kind, src type, dst type) of each step; ``size``: the global length of src's S(i) dim;
+    ``at``: the dim V's blocks stack on (all_gather's gather_dim, reduce_scatter's scatter_dim)."""
     n = mesh.group_size(group)
 
     def t(sh: Shape, lt: LocalType, sizes: dict[int, int] | None = None) -> TensorType:
@@ -72,21 +73,26 @@ def step_types(op: str, src: LocalType, dst: LocalType, group: tuple[str, ...], 
     def stack0(sh: Shape) -> TensorType:  # V blocks of shape sh, stacked on a new dim 0
         return t((n, *sh), I, {0: n})
 
+    def stack_at(sh: Shape) -> TensorType:  # ... on a new dim ``at``
+        return t((*sh[:at], n, *sh[at:]), I, {at: n})
+
     a, b = src.base, dst.base
     if op == "all_gather":
         if src.kind == "S":
             i, length = _need_dim(op, src, shape), _need_size(op, src, size)
             full = shape[:i] + (length,) + shape[i + 1:]
             return [("all_gather", t(full, src, {i: length}), t(full, dst))]
-        return [("stack", t(shape, src), stack0(shape)), ("all_gather", stack0(shape), t((n, *shape), dst))]
+        return [("stack", t(shape, src), stack_at(shape)),
+                ("all_gather", stack_at(shape), t((*shape[:at], n, *shape[at:]), dst))]
     if op == "all_reduce":
         return [("all_reduce", t(shape, src), t(shape, dst))]
     if op == "reduce_scatter":
         if dst.kind == "S":
             i = _need_dim(op, dst, shape)
             return [("reduce_scatter", t(shape, src), t(shape, dst, {i: shape[i]}))]
-        _need_leading(op, shape, n, "reduce_scatter(P, V)")
-        return [("reduce_scatter", t(shape, src), stack0(shape[1:])), ("stack", stack0(shape[1:]), t(shape[1:], dst))]
+        _need_leading(op, shape, n, "reduce_scatter(P, V)", at)
+        rest = shape[:at] + shape[at + 1:]
+        return [("reduce_scatter", t(shape, src), stack_at(rest)), ("stack", stack_at(rest), t(rest, dst))]
     if op == "all_to_all":
         if src.kind == "S":
             i, j, length = _need_dim(op, src, shape), _need_dim(op, dst, shape), _need_size(op, src, size)
@@ -118,10 +124,30 @@ def step_types(op: str, src: LocalType, dst: LocalType, group: tuple[str, ...], 
     return [("stack", t(shape, src), stack0(shape)), ("zero_pad", stack0(shape), t((n, *shape), dst))]
 
 
+def stack_dim(op: str, src: LocalType, dst: LocalType, ndim: int, at: int | None) -> int:
+    """The dim V's blocks stack on: ``at`` (all_gather's ``gather_dim``, a new dim of the
+    result; reduce_scatter's ``scatter_dim``, a dim of the input; negative counts from the
+    end), 0 by default; refused where no V side stacks."""
+    if at is None:
+        return 0
+    name = "gather_dim" if op == "all_gather" else "scatter_dim"
+    stacks = (op == "all_gather" and src.kind == "V") or (op == "reduce_scatter" and dst.kind == "V")
+    if not stacks:
+        raise SpecError(f"{op}(src={src!r}, dst={dst!r}) takes no {name}: only V's blocks stack on a dim "
+                        "(an S(i) side names its dim itself)",
+                        hint=f"drop {name}=, or write the dim in the type: S({at})")
+    bound = ndim + 1 if op == "all_gather" else ndim
+    if isinstance(at, bool) or not isinstance(at, int) or not -bound <= at < bound:
+        raise SpecError(f"{op}: {name}={at!r} is out of range for a {'result' if op == 'all_gather' else 'tensor'} "
+                        f"of {bound} dims", hint=f"use {-bound} <= {name} < {bound}")
+    return at % bound
+
+
 @cached(maxsize=4096, max_bytes=16 * MIB)
 def program_for(op: str, src: LocalType, dst: LocalType, group: tuple[str, ...], shape: Shape, dtype: str,
-                mesh: Mesh, size: int | None = None) -> Program:
-    """The checked Program of ``op(src, dst)`` over ``group`` for a block of ``shape``.
+                mesh: Mesh, size: int | None = None, at: int = 0) -> Program:
+    """The checked Program of ``op(src, dst)`` over ``group`` for a block of ``shape``
+    (``at``: the dim V stacks on, ``stack_dim``'s).
 
     The pair is checked first (a SpecError names the rule and the fix); the steps then go
     through ``make_step``, so each kind's type rule checks them too.
@@ -136,7 +162,7 @@ def program_for(op: str, src: LocalType, dst: LocalType, group: tuple[str, ...],
         split = {src.dim: size} if src.dim is not None and size is not None else None
         return make_program([], mesh, src=typed(shape, src, group, dtype, split))
     steps = [make_step(k, s, d, mesh, axes=group if kind_of(k).collective else None)
-             for k, s, d in step_types(routed, src, dst, group, shape, dtype, mesh, size)]
+             for k, s, d in step_types(routed, src, dst, group, shape, dtype, mesh, size, at)]
     return make_program(steps, mesh)
 
 

@@ -30,7 +30,7 @@ Types = dict[str, LocalType]
 AFFINE = {"addmm": "mm", "addmv": "mv", "addr": "outer", "baddbmm": "bmm", "addbmm": "bmm"}
 # linear jointly in every tensor argument: P + P -> P
 ADDITIVE = frozenset({"add", "sub", "subtract", "cat", "concat", "concatenate", "stack", "hstack", "vstack",
-                      "add_", "sub_", "sum_to_size", *AFFINE})
+                      "add_", "sub_", "sum_to_size", "setitem", *AFFINE})
 # linear in each tensor argument separately: one P, the rest R
 MULTILINEAR = frozenset({"mul", "multiply", "matmul", "mm", "bmm", "einsum", "linear", "outer", "dot", "tensordot",
                          "div", "true_divide", "mv", "inner", "kron"})
@@ -47,6 +47,16 @@ ELEMENTWISE = frozenset({"add", "sub", "mul", "div", "neg", "relu", "gelu", "sil
                          "sqrt", "rsqrt", "pow", "abs", "clone", "detach", "to", "contiguous", "where", "maximum",
                          "minimum", "clamp", "float", "double", "softplus", "square", "sin", "cos", "dropout",
                          "true_divide", "multiply", "subtract", "negative", "data", "real", "imag"})
+
+
+def in_place_rule(op: str) -> str:
+    """The rule of an in-place op is its out-of-place op's (``mul_`` is ``mul``): the value
+    written is the same; whether its type may replace the destination's is checked apart."""
+    if op.endswith("_") and not op.startswith("_"):
+        base = op[:-1]
+        if base in ADDITIVE or base in MULTILINEAR or base in UNARY_LINEAR or base in ELEMENTWISE:
+            return base
+    return op
 
 
 def refuse_invariant_mix(op: str, axis: str, types: Sequence[LocalType]) -> None:

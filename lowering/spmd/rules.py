@@ -22,12 +22,14 @@ ALLOWED: dict[str, frozenset[tuple[str, str]]] = {
     "reinterpret": frozenset({("R", "I"), ("I", "R"), ("R", "V"), ("I", "V"), ("V", "P"), ("R", "P"), ("I", "P")}),
     "convert": frozenset({("R", "I"), ("I", "R"), ("R", "V"), ("I", "V"), ("R", "S"), ("I", "S"),
                           ("R", "P"), ("I", "P"), ("V", "P"), ("S", "P")}),
-    "redistribute": frozenset({("S", "R"), ("S", "I"), ("P", "R"), ("P", "I"), ("P", "S"), ("S", "S")}),
+    "redistribute": frozenset({("S", "R"), ("S", "I"), ("V", "R"), ("V", "I"), ("P", "R"), ("P", "I"), ("P", "S"),
+                               ("P", "V"), ("S", "S")}),
 }
 
 # redistribute(src, dst) runs this collective (semantics preserving, with communication)
-REDISTRIBUTE = {("S", "R"): "all_gather", ("S", "I"): "all_gather", ("P", "R"): "all_reduce",
-                ("P", "I"): "all_reduce", ("P", "S"): "reduce_scatter", ("S", "S"): "all_to_all"}
+REDISTRIBUTE = {("S", "R"): "all_gather", ("S", "I"): "all_gather", ("V", "R"): "all_gather", ("V", "I"): "all_gather",
+                ("P", "R"): "all_reduce", ("P", "I"): "all_reduce", ("P", "S"): "reduce_scatter",
+                ("P", "V"): "reduce_scatter", ("S", "S"): "all_to_all"}
 
 # forward (op, src, dst) -> backward (op, src, dst); S stands for S(i) on both sides
 BACKWARD: dict[tuple[str, str, str], tuple[str, str, str]] = {
@@ -76,7 +78,8 @@ _WHY = {
     "reinterpret": "reinterpret keeps every local tensor: R <-> I, and R, I or V into V or P only",
     "convert": "convert keeps the value without communication: from R or I to anything, from V or S(i) "
                "to P; nothing leaves P without a collective",
-    "redistribute": "redistribute keeps the value with one collective: S(i) to R, I or S(j), and P to R, I or S(i)",
+    "redistribute": "redistribute keeps the value with one collective: V or S(i) to R or I, S(i) to S(j), and P "
+                    "to R, I, V or S(i)",
 }
 
 

@@ -6,7 +6,8 @@ See docs/spmd_types.md. Every collective is one shardc Program run by the execut
 
 from __future__ import annotations
 
-from spec_lang.local_type import I, LocalType, P, R, S, V
+from lowering.spmd.types import S
+from spec_lang.local_type import I, LocalType, P, R, V
 from torch_backend.spmd.check import no_typecheck, typecheck
 from torch_backend.spmd.collectives import (
     all_gather,

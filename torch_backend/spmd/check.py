@@ -5,7 +5,8 @@ A TorchFunctionMode: each op whose tensor arguments carry types gets its output 
 the argument types and the collective or convert that is missing). Attribute reads,
 ``backward()``/``torch.autograd.grad`` (the loss' type) and torch.distributed's
 collectives (typed on the mesh axes of their process group) have rules of their own.
-Untyped tensors are outside the checker; ops on them run untouched. shardc's own calls
+Untyped tensors are outside the checker; ops on them run untouched (``strict=True``
+refuses an op that mixes them with typed ones: a parameter someone forgot to type). shardc's own calls
 (the spmd functions, ``torch_backend.redistribute``'s collectives) run unchecked: they
 type their results themselves.
 """
@@ -16,6 +17,7 @@ import inspect
 import itertools
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -23,10 +25,11 @@ import torch.distributed as dist
 from torch.overrides import TorchFunctionMode
 
 from lowering.layout import group_ranks
-from lowering.spmd.propagate import AFFINE, einsum_types, propagate
+from lowering.spmd.propagate import AFFINE, einsum_types, in_place_rule, propagate
 from lowering.spmd.rules import RAW_COLLECTIVES, check_loss, raw_collective_types
 from spec_lang.errors import SpecError
 from torch_backend.spmd.mesh import mesh_context
+from torch_backend.spmd.tags import typed_number
 from torch_backend.type_tags import TYPES, UNCHECKED, unchecked
 
 # ops that read metadata, drive autograd or make a new tensor of the argument's shape only
@@ -66,17 +69,55 @@ def op_name(func: Any) -> str:
     return {"truediv": "div"}.get(name, name)
 
 
-def _tensors(args: Any, out: list) -> bool:
-    """Collect the tensors of (nested) args; True when a Python number is among them."""
+# whether the innermost typecheck() is strict (spmd.einsum/linear read it too)
+STRICT: ContextVar[bool] = ContextVar("spmd_strict", default=False)
+
+
+def _tensors(args: Any, out: list, numbers: list) -> bool:
+    """Collect the tensors of (nested) args, and the types of typed Python numbers; True
+    when an untyped Python number is among them."""
     scalar = False
     for a in args:
         if isinstance(a, torch.Tensor):
             out.append(a)
         elif isinstance(a, (list, tuple)):
-            scalar |= _tensors(a, out)
+            scalar |= _tensors(a, out, numbers)
         elif isinstance(a, (int, float)) and not isinstance(a, bool):
-            scalar = True
+            t = None if type(a) in (int, float) else getattr(a, TYPES, None)  # only a subclass carries types
+            if t:
+                numbers.append(t)
+            else:
+                scalar = True
     return scalar
+
+
+# the in-place operators (``x += y``): they write their first argument, as ``add_`` does
+_INPLACE_DUNDERS = frozenset(f"__i{n}__" for n in ("add", "sub", "mul", "truediv", "floordiv", "div", "matmul",
+                                                      "pow", "mod", "and", "or", "xor", "lshift", "rshift"))
+
+
+def written(raw: str, args: tuple, kwargs: dict) -> tuple[str, Any] | None:
+    """The tensor an op writes (``out=``, or the first argument of an in-place op) and how
+    to name it in an error; None for an op that makes a new tensor."""
+    if "out" in kwargs:
+        return "its out= tensor", kwargs["out"]
+    if args and isinstance(args[0], torch.Tensor) and (
+            raw in _INPLACE_DUNDERS or raw == "__setitem__" or (raw.endswith("_") and not raw.startswith("_"))):
+        return "the tensor it writes in place", args[0]
+    return None
+
+
+def check_written(op: str, where: str, dest: Any, out_types: dict) -> None:
+    """A typed destination keeps its type: the result written into it must agree on each
+    axis (other references to it still read it as that type)."""
+    have = getattr(dest, TYPES, None) if isinstance(dest, torch.Tensor) else None
+    for a, t in (have or {}).items():
+        want = out_types.get(a)
+        if want is not None and not t.agrees(want):
+            raise SpecError(f"{op}: the result is {want!r} on mesh axis {a!r}, but {where} is {t!r}: a tensor's "
+                            "type does not change in place (every other reference to it still reads it as "
+                            f"{t!r})", hint="use the out-of-place op (y = x + v, no out=) for a result of the new "
+                            f"type, or give the operands types whose result is {t!r} on {a!r}")
 
 
 def _attach_all(out: Any, types: dict) -> Any:
@@ -88,17 +129,64 @@ def _attach_all(out: Any, types: dict) -> Any:
     return out
 
 
+def untyped_argument(args: tuple, kwargs: dict) -> tuple[str, torch.Tensor] | None:
+    """The first untyped tensor among an op's arguments (``out=`` aside: it is written, not
+    read), and where it is: ``argument 1``, ``argument 0[2]``, ``argument 'weight'``."""
+    def find(xs: Any, where: str) -> tuple[str, torch.Tensor] | None:
+        if isinstance(xs, torch.Tensor):
+            return None if getattr(xs, TYPES, None) else (where, xs)
+        if isinstance(xs, (list, tuple)):
+            for k, x in enumerate(xs):
+                got = find(x, f"{where}[{k}]")
+                if got:
+                    return got
+        return None
+
+    for k, a in enumerate(args):
+        got = find(a, f"argument {k}")
+        if got:
+            return got
+    for key, a in kwargs.items():
+        got = None if key == "out" else find(a, f"argument {key!r}")
+        if got:
+            return got
+    return None
+
+
+def refuse_untyped(op: str, where: str, x: torch.Tensor, typed: list[dict]) -> None:
+    axes = list(dict.fromkeys(a for t in typed for a in t))
+    example = ", ".join(f"{a!r}: spmd.R" for a in axes)
+    raise SpecError(f"strict typecheck: {op} takes an untyped tensor ({where}, shape {list(x.shape)}) beside typed "
+                    f"ones (on mesh axes {', '.join(map(repr, axes))}): its SPMD types are unknown, so the op's "
+                    "gradient cannot be checked (a parameter or buffer nobody typed?)",
+                    hint=f"type it where it is made: spmd.assert_type(t, {{{example}}}) if every rank holds the "
+                    "same value (V or S(i) if each holds its own block), or pass a Python number; "
+                    "typecheck() without strict=True leaves untyped tensors unchecked")
+
+
 class _TypeCheck(TorchFunctionMode):
+    def __init__(self, strict: bool = False) -> None:
+        super().__init__()
+        self.strict = strict
+
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         if UNCHECKED[0]:
             return func(*args, **kwargs)
         tensors: list = []
-        scalar = _tensors(args, tensors)
+        numbers: list = []
+        scalar = _tensors(args, tensors, numbers)
+        if kwargs:  # tensors passed by keyword (weight=, other=) are operands too; out= is written
+            _tensors([v for k, v in kwargs.items() if k != "out" and isinstance(v, torch.Tensor)], tensors, numbers)
         typed = [t for t in (getattr(x, TYPES, None) for x in tensors) if t]
+        n_typed = len(typed)
+        typed += numbers
         if not typed:
             return func(*args, **kwargs)
         raw = getattr(func, "__name__", None)
+        if raw == "item":  # the number of a typed tensor keeps its types (V: it differs per rank)
+            out = func(*args, **kwargs)
+            return typed_number(out, typed[0]) if type(out) in (int, float) else out
         if raw in _SKIP:
             return func(*args, **kwargs)
         if raw in RAW_COLLECTIVES:
@@ -118,6 +206,10 @@ class _TypeCheck(TorchFunctionMode):
             if name == "grad":
                 _type_grad(args[0], out)
             return out
+        if self.strict and n_typed < len(tensors):
+            found = untyped_argument(args, kwargs)
+            if found:
+                refuse_untyped(name, found[0], found[1], typed)
         sharded = any(t.kind == "S" for d in typed for t in d.values())
         if name == "einsum" and sharded and args and isinstance(args[0], str):
             ops = args[1:] if not (len(args) == 2 and isinstance(args[1], (list, tuple))) else args[1]
@@ -132,10 +224,20 @@ class _TypeCheck(TorchFunctionMode):
         elif name == "linear" and len(tensors) > 2:  # x @ w.T + b: affine, the bias is an addition
             xw = propagate(name, [t for t in (getattr(x, TYPES, None) for x in tensors[:2]) if t])
             out_types = propagate("add", [xw, getattr(tensors[2], TYPES, None) or {}])
+        elif name == "copy_" and len(tensors) == 2:  # the destination takes the source's value
+            out_types = getattr(tensors[1], TYPES, None) or getattr(tensors[0], TYPES, None) or {}
         else:
-            out_types = propagate(name, typed, scalar and name in ("add", "sub", "rsub"))
+            rule = in_place_rule(name) if name[-1] == "_" else name
+            out_types = propagate(rule, typed, scalar and rule in ("add", "sub", "rsub", "setitem"))
+        if kwargs or (raw and (raw[-1] == "_" or raw[:3] == "__i" or raw == "__setitem__")):  # may write
+            dest = written(raw or "", args, kwargs)
+            if dest is not None:
+                check_written(name, dest[0], dest[1], out_types)
         with unchecked():
             out = func(*args, **kwargs)
+        if raw == "__setitem__":  # returns None: the types go on the tensor it wrote
+            _attach_all(args[0], out_types)
+            return out
         return _attach_all(out, out_types)
 
 
@@ -235,8 +337,20 @@ def no_typecheck() -> AbstractContextManager[None]:
 
 
 @contextmanager
-def typecheck() -> Iterator[None]:
+def typecheck(strict: bool = False) -> Iterator[None]:
     """Check every torch op in the scope against the SPMD type system's rules (opt-in; the
-    same code runs, with the same numbers, without it)."""
-    with _TypeCheck():
-        yield
+    same code runs, with the same numbers, without it).
+
+    ``strict=True`` also refuses an op that takes typed and untyped tensors together (and
+    ``spmd.einsum``/``linear`` an untyped operand), naming the op and the untyped argument:
+    outside strict mode an untyped tensor is unchecked, so a parameter nobody typed passes
+    silently (where ``spmd.einsum`` reads it as R)."""
+    if not isinstance(strict, bool):
+        raise SpecError(f"typecheck(strict=...) takes a bool, got {type(strict).__name__}",
+                        hint="spmd.typecheck(strict=True)")
+    token = STRICT.set(strict)
+    try:
+        with _TypeCheck(strict):
+            yield
+    finally:
+        STRICT.reset(token)

@@ -14,12 +14,12 @@ import torch
 
 from lowering.layout import local_shape
 from lowering.program import Program
-from lowering.spmd.programs import backward_program, program_for
+from lowering.spmd.programs import backward_program, program_for, stack_dim
 from lowering.spmd.rules import check_pair, check_whole_average
+from lowering.spmd.types import resolve
 from spec_lang.dual import check_differentiable
 from spec_lang.errors import SpecError
 from spec_lang.local_type import LocalType
-from spec_lang.parser import parse_local_type as as_local_type
 from torch_backend import comm, traced
 from torch_backend.api import check_local
 from torch_backend.collectives import all_reduce_into
@@ -27,7 +27,9 @@ from torch_backend.comm import local_of
 from torch_backend.dtypes import dtype_name
 from torch_backend.executor import build_pieces, execute
 from torch_backend.groups import MeshContext
+from torch_backend.spmd import ragged
 from torch_backend.spmd.mesh import as_axes, mesh_context
+from torch_backend.spmd.precision import as_dtype, check_options, reduce_in
 from torch_backend.spmd.tags import recorded_size, typeof
 from torch_backend.type_tags import SIZES, attach, unchecked
 
@@ -75,29 +77,81 @@ def _src_size(x: torch.Tensor, src: LocalType, group: tuple[str, ...], ctx: Mesh
 
 
 def typed_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: Any = None,
-               size: int | None = None, inplace: bool = False) -> torch.Tensor:
-    """Check, build and run ``op(x, axis, src, dst)``; the result carries its type."""
+               size: int | None = None, inplace: bool = False, at: int | None = None,
+               op_dtype: Any = None, out_dtype: Any = None, splits: tuple | None = None) -> torch.Tensor:
+    """Check, build and run ``op(x, axis, src, dst)``; the result carries its type. ``at``:
+    the dim V stacks on (``gather_dim``/``scatter_dim``); ``op_dtype``/``out_dtype``: a
+    reduction's dtypes (``torch_backend.spmd.precision``); ``splits``: split sizes, the
+    ragged collectives (``torch_backend.spmd.ragged``)."""
     if torch.compiler.is_dynamo_compiling():
-        return traced.call("spmd", op, x, axis, src, dst, mesh=mesh, size=size, inplace=inplace)
-    s, d = as_local_type(src, "src"), as_local_type(dst, "dst")
-    routed = check_pair(op, s, d) or op  # refuses a bad pair before anything else
+        if splits is not None:
+            raise SpecError(f"spmd.{op} with split sizes cannot run inside torch.compile (its sizes are data)",
+                            hint="call it outside the compiled region")
+        return traced.call("spmd", op, x, axis, src, dst, mesh=mesh, size=size, inplace=inplace, at=at,
+                           op_dtype=op_dtype, out_dtype=out_dtype)
+    if not isinstance(x, torch.Tensor):
+        raise SpecError(f"spmd.{op} needs a tensor, got {type(x).__name__}")
+    # S(-1) counts from x's last dim (an S dim is a dim of the input and of the output alike)
+    s, d = resolve(src, x.ndim, "src"), resolve(dst, x.ndim, "dst")
+    if splits is not None and op == "all_to_all":
+        routed = op  # the ragged exchange: V or S(d) -> V or S(d) on one dim (checked in _ragged)
+    else:
+        routed = check_pair(op, s, d) or op  # refuses a bad pair before anything else
+    dim = stack_dim(routed, s, d, x.ndim, at)
+    dtypes = None
+    if op_dtype is not None or out_dtype is not None:
+        dtypes = as_dtype(op_dtype, "op_dtype"), as_dtype(out_dtype, "out_dtype")
+        check_options(op, routed, s, x, dtypes[0], inplace)
     with unchecked():
-        return _run(op, routed, x, axis, s, d, mesh, size, inplace)
+        if splits is not None:
+            if dtypes or at is not None:
+                raise SpecError(f"spmd.{op} with split sizes takes no op_dtype, out_dtype or gather/scatter dim",
+                                hint="cast the tensor before or after the call")
+            return _ragged(op, routed, x, axis, s, d, mesh, splits)
+        return _run(op, routed, x, axis, s, d, mesh, size, inplace, dim, dtypes)
+
+
+def _ragged(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: LocalType, mesh: Any,
+            splits: tuple) -> torch.Tensor:
+    """The split-size forms (``torch_backend.spmd.ragged``), checked like the others first."""
+    ctx = mesh_context(mesh)
+    group = as_axes(axis, ctx.mesh.names)
+    have = typeof(x)
+    for a in group:
+        if a in have and not have[a].agrees(s):
+            raise SpecError(f"spmd.{op}: x is {have[a]!r} on axis {a!r}, but src={s!r}",
+                            hint=f"pass src={have[a]!r}, or convert x first")
+    if routed == "all_gather":
+        if s.kind != "S":
+            raise SpecError(f"spmd.all_gather(src={s!r}) takes no split_sizes: V's blocks are equal (stacked)",
+                            hint="write src=S(d): blocks of any lengths concatenated on dim d")
+        return ragged.gather_sizes(x, group, s.dim or 0, d, splits[0], ctx, mesh)
+    if routed == "reduce_scatter":
+        if d.kind != "S":
+            raise SpecError(f"spmd.reduce_scatter(dst={d!r}) takes no split_sizes: V's blocks are equal (unbound)",
+                            hint="write dst=S(d): blocks of any lengths on dim d")
+        return ragged.scatter_sizes(x, group, s, d.dim or 0, splits[0], ctx, mesh)
+    if routed != "all_to_all" or s.base != "V" or d.base != "V" or (s.kind == d.kind == "S" and s.dim != d.dim):
+        raise SpecError(f"spmd.{op}(src={s!r}, dst={d!r}) takes no split sizes",
+                        hint="split sizes go with all_to_all(V or S(d) -> V or S(d)), all_gather(S(d), R|I) "
+                        "and reduce_scatter(P, S(d))")
+    dim = s.dim if s.kind == "S" else d.dim if d.kind == "S" else 0
+    return ragged.dispatch(x, group, dim or 0, d, splits[0], splits[1], ctx, mesh)
 
 
 @traced.entry("spmd")
 def _traced_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: Any = None,
-                 size: int | None = None, inplace: bool = False) -> torch.Tensor:
+                 size: int | None = None, inplace: bool = False, at: int | None = None,
+                 op_dtype: Any = None, out_dtype: Any = None) -> torch.Tensor:
     if inplace:
         raise SpecError(f"spmd.{op}(..., inplace=True) cannot run inside torch.compile (a compiled region "
                         "does not write its inputs)", hint="drop inplace=True and use the result")
-    return typed_call(op, x, axis, src, dst, mesh, size)
+    return typed_call(op, x, axis, src, dst, mesh, size, at=at, op_dtype=op_dtype, out_dtype=out_dtype)
 
 
 def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: LocalType, mesh: Any,
-         size: int | None, inplace: bool) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise SpecError(f"spmd.{op} needs a tensor, got {type(x).__name__}")
+         size: int | None, inplace: bool, at: int = 0,
+         dtypes: tuple[torch.dtype | None, torch.dtype | None] | None = None) -> torch.Tensor:
     if inplace and x.requires_grad and torch.is_grad_enabled():
         raise SpecError(f"spmd.{op}(..., inplace=True) takes a tensor autograd does not record (a gradient "
                         "buffer); this one requires grad", hint="drop inplace=True (the result is then a new "
@@ -116,18 +170,23 @@ def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: Loca
     shapes = _shapes(x, ctx)
     n_src = _src_size(x, s, group, ctx, shapes, size)
     shape = shapes[ctx.ranks[0]]
-    program = program_for(routed, s, d, group, shape, dtype_name(x.dtype), ctx.mesh, n_src)
+    program = program_for(routed, s, d, group, shape, dtype_name(x.dtype), ctx.mesh, n_src, at)
     for r in ctx.ranks:
         want = local_shape(program.src, ctx.mesh, r)
         if shapes[r] != want:
             raise SpecError(f"spmd.{op}: rank {r} holds shape {list(shapes[r])}, but {s!r} over {list(group)} "
                             f"gives it {list(want)} (uneven blocks follow torch.chunk)",
                             hint="give every rank its block, or pass size= (the global length of the split dim)")
+    op_dt, out_dt = dtypes or (None, None)
     if inplace:
         y = _in_place(program, x, ctx)
+    elif op_dt is not None and op_dt != x.dtype:  # added in another dtype than the wire's
+        y = reduce_in(routed, check_local(x, program.src, ctx), s, d, group, ctx, at, op_dt, out_dt, program)
     else:
         x = check_local(x, program.src, ctx)
         y = _Typed.apply(x, program, ctx) if torch.is_grad_enabled() and x.requires_grad else execute(program, x, ctx=ctx)
+        if out_dt is not None and out_dt != y.dtype:  # reduced in x's dtype, then rounded once
+            y = y.to(out_dt)
     out = {**have, **{a: d for a in group}}
     sizes = {k: v for k, v in (getattr(x, SIZES, None) or {}).items() if not set(k) & set(group)}
     if d.kind == "S":
@@ -149,45 +208,70 @@ def _in_place(program: Program, x: torch.Tensor, ctx: MeshContext) -> torch.Tens
 
 
 def all_gather(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
-               size: int | None = None) -> torch.Tensor:
-    """Every rank gets the group's blocks: V stacks them on a new dim 0, S(i) concatenates
-    them on dim i; dst R (gradient: reduce_scatter) or I (gradient: the rank's own piece)::
+               size: int | None = None, gather_dim: int | None = None, split_sizes: Any = None) -> torch.Tensor:
+    """Every rank gets the group's blocks: V stacks them on a new dim 0 (``gather_dim``: on
+    that new dim of the result), S(i) concatenates them on dim i; dst R (gradient:
+    reduce_scatter) or I (gradient: the rank's own piece)::
 
         A                        [A0]
         B  =>  [A, B, C]         [A1]  =>  [A0, A1, A2]
         C                        [A2]
+
+    ``split_sizes``: every rank's length of dim i, in group order (blocks of any lengths,
+    not ``torch.chunk``'s: the DynamicShard ``f32[N@axis<s0,s1,..>]`` gathered).
     """
-    return typed_call("all_gather", x, axis, src, dst, mesh, size)
+    return typed_call("all_gather", x, axis, src, dst, mesh, size, at=gather_dim,
+                      splits=None if split_sizes is None else (split_sizes,))
 
 
 def all_reduce(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh: Any = None,
-               inplace: bool = False) -> torch.Tensor:
+               inplace: bool = False, op_dtype: Any = None, out_dtype: Any = None) -> torch.Tensor:
     """Finish the pending reduction: ``+A, +B, +C  =>  A + B + C`` on every rank (R or I).
 
     ``inplace=True`` reduces ``x`` itself (a flat gradient buffer: no copy) and returns it,
-    retyped; for a tensor autograd does not record (under ``torch.no_grad()``, or a ``.grad``)."""
-    return typed_call("all_reduce", x, axis, src, dst, mesh, inplace=inplace)
+    retyped; for a tensor autograd does not record (under ``torch.no_grad()``, or a ``.grad``).
+    ``op_dtype``: add in that dtype, sending x's (bf16 on the wire, fp32 sums); ``out_dtype``:
+    the result's dtype (``torch_backend.spmd.precision`` says exactly what each means)."""
+    return typed_call("all_reduce", x, axis, src, dst, mesh, inplace=inplace, op_dtype=op_dtype, out_dtype=out_dtype)
 
 
-def reduce_scatter(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh: Any = None) -> torch.Tensor:
-    """Finish the pending reduction, keeping this rank's piece: V unbinds dim 0, S(i) chunks dim i::
+def reduce_scatter(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh: Any = None,
+                   scatter_dim: int | None = None, op_dtype: Any = None, out_dtype: Any = None,
+                   split_sizes: Any = None) -> torch.Tensor:
+    """Finish the pending reduction, keeping this rank's piece: V unbinds dim 0 (``scatter_dim``:
+    that dim), S(i) chunks dim i::
 
         +[Ax, Bx, Cx]      Ax + Ay + Az
         +[Ay, By, Cy]  =>  Bx + By + Bz
         +[Az, Bz, Cz]      Cx + Cy + Cz
-    """
-    return typed_call("reduce_scatter", x, axis, src, dst, mesh)
+
+    ``op_dtype``/``out_dtype`` as for ``all_reduce``; ``split_sizes``: every rank's length of
+    dim i, in group order (the DynamicShard ``f32[N@axis<s0,s1,..>]``)."""
+    return typed_call("reduce_scatter", x, axis, src, dst, mesh, at=scatter_dim, op_dtype=op_dtype,
+                      out_dtype=out_dtype, splits=None if split_sizes is None else (split_sizes,))
 
 
 def all_to_all(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
-               size: int | None = None) -> torch.Tensor:
+               size: int | None = None, input_split_sizes: Any = None, output_split_sizes: Any = None) -> torch.Tensor:
     """V -> V transposes the mesh axis with dim 0; S(i) -> S(j) unsplits dim i and splits dim j::
 
         [A0, A1, A2]      [A0, B0, C0]
         [B0, B1, B2]  =>  [A1, B1, C1]
         [C0, C1, C2]      [A2, B2, C2]
+
+    ``input_split_sizes`` (MoE token dispatch): this rank's rows for each destination
+    partition (one per rank, or k experts per rank), in order, as a list or an int tensor
+    (a LocalTensor under LocalTensorMode; the ranks exchange them), or every rank's row
+    (a list of lists). Rank r receives its partitions whole, each with every rank's rows
+    in rank order; ``output_split_sizes``, if given, is checked against that. The backward
+    sends the gradients back the same way. See ``torch_backend.spmd.ragged``.
     """
-    return typed_call("all_to_all", x, axis, src, dst, mesh, size)
+    splits = None if input_split_sizes is None and output_split_sizes is None else (
+        input_split_sizes, output_split_sizes)
+    if splits is not None and input_split_sizes is None:
+        raise SpecError("spmd.all_to_all: output_split_sizes without input_split_sizes",
+                        hint="pass input_split_sizes (the output sizes follow from them)")
+    return typed_call("all_to_all", x, axis, src, dst, mesh, size, splits=splits)
 
 
 def reinterpret(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None) -> torch.Tensor:
@@ -205,7 +289,7 @@ def convert(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
 
 
 def redistribute(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
-                 size: int | None = None) -> torch.Tensor:
-    """Keep the value, with one collective: S(i)->R|I all_gather, P->R|I all_reduce,
-    P->S(i) reduce_scatter, S(i)->S(j) all_to_all."""
-    return typed_call("redistribute", x, axis, src, dst, mesh, size)
+                 size: int | None = None, op_dtype: Any = None, out_dtype: Any = None) -> torch.Tensor:
+    """Keep the value, with one collective: V|S(i)->R|I all_gather, P->R|I all_reduce,
+    P->V|S(i) reduce_scatter, S(i)->S(j) all_to_all (``op_dtype``/``out_dtype`` where it reduces)."""
+    return typed_call("redistribute", x, axis, src, dst, mesh, size, op_dtype=op_dtype, out_dtype=out_dtype)

@@ -19,8 +19,8 @@ import torch
 from lowering.spmd.propagate import einsum_types, propagate
 from spec_lang.errors import SpecError
 from spec_lang.local_type import LocalType
-from spec_lang.parser import parse_local_type as as_local_type
-from torch_backend.spmd.tags import typeof
+from torch_backend.spmd.check import STRICT, refuse_untyped, untyped_argument
+from torch_backend.spmd.tags import is_jax_spec, spec_types, typeof
 from torch_backend.type_tags import TYPES, attach, unchecked
 
 
@@ -47,10 +47,21 @@ def _local_op(what: str, fn: Callable[..., torch.Tensor], *xs: Any) -> torch.Ten
                         "operands' local blocks: check the shapes each rank holds") from None
 
 
+def _strict(op: str, xs: Sequence[Any]) -> None:
+    """Under ``typecheck(strict=True)``, an untyped operand beside typed ones is refused
+    (outside it, an untyped operand is read as R)."""
+    if STRICT.get():
+        typed = [typeof(x) for x in xs if isinstance(x, torch.Tensor) and typeof(x)]
+        found = untyped_argument(tuple(xs), {}) if typed else None
+        if found:
+            refuse_untyped(op, found[0], found[1], typed)
+
+
 def einsum(eq: str, *xs: torch.Tensor, out_partial_axes: str | Sequence[str] | None = None) -> torch.Tensor:
     """``torch.einsum`` whose result type follows the SPMD type system (global SPMD where an
     operand is S(i)); a contracted sharded label needs its axis in ``out_partial_axes``,
     which makes the result P there."""
+    _strict(f"spmd.einsum({eq!r})", xs)
     types = einsum_types("einsum", eq, [typeof(x) for x in xs], _axes(out_partial_axes))
     return attach(_local_op(f"einsum({eq!r})", lambda *a: torch.einsum(eq, *a), *xs), types)
 
@@ -61,6 +72,7 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *,
     after the reduction (a replicated bias added to every rank's partial sum counts n times)."""
     if x.ndim < 1 or w.ndim != 2:
         raise SpecError(f"linear takes x[..., in] and w[out, in], got {list(x.shape)} and {list(w.shape)}")
+    _strict("spmd.linear", (x, w) if b is None else (x, w, b))
     letters = "abcdefgh"[: x.ndim - 1]
     types = einsum_types("linear", f"{letters}y,zy->{letters}z", [typeof(x), typeof(w)], _axes(out_partial_axes))
     if b is not None:  # the bias' dim 0 is the output's last dim
@@ -68,15 +80,6 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *,
         bias = {a: LocalType("S", dim=last) if t.kind == "S" and t.dim == 0 else t for a, t in typeof(b).items()}
         types = propagate("add", [types, bias])  # P + R is refused with the fix
     return attach(_local_op("linear", torch.nn.functional.linear, x, w, b), types)
-
-
-def _as_types(spec: Any, what: str) -> dict[str, LocalType] | None:
-    if spec is None:
-        return None
-    if not isinstance(spec, dict):
-        raise SpecError(f"local_map {what} are dicts {{axis: type}} (or None), got {type(spec).__name__}",
-                        hint="e.g. in_types=({'tp': spmd.S(1)}, {'tp': spmd.S(0)})")
-    return {a: as_local_type(t, f"{what} of axis {a!r}") for a, t in spec.items()}
 
 
 def _drop_spec(t: LocalType) -> LocalType:
@@ -87,64 +90,113 @@ def _local(types: dict[str, LocalType]) -> dict[str, LocalType]:
     return {a: _drop_spec(t) for a, t in types.items()}
 
 
+def _is_spec(spec: Any) -> bool:
+    """A leaf of in_types/out_types: the types of one tensor (a dict, a type string or a
+    jax PartitionSpec); a list or tuple nests, as the arguments it stands for do."""
+    if isinstance(spec, (dict, str)):
+        return True
+    return not (spec is None or isinstance(spec, (list, tuple))) and is_jax_spec(spec)
+
+
+def _check_specs(spec: Any, what: str) -> None:
+    """Refuse, when local_map is called, a slot that is no types, None or a nest of them."""
+    if spec is None or _is_spec(spec):
+        return
+    if isinstance(spec, (list, tuple)):
+        for k, s in enumerate(spec):
+            _check_specs(s, f"{what}[{k}]")
+        return
+    raise SpecError(f"local_map {what} is a {type(spec).__name__}: a slot holds a tensor's types (a dict "
+                    "{axis: type}, a type string or a PartitionSpec), None for a non-tensor, or a list/tuple of "
+                    "slots for a list/tuple argument", hint="e.g. in_types=({'tp': spmd.S(1)}, ({'tp': spmd.R}, None))")
+
+
+def _enter(x: Any, spec: Any, where: str) -> Any:
+    """``x`` as the region sees it: each tensor checked against its slot's types and given
+    their local form (S(i) is V inside); lists and tuples matched slot by slot."""
+    if spec is None:
+        if isinstance(x, torch.Tensor):
+            raise SpecError(f"local_map: {where} is a tensor, but in_types gives it None (for non-tensors): it "
+                            "would enter the region with its outer types",
+                            hint=f"give {where} its types, e.g. {{'tp': spmd.R}} ({{}} for an untyped tensor)")
+        return x
+    if not _is_spec(spec):  # a nest: x must be a list or tuple of as many
+        if not isinstance(x, (list, tuple)) or len(x) != len(spec):
+            got = f"a {type(x).__name__}" + (f" of {len(x)}" if isinstance(x, (list, tuple)) else "")
+            raise SpecError(f"local_map: in_types gives {where} {len(spec)} slots, but it is {got}",
+                            hint="nest in_types like the argument: one slot per element")
+        return type(x)(_enter(v, s, f"{where}[{k}]") for k, (v, s) in enumerate(zip(x, spec)))
+    if not isinstance(x, torch.Tensor):
+        raise SpecError(f"local_map: {where} is a {type(x).__name__}, but in_types gives it the types {spec!r}",
+                        hint="pass a tensor there, or put None in in_types for a non-tensor")
+    want, _ = spec_types(spec, x, f"local_map in_types of {where}")
+    have = typeof(x)
+    for a, t in want.items():
+        if a in have and not have[a].agrees(t):  # V where S(i) is stated: refined to S(i)
+            raise SpecError(f"local_map: {where} is {have[a]!r} on axis {a!r}, in_types says {t!r}",
+                            hint="redistribute it first, or fix in_types")
+    with unchecked():
+        inner = x.view_as(x)  # same data, its own type
+    return attach(inner, {**have, **_local(want)})
+
+
+def _leave(y: Any, spec: Any, where: str) -> Any:
+    """An output of the region with its out_types (the global types), nests matched alike."""
+    if spec is None:
+        if isinstance(y, torch.Tensor):
+            raise SpecError(f"local_map: {where} is a tensor, but out_types gives it None (for non-tensors): it "
+                            "would leave the region with its inside types",
+                            hint=f"give {where} its types, e.g. {{'tp': spmd.S(0)}}")
+        return y
+    if not _is_spec(spec):
+        if not isinstance(y, (list, tuple)) or len(y) != len(spec):
+            got = f"a {type(y).__name__}" + (f" of {len(y)}" if isinstance(y, (list, tuple)) else "")
+            raise SpecError(f"local_map: out_types gives {where} {len(spec)} slots, but fn returned {got}",
+                            hint="nest out_types like fn's result: one slot per element")
+        return type(y)(_leave(v, s, f"{where}[{k}]") for k, (v, s) in enumerate(zip(y, spec)))
+    if not isinstance(y, torch.Tensor):
+        raise SpecError(f"local_map: {where} is a {type(y).__name__}, but out_types gives it the types {spec!r}",
+                        hint="return a tensor there, or put None in out_types for a non-tensor")
+    want, _ = spec_types(spec, y, f"local_map out_types of {where}")
+    have = getattr(y, TYPES, None) or {}
+    for a, t in want.items():
+        if a in have and not _drop_spec(have[a]).agrees(_drop_spec(t)):
+            raise SpecError(f"local_map: {where} is {have[a]!r} on axis {a!r} inside, out_types says {t!r}",
+                            hint="add the collective or convert inside fn, or fix out_types")
+    with unchecked():
+        outer = y.view_as(y)
+    return attach(outer, {**have, **want})
+
+
 def local_map(fn: Callable[..., Any], *, in_types: Sequence[Any], out_types: Any) -> Callable[..., Any]:
     """Run ``fn`` in local SPMD on the axes the types name (shard_map per mesh axis): each
     tensor argument must have its ``in_types`` (S(i) turns into V inside: the partition spec
     is dropped), and each output, V inside, leaves with its ``out_types`` (the global type).
+
+    A slot is a dict ``{axis: type}`` (``S(-1)`` counts from the tensor's last dim), a type
+    string or a jax ``PartitionSpec``; ``None`` for a non-tensor; a list or tuple of slots
+    for an argument (or output) that is a list or tuple of them, nested as deep as it is.
+    ``out_types`` that is a list or tuple means fn returns that many outputs.
     """
-    ins = [_as_types(t, "in_types") for t in in_types]
+    if not isinstance(in_types, (list, tuple)):
+        raise SpecError(f"local_map in_types is one slot per argument (a list or tuple), got "
+                        f"{type(in_types).__name__}", hint="e.g. in_types=({'tp': spmd.S(1)},)")
+    _check_specs(list(in_types), "in_types")
+    _check_specs(out_types, "out_types")
+    ins = list(in_types)
     multi = isinstance(out_types, (list, tuple))
-    outs = [_as_types(t, "out_types") for t in (out_types if multi else (out_types,))]
+    outs = list(out_types) if multi else [out_types]
 
     def wrapped(*args: Any) -> Any:
         if len(args) != len(ins):
             raise SpecError(f"local_map: {len(args)} arguments but {len(ins)} in_types",
                             hint="give one in_types entry per argument (None for non-tensors)")
-        local_args = []
-        for k, (x, want) in enumerate(zip(args, ins)):
-            if want is None:
-                if isinstance(x, torch.Tensor):
-                    raise SpecError(f"local_map: argument {k} is a tensor, but in_types gives it None (for "
-                                    "non-tensors): it would enter the region with its outer types",
-                                    hint=f"give argument {k} its types, e.g. {{'tp': spmd.R}} ({{}} for an "
-                                    "untyped tensor)")
-                local_args.append(x)
-                continue
-            if not isinstance(x, torch.Tensor):
-                raise SpecError(f"local_map: argument {k} is a {type(x).__name__}, but in_types gives it the types "
-                                f"{want}", hint="pass a tensor there, or put None in in_types for a non-tensor")
-            have = typeof(x)
-            for a, t in want.items():
-                if a in have and not have[a].agrees(t):  # V where S(i) is stated: refined to S(i)
-                    raise SpecError(f"local_map: argument {k} is {have[a]!r} on axis {a!r}, in_types says {t!r}",
-                                    hint="redistribute it first, or fix in_types")
-            with unchecked():
-                inner = x.view_as(x)  # same data, its own type
-            local_args.append(attach(inner, {**have, **_local(want)}))
+        local_args = [_enter(x, want, f"argument {k}") for k, (x, want) in enumerate(zip(args, ins))]
         result = fn(*local_args)
-        got = list(result) if multi else [result]
+        got = list(result) if multi and isinstance(result, (list, tuple)) else [result]
         if len(got) != len(outs):
             raise SpecError(f"local_map: fn returned {len(got)} outputs but out_types has {len(outs)}")
-        final = []
-        for k, (y, want) in enumerate(zip(got, outs)):
-            if want is None:
-                if isinstance(y, torch.Tensor):
-                    raise SpecError(f"local_map: output {k} is a tensor, but out_types gives it None (for "
-                                    "non-tensors): it would leave the region with its inside types",
-                                    hint=f"give output {k} its types, e.g. {{'tp': spmd.S(0)}}")
-                final.append(y)
-                continue
-            if not isinstance(y, torch.Tensor):
-                raise SpecError(f"local_map: output {k} is a {type(y).__name__}, but out_types gives it the types "
-                                f"{want}", hint="return a tensor there, or put None in out_types for a non-tensor")
-            have = getattr(y, TYPES, None) or {}
-            for a, t in want.items():
-                if a in have and not _drop_spec(have[a]).agrees(_drop_spec(t)):
-                    raise SpecError(f"local_map: output {k} is {have[a]!r} on axis {a!r} inside, out_types says "
-                                    f"{t!r}", hint="add the collective or convert inside fn, or fix out_types")
-            with unchecked():
-                outer = y.view_as(y)
-            final.append(attach(outer, {**have, **want}))
+        final = [_leave(y, want, f"output {k}") for k, (y, want) in enumerate(zip(got, outs))]
         return type(result)(final) if multi else final[0]
 
     return wrapped

@@ -1,5 +1,5 @@
-"""Types attached to tensors: ``assert_type``, ``typeof`` (erasable: nothing reads them
-unless a typed call or ``typecheck()`` does)."""
+"""Types attached to tensors and Python numbers: ``assert_type``, ``typeof`` (erasable:
+nothing reads them unless a typed call or ``typecheck()`` does)."""
 
 from __future__ import annotations
 
@@ -7,53 +7,108 @@ from typing import Any
 
 import torch
 
-from lowering.spmd.types import types_of
+from lowering.spmd.types import resolve, types_of
 from spec_lang.errors import SpecError
 from spec_lang.local_type import LocalType
-from spec_lang.parser import parse_local_type as as_local_type
 from torch_backend.type_tags import SIZES, TYPES, attach
+
+
+class TypedFloat(float):
+    """A Python float with SPMD types (``spmd.assert_type(0.5, {"dp": V})``, or ``.item()``
+    of a typed tensor under ``typecheck()``): a torch op taking it types it as an operand.
+    Python arithmetic on it gives a plain number (the types stay with torch ops)."""
+
+
+class TypedInt(int):
+    """A Python int with SPMD types (see ``TypedFloat``)."""
+
+
+def typed_number(value: Any, types: dict[str, LocalType]) -> Any:
+    """``value`` (an int or a float) carrying ``types``; S(i) is V (a number has no dims)."""
+    n = (TypedFloat if isinstance(value, float) else TypedInt)(value)
+    setattr(n, TYPES, {a: LocalType("V") if t.kind == "S" else t for a, t in types.items()})
+    return n
+
+
+def is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def typeof(x: Any) -> dict[str, LocalType]:
     """The local SPMD type of ``x`` per mesh axis (``{}`` for an untyped tensor, and for a
-    Python number, which holds one value on every rank)."""
+    Python number, which holds one value on every rank, unless ``assert_type`` typed it)."""
     if not isinstance(x, torch.Tensor):
         if isinstance(x, (bool, int, float, complex)):
-            return {}
+            return dict(getattr(x, TYPES, None) or {})
         raise SpecError(f"spmd.typeof takes a tensor, got {type(x).__name__}",
                         hint="pass the tensor whose per-axis types you want (spmd.assert_type attaches them)")
     return dict(getattr(x, TYPES, None) or {})
+
+
+def is_jax_spec(spec: Any) -> bool:
+    """A jax PartitionSpec or NamedSharding (told by its module: jax is not imported here)."""
+    module = getattr(type(spec), "__module__", "") or ""
+    return module.startswith(("jax.", "jaxlib.")) or module in ("jax", "jaxlib")
+
+
+def spec_types(spec: Any, x: Any, what: str) -> tuple[dict[str, LocalType], dict[tuple[str, ...], int]]:
+    """The per-axis types (and split dims' global sizes) that ``spec`` states for ``x``:
+    ``{axis: type}`` (``S(-1)`` counted from x's last dim), a type string (the axes it
+    splits or annotates, ``{I:..}`` included), or a jax ``PartitionSpec``/``NamedSharding``
+    (a dim's axes are S(dim) on each, ``unreduced`` P; x's shape is its local one, so no
+    global sizes are recorded)."""
+    ndim = x.ndim if isinstance(x, torch.Tensor) else 0
+    if isinstance(spec, str):
+        from spec_lang.parser import invariant_axes, parse
+
+        return types_of(parse(spec), invariant_axes(spec))
+    if isinstance(spec, dict):
+        types = {}
+        for a, t in spec.items():
+            if not isinstance(a, str):
+                raise SpecError(f"{what} keys are mesh-axis names, got {a!r}", hint="e.g. {'tp': spmd.V}")
+            types[a] = resolve(t, ndim, f"type of axis {a!r}")
+        return types, {}
+    if is_jax_spec(spec):
+        from spec_lang import from_jax
+
+        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else ()
+        return types_of(from_jax(spec, shape=shape))[0], {}
+    raise SpecError(f"{what} takes a dict {{axis: type}}, a type string or a jax PartitionSpec, got "
+                    f"{type(spec).__name__}", hint="e.g. {'tp': spmd.V}, 'f32[4,6]{V:tp}' or PartitionSpec('tp', None)")
 
 
 def recorded_size(x: Any, group: tuple[str, ...]) -> int | None:
     return (getattr(x, SIZES, None) or {}).get(group)
 
 
-def assert_type(x: torch.Tensor, types: dict[str, Any] | str) -> torch.Tensor:
+def assert_type(x: Any, types: Any) -> Any:
     """Attach the local SPMD types ``{axis: type}`` (or a DSL string such as
-    ``"f32[4,6]{V:tp}"``) to ``x`` and return ``x``.
+    ``"f32[4,6]{V:tp}"``, or a jax ``PartitionSpec``) to ``x`` and return ``x``.
 
     A type string states the axes it splits (S(dim)) or annotates, ``{I:..}`` included;
-    the axes it leaves out are left alone. When ``x`` already carries a type on an axis,
-    the new one must agree (else SpecError): S(i) and V agree (S(i) only adds how the
-    blocks reassemble), S(i) and S(j) do not, nor P(op) and another reduction.
+    the axes it leaves out are left alone. ``S(-1)`` counts from x's last dim. When ``x``
+    already carries a type on an axis, the new one must agree (else SpecError): S(i) and V
+    agree (S(i) only adds how the blocks reassemble), S(i) and S(j) do not, nor P(op) and
+    another reduction. A Python number (a scale that differs per rank, say) comes back
+    as a typed number (``TypedFloat``/``TypedInt``), which a torch op types as an operand.
     """
+    if is_number(x):
+        if not isinstance(types, dict):
+            raise SpecError("assert_type of a Python number takes a dict {axis: type}",
+                            hint="e.g. spmd.assert_type(0.5, {'dp': spmd.V})")
+        new, _ = spec_types(types, x, "assert_type")
+        if any(t.kind == "S" for t in new.values()):
+            raise SpecError(f"assert_type: a Python number has no dims to split ({new})",
+                            hint="write V for a number that differs per rank")
+        old = typeof(x)
+        for a, t in new.items():
+            if a in old and not old[a].agrees(t):
+                raise SpecError(f"assert_type: axis {a!r} of the number is {old[a]!r}, not {t!r}")
+        return typed_number(x, {**old, **new})
     if not isinstance(x, torch.Tensor):
-        raise SpecError(f"assert_type needs a tensor, got {type(x).__name__}")
-    sizes: dict[tuple[str, ...], int] = {}
-    if isinstance(types, str):
-        from spec_lang.parser import invariant_axes, parse
-
-        new, sizes = types_of(parse(types), invariant_axes(types))
-    elif isinstance(types, dict):
-        new = {}
-        for a, t in types.items():
-            if not isinstance(a, str):
-                raise SpecError(f"assert_type keys are mesh-axis names, got {a!r}", hint="e.g. {'tp': spmd.V}")
-            new[a] = as_local_type(t, f"type of axis {a!r}")
-    else:
-        raise SpecError(f"assert_type takes a dict {{axis: type}} or a type string, got {type(types).__name__}",
-                        hint="e.g. spmd.assert_type(x, {'tp': spmd.V}) or spmd.assert_type(x, 'f32[4,6]{V:tp}')")
+        raise SpecError(f"assert_type needs a tensor or a Python number, got {type(x).__name__}")
+    new, sizes = spec_types(types, x, "assert_type")
     old = typeof(x)
     for a, t in new.items():
         if a in old and not old[a].agrees(t):

@@ -1,0 +1,142 @@
+"""``op_dtype``/``out_dtype`` on the reducing collectives (issue 30, part 3 item 4): bf16 on
+the wire, fp32 sums, as Megatron's reduce-scatter with fp32 accumulation.
+
+The oracle is the definition in ``torch_backend.spmd.precision`` computed in float64: the
+addends as sent (x's dtype), summed exactly, rounded once to ``out_dtype``; the backward is
+the table's backward collective on the gradient cast to x's dtype, reduced (all_reduce(P,R)'s
+backward) in op_dtype, returned in x's dtype; on data every dtype holds exactly, the
+forward and backward are exact adjoints."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from spmd_utils import same
+from torch_utils import from_local, local_mode, to_local
+
+from spec_lang.errors import SpecError
+from torch_backend import spmd
+from torch_backend.spmd import I, P, R, S, V
+
+N = 3
+BF, F32, F64 = torch.bfloat16, torch.float32, torch.float64
+
+
+def bf16_blocks(*shape: int, seed: int = 0, high: int = 4096) -> list[torch.Tensor]:
+    """Integers below ``high`` rounded to bf16 (8 significant bits): three of them add up
+    exactly in fp32, rarely in bf16."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(-high, high, shape, generator=g).to(BF) for _ in range(N)]
+
+
+def run(fake_pg, fn, xs, gs=None):
+    with local_mode(fake_pg, N) as lm, spmd.use_mesh(f"x={N}"):
+        x = to_local(lm, xs, requires_grad=gs is not None)
+        y = fn(x)
+        gx = None
+        if gs is not None:
+            (g,) = torch.autograd.grad(y, x, grad_outputs=to_local(lm, gs))
+            gx = from_local(g)
+        return from_local(y), gx, spmd.typeof(y), y.dtype
+
+
+def exact_sum(xs: list[torch.Tensor]) -> torch.Tensor:
+    return sum(x.to(F64) for x in xs)
+
+
+def test_all_reduce_sums_in_fp32_what_bf16_sends(fake_pg) -> None:
+    """op_dtype=f32, out_dtype=f32: the exact sum of the bf16 addends (float64's), on every
+    rank; the plain bf16 all_reduce rounds it (the reason for the option)."""
+    xs = bf16_blocks(64)
+    ys, _, t, dtype = run(fake_pg, lambda x: spmd.all_reduce(x, "x", src=P, dst=R, op_dtype=F32,
+                                                             out_dtype=F32), xs)
+    same(ys, [exact_sum(xs).to(F32)] * N)
+    assert t == {"x": R} and dtype == F32
+    plain, _, _, _ = run(fake_pg, lambda x: spmd.all_reduce(x, "x", src=P, dst=R), xs)
+    assert not torch.equal(plain[0].to(F64), exact_sum(xs))
+
+
+def test_out_dtype_rounds_once(fake_pg) -> None:
+    """op_dtype=f32 with the result in bf16: the exact sum rounded once to bf16, on every rank."""
+    xs = bf16_blocks(64, seed=3)
+    ys, _, _, dtype = run(fake_pg, lambda x: spmd.all_reduce(x, "x", src=P, dst=R, op_dtype="f32"), xs)
+    same(ys, [exact_sum(xs).to(BF)] * N)
+    assert dtype == BF
+    # out_dtype alone: reduced in x's dtype (the plain collective), then cast
+    ys2, _, _, dtype2 = run(fake_pg, lambda x: spmd.all_reduce(x, "x", src=P, dst=R, out_dtype=F64), xs)
+    plain, _, _, _ = run(fake_pg, lambda x: spmd.all_reduce(x, "x", src=P, dst=R), xs)
+    same(ys2, [p.to(F64) for p in plain])
+    assert dtype2 == F64
+
+
+def test_all_reduce_backward_mirrors_the_options(fake_pg) -> None:
+    """all_reduce(P,R)'s backward is all_reduce(P,R): the fp32 gradient goes out as bf16 (x's
+    dtype), is summed in fp32 and comes back bf16: the exact sum of the bf16-cast gradients,
+    rounded once. all_reduce(P,I)'s backward sends nothing: each rank's gradient, cast."""
+    xs = bf16_blocks(16)
+    g = torch.Generator().manual_seed(7)
+    gs = [torch.randint(-4096, 4096, (16,), generator=g).to(F32) / 3 for _ in range(N)]
+    _, gx, _, _ = run(fake_pg, lambda x: spmd.all_reduce(x, "x", src=P, dst=R, op_dtype=F32, out_dtype=F32), xs, gs)
+    same(gx, [exact_sum([g.to(BF) for g in gs]).to(BF)] * N)
+    gi = [gs[0]] * N
+    _, gx, t, _ = run(fake_pg, lambda x: spmd.all_reduce(x, "x", src=P, dst=I, op_dtype=F32, out_dtype=F32), xs, gi)
+    same(gx, [gs[0].to(BF)] * N)
+    assert t == {"x": I}
+
+
+@pytest.mark.parametrize("dst,shape,d,kw", [(S(0), (6, 2), 0, {}), (S(-1), (2, 6), 1, {}),
+                                            (V, (2, N), 1, {"scatter_dim": 1})], ids=["S(0)", "S(-1)", "V-dim1"])
+def test_reduce_scatter_accumulates_in_fp32(fake_pg, dst, shape, d, kw) -> None:
+    """Rank r's piece of the exact sum (chunk r of the split dim, or slot r of dim 1 for V),
+    rounded once; backward: all_gather (nothing to add) of the gradients in bf16."""
+    xs = bf16_blocks(*shape, seed=1)
+    total = exact_sum(xs)
+    want = [total.select(d, r) for r in range(N)] if dst == V else list(total.chunk(N, d))
+    g = torch.Generator().manual_seed(2)
+    gs = [torch.randint(-9, 10, want[0].shape, generator=g).to(F32) for _ in range(N)]
+    ys, gx, t, dtype = run(fake_pg, lambda x: spmd.reduce_scatter(x, "x", src=P, dst=dst, op_dtype=F32,
+                                                                  out_dtype=F32, **kw), xs, gs)
+    same(ys, [w.to(F32) for w in want])
+    assert dtype == F32 and t["x"].base == "V"
+    back = (torch.stack if dst == V else torch.cat)([g.to(BF) for g in gs], d)
+    same(gx, [back] * N)
+    # on data every dtype holds exactly, the forward and backward are adjoints
+    lhs = sum(float((y.to(F64) * gg.to(F64)).sum()) for y, gg in zip(ys, gs))
+    rhs = sum(float((x.to(F64) * gi.to(F64)).sum()) for x, gi in zip(xs, gx))
+    assert lhs == rhs
+
+
+def test_other_reductions_and_redistribute(fake_pg) -> None:
+    xs = bf16_blocks(8, seed=4)
+    ys, _, _, _ = run(fake_pg, lambda x: spmd.all_reduce(x, "x", src=P("max"), dst=R, op_dtype=F32, out_dtype=F32), xs)
+    same(ys, [torch.stack(xs).amax(0).to(F32)] * N)
+    ys, _, _, _ = run(fake_pg, lambda x: spmd.all_reduce(x, "x", src=P("avg"), dst=R, op_dtype=F32, out_dtype=F64), xs)
+    torch.testing.assert_close(ys[0], exact_sum(xs) / N, rtol=2.0**-23, atol=0)
+    ys, _, t, _ = run(fake_pg, lambda x: spmd.redistribute(x, "x", src=P, dst=S(0), op_dtype=F32, out_dtype=F32),
+                      bf16_blocks(6, seed=5))
+    same(ys, list(exact_sum(bf16_blocks(6, seed=5)).to(F32).chunk(N)))
+    assert t == {"x": S(0)}
+
+
+def test_dtype_options_refused_where_they_mean_nothing(fake_pg) -> None:
+    fake_pg(N)
+    x = torch.ones(6, dtype=BF)
+    with pytest.raises(SpecError, match="runs a all_gather, which reduces nothing"):
+        spmd.redistribute(x, "x", src=S(0), dst=R, op_dtype=F32, mesh="x=3")
+    with pytest.raises(SpecError, match="inplace=True.*takes no op_dtype"):
+        spmd.all_reduce(x, "x", src=P, dst=R, op_dtype=F32, inplace=True, mesh="x=3")
+    with pytest.raises(SpecError, match="integer P\\('avg'\\) reduced in torch.int64 would truncate"):
+        spmd.all_reduce(torch.ones(6, dtype=torch.int32), "x", src=P("avg"), dst=R, op_dtype=torch.int64, mesh="x=3")
+    with pytest.raises(SpecError, match="unknown dtype 'fp99'"):
+        spmd.all_reduce(x, "x", src=P, dst=R, op_dtype="fp99", mesh="x=3")
+    with pytest.raises(SpecError, match="op_dtype takes a torch dtype or its name"):
+        spmd.all_reduce(x, "x", src=P, dst=R, op_dtype=4, mesh="x=3")
+    with pytest.raises(SpecError, match=r"dim 0 of the local tensor \(\[7\]\) must split into 3 equal pieces"):
+        spmd.reduce_scatter(torch.ones(7, dtype=BF), "x", src=P, dst=S(0), op_dtype=F32, mesh="x=3")
+
+
+def test_no_gradient_through_a_pending_max(fake_pg) -> None:
+    """As the plain call: P('max') has no typed gradient, with op_dtype too."""
+    xs = bf16_blocks(4)
+    with pytest.raises(SpecError, match=r"no gradient through a pending max"):
+        run(fake_pg, lambda x: spmd.all_reduce(x, "x", src=P("max"), dst=R, op_dtype=F32), xs, [torch.ones(4)] * N)

@@ -1,0 +1,143 @@
+"""``op_dtype``/``out_dtype`` on the reducing collectives: communicate in the input's dtype
+(bf16, say), add in ``op_dtype`` (fp32), return ``out_dtype``, as Megatron's reduce-scatter
+with fp32 accumulation does.
+
+Exactly, for ``all_reduce``/``reduce_scatter`` (and ``redistribute`` where it routes to
+one) of x, a pending reduction P(op) over a group of n ranks:
+
+* the wire carries x's dtype: each rank's addends are sent as they are;
+* each rank casts the n addends it receives to ``op_dtype`` (default x's dtype) and reduces
+  them there, in the group's rank order (``op``: sum, avg = sum / n, max, min);
+* the result is that reduction rounded once to ``out_dtype`` (default x's dtype), the same
+  bits on every rank (all_reduce gathers the rounded pieces in ``out_dtype``).
+
+A reduction in a dtype other than the wire's cannot be one NCCL/gloo reduction (they add in
+the wire's dtype), so it runs as an all_to_all of each rank's n pieces, the local
+reduction, and (all_reduce) an all_gather of the results: the same bytes on the wire as a
+reduce_scatter (+ all_gather), each a shardc Program of the typed collectives.
+
+The backward is the table's backward collective with the same options, mirrored: the
+gradient (``out_dtype``) is cast to x's dtype, communicated in it, reduced (where the
+backward reduces: all_reduce(P,R)'s) in ``op_dtype``, and returned in x's dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lowering.program import Program
+from lowering.spmd.programs import program_for
+from spec_lang.errors import SpecError
+from spec_lang.ir import canonical_dtype
+from spec_lang.local_type import LocalType, R, V
+from torch_backend.autograd import check_differentiable
+from torch_backend.dtypes import dtype_name, to_torch_dtype
+from torch_backend.executor import execute
+from torch_backend.groups import MeshContext
+
+REDUCING = ("all_reduce", "reduce_scatter")
+
+
+def as_dtype(d: Any, what: str) -> torch.dtype | None:
+    """A torch dtype from itself or its name (``"fp32"`` is not one: ``"f32"``, ``"float32"``)."""
+    if d is None or isinstance(d, torch.dtype):
+        return d
+    if isinstance(d, str):
+        return to_torch_dtype(canonical_dtype(d) or d)
+    raise SpecError(f"{what} takes a torch dtype or its name, got {type(d).__name__}",
+                    hint=f"e.g. {what}=torch.float32 or {what}='f32'")
+
+
+def check_options(op: str, routed: str, src: LocalType, x: torch.Tensor, op_dtype: torch.dtype | None,
+                  inplace: bool) -> None:
+    if routed not in REDUCING:
+        raise SpecError(f"spmd.{op}(src={src!r}, ...) runs a {routed}, which reduces nothing: op_dtype and "
+                        "out_dtype belong to the reducing collectives (all_reduce, reduce_scatter)",
+                        hint="drop op_dtype/out_dtype, or cast the tensor with .to(dtype)")
+    if inplace:
+        raise SpecError(f"spmd.{op}(..., inplace=True) keeps the buffer's dtype: it takes no op_dtype or "
+                        "out_dtype", hint="drop inplace=True, or the dtype options")
+    acc = op_dtype or x.dtype
+    if src.op == "avg" and not acc.is_floating_point and not acc.is_complex:
+        raise SpecError(f"spmd.{op}: an integer P('avg') reduced in {acc} would truncate the average",
+                        hint="pass a floating op_dtype (e.g. op_dtype=torch.float32)")
+
+
+class _Accumulated(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, how: tuple, program: Program) -> torch.Tensor:  # type: ignore[override]
+        ctx.how, ctx.program = how, program
+        return _reduce(x, *how)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
+        check_differentiable(ctx.program.src, ctx.program.dst)  # no gradient through a pending max/min
+        routed, src, dst, group, mesh_ctx, at, op_dtype, out_dtype, in_dtype = ctx.how
+        g = g.to(in_dtype).contiguous()
+        if routed == "all_reduce" and dst.kind == "I":  # backward reinterpret(I, R): nothing sent
+            return g, None, None
+        if routed == "all_reduce":  # backward all_reduce(P, R) (a sum, as the plain call's), options mirrored
+            back = (routed, LocalType("P"), R, group, mesh_ctx, at, op_dtype, in_dtype, in_dtype)
+            if g.requires_grad and torch.is_grad_enabled():
+                return _Accumulated.apply(g, back, ctx.program), None, None
+            return _reduce(g, *back), None, None
+        # backward of reduce_scatter: all_gather(V|S(i), R) in x's dtype (nothing to add)
+        shape = tuple(g.shape)
+        if dst.kind == "S":
+            full = list(shape)
+            full[dst.dim] *= mesh_ctx.mesh.group_size(group)  # type: ignore[index]
+            program = program_for("all_gather", dst, R, group, shape, dtype_name(in_dtype), mesh_ctx.mesh,
+                                  full[dst.dim])  # type: ignore[index]
+        else:
+            program = program_for("all_gather", V, R, group, shape, dtype_name(in_dtype), mesh_ctx.mesh, None, at)
+        return execute(program, g, ctx=mesh_ctx), None, None
+
+
+def _reduce(x: torch.Tensor, routed: str, src: LocalType, dst: LocalType, group: tuple[str, ...],
+            ctx: MeshContext, at: int, op_dtype: torch.dtype, out_dtype: torch.dtype,
+            in_dtype: torch.dtype) -> torch.Tensor:
+    """The forward: n pieces to their ranks in x's dtype, reduced in op_dtype, rounded to out_dtype."""
+    n = ctx.mesh.group_size(group)
+    shape = tuple(x.shape)
+    if routed == "all_reduce":
+        flat = x.reshape(-1)
+        pad = (-flat.numel()) % n
+        pieces = torch.cat([flat, flat.new_zeros(pad)]).view(n, -1) if pad else flat.view(n, -1)
+    elif dst.kind == "S":
+        pieces = x.unflatten(dst.dim, (n, shape[dst.dim] // n)).movedim(dst.dim, 0)  # type: ignore[arg-type]
+    else:
+        pieces = x.movedim(at, 0)
+    pieces = pieces.contiguous()
+    a2a = program_for("all_to_all", V, V, group, tuple(pieces.shape), dtype_name(x.dtype), ctx.mesh)
+    got = execute(a2a, pieces, ctx=ctx).to(op_dtype)  # row j: the piece rank j sent here
+    op = src.op
+    acc = got.sum(0) if op in ("sum", "avg") else got.amax(0) if op == "max" else got.amin(0)
+    if op == "avg":
+        acc = acc / n
+    mine = acc.to(out_dtype)
+    if routed == "reduce_scatter":
+        return mine
+    gather = program_for("all_gather", V, R, group, tuple(mine.shape), dtype_name(out_dtype), ctx.mesh)
+    whole = execute(gather, mine.contiguous(), ctx=ctx).reshape(-1)
+    return whole[: x.numel()].view(shape)
+
+
+def reduce_in(routed: str, x: torch.Tensor, src: LocalType, dst: LocalType, group: tuple[str, ...],
+              ctx: MeshContext, at: int, op_dtype: torch.dtype | None, out_dtype: torch.dtype | None,
+              program: Program) -> torch.Tensor:
+    """``routed`` (all_reduce or reduce_scatter) of ``x`` with the dtype options (checked:
+    its pair, axes and shapes as the plain call checks them, ``program`` the plain call's),
+    differentiable."""
+    n = ctx.mesh.group_size(group)
+    if routed == "reduce_scatter":
+        d = dst.dim if dst.kind == "S" else at
+        if d is None or x.shape[d] % n:
+            raise SpecError(f"spmd.reduce_scatter with op_dtype: dim {d} of the local tensor ({list(x.shape)}) "
+                            f"must split into {n} equal pieces", hint="pad that dim to a multiple of the group's "
+                            "size, or drop op_dtype (an uneven reduce_scatter then follows torch.chunk)")
+    how = (routed, src, dst, group, ctx, at, op_dtype or x.dtype, out_dtype or x.dtype, x.dtype)
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _Accumulated.apply(x, how, program)
+    return _reduce(x, *how)

@@ -1,0 +1,163 @@
+"""Ragged collectives for MoE dispatch: ``all_to_all`` with split sizes (each rank sends
+each peer its own count of rows), and ``split_sizes`` on ``all_gather``/``reduce_scatter``
+(blocks of any sizes, not ``torch.chunk``'s).
+
+Each is a redistribution between global types with an uneven split of the dim over the
+axis, run by ``torch_backend.redistribute`` (its program: one ``all_to_allv``,
+``all_gatherv`` or ``reduce_scatterv``, the uneven exchange kinds; its backward: the
+program between the dual types, e.g. the reverse exchange). So the global type says what
+the local call does:
+
+* ``all_gather(S(d), R, split_sizes=s)``: ``f32[N@ax<s>,..] -> f32[N,..]{R:ax}`` (an
+  unannotated destination, I, for dst=I), the DynamicShard ``<s>`` gathered;
+* ``reduce_scatter(P, S(d), split_sizes=s)``: ``f32[N,..]{U:ax} -> f32[N@ax<s>,..]``;
+* ``all_to_all(V, V|S(d), input_split_sizes=...)``: ``f32[T@ax<parts S>,..] ->
+  f32[T@ax<c>,..]``: rank s holds its rows for every destination partition p (``S[s][p]``
+  of them, partitions in order: the router's output sorted by expert); afterwards rank r
+  holds its partitions whole, each with every source's rows in source order (expert-major:
+  what a grouped matmul takes), ``c_r`` rows in all, the DynamicShard ``<c>``. With one
+  partition per rank this is ``torch.distributed.all_to_all_single``'s layout.
+
+Every other mesh axis is V in these types (each coordinate's blocks are its own), so the
+exchange never reads another coordinate's copy; the call's output keeps the input's types
+there. One global type means one split matrix: ranks that differ only on other mesh axes
+must route alike (refused otherwise, before the data moves).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from spec_lang.errors import SpecError
+from spec_lang.ir import Dim, TensorType
+from spec_lang.local_type import LocalType
+from spec_lang.split import Split, size_row
+from torch_backend.comm import local_of
+from torch_backend.dtypes import dtype_name
+from torch_backend.groups import MeshContext
+from torch_backend.sizes import uneven_type
+from torch_backend.spmd.mesh import current_mesh
+from torch_backend.spmd.tags import typeof
+from torch_backend.type_tags import attach
+
+V = LocalType("V")
+
+
+def _others(ctx: MeshContext, axis: str) -> tuple[tuple[str, LocalType], ...]:
+    return tuple((a, V) for a in ctx.mesh.names if a != axis)
+
+
+def _typ(x: torch.Tensor, ctx: MeshContext, d: int, dim: Dim | None, anns: tuple) -> TensorType:
+    shape = tuple(local_of(x, ctx.ranks[0]).shape)
+    dims = [Dim(int(s)) for s in shape]
+    if dim is not None:
+        dims[d] = dim
+    return TensorType(dtype_name(x.dtype), tuple(dims), anns)
+
+
+def _one_axis(op: str, group: tuple[str, ...]) -> str:
+    if len(group) != 1:
+        raise SpecError(f"spmd.{op} with split sizes runs over one mesh axis, got {list(group)}",
+                        hint="pass one axis name (an uneven split is of one dim over one axis)")
+    return group[0]
+
+
+def _sizes(op: str, split_sizes: Any, n: int) -> tuple[int, ...]:
+    sizes = size_row(split_sizes, f"spmd.{op} split_sizes", "list every rank's length of the split dim, in "
+                     "group order, as ints >= 0 (torch_backend.uneven_type gives them from per-rank lengths)")
+    if len(sizes) != n:
+        raise SpecError(f"spmd.{op}: split_sizes has {len(sizes)} entries for a group of {n} ranks",
+                        hint="one length per rank of the group, in group order")
+    return sizes
+
+
+def _run(x: torch.Tensor, src: TensorType, dst: TensorType, ctx: MeshContext, mesh: Any, axis: str,
+         out: LocalType) -> torch.Tensor:
+    from torch_backend.api import redistribute
+
+    y = redistribute(x, src, dst, current_mesh(mesh))
+    return attach(y, {**typeof(x), axis: out})
+
+
+def gather_sizes(x: torch.Tensor, group: tuple[str, ...], d: int, dst: LocalType, split_sizes: Any,
+                 ctx: MeshContext, mesh: Any) -> torch.Tensor:
+    """all_gather(S(d) -> R|I) of blocks of lengths ``split_sizes`` along dim d."""
+    axis = _one_axis("all_gather", group)
+    sizes = _sizes("all_gather", split_sizes, ctx.mesh.axis_size(axis))
+    full = Dim(sum(sizes), (axis,), Split("sizes", sizes))
+    others = _others(ctx, axis)
+    src = _typ(x, ctx, d, full, others)
+    whole = _typ(x, ctx, d, Dim(sum(sizes)), others + (((axis, LocalType("R")),) if dst.kind == "R" else ()))
+    return _run(x, src, whole, ctx, mesh, axis, dst)
+
+
+def scatter_sizes(x: torch.Tensor, group: tuple[str, ...], src: LocalType, d: int, split_sizes: Any,
+                  ctx: MeshContext, mesh: Any) -> torch.Tensor:
+    """reduce_scatter(P -> S(d)) into blocks of lengths ``split_sizes`` along dim d."""
+    axis = _one_axis("reduce_scatter", group)
+    sizes = _sizes("reduce_scatter", split_sizes, ctx.mesh.axis_size(axis))
+    length = int(local_of(x, ctx.ranks[0]).shape[d])
+    if sum(sizes) != length:
+        raise SpecError(f"spmd.reduce_scatter: split_sizes {list(sizes)} add up to {sum(sizes)}, but dim {d} of "
+                        f"the pending sum has {length}", hint="the pieces must cover the dim exactly")
+    others = _others(ctx, axis)
+    whole = _typ(x, ctx, d, None, others + ((axis, src),))
+    piece = _typ(x, ctx, d, Dim(length, (axis,), Split("sizes", sizes)), others)
+    return _run(x, whole, piece, ctx, mesh, axis, LocalType("S", dim=d))
+
+
+def dispatch(x: torch.Tensor, group: tuple[str, ...], d: int, dst: LocalType, input_split_sizes: Any,
+             output_split_sizes: Any, ctx: MeshContext, mesh: Any) -> torch.Tensor:
+    """The ragged all_to_all of the module docstring."""
+    axis = _one_axis("all_to_all", group)
+    n = ctx.mesh.axis_size(axis)
+    others = _others(ctx, axis)
+    if isinstance(input_split_sizes, (list, tuple)) and input_split_sizes and all(
+            isinstance(r, (list, tuple)) for r in input_split_sizes):  # the whole matrix, known everywhere
+        if len(input_split_sizes) != n:
+            raise SpecError(f"spmd.all_to_all: input_split_sizes has {len(input_split_sizes)} rows for a group of "
+                            f"{n} ranks", hint="one row per rank: row s lists rank s's rows for each partition")
+        split = Split("parts", tuple(tuple(r) for r in input_split_sizes))
+        for r in ctx.ranks:
+            s = ctx.mesh.coords(r)[ctx.mesh.index(axis)]
+            have = int(local_of(x, r).shape[d])
+            if sum(split.values[s]) != have:
+                raise SpecError(f"spmd.all_to_all: rank {r}'s row of input_split_sizes {list(split.values[s])} "
+                                f"adds up to {sum(split.values[s])}, but it holds {have} along dim {d}",
+                                hint="row s lists rank s's rows for each destination partition")
+        src = _typ(x, ctx, d, Dim(sum(map(sum, split.values)), (axis,), split), others)
+    else:  # this rank's own row: the ranks exchange them first (one small all_reduce)
+        template = _typ(x, ctx, d, None, others)
+        src = uneven_type(x, current_mesh(mesh), axis, d, partitions=input_split_sizes,
+                          template=template)
+    split = src.dims[d].split
+    assert split is not None and split.kind == "parts"
+    rows = split.values
+    parts = len(rows[0])
+    if parts % n:
+        raise SpecError(f"spmd.all_to_all: {parts} partitions do not divide among {n} ranks",
+                        hint="give each rank the same number of partitions (experts)")
+    k = parts // n
+    counts = tuple(sum(rows[s][p] for s in range(n) for p in range(r * k, r * k + k)) for r in range(n))
+    if output_split_sizes is not None:
+        _check_output(output_split_sizes, rows, k, ctx, axis)
+    dst_type = _typ(x, ctx, d, Dim(sum(counts), (axis,), Split("sizes", counts)), others)
+    return _run(x, src, dst_type, ctx, mesh, axis, dst)
+
+
+def _check_output(output_split_sizes: Any, rows: tuple, k: int, ctx: MeshContext, axis: str) -> None:
+    """Each rank's ``output_split_sizes`` (what it receives from each source, and each of
+    its partitions) must be what the input splits send it."""
+    n = len(rows)
+    for r in ctx.ranks:
+        c = ctx.mesh.coords(r)[ctx.mesh.index(axis)]
+        want_src = [sum(rows[s][c * k:c * k + k]) for s in range(n)]
+        got = local_of(output_split_sizes, r) if isinstance(output_split_sizes, torch.Tensor) else output_split_sizes
+        got = list(size_row(got.tolist() if isinstance(got, torch.Tensor) else got, "output_split_sizes",
+                            "list what this rank receives from each rank of the group"))
+        if got != want_src:
+            raise SpecError(f"spmd.all_to_all: rank {r}'s output_split_sizes {got} differ from what the input "
+                            f"splits send it, {want_src} (from each rank of {axis!r})",
+                            hint="leave output_split_sizes out: the input splits decide them")
