@@ -120,6 +120,10 @@ class Comm:
         if work is not None:
             work.wait()
 
+    def blocks(self, ctx: MeshContext, x: torch.Tensor) -> dict[int, torch.Tensor] | None:
+        """Each played rank's block of ``x`` (None: a plain tensor where every rank needs one)."""
+        return {ctx.rank: x}
+
     def failed(self, ctx: MeshContext, where: str, e: BaseException, members: Sequence[int],
                axes: tuple[str, ...] | None) -> CollectiveError:
         return CollectiveError(f"{where} failed: {e}")
@@ -255,6 +259,10 @@ class _Local(Comm):
             got = got.wait()
         return got.view(send.dtype) if wire.dtype != send.dtype else got
 
+    def blocks(self, ctx: MeshContext, x: torch.Tensor) -> dict[int, torch.Tensor] | None:
+        inner = getattr(x, "_local_tensors", None)
+        return None if inner is None else {r: inner[r] for r in ctx.ranks}
+
     def map(self, ctx: MeshContext, fn: Callable[..., torch.Tensor], *tensors: torch.Tensor) -> torch.Tensor:
         from torch.distributed._local_tensor import LocalTensor
 
@@ -271,6 +279,17 @@ def of(ctx: MeshContext) -> Any:
     if torch.compiler.is_compiling():
         return FUNCTIONAL
     return LOCAL if ctx.local_mode is not None else C10D
+
+
+def blocks(ctx: MeshContext, x: torch.Tensor) -> dict[int, torch.Tensor] | None:
+    """Each rank's block of ``x`` that this process plays: ``{ctx.rank: x}`` on a real group;
+    under LocalTensorMode the LocalTensor's blocks, or None for a plain tensor."""
+    return of(ctx).blocks(ctx, x)
+
+
+def one_block(ctx: MeshContext) -> bool:
+    """Whether a call's tensor is this rank's one block (not every simulated rank's)."""
+    return not of(ctx).per_rank
 
 
 def wait(ctx: MeshContext, work: Any) -> None:

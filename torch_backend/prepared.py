@@ -20,32 +20,20 @@ import torch
 
 from lowering.program import Program
 from spec_lang.ir import Mesh, TensorType
-from torch_backend import autograd, traced
+from torch_backend import traced
 from torch_backend.agree import Checks, agreed, describe
-from torch_backend.api import (
-    agree_default,
-    agreed_program,
-    agreeing,
-    bound_call,
-    check_agree,
-    check_tensor,
-    expected_block,
-    fits_block,
-)
-from torch_backend.executor import BoundProgram
+from torch_backend.api import agreed_program, agreeing, bound_for, check_agree
+from torch_backend.bound import Bound
 from torch_backend.groups import context
-from torch_backend.type_tags import typed_output
+from torch_backend.tensor_checks import check_tensor
 
 
 class Redistributor:
     """A compiled, bound redistribution; call it on this rank's block."""
 
-    def __init__(self, bound: BoundProgram, agree: bool | None = None) -> None:
+    def __init__(self, bound: Bound, agree: bool | None = None) -> None:
         self._bound = bound
         self._agree = agree
-        # what a plain tensor of a real group must have, and the bound function: a call that
-        # fits runs it straight away (with agree, async_op or anything else, every check runs)
-        self._hot = (expected_block(bound.program.src, bound.ctx), bound.runner())
 
     @property
     def program(self) -> Program:
@@ -65,23 +53,20 @@ class Redistributor:
         if torch.compiler.is_dynamo_compiling():
             return traced.call("prepared", self, x, async_op=async_op)
         b = self._bound
-        want, run = self._hot
-        if want and not async_op and type(x) is torch.Tensor and fits_block(x, want) and not (
-                self._agree if self._agree is not None else agree_default()):
-            y = autograd.Redistribute.apply(x, b) if x.requires_grad and torch.is_grad_enabled() else run(x)
-            return typed_output(y, x, b.tags)
+        if not async_op and b.fits(x) and not agreeing(self._agree):  # the fast path
+            return b.call_one(x)
         if agreeing(self._agree):
             def run(found: Checks) -> torch.Tensor:
                 found.ctx = b.ctx
                 found.call = describe([(b.program.src, b.program.dst)], b.ctx, [x])
-                return check_tensor(x, b.program.src, b.ctx, b)
+                return check_tensor(x, b.program.src, b.ctx, b.expect[0])
 
             x = agreed(b.program.mesh, run)
         else:
-            x = check_tensor(x, b.program.src, b.ctx, b)
+            x = check_tensor(x, b.program.src, b.ctx, b.expect[0])
         if async_op:
-            return autograd.apply_async(b.program, x, b.ctx, bound=b)
-        return autograd.apply(b.program, x, b.ctx, bound=b)
+            return b.start([x], one=True)
+        return b.call_one(x)
 
     # a constant of a compiled region (``torch_backend.traced``), guarded on identity
     def __eq__(self, other: object) -> bool:
@@ -119,4 +104,4 @@ def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str
             found.call = describe([(program.src, program.dst)], ctx)
 
         agreed(mesh, run)
-    return Redistributor(bound_call(src, dst, mesh, timeout=timeout).prepared(), agree)
+    return Redistributor(bound_for((src,), (dst,), mesh, timeout).prepared(), agree)
