@@ -161,8 +161,11 @@ class Bound:
         """A one-program call on its checked tensor: differentiable, its output typed."""
         if x.requires_grad and torch.is_grad_enabled():
             y = _Run.apply(self, None, x)[0]
-        else:
+        elif torch.compiler.is_compiling():
             y = self.run_one(x)
+        else:  # run_one, inlined: this is every repeated call's path
+            run = self._one
+            y = (run if run is not _UNSET else self.runner())(x)
         return typed_output(y, x, self.tags[0])
 
     def call(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
