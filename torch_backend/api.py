@@ -137,6 +137,25 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
 traced.entry("redistribute")(redistribute)
 
 
+# async_op=True inside torch.compile, in two regions around the user's wait (traced.Waiting)
+@traced.entry("redistribute.splits")
+def _async_splits(src: TensorType | str, dst: TensorType | str, mesh: Any, **_: Any) -> bool:
+    return bound_for((src,), (dst,), mesh).issues()
+
+
+@traced.entry("redistribute.start")
+def _async_start(x: Any, src: TensorType | str, dst: TensorType | str, mesh: Any, **_: Any) -> torch.Tensor:
+    bound = bound_for((src,), (dst,), mesh)
+    return bound.issue(check_tensor(x, bound.program.src, bound.ctx, bound.expect[0]).detach())
+
+
+@traced.entry("redistribute.finish")
+def _async_finish(x: Any, got: torch.Tensor, src: TensorType | str, dst: TensorType | str, mesh: Any,
+                  **_: Any) -> torch.Tensor:
+    bound = bound_for((src,), (dst,), mesh)
+    return bound.land(check_tensor(x, bound.program.src, bound.ctx, bound.expect[0]), got)
+
+
 # The one cache of bound calls, least recently used evicted first. Two kinds of key:
 # (srcs, dsts, mesh string) -> (default group, bound): a call written with strings and no
 # timeout skips ``context()`` too, while the default group is the same object; and

@@ -183,6 +183,37 @@ class Bound:
         """The async call: its handle (``one``: ``wait()`` gives a tensor, else a list)."""
         return Handle(Pending(self, [x.detach() if x.requires_grad else x for x in xs]), xs, one)
 
+    def last_collective(self) -> int:
+        """The last round holding a collective that sends anything (-1: none): where an
+        async call leaves its collectives on the wire."""
+        joint = self.joint
+        return max((k for k, rnd in enumerate(joint.rounds) for g in rnd for m in g.members
+                    if joint.step(m).is_collective and joint.step(m).bytes_sent_max > 0), default=-1)
+
+    # ---- async under torch.compile: two traced regions around the user's wait ----------
+
+    def issues(self) -> bool:
+        """Whether ``issue`` applies: one program whose last collective can stay in flight."""
+        k = self.last_collective()
+        return (len(self.programs) == 1 and k >= 0
+                and collectives.launchable(self.ctx, self.program.steps[k], self.pieces[0][k]))
+
+    def issue(self, x: torch.Tensor) -> torch.Tensor:
+        """The steps before the last collective, and that collective issued: its result
+        before its wait (``comm.in_flight``), for the user's code to wait on."""
+        k = self.last_collective()
+        y = self.run_rounds([x], self.joint.rounds[:k])[0]
+        launched = collectives.launch(self.ctx, self.program.steps[k], self.pieces[0][k], y)
+        assert launched is not None  # issues() said so
+        return comm.in_flight(launched[0])
+
+    def land(self, x: torch.Tensor, got: torch.Tensor) -> torch.Tensor:
+        """The rest of ``issue``'s call: ``got`` (waited) landed as the last collective's
+        result, the steps after it run; differentiable in ``x`` like the sync call."""
+        landed = Landed(self, x, got)
+        y = _Run.apply(self, landed, x)[0] if x.requires_grad and torch.is_grad_enabled() else landed.result()[0]
+        return typed_output(y, x, self.tags[0])
+
     # ---- the gradient ----------------------------------------------------------------
 
     def dual(self) -> Bound:
@@ -226,10 +257,7 @@ class Pending:
 
     def __init__(self, bound: Bound, xs: list[torch.Tensor]) -> None:
         self.bound, self._xs = bound, xs
-        rounds = bound.joint.rounds
-        last = max((k for k, rnd in enumerate(rounds) for g in rnd
-                    if any(bound.joint.step(m).is_collective and bound.joint.step(m).bytes_sent_max > 0
-                           for m in g.members)), default=-1)
+        rounds, last = bound.joint.rounds, bound.last_collective()
         self._inflight: list[tuple[Merged, tuple[int, ...], Any, Callable[[], Any]]] = []
         self._rest = rounds[last + 1:]
         self._result: list[torch.Tensor] | None = None
@@ -280,6 +308,26 @@ class Pending:
         return self._result
 
 
+class Landed:
+    """The end of a compiled async call (``Bound.land``): the last collective replayed with
+    its waited result landed in place of issuing it (``comm.landed``), then the rest."""
+
+    def __init__(self, bound: Bound, x: torch.Tensor, got: torch.Tensor) -> None:
+        self.bound, self._x, self._got = bound, x, got
+
+    def result(self) -> list[torch.Tensor]:
+        b = self.bound
+        k = b.last_collective()
+        plans = b.pieces[0][k]
+        like = self._x.new_empty(plans[b.ctx.rank].in_shape)  # the step's input: only its shape counts
+        with comm.landed(self._got):
+            launched = collectives.launch(b.ctx, b.program.steps[k], plans, like)
+        assert launched is not None
+        work, finish = launched
+        comm.wait(b.ctx, work)
+        return b.run_rounds([finish()], b.joint.rounds[k + 1:])
+
+
 class Handle:
     """What an ``async_op=True`` call returns: ``wait()`` gives the result (a tensor for
     one, a list for many; the same object on every call), differentiable when an input
@@ -305,7 +353,7 @@ class _Run(torch.autograd.Function):
     the bound dual as its backward."""
 
     @staticmethod
-    def forward(ctx: Any, bound: Bound, pending: Pending | None, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
+    def forward(ctx: Any, bound: Bound, pending: Pending | Landed | None, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
         ctx.bound = bound
         return tuple(pending.result() if pending is not None else bound.run(xs))
 

@@ -364,13 +364,22 @@ def _permute(ctx: MeshContext, g: GroupHandle, plan: RankPieces, x: torch.Tensor
 Launched = tuple[Any, Callable[[], torch.Tensor]]  # (the work to wait for, what finishes the step)
 
 
+def launchable(ctx: MeshContext, step: Step, plans: Plans) -> bool:
+    """Whether ``launch`` leaves ``step``'s collective on the wire (see there)."""
+    p0 = _first(plans)
+    if not comm.of(ctx).launches or p0.n == 1 or step.bytes_sent_max == 0:
+        return False
+    return ((step.kind == "all_gather" and p0.even and p0.direct) or (step.kind == "reduce_scatter" and p0.direct)
+            or step.kind == "all_reduce")
+
+
 def launch(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> Launched | None:
     """Start ``step``'s collective and return its work and finish, where the result lands
     straight in its output (an even all_gather or reduce_scatter whose blocks lie back to
     back, an all_reduce) on a real group; None where the step must run synchronously."""
-    p0 = _first(plans)
-    if not comm.of(ctx).launches or p0.n == 1 or step.bytes_sent_max == 0:
+    if not launchable(ctx, step, plans):
         return None
+    p0 = _first(plans)
     g = _group(ctx, step)
     if step.kind == "all_gather" and p0.even and p0.direct:
         y, src = x.new_empty(p0.out_shape), flat(x)

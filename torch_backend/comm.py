@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
+from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -178,13 +179,52 @@ class _C10d(Comm):
 
 class _Landing:
     """A functional collective's result and the buffer it lands in: ``wait()`` is the
-    functional ``wait_tensor`` and the copy into the buffer (what a c10d call wrote)."""
+    functional ``wait_tensor`` and the copy into the buffer (what a c10d call wrote).
+    ``got``: the op's result before its wait (``in_flight``)."""
 
-    def __init__(self, out: torch.Tensor, got: torch.Tensor) -> None:
-        self.out, self.got = out, got
+    def __init__(self, out: torch.Tensor, got: torch.Tensor, waited: bool = False) -> None:
+        self.out, self.got, self.waited = out, got, waited
 
     def wait(self) -> None:
-        self.out.copy_(torch.ops._c10d_functional.wait_tensor(self.got))
+        self.out.copy_(self.got if self.waited else torch.ops._c10d_functional.wait_tensor(self.got))
+
+
+# torch.compile's async call in two traced regions: the first issues the last collective
+# and returns its result un-waited; the user's code waits on it (``wait_tensor``), and the
+# second region replays the step with that result landed in place of the collective
+_LANDED: ContextVar[torch.Tensor | None] = ContextVar("shardc_landed", default=None)
+
+
+class landed:  # lower case: it reads as a function, ``with landed(t):``
+    """Within the block, the next functional collective is not issued: ``t`` (its result,
+    waited already) lands where it would."""
+
+    __slots__ = ("_t", "_token")
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self._t = t
+
+    def __enter__(self) -> None:
+        self._token = _LANDED.set(self._t)
+
+    def __exit__(self, *exc: object) -> None:
+        _LANDED.reset(self._token)
+
+
+def _land(out: torch.Tensor, issue: Callable[[], torch.Tensor]) -> _Landing:
+    t = _LANDED.get()
+    if t is None:
+        return _Landing(out, issue())
+    _LANDED.set(None)
+    return _Landing(out, t, waited=True)
+
+
+def in_flight(work: Any) -> torch.Tensor:
+    """A launched functional collective's result before its ``wait_tensor`` (what the
+    compiler overlaps with the compute placed before the wait)."""
+    if not isinstance(work, _Landing):
+        raise TypeError(f"not a functional collective in flight: {type(work).__name__}")
+    return work.got
 
 
 _FOPS = {"sum": "sum", "avg": "sum", "max": "max", "min": "min"}
@@ -202,19 +242,17 @@ class _Functional(Comm):
     launches = True
 
     def all_gather(self, ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, group: GroupHandle) -> Any:
-        got = torch.ops._c10d_functional.all_gather_into_tensor(
-            wire_view(inp).contiguous().view(-1), len(group.members), group.pg.group_name)
-        return _Landing(wire_view(out).view(-1), got)
+        return _land(wire_view(out).view(-1), lambda: torch.ops._c10d_functional.all_gather_into_tensor(
+            wire_view(inp).contiguous().view(-1), len(group.members), group.pg.group_name))
 
     def reduce_scatter(self, ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, op: str,
                        group: GroupHandle) -> Any:
-        got = torch.ops._c10d_functional.reduce_scatter_tensor(
-            wire_view(inp, True).contiguous().view(-1), _fop(op, inp.dtype), len(group.members), group.pg.group_name)
-        return _Landing(wire_view(out, True).view(-1), got)
+        return _land(wire_view(out, True).view(-1), lambda: torch.ops._c10d_functional.reduce_scatter_tensor(
+            wire_view(inp, True).contiguous().view(-1), _fop(op, inp.dtype), len(group.members), group.pg.group_name))
 
     def all_reduce(self, ctx: MeshContext, buf: torch.Tensor, op: str, group: GroupHandle) -> Any:
-        got = torch.ops._c10d_functional.all_reduce(wire_view(buf, True), _fop(op, buf.dtype), group.pg.group_name)
-        return _Landing(wire_view(buf, True), got)
+        return _land(wire_view(buf, True), lambda: torch.ops._c10d_functional.all_reduce(
+            wire_view(buf, True), _fop(op, buf.dtype), group.pg.group_name))
 
     def all_to_all(self, ctx: MeshContext, send: torch.Tensor, send_splits: dict[int, list[int]],
                    recv_splits: dict[int, list[int]], group: GroupHandle, out: torch.Tensor | None) -> torch.Tensor:

@@ -84,6 +84,24 @@ def _call_prepared(prepared: Redistributor, x: torch.Tensor) -> Any:
     return prepared(x)
 
 
+# async_op=True inside torch.compile, in two regions around the user's wait (traced.Waiting)
+@traced.entry("prepared.splits")
+def _async_splits(prepared: Redistributor) -> bool:
+    return prepared._bound.issues()
+
+
+@traced.entry("prepared.start")
+def _async_start(prepared: Redistributor, x: Any) -> torch.Tensor:
+    b = prepared._bound
+    return b.issue(check_tensor(x, b.program.src, b.ctx, b.expect[0]).detach())
+
+
+@traced.entry("prepared.finish")
+def _async_finish(x: Any, got: torch.Tensor, prepared: Redistributor) -> torch.Tensor:
+    b = prepared._bound
+    return b.land(check_tensor(x, b.program.src, b.ctx, b.expect[0]), got)
+
+
 torch.utils._pytree.register_constant(Redistributor)
 
 

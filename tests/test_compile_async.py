@@ -1,0 +1,74 @@
+"""``async_op=True`` inside torch.compile(fullgraph=True) on 2 real gloo ranks: the handle's
+``wait()`` is the functional ``wait_tensor`` on the last collective, so compute the user
+put between the call and ``wait()`` stands between the collective and its wait in the AOT
+forward graph (where the compiler can overlap them); results and gradients equal eager's
+bit for bit."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not dist.is_gloo_available(), reason="torch built without gloo")
+
+ISSUE = {"all_gather": "_c10d_functional.all_gather_into_tensor.default",
+         "reduce_scatter": "_c10d_functional.reduce_scatter_tensor.default",
+         "all_reduce": "_c10d_functional.all_reduce.default"}
+WAIT = "_c10d_functional.wait_tensor.default"
+
+
+def async_cases(rank: int, world: int) -> dict:
+    from torch._dynamo.testing import AotEagerAndRecordGraphs
+
+    import torch_backend
+
+    mesh = f"dp={world}"
+    rd = torch_backend.redistribute
+    prep = torch_backend.redistributor("f32[8,6]{U:dp}", "f32[8@dp,6]", mesh)
+    cases = {  # name -> (the call started async, the kind of its last collective)
+        "all_gather": (lambda x: rd(x, "f32[8@dp,6]", "f32[8,6]", mesh, async_op=True), "all_gather"),
+        "redistributor reduce_scatter": (lambda x: prep(torch.cat([x, x]), async_op=True), "reduce_scatter"),
+        "all_reduce": (lambda x: rd(x, "f32[4,6]{U:dp}", "f32[4,6]{R:dp}", mesh, async_op=True), "all_reduce"),
+    }
+    out: dict = {}
+    x0 = torch.arange(24.0).view(4, 6) * (rank + 1) + 0.25
+    w0 = torch.arange(36.0).view(6, 6) / 7 + rank
+    for name, (start, kind) in cases.items():
+        def f(x: torch.Tensor, w: torch.Tensor, start=start) -> torch.Tensor:
+            h = start(x)
+            z = torch.mm(w, w)  # the user's compute between the call and its wait
+            return h.wait() * 2 + z.sum()
+
+        dist.barrier()
+        xe = x0.clone().requires_grad_()
+        want = f(xe, w0)
+        want.backward(torch.ones_like(want) * 0.5)
+        backend = AotEagerAndRecordGraphs()
+        x = x0.clone().requires_grad_()
+        got = torch.compile(f, backend=backend, fullgraph=True)(x, w0)
+        got.backward(torch.ones_like(got) * 0.5)
+        nodes = [str(n.target) for n in backend.fw_graphs[0].graph.nodes]
+        issued = nodes.index(ISSUE[kind])
+        mm = nodes.index("aten.mm.default")
+        waits = [i for i, t in enumerate(nodes) if t == WAIT and i > issued]
+        out[name] = (torch.equal(got, want), torch.equal(x.grad, xe.grad), issued < mm < waits[0] if waits else False,
+                     [t for t in nodes if "c10d" in t or t == "aten.mm.default"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def compiled() -> dict:
+    from torch_utils import run_once
+
+    return run_once(2, async_cases, collective_timeout_s=240, timeout_s=300)
+
+
+@pytest.mark.timeout(360)
+@pytest.mark.parametrize("name", ["all_gather", "redistributor reduce_scatter", "all_reduce"])
+def test_the_wait_is_where_the_user_put_it(compiled: dict, name: str) -> None:
+    for rank, res in compiled.items():
+        same, same_grad, overlapped, ops = res[name]
+        assert same and same_grad, (rank, name, "differs from eager")
+        assert overlapped, (rank, name, "the user's compute is not between the collective and its wait", ops)
