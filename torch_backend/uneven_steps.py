@@ -18,7 +18,10 @@ import torch
 from lowering.kinds.copies import Copy
 from lowering.program import Step
 from torch_backend import comm
-from torch_backend.collectives import Plans, _first, _group, _pack_exchange
+from torch_backend.collectives import Plans
+from torch_backend.collectives import first_plan as _first
+from torch_backend.collectives import pack_exchange as _pack_exchange
+from torch_backend.collectives import step_group as _group
 from torch_backend.comm import finish_avg, rank_map
 from torch_backend.groups import MeshContext
 from torch_backend.runners import runs
