@@ -173,10 +173,7 @@ def reduce_scatter(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) 
         comm.reduce_scatter(ctx, y.view(-1), flat(x), op, g)
         return finish_avg(y, op, p0.n)
 
-    # LocalTensorMode's reduce_scatter cannot split a group whose blocks are all empty
-    # (torch.split by 0); one dummy element per rank keeps it whole. Nothing is sent
-    # there, so the other implementations keep the exact size.
-    least = 1 if comm.of(ctx).per_rank else 0
+    least = comm.least_chunk(ctx)
 
     def chunk(r: int) -> int:
         return max(plans[r].chunk, least)

@@ -116,6 +116,7 @@ class Comm:
     per_rank = False
     launches = False
     lean = False
+    least_chunk = 0  # the fewest elements per member a reduce_scatter's buffer may hold
 
     def wait(self, ctx: MeshContext, work: Any) -> None:
         if work is not None:
@@ -271,6 +272,7 @@ class _Local(Comm):
     through the functional collective, which takes them as LocalIntNode SymInts."""
 
     per_rank = True
+    least_chunk = 1  # LocalTensorMode cannot split a buffer of 0 elements per member (torch.split by 0)
 
     def all_gather(self, ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, group: GroupHandle) -> Any:
         _own(_all_gather, wire_view(out), wire_view(inp), group=group.pg, async_op=True).wait()
@@ -323,6 +325,12 @@ def blocks(ctx: MeshContext, x: torch.Tensor) -> dict[int, torch.Tensor] | None:
     """Each rank's block of ``x`` that this process plays: ``{ctx.rank: x}`` on a real group;
     under LocalTensorMode the LocalTensor's blocks, or None for a plain tensor."""
     return of(ctx).blocks(ctx, x)
+
+
+def least_chunk(ctx: MeshContext) -> int:
+    """The fewest elements per member a reduce_scatter's buffer may hold (a dummy element
+    keeps an all-empty group whole where the implementation needs one; nothing is sent)."""
+    return int(of(ctx).least_chunk)
 
 
 def one_block(ctx: MeshContext) -> bool:
