@@ -128,7 +128,7 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
         bound, x = agreed_call(x, src, dst, mesh, timeout)
     else:
         bound = bound_for((src,), (dst,), mesh, timeout)
-        x = check_tensor(x, bound.program.src, bound.ctx, bound.expect[0])
+        x = bound.check(x)
     if async_op:
         return bound.start([x], one=True)
     return bound.call_one(x)
@@ -145,15 +145,13 @@ def _async_splits(src: TensorType | str, dst: TensorType | str, mesh: Any, **_: 
 
 @traced.entry("redistribute.start")
 def _async_start(x: Any, src: TensorType | str, dst: TensorType | str, mesh: Any, **_: Any) -> torch.Tensor:
-    bound = bound_for((src,), (dst,), mesh)
-    return bound.issue(check_tensor(x, bound.program.src, bound.ctx, bound.expect[0]).detach())
+    return bound_for((src,), (dst,), mesh).issue(x)
 
 
 @traced.entry("redistribute.finish")
 def _async_finish(x: Any, got: torch.Tensor, src: TensorType | str, dst: TensorType | str, mesh: Any,
                   **_: Any) -> torch.Tensor:
-    bound = bound_for((src,), (dst,), mesh)
-    return bound.land(check_tensor(x, bound.program.src, bound.ctx, bound.expect[0]), got)
+    return bound_for((src,), (dst,), mesh).land(x, got)
 
 
 # The one cache of bound calls, least recently used evicted first. Two kinds of key:
@@ -364,8 +362,7 @@ def _redistribute_dtensor(x: Any, src: TensorType | str | None, dst: TensorType 
     else:
         s, d, m = types()
         bound = bound_for((s,), (d,), dm, timeout)
-        local = check_tensor(x.to_local(grad_placements=_grad_placements(s, m)), bound.program.src, bound.ctx,
-                             bound.expect[0])
+        local = bound.check(x.to_local(grad_placements=_grad_placements(s, m)))
     y = bound.call_one(local)
     placements, _ = to_placements(d, m, strided=True)
     # the incoming gradient must have dual(dst)'s layout (a P(sum) where dst says R), which is

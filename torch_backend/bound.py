@@ -37,7 +37,7 @@ from torch_backend.lean import collective_error, lean_run
 from torch_backend.packed import LAUNCHABLE, PACKED
 from torch_backend.runners import RUNNERS, Pieces
 from torch_backend.scratch import Scratch, using
-from torch_backend.tensor_checks import expected_block, fits_block
+from torch_backend.tensor_checks import check_tensor, expected_block, fits_block
 from torch_backend.type_tags import Tags, output_tags, typed_output
 
 _UNSET: Any = object()
@@ -75,6 +75,10 @@ class Bound:
         return self._joint
 
     # ---- running ---------------------------------------------------------------------
+
+    def check(self, x: Any) -> torch.Tensor:
+        """A one-program call's tensor against its source type (``tensor_checks``)."""
+        return check_tensor(x, self.program.src, self.ctx, self.expect[0])
 
     def fits(self, x: Any, j: int = 0) -> bool:
         """The fast path's test: ``x`` is a plain tensor with what program ``j`` expects."""
@@ -198,18 +202,19 @@ class Bound:
         return (len(self.programs) == 1 and k >= 0
                 and collectives.launchable(self.ctx, self.program.steps[k], self.pieces[0][k]))
 
-    def issue(self, x: torch.Tensor) -> torch.Tensor:
-        """The steps before the last collective, and that collective issued: its result
-        before its wait (``comm.in_flight``), for the user's code to wait on."""
+    def issue(self, x: Any) -> torch.Tensor:
+        """``x`` checked, the steps before the last collective, and that collective issued:
+        its result before its wait (``comm.in_flight``), for the user's code to wait on."""
         k = self.last_collective()
-        y = self.run_rounds([x], self.joint.rounds[:k])[0]
+        y = self.run_rounds([self.check(x).detach()], self.joint.rounds[:k])[0]
         launched = collectives.launch(self.ctx, self.program.steps[k], self.pieces[0][k], y)
         assert launched is not None  # issues() said so
         return comm.in_flight(launched[0])
 
-    def land(self, x: torch.Tensor, got: torch.Tensor) -> torch.Tensor:
+    def land(self, x: Any, got: torch.Tensor) -> torch.Tensor:
         """The rest of ``issue``'s call: ``got`` (waited) landed as the last collective's
         result, the steps after it run; differentiable in ``x`` like the sync call."""
+        x = self.check(x)
         landed = Landed(self, x, got)
         y = _Run.apply(self, landed, x)[0] if x.requires_grad and torch.is_grad_enabled() else landed.result()[0]
         return typed_output(y, x, self.tags[0])

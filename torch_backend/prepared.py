@@ -25,7 +25,6 @@ from torch_backend.agree import Checks, agreed, describe
 from torch_backend.api import agreed_program, agreeing, bound_for, check_agree
 from torch_backend.bound import Bound
 from torch_backend.groups import context
-from torch_backend.tensor_checks import check_tensor
 
 
 class Redistributor:
@@ -59,11 +58,11 @@ class Redistributor:
             def run(found: Checks) -> torch.Tensor:
                 found.ctx = b.ctx
                 found.call = describe([(b.program.src, b.program.dst)], b.ctx, [x])
-                return check_tensor(x, b.program.src, b.ctx, b.expect[0])
+                return b.check(x)
 
             x = agreed(b.program.mesh, run)
         else:
-            x = check_tensor(x, b.program.src, b.ctx, b.expect[0])
+            x = b.check(x)
         if async_op:
             return b.start([x], one=True)
         return b.call_one(x)
@@ -92,14 +91,12 @@ def _async_splits(prepared: Redistributor) -> bool:
 
 @traced.entry("prepared.start")
 def _async_start(prepared: Redistributor, x: Any) -> torch.Tensor:
-    b = prepared._bound
-    return b.issue(check_tensor(x, b.program.src, b.ctx, b.expect[0]).detach())
+    return prepared._bound.issue(x)
 
 
 @traced.entry("prepared.finish")
 def _async_finish(x: Any, got: torch.Tensor, prepared: Redistributor) -> torch.Tensor:
-    b = prepared._bound
-    return b.land(check_tensor(x, b.program.src, b.ctx, b.expect[0]), got)
+    return prepared._bound.land(x, got)
 
 
 torch.utils._pytree.register_constant(Redistributor)
