@@ -79,7 +79,7 @@ def all_gather(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
     # others are not: take the exact path unless all of them are even
     if not all(p.even for p in plans.values()):
         return _gather_ring(ctx, g, p0, x) if comm.of(ctx).p2p else _gather_a2a(ctx, g, plans, x)
-    if p0.direct and not comm.of(ctx).per_rank:
+    if p0.direct and len(plans) == 1:  # one played rank: its block straight into the output
         y = x.new_empty(p0.out_shape)
         comm.all_gather(ctx, y.view(-1), flat(x), g)
         return y
@@ -168,7 +168,7 @@ def reduce_scatter(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) 
     op, g = step.op or "sum", step_group(ctx, step)
     if not (p0.even or step.padded):
         return _reduce_scatter_exact(ctx, step, g, plans, x)
-    if p0.direct and not comm.of(ctx).per_rank:
+    if p0.direct and len(plans) == 1:  # one played rank: its block straight into the output
         y = x.new_empty(p0.out_shape)
         comm.reduce_scatter(ctx, y.view(-1), flat(x), op, g)
         return finish_avg(y, op, p0.n)
@@ -296,7 +296,7 @@ def all_to_all(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
     send_splits = {r: [pc.numel for pc in p.send] for r, p in plans.items()}
     recv_splits = {r: [pc.numel for pc in p.recv] for r, p in plans.items()}
     send = rank_map(ctx, lambda r, t: pack_exchange(plans[r], t), x)
-    if not impl.per_rank:
+    if len(plans) == 1:  # one played rank: received straight into its output where it can be
         return _exchange_into(ctx, step_group(ctx, step), first_plan(plans), x, send, send_splits, recv_splits)
     got = comm.all_to_all(ctx, send, send_splits, recv_splits, step_group(ctx, step))
     return rank_map(ctx, lambda r, t, o: _unpack_exchange(plans[r], t, o), x, got)

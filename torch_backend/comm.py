@@ -9,8 +9,10 @@ interchangeable implementations (``of(ctx)`` picks one; runners never ask which)
   compiler removes the copy), and no point-to-point (exact ``all_to_all_single`` instead);
 * ``LOCAL``: LocalTensorMode, one call standing for every simulated rank.
 
-Each implementation says what it can do (``Comm``: ``p2p``, ``per_rank``, ``launches``,
-``lean``) and the runners choose their form by that.
+Each implementation says what it can do (``Comm``: ``p2p``, ``launches``) and the
+runners choose their form by that; whether one process plays every rank (``per_rank``)
+stays in here: the runners see it only as the pieces they hold (one played rank's, or
+every rank's), the tensor checks through ``blocks``.
 
 Everything here takes flat contiguous buffers. On a real group (gloo, NCCL) these are
 the tensor-form c10d calls: ``all_gather_single`` / ``reduce_scatter_single`` (the
@@ -110,12 +112,11 @@ class Comm:
     ``p2p``: point-to-point (else exchanges go as exact ``all_to_all``); ``per_rank``: one
     call plays every rank, whose buffers may differ in size per rank (LocalTensorMode);
     ``launches``: a collective can be left on the wire and waited later (``wait``);
-    ``lean``: a one-step program may be bound into one closure of c10d calls."""
+    ``least_chunk``: the fewest elements per member a reduce_scatter's buffer may hold."""
 
     p2p = False
     per_rank = False
     launches = False
-    lean = False
     least_chunk = 0  # the fewest elements per member a reduce_scatter's buffer may hold
 
     def wait(self, ctx: MeshContext, work: Any) -> None:
@@ -134,7 +135,6 @@ class Comm:
 class _C10d(Comm):
     p2p = True
     launches = True
-    lean = True
 
     def wait(self, ctx: MeshContext, work: Any) -> None:
         if work is None:
