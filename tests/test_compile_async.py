@@ -2,7 +2,7 @@
 ``wait()`` is the functional ``wait_tensor`` on the last collective, so compute the user
 put between the call and ``wait()`` stands between the collective and its wait in the AOT
 forward graph (where the compiler can overlap them); results and gradients equal eager's
-bit for bit."""
+bit for bit (under aot_eager, and under inductor for the all_gather)."""
 
 from __future__ import annotations
 
@@ -36,18 +36,18 @@ def async_cases(rank: int, world: int) -> dict:
     x0 = torch.arange(24.0).view(4, 6) * (rank + 1) + 0.25
     w0 = torch.arange(36.0).view(6, 6) / 7 + rank
     for name, (start, kind) in cases.items():
-        def f(x: torch.Tensor, w: torch.Tensor, start=start) -> torch.Tensor:
+        def f(x: torch.Tensor, w: torch.Tensor, start=start) -> tuple[torch.Tensor, torch.Tensor]:
             h = start(x)
-            z = torch.mm(w, w)  # the user's compute between the call and its wait
-            return h.wait() * 2 + z.sum()
+            z = torch.mm(w, w)  # the user's compute between the call and its wait (a compiler
+            return h.wait() * 2, z  # may sum it in another order: only shardc's part is bitwise)
 
         dist.barrier()
         xe = x0.clone().requires_grad_()
-        want = f(xe, w0)
+        want, _ = f(xe, w0)
         want.backward(torch.ones_like(want) * 0.5)
         backend = AotEagerAndRecordGraphs()
         x = x0.clone().requires_grad_()
-        got = torch.compile(f, backend=backend, fullgraph=True)(x, w0)
+        got, _ = torch.compile(f, backend=backend, fullgraph=True)(x, w0)
         got.backward(torch.ones_like(got) * 0.5)
         nodes = [str(n.target) for n in backend.fw_graphs[0].graph.nodes]
         issued = nodes.index(ISSUE[kind])
@@ -55,6 +55,12 @@ def async_cases(rank: int, world: int) -> dict:
         waits = [i for i, t in enumerate(nodes) if t == WAIT and i > issued]
         out[name] = (torch.equal(got, want), torch.equal(x.grad, xe.grad), issued < mm < waits[0] if waits else False,
                      [t for t in nodes if "c10d" in t or t == "aten.mm.default"])
+        if name == "all_gather":  # and under inductor, which compiles the two regions' ops alike
+            dist.barrier()
+            x = x0.clone().requires_grad_()
+            got, _ = torch.compile(f, backend="inductor", fullgraph=True)(x, w0)
+            got.backward(torch.ones_like(got) * 0.5)
+            out["inductor"] = (torch.equal(got, want), torch.equal(x.grad, xe.grad))
     return out
 
 
@@ -72,3 +78,8 @@ def test_the_wait_is_where_the_user_put_it(compiled: dict, name: str) -> None:
         same, same_grad, overlapped, ops = res[name]
         assert same and same_grad, (rank, name, "differs from eager")
         assert overlapped, (rank, name, "the user's compute is not between the collective and its wait", ops)
+
+
+def test_inductor_gives_eager_s_values_and_gradients(compiled: dict) -> None:
+    for rank, res in compiled.items():
+        assert res["inductor"] == (True, True), rank
