@@ -69,7 +69,7 @@ def test_redistribute_many_of_one_is_redistribute_s_bound(fake_pg: Callable[[int
     fake_pg(4)  # a process group of 4 ranks (this is rank 0), no LocalTensorMode: contexts are cached
     one = api.bound_call(SRC, DST, MESH)
     assert prepare_many([SRC], [DST], MESH) is one
-    assert api.hot_bound((SRC,), (DST,), MESH) is one  # the fast path's one lookup finds it too
+    assert api.hot_bound(SRC, DST, MESH) is one  # the fast path's one lookup finds it too
     many = prepare_many([SRC, DST], [DST, SRC], MESH)
     assert len(many.programs) == 2 and many.pieces[0] is one.pieces[0]  # the one-program bound's pieces
 

@@ -69,7 +69,7 @@ def scenarios(rank: int, world: int) -> dict:
                     for y in ys)
         distinct = ys[1].numel() == 0 or ys[1].untyped_storage().data_ptr() != ys[2].untyped_storage().data_ptr()
         out[name] = bool(same and fresh and distinct and np.array_equal(_np(ys[1]), ref) and torch.equal(x, x0))
-        hot = hot_bound((src,), (dst,), MESH)
+        hot = hot_bound(src, dst, MESH)
         out[f"{name} runs"] = hot.runner().__name__ if hot is not None else None
         # after hits, a tensor that does not fit still fails its checks (alike on every rank)
         errors = []

@@ -45,7 +45,8 @@ from torch_backend.dtypes import check_reductions, dtype_name, short_name, to_to
 from torch_backend.groups import MeshContext, context, real_world
 from torch_backend.tensor_checks import check_local, check_strided, check_tensor
 
-__all__ = ["bound_call", "bound_for", "check_local", "check_tensor", "distribute", "hot_bound", "redistribute"]
+__all__ = ["bound_call", "bound_for", "check_local", "check_tensor", "distribute", "hot_bound", "redistribute",
+           "text_key"]
 
 
 def _is_dtensor(x: Any) -> bool:
@@ -106,9 +107,12 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
     if agree is not None:
         check_agree(agree)
     if type(x) is torch.Tensor and type(src) is str and type(dst) is str and type(mesh) is str:
-        hot = hot_bound((src,), (dst,), mesh)
-        if hot is not None and timeout is None and not async_op and hot.fits(x) and not agreeing(agree):
-            return hot.call_one(x)
+        hot = hot_bound(src, dst, mesh)
+        if (hot is not None and timeout is None and not async_op
+                and not (agree if agree is not None else _AGREE[0] if _AGREE else agree_default())):
+            y = hot.hot(x)
+            if y is not None:
+                return y
     if _is_dtensor(x):
         if async_op:
             raise SpecError("async_op=True takes a local tensor, not a DTensor",
@@ -155,7 +159,7 @@ def _async_finish(x: Any, got: torch.Tensor, src: TensorType | str, dst: TensorT
 
 
 # The one cache of bound calls, least recently used evicted first. Two kinds of key:
-# (srcs, dsts, mesh string) -> (default group, bound): a call written with strings and no
+# ``text_key`` (the strings) -> (default group, bound): a call written with strings and no
 # timeout skips ``context()`` too, while the default group is the same object; and
 # (srcs, dsts, id(context)) -> (context, bound) for every other call (IR types, a Mesh, a
 # DeviceMesh, a timeout), the context kept in the entry and compared by identity, so a
@@ -165,15 +169,21 @@ _BOUND_MAX = 4096
 on_clear(_BOUND.clear)  # lowering.clear_caches() and torch_backend.clear_caches() empty it
 
 
-def hot_bound(srcs: tuple[Any, ...], dsts: tuple[Any, ...], mesh: str) -> Bound | None:
-    """The fast path's one lookup: the bound call of these strings on the default group,
-    if one was made (every call's fast path: ``redistribute``, ``redistribute_many``)."""
-    key = (srcs, dsts, mesh)
+def hot_bound(src: Any, dst: Any, mesh: str) -> Bound | None:
+    """The fast path's one lookup (``redistribute``'s and ``redistribute_many``'s): the
+    bound call of these strings on the default group, if one was made. One call's types
+    are its strings, many calls' the tuples of theirs (``text_key``)."""
+    key = (src, dst, mesh)
     hit = _BOUND.get(key)
     if hit is None or hit[0] is not real_world():
         return None
     _BOUND.move_to_end(key)
     return hit[1]
+
+
+def text_key(srcs: tuple[Any, ...], dsts: tuple[Any, ...], mesh: str) -> tuple[Any, Any, str]:
+    """``hot_bound``'s key: a one-program call's strings as they are, many calls' as tuples."""
+    return (srcs[0], dsts[0], mesh) if len(srcs) == 1 else (srcs, dsts, mesh)
 
 
 def _remember(key: tuple[Any, Any, Any], anchor: Any, bound: Bound) -> None:
@@ -189,13 +199,13 @@ def bound_for(srcs: tuple[TensorType | str, ...], dsts: tuple[TensorType | str, 
     text = timeout is None and type(mesh) is str and all(type(t) is str for t in (*srcs, *dsts))
     world = real_world() if text else None
     if world is not None:
-        hot = hot_bound(srcs, dsts, mesh)
+        hot = hot_bound(*text_key(srcs, dsts, mesh))
         if hot is not None:
             return hot
     ctx = context(mesh, timeout=timeout)
     bound = _bound_on(srcs, dsts, ctx)
     if world is not None:
-        _remember((srcs, dsts, mesh), world, bound)
+        _remember(text_key(srcs, dsts, mesh), world, bound)
     return bound
 
 

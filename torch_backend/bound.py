@@ -85,6 +85,21 @@ class Bound:
         want = self.expect[j]
         return bool(want) and type(x) is torch.Tensor and fits_block(x, want)
 
+    def hot(self, x: Any) -> torch.Tensor | None:
+        """The fast path of a one-program call (``redistribute``'s after its lookup, a
+        ``Redistributor``'s): a plain tensor that ``fits`` runs at once, differentiable and
+        typed; anything else is None (the caller checks it). A plain tensor is never a
+        traced one, so this never asks whether torch.compile traces."""
+        want = self.expect[0]
+        if not want or type(x) is not torch.Tensor or not fits_block(x, want):
+            return None
+        if x.requires_grad and torch.is_grad_enabled():
+            y = _Run.apply(self, None, x)[0]
+        else:
+            run = self._one
+            y = (run if run is not _UNSET else self.runner())(x)
+        return typed_output(y, x, self.tags[0])
+
     def run(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Every program on its (checked) tensor; the results never alias the inputs."""
         if len(self.programs) == 1:
@@ -163,13 +178,7 @@ class Bound:
 
     def call_one(self, x: torch.Tensor) -> torch.Tensor:
         """A one-program call on its checked tensor: differentiable, its output typed."""
-        if x.requires_grad and torch.is_grad_enabled():
-            y = _Run.apply(self, None, x)[0]
-        elif torch.compiler.is_compiling():
-            y = self.run_one(x)
-        else:  # run_one, inlined: this is every repeated call's path
-            run = self._one
-            y = (run if run is not _UNSET else self.runner())(x)
+        y = _Run.apply(self, None, x)[0] if x.requires_grad and torch.is_grad_enabled() else self.run_one(x)
         return typed_output(y, x, self.tags[0])
 
     def call(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:

@@ -22,7 +22,7 @@ from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from torch_backend import traced
 from torch_backend.agree import Checks, agreed, describe
-from torch_backend.api import agreed_program, agreeing, bound_for, check_agree, hot_bound
+from torch_backend.api import agreed_program, agreeing, bound_for, check_agree, hot_bound, text_key
 from torch_backend.bound import Bound
 from torch_backend.groups import context
 from torch_backend.tensor_checks import check_all
@@ -43,7 +43,7 @@ def redistribute_many(xs: Sequence[torch.Tensor], srcs: Sequence[TensorType | st
                            timeout=timeout, agree=agree)
     if type(mesh) is str and timeout is None and not async_op and type(xs) in (list, tuple):
         try:
-            hot = hot_bound(tuple(srcs), tuple(dsts), mesh)
+            hot = hot_bound(*text_key(tuple(srcs), tuple(dsts), mesh)) if xs else None
         except TypeError:  # an unhashable type argument: refused below
             hot = None
         if (hot is not None and len(xs) == len(hot.programs) and all(hot.fits(x, j) for j, x in enumerate(xs))

@@ -22,7 +22,7 @@ from lowering.program import Program
 from spec_lang.ir import Mesh, TensorType
 from torch_backend import traced
 from torch_backend.agree import Checks, agreed, describe
-from torch_backend.api import agreed_program, agreeing, bound_for, check_agree
+from torch_backend.api import agree_default, agreed_program, agreeing, bound_for, check_agree
 from torch_backend.bound import Bound
 from torch_backend.groups import context
 
@@ -52,8 +52,10 @@ class Redistributor:
         if torch.compiler.is_dynamo_compiling():
             return traced.call("prepared", self, x, async_op=async_op)
         b = self._bound
-        if not async_op and b.fits(x) and not agreeing(self._agree):  # the fast path
-            return b.call_one(x)
+        if not async_op and not (self._agree if self._agree is not None else agree_default()):
+            y = b.hot(x)  # the fast path (api.redistribute's, without the lookup)
+            if y is not None:
+                return y
         if agreeing(self._agree):
             def run(found: Checks) -> torch.Tensor:
                 found.ctx = b.ctx
