@@ -177,7 +177,10 @@ def hot_bound(src: Any, dst: Any, mesh: str) -> Bound | None:
     hit = _BOUND.get(key)
     if hit is None or hit[0] is not real_world():
         return None
-    _BOUND.move_to_end(key)
+    try:
+        _BOUND.move_to_end(key)
+    except KeyError:  # another thread evicted it since the lookup: the bound found is still good
+        pass
     return hit[1]
 
 
@@ -186,10 +189,20 @@ def text_key(srcs: tuple[Any, ...], dsts: tuple[Any, ...], mesh: str) -> tuple[A
     return (srcs[0], dsts[0], mesh) if len(srcs) == 1 else (srcs, dsts, mesh)
 
 
+def _used(key: tuple[Any, Any, Any]) -> None:
+    try:
+        _BOUND.move_to_end(key)
+    except KeyError:  # another thread evicted it since the lookup (as in hot_bound)
+        pass
+
+
 def _remember(key: tuple[Any, Any, Any], anchor: Any, bound: Bound) -> None:
     _BOUND[key] = (anchor, bound)
-    if len(_BOUND) > _BOUND_MAX:
-        _BOUND.popitem(last=False)
+    while len(_BOUND) > _BOUND_MAX:
+        try:
+            _BOUND.popitem(last=False)
+        except KeyError:  # emptied by another thread (clear_caches)
+            break
 
 
 def bound_for(srcs: tuple[TensorType | str, ...], dsts: tuple[TensorType | str, ...], mesh: Mesh | str | Any,
@@ -234,7 +247,7 @@ def _bound_before(srcs: tuple[Any, ...], dsts: tuple[Any, ...], ctx: MeshContext
         return None
     if hit is None or hit[0] is not ctx:
         return None
-    _BOUND.move_to_end(key)
+    _used(key)
     return hit[1]
 
 
