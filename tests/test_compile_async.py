@@ -21,16 +21,22 @@ WAIT = "_c10d_functional.wait_tensor.default"
 
 def async_cases(rank: int, world: int) -> dict:
     from torch._dynamo.testing import AotEagerAndRecordGraphs
+    from torch.distributed.device_mesh import init_device_mesh
 
     import torch_backend
+    from spec_lang import parse_mesh
 
     mesh = f"dp={world}"
+    dm = init_device_mesh("cpu", (world,), mesh_dim_names=("dp",))
+    pm = parse_mesh(mesh)
     rd = torch_backend.redistribute
     prep = torch_backend.redistributor("f32[8,6]{U:dp}", "f32[8@dp,6]", mesh)
     cases = {  # name -> (the call started async, the kind of its last collective)
         "all_gather": (lambda x: rd(x, "f32[8@dp,6]", "f32[8,6]", mesh, async_op=True), "all_gather"),
         "redistributor reduce_scatter": (lambda x: prep(torch.cat([x, x]), async_op=True), "reduce_scatter"),
         "all_reduce": (lambda x: rd(x, "f32[4,6]{U:dp}", "f32[4,6]{R:dp}", mesh, async_op=True), "all_reduce"),
+        "DeviceMesh": (lambda x: rd(x, "f32[8@dp,6]", "f32[8,6]", dm, async_op=True), "all_gather"),
+        "spec_lang.Mesh": (lambda x: rd(x, "f32[8@dp,6]", "f32[8,6]", pm, async_op=True), "all_gather"),
     }
     out: dict = {}
     x0 = torch.arange(24.0).view(4, 6) * (rank + 1) + 0.25
@@ -72,7 +78,8 @@ def compiled() -> dict:
 
 
 @pytest.mark.timeout(360)
-@pytest.mark.parametrize("name", ["all_gather", "redistributor reduce_scatter", "all_reduce"])
+@pytest.mark.parametrize("name", ["all_gather", "redistributor reduce_scatter", "all_reduce", "DeviceMesh",
+                                  "spec_lang.Mesh"])
 def test_the_wait_is_where_the_user_put_it(compiled: dict, name: str) -> None:
     for rank, res in compiled.items():
         same, same_grad, overlapped, ops = res[name]
