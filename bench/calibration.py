@@ -83,9 +83,9 @@ def rank_main(rank: int, store_path: str, iters: int, sizes: list[str], cal_size
 
     import lowering
     from lowering.calibration import Sample, calibration_json, fit_model
+    from torch_backend.bound import bind
     from torch_backend.calibrate import measure, slowest
     from torch_backend.data import block, global_tensor
-    from torch_backend.bound import bind
     from torch_backend.groups import context
 
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=WORLD,
