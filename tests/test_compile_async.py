@@ -90,3 +90,46 @@ def test_the_wait_is_where_the_user_put_it(compiled: dict, name: str) -> None:
 def test_inductor_gives_eager_s_values_and_gradients(compiled: dict) -> None:
     for rank, res in compiled.items():
         assert res["inductor"] == (True, True), rank
+
+
+def four_rank_cases(rank: int, world: int) -> dict:
+    """Programs whose last collective follows other steps (a reduce_scatter, a local slice),
+    on dp=2,tp=2: the first region runs those, the user's compute stands before the wait."""
+    import numpy as np
+    from torch._dynamo.testing import AotEagerAndRecordGraphs
+    from torch_utils import random_blocks
+
+    import torch_backend
+    from spec_lang import parse, parse_mesh
+
+    mesh = "dp=2,tp=2"
+    out = {}
+    for s, d in [("f32[8@dp,6]{U:tp}", "f32[8,6]"), ("f32[8@dp,6]", "f32[8,6@tp]")]:
+        x0 = random_blocks(parse(s), parse_mesh(mesh), np.random.default_rng(0))[rank].float()
+
+        def f(x: torch.Tensor, s: str = s, d: str = d) -> tuple[torch.Tensor, torch.Tensor]:
+            h = torch_backend.redistribute(x, s, d, mesh, async_op=True)
+            z = x.sum() * 3
+            return h.wait() * 2, z
+
+        xe = x0.clone().requires_grad_()
+        want, _ = f(xe)
+        want.backward(torch.ones_like(want))
+        backend = AotEagerAndRecordGraphs()
+        x = x0.clone().requires_grad_()
+        got, _ = torch.compile(f, backend=backend, fullgraph=True)(x)
+        got.backward(torch.ones_like(got))
+        nodes = [str(n.target) for n in backend.fw_graphs[0].graph.nodes]
+        gather = nodes.index(ISSUE["all_gather"])
+        out[s] = (torch.equal(got, want), torch.equal(x.grad, xe.grad),
+                  gather < nodes.index("aten.sum.default") < nodes.index(WAIT, gather))
+    return out
+
+
+@pytest.mark.timeout(240)
+def test_steps_before_the_last_collective_run_in_the_first_region() -> None:
+    from torch_utils import run_once
+
+    results = run_once(4, four_rank_cases, collective_timeout_s=120, timeout_s=200)
+    bad = {(r, s): v for r, res in results.items() for s, v in res.items() if v != (True, True, True)}
+    assert not bad, bad
