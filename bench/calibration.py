@@ -83,9 +83,9 @@ def rank_main(rank: int, store_path: str, iters: int, sizes: list[str], cal_size
 
     import lowering
     from lowering.calibration import Sample, calibration_json, fit_model
+    from torch_backend.bound import bind
     from torch_backend.calibrate import measure, slowest
     from torch_backend.data import block, global_tensor
-    from torch_backend.executor import bind
     from torch_backend.groups import context
 
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=WORLD,
@@ -112,12 +112,12 @@ def rank_main(rank: int, store_path: str, iters: int, sizes: list[str], cal_size
                 row = {"id": c["id"], "mesh": mesh_text, "size": size, "src": str(s), "dst": str(d),
                        "predicted_s": prog.cost.time_s, "bytes_sent_max": prog.cost.bytes_sent_max,
                        "collectives": prog.cost.collectives,
-                       "measured_s": _time(partial(bind(prog, ctx).run, x), iters)}
+                       "measured_s": _time(partial(bind(prog, ctx).run_one, x), iters)}
                 default = lowering.compile(s, d, m)
                 if default.steps != prog.steps:  # the calibrated model chose another plan: time both
                     row["default_bytes_sent_max"] = default.cost.bytes_sent_max
                     row["default_collectives"] = default.cost.collectives
-                    row["default_measured_s"] = _time(partial(bind(default, ctx).run, x), iters)
+                    row["default_measured_s"] = _time(partial(bind(default, ctx).run_one, x), iters)
                 rows.append(row)
     everyone: list[Any] = [None] * WORLD
     dist.all_gather_object(everyone, rows)

@@ -42,7 +42,7 @@ import lowering
 from bench.exec_vs_dtensor import CASES, scaled
 from lowering.kinds import RankPieces, rank_pieces
 from spec_lang.parser import parse, parse_mesh
-from torch_backend.collectives import _finish_into, _pack_exchange, _receive_into, _unpack_exchange
+from torch_backend.collectives import _finish_into, _receive_into, _unpack_exchange, pack_exchange
 from torch_backend.dtypes import to_torch_dtype
 from torch_backend.scratch import Scratch, using
 
@@ -139,7 +139,7 @@ def run_size(elems: int, device: torch.device, iters: int) -> list[tuple[int, fl
             old = (timeit(lambda: pack_per_piece(plan, x), device, iters)  # noqa: B023
                    + timeit(lambda: unpack_per_piece(plan, x, recv), device, iters))  # noqa: B023
             with using(Scratch()):  # as a prepared program runs: its send buffer is reused
-                tp = timeit(lambda: _pack_exchange(plan, x), device, iters)  # noqa: B023
+                tp = timeit(lambda: pack_exchange(plan, x), device, iters)  # noqa: B023
                 tu = timeit(lambda: _unpack_exchange(plan, x, recv), device, iters)  # noqa: B023
                 tr = timeit(lambda: unpack_real(plan, x), device, iters)  # noqa: B023
             block = x.numel() * item

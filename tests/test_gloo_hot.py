@@ -48,7 +48,7 @@ def scenarios(rank: int, world: int) -> dict:
 
     mesh = parse_mesh(MESH)
     out: dict = {}
-    from torch_backend.api import _HOT
+    from torch_backend.api import hot_bound
 
     for name, src, dst, _ in PAIRS:
         s = parse(src)
@@ -69,8 +69,8 @@ def scenarios(rank: int, world: int) -> dict:
                     for y in ys)
         distinct = ys[1].numel() == 0 or ys[1].untyped_storage().data_ptr() != ys[2].untyped_storage().data_ptr()
         out[name] = bool(same and fresh and distinct and np.array_equal(_np(ys[1]), ref) and torch.equal(x, x0))
-        hot = _HOT.get((src, dst, MESH))
-        out[f"{name} runs"] = hot[3].__name__ if hot is not None else None
+        hot = hot_bound(src, dst, MESH)
+        out[f"{name} runs"] = hot.runner().__name__ if hot is not None else None
         # after hits, a tensor that does not fit still fails its checks (alike on every rank)
         errors = []
         for bad in (torch.zeros(x.shape[0] + 1, *x.shape[1:], dtype=x.dtype), x.double() if x.is_floating_point()

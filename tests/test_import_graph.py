@@ -21,17 +21,10 @@ PACKAGES = ("spec_lang", "lowering", "torch_backend")  # in import order
 PLANNER = {"lowering.planner", "lowering.labels", "lowering.moves", "lowering.fallback", "lowering.bounds",
            "lowering.uneven_planner"}
 
-# torch_backend's execution layer (api, autograd, executor, coalesce, collectives,
-# uneven_steps) still breaks both rules; issue 27 (one execution stack) rewrites it and
-# removes these. Each must still be there: the test fails once one is gone, so this list
-# only shrinks. spec_lang and lowering have none.
-KNOWN_CYCLES = {frozenset({"torch_backend.api", "torch_backend.autograd", "torch_backend.executor"})}
-KNOWN_PRIVATE_IMPORTS = {
-    ("torch_backend.coalesce", "torch_backend.executor", "_aliases"),
-    ("torch_backend.uneven_steps", "torch_backend.collectives", "_first"),
-    ("torch_backend.uneven_steps", "torch_backend.collectives", "_group"),
-    ("torch_backend.uneven_steps", "torch_backend.collectives", "_pack_exchange"),
-}
+# Exceptions to both rules, each of which must still be there (the test fails once one is
+# gone, so these only shrink). None: issue 27's one execution stack removed the last ones.
+KNOWN_CYCLES: set[frozenset[str]] = set()
+KNOWN_PRIVATE_IMPORTS: set[tuple[str, str, str]] = set()
 
 
 def _modules() -> dict[str, Path]:

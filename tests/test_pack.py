@@ -26,7 +26,7 @@ from lowering.kinds import rank_pieces  # noqa: E402
 from lowering.kinds.copies import Copy, View, as_run, plan_copies  # noqa: E402
 from lowering.simulator import simulate  # noqa: E402
 from spec_lang import parse, parse_mesh  # noqa: E402
-from torch_backend.collectives import _finish_into, _pack_exchange, _receive_into, _unpack_exchange  # noqa: E402
+from torch_backend.collectives import _finish_into, _receive_into, _unpack_exchange, pack_exchange  # noqa: E402
 from torch_backend.strided import run_copies  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,7 +67,7 @@ def test_exchange_copy_plans_match_per_piece(dtype: torch.dtype) -> None:
         for r in range(mesh.size):
             plan = rank_pieces(step, mesh, r)
             x = torch.arange(int(np.prod(plan.in_shape)), dtype=torch.int64).to(dtype).view(plan.in_shape)
-            assert torch.equal(_pack_exchange(plan, x), _pack_per_piece(plan, x)), step.describe()
+            assert torch.equal(pack_exchange(plan, x), _pack_per_piece(plan, x)), step.describe()
             recv = torch.arange(plan.recv_elems, dtype=torch.int64).to(dtype) + 3
             want = _unpack_per_piece(plan, x, recv)
             assert torch.equal(_unpack_exchange(plan, x, recv), want), step.describe()
@@ -96,7 +96,7 @@ def test_large_blocks_take_the_fast_paths_and_match(mesh_text: str, src: str, ds
             plan = rank_pieces(step, mesh, r)
             x = torch.randint(-100, 100, plan.in_shape).to(dtype)
             recv = torch.randint(-100, 100, (plan.recv_elems,)).to(dtype)
-            assert torch.equal(_pack_exchange(plan, x), _pack_per_piece(plan, x))
+            assert torch.equal(pack_exchange(plan, x), _pack_per_piece(plan, x))
             assert torch.equal(_unpack_exchange(plan, x, recv), _unpack_per_piece(plan, x, recv))
 
 
@@ -111,9 +111,9 @@ def test_regular_exchange_folds_to_two_copies_and_a_run_is_a_view() -> None:
     plan = rank_pieces(step, mesh, 0)
     x = torch.randn(plan.in_shape)
     if as_run(plan.pack_copies, plan.send_elems) is not None:
-        send = _pack_exchange(plan, x)
+        send = pack_exchange(plan, x)
         assert send.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
-    assert torch.equal(_pack_exchange(plan, x), _pack_per_piece(plan, x))
+    assert torch.equal(pack_exchange(plan, x), _pack_per_piece(plan, x))
 
 
 def test_fold_steps_and_runs() -> None:
@@ -264,11 +264,11 @@ def test_copy_plans_on_cuda_match_cpu() -> None:
         recv = torch.randn(plan.recv_elems, dtype=torch.float64)
         torch.cuda.set_sync_debug_mode("error")  # any host synchronisation raises
         try:
-            send_c = _pack_exchange(plan, x.cuda())
+            send_c = pack_exchange(plan, x.cuda())
             y_c = _unpack_exchange(plan, x.cuda(), recv.cuda())
         finally:
             torch.cuda.set_sync_debug_mode("default")
-        assert torch.equal(send_c.cpu(), _pack_exchange(plan, x))
+        assert torch.equal(send_c.cpu(), pack_exchange(plan, x))
         assert torch.equal(y_c.cpu(), _unpack_exchange(plan, x, recv))
 
 

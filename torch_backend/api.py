@@ -20,6 +20,7 @@ import hashlib
 import math
 import os
 import sys
+from collections import OrderedDict
 from datetime import timedelta
 from typing import Any
 
@@ -29,20 +30,23 @@ import lowering
 from lowering.caching import on_clear
 from lowering.checks import check_flag, check_same_global
 from lowering.kinds.local import keeps_values
-from lowering.layout import boxes, local_shape, local_shapes
+from lowering.layout import boxes
 from lowering.program import Program
 from spec_lang.dual import dual_type
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from spec_lang.parser import parse
-from torch_backend import autograd, comm, traced
+from torch_backend import traced
 from torch_backend.agree import Checks, agreed, describe
 from torch_backend.blocks import local_part
+from torch_backend.bound import Bound, bind, joined
 from torch_backend.comm import rank_map
 from torch_backend.dtypes import check_reductions, dtype_name, short_name, to_torch_dtype
-from torch_backend.executor import BoundProgram, bind
 from torch_backend.groups import MeshContext, context, real_world
-from torch_backend.type_tags import typed_output
+from torch_backend.tensor_checks import check_local, check_strided, check_tensor
+
+__all__ = ["bound_call", "bound_for", "check_local", "check_tensor", "distribute", "hot_bound", "redistribute",
+           "text_key"]
 
 
 def _is_dtensor(x: Any) -> bool:
@@ -114,11 +118,12 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
     if agree is not None:
         check_agree(agree)
     if type(x) is torch.Tensor and type(src) is str and type(dst) is str and type(mesh) is str:
-        hot = _HOT.get((src, dst, mesh))
-        if (hot is not None and timeout is None and not async_op and hot[0] is real_world()
-                and fits_block(x, hot[2]) and not (agree if agree is not None else _AGREE[0] if _AGREE else agree_default())):
-            y = autograd.Redistribute.apply(x, hot[1]) if x.requires_grad and torch.is_grad_enabled() else hot[3](x)
-            return typed_output(y, x, hot[1].tags)
+        hot = hot_bound(src, dst, mesh)
+        if (hot is not None and timeout is None and not async_op
+                and not (agree if agree is not None else _AGREE[0] if _AGREE else agree_default())):
+            y = hot.hot(x)
+            if y is not None:
+                return y
     if _is_dtensor(x):
         if async_op:
             raise SpecError("async_op=True takes a local tensor, not a DTensor",
@@ -137,108 +142,130 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
     if agreeing(agree):
         bound, x = agreed_call(x, src, dst, mesh, timeout)
     else:
-        bound = bound_call(src, dst, mesh, timeout=timeout)
-        x = check_tensor(x, bound.program.src, bound.ctx, bound)
+        bound = bound_for((src,), (dst,), mesh, timeout)
+        x = bound.check(x)
     if async_op:
-        return autograd.apply_async(bound.program, x, bound.ctx, bound=bound)
-    if timeout is None and type(x) is torch.Tensor and type(src) is str and type(dst) is str and type(mesh) is str:
-        _remember_hot((src, dst, mesh), bound)
-    return autograd.apply(bound.program, x, bound.ctx, bound=bound)
-
-
-# The hot path of a call repeated with the same strings (a plain tensor on a real process
-# group; no timeout, agree or async_op): (src, dst, mesh) -> (default group, bound program,
-# what the tensor must have, the bound function). Such a call is one lookup, the tensor's
-# three comparisons and the run, as long as the default group is the same object.
-_HOT: dict[tuple[str, str, str], tuple[Any, BoundProgram, tuple[Any, ...], Any]] = {}
-on_clear(_HOT.clear)
+        return bound.start([x], one=True)
+    return bound.call_one(x)
 
 
 traced.entry("redistribute")(redistribute)
 
 
-def _remember_hot(key: tuple[str, str, str], bound: BoundProgram) -> None:
-    world = real_world()
-    if world is None:
-        return
-    want = bound.expect if bound.expect is not None else expected_block(bound.program.src, bound.ctx)
-    if want:
-        if len(_HOT) >= _CALLS_MAX:
-            _HOT.clear()
-        _HOT[key] = (world, bound, want, bound.runner())
+# async_op=True inside torch.compile, in two regions around the user's wait (traced.Waiting)
+@traced.entry("redistribute.splits")
+def _async_splits(src: TensorType | str, dst: TensorType | str, mesh: Any, **_: Any) -> bool:
+    return bound_for((src,), (dst,), mesh).issues()
 
 
-def prepare(x: Any, src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any, *,
-            timeout: timedelta | float | None = None,
-            agree: bool | None = None) -> tuple[Program, MeshContext, torch.Tensor]:
-    """Every check of a local-tensor call, then the program and its context. No communication
-    (except ``agree``'s)."""
-    if not isinstance(x, torch.Tensor):
-        raise SpecError(f"expected a torch.Tensor, got {type(x).__name__}",
-                        hint="pass this rank's local block as a tensor")
-    if agreeing(agree):
-        bound, x = agreed_call(x, src, dst, mesh, timeout)
-        return bound.program, bound.ctx, x
-    program, ctx = plan_call(src, dst, mesh, timeout=timeout)
-    return program, ctx, check_tensor(x, program.src, ctx)
+@traced.entry("redistribute.start")
+def _async_start(x: Any, src: TensorType | str, dst: TensorType | str, mesh: Any, **_: Any) -> torch.Tensor:
+    return bound_for((src,), (dst,), mesh).issue(x)
 
 
-# (src, dst, id(ctx)) -> the call's bound program; a hit skips parsing, checks and compiling.
-# The context is kept in the entry and compared by identity, so a recycled id never matches.
-_CALLS: dict[tuple[Any, Any, int], BoundProgram] = {}
-_CALLS_MAX = 4096
-on_clear(_CALLS.clear)  # lowering.clear_caches() and torch_backend.clear_caches() empty it
+@traced.entry("redistribute.finish")
+def _async_finish(x: Any, got: torch.Tensor, src: TensorType | str, dst: TensorType | str, mesh: Any,
+                  **_: Any) -> torch.Tensor:
+    return bound_for((src,), (dst,), mesh).land(x, got)
 
 
-def plan_call(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any, *,
-              timeout: timedelta | float | None = None) -> tuple[Program, MeshContext]:
-    """The checks of a call that do not depend on the tensor, and its program and context."""
-    bound = bound_call(src, dst, mesh, timeout=timeout)
-    return bound.program, bound.ctx
+# The one cache of bound calls, least recently used evicted first. Two kinds of key:
+# ``text_key`` (the strings) -> (default group, bound): a call written with strings and no
+# timeout skips ``context()`` too, while the default group is the same object; and
+# (srcs, dsts, id(context)) -> (context, bound) for every other call (IR types, a Mesh, a
+# DeviceMesh, a timeout), the context kept in the entry and compared by identity, so a
+# recycled id never matches.
+_BOUND: OrderedDict[tuple[Any, Any, Any], tuple[Any, Bound]] = OrderedDict()
+_BOUND_MAX = 4096
+on_clear(_BOUND.clear)  # lowering.clear_caches() and torch_backend.clear_caches() empty it
 
 
-# (src, dst, mesh) as strings -> (default group, bound program): a repeated call written
-# with strings and no timeout skips ``context()`` too, while the default group is the same
-_TEXT_CALLS: dict[tuple[str, str, str], tuple[Any, BoundProgram]] = {}
-on_clear(_TEXT_CALLS.clear)
+def hot_bound(src: Any, dst: Any, mesh: str) -> Bound | None:
+    """The fast path's one lookup (``redistribute``'s and ``redistribute_many``'s): the
+    bound call of these strings on the default group, if one was made. One call's types
+    are its strings, many calls' the tuples of theirs (``text_key``)."""
+    key = (src, dst, mesh)
+    hit = _BOUND.get(key)
+    if hit is None or hit[0] is not real_world():
+        return None
+    try:
+        _BOUND.move_to_end(key)
+    except KeyError:  # another thread evicted it since the lookup: the bound found is still good
+        pass
+    return hit[1]
+
+
+def text_key(srcs: tuple[Any, ...], dsts: tuple[Any, ...], mesh: str) -> tuple[Any, Any, str]:
+    """``hot_bound``'s key: a one-program call's strings as they are, many calls' as tuples."""
+    return (srcs[0], dsts[0], mesh) if len(srcs) == 1 else (srcs, dsts, mesh)
+
+
+def _used(key: tuple[Any, Any, Any]) -> None:
+    try:
+        _BOUND.move_to_end(key)
+    except KeyError:  # another thread evicted it since the lookup (as in hot_bound)
+        pass
+
+
+def _remember(key: tuple[Any, Any, Any], anchor: Any, bound: Bound) -> None:
+    _BOUND[key] = (anchor, bound)
+    while len(_BOUND) > _BOUND_MAX:
+        try:
+            _BOUND.popitem(last=False)
+        except KeyError:  # emptied by another thread (clear_caches)
+            break
+
+
+def bound_for(srcs: tuple[TensorType | str, ...], dsts: tuple[TensorType | str, ...], mesh: Mesh | str | Any,
+              timeout: timedelta | float | None = None) -> Bound:
+    """The bound call of ``srcs[i] -> dsts[i]`` on ``mesh``: every tensor-independent check,
+    the programs, their pieces and groups; from the cache where an earlier call made it."""
+    text = timeout is None and type(mesh) is str and all(type(t) is str for t in (*srcs, *dsts))
+    world = real_world() if text else None
+    if world is not None:
+        hot = hot_bound(*text_key(srcs, dsts, mesh))
+        if hot is not None:
+            return hot
+    ctx = context(mesh, timeout=timeout)
+    bound = _bound_on(srcs, dsts, ctx)
+    if world is not None:
+        _remember(text_key(srcs, dsts, mesh), world, bound)
+    return bound
+
+
+def _bound_on(srcs: tuple[Any, ...], dsts: tuple[Any, ...], ctx: MeshContext) -> Bound:
+    hit = _bound_before(srcs, dsts, ctx)
+    if hit is not None:
+        return hit
+    if len(srcs) == 1:
+        bound = bind(checked_program(srcs[0], dsts[0], ctx), ctx)
+    else:  # the one-program bounds' pieces, reused
+        bound = joined([_bound_on((s,), (d,), ctx) for s, d in zip(srcs, dsts)])
+    try:
+        _remember((srcs, dsts, id(ctx)), ctx, bound)
+    except TypeError:  # an unhashable type argument (refused by the checks; never cached)
+        pass
+    return bound
+
+
+def _bound_before(srcs: tuple[Any, ...], dsts: tuple[Any, ...], ctx: MeshContext) -> Bound | None:
+    """The bound call of an earlier call with these arguments on ``ctx`` (checked and bound
+    already: an agreeing call in a loop skips its checks), else None."""
+    key = (srcs, dsts, id(ctx))
+    try:
+        hit = _BOUND.get(key)
+    except TypeError:  # an unhashable type argument: the checks refuse it
+        return None
+    if hit is None or hit[0] is not ctx:
+        return None
+    _used(key)
+    return hit[1]
 
 
 def bound_call(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any, *,
-               timeout: timedelta | float | None = None) -> BoundProgram:
-    """``plan_call``'s program bound to its context (this rank's pieces, groups made), cached
-    per (src, dst, context): the hot path of a repeated call is two dictionary lookups,
-    or one where the types and the mesh are strings (on a real process group)."""
-    if timeout is None and type(mesh) is str and type(src) is str and type(dst) is str:
-        world = real_world()
-        key = (src, dst, mesh)
-        hit = _TEXT_CALLS.get(key)
-        if world is not None and hit is not None and hit[0] is world:
-            return hit[1]
-        bound = _bound_call(src, dst, mesh, None)
-        if world is not None:
-            if len(_TEXT_CALLS) >= _CALLS_MAX:
-                _TEXT_CALLS.clear()
-            _TEXT_CALLS[key] = (world, bound)
-        return bound
-    return _bound_call(src, dst, mesh, timeout)
-
-
-def _bound_call(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any,
-                timeout: timedelta | float | None) -> BoundProgram:
-    ctx = context(mesh, timeout=timeout)
-    key = (src, dst, id(ctx))
-    try:
-        hit = _CALLS.get(key)
-    except TypeError:  # an unhashable type argument: _type refuses it below
-        hit, key = None, None
-    if hit is not None and hit.ctx is ctx:
-        return hit
-    bound = bind(checked_program(src, dst, ctx), ctx)
-    if key is not None:
-        if len(_CALLS) >= _CALLS_MAX:
-            _CALLS.clear()
-        _CALLS[key] = bound
-    return bound
+               timeout: timedelta | float | None = None) -> Bound:
+    """``bound_for`` of one redistribution."""
+    return bound_for((src,), (dst,), mesh, timeout)
 
 
 def checked_program(src: TensorType | str, dst: TensorType | str, ctx: MeshContext) -> Program:
@@ -262,29 +289,19 @@ def agreed_program(src: TensorType | str, dst: TensorType | str, ctx: MeshContex
 
 
 def agreed_call(x: Any, src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any,
-                timeout: timedelta | float | None) -> tuple[BoundProgram, torch.Tensor]:
+                timeout: timedelta | float | None) -> tuple[Bound, torch.Tensor]:
     """A local-tensor call that agrees: every check on this rank, the agreement
-    (``torch_backend.agree``), and only then the bound program (whose groups are made
+    (``torch_backend.agree``), and only then the bound call (whose groups are made
     now that every rank runs the same program)."""
     def run(found: Checks) -> torch.Tensor:
         found.ctx = ctx = context(mesh, timeout=timeout)
-        before = _bound_before(src, dst, ctx)
+        before = _bound_before((src,), (dst,), ctx)
         program = before.program if before is not None else agreed_program(src, dst, ctx)
         found.call = describe([(program.src, program.dst)], ctx, [x])
-        return check_tensor(x, program.src, ctx, before)
+        return check_tensor(x, program.src, ctx, before.expect[0] if before is not None else ())
 
     x = agreed(mesh, run)
-    return bound_call(src, dst, mesh, timeout=timeout), x
-
-
-def _bound_before(src: TensorType | str, dst: TensorType | str, ctx: MeshContext) -> BoundProgram | None:
-    """The bound program of an earlier call with these arguments on ``ctx`` (checked and
-    bound already: an agreeing call in a loop skips its checks), else None."""
-    try:
-        hit = _CALLS.get((src, dst, id(ctx)))
-    except TypeError:  # an unhashable type argument: the checks refuse it
-        return None
-    return hit if hit is not None and hit.ctx is ctx else None
+    return bound_for((src,), (dst,), mesh, timeout), x
 
 
 _AGREE: list[bool] = []  # SHARDC_AGREE as read at the first call of this process
@@ -315,97 +332,6 @@ def check_agree(agree: object) -> bool | None:
 def agreeing(agree: bool | None) -> bool:
     """Whether a call agrees: ``agree`` as given, else ``SHARDC_AGREE``."""
     return agree if agree is not None else _AGREE[0] if _AGREE else agree_default()
-
-
-def check_tensor(x: Any, s: TensorType, ctx: MeshContext, bound: BoundProgram | None = None) -> torch.Tensor:
-    """The tensor's checks against the source type (this rank's; every rank's under
-    LocalTensorMode). A call that agrees runs them before its agreement.
-
-    ``bound``: the call's bound program (its source type is ``s``), which keeps what a
-    plain tensor of a real group must have (dtype, device, this rank's shape): a tensor
-    that has it passes with three comparisons; any other goes through every check."""
-    if not isinstance(x, torch.Tensor):
-        raise SpecError(f"expected a torch.Tensor, got {type(x).__name__}",
-                        hint="pass this rank's local block as a tensor")
-    if bound is not None:
-        want = bound.expect
-        if want is None:
-            want = bound.expect = expected_block(s, ctx)
-        if fits_block(x, want):
-            return x
-    return check_local(x, s, ctx)
-
-
-_DEVICE_TEST = {"gloo": "is_cpu", "nccl": "is_cuda"}  # check_local's device rule per backend
-
-
-def expected_block(t: TensorType, ctx: MeshContext) -> tuple[Any, ...]:
-    """(torch dtype, this rank's shape, the device flag to test or None) that pass every
-    check of ``check_local`` on a real group; () where the fast test does not apply
-    (LocalTensorMode, a dtype torch cannot hold, a type whose shapes cannot be read)."""
-    if comm.of(ctx).per_rank:
-        return ()
-    try:
-        return to_torch_dtype(t.dtype), local_shapes(t, ctx.mesh)[ctx.rank], _DEVICE_TEST.get(ctx.backend)
-    except SpecError:
-        return ()
-
-
-def fits_block(x: torch.Tensor, want: tuple[Any, ...]) -> bool:
-    """``x`` passes every check of ``check_local`` (``want``: ``expected_block``'s, not empty)."""
-    return (bool(want) and x.dtype is want[0] and x.shape == want[1] and x.layout is torch.strided
-            and (want[2] is None or getattr(x, want[2])))
-
-
-def check_strided(x: torch.Tensor) -> None:
-    """A sparse (or MKL-DNN) tensor has no strides to pack from or unpack into: refused with
-    the other checks, before any collective, rather than inside the first one."""
-    if x.layout is not torch.strided:
-        raise SpecError(f"the tensor's layout is {x.layout}: shardc moves dense (strided) tensors only",
-                        hint="pass x.to_dense(), and make it sparse again after the redistribution if needed")
-
-
-def check_local(x: torch.Tensor, t: TensorType, ctx: MeshContext) -> torch.Tensor:
-    """layout, dtype, device and this rank's shape against ``t``; returns x (a LocalTensor when simulating)."""
-    check_strided(x)
-    got = dtype_name(x.dtype)
-    if got != t.dtype:
-        raise SpecError(
-            f"the tensor is {short_name(x.dtype)} ({x.dtype}) but the source type is {t}",
-            text=str(t), pos=0,
-            hint=f"convert with x.to({to_torch_dtype(t.dtype)}) or write the type with dtype {short_name(x.dtype)}",
-        )
-    if ctx.backend == "nccl" and x.device.type != "cuda":
-        raise SpecError(f"the process group uses NCCL but the tensor is on {x.device}",
-                        hint="move the tensor to its rank's GPU (x.cuda()), or use a gloo group for CPU tensors")
-    if ctx.backend == "gloo" and x.device.type != "cpu":
-        raise SpecError(f"the process group uses gloo but the tensor is on {x.device}",
-                        hint="gloo lacks all_to_all on GPU tensors: use an NCCL group, or move the tensor to CPU")
-    if comm.of(ctx).per_rank:
-        inner = getattr(x, "_local_tensors", None)
-        if inner is None:  # a plain tensor under LocalTensorMode: the same block on every rank
-            shapes = {local_shape(t, ctx.mesh, r) for r in ctx.ranks}
-            if len(shapes) != 1 or tuple(x.shape) not in shapes:
-                raise SpecError(f"under LocalTensorMode, pass a LocalTensor: the blocks of {t} differ per rank",
-                                hint="build it with LocalTensorMode.rank_map or torch_backend.distribute")
-            base = x.detach()
-            x = rank_map(ctx, lambda r: base.clone())
-        for r in ctx.ranks:
-            check_strided(x._local_tensors[r])
-            _check_shape(tuple(x._local_tensors[r].shape), t, ctx.mesh, r)
-        return x
-    _check_shape(tuple(x.shape), t, ctx.mesh, ctx.rank)
-    return x
-
-
-def _check_shape(shape: tuple[int, ...], t: TensorType, mesh: Mesh, rank: int) -> None:
-    want = local_shapes(t, mesh)[rank]  # one cached lookup: this runs on every call
-    if shape != want:
-        hint = f"give rank {rank} its block of {t}, of shape {list(want)}"
-        if shape == t.shape and want != t.shape:
-            hint += " (this looks like the global tensor: use torch_backend.distribute first)"
-        raise SpecError(f"rank {rank}'s tensor has shape {list(shape)}, but {t} gives rank {rank} "
-                        f"the shape {list(want)} on mesh {mesh}", text=str(t), pos=str(t).find("["), hint=hint)
 
 
 def distribute(tensor: torch.Tensor, mesh: Mesh | str | Any, t: TensorType | str) -> torch.Tensor:
@@ -466,12 +392,12 @@ def _redistribute_dtensor(x: Any, src: TensorType | str | None, dst: TensorType 
             return s, d, m, check_tensor(x.to_local(grad_placements=_grad_placements(s, m)), program.src, ctx)
 
         s, d, m, local = agreed(dm, run)
-        bound = bound_call(s, d, dm, timeout=timeout)
+        bound = bound_for((s,), (d,), dm, timeout)
     else:
         s, d, m = types()
-        bound = bound_call(s, d, dm, timeout=timeout)
-        local = check_tensor(x.to_local(grad_placements=_grad_placements(s, m)), bound.program.src, bound.ctx, bound)
-    y = autograd.apply(bound.program, local, bound.ctx, bound=bound)
+        bound = bound_for((s,), (d,), dm, timeout)
+        local = bound.check(x.to_local(grad_placements=_grad_placements(s, m)))
+    y = bound.call_one(local)
     placements, _ = to_placements(d, m, strided=True)
     # the incoming gradient must have dual(dst)'s layout (a P(sum) where dst says R), which is
     # what the backward program expects; DTensor would otherwise normalize it to Replicate

@@ -1,5 +1,8 @@
 """Differentiable redistribute: the backward of ``src -> dst`` is ``compile(dual(dst), dual(src))``.
 
+(This module holds the rule; ``torch_backend.bound`` runs it: a bound call's backward is
+its ``dual()``, the bound gradient programs, on one autograd Function.)
+
 The SPMD type system's forward/backward table on the types (``spec_lang.dual``): the gradient of Replicate is Partial,
 of Partial is Replicate, of Invariant Invariant, of Varying Varying, and a dim sharded
 by an axis stays sharded by it. So the gradient of a redistribution is again a
@@ -32,16 +35,9 @@ Reduce ops other than sum:
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
-
 import lowering
 from lowering.program import Program, check_program
 from spec_lang.dual import check_differentiable, dual_type
-from torch_backend.executor import BoundProgram, Pending, bind
-from torch_backend.groups import MeshContext
-from torch_backend.type_tags import typed_output
 
 
 def backward_program(program: Program) -> Program:
@@ -49,71 +45,3 @@ def backward_program(program: Program) -> Program:
     check_program(program)
     check_differentiable(program.src, program.dst)
     return lowering.compile(dual_type(program.dst), dual_type(program.src), program.mesh)
-
-
-class Redistribute(torch.autograd.Function):
-    """A bound program's run, with the bound dual program as its backward."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, bound: BoundProgram) -> torch.Tensor:  # type: ignore[override]
-        ctx.bound = bound
-        return bound.run(x)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
-        return dual_run(ctx.bound, grad), None
-
-
-def dual_run(bound: BoundProgram, grad: torch.Tensor) -> torch.Tensor:
-    """The bound dual program on ``grad``. Where autograd records the backward itself
-    (``create_graph=True``: a gradient penalty, a Hessian-vector product) it runs as a
-    ``Redistribute`` too, so the gradient has its own backward (the dual of the dual is
-    the forward program) instead of silently counting as a constant."""
-    back = bound.backward(backward_program)
-    if grad.requires_grad and torch.is_grad_enabled():
-        return Redistribute.apply(grad, back)
-    return back.run(grad)
-
-
-def apply(program: Program, x: torch.Tensor, mesh_ctx: MeshContext, bound: BoundProgram | None = None) -> torch.Tensor:
-    """Run ``program`` differentiably when autograd is recording ``x``, plainly otherwise
-    (``bound``: the program already bound to ``mesh_ctx``, as a prepared call keeps it)."""
-    bound = bound if bound is not None else bind(program, mesh_ctx)
-    y = Redistribute.apply(x, bound) if x.requires_grad and torch.is_grad_enabled() else bound.run(x)
-    return typed_output(y, x, bound.tags)
-
-
-class _Finish(torch.autograd.Function):
-    """The end of an async redistribution, on autograd's tape from ``x``."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, pending: Pending) -> torch.Tensor:  # type: ignore[override]
-        ctx.bound = pending.bound
-        return pending.result()
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
-        return dual_run(ctx.bound, grad), None
-
-
-class Handle:
-    """What ``redistribute(..., async_op=True)`` returns: ``wait()`` gives the result (the
-    same tensor on every call), differentiable when the input requires grad."""
-
-    def __init__(self, pending: Pending, x: torch.Tensor) -> None:
-        self._pending, self._x, self._out = pending, x, None
-
-    def wait(self) -> torch.Tensor:
-        if self._out is None:
-            if torch.is_grad_enabled() and self._x.requires_grad:
-                y = _Finish.apply(self._x, self._pending)
-            else:
-                y = self._pending.result()
-            self._out = typed_output(y, self._x, self._pending.bound.tags)
-        return self._out
-
-
-def apply_async(program: Program, x: torch.Tensor, mesh_ctx: MeshContext, bound: BoundProgram | None = None) -> Handle:
-    """Start ``program`` on ``x`` and return its handle (see ``executor.Pending``)."""
-    bound = bound if bound is not None else bind(program, mesh_ctx)
-    return Handle(Pending(bound, x.detach() if x.requires_grad else x), x)

@@ -25,17 +25,17 @@ from torch_backend.strided import contiguous, flat, nothing_of, run_copies
 Plans = Pieces
 
 
-def _first(plans: Plans) -> RankPieces:
+def first_plan(plans: Plans) -> RankPieces:
     return next(iter(plans.values()))
 
 
-def _group(ctx: MeshContext, step: Step) -> GroupHandle:
+def step_group(ctx: MeshContext, step: Step) -> GroupHandle:
     return ctx.group(step.axes, ctx.ranks[0])
 
 
 def _alone(ctx: MeshContext, plans: Plans, x: torch.Tensor) -> torch.Tensor | None:
     """A group of one rank: the collective is a local copy (None when the group is bigger)."""
-    p = _first(plans)
+    p = first_plan(plans)
     if p.n != 1:
         return None
     if p.kind == "all_reduce":
@@ -75,13 +75,13 @@ def all_gather(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
     alone = _alone(ctx, plans, x)
     if alone is not None:
         return alone
-    p0 = _first(plans)
-    g = _group(ctx, step)
+    p0 = first_plan(plans)
+    g = step_group(ctx, step)
     # under LocalTensorMode one call serves every group, and some may be even while
     # others are not: take the exact path unless all of them are even
     if not all(p.even for p in plans.values()):
         return _gather_ring(ctx, g, p0, x) if comm.of(ctx).p2p else _gather_a2a(ctx, g, plans, x)
-    if p0.direct and not comm.of(ctx).per_rank:
+    if p0.direct and len(plans) == 1:  # one played rank: its block straight into the output
         y = x.new_empty(p0.out_shape)
         comm.all_gather(ctx, y.view(-1), flat(x), g)
         return y
@@ -170,19 +170,16 @@ def reduce_scatter(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) 
     alone = _alone(ctx, plans, x)
     if alone is not None:
         return alone
-    p0 = _first(plans)
-    op, g = step.op or "sum", _group(ctx, step)
+    p0 = first_plan(plans)
+    op, g = step.op or "sum", step_group(ctx, step)
     if not (p0.even or step.padded):
         return _reduce_scatter_exact(ctx, step, g, plans, x)
-    if p0.direct and not comm.of(ctx).per_rank:
+    if p0.direct and len(plans) == 1:  # one played rank: its block straight into the output
         y = x.new_empty(p0.out_shape)
         comm.reduce_scatter(ctx, y.view(-1), flat(x), op, g)
         return finish_avg(y, op, p0.n)
 
-    # LocalTensorMode's reduce_scatter cannot split a group whose blocks are all empty
-    # (torch.split by 0); one dummy element per rank keeps it whole. Nothing is sent
-    # there, so the other implementations keep the exact size.
-    least = 1 if comm.of(ctx).per_rank else 0
+    least = comm.least_chunk(ctx)
 
     def chunk(r: int) -> int:
         return max(plans[r].chunk, least)
@@ -231,7 +228,7 @@ def _reduce_scatter_exact(ctx: MeshContext, step: Step, g: GroupHandle, plans: P
 
 
 def _group_size(plans: Plans) -> int:
-    return _first(plans).n
+    return first_plan(plans).n
 
 
 def local_reduce(parts: list[torch.Tensor], op: str) -> torch.Tensor:
@@ -258,7 +255,7 @@ def all_reduce_into(ctx: MeshContext, step: Step, plans: Plans, buf: torch.Tenso
     n = _group_size(plans)
     if n > 1:
         op = step.op or "sum"
-        comm.all_reduce(ctx, buf, op, _group(ctx, step))
+        comm.all_reduce(ctx, buf, op, step_group(ctx, step))
         finish_avg(buf, op, n)
     return buf
 
@@ -266,7 +263,7 @@ def all_reduce_into(ctx: MeshContext, step: Step, plans: Plans, buf: torch.Tenso
 # ---- exchanges --------------------------------------------------------------------------
 
 
-def _pack_exchange(plan: RankPieces, t: torch.Tensor) -> torch.Tensor:
+def pack_exchange(plan: RankPieces, t: torch.Tensor) -> torch.Tensor:
     """The send pieces back to back: a view of the input where they already lie so."""
     t = contiguous(t)
     n = plan.send_elems
@@ -311,13 +308,13 @@ def all_to_all(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
         return rank_map(ctx, lambda r, t: _unpacked(ctx, plans[r], t, nothing_of(t)), x)
     impl = comm.of(ctx)
     if step.kind == "permute" and impl.p2p:
-        return _permute(ctx, _group(ctx, step), _first(plans), x)
+        return _permute(ctx, step_group(ctx, step), first_plan(plans), x)
     send_splits = {r: [pc.numel for pc in p.send] for r, p in plans.items()}
     recv_splits = {r: [pc.numel for pc in p.recv] for r, p in plans.items()}
-    send = rank_map(ctx, lambda r, t: _pack_exchange(plans[r], t), x)
-    if not impl.per_rank:
-        return _exchange_into(ctx, _group(ctx, step), _first(plans), x, send, send_splits, recv_splits)
-    got = comm.all_to_all(ctx, send, send_splits, recv_splits, _group(ctx, step))
+    send = rank_map(ctx, lambda r, t: pack_exchange(plans[r], t), x)
+    if len(plans) == 1:  # one played rank: received straight into its output where it can be
+        return _exchange_into(ctx, step_group(ctx, step), first_plan(plans), x, send, send_splits, recv_splits)
+    got = comm.all_to_all(ctx, send, send_splits, recv_splits, step_group(ctx, step))
     return rank_map(ctx, lambda r, t, o: _unpacked(ctx, plans[r], t, o), x, got)
 
 
@@ -384,14 +381,23 @@ def _permute(ctx: MeshContext, g: GroupHandle, plan: RankPieces, x: torch.Tensor
 Launched = tuple[Any, Callable[[], torch.Tensor]]  # (the work to wait for, what finishes the step)
 
 
+def launchable(ctx: MeshContext, step: Step, plans: Plans) -> bool:
+    """Whether ``launch`` leaves ``step``'s collective on the wire (see there)."""
+    p0 = first_plan(plans)
+    if not comm.of(ctx).launches or p0.n == 1 or step.bytes_sent_max == 0:
+        return False
+    return ((step.kind == "all_gather" and p0.even and p0.direct) or (step.kind == "reduce_scatter" and p0.direct)
+            or step.kind == "all_reduce")
+
+
 def launch(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> Launched | None:
     """Start ``step``'s collective and return its work and finish, where the result lands
     straight in its output (an even all_gather or reduce_scatter whose blocks lie back to
     back, an all_reduce) on a real group; None where the step must run synchronously."""
-    p0 = _first(plans)
-    if not comm.of(ctx).launches or p0.n == 1 or step.bytes_sent_max == 0:
+    if not launchable(ctx, step, plans):
         return None
-    g = _group(ctx, step)
+    p0 = first_plan(plans)
+    g = step_group(ctx, step)
     if step.kind == "all_gather" and p0.even and p0.direct:
         y, src = x.new_empty(p0.out_shape), flat(x)
         work = comm.all_gather(ctx, y.view(-1), src, g, launch_only=True)

@@ -9,8 +9,10 @@ interchangeable implementations (``of(ctx)`` picks one; runners never ask which)
   compiler removes the copy), and no point-to-point (exact ``all_to_all_single`` instead);
 * ``LOCAL``: LocalTensorMode, one call standing for every simulated rank.
 
-Each implementation says what it can do (``Comm``: ``p2p``, ``per_rank``, ``launches``,
-``lean``) and the runners choose their form by that.
+Each implementation says what it can do (``Comm``: ``p2p``, ``launches``) and the
+runners choose their form by that; whether one process plays every rank (``per_rank``)
+stays in here: the runners see it only as the pieces they hold (one played rank's, or
+every rank's), the tensor checks through ``blocks``.
 
 Everything here takes flat contiguous buffers. On a real group (gloo, NCCL) these are
 the tensor-form c10d calls: ``all_gather_single`` / ``reduce_scatter_single`` (the
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
+from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -111,12 +114,12 @@ class Comm:
     ``p2p``: point-to-point (else exchanges go as exact ``all_to_all``); ``per_rank``: one
     call plays every rank, whose buffers may differ in size per rank (LocalTensorMode);
     ``launches``: a collective can be left on the wire and waited later (``wait``);
-    ``lean``: a one-step program may be bound into one closure of c10d calls."""
+    ``least_chunk``: the fewest elements per member a reduce_scatter's buffer may hold."""
 
     p2p = False
     per_rank = False
     launches = False
-    lean = False
+    least_chunk = 0  # the fewest elements per member a reduce_scatter's buffer may hold
 
     def wait(self, ctx: MeshContext, work: Any) -> None:
         if work is not None:
@@ -124,6 +127,10 @@ class Comm:
 
     def tie(self, y: torch.Tensor, srcs: Sequence[torch.Tensor]) -> torch.Tensor:
         return y
+
+    def blocks(self, ctx: MeshContext, x: torch.Tensor) -> dict[int, torch.Tensor] | None:
+        """Each played rank's block of ``x`` (None: a plain tensor where every rank needs one)."""
+        return {ctx.rank: x}
 
     def failed(self, ctx: MeshContext, where: str, e: BaseException, members: Sequence[int],
                axes: tuple[str, ...] | None) -> CollectiveError:
@@ -133,7 +140,6 @@ class Comm:
 class _C10d(Comm):
     p2p = True
     launches = True
-    lean = True
 
     def wait(self, ctx: MeshContext, work: Any) -> None:
         if work is None:
@@ -179,13 +185,52 @@ class _C10d(Comm):
 
 class _Landing:
     """A functional collective's result and the buffer it lands in: ``wait()`` is the
-    functional ``wait_tensor`` and the copy into the buffer (what a c10d call wrote)."""
+    functional ``wait_tensor`` and the copy into the buffer (what a c10d call wrote).
+    ``got``: the op's result before its wait (``in_flight``)."""
 
-    def __init__(self, out: torch.Tensor, got: torch.Tensor) -> None:
-        self.out, self.got = out, got
+    def __init__(self, out: torch.Tensor, got: torch.Tensor, waited: bool = False) -> None:
+        self.out, self.got, self.waited = out, got, waited
 
     def wait(self) -> None:
-        self.out.copy_(torch.ops._c10d_functional.wait_tensor(self.got))
+        self.out.copy_(self.got if self.waited else torch.ops._c10d_functional.wait_tensor(self.got))
+
+
+# torch.compile's async call in two traced regions: the first issues the last collective
+# and returns its result un-waited; the user's code waits on it (``wait_tensor``), and the
+# second region replays the step with that result landed in place of the collective
+_LANDED: ContextVar[torch.Tensor | None] = ContextVar("shardc_landed", default=None)
+
+
+class landed:  # lower case: it reads as a function, ``with landed(t):``
+    """Within the block, the next functional collective is not issued: ``t`` (its result,
+    waited already) lands where it would."""
+
+    __slots__ = ("_t", "_token")
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self._t = t
+
+    def __enter__(self) -> None:
+        self._token = _LANDED.set(self._t)
+
+    def __exit__(self, *exc: object) -> None:
+        _LANDED.reset(self._token)
+
+
+def _land(out: torch.Tensor, issue: Callable[[], torch.Tensor]) -> _Landing:
+    t = _LANDED.get()
+    if t is None:
+        return _Landing(out, issue())
+    _LANDED.set(None)
+    return _Landing(out, t, waited=True)
+
+
+def in_flight(work: Any) -> torch.Tensor:
+    """A launched functional collective's result before its ``wait_tensor`` (what the
+    compiler overlaps with the compute placed before the wait)."""
+    if not isinstance(work, _Landing):
+        raise TypeError(f"not a functional collective in flight: {type(work).__name__}")
+    return work.got
 
 
 _FOPS = {"sum": "sum", "avg": "sum", "max": "max", "min": "min"}
@@ -206,19 +251,17 @@ class _Functional(Comm):
         return torch.cat([*(nothing_of(s).to(y.dtype) for s in srcs), y.reshape(-1)]).view(y.shape)
 
     def all_gather(self, ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, group: GroupHandle) -> Any:
-        got = torch.ops._c10d_functional.all_gather_into_tensor(
-            wire_view(inp).contiguous().view(-1), len(group.members), group.pg.group_name)
-        return _Landing(wire_view(out).view(-1), got)
+        return _land(wire_view(out).view(-1), lambda: torch.ops._c10d_functional.all_gather_into_tensor(
+            wire_view(inp).contiguous().view(-1), len(group.members), group.pg.group_name))
 
     def reduce_scatter(self, ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, op: str,
                        group: GroupHandle) -> Any:
-        got = torch.ops._c10d_functional.reduce_scatter_tensor(
-            wire_view(inp, True).contiguous().view(-1), _fop(op, inp.dtype), len(group.members), group.pg.group_name)
-        return _Landing(wire_view(out, True).view(-1), got)
+        return _land(wire_view(out, True).view(-1), lambda: torch.ops._c10d_functional.reduce_scatter_tensor(
+            wire_view(inp, True).contiguous().view(-1), _fop(op, inp.dtype), len(group.members), group.pg.group_name))
 
     def all_reduce(self, ctx: MeshContext, buf: torch.Tensor, op: str, group: GroupHandle) -> Any:
-        got = torch.ops._c10d_functional.all_reduce(wire_view(buf, True), _fop(op, buf.dtype), group.pg.group_name)
-        return _Landing(wire_view(buf, True), got)
+        return _land(wire_view(buf, True), lambda: torch.ops._c10d_functional.all_reduce(
+            wire_view(buf, True), _fop(op, buf.dtype), group.pg.group_name))
 
     def all_to_all(self, ctx: MeshContext, send: torch.Tensor, send_splits: dict[int, list[int]],
                    recv_splits: dict[int, list[int]], group: GroupHandle, out: torch.Tensor | None) -> torch.Tensor:
@@ -237,6 +280,7 @@ class _Local(Comm):
     through the functional collective, which takes them as LocalIntNode SymInts."""
 
     per_rank = True
+    least_chunk = 1  # LocalTensorMode cannot split a buffer of 0 elements per member (torch.split by 0)
 
     def all_gather(self, ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, group: GroupHandle) -> Any:
         _own(_all_gather, wire_view(out), wire_view(inp), group=group.pg, async_op=True).wait()
@@ -263,6 +307,10 @@ class _Local(Comm):
             got = got.wait()
         return got.view(send.dtype) if wire.dtype != send.dtype else got
 
+    def blocks(self, ctx: MeshContext, x: torch.Tensor) -> dict[int, torch.Tensor] | None:
+        inner = getattr(x, "_local_tensors", None)
+        return None if inner is None else {r: inner[r] for r in ctx.ranks}
+
     def map(self, ctx: MeshContext, fn: Callable[..., torch.Tensor], *tensors: torch.Tensor) -> torch.Tensor:
         from torch.distributed._local_tensor import LocalTensor
 
@@ -288,6 +336,23 @@ def of(ctx: MeshContext) -> Any:
                             hint="compile on real ranks (gloo, NCCL), or call shardc eagerly under LocalTensorMode")
         return LOCAL
     return FUNCTIONAL if traced else C10D
+
+
+def blocks(ctx: MeshContext, x: torch.Tensor) -> dict[int, torch.Tensor] | None:
+    """Each rank's block of ``x`` that this process plays: ``{ctx.rank: x}`` on a real group;
+    under LocalTensorMode the LocalTensor's blocks, or None for a plain tensor."""
+    return of(ctx).blocks(ctx, x)
+
+
+def least_chunk(ctx: MeshContext) -> int:
+    """The fewest elements per member a reduce_scatter's buffer may hold (a dummy element
+    keeps an all-empty group whole where the implementation needs one; nothing is sent)."""
+    return int(of(ctx).least_chunk)
+
+
+def one_block(ctx: MeshContext) -> bool:
+    """Whether a call's tensor is this rank's one block (not every simulated rank's)."""
+    return not of(ctx).per_rank
 
 
 def wait(ctx: MeshContext, work: Any) -> None:

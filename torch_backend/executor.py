@@ -38,8 +38,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
@@ -51,12 +49,11 @@ from torch_backend.comm import rank_map
 from torch_backend.dtypes import check_reductions
 from torch_backend.faults import CollectiveError
 from torch_backend.groups import MeshContext, context
-from torch_backend.lean import collective_error, lean_run
+from torch_backend.lean import collective_error
 from torch_backend.runners import RUNNERS, Pieces
-from torch_backend.scratch import Scratch, using
-from torch_backend.type_tags import Tags, output_tags
+from torch_backend.tensor_checks import check_local
 
-__all__ = ["BoundProgram", "CollectiveError", "Pieces", "bind", "build_pieces", "execute"]
+__all__ = ["CollectiveError", "Pieces", "aliases", "build_pieces", "execute"]
 StepHook = Callable[[int, Step], None]
 
 
@@ -94,124 +91,6 @@ def build_pieces(program: Program, ctx: MeshContext) -> list[Pieces]:
     return out
 
 
-_UNSET: Any = object()
-
-
-@dataclass(eq=False)
-class BoundProgram:
-    """A program bound to where it runs: its context and this process's pieces of every
-    step (groups created), built once and replayed by every call; its backward is bound
-    on first use. A one-step program on a real group runs as one function bound on the
-    first call (``torch_backend.lean``), without the interpreter's per-call work."""
-
-    program: Program
-    ctx: MeshContext
-    pieces: list[Pieces]
-    _backward: BoundProgram | None = None
-    scratch: Scratch | None = None  # a prepared program's reused send/receive buffers
-    _lean: Any = field(default=_UNSET, repr=False)  # lean_run's function (None: interpret)
-    expect: Any = field(default=None, repr=False)  # what api.check_tensor's fast test compares, once made
-    tags: Tags = field(init=False, repr=False)  # the output's SPMD types (type_tags.typed_output)
-
-    def __post_init__(self) -> None:
-        self.tags = output_tags(self.program)
-
-    def run(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.compiler.is_compiling():  # traced: the interpreter, on functional collectives
-            return execute(self.program, x, ctx=self.ctx, pieces=self.pieces)
-        lean = self._lean
-        if lean is _UNSET:
-            lean = self.runner()
-        if lean is not None:
-            return lean(x)
-        return self._interpret(x)
-
-    def runner(self) -> Callable[[torch.Tensor], torch.Tensor]:
-        """The function ``run`` calls: the program's lean one where it has one."""
-        if self._lean is _UNSET:
-            self._lean = lean_run(self.program, self.ctx, self.pieces, _aliases, self.scratch)
-        return self._lean if self._lean is not None else self._interpret
-
-    def _interpret(self, x: torch.Tensor) -> torch.Tensor:
-        with using(self.scratch):
-            return execute(self.program, x, ctx=self.ctx, pieces=self.pieces)
-
-    def prepared(self) -> BoundProgram:
-        """This program with buffers of its own that every call reuses (see ``scratch``)."""
-        return BoundProgram(self.program, self.ctx, self.pieces, scratch=Scratch())
-
-    def backward(self, make: Callable[[Program], Program]) -> BoundProgram:
-        """The bound program of ``make(self.program)`` (the gradient's), cached here."""
-        if self._backward is None:
-            bwd = bind(make(self.program), self.ctx)
-            self._backward = bwd.prepared() if self.scratch is not None else bwd
-        return self._backward
-
-
-class Pending:
-    """An async redistribution: ``wait()`` gives the result. Every step before the last
-    collective ran already and the last collective is on the wire (where its kind can be
-    launched, see ``collectives.launch``); ``wait()`` waits for it and runs what follows.
-    Do not modify the input before ``wait()``."""
-
-    def __init__(self, bound: BoundProgram, x: torch.Tensor) -> None:
-        self.bound, self._x = bound, x
-        steps = bound.program.steps
-        last = max((i for i, s in enumerate(steps) if s.is_collective and s.bytes_sent_max > 0), default=-1)
-        self._result: torch.Tensor | None = None
-        self._launched: collectives.Launched | None = None
-        self._rest = last + 1
-        if last > 0:
-            with using(bound.scratch):
-                y = execute(_prefix(bound.program, last), x, ctx=bound.ctx, pieces=bound.pieces[:last])
-        else:
-            y = x
-        if last >= 0:
-            self._launched = collectives.launch(bound.ctx, steps[last], bound.pieces[last], y)
-            if self._launched is None:  # run it now: collectives go out in call order on every rank
-                self._rest = last
-        self._y = y
-        if self._launched is None:
-            self.result()
-
-    def result(self) -> torch.Tensor:
-        """Wait for the collective in flight and run the remaining steps (once)."""
-        if self._result is None:
-            y = self._y
-            if self._launched is not None:
-                work, finish = self._launched
-                b = self.bound
-                try:
-                    comm.wait(b.ctx, work)
-                except RuntimeError as e:
-                    i = self._rest - 1
-                    raise collective_error(b.ctx, b.program, i, b.program.steps[i], e) from e
-                y = finish()
-            b = self.bound
-            rest = b.program.steps[self._rest:]
-            if rest:
-                with using(b.scratch):
-                    y = execute(_suffix(b.program, self._rest), y, ctx=b.ctx, pieces=b.pieces[self._rest:])
-            if _aliases(b.ctx, y, self._x):
-                y = rank_map(b.ctx, lambda r, t: t.clone(memory_format=torch.contiguous_format), y)
-            self._result, self._y, self._launched = y, None, None
-        return self._result
-
-
-def _prefix(program: Program, k: int) -> Program:
-    return Program(program.mesh, program.src, program.steps[k - 1].dst, program.steps[:k], program.cost)
-
-
-def _suffix(program: Program, k: int) -> Program:
-    return Program(program.mesh, program.steps[k].src, program.dst, program.steps[k:], program.cost)
-
-
-def bind(program: Program, ctx: MeshContext | None = None) -> BoundProgram:
-    """Check ``program`` against ``ctx``, build this process's pieces and create its groups."""
-    ctx = ctx if ctx is not None else context(program.mesh)
-    return BoundProgram(program, ctx, build_pieces(program, ctx))
-
-
 def execute(program: Program, x: torch.Tensor, *, ctx: MeshContext | None = None,
             timings: list[float] | None = None, on_step: StepHook | None = None,
             pieces: list[Pieces] | None = None) -> torch.Tensor:
@@ -224,8 +103,6 @@ def execute(program: Program, x: torch.Tensor, *, ctx: MeshContext | None = None
     has checked them).
     """
     if pieces is None:
-        from torch_backend.api import check_local
-
         check_program(program)
         if not isinstance(x, torch.Tensor):
             raise SpecError(f"expected a torch.Tensor, got {type(x).__name__}",
@@ -249,12 +126,12 @@ def execute(program: Program, x: torch.Tensor, *, ctx: MeshContext | None = None
             if y.is_cuda:
                 torch.cuda.synchronize(y.device)
             timings.append(time.perf_counter() - t0)
-    if _aliases(ctx, y, x):
+    if aliases(ctx, y, x):
         y = rank_map(ctx, lambda r, t: t.clone(memory_format=torch.contiguous_format), y)
     return y
 
 
-def _aliases(ctx: MeshContext, y: torch.Tensor, x: torch.Tensor) -> bool:
+def aliases(ctx: MeshContext, y: torch.Tensor, x: torch.Tensor) -> bool:
     def same(a: torch.Tensor, b: torch.Tensor) -> bool:
         return a.numel() > 0 and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 

@@ -157,10 +157,6 @@ class MeshContext:
         return self.dm_ref() if self.dm_ref is not None else None
 
     @property
-    def is_local(self) -> bool:
-        return self.local_mode is not None
-
-    @property
     def rank(self) -> int:
         """This process's mesh rank (real process groups only)."""
         return self.ranks[0]
@@ -168,7 +164,7 @@ class MeshContext:
     def group(self, axes: tuple[str, ...], rank: int) -> GroupHandle:
         """The process group of ``rank``'s group over ``axes`` (created on first use)."""
         key = tuple(sorted(axes, key=self.mesh.index))
-        if self.is_local:
+        if self.local_mode is not None:
             # one process group (rank 0's) stands for all; members follow LocalTensorMode,
             # which runs each fiber in ascending rank order
             handle = self._members.get(key)

@@ -73,9 +73,8 @@ def reduce_scatter(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pie
                    xs: Sequence[torch.Tensor], launch_only: bool = False) -> Any:
     blocks = _stack(ctx, xs)
     op = steps[0].op or "sum"
-    # LocalTensorMode cannot split a buffer of 0 elements per member: keep one dummy element
     sizes = {r: [p[r].chunk for p in pieces] for r in ctx.ranks}
-    total = {r: max(sum(sizes[r]), 1 if comm.of(ctx).per_rank else 0) for r in ctx.ranks}
+    total = {r: max(sum(sizes[r]), comm.least_chunk(ctx)) for r in ctx.ranks}
 
     def pack(r: int) -> torch.Tensor:
         n = pieces[0][r].n

@@ -20,32 +20,19 @@ import torch
 
 from lowering.program import Program
 from spec_lang.ir import Mesh, TensorType
-from torch_backend import autograd, traced
+from torch_backend import traced
 from torch_backend.agree import Checks, agreed, describe
-from torch_backend.api import (
-    agree_default,
-    agreed_program,
-    agreeing,
-    bound_call,
-    check_agree,
-    check_tensor,
-    expected_block,
-    fits_block,
-)
-from torch_backend.executor import BoundProgram
+from torch_backend.api import agree_default, agreed_program, agreeing, bound_for, check_agree
+from torch_backend.bound import Bound
 from torch_backend.groups import context
-from torch_backend.type_tags import typed_output
 
 
 class Redistributor:
     """A compiled, bound redistribution; call it on this rank's block."""
 
-    def __init__(self, bound: BoundProgram, agree: bool | None = None) -> None:
+    def __init__(self, bound: Bound, agree: bool | None = None) -> None:
         self._bound = bound
         self._agree = agree
-        # what a plain tensor of a real group must have, and the bound function: a call that
-        # fits runs it straight away (with agree, async_op or anything else, every check runs)
-        self._hot = (expected_block(bound.program.src, bound.ctx), bound.runner())
 
     @property
     def program(self) -> Program:
@@ -65,23 +52,22 @@ class Redistributor:
         if torch.compiler.is_dynamo_compiling():
             return traced.call("prepared", self, x, async_op=async_op)
         b = self._bound
-        want, run = self._hot
-        if want and not async_op and type(x) is torch.Tensor and fits_block(x, want) and not (
-                self._agree if self._agree is not None else agree_default()):
-            y = autograd.Redistribute.apply(x, b) if x.requires_grad and torch.is_grad_enabled() else run(x)
-            return typed_output(y, x, b.tags)
+        if not async_op and not (self._agree if self._agree is not None else agree_default()):
+            y = b.hot(x)  # the fast path (api.redistribute's, without the lookup)
+            if y is not None:
+                return y
         if agreeing(self._agree):
             def run(found: Checks) -> torch.Tensor:
                 found.ctx = b.ctx
                 found.call = describe([(b.program.src, b.program.dst)], b.ctx, [x])
-                return check_tensor(x, b.program.src, b.ctx, b)
+                return b.check(x)
 
             x = agreed(b.program.mesh, run)
         else:
-            x = check_tensor(x, b.program.src, b.ctx, b)
+            x = b.check(x)
         if async_op:
-            return autograd.apply_async(b.program, x, b.ctx, bound=b)
-        return autograd.apply(b.program, x, b.ctx, bound=b)
+            return b.start([x], one=True)
+        return b.call_one(x)
 
     # a constant of a compiled region (``torch_backend.traced``), guarded on identity
     def __eq__(self, other: object) -> bool:
@@ -97,6 +83,22 @@ class Redistributor:
 @traced.entry("prepared")
 def _call_prepared(prepared: Redistributor, x: torch.Tensor) -> Any:
     return prepared(x)
+
+
+# async_op=True inside torch.compile, in two regions around the user's wait (traced.Waiting)
+@traced.entry("prepared.splits")
+def _async_splits(prepared: Redistributor) -> bool:
+    return prepared._bound.issues()
+
+
+@traced.entry("prepared.start")
+def _async_start(prepared: Redistributor, x: Any) -> torch.Tensor:
+    return prepared._bound.issue(x)
+
+
+@traced.entry("prepared.finish")
+def _async_finish(x: Any, got: torch.Tensor, prepared: Redistributor) -> torch.Tensor:
+    return prepared._bound.land(x, got)
 
 
 torch.utils._pytree.register_constant(Redistributor)
@@ -127,4 +129,4 @@ def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str
             found.call = describe([(program.src, program.dst)], ctx)
 
         agreed(mesh, run)
-    return Redistributor(bound_call(src, dst, mesh, timeout=timeout).prepared(), agree)
+    return Redistributor(bound_for((src,), (dst,), mesh, timeout).prepared(), agree)

@@ -78,15 +78,42 @@ def _region(name: str, args: Any, kwargs: Any) -> Any:
 
 
 class Ready:
-    """``async_op=True`` inside a compiled region: the collectives are functional ops in the
-    graph, each followed by its ``wait_tensor``, which the compiler places (inductor may
-    sink it after independent compute); ``wait()`` gives the result."""
+    """``async_op=True`` inside a compiled region where the call cannot be split (several
+    programs, no collective left in flight): its collectives are functional ops in the
+    graph, each followed by its ``wait_tensor``, which the compiler places; ``wait()``
+    gives the result."""
 
     def __init__(self, value: Any) -> None:
         self.value = value
 
     def wait(self) -> Any:
         return self.value
+
+
+class Waiting:
+    """``async_op=True`` inside a compiled region, as two regions: the first ran the steps
+    up to the last collective and issued it (``name.start``); ``wait()`` is the functional
+    ``wait_tensor`` on its result, where the user put it (compute between the call and
+    ``wait()`` stands between the collective and its wait in the graph), then the second
+    region (``name.finish``): the step's result landed and the steps after it."""
+
+    def __init__(self, name: str, x: torch.Tensor, got: torch.Tensor, args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> None:
+        self.name, self.x, self.got, self.args, self.kwargs = name, x, got, args, kwargs
+        self.out: Any = None
+
+    def wait(self) -> Any:
+        if self.out is None:
+            done = torch.ops._c10d_functional.wait_tensor(self.got)
+            self.out = _region(self.name + ".finish", (self.x, done, *self.args), self.kwargs)
+        return self.out
+
+
+@torch.compiler.assume_constant_result
+def _splits(name: str, args: Any, kwargs: Any) -> bool:
+    """Run once at trace time (its arguments are constants of the trace): whether the async
+    call ``name`` splits around its last collective (``name.splits``)."""
+    return bool(_ENTRIES[name + ".splits"](*_real(args), **_real(kwargs)))
 
 
 def check_compiled_flags(agree: Any, timeout: Any) -> None:
@@ -101,7 +128,17 @@ def check_compiled_flags(agree: Any, timeout: Any) -> None:
 
 
 def call(name: str, *args: Any, async_op: bool = False, **kwargs: Any) -> Any:
-    """The traced call ``name`` (from inside dynamo's trace): one opaque region. Arguments
-    that are None are left out (the region takes no None): pass them by keyword."""
-    out = _region(name, args, {k: v for k, v in kwargs.items() if v is not None})
+    """The traced call ``name`` (from inside dynamo's trace): one opaque region, or with
+    ``async_op`` two around the user's wait where ``name.splits`` says so (``Waiting``).
+    Arguments that are None are left out (the region takes no None): pass them by
+    keyword; the tensor is the first argument that is one."""
+    kw = {k: v for k, v in kwargs.items() if v is not None}
+    if async_op and name + ".splits" in _ENTRIES:
+        i = next(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
+        rest = args[:i] + args[i + 1:]
+        plain = {k: v for k, v in kw.items() if k not in ("agree", "timeout")}
+        if _splits(name, rest, plain):
+            got = _region(name + ".start", args, kw)
+            return Waiting(name, args[i], got, rest, kw)
+    out = _region(name, args, kw)
     return Ready(out) if async_op else out

@@ -18,7 +18,7 @@ import torch
 from lowering.kinds.copies import Copy
 from lowering.program import Step
 from torch_backend import comm
-from torch_backend.collectives import Plans, _first, _group, _pack_exchange
+from torch_backend.collectives import Plans, first_plan, pack_exchange, step_group
 from torch_backend.comm import finish_avg, rank_map, tied
 from torch_backend.groups import MeshContext
 from torch_backend.runners import runs
@@ -28,15 +28,15 @@ from torch_backend.strided import contiguous, nothing_of, run_copies
 
 def _exchange(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor | None:
     """The flat receive buffer of every played rank (None when nothing leaves any rank)."""
-    if step.bytes_sent_max == 0 or _first(plans).n == 1:
+    if step.bytes_sent_max == 0 or first_plan(plans).n == 1:
         return None
     send_splits = {r: [pc.numel for pc in p.send] for r, p in plans.items()}  # type: ignore[attr-defined]
     recv_splits = {r: [pc.numel for pc in p.recv] for r, p in plans.items()}  # type: ignore[attr-defined]
-    send = rank_map(ctx, lambda r, t: _pack_exchange(plans[r], t), x)
-    g = _group(ctx, step)
+    send = rank_map(ctx, lambda r, t: pack_exchange(plans[r], t), x)
+    g = step_group(ctx, step)
     if comm.of(ctx).per_rank:
         return comm.all_to_all(ctx, send, send_splits, recv_splits, g)
-    p = _first(plans)
+    p = first_plan(plans)
     recv = buffer(p, "recv", p.recv_elems, x)  # type: ignore[attr-defined]
     return comm.all_to_all(ctx, send, send_splits, recv_splits, g, out=recv)
 
@@ -132,10 +132,10 @@ def all_gatherv(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> 
     (torch.compile's functional collectives, LocalTensorMode), one ``all_to_all_single``
     with exact splits: each rank's segment to every peer, so one collective in the graph.
     """
-    p0 = _first(plans)
+    p0 = first_plan(plans)
     if p0.n == 1 or not step.bytes_sent_max:  # every other segment is empty: the own one is all
         return rank_map(ctx, lambda r, t: _unpack(ctx, plans[r], _own_segment(plans[r], t)), x)
-    g = _group(ctx, step)
+    g = step_group(ctx, step)
     if comm.of(ctx).p2p:
         return _gather_ring(ctx, g, p0, x)
     return _gather_once(ctx, g, plans, x)

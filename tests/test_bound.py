@@ -1,0 +1,93 @@
+"""One execution stack (issue 27): ``redistribute``, a ``Redistributor``'s call and
+``redistribute_many``, sync and async, run one bound object (``torch_backend.bound.Bound``)
+on one autograd Function whose backward is the same object's dual; one cache of bound
+calls, least recently used evicted first. Values against numpy written from the layout's
+definition (an all_gather over dp is the concatenation of the blocks, its gradient the slice)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch_utils import from_local, local_mode, to_local  # noqa: E402
+
+import torch_backend  # noqa: E402
+from torch_backend import api  # noqa: E402
+from torch_backend.bound import Bound  # noqa: E402
+
+MESH, SRC, DST = "dp=4", "f64[8@dp,3]", "f64[8,3]"
+
+
+def _blocks(rng: np.random.Generator) -> tuple[np.ndarray, list[torch.Tensor]]:
+    g = rng.standard_normal((8, 3))
+    return g, [torch.tensor(g[2 * r:2 * r + 2]) for r in range(4)]
+
+
+def test_every_call_form_is_one_function_with_the_same_values_and_gradients(fake_pg: Callable[[int], None]) -> None:
+    rng = np.random.default_rng(0)
+    g, blocks = _blocks(rng)
+    grad = rng.standard_normal((8, 3))
+    with local_mode(fake_pg, 4) as lm:
+        f = torch_backend.redistributor(SRC, DST, MESH)
+        calls = {
+            "redistribute": lambda x: torch_backend.redistribute(x, SRC, DST, MESH),
+            "redistributor": lambda x: f(x),
+            "redistribute_many": lambda x: torch_backend.redistribute_many([x], [SRC], [DST], MESH)[0],
+            "async": lambda x: torch_backend.redistribute(x, SRC, DST, MESH, async_op=True).wait(),
+            "redistributor async": lambda x: f(x, async_op=True).wait(),
+            "many async": lambda x: torch_backend.redistribute_many([x], [SRC], [DST], MESH, async_op=True).wait()[0],
+        }
+        functions = set()
+        for name, call in calls.items():
+            x = to_local(lm, blocks, requires_grad=True)
+            y = call(x)
+            functions.add(type(y.grad_fn).__name__)
+            (gx,) = torch.autograd.grad(y, x, grad_outputs=to_local(lm, [torch.tensor(grad)] * 4))
+            for r, (yr, gr) in enumerate(zip(from_local(y), from_local(gx))):
+                np.testing.assert_array_equal(yr.numpy(), g, err_msg=f"{name}: rank {r}'s result")
+                np.testing.assert_array_equal(gr.numpy(), grad[2 * r:2 * r + 2], err_msg=f"{name}: rank {r}'s gradient")
+    assert len(functions) == 1, functions
+
+
+def test_the_dual_is_a_bound_made_once_and_its_dual_runs_the_forward(fake_pg: Callable[[int], None]) -> None:
+    with local_mode(fake_pg, 4):
+        b = torch_backend.redistributor(SRC, DST, MESH)._bound
+        d = b.dual()
+        assert isinstance(d, Bound) and d is b.dual()
+        assert d.scratch is not None  # a prepared call's backward reuses buffers of its own too
+        assert d.program.src == b.program.dst and [s.kind for s in d.program.steps] == ["slice"]
+        assert d.dual().programs == b.programs
+
+
+def test_redistribute_many_of_one_is_redistribute_s_bound(fake_pg: Callable[[int], None]) -> None:
+    from torch_backend.coalesce import prepare_many
+
+    fake_pg(4)  # a process group of 4 ranks (this is rank 0), no LocalTensorMode: contexts are cached
+    one = api.bound_call(SRC, DST, MESH)
+    assert prepare_many([SRC], [DST], MESH) is one
+    assert api.hot_bound(SRC, DST, MESH) is one  # the fast path's one lookup finds it too
+    many = prepare_many([SRC, DST], [DST, SRC], MESH)
+    assert len(many.programs) == 2 and many.pieces[0] is one.pieces[0]  # the one-program bound's pieces
+
+
+def test_the_cache_evicts_the_least_recently_used_call_one_at_a_time(fake_pg: Callable[[int], None],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    pairs = [("f64[8@dp,3]", "f64[8,3]"), ("f64[8,3]", "f64[8@dp,3]"), ("f64[8@dp,3]", "f64[8,3@dp]"),
+             ("f64[8,3@dp]", "f64[8@dp,3]")]
+    from spec_lang import parse_mesh
+
+    mesh = parse_mesh(MESH)  # a Mesh, not a string: one cache entry per call (no string key beside it)
+    fake_pg(4)
+    torch_backend.clear_caches()
+    monkeypatch.setattr(api, "_BOUND_MAX", 3)
+    made = [api.bound_call(s, d, mesh) for s, d in pairs[:3]]
+    assert api.bound_call(*pairs[0], mesh) is made[0]  # now the most recently used
+    api.bound_call(*pairs[3], mesh)  # a fourth: one entry goes, the least recently used
+    assert len(api._BOUND) == 3
+    assert api.bound_call(*pairs[0], mesh) is made[0]
+    assert api.bound_call(*pairs[2], mesh) is made[2]
+    assert api.bound_call(*pairs[1], mesh) is not made[1]  # evicted, so made again

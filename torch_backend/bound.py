@@ -1,0 +1,384 @@
+"""The one bound object: N >= 1 programs on one mesh, bound to where they run.
+
+``redistribute``, a ``Redistributor``'s call and ``redistribute_many`` all run a
+``Bound``: its programs, their context and this process's pieces of every step (groups
+created), built once and replayed by every call. The same object runs them:
+
+* ``run``: one program through its own runner (a one-step program on a real group is one
+  closure, ``torch_backend.lean``; otherwise the interpreter, ``executor.execute``); many
+  programs jointly, in rounds whose same-kind collectives are packed into one
+  (``lowering.joint``, ``torch_backend.packed``);
+* ``start``: the async form (``Pending``): every round before the last that holds a
+  collective runs, that round's collectives go on the wire where their kind allows,
+  the rest runs at ``wait()``;
+* ``dual``: the gradient's ``Bound`` (``autograd.backward_program`` of each program), the
+  same type, built on first use and kept here; one autograd Function (``_Run``) records
+  both the sync run and the async finish, with the dual as its backward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from lowering.joint import JointProgram, Merged, plan_jointly
+from lowering.layout import group_ranks, local_shapes
+from lowering.program import Program
+from torch_backend import collectives, comm
+from torch_backend.autograd import backward_program
+from torch_backend.dtypes import to_torch_dtype
+from torch_backend.executor import aliases, build_pieces, execute
+from torch_backend.faults import CollectiveError
+from torch_backend.groups import MeshContext, context
+from torch_backend.lean import collective_error, lean_run
+from torch_backend.packed import LAUNCHABLE, PACKED
+from torch_backend.runners import RUNNERS, Pieces
+from torch_backend.scratch import Scratch, using
+from torch_backend.tensor_checks import check_tensor, expected_block, fits_block
+from torch_backend.type_tags import Tags, output_tags, typed_output
+
+_UNSET: Any = object()
+
+
+@dataclass(eq=False)
+class Bound:
+    """``programs`` (one or more, one mesh) bound to ``ctx``: this process's pieces of
+    every step. ``scratch``: a prepared call's reused send/receive buffers."""
+
+    programs: tuple[Program, ...]
+    ctx: MeshContext
+    pieces: tuple[list[Pieces], ...]
+    scratch: Scratch | None = None
+    tags: list[Tags] = field(init=False, repr=False)  # each output's SPMD types (type_tags.typed_output)
+    expect: list[tuple[Any, ...]] = field(init=False, repr=False)  # what a fitting tensor has (fits_block)
+    _joint: JointProgram | None = field(default=None, repr=False)
+    _one: Any = field(default=_UNSET, repr=False)  # the runner of one program, once made
+    _dual: Bound | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.tags = [output_tags(p) for p in self.programs]
+        self.expect = [expected_block(p.src, self.ctx) for p in self.programs]
+
+    @property
+    def program(self) -> Program:
+        """The program of a one-program bound (``redistribute``, a ``Redistributor``)."""
+        return self.programs[0]
+
+    @property
+    def joint(self) -> JointProgram:
+        """The programs in lockstep rounds (made on first use: one program's rounds are its steps)."""
+        if self._joint is None:
+            self._joint = plan_jointly(self.programs)
+        return self._joint
+
+    # ---- running ---------------------------------------------------------------------
+
+    def check(self, x: Any) -> torch.Tensor:
+        """A one-program call's tensor against its source type (``tensor_checks``)."""
+        return check_tensor(x, self.program.src, self.ctx, self.expect[0])
+
+    def fits(self, x: Any, j: int = 0) -> bool:
+        """The fast path's test: ``x`` is a plain tensor with what program ``j`` expects."""
+        want = self.expect[j]
+        return bool(want) and type(x) is torch.Tensor and fits_block(x, want)
+
+    def hot(self, x: Any) -> torch.Tensor | None:
+        """The fast path of a one-program call (``redistribute``'s after its lookup, a
+        ``Redistributor``'s): a plain tensor that ``fits`` runs at once, differentiable and
+        typed; anything else is None (the caller checks it). A plain tensor is never a
+        traced one, so this never asks whether torch.compile traces."""
+        want = self.expect[0]
+        if not want or type(x) is not torch.Tensor or not fits_block(x, want):
+            return None
+        if x.requires_grad and torch.is_grad_enabled():
+            y = _Run.apply(self, None, x)[0]
+        else:
+            run = self._one
+            y = (run if run is not _UNSET else self.runner())(x)
+        return typed_output(y, x, self.tags[0])
+
+    def run(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Every program on its (checked) tensor; the results never alias the inputs."""
+        if len(self.programs) == 1:
+            return [self.run_one(xs[0])]
+        with using(self.scratch):
+            return self.unaliased(xs, self.run_rounds(list(xs), self.joint.rounds))
+
+    def run_one(self, x: torch.Tensor) -> torch.Tensor:
+        """A one-program bound on its tensor."""
+        if torch.compiler.is_compiling():  # traced: the interpreter, on functional collectives
+            return execute(self.program, x, ctx=self.ctx, pieces=self.pieces[0])
+        run = self._one
+        return (run if run is not _UNSET else self.runner())(x)
+
+    def runner(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The function ``run_one`` calls: the program's lean closure where it has one."""
+        if self._one is _UNSET:
+            lean = lean_run(self.program, self.ctx, self.pieces[0], aliases, self.scratch)
+            self._one = lean if lean is not None else self._interpret
+        run: Callable[[torch.Tensor], torch.Tensor] = self._one
+        return run
+
+    def _interpret(self, x: torch.Tensor) -> torch.Tensor:
+        with using(self.scratch):
+            return execute(self.program, x, ctx=self.ctx, pieces=self.pieces[0])
+
+    def run_rounds(self, ys: list[torch.Tensor], rounds: Sequence[tuple[Merged, ...]]) -> list[torch.Tensor]:
+        for rnd in rounds:
+            for g in rnd:
+                self.run_group(g, ys)
+        return ys
+
+    def run_group(self, g: Merged, ys: list[torch.Tensor]) -> None:
+        """One round's group: a step alone, or same-kind steps packed into one collective."""
+        try:
+            if not g.packed:
+                j, i = g.members[0]
+                step = self.programs[j].steps[i]
+                ys[j] = RUNNERS[step.kind](self.ctx, step, self.pieces[j][i], ys[j])
+                return
+            steps = [self.joint.step(ref) for ref in g.members]
+            outs = PACKED[g.kind](self.ctx, steps, [self.pieces[j][i] for j, i in g.members],
+                                  [ys[j] for j, _ in g.members])
+        except RuntimeError as e:
+            err = self.failed(g, e)
+            if err is e:
+                raise
+            raise err from e
+        for (j, _), y in zip(g.members, outs):
+            ys[j] = y
+
+    def failed(self, g: Merged, e: RuntimeError) -> RuntimeError:
+        """The error of a failed group: a CollectiveError naming the step, the tensors, the
+        group and who is at fault (a local step's error as it is)."""
+        j, i = g.members[0]
+        step = self.programs[j].steps[i]
+        if not step.is_collective or isinstance(e, CollectiveError):
+            return e
+        ctx = self.ctx
+        if len(self.programs) == 1:
+            return collective_error(ctx, self.program, i, step, e)
+        members = group_ranks(self.program.mesh, step.axes, ctx.ranks[0])
+        tensors = sorted({j for j, _ in g.members})
+        where = (f"rank {ctx.ranks[0] if len(ctx.ranks) == 1 else list(ctx.ranks)}: {step.describe()} of "
+                 f"tensor{'s' if len(tensors) > 1 else ''} {tensors} on group {list(members)}")
+        return comm.failed(ctx, where, e, members, step.axes)
+
+    def unaliased(self, xs: Sequence[torch.Tensor], ys: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The results, none sharing memory with an input (a lone view is copied)."""
+        for j, (x, y) in enumerate(zip(xs, ys)):
+            if aliases(self.ctx, y, x):
+                ys[j] = comm.rank_map(self.ctx, lambda r, t: t.clone(memory_format=torch.contiguous_format), y)
+        return ys
+
+    # ---- calls -----------------------------------------------------------------------
+
+    def call_one(self, x: torch.Tensor) -> torch.Tensor:
+        """A one-program call on its checked tensor: differentiable, its output typed."""
+        y = _Run.apply(self, None, x)[0] if x.requires_grad and torch.is_grad_enabled() else self.run_one(x)
+        return typed_output(y, x, self.tags[0])
+
+    def call(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Every program on its checked tensor: differentiable, the outputs typed."""
+        if torch.is_grad_enabled() and any(x.requires_grad for x in xs):
+            ys = list(_Run.apply(self, None, *xs))
+        else:
+            ys = self.run(xs)
+        return self.typed(ys, xs)
+
+    def typed(self, ys: list[torch.Tensor], xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        return [typed_output(y, x, t) for y, x, t in zip(ys, xs, self.tags)]
+
+    def start(self, xs: Sequence[torch.Tensor], one: bool) -> Handle:
+        """The async call: its handle (``one``: ``wait()`` gives a tensor, else a list)."""
+        return Handle(Pending(self, [x.detach() if x.requires_grad else x for x in xs]), xs, one)
+
+    def last_collective(self) -> int:
+        """The last round holding a collective that sends anything (-1: none): where an
+        async call leaves its collectives on the wire."""
+        joint = self.joint
+        return max((k for k, rnd in enumerate(joint.rounds) for g in rnd for m in g.members
+                    if joint.step(m).is_collective and joint.step(m).bytes_sent_max > 0), default=-1)
+
+    # ---- async under torch.compile: two traced regions around the user's wait ----------
+
+    def issues(self) -> bool:
+        """Whether ``issue`` applies: one program whose last collective can stay in flight."""
+        k = self.last_collective()
+        return (len(self.programs) == 1 and k >= 0
+                and collectives.launchable(self.ctx, self.program.steps[k], self.pieces[0][k]))
+
+    def issue(self, x: Any) -> torch.Tensor:
+        """``x`` checked, the steps before the last collective, and that collective issued:
+        its result before its wait (``comm.in_flight``), for the user's code to wait on."""
+        k = self.last_collective()
+        y = self.run_rounds([self.check(x).detach()], self.joint.rounds[:k])[0]
+        launched = collectives.launch(self.ctx, self.program.steps[k], self.pieces[0][k], y)
+        assert launched is not None  # issues() said so
+        return comm.in_flight(launched[0])
+
+    def land(self, x: Any, got: torch.Tensor) -> torch.Tensor:
+        """The rest of ``issue``'s call: ``got`` (waited) landed as the last collective's
+        result, the steps after it run; differentiable in ``x`` like the sync call."""
+        x = self.check(x)
+        landed = Landed(self, x, got)
+        y = _Run.apply(self, landed, x)[0] if x.requires_grad and torch.is_grad_enabled() else landed.result()[0]
+        return typed_output(y, x, self.tags[0])
+
+    # ---- the gradient ----------------------------------------------------------------
+
+    def dual(self) -> Bound:
+        """The bound gradient programs (the SPMD type system's duals), a prepared call's
+        with buffers of their own; built once."""
+        if self._dual is None:
+            dual = bind([backward_program(p) for p in self.programs], self.ctx)
+            self._dual = dual.prepared() if self.scratch is not None else dual
+        return self._dual
+
+    def prepared(self) -> Bound:
+        """These programs with buffers of their own that every call reuses (``scratch``)."""
+        return Bound(self.programs, self.ctx, self.pieces, Scratch(), _joint=self._joint)
+
+    def zeros(self, j: int) -> torch.Tensor:
+        """A zero gradient for output ``j`` that autograd did not use (its dual type's blocks)."""
+        p = self.programs[j]
+        shapes = local_shapes(p.dst, p.mesh)
+        dt = to_torch_dtype(p.dst.dtype)
+        return comm.rank_map(self.ctx, lambda r: torch.zeros(shapes[r], dtype=dt))
+
+
+def bind(programs: Program | Sequence[Program], ctx: MeshContext | None = None) -> Bound:
+    """Check the programs against ``ctx``, build this process's pieces and create its groups."""
+    ps = (programs,) if isinstance(programs, Program) else tuple(programs)
+    ctx = ctx if ctx is not None else context(ps[0].mesh)
+    return Bound(ps, ctx, tuple(build_pieces(p, ctx) for p in ps))
+
+
+def joined(bounds: Sequence[Bound]) -> Bound:
+    """One bound of several one-program bounds on one context (their pieces reused)."""
+    return Bound(tuple(b.program for b in bounds), bounds[0].ctx, tuple(b.pieces[0] for b in bounds))
+
+
+class Pending:
+    """An async call in flight: the rounds before the last one holding a collective ran,
+    that round's collectives are on the wire where their kind can be launched
+    (``collectives.launch``; packed all_gathers, reduce_scatters, all_reduces), its other
+    steps ran; ``result()`` waits for them in launch order and runs what follows (once).
+    Do not modify the inputs before it."""
+
+    def __init__(self, bound: Bound, xs: list[torch.Tensor]) -> None:
+        self.bound, self._xs = bound, xs
+        rounds, last = bound.joint.rounds, bound.last_collective()
+        self._inflight: list[tuple[Merged, tuple[int, ...], Any, Callable[[], Any]]] = []
+        self._rest = rounds[last + 1:]
+        self._result: list[torch.Tensor] | None = None
+        with using(bound.scratch):
+            ys = bound.run_rounds(list(xs), rounds[:last])
+            for g in rounds[last] if last >= 0 else ():
+                launched = self._launch(g, ys)
+                if launched is None:  # run it now: collectives go out in call order on every rank
+                    bound.run_group(g, ys)
+                else:
+                    self._inflight.append((g, *launched))
+        self._ys = ys
+        if not self._inflight:
+            self.result()
+
+    def _launch(self, g: Merged, ys: list[torch.Tensor]) -> tuple[tuple[int, ...], Any, Callable[[], Any]] | None:
+        b = self.bound
+        if g.packed and g.kind in LAUNCHABLE:  # where nothing stays on the wire, the work is None
+            steps = [b.joint.step(ref) for ref in g.members]
+            work, unpack = PACKED[g.kind](b.ctx, steps, [b.pieces[j][i] for j, i in g.members],
+                                          [ys[j] for j, _ in g.members], launch_only=True)
+            return tuple(j for j, _ in g.members), work, unpack
+        if not g.packed:
+            j, i = g.members[0]
+            out = collectives.launch(b.ctx, b.programs[j].steps[i], b.pieces[j][i], ys[j])
+            if out is not None:
+                work, finish = out
+                return (j,), work, lambda: [finish()]
+        return None
+
+    def result(self) -> list[torch.Tensor]:
+        """The results (the same list on every call)."""
+        if self._result is None:
+            b, ys = self.bound, self._ys
+            for g, members, work, unpack in self._inflight:
+                try:
+                    comm.wait(b.ctx, work)
+                except RuntimeError as e:
+                    err = b.failed(g, e)
+                    if err is e:
+                        raise
+                    raise err from e
+                for j, y in zip(members, unpack()):
+                    ys[j] = y
+            with using(b.scratch):
+                ys = b.run_rounds(ys, self._rest)
+            self._result, self._inflight, self._ys = b.unaliased(self._xs, ys), [], []
+        return self._result
+
+
+class Landed:
+    """The end of a compiled async call (``Bound.land``): the last collective replayed with
+    its waited result landed in place of issuing it (``comm.landed``), then the rest."""
+
+    def __init__(self, bound: Bound, x: torch.Tensor, got: torch.Tensor) -> None:
+        self.bound, self._x, self._got = bound, x, got
+
+    def result(self) -> list[torch.Tensor]:
+        b = self.bound
+        k = b.last_collective()
+        plans = b.pieces[0][k]
+        like = self._x.new_empty(plans[b.ctx.rank].in_shape)  # the step's input: only its shape counts
+        with comm.landed(self._got):
+            launched = collectives.launch(b.ctx, b.program.steps[k], plans, like)
+        assert launched is not None
+        work, finish = launched
+        comm.wait(b.ctx, work)
+        return b.run_rounds([finish()], b.joint.rounds[k + 1:])
+
+
+class Handle:
+    """What an ``async_op=True`` call returns: ``wait()`` gives the result (a tensor for
+    one, a list for many; the same object on every call), differentiable when an input
+    requires grad."""
+
+    def __init__(self, pending: Pending, xs: Sequence[torch.Tensor], one: bool) -> None:
+        self._pending, self._xs, self._one = pending, list(xs), one
+        self._out: list[torch.Tensor] | None = None
+
+    def wait(self) -> Any:
+        if self._out is None:
+            p = self._pending
+            if torch.is_grad_enabled() and any(x.requires_grad for x in self._xs):
+                ys = list(_Run.apply(p.bound, p, *self._xs))
+            else:
+                ys = list(p.result())
+            self._out = p.bound.typed(ys, self._xs)
+        return self._out[0] if self._one else self._out
+
+
+class _Run(torch.autograd.Function):
+    """A bound call on autograd's tape (its run, or the finish of its ``Pending``), with
+    the bound dual as its backward."""
+
+    @staticmethod
+    def forward(ctx: Any, bound: Bound, pending: Pending | Landed | None, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
+        ctx.bound = bound
+        return tuple(pending.result() if pending is not None else bound.run(xs))
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:  # type: ignore[override]
+        bound: Bound = ctx.bound
+        filled = [g if g is not None else bound.zeros(j) for j, g in enumerate(grads)]
+        dual = bound.dual()
+        # where autograd records the backward itself (create_graph=True: a gradient penalty,
+        # a Hessian-vector product) the dual runs on the tape too, so the gradient has its own
+        # backward (the dual of the dual is the forward) instead of counting as a constant
+        if torch.is_grad_enabled() and any(g.requires_grad for g in filled):
+            return (None, None, *_Run.apply(dual, None, *filled))
+        return (None, None, *dual.run(filled))

@@ -1,0 +1,115 @@
+"""Everything a call checks about a tensor: its layout (dense), dtype, device and shape on
+each rank this process plays (every simulated rank under LocalTensorMode), before any
+collective. A plain tensor of a real group that matches what a bound program expects
+(``expected_block``) passes with three comparisons (``fits_block``): the fast path of a
+repeated call; any other tensor goes through every check (``check_local``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from lowering.layout import local_shape, local_shapes
+from spec_lang.errors import SpecError
+from spec_lang.ir import Mesh, TensorType
+from torch_backend import comm
+from torch_backend.dtypes import dtype_name, short_name, to_torch_dtype
+from torch_backend.groups import MeshContext
+
+_DEVICE_TEST = {"gloo": "is_cpu", "nccl": "is_cuda"}  # check_local's device rule per backend
+
+
+def check_tensor(x: Any, t: TensorType, ctx: MeshContext, want: tuple[Any, ...] = ()) -> torch.Tensor:
+    """``x`` against the source type ``t``: returns ``x`` (under LocalTensorMode a plain
+    tensor becomes a LocalTensor). ``want``: ``expected_block(t, ctx)``, where the caller
+    keeps it; a tensor that fits it skips the rest."""
+    if not isinstance(x, torch.Tensor):
+        raise SpecError(f"expected a torch.Tensor, got {type(x).__name__}",
+                        hint="pass this rank's local block as a tensor")
+    if want and fits_block(x, want):
+        return x
+    return check_local(x, t, ctx)
+
+
+def check_all(xs: Sequence[Any], types: Sequence[TensorType], ctx: MeshContext,
+              wants: Sequence[tuple[Any, ...]] | None = None) -> list[torch.Tensor]:
+    """Every tensor against its source type; the first that fails is the error, naming it."""
+    out = []
+    for i, (x, t) in enumerate(zip(xs, types)):
+        try:
+            out.append(check_tensor(x, t, ctx, wants[i] if wants is not None else ()))
+        except SpecError as e:
+            raise SpecError(f"tensor {i}: {e.message}", text=e.text, pos=e.pos, hint=e.hint) from None
+    return out
+
+
+def expected_block(t: TensorType, ctx: MeshContext) -> tuple[Any, ...]:
+    """(torch dtype, this rank's shape, the device flag to test or None) that pass every
+    check of ``check_local`` where one tensor is this rank's block; () where the fast test
+    does not apply (a tensor of blocks, a dtype torch cannot hold, shapes that cannot be read)."""
+    if not comm.one_block(ctx):
+        return ()
+    try:
+        return to_torch_dtype(t.dtype), local_shapes(t, ctx.mesh)[ctx.rank], _DEVICE_TEST.get(ctx.backend)
+    except SpecError:
+        return ()
+
+
+def fits_block(x: torch.Tensor, want: tuple[Any, ...]) -> bool:
+    """``x`` passes every check of ``check_local`` (``want``: ``expected_block``'s, not empty)."""
+    return (bool(want) and x.dtype is want[0] and x.shape == want[1] and x.layout is torch.strided
+            and (want[2] is None or getattr(x, want[2])))
+
+
+def check_strided(x: torch.Tensor) -> None:
+    """A sparse (or MKL-DNN) tensor has no strides to pack from or unpack into: refused with
+    the other checks, before any collective, rather than inside the first one."""
+    if x.layout is not torch.strided:
+        raise SpecError(f"the tensor's layout is {x.layout}: shardc moves dense (strided) tensors only",
+                        hint="pass x.to_dense(), and make it sparse again after the redistribution if needed")
+
+
+def check_local(x: torch.Tensor, t: TensorType, ctx: MeshContext) -> torch.Tensor:
+    """layout, dtype, device and each rank's shape against ``t``; returns x (a LocalTensor when simulating)."""
+    check_strided(x)
+    got = dtype_name(x.dtype)
+    if got != t.dtype:
+        raise SpecError(
+            f"the tensor is {short_name(x.dtype)} ({x.dtype}) but the source type is {t}",
+            text=str(t), pos=0,
+            hint=f"convert with x.to({to_torch_dtype(t.dtype)}) or write the type with dtype {short_name(x.dtype)}",
+        )
+    if ctx.backend == "nccl" and x.device.type != "cuda":
+        raise SpecError(f"the process group uses NCCL but the tensor is on {x.device}",
+                        hint="move the tensor to its rank's GPU (x.cuda()), or use a gloo group for CPU tensors")
+    if ctx.backend == "gloo" and x.device.type != "cpu":
+        raise SpecError(f"the process group uses gloo but the tensor is on {x.device}",
+                        hint="gloo lacks all_to_all on GPU tensors: use an NCCL group, or move the tensor to CPU")
+    blocks = comm.blocks(ctx, x)
+    if blocks is None:  # one plain tensor standing for every simulated rank's block
+        shapes = {local_shape(t, ctx.mesh, r) for r in ctx.ranks}
+        if len(shapes) != 1 or tuple(x.shape) not in shapes:
+            raise SpecError(f"under LocalTensorMode, pass a LocalTensor: the blocks of {t} differ per rank",
+                            hint="build it with LocalTensorMode.rank_map or torch_backend.distribute")
+        base = x.detach()
+        x = comm.rank_map(ctx, lambda r: base.clone())
+        blocks = comm.blocks(ctx, x)
+        assert blocks is not None
+    for r, b in blocks.items():
+        if b is not x:
+            check_strided(b)
+        check_shape(tuple(b.shape), t, ctx.mesh, r)
+    return x
+
+
+def check_shape(shape: tuple[int, ...], t: TensorType, mesh: Mesh, rank: int) -> None:
+    """``shape`` is rank ``rank``'s block of ``t`` on ``mesh``."""
+    want = local_shapes(t, mesh)[rank]  # one cached lookup: this runs on every call
+    if shape != want:
+        hint = f"give rank {rank} its block of {t}, of shape {list(want)}"
+        if shape == t.shape and want != t.shape:
+            hint += " (this looks like the global tensor: use torch_backend.distribute first)"
+        raise SpecError(f"rank {rank}'s tensor has shape {list(shape)}, but {t} gives rank {rank} "
+                        f"the shape {list(want)} on mesh {mesh}", text=str(t), pos=str(t).find("["), hint=hint)
