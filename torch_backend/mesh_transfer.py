@@ -156,26 +156,25 @@ def redistribute_many(xs: Sequence[Any], srcs: Sequence[TensorType | str | None]
             calls.append(call)
             locals_.append(local)
         for i, (call, local) in enumerate(zip(calls, locals_, strict=True)):
-            error = error or _check_block(local, call.program, me, None if one else i)
-            if error is None and not one and _wants_grad(local):
-                error = SpecError("redistribute_many(..., dst_mesh=) does not carry gradients yet",
-                                  hint="detach the tensors or run under torch.no_grad(), or move each tensor "
-                                       "that needs a gradient with its own redistribute(..., dst_mesh=)")
-            error = error or (_check_grad(local, call.program) if one else None)
+            error = error or _check_block(local, call.program, me, None if one else i) \
+                or _check_grad(local, call.program)
     except SpecError as e:
         error = e
     except (TypeError, AttributeError, IndexError, KeyError) as e:  # an argument of the wrong kind
         error = _bad_argument(e)
     device = _device(next((t for t in locals_ if t is not None), None))
+    wants = [_wants_grad(t) for t in locals_] if error is None else []
     codes = _agree(error, "|".join(c.key() for c in calls) if error is None else "", me, device, timeout,
-                   _grad_code(locals_[0] if one and locals_ else None))
+                   _grad_code(wants))
     assert error is None  # _agree raised it
     backend = str(dist.get_backend())
-    if one and _carries_grad(codes, calls[0].program):
-        ys = [run_with_grad(locals_[0], calls[0].program, me, device, timeout, backend)]
+    programs = [c.program for c in calls]
+    carries = _carries_grad(codes, wants, programs[0], me, device, timeout)
+    if any(carries):
+        ys = run_with_grad(locals_, programs, carries, me, device, timeout, backend)
     else:
         with torch.no_grad():
-            ys = run_many([c.program for c in calls], locals_, me, device, timeout, backend)
+            ys = run_many(programs, locals_, me, device, timeout, backend)
     return [_output(y, c, me) for y, c in zip(ys, calls, strict=True)]
 
 
@@ -304,7 +303,7 @@ class CrossRedistributor:
         device = _device(x)
         backend = str(dist.get_backend())
         if carries:
-            return run_with_grad(x, p, me, device, timeout, backend, self.back)
+            return run_with_grad([x], [p], [True], me, device, timeout, backend, [self.back])[0]
         with torch.no_grad():
             return run_many([p], [x], me, device, timeout, backend)[0]
 
@@ -365,8 +364,9 @@ class CrossManyRedistributor:
         for i, (p, x) in enumerate(zip(self.programs, xs, strict=True)):
             error = _check_block(x, p, me, i)
             if error is None and _wants_grad(x):
-                error = SpecError("a joint cross-mesh move does not carry gradients yet",
-                                  hint="detach the tensors or run under torch.no_grad()")
+                error = SpecError("a prepared joint cross-mesh move does not carry gradients yet",
+                                  hint="detach the tensors or run under torch.no_grad(), or move them with "
+                                       "redistribute_many(..., dst_mesh=), which carries them")
             if error is not None:
                 raise error
         with torch.no_grad():
@@ -400,37 +400,59 @@ def backward_program(p: CrossProgram) -> CrossProgram:
     return back
 
 
-# what each rank tells the agreement about gradients
+# what each rank tells the agreement about gradients: these bits, and above them a hash
+# of which of its blocks require grad
 GRAD_MODE = 1  # grad mode is on
-GRAD_WANTED = 2  # its block requires grad, in grad mode
+GRAD_WANTED = 2  # some block of its requires grad, in grad mode
 
 
-def _grad_code(x: object) -> int:
-    return (GRAD_MODE if torch.is_grad_enabled() else 0) | (GRAD_WANTED if _wants_grad(x) else 0)
+def _pattern(wants: Sequence[bool]) -> int:
+    """A hash of which blocks require grad (0: none does)."""
+    return _call_hash("".join("1" if w else "0" for w in wants)) if any(wants) else 0
 
 
-def _carries_grad(codes: Sequence[int], p: CrossProgram) -> bool:
-    """Whether the agreed call carries a gradient (its source blocks require grad): then
-    on every source rank alike, and every destination rank is in grad mode (its output
-    requires grad, and its backward sends the gradient back). The same verdict on every
-    rank, from the agreement's codes: a wrong call fails everywhere, before any message."""
+def _grad_code(wants: Sequence[bool]) -> int:
+    code = (GRAD_MODE if torch.is_grad_enabled() else 0) | (GRAD_WANTED if any(wants) else 0)
+    return code | _pattern(wants) << 2
+
+
+def _carries_grad(codes: Sequence[int], wants: Sequence[bool], p: CrossProgram, me: int, device: torch.device,
+                  timeout: timedelta | None) -> list[bool]:
+    """Which tensors of the agreed call carry a gradient: a tensor's blocks require grad
+    on every source rank or on none, and where some do, every destination rank is in grad
+    mode (its outputs require grad, and its backward sends the gradients back). The same
+    verdict on every rank, from the agreement's codes (``wants``: this rank's blocks): a
+    wrong call fails everywhere, before any message. Where only some of a joint call's
+    tensors carry one, the source ranks tell the others which, in one more all_reduce."""
     src = p.src_mesh.global_ranks
-    wanted = [r for r in src if codes[r] & GRAD_WANTED]
-    if not wanted:
-        return False
-    without = [r for r in src if not codes[r] & GRAD_WANTED]
-    if without:
-        raise SpecError(f"rank(s) {without} of the source mesh {p.src_mesh} passed a block that does not require "
-                        f"grad (or ran under torch.no_grad()), rank(s) {wanted} one that does; no rank sent anything",
+    patterns: dict[int, list[int]] = {}
+    for r in src:
+        patterns.setdefault(codes[r] >> 2, []).append(r)
+    if len(patterns) > 1:
+        if len(patterns) == 2 and 0 in patterns and len(wants) == 1:
+            without, wanted = patterns[0], next(v for k, v in patterns.items() if k)
+            told = (f"rank(s) {without} of the source mesh {p.src_mesh} passed a block that does not require grad "
+                    f"(or ran under torch.no_grad()), rank(s) {wanted} one that does")
+        else:
+            told = (f"the ranks of the source mesh {p.src_mesh} differ in which blocks require grad (rank(s) "
+                    + ", rank(s) ".join(str(v) for v in patterns.values()) + " each alike)")
+        raise SpecError(told + "; no rank sent anything",
                         hint="a tensor's blocks carry a gradient on every rank of its mesh or on none: "
-                             "requires_grad_() them all, or detach them all")
+                             "requires_grad_() them all, or detach them all (and run in grad mode on all)")
+    n = len(wants)  # the same on every rank: the agreed call's
+    (pattern,) = patterns
+    if pattern == 0:
+        return [False] * n
     off = [r for r in p.dst_mesh.global_ranks if not codes[r] & GRAD_MODE]
     if off:
-        raise SpecError(f"rank(s) {off} of the destination mesh {p.dst_mesh} run under torch.no_grad(), but the "
-                        "source blocks require grad; no rank sent anything",
+        raise SpecError(f"rank(s) {off} of the destination mesh {p.dst_mesh} run under torch.no_grad(), but "
+                        "the source blocks require grad; no rank sent anything",
                         hint="run the call in grad mode on every destination rank (its backward sends the "
                              "gradient back), or detach the source blocks")
-    return True
+    if pattern == _pattern([True] * n):
+        return [True] * n
+    flags = torch.tensor([int(w) for w in wants] if me == src[0] else [0] * n, dtype=torch.int64, device=device)
+    return [c > 0 for c in _all_reduce(flags, me, timeout, "learning which tensors carry a gradient")]
 
 
 def _finish_groups(p: CrossProgram, timeout: timedelta | None, backend: str) -> MeshContext | None:
@@ -443,42 +465,76 @@ def _finish_groups(p: CrossProgram, timeout: timedelta | None, backend: str) -> 
     return subset_context(f.mesh, p.src_mesh.global_ranks, axes, timeout=timeout, backend=backend)
 
 
-def run_with_grad(x: torch.Tensor | None, p: CrossProgram, me: int, device: torch.device,
-                  timeout: timedelta | None, backend: str, back: CrossProgram | None = None) -> torch.Tensor | None:
-    """An agreed call that carries a gradient, run on every rank of the world. The
-    backward's groups are made first, while every rank takes part (a backward runs only
-    on the ranks of the two meshes, and makes no group). A rank on either mesh records
-    the move on the autograd graph: off the destination it gets an empty stand-in whose
-    backward receives its gradient block; off the source its output hangs on an empty
-    leaf. A rank on neither mesh gets None and takes no part in the backward."""
-    back = backward_program(p) if back is None else back
-    _finish_groups(back, timeout, backend)
+@dataclass(frozen=True)
+class GradRun:
+    """An agreed joint call that carries gradients: which tensors do, and their backward
+    programs (None for the others)."""
+
+    programs: tuple[CrossProgram, ...]
+    carries: tuple[bool, ...]
+    backs: tuple[CrossProgram | None, ...]
+    me: int
+    device: torch.device
+    timeout: timedelta | None
+    backend: str
+
+
+def run_with_grad(xs: Sequence[torch.Tensor | None], programs: Sequence[CrossProgram], carries: Sequence[bool],
+                  me: int, device: torch.device, timeout: timedelta | None, backend: str,
+                  backs: Sequence[CrossProgram | None] | None = None) -> list[torch.Tensor | None]:
+    """An agreed call some of whose tensors carry a gradient, run on every rank of the
+    world. The backward's groups are made first, while every rank takes part (a backward
+    runs only on the ranks of the two meshes, and makes no group). A rank on either mesh
+    records the move on the autograd graph: off the destination it gets an empty
+    stand-in per tensor that carries a gradient, whose backward receives the gradient
+    blocks; off the source its outputs hang on empty leaves. A rank on neither mesh gets
+    None and takes no part in the backward."""
+    if backs is None:
+        backs = [backward_program(p) if c else None for p, c in zip(programs, carries, strict=True)]
+    for back in backs:
+        if back is not None:
+            _finish_groups(back, timeout, backend)
+    p = programs[0]  # every tensor of a joint call moves between the same two meshes
     if me not in p.src_mesh.global_ranks and me not in p.dst_mesh.global_ranks:
         with torch.no_grad():
-            return run_many([p], [None], me, device, timeout, backend)[0]
-    held = x if x is not None else torch.empty(0, device=device, requires_grad=True)
-    return CrossRedistribute.apply(held, p, back, me, device, timeout, backend)
+            return run_many(programs, xs, me, device, timeout, backend)
+    held = [torch.empty(0, device=device, requires_grad=True) if x is None and c else x
+            for x, c in zip(xs, carries, strict=True)]
+    run = GradRun(tuple(programs), tuple(carries), tuple(backs), me, device, timeout, backend)
+    return list(CrossRedistribute.apply(run, *held))
 
 
 class CrossRedistribute(torch.autograd.Function):
     """The backward of ``src`` on ``mesh`` -> ``dst`` on ``dst_mesh`` is the cross-mesh
     program from ``dual(dst)`` on ``dst_mesh`` back to ``dual(src)`` on ``mesh`` (the SPMD
-    type system's duals), run by the ranks of the two meshes."""
+    type system's duals), run by the ranks of the two meshes; a joint call's gradients
+    move back as one joint program."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, p: CrossProgram, back: CrossProgram, me: int,  # type: ignore[override]
-                device: torch.device, timeout: timedelta | None, backend: str) -> torch.Tensor:
-        ctx.args = (back, me, device, timeout, backend)
-        y = run_many([p], [x if me in p.src_mesh.global_ranks else None], me, device, timeout, backend)[0]
-        return x.new_empty(0) if y is None else y
+    def forward(ctx: Any, run: GradRun, *held: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+        ctx.run = run
+        on_src = run.me in run.programs[0].src_mesh.global_ranks
+        ys = run_many(run.programs, [x if on_src else None for x in held], run.me, run.device, run.timeout,
+                      run.backend)
+        # off the destination: the stand-in a tensor's backward starts from
+        outs = [x.new_empty(0) if y is None and c else y for x, y, c in zip(held, ys, run.carries, strict=True)]
+        ctx.mark_non_differentiable(*[y for y, c in zip(outs, run.carries, strict=True) if y is not None and not c])
+        return tuple(outs)
 
     @staticmethod
-    def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
-        back, me, device, timeout, backend = ctx.args
-        g = g.contiguous() if me in back.src_mesh.global_ranks else None
+    def backward(ctx: Any, *gs: torch.Tensor | None) -> tuple[Any, ...]:  # type: ignore[override]
+        run: GradRun = ctx.run
+        which = [i for i, c in enumerate(run.carries) if c]
+        backs = [run.backs[i] for i in which]
+        on_dst = run.me in run.programs[0].dst_mesh.global_ranks
+        # autograd gives a zero gradient for an output the loss did not reach
+        ins = [gs[i].contiguous() if on_dst else None for i in which]  # type: ignore[union-attr]
         with torch.no_grad():
-            dx = run_many([back], [g], me, device, timeout, backend)[0]
-        return dx, None, None, None, None, None, None
+            dxs = run_many(backs, ins, run.me, run.device, run.timeout, run.backend)  # type: ignore[arg-type]
+        grads: list[torch.Tensor | None] = [None] * len(run.carries)
+        for i, dx in zip(which, dxs, strict=True):
+            grads[i] = dx
+        return (None, *grads)
 
 
 def _check_block(x: object, p: CrossProgram, me: int, i: int | None) -> SpecError | None:
@@ -518,16 +574,8 @@ def _call_hash(key: str) -> int:
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=7).digest(), "big")
 
 
-def _agree(error: SpecError | None, key: str, me: int, device: torch.device, timeout: timedelta | None,
-           grad: int = 0) -> list[int]:
-    """One all_reduce over the world of which ranks failed their checks and which call each
-    made (a hash): a call wrong, or different, on some ranks fails on every rank, before
-    any message. Each rank's ``grad`` code (``_grad_code``) comes back, one per rank."""
-    world = dist.get_world_size()
-    flags = torch.zeros(3 * world, dtype=torch.int64, device=device)
-    flags[me] = error is not None
-    flags[world + me] = _call_hash(key) if error is None else 0
-    flags[2 * world + me] = grad
+def _all_reduce(flags: torch.Tensor, me: int, timeout: timedelta | None, what: str) -> list[int]:
+    """The sum of ``flags`` over the world, as ints (a failure names who is at fault)."""
     try:
         work = dist.all_reduce(flags, async_op=True)
         assert work is not None
@@ -538,11 +586,23 @@ def _agree(error: SpecError | None, key: str, me: int, device: torch.device, tim
     except RuntimeError as e:
         from torch_backend.faults import collective_failure
 
-        raise collective_failure(f"rank {me}: agreeing on the cross-mesh call's checks", e, list(range(world)),
-                                 me, timeout) from e
+        raise collective_failure(f"rank {me}: {what}", e, list(range(dist.get_world_size())), me, timeout) from e
+    return flags.tolist()
+
+
+def _agree(error: SpecError | None, key: str, me: int, device: torch.device, timeout: timedelta | None,
+           grad: int = 0) -> list[int]:
+    """One all_reduce over the world of which ranks failed their checks and which call each
+    made (a hash): a call wrong, or different, on some ranks fails on every rank, before
+    any message. Each rank's ``grad`` code (``_grad_code``) comes back, one per rank."""
+    world = dist.get_world_size()
+    flags = torch.zeros(3 * world, dtype=torch.int64, device=device)
+    flags[me] = error is not None
+    flags[world + me] = _call_hash(key) if error is None else 0
+    flags[2 * world + me] = grad
+    got = _all_reduce(flags, me, timeout, "agreeing on the cross-mesh call's checks")
     if error is not None:
         raise error
-    got = flags.tolist()
     bad = [r for r in range(world) if got[r]]
     if bad:
         raise SpecError(f"rank(s) {bad} failed their checks of the cross-mesh call; no rank sent anything",
