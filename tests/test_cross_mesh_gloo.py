@@ -446,6 +446,15 @@ def _grad_across_cases(rank: int, world: int) -> dict:
             out[bad] = "no error"
         except ValueError as e:
             out[bad] = f"{type(e).__name__}: {e}"
+    # a joint call whose source ranks differ in which of its blocks require grad
+    from torch_backend import redistribute_many
+
+    xs = [torch.zeros(4, 4, requires_grad=rank == i) if rank < 2 else None for i in range(2)]
+    try:
+        redistribute_many(xs, [src, src], [dst, dst], mesh, dst_mesh=dst_mesh, timeout=20)
+        out["joint-differs"] = "no error"
+    except ValueError as e:
+        out["joint-differs"] = f"{type(e).__name__}: {e}"
     out["groups"] = len(c10d._world.pg_names)
     # a mesh over the whole world still forms its groups (over dp: {0,2,4,6}, {1,3,5,7})
     out["gathered"] = redistribute(torch.full((2, 4), float(rank)), "f32[8@dp,4]", "f32[8,4]", "dp=4,tp=2",
@@ -526,7 +535,76 @@ def test_a_gradient_wrong_on_one_rank_fails_everywhere(gloo_across):
         mixed, dst_off = gloo_across[rank]["mixed"], gloo_across[rank]["no-grad-dst"]
         assert mixed.startswith("SpecError") and "rank(s) [1] of the source mesh" in mixed, (rank, mixed)
         assert dst_off.startswith("SpecError") and "rank(s) [3] of the destination mesh" in dst_off, (rank, dst_off)
+        differs = gloo_across[rank]["joint-differs"]
+        assert differs.startswith("SpecError") and "differ in which blocks require grad (rank(s) [0], rank(s) [1]" \
+            in differs, (rank, differs)
     assert len({gloo_across[r]["groups"] for r in range(8)}) == 1
     for r in range(8):
         want = np.repeat(np.arange(0.0, 8.0, 2.0) + r % 2, 2)[:, None] * np.ones((8, 4))
         np.testing.assert_array_equal(gloo_across[r]["gathered"], want)
+
+
+# a joint move whose float tensors carry gradients and whose others do not (the i32 cannot,
+# the bf16 is detached), trainer -> replicas; and one whose every tensor carries one, from
+# stage k to stage k+1
+JOINT = [("f32[16@fsdp,8]", "f32[16,8@tp]{R:rep}", True), ("i32[4@fsdp,3]", "i32[4,3]{R:(rep,tp)}", False),
+         ("f64[12@fsdp,6]", "f64[12@tp,6]{R:rep}", True), ("bf16[8@fsdp]", "bf16[8]{R:(rep,tp)}", False)]
+JOINT_MESHES = ("fsdp=4@[0-3]", "rep=2,tp=2@[4-7]")
+STAGES = [("f32[8@dp,4]", "f32[8,4@tp]", True), ("f64[6,4@dp]", "f64[6@tp,4]", True)]
+STAGE_MESHES = ("dp=2@[0,1]", "tp=2@[2,3]")
+
+
+def _joint_grad(rank: int, cases: list, meshes: tuple[str, str], seed: int) -> tuple[list, list]:
+    from torch_backend import redistribute_many
+    from torch_backend.dtypes import to_torch_dtype
+
+    mesh, dst_mesh = meshes
+    xs = []
+    for k, (src, _, grad) in enumerate(cases):
+        _, blocks, _ = inputs(src, mesh, seed + k)
+        x = None if blocks[rank] is None else torch.from_numpy(blocks[rank]).to(to_torch_dtype(parse(src).dtype))
+        xs.append(x.requires_grad_(True) if x is not None and grad else x)
+    ys = redistribute_many(xs, [s for s, _, _ in cases], [d for _, d, _ in cases], mesh, dst_mesh=dst_mesh,
+                           timeout=20)
+    out = [None if y is None else (tuple(y.shape), y.requires_grad, y.detach().double().numpy()) for y in ys]
+    carried = [(y, k) for k, (y, (_, _, grad)) in enumerate(zip(ys, cases)) if grad and y is not None]
+    if rank in parse_mesh(dst_mesh).global_ranks:
+        ws = [upstream_across(cases[k][1], dst_mesh, seed + 10 + k)[rank] for _, k in carried]
+        torch.autograd.backward([y for y, _ in carried],
+                                [torch.from_numpy(w).to(y.dtype) for (y, _), w in zip(carried, ws)])
+    elif carried:  # the stand-ins: one is enough, the other's gradient is then zero
+        carried[-1][0].sum().backward()
+    return out, [None if x is None or not x.requires_grad else x.grad.double().numpy() for x in xs]
+
+
+def _joint_grad_cases(rank: int, world: int) -> dict:
+    return {"joint": _joint_grad(rank, JOINT, JOINT_MESHES, 60), "stages": _joint_grad(rank, STAGES, STAGE_MESHES, 70)}
+
+
+@pytest.fixture(scope="module")
+def gloo_joint_grad(gloo_pool) -> dict:
+    return gloo_pool.run(_joint_grad_cases, timeout_s=90)
+
+
+@pytest.mark.parametrize("which,cases,meshes,seed", [("joint", JOINT, JOINT_MESHES, 60),
+                                                     ("stages", STAGES, STAGE_MESHES, 70)], ids=["joint", "stages"])
+def test_gradient_through_a_joint_move_across_meshes(gloo_joint_grad, which, cases, meshes, seed):
+    mesh, dst_mesh = meshes
+    on_src, on_dst = parse_mesh(mesh).global_ranks, parse_mesh(dst_mesh).global_ranks
+    for k, (src, dst, grad) in enumerate(cases):
+        _, oracle = _expected(src, mesh, dst, dst_mesh, seed + k)
+        _, want, sim = _grad_oracle(src, mesh, dst, dst_mesh, seed + k, seed + 10 + k)
+        for rank in range(8):
+            ys, gxs = gloo_joint_grad[rank][which]
+            y, gx = ys[k], gxs[k]
+            if rank in on_dst:
+                assert y[1] == grad, (which, k, rank)  # only a tensor that carries a gradient requires grad
+                np.testing.assert_array_equal(y[2], oracle[rank], err_msg=f"{which} {k} rank {rank}")
+            elif rank in on_src and grad:
+                assert y[:2] == ((0,), True), (which, k, rank, y)
+            else:
+                assert y is None, (which, k, rank)
+            assert (gx is not None) == (grad and rank in on_src), (which, k, rank)
+            if gx is not None:
+                np.testing.assert_array_equal(gx, want[rank], err_msg=f"{which} {k} rank {rank}")
+                np.testing.assert_array_equal(gx, sim[rank], err_msg=f"{which} {k} rank {rank}")
