@@ -14,6 +14,12 @@ one byte buffer per pair of ranks, its pieces packed in an order both sides deri
 their own ``CrossProgram.rank_part``. ``redistribute_many`` packs every tensor's pieces
 for the same peer into that one buffer (a state dict is one message per pair of ranks and
 round, not one per tensor).
+
+Gradients: where the source blocks require grad (the agreement carries which, so the
+ranks only on the destination mesh learn it), the backward is the move from ``dual(dst)``
+back to ``dual(src)``, run by the ranks of the two meshes when each runs its backward: a
+rank only on the source mesh gets an empty stand-in to run it from, a rank on neither
+mesh None. Its groups are made during the forward call, while every rank takes part.
 """
 
 from __future__ import annotations
@@ -400,10 +406,7 @@ def backward_program(p: CrossProgram) -> CrossProgram:
     return back
 
 
-# what each rank tells the agreement about gradients: these bits, and above them a hash
-# of which of its blocks require grad
-GRAD_MODE = 1  # grad mode is on
-GRAD_WANTED = 2  # some block of its requires grad, in grad mode
+GRAD_MODE = 1  # the bit of a rank's grad code (``_grad_code``) that says grad mode is on
 
 
 def _pattern(wants: Sequence[bool]) -> int:
@@ -412,8 +415,9 @@ def _pattern(wants: Sequence[bool]) -> int:
 
 
 def _grad_code(wants: Sequence[bool]) -> int:
-    code = (GRAD_MODE if torch.is_grad_enabled() else 0) | (GRAD_WANTED if any(wants) else 0)
-    return code | _pattern(wants) << 2
+    """What a rank tells the agreement about gradients: whether grad mode is on, and above
+    that bit which of its blocks require grad (``_pattern``)."""
+    return (GRAD_MODE if torch.is_grad_enabled() else 0) | _pattern(wants) << 1
 
 
 def _carries_grad(codes: Sequence[int], wants: Sequence[bool], p: CrossProgram, me: int, device: torch.device,
@@ -427,7 +431,7 @@ def _carries_grad(codes: Sequence[int], wants: Sequence[bool], p: CrossProgram, 
     src = p.src_mesh.global_ranks
     patterns: dict[int, list[int]] = {}
     for r in src:
-        patterns.setdefault(codes[r] >> 2, []).append(r)
+        patterns.setdefault(codes[r] >> 1, []).append(r)
     if len(patterns) > 1:
         if len(patterns) == 2 and 0 in patterns and len(wants) == 1:
             without, wanted = patterns[0], next(v for k, v in patterns.items() if k)
