@@ -435,6 +435,21 @@ def _grad_across_cases(rank: int, world: int) -> dict:
         if y is not None:
             _backward_across(rank, y, upstream_across(dst, dst_mesh, 52)[rank], sum_stand_in=False)
         out["prepared"].append((None if y is None else y.detach().numpy().copy(), None if x is None else x.grad.numpy()))
+    # DTensor in, DTensor out: the gradient reaches the local block under the source DTensor
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    src_dm = DeviceMesh("cpu", [0, 1, 2, 3], mesh_dim_names=("fsdp",), _init_backend=False)
+    dst_dm = DeviceMesh("cpu", [[4, 5], [6, 7]], mesh_dim_names=("rep", "tp"), _init_backend=False)
+    _, xs, _ = inputs(src, mesh, 42)
+    local = None if xs[rank] is None else torch.from_numpy(xs[rank]).requires_grad_(True)
+    x = None if local is None else DTensor.from_local(local, src_dm, [Shard(0)], run_check=False)
+    y = redistribute(x, None if rank < 4 else src, dst, None if rank < 4 else src_dm, dst_mesh=dst_dm, timeout=20)
+    if rank >= 4:
+        torch.autograd.backward(y.to_local(), torch.from_numpy(upstream_across(dst, dst_mesh, 52)[rank]))
+    else:
+        torch.autograd.backward(y, y.new_empty(0))
+    out["dtensor"] = (type(y).__name__, None if rank >= 4 else local.grad.numpy())
     # bad calls fail on every rank before any message: a block that requires grad on rank 0
     # only; a destination rank (3) under no_grad while the source blocks require grad
     name, src, mesh, dst, dst_mesh = ACROSS[0]
@@ -528,6 +543,16 @@ def test_prepared_gradient_across_meshes(gloo_across):
             else:
                 np.testing.assert_array_equal(y, oracle[rank])
                 assert gx is None
+
+
+def test_gradient_from_dtensor_to_dtensor_across_meshes(gloo_across):
+    name, src, mesh, dst, dst_mesh = ACROSS[2]
+    _, want, _ = _grad_oracle(src, mesh, dst, dst_mesh, 42, 52)
+    for rank in range(8):
+        kind, gx = gloo_across[rank]["dtensor"]
+        assert kind == ("Tensor" if rank < 4 else "DTensor"), (rank, kind)  # the stand-in is a plain tensor
+        if rank < 4:
+            np.testing.assert_array_equal(gx, want[rank], err_msg=f"rank {rank}")
 
 
 def test_a_gradient_wrong_on_one_rank_fails_everywhere(gloo_across):

@@ -515,7 +515,7 @@ class CrossRedistribute(torch.autograd.Function):
     move back as one joint program."""
 
     @staticmethod
-    def forward(ctx: Any, run: GradRun, *held: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+    def forward(ctx: Any, run: GradRun, *held: Any) -> tuple[torch.Tensor | None, ...]:
         ctx.run = run
         on_src = run.me in run.programs[0].src_mesh.global_ranks
         ys = run_many(run.programs, [x if on_src else None for x in held], run.me, run.device, run.timeout,
@@ -526,13 +526,13 @@ class CrossRedistribute(torch.autograd.Function):
         return tuple(outs)
 
     @staticmethod
-    def backward(ctx: Any, *gs: torch.Tensor | None) -> tuple[Any, ...]:  # type: ignore[override]
+    def backward(ctx: Any, *gs: Any) -> tuple[Any, ...]:
         run: GradRun = ctx.run
         which = [i for i, c in enumerate(run.carries) if c]
         backs = [run.backs[i] for i in which]
         on_dst = run.me in run.programs[0].dst_mesh.global_ranks
         # autograd gives a zero gradient for an output the loss did not reach
-        ins = [gs[i].contiguous() if on_dst else None for i in which]  # type: ignore[union-attr]
+        ins = [gs[i].contiguous() if on_dst else None for i in which]
         with torch.no_grad():
             dxs = run_many(backs, ins, run.me, run.device, run.timeout, run.backend)  # type: ignore[arg-type]
         grads: list[torch.Tensor | None] = [None] * len(run.carries)
