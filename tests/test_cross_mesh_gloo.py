@@ -83,13 +83,6 @@ def _run_cases(rank: int, world: int) -> dict:
         w = torch.from_numpy(upstream(dst)[rank])
         (gx,) = torch.autograd.grad(y, x, w)
         out[name] = gx.numpy()
-    # no gradient across meshes over different ranks: every rank fails before any message
-    x = torch.zeros(4, 4, requires_grad=True) if rank < 4 else None
-    try:
-        redistribute(x, "f32[16@dp,4]", "f32[16,4@tp]", "dp=4@[0-3]", dst_mesh="tp=4@[4-7]", timeout=20)
-        out["grad-across"] = "no error"
-    except ValueError as e:
-        out["grad-across"] = f"{type(e).__name__}: {e}"
     return out
 
 
@@ -169,13 +162,6 @@ def test_gradient_on_the_same_ranks_reshaped(gloo_cross, name, src, dst):
         grad[sl] += w
     for rank, sl in enumerate(lowering.local_slices(s, sm)):
         np.testing.assert_array_equal(gloo_cross[rank][name], grad[sl], err_msg=f"{name} rank {rank}")
-
-
-def test_no_gradient_across_different_ranks(gloo_cross):
-    for rank in range(8):
-        msg = gloo_cross[rank]["grad-across"]
-        assert msg.startswith("SpecError"), (rank, msg)
-        assert ("no gradient through a move" in msg) if rank < 4 else ("rank(s) [0, 1, 2, 3]" in msg), (rank, msg)
 
 
 def _groups_stay_in_step(rank: int, world: int) -> dict:
@@ -390,3 +376,260 @@ def test_a_dtensor_that_is_not_its_stated_type_fails_everywhere(gloo_many):
         msg = gloo_many[rank]["dtensor-mismatch"]
         assert msg.startswith("SpecError"), (rank, msg)
         assert ("does not match the DTensor" in msg) if rank < 4 else ("rank(s) [0, 1, 2, 3]" in msg), (rank, msg)
+
+
+# gradients across meshes over different rank sets: (name, src, mesh, dst, dst_mesh); rank 1
+# is on both meshes of the overlap, ranks 4-7 on neither of the first two
+ACROSS = [
+    ("pipeline", "f32[8@dp,4]", "dp=2@[0,1]", "f32[8,4@tp]", "tp=2@[2,3]"),
+    ("replicated-overlap", "f32[8@dp,4]", "dp=2@[0,1]", "f32[8,4]{R:rep}", "rep=2@[1,2]"),
+    ("weight-sync", "f32[16@fsdp,8]", "fsdp=4@[0-3]", "f32[16,8@tp]{R:rep}", "rep=2,tp=2@[4-7]"),
+]
+
+
+def upstream_across(dst: str, dst_mesh: str, seed: int) -> list[np.ndarray | None]:
+    """The destination ranks' upstream gradients (integers: every sum exact), None elsewhere."""
+    d, dm = parse(dst), parse_mesh(dst_mesh)
+    rng = np.random.default_rng(seed)
+    out: list[np.ndarray | None] = [None] * 8
+    for r, shape in zip(dm.global_ranks, lowering.local_shapes(d, dm), strict=True):
+        out[r] = rng.integers(-9, 9, size=shape).astype(np.float32)
+    return out
+
+
+def _backward_across(rank: int, y, w: np.ndarray | None, sum_stand_in: bool) -> None:
+    """This rank's part of the backward: a destination rank from its upstream gradient, a
+    rank only on the source mesh from its stand-in."""
+    if w is not None:
+        torch.autograd.backward(y, torch.from_numpy(w))
+    elif sum_stand_in:
+        y.sum().backward()
+    else:
+        torch.autograd.backward(y, y.new_empty(0))
+
+
+def _grad_across_cases(rank: int, world: int) -> dict:
+    import torch.distributed.distributed_c10d as c10d
+
+    from torch_backend import redistribute
+    from torch_backend.mesh_transfer import redistributor
+
+    out: dict = {}
+    for k, (name, src, mesh, dst, dst_mesh) in enumerate(ACROSS):
+        _, xs, _ = inputs(src, mesh, 40 + k)
+        x = None if xs[rank] is None else torch.from_numpy(xs[rank]).requires_grad_(True)
+        y = redistribute(x, src, dst, mesh, dst_mesh=dst_mesh, timeout=20)
+        got = None if y is None else (tuple(y.shape), y.dtype == torch.float32, y.requires_grad,
+                                      y.detach().numpy().copy())
+        if y is not None:
+            _backward_across(rank, y, upstream_across(dst, dst_mesh, 50 + k)[rank], sum_stand_in=k == 0)
+        out[name] = (got, None if x is None else x.grad.numpy(), x is None or np.array_equal(x.detach(), xs[rank]))
+    # prepared with requires_grad=True, called twice (a fresh block each time)
+    name, src, mesh, dst, dst_mesh = ACROSS[2]
+    f = redistributor(src, dst, mesh, dst_mesh, timeout=20, requires_grad=True)
+    out["prepared"] = []
+    for _ in range(2):
+        _, xs, _ = inputs(src, mesh, 42)
+        x = None if xs[rank] is None else torch.from_numpy(xs[rank]).requires_grad_(True)
+        y = f(x)
+        if y is not None:
+            _backward_across(rank, y, upstream_across(dst, dst_mesh, 52)[rank], sum_stand_in=False)
+        out["prepared"].append((None if y is None else y.detach().numpy().copy(), None if x is None else x.grad.numpy()))
+    # DTensor in, DTensor out: the gradient reaches the local block under the source DTensor
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    src_dm = DeviceMesh("cpu", [0, 1, 2, 3], mesh_dim_names=("fsdp",), _init_backend=False)
+    dst_dm = DeviceMesh("cpu", [[4, 5], [6, 7]], mesh_dim_names=("rep", "tp"), _init_backend=False)
+    _, xs, _ = inputs(src, mesh, 42)
+    local = None if xs[rank] is None else torch.from_numpy(xs[rank]).requires_grad_(True)
+    x = None if local is None else DTensor.from_local(local, src_dm, [Shard(0)], run_check=False)
+    y = redistribute(x, None if rank < 4 else src, dst, None if rank < 4 else src_dm, dst_mesh=dst_dm, timeout=20)
+    if rank >= 4:
+        torch.autograd.backward(y.to_local(), torch.from_numpy(upstream_across(dst, dst_mesh, 52)[rank]))
+    else:
+        torch.autograd.backward(y, y.new_empty(0))
+    out["dtensor"] = (type(y).__name__, None if rank >= 4 else local.grad.numpy())
+    # bad calls fail on every rank before any message: a block that requires grad on rank 0
+    # only; a destination rank (3) under no_grad while the source blocks require grad
+    name, src, mesh, dst, dst_mesh = ACROSS[0]
+    for bad, wants, no_grad_on in (("mixed", (0,), ()), ("no-grad-dst", (0, 1), (3,))):
+        x = torch.zeros(4, 4, requires_grad=rank in wants) if rank < 2 else None
+        try:
+            with torch.set_grad_enabled(rank not in no_grad_on):
+                redistribute(x, src, dst, mesh, dst_mesh=dst_mesh, timeout=20)
+            out[bad] = "no error"
+        except ValueError as e:
+            out[bad] = f"{type(e).__name__}: {e}"
+    # a joint call whose source ranks differ in which of its blocks require grad
+    from torch_backend import redistribute_many
+
+    xs = [torch.zeros(4, 4, requires_grad=rank == i) if rank < 2 else None for i in range(2)]
+    try:
+        redistribute_many(xs, [src, src], [dst, dst], mesh, dst_mesh=dst_mesh, timeout=20)
+        out["joint-differs"] = "no error"
+    except ValueError as e:
+        out["joint-differs"] = f"{type(e).__name__}: {e}"
+    out["groups"] = len(c10d._world.pg_names)
+    # a mesh over the whole world still forms its groups (over dp: {0,2,4,6}, {1,3,5,7})
+    out["gathered"] = redistribute(torch.full((2, 4), float(rank)), "f32[8@dp,4]", "f32[8,4]", "dp=4,tp=2",
+                                   timeout=20).numpy()
+    return out
+
+
+@pytest.fixture(scope="module")
+def gloo_across(gloo_pool) -> dict:
+    return gloo_pool.run(_grad_across_cases, timeout_s=120)
+
+
+def _grad_oracle(src: str, mesh: str, dst: str, dst_mesh: str, seed: int, wseed: int) -> tuple[list, list, list]:
+    """(this move's upstream gradients, the gradient on each source rank from the
+    definition, the same from ``lowering.simulate`` of the backward program)."""
+    from spec_lang.dual import dual_type
+
+    w = upstream_across(dst, dst_mesh, wseed)
+    s, m, d, dm = parse(src), parse_mesh(mesh), parse(dst), parse_mesh(dst_mesh)
+    # the gradient's global value: each destination rank's upstream block added where it sits
+    # (the replicas over an R axis each add theirs: the gradient of a replicated value is a sum)
+    grad = np.zeros(s.shape)
+    for r, sl in zip(dm.global_ranks, lowering.local_slices(d, dm), strict=True):
+        grad[sl] += w[r]
+    want: list = [None] * 8
+    for r, sl in zip(m.global_ranks, lowering.local_slices(s, m), strict=True):
+        want[r] = grad[sl]
+    back = lowering.compile(dual_type(d), dual_type(s), dm, dst_mesh=m)
+    sim = lowering.simulate(back, w[:back.world]) + [None] * (8 - back.world)
+    return w, want, sim
+
+
+@pytest.mark.parametrize("k", range(len(ACROSS)), ids=[c[0] for c in ACROSS])
+def test_gradient_across_meshes_over_different_ranks(gloo_across, k):
+    name, src, mesh, dst, dst_mesh = ACROSS[k]
+    sim_fwd, oracle = _expected(src, mesh, dst, dst_mesh, 40 + k)
+    _, xs, _ = inputs(src, mesh, 40 + k)
+    w, want, sim = _grad_oracle(src, mesh, dst, dst_mesh, 40 + k, 50 + k)
+    on_src, on_dst = parse_mesh(mesh).global_ranks, parse_mesh(dst_mesh).global_ranks
+    lhs = rhs = 0.0  # the adjoint identity <F x, w> = <x, B w> (no I axis: plain sums over ranks)
+    for rank in range(8):
+        got, gx, untouched = gloo_across[rank][name]
+        assert untouched, (name, rank)
+        if rank in on_dst:
+            shape, f32, requires_grad, y = got
+            assert requires_grad and f32, (name, rank)
+            np.testing.assert_array_equal(y, oracle[rank], err_msg=f"{name} rank {rank}")
+            np.testing.assert_array_equal(y, sim_fwd[rank])
+            lhs += float((y.astype(np.float64) * w[rank]).sum())
+        elif rank in on_src:  # the stand-in the rank's backward starts from
+            assert got[:3] == ((0,), True, True), (name, rank, got)
+        else:
+            assert got is None, (name, rank)
+        assert (gx is None) == (rank not in on_src), (name, rank)
+        if gx is not None:
+            np.testing.assert_array_equal(gx, want[rank], err_msg=f"{name} rank {rank}")
+            np.testing.assert_array_equal(gx, sim[rank], err_msg=f"{name} rank {rank}")
+            rhs += float((xs[rank].astype(np.float64) * gx).sum())
+    assert lhs == rhs != 0.0, (name, lhs, rhs)
+
+
+def test_prepared_gradient_across_meshes(gloo_across):
+    name, src, mesh, dst, dst_mesh = ACROSS[2]
+    _, oracle = _expected(src, mesh, dst, dst_mesh, 42)
+    _, want, _ = _grad_oracle(src, mesh, dst, dst_mesh, 42, 52)
+    for rank in range(8):
+        for y, gx in gloo_across[rank]["prepared"]:
+            if rank < 4:
+                assert y is not None and y.shape == (0,)
+                np.testing.assert_array_equal(gx, want[rank])
+            else:
+                np.testing.assert_array_equal(y, oracle[rank])
+                assert gx is None
+
+
+def test_gradient_from_dtensor_to_dtensor_across_meshes(gloo_across):
+    name, src, mesh, dst, dst_mesh = ACROSS[2]
+    _, want, _ = _grad_oracle(src, mesh, dst, dst_mesh, 42, 52)
+    for rank in range(8):
+        kind, gx = gloo_across[rank]["dtensor"]
+        assert kind == ("Tensor" if rank < 4 else "DTensor"), (rank, kind)  # the stand-in is a plain tensor
+        if rank < 4:
+            np.testing.assert_array_equal(gx, want[rank], err_msg=f"rank {rank}")
+
+
+def test_a_gradient_wrong_on_one_rank_fails_everywhere(gloo_across):
+    for rank in range(8):
+        mixed, dst_off = gloo_across[rank]["mixed"], gloo_across[rank]["no-grad-dst"]
+        assert mixed.startswith("SpecError") and "rank(s) [1] of the source mesh" in mixed, (rank, mixed)
+        assert dst_off.startswith("SpecError") and "rank(s) [3] of the destination mesh" in dst_off, (rank, dst_off)
+        differs = gloo_across[rank]["joint-differs"]
+        assert differs.startswith("SpecError") and "differ in which blocks require grad (rank(s) [0], rank(s) [1]" \
+            in differs, (rank, differs)
+    assert len({gloo_across[r]["groups"] for r in range(8)}) == 1
+    for r in range(8):
+        want = np.repeat(np.arange(0.0, 8.0, 2.0) + r % 2, 2)[:, None] * np.ones((8, 4))
+        np.testing.assert_array_equal(gloo_across[r]["gathered"], want)
+
+
+# a joint move whose float tensors carry gradients and whose others do not (the i32 cannot,
+# the bf16 is detached), trainer -> replicas; and one whose every tensor carries one, from
+# stage k to stage k+1
+JOINT = [("f32[16@fsdp,8]", "f32[16,8@tp]{R:rep}", True), ("i32[4@fsdp,3]", "i32[4,3]{R:(rep,tp)}", False),
+         ("f64[12@fsdp,6]", "f64[12@tp,6]{R:rep}", True), ("bf16[8@fsdp]", "bf16[8]{R:(rep,tp)}", False)]
+JOINT_MESHES = ("fsdp=4@[0-3]", "rep=2,tp=2@[4-7]")
+STAGES = [("f32[8@dp,4]", "f32[8,4@tp]", True), ("f64[6,4@dp]", "f64[6@tp,4]", True)]
+STAGE_MESHES = ("dp=2@[0,1]", "tp=2@[2,3]")
+
+
+def _joint_grad(rank: int, cases: list, meshes: tuple[str, str], seed: int) -> tuple[list, list]:
+    from torch_backend import redistribute_many
+    from torch_backend.dtypes import to_torch_dtype
+
+    mesh, dst_mesh = meshes
+    xs = []
+    for k, (src, _, grad) in enumerate(cases):
+        _, blocks, _ = inputs(src, mesh, seed + k)
+        x = None if blocks[rank] is None else torch.from_numpy(blocks[rank]).to(to_torch_dtype(parse(src).dtype))
+        xs.append(x.requires_grad_(True) if x is not None and grad else x)
+    ys = redistribute_many(xs, [s for s, _, _ in cases], [d for _, d, _ in cases], mesh, dst_mesh=dst_mesh,
+                           timeout=20)
+    out = [None if y is None else (tuple(y.shape), y.requires_grad, y.detach().double().numpy()) for y in ys]
+    carried = [(y, k) for k, (y, (_, _, grad)) in enumerate(zip(ys, cases)) if grad and y is not None]
+    if rank in parse_mesh(dst_mesh).global_ranks:
+        ws = [upstream_across(cases[k][1], dst_mesh, seed + 10 + k)[rank] for _, k in carried]
+        torch.autograd.backward([y for y, _ in carried],
+                                [torch.from_numpy(w).to(y.dtype) for (y, _), w in zip(carried, ws)])
+    elif carried:  # the stand-ins: one is enough, the other's gradient is then zero
+        carried[-1][0].sum().backward()
+    return out, [None if x is None or not x.requires_grad else x.grad.double().numpy() for x in xs]
+
+
+def _joint_grad_cases(rank: int, world: int) -> dict:
+    return {"joint": _joint_grad(rank, JOINT, JOINT_MESHES, 60), "stages": _joint_grad(rank, STAGES, STAGE_MESHES, 70)}
+
+
+@pytest.fixture(scope="module")
+def gloo_joint_grad(gloo_pool) -> dict:
+    return gloo_pool.run(_joint_grad_cases, timeout_s=90)
+
+
+@pytest.mark.parametrize("which,cases,meshes,seed", [("joint", JOINT, JOINT_MESHES, 60),
+                                                     ("stages", STAGES, STAGE_MESHES, 70)], ids=["joint", "stages"])
+def test_gradient_through_a_joint_move_across_meshes(gloo_joint_grad, which, cases, meshes, seed):
+    mesh, dst_mesh = meshes
+    on_src, on_dst = parse_mesh(mesh).global_ranks, parse_mesh(dst_mesh).global_ranks
+    for k, (src, dst, grad) in enumerate(cases):
+        _, oracle = _expected(src, mesh, dst, dst_mesh, seed + k)
+        _, want, sim = _grad_oracle(src, mesh, dst, dst_mesh, seed + k, seed + 10 + k)
+        for rank in range(8):
+            ys, gxs = gloo_joint_grad[rank][which]
+            y, gx = ys[k], gxs[k]
+            if rank in on_dst:
+                assert y[1] == grad, (which, k, rank)  # only a tensor that carries a gradient requires grad
+                np.testing.assert_array_equal(y[2], oracle[rank], err_msg=f"{which} {k} rank {rank}")
+            elif rank in on_src and grad:
+                assert y[:2] == ((0,), True), (which, k, rank, y)
+            else:
+                assert y is None, (which, k, rank)
+            assert (gx is not None) == (grad and rank in on_src), (which, k, rank)
+            if gx is not None:
+                np.testing.assert_array_equal(gx, want[rank], err_msg=f"{which} {k} rank {rank}")
+                np.testing.assert_array_equal(gx, sim[rank], err_msg=f"{which} {k} rank {rank}")

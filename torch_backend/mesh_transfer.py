@@ -14,6 +14,12 @@ one byte buffer per pair of ranks, its pieces packed in an order both sides deri
 their own ``CrossProgram.rank_part``. ``redistribute_many`` packs every tensor's pieces
 for the same peer into that one buffer (a state dict is one message per pair of ranks and
 round, not one per tensor).
+
+Gradients: where the source blocks require grad (the agreement carries which, so the
+ranks only on the destination mesh learn it), the backward is the move from ``dual(dst)``
+back to ``dual(src)``, run by the ranks of the two meshes when each runs its backward: a
+rank only on the source mesh gets an empty stand-in to run it from, a rank on neither
+mesh None. Its groups are made during the forward call, while every rank takes part.
 """
 
 from __future__ import annotations
@@ -156,26 +162,26 @@ def redistribute_many(xs: Sequence[Any], srcs: Sequence[TensorType | str | None]
             calls.append(call)
             locals_.append(local)
         for i, (call, local) in enumerate(zip(calls, locals_, strict=True)):
-            error = error or _check_block(local, call.program, me, None if one else i)
-            if error is None and not one and _wants_grad(local):
-                error = SpecError("redistribute_many(..., dst_mesh=) does not carry gradients yet",
-                                  hint="detach the tensors or run under torch.no_grad(); redistribute(..., "
-                                       "dst_mesh=) carries them where both meshes cover the world")
-            error = error or (_check_grad(local, call.program) if one else None)
+            error = error or _check_block(local, call.program, me, None if one else i) \
+                or _check_grad(local, call.program)
     except SpecError as e:
         error = e
     except (TypeError, AttributeError, IndexError, KeyError) as e:  # an argument of the wrong kind
         error = _bad_argument(e)
     device = _device(next((t for t in locals_ if t is not None), None))
-    _agree(error, "|".join(c.key() for c in calls) if error is None else "", me, device, timeout)
+    wants = [_wants_grad(t) for t in locals_] if error is None else []
+    codes = _agree(error, "|".join(c.key() for c in calls) if error is None else "", me, device, timeout,
+                   _grad_code(wants))
     assert error is None  # _agree raised it
     backend = str(dist.get_backend())
-    if one and _wants_grad(locals_[0]):
-        ys = [CrossRedistribute.apply(locals_[0], calls[0].program, me, device, timeout, backend)]
+    programs = [c.program for c in calls]
+    carries = _carries_grad(codes, wants, programs[0], me, device, timeout)
+    if any(carries):
+        ys = run_with_grad(locals_, programs, carries, me, device, timeout, backend)
     else:
         with torch.no_grad():
-            ys = run_many([c.program for c in calls], locals_, me, device, timeout, backend)
-    return [_output(y, c) for y, c in zip(ys, calls, strict=True)]
+            ys = run_many(programs, locals_, me, device, timeout, backend)
+    return [_output(y, c, me) for y, c in zip(ys, calls, strict=True)]
 
 
 def _resolve(x: Any, src: TensorType | str | None, dst: TensorType | str, mesh: Any, dst_mesh: Any,
@@ -235,8 +241,9 @@ def _same_layout(stated: TensorType | str, actual: TensorType, mesh: Mesh) -> bo
             and bool((lowering.boxes(s, plain) == lowering.boxes(actual, plain)).all()))
 
 
-def _output(y: torch.Tensor | None, call: Call) -> Any:
-    if y is None or call.out_mesh is None:
+def _output(y: torch.Tensor | None, call: Call, me: int) -> Any:
+    # a rank off the destination mesh gets None, or the stand-in its backward starts from
+    if y is None or call.out_mesh is None or me not in call.program.dst_mesh.global_ranks:
         return y
     from torch.distributed.tensor import DTensor
 
@@ -250,31 +257,44 @@ def _output(y: torch.Tensor | None, call: Call) -> Any:
 
 
 def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Any, dst_mesh: Any, *,
-                  timeout: timedelta | float | None = None) -> CrossRedistributor:
+                  timeout: timedelta | float | None = None, requires_grad: bool = False) -> CrossRedistributor:
     """``redistribute(..., dst_mesh=)`` prepared for many calls: the program compiled and
-    the world agreed now, every rank alike, before any message."""
+    the world agreed now, every rank alike, before any message.
+
+    ``requires_grad=True`` (passed alike on every rank): the calls made in grad mode carry
+    a gradient, every source block must then require grad, and the backward's groups are
+    made now; a rank off the destination mesh gets the stand-in its backward starts from,
+    as ``redistribute`` gives it."""
     timeout = check_timeout(timeout)
     _world_checks()
     me = dist.get_rank()
+    back = None
     try:
+        if not isinstance(requires_grad, bool):
+            raise SpecError(f"requires_grad must be True or False, got {requires_grad!r}",
+                            hint="pass requires_grad=True where the calls carry a gradient")
         p = plan(src, dst, mesh, dst_mesh)
         _check_world(p)
+        back = backward_program(p) if requires_grad else None
         error = None
     except SpecError as e:
         error = e
     except (TypeError, AttributeError, IndexError, KeyError) as e:  # an argument of the wrong kind
         error = _bad_argument(e)
     device = _device(None)
-    _agree(error, Call(p).key() if error is None else "", me, device, timeout)
-    return CrossRedistributor(p, timeout)
+    _agree(error, f"{Call(p).key()}|grad={requires_grad}" if error is None else "", me, device, timeout)
+    if back is not None:
+        _finish_groups(back, timeout, str(dist.get_backend()))
+    return CrossRedistributor(p, timeout, back)
 
 
 class CrossRedistributor:
     """A compiled cross-mesh move; call it on this rank's block (None off the source mesh)."""
 
-    def __init__(self, program: CrossProgram, timeout: timedelta | None) -> None:
+    def __init__(self, program: CrossProgram, timeout: timedelta | None, back: CrossProgram | None = None) -> None:
         self.program = program
         self.timeout = timeout
+        self.back = back  # the backward program where prepared with requires_grad=True
 
     def __call__(self, x: torch.Tensor | None) -> torch.Tensor | None:
         # the call was agreed when it was prepared; each call checks its block on its own
@@ -282,15 +302,28 @@ class CrossRedistributor:
         # the world per call would cost more than the move (8 ranks on 2 cores: 20 ms)
         p, timeout = self.program, self.timeout
         me = dist.get_rank()
-        error = _check_block(x, p, me, None) or _check_grad(x, p)
+        carries = self.back is not None and torch.is_grad_enabled()
+        error = _check_block(x, p, me, None) or self._check_grad(x, carries, me)
         if error is not None:
             raise error
         device = _device(x)
         backend = str(dist.get_backend())
-        if _wants_grad(x):
-            return CrossRedistribute.apply(x, p, me, device, timeout, backend)
+        if carries:
+            return run_with_grad([x], [p], [True], me, device, timeout, backend, [self.back])[0]
         with torch.no_grad():
             return run_many([p], [x], me, device, timeout, backend)[0]
+
+    def _check_grad(self, x: object, carries: bool, me: int) -> SpecError | None:
+        if me not in self.program.src_mesh.global_ranks or _wants_grad(x) == carries:
+            return None
+        if carries:
+            return SpecError(f"rank {me}'s block does not require grad, but the cross-mesh call was prepared "
+                             "with requires_grad=True and runs in grad mode",
+                             hint="call x.requires_grad_() on every source rank, or make the call under "
+                                  "torch.no_grad() on every rank")
+        return SpecError(f"rank {me}'s block requires grad, but the cross-mesh call was prepared without "
+                         "requires_grad", hint="prepare it with redistributor(..., dst_mesh=, requires_grad=True) "
+                                               "on every rank, or detach the block")
 
     def __repr__(self) -> str:
         p = self.program
@@ -337,8 +370,9 @@ class CrossManyRedistributor:
         for i, (p, x) in enumerate(zip(self.programs, xs, strict=True)):
             error = _check_block(x, p, me, i)
             if error is None and _wants_grad(x):
-                error = SpecError("a joint cross-mesh move does not carry gradients yet",
-                                  hint="detach the tensors or run under torch.no_grad()")
+                error = SpecError("a prepared joint cross-mesh move does not carry gradients yet",
+                                  hint="detach the tensors or run under torch.no_grad(), or move them with "
+                                       "redistribute_many(..., dst_mesh=), which carries them")
             if error is not None:
                 raise error
         with torch.no_grad():
@@ -351,41 +385,160 @@ def _wants_grad(x: object) -> bool:
 
 
 def _check_grad(x: object, p: CrossProgram) -> SpecError | None:
-    """Autograd through a cross-mesh call needs every rank to take part in the backward,
-    which holds where the two meshes cover the same ranks, the whole world (a job
-    reshaped in place)."""
+    """Where this rank's block carries a gradient: the backward exists (the SPMD type
+    system's duals; no P(max)/P(min)) and compiles."""
     if not _wants_grad(x):
         return None
-    if set(p.src_mesh.global_ranks) != set(p.dst_mesh.global_ranks) or p.world != dist.get_world_size():
-        return SpecError(f"no gradient through a move from mesh {p.src_mesh} to mesh {p.dst_mesh}: a "
-                         "backward across meshes over different ranks is not supported yet",
-                         hint="detach the tensor (x.detach()) or run under torch.no_grad(); meshes over the "
-                              "same ranks, every rank of the world (a job reshaped), are differentiable")
     try:
-        check_differentiable(p.src, p.dst)
+        backward_program(p)
     except SpecError as e:
         return e
     return None
 
 
+def backward_program(p: CrossProgram) -> CrossProgram:
+    """The gradient's move: ``dual(dst)`` on the destination mesh back to ``dual(src)`` on
+    the source mesh (compiled alike on every rank, cached)."""
+    check_differentiable(p.src, p.dst)
+    back = lowering.compile(dual_type(p.dst), dual_type(p.src), p.dst_mesh, dst_mesh=p.src_mesh)
+    if back.finish is not None:
+        check_reductions(back.finish)
+    return back
+
+
+GRAD_MODE = 1  # the bit of a rank's grad code (``_grad_code``) that says grad mode is on
+
+
+def _pattern(wants: Sequence[bool]) -> int:
+    """A hash of which blocks require grad (0: none does)."""
+    return _call_hash("".join("1" if w else "0" for w in wants)) if any(wants) else 0
+
+
+def _grad_code(wants: Sequence[bool]) -> int:
+    """What a rank tells the agreement about gradients: whether grad mode is on, and above
+    that bit which of its blocks require grad (``_pattern``)."""
+    return (GRAD_MODE if torch.is_grad_enabled() else 0) | _pattern(wants) << 1
+
+
+def _carries_grad(codes: Sequence[int], wants: Sequence[bool], p: CrossProgram, me: int, device: torch.device,
+                  timeout: timedelta | None) -> list[bool]:
+    """Which tensors of the agreed call carry a gradient: a tensor's blocks require grad
+    on every source rank or on none, and where some do, every destination rank is in grad
+    mode (its outputs require grad, and its backward sends the gradients back). The same
+    verdict on every rank, from the agreement's codes (``wants``: this rank's blocks): a
+    wrong call fails everywhere, before any message. Where only some of a joint call's
+    tensors carry one, the source ranks tell the others which, in one more all_reduce."""
+    src = p.src_mesh.global_ranks
+    patterns: dict[int, list[int]] = {}
+    for r in src:
+        patterns.setdefault(codes[r] >> 1, []).append(r)
+    if len(patterns) > 1:
+        if len(patterns) == 2 and 0 in patterns and len(wants) == 1:
+            without, wanted = patterns[0], next(v for k, v in patterns.items() if k)
+            told = (f"rank(s) {without} of the source mesh {p.src_mesh} passed a block that does not require grad "
+                    f"(or ran under torch.no_grad()), rank(s) {wanted} one that does")
+        else:
+            told = (f"the ranks of the source mesh {p.src_mesh} differ in which blocks require grad (rank(s) "
+                    + ", rank(s) ".join(str(v) for v in patterns.values()) + " each alike)")
+        raise SpecError(told + "; no rank sent anything",
+                        hint="a tensor's blocks carry a gradient on every rank of its mesh or on none: "
+                             "requires_grad_() them all, or detach them all (and run in grad mode on all)")
+    n = len(wants)  # the same on every rank: the agreed call's
+    (pattern,) = patterns
+    if pattern == 0:
+        return [False] * n
+    off = [r for r in p.dst_mesh.global_ranks if not codes[r] & GRAD_MODE]
+    if off:
+        raise SpecError(f"rank(s) {off} of the destination mesh {p.dst_mesh} run under torch.no_grad(), but "
+                        "the source blocks require grad; no rank sent anything",
+                        hint="run the call in grad mode on every destination rank (its backward sends the "
+                             "gradient back), or detach the source blocks")
+    if pattern == _pattern([True] * n):
+        return [True] * n
+    flags = torch.tensor([int(w) for w in wants] if me == src[0] else [0] * n, dtype=torch.int64, device=device)
+    return [c > 0 for c in _all_reduce(flags, me, timeout, "learning which tensors carry a gradient")]
+
+
+def _finish_groups(p: CrossProgram, timeout: timedelta | None, backend: str) -> MeshContext | None:
+    """The groups of ``p``'s finish on its source mesh, made alike on every rank of the
+    world that calls this (``subset_context``); this rank's context, None off that mesh."""
+    f = p.finish
+    if f is None:
+        return None
+    axes = [s.axes for s in f.steps if s.is_collective]
+    return subset_context(f.mesh, p.src_mesh.global_ranks, axes, timeout=timeout, backend=backend)
+
+
+@dataclass(frozen=True)
+class GradRun:
+    """An agreed joint call that carries gradients: which tensors do, and their backward
+    programs (None for the others)."""
+
+    programs: tuple[CrossProgram, ...]
+    carries: tuple[bool, ...]
+    backs: tuple[CrossProgram | None, ...]
+    me: int
+    device: torch.device
+    timeout: timedelta | None
+    backend: str
+
+
+def run_with_grad(xs: Sequence[torch.Tensor | None], programs: Sequence[CrossProgram], carries: Sequence[bool],
+                  me: int, device: torch.device, timeout: timedelta | None, backend: str,
+                  backs: Sequence[CrossProgram | None] | None = None) -> list[torch.Tensor | None]:
+    """An agreed call some of whose tensors carry a gradient, run on every rank of the
+    world. The backward's groups are made first, while every rank takes part (a backward
+    runs only on the ranks of the two meshes, and makes no group). A rank on either mesh
+    records the move on the autograd graph: off the destination it gets an empty
+    stand-in per tensor that carries a gradient, whose backward receives the gradient
+    blocks; off the source its outputs hang on empty leaves. A rank on neither mesh gets
+    None and takes no part in the backward."""
+    if backs is None:
+        backs = [backward_program(p) if c else None for p, c in zip(programs, carries, strict=True)]
+    for back in backs:
+        if back is not None:
+            _finish_groups(back, timeout, backend)
+    p = programs[0]  # every tensor of a joint call moves between the same two meshes
+    if me not in p.src_mesh.global_ranks and me not in p.dst_mesh.global_ranks:
+        with torch.no_grad():
+            return run_many(programs, xs, me, device, timeout, backend)
+    held = [torch.empty(0, device=device, requires_grad=True) if x is None and c else x
+            for x, c in zip(xs, carries, strict=True)]
+    run = GradRun(tuple(programs), tuple(carries), tuple(backs), me, device, timeout, backend)
+    return list(CrossRedistribute.apply(run, *held))
+
+
 class CrossRedistribute(torch.autograd.Function):
     """The backward of ``src`` on ``mesh`` -> ``dst`` on ``dst_mesh`` is the cross-mesh
     program from ``dual(dst)`` on ``dst_mesh`` back to ``dual(src)`` on ``mesh`` (the SPMD
-    type system's duals)."""
+    type system's duals), run by the ranks of the two meshes; a joint call's gradients
+    move back as one joint program."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, p: CrossProgram, me: int, device: torch.device,  # type: ignore[override]
-                timeout: timedelta | None, backend: str) -> torch.Tensor | None:
-        ctx.args = (p, me, device, timeout, backend)
-        return run_many([p], [x], me, device, timeout, backend)[0]
+    def forward(ctx: Any, run: GradRun, *held: Any) -> tuple[torch.Tensor | None, ...]:
+        ctx.run = run
+        on_src = run.me in run.programs[0].src_mesh.global_ranks
+        ys = run_many(run.programs, [x if on_src else None for x in held], run.me, run.device, run.timeout,
+                      run.backend)
+        # off the destination: the stand-in a tensor's backward starts from
+        outs = [x.new_empty(0) if y is None and c else y for x, y, c in zip(held, ys, run.carries, strict=True)]
+        ctx.mark_non_differentiable(*[y for y, c in zip(outs, run.carries, strict=True) if y is not None and not c])
+        return tuple(outs)
 
     @staticmethod
-    def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
-        p, me, device, timeout, backend = ctx.args
-        back = lowering.compile(dual_type(p.dst), dual_type(p.src), p.dst_mesh, dst_mesh=p.src_mesh)
+    def backward(ctx: Any, *gs: Any) -> tuple[Any, ...]:
+        run: GradRun = ctx.run
+        which = [i for i, c in enumerate(run.carries) if c]
+        backs = [run.backs[i] for i in which]
+        on_dst = run.me in run.programs[0].dst_mesh.global_ranks
+        # autograd gives a zero gradient for an output the loss did not reach
+        ins = [gs[i].contiguous() if on_dst else None for i in which]
         with torch.no_grad():
-            dx = run_many([back], [g.contiguous()], me, device, timeout, backend)[0]
-        return dx, None, None, None, None, None
+            dxs = run_many(backs, ins, run.me, run.device, run.timeout, run.backend)  # type: ignore[arg-type]
+        grads: list[torch.Tensor | None] = [None] * len(run.carries)
+        for i, dx in zip(which, dxs, strict=True):
+            grads[i] = dx
+        return (None, *grads)
 
 
 def _check_block(x: object, p: CrossProgram, me: int, i: int | None) -> SpecError | None:
@@ -425,14 +578,8 @@ def _call_hash(key: str) -> int:
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=7).digest(), "big")
 
 
-def _agree(error: SpecError | None, key: str, me: int, device: torch.device, timeout: timedelta | None) -> None:
-    """One all_reduce over the world of which ranks failed their checks and which call each
-    made (a hash): a call wrong, or different, on some ranks fails on every rank, before
-    any message."""
-    world = dist.get_world_size()
-    flags = torch.zeros(2 * world, dtype=torch.int64, device=device)
-    flags[me] = error is not None
-    flags[world + me] = _call_hash(key) if error is None else 0
+def _all_reduce(flags: torch.Tensor, me: int, timeout: timedelta | None, what: str) -> list[int]:
+    """The sum of ``flags`` over the world, as ints (a failure names who is at fault)."""
     try:
         work = dist.all_reduce(flags, async_op=True)
         assert work is not None
@@ -443,22 +590,35 @@ def _agree(error: SpecError | None, key: str, me: int, device: torch.device, tim
     except RuntimeError as e:
         from torch_backend.faults import collective_failure
 
-        raise collective_failure(f"rank {me}: agreeing on the cross-mesh call's checks", e, list(range(world)),
-                                 me, timeout) from e
+        raise collective_failure(f"rank {me}: {what}", e, list(range(dist.get_world_size())), me, timeout) from e
+    return flags.tolist()
+
+
+def _agree(error: SpecError | None, key: str, me: int, device: torch.device, timeout: timedelta | None,
+           grad: int = 0) -> list[int]:
+    """One all_reduce over the world of which ranks failed their checks and which call each
+    made (a hash): a call wrong, or different, on some ranks fails on every rank, before
+    any message. Each rank's ``grad`` code (``_grad_code``) comes back, one per rank."""
+    world = dist.get_world_size()
+    flags = torch.zeros(3 * world, dtype=torch.int64, device=device)
+    flags[me] = error is not None
+    flags[world + me] = _call_hash(key) if error is None else 0
+    flags[2 * world + me] = grad
+    got = _all_reduce(flags, me, timeout, "agreeing on the cross-mesh call's checks")
     if error is not None:
         raise error
-    got = flags.tolist()
     bad = [r for r in range(world) if got[r]]
     if bad:
         raise SpecError(f"rank(s) {bad} failed their checks of the cross-mesh call; no rank sent anything",
                         hint="see those ranks' errors: each rank of the source mesh passes its block, every "
                              "other rank None, and every rank the same types and meshes")
-    hashes = got[world:]
+    hashes = got[world:2 * world]
     odd = [r for r in range(world) if hashes[r] != hashes[me]]
     if odd:
         raise SpecError(f"rank(s) {odd} made a different cross-mesh call from rank {me}'s "
                         f"({key.replace('|', ' ')}); no rank sent anything",
                         hint="every rank of the world passes the same types, meshes and dst_mesh")
+    return got[2 * world:]
 
 
 # ---- running ------------------------------------------------------------------------------
@@ -569,14 +729,11 @@ def _finish(p: CrossProgram, x: torch.Tensor | None, me: int, timeout: timedelta
             backend: str) -> torch.Tensor | None:
     """The pending sums finished on the source mesh. Every rank of the world makes the
     source mesh's groups alike (``subset_context``); only its ranks run the steps."""
-    f = p.finish
-    if f is None:
-        return x
-    axes = [s.axes for s in f.steps if s.is_collective]
-    ctx = subset_context(f.mesh, p.src_mesh.global_ranks, axes, timeout=timeout, backend=backend)
+    ctx = _finish_groups(p, timeout, backend)
     if ctx is None or x is None:
         return x
-    return _run_steps(f, ctx, x)
+    assert p.finish is not None  # a context only where there is a finish
+    return _run_steps(p.finish, ctx, x)
 
 
 def _run_steps(f: lowering.Program, ctx: MeshContext, x: torch.Tensor) -> torch.Tensor:
