@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from lowering.program import Program
+from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from torch_backend import traced
 from torch_backend.agree import Checks, agreed, describe
@@ -106,7 +107,7 @@ torch.utils._pytree.register_constant(Redistributor)
 
 def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any, *,
                   timeout: timedelta | float | None = None, agree: bool | None = None,
-                  dst_mesh: Mesh | str | Any | None = None) -> Any:
+                  dst_mesh: Mesh | str | Any | None = None, requires_grad: bool = False) -> Any:
     """Prepare ``redistribute(x, src, dst, mesh)`` for many calls (see the module docstring).
 
     Every check that does not depend on the tensor runs here, before any communication:
@@ -116,11 +117,16 @@ def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str
 
     ``dst_mesh=``: a ``torch_backend.mesh_transfer.CrossRedistributor`` moving the tensor to
     ``dst`` on another mesh (``redistribute(..., dst_mesh=)``; its ranks always agree).
+    ``requires_grad=True`` (alike on every rank; cross-mesh only): its calls in grad mode
+    carry a gradient, whose groups are made now (see ``mesh_transfer.redistributor``).
     """
     if dst_mesh is not None:
         from torch_backend import mesh_transfer
 
-        return mesh_transfer.redistributor(src, dst, mesh, dst_mesh, timeout=timeout)
+        return mesh_transfer.redistributor(src, dst, mesh, dst_mesh, timeout=timeout, requires_grad=requires_grad)
+    if requires_grad is not False:
+        raise SpecError("requires_grad= is for a move across meshes (with dst_mesh=)",
+                        hint="drop it: a call on one mesh carries a gradient whenever its tensor requires grad")
     check_agree(agree)
     if agreeing(agree):
         def run(found: Checks) -> None:
