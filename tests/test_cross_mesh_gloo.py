@@ -411,8 +411,7 @@ def _backward_across(rank: int, y, w: np.ndarray | None, sum_stand_in: bool) -> 
 def _grad_across_cases(rank: int, world: int) -> dict:
     import torch.distributed.distributed_c10d as c10d
 
-    from torch_backend import redistribute
-    from torch_backend.mesh_transfer import redistributor
+    from torch_backend import redistribute, redistributor
 
     out: dict = {}
     for k, (name, src, mesh, dst, dst_mesh) in enumerate(ACROSS):
@@ -426,7 +425,7 @@ def _grad_across_cases(rank: int, world: int) -> dict:
         out[name] = (got, None if x is None else x.grad.numpy(), x is None or np.array_equal(x.detach(), xs[rank]))
     # prepared with requires_grad=True, called twice (a fresh block each time)
     name, src, mesh, dst, dst_mesh = ACROSS[2]
-    f = redistributor(src, dst, mesh, dst_mesh, timeout=20, requires_grad=True)
+    f = redistributor(src, dst, mesh, timeout=20, dst_mesh=dst_mesh, requires_grad=True)
     out["prepared"] = []
     for _ in range(2):
         _, xs, _ = inputs(src, mesh, 42)
