@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 # torch is imported where a rank (or the store) needs it, so ``shardc run`` refuses bad
 # input before paying for it
 GRACE_S = 10.0  # after the first failure, on top of the collective timeout
-EXIT_WAIT_S = 1.0  # how long a rank the others gave up on gets to show that it exited
+EXIT_WAIT_S = 3.0  # how long a rank the others gave up on gets to show that it exited (a loaded machine
+# delivers an exit status late: at 1 s a rank that had exited was once reported hung)
 
 
 @dataclass
