@@ -353,17 +353,20 @@ def _own_pieces(src: _Classes, dst: _Classes, i_r: int, j_r: int,
         other = i2 != i_r  # the piece (i_r, j_r) is listed once
         i, j = np.concatenate([i, i2[other]]), np.concatenate([j, np.full(int(other.sum()), j_r)])
     wanting = _wanting(src, dst)
-
     turn = np.zeros(len(i), dtype=np.int64)
-    for jj in np.unique(j):
-        rows = np.nonzero(j == jj)[0]
-        upto = int(i[rows].max())
-        before = np.arange(upto)
-        lo = np.maximum(dst.boxes[before, :, 0], src.boxes[jj, :, 0])
-        hi = np.minimum(dst.boxes[before, :, 1], src.boxes[jj, :, 1])
-        w = np.where((hi > lo).all(axis=1), wanting(before, np.full(upto, jj)), 0)
-        prefix = np.concatenate([[0], np.cumsum(w)])
-        turn[rows] = prefix[i[rows]]
+    rows = np.nonzero(src.sizes[j] > 1)[0]  # a sole holder sends whatever its turn
+    if len(rows):
+        js, col = np.unique(j[rows], return_inverse=True)
+        before = np.arange(int(i[rows].max()))
+        w = np.zeros((len(before) + 1, len(js)), dtype=np.int64)  # row i' + 1: what class i' wants of each
+        for at in range(0, len(js), 64):  # a few classes at a time: a table of (classes before) x 64
+            part = js[at:at + 64]
+            ok = np.ones((len(before), len(part)), dtype=bool)
+            for d in range(ndim):
+                ok &= np.maximum(dst.boxes[before, None, d, 0], src.boxes[None, part, d, 0]) \
+                    < np.minimum(dst.boxes[before, None, d, 1], src.boxes[None, part, d, 1])
+            w[1:, at:at + 64] = np.where(ok, wanting(before[:, None], part[None, :]), 0)
+        turn[rows] = np.cumsum(w, axis=0)[i[rows], col.reshape(-1)]
     lo = np.maximum(dst.boxes[i, :, 0], src.boxes[j, :, 0])
     hi = np.minimum(dst.boxes[i, :, 1], src.boxes[j, :, 1])
     return i, j, np.stack([lo, hi], axis=-1).reshape(len(i), ndim, 2), turn
