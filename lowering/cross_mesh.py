@@ -531,20 +531,37 @@ def _bound(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh,
     # a rank outside it wants of them leaves the class at least once, one element a value
     if known is not None and not pending:
         src_c, need = known
-        holder, piece_box, wanted = need.piece_holder, need.piece_box, need.wanting > 0
+        wanted = need.wanting > 0
+        if not wanted.any():
+            return lack * src.itemsize
+        per = np.bincount(need.piece_holder[wanted], weights=_numel(need.piece_box)[wanted],
+                          minlength=len(src_c.sizes)).astype(np.int64)
     else:
-        s_boxes = boxes(full, src_mesh)
         values = mesh_coords(src_mesh)[:, [src_mesh.index(a) for a in src.partial_axes]] if pending else None
-        src_c = _classes(s_boxes, src_mesh, world, values)
-        dst_c = _classes(boxes(dst, dst_mesh), dst_mesh, world)
-        i, holder, piece_box = _meets(dst_c.boxes, src_c.boxes)
-        wanted = _wanting(src_c, dst_c)(i, holder) > 0
-    if wanted.any():
-        numel = _numel(piece_box)
-        per = np.bincount(holder[wanted], weights=numel[wanted], minlength=len(src_c.sizes))
-        leave = int((-(-per.astype(np.int64) // src_c.sizes)).max())
-        return max(lack, leave) * src.itemsize
-    return lack * src.itemsize
+        src_c = _classes(boxes(full, src_mesh), src_mesh, world, values)
+        per = _wanted_of(src_c, _classes(boxes(dst, dst_mesh), dst_mesh, world))
+    leave = int((-(-per // src_c.sizes)).max()) if len(per) else 0
+    return max(lack, leave) * src.itemsize
+
+
+def _wanted_of(src: _Classes, dst: _Classes) -> np.ndarray:
+    """Elements of each source class that some destination rank lacks. Classes holding
+    the same box (the addends of a pending sum) share their meets with the destination's
+    classes; only the pairs where every rank of a destination class already holds the
+    class on the source (ranks on both meshes: few) are taken off."""
+    ndim = src.boxes.shape[1]
+    flat, box_of = np.unique(src.boxes.reshape(len(src.boxes), -1), axis=0, return_inverse=True)
+    _, u, piece_box = _meets(dst.boxes, flat.reshape(len(flat), ndim, 2))
+    per = np.bincount(u, weights=_numel(piece_box), minlength=len(flat)).astype(np.int64)[box_of.reshape(-1)]
+    both = (dst.of_rank >= 0) & (src.of_rank >= 0)
+    pairs = np.unique(dst.of_rank[both] * len(src.sizes) + src.of_rank[both])
+    pi, pj = pairs // len(src.sizes), pairs % len(src.sizes)
+    held = _wanting(src, dst)(pi, pj) == 0
+    pi, pj = pi[held], pj[held]
+    lo = np.maximum(dst.boxes[pi, :, 0], src.boxes[pj, :, 0])
+    hi = np.maximum(np.minimum(dst.boxes[pi, :, 1], src.boxes[pj, :, 1]), lo)
+    np.subtract.at(per, pj, _numel(np.stack([lo, hi], axis=-1)))
+    return per
 
 
 def cross_best(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh, finishes: Sequence[Program],
