@@ -243,11 +243,12 @@ def _meets(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nda
     for d in range(a.shape[1]):
         ok &= a[:, None, d, 0] < b[None, :, d, 1]
         ok &= b[None, :, d, 0] < a[:, None, d, 1]
-    i, j = np.nonzero(ok)
+    i, j = np.divmod(np.flatnonzero(ok), len(b))
     box = np.empty((len(i), a.shape[1], 2), dtype=np.int64)
-    for d in range(a.shape[1]):
-        box[:, d, 0] = np.maximum(a[i, d, 0], b[j, d, 0])
-        box[:, d, 1] = np.minimum(a[i, d, 1], b[j, d, 1])
+    for d in range(a.shape[1]):  # gathers from contiguous columns (np.take): faster than a[i, d, 0]
+        for e, pick in ((0, np.maximum), (1, np.minimum)):
+            pick(np.take(np.ascontiguousarray(a[:, d, e]), i), np.take(np.ascontiguousarray(b[:, d, e]), j),
+                 out=box[:, d, e])
     return i, j, box
 
 
@@ -284,6 +285,8 @@ class _Need(NamedTuple):
     piece_holder: np.ndarray  # (pieces,)
     turn: np.ndarray  # (pieces,) messages out of its holder class before this piece's
     position: np.ndarray  # (n,) the receiver's place among the piece's wanting ranks
+    numel: np.ndarray  # (n,) elements of ``box``
+    piece_numel: np.ndarray  # (pieces,)
 
 
 def _needs(src: _Classes, dst: _Classes,
@@ -317,9 +320,10 @@ def _needs(src: _Classes, dst: _Classes,
         turn = np.empty(len(i), dtype=np.int64)
         turn[order] = before - np.maximum.accumulate(np.where(new, before, 0))
     assert turn is not None
+    numel = _numel(pbox)
     if whole and len(piece) == len(i):  # every piece wanted by one rank: no gather
-        return _Need(pbox, j, receiver, piece, wanting, pbox, j, turn, position)
-    return _Need(pbox[piece], j[piece], receiver, piece, wanting, pbox, j, turn, position)
+        return _Need(pbox, j, receiver, piece, wanting, pbox, j, turn, position, numel, numel)
+    return _Need(pbox[piece], j[piece], receiver, piece, wanting, pbox, j, turn, position, numel[piece], numel)
 
 
 def _wanting(src: _Classes, dst: _Classes) -> Any:
@@ -373,8 +377,9 @@ def _own_pieces(src: _Classes, dst: _Classes, i_r: int, j_r: int,
 
 
 def _step(kind: str, senders: np.ndarray, receivers: np.ndarray, bx: np.ndarray, world: int,
-          item: int) -> CrossStep:
-    numel = _numel(bx) * item
+          item: int, numel: np.ndarray | None = None) -> CrossStep:
+    """``numel``: the boxes' elements, where the caller has them."""
+    numel = (_numel(bx) if numel is None else numel) * item
     sent = np.bincount(senders, weights=numel, minlength=world).astype(np.int64)
     recv = np.bincount(receivers, weights=numel, minlength=world).astype(np.int64)
     for a in (senders, receivers, bx):
@@ -423,7 +428,7 @@ def _plan(src: _Classes, need: _Need, fan: np.ndarray, split: bool, world: int, 
             return []
         turn = need.position + need.turn[need.piece]
         return [_step("send_across", *_from_holders(src, need.holder, need.receiver, need.box, turn, split),
-                      world, item)]
+                      world, item, None if split else need.numel)]
     direct = ~fan[need.piece]
     turn = (need.position + need.turn[need.piece])[direct]
     s1, r1, b1 = _from_holders(src, need.holder[direct], need.receiver[direct], need.box[direct], turn, split)
@@ -470,7 +475,7 @@ def _cheapest(src: _Classes, need: _Need, finish: Program | None, src_mesh: Mesh
     bound taken at once (nothing is cheaper): every piece sent directly; the pieces of the
     holder classes that direct sending overloads fanned out; every shared piece fanned
     out; each with holders taking turns, then with pieces cut among the holders."""
-    numel = _numel(need.box)
+    numel = need.numel
     load = np.bincount(need.holder, weights=numel, minlength=len(src.sizes)) * item / np.maximum(src.sizes, 1)
     classes = np.arange(len(src.sizes))
     choices = [classes[:0], classes[load > bound], classes]
@@ -534,7 +539,7 @@ def _bound(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh,
         wanted = need.wanting > 0
         if not wanted.any():
             return lack * src.itemsize
-        per = np.bincount(need.piece_holder[wanted], weights=_numel(need.piece_box)[wanted],
+        per = np.bincount(need.piece_holder[wanted], weights=need.piece_numel[wanted],
                           minlength=len(src_c.sizes)).astype(np.int64)
     else:
         values = mesh_coords(src_mesh)[:, [src_mesh.index(a) for a in src.partial_axes]] if pending else None
