@@ -222,16 +222,20 @@ def _classes(bx: np.ndarray, mesh: Mesh, world: int, values: np.ndarray | None =
     pending sum's axes: ranks with the same box hold different addends)."""
     rows = bx.reshape(len(bx), -1)
     key = rows if values is None else np.concatenate([rows, values.reshape(len(bx), -1)], axis=1)
-    uniq, inverse = np.unique(key, axis=0, return_inverse=True)
-    uniq = uniq[:, :rows.shape[1]]
-    inverse = inverse.reshape(-1)
+    # classes in the order of their keys, members in mesh order (lexsort is stable): a sort
+    # of columns, several times faster than np.unique(axis=0)'s of rows
+    order = np.lexsort(key.T[::-1]) if key.shape[1] else np.arange(len(key))
+    ordered = key[order]
+    new = np.ones(len(key), dtype=bool)
+    new[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    inverse = np.empty(len(key), dtype=np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    start = np.flatnonzero(new)
+    count = np.diff(np.append(start, len(key)))
     ranks = np.asarray(mesh.global_ranks, dtype=np.int64)
-    order = np.argsort(inverse, kind="stable")
-    count = np.bincount(inverse, minlength=len(uniq))
-    start = np.concatenate([[0], np.cumsum(count)[:-1]])
     of_rank = np.full(world, -1, dtype=np.int64)
     of_rank[ranks] = inverse
-    return _Classes(uniq.reshape(len(uniq), *bx.shape[1:]), ranks[order], start, count, of_rank)
+    return _Classes(bx[order[start]], ranks[order], start, count, of_rank)
 
 
 def _meets(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
