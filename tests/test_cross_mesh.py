@@ -235,11 +235,11 @@ def test_big_meshes_compile_fast():
         lowering.clear_caches()
         t = time.perf_counter()
         p = lowering.compile(src, dst, m1, dst_mesh=m2)
-        assert time.perf_counter() - t < 1.0, (m1, m2)  # about 0.1 s alone; two shared cores
+        assert time.perf_counter() - t < 1.0, (m1, m2)  # 5-50 ms alone; two shared cores
         assert p.cost.bytes_max == p.bound
         t = time.perf_counter()
         part = p.rank_part(1500)
-        assert time.perf_counter() - t < 0.25  # 3-40 ms alone: from the rank's own pieces
+        assert time.perf_counter() - t < 0.25  # 1-3 ms alone: from the rank's own pieces
         assert [tuple(sorted(x)) for step in part for x in step] == _global_part(p, 1500)
 
 
