@@ -28,6 +28,7 @@ def test_cross_mesh_plan_bench_reports_every_case() -> None:
     # destination rank lacks its whole column of 16 f32 (it holds nothing on the source)
     a2a = by["all-to-all"]
     assert a2a["messages"] == 16 * 16 and a2a["bound"] == 16 * 4 and a2a["rounds"] == ["send_across"]
+    assert a2a["rank_part_messages"] == [16, 16]  # rank 0 sends its row to all, rank 31 receives its column
     # the same 16 ranks reshaped: rank r holds rows [4r, 4r+4) of a 64x64 f32 on fsdp and
     # wants rows [8d, 8d+8), cols [32t, 32t+32) on dp=8,tp=2 (r = 2d + t): what it lacks
     lack = []
