@@ -240,20 +240,66 @@ def _classes(bx: np.ndarray, mesh: Mesh, world: int, values: np.ndarray | None =
 
 def _meets(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(i, j, box) for every non-empty intersection of box a[i] with box b[j], in order of
-    (i, j). The test runs dim by dim on booleans: a million pairs are a million bytes."""
-    full_a: np.ndarray = np.all(a[:, :, 1] > a[:, :, 0], axis=1)  # an empty block (an uneven split's) meets nothing
-    full_b: np.ndarray = np.all(b[:, :, 1] > b[:, :, 0], axis=1)
-    ok = full_a[:, None] & full_b[None, :]
-    for d in range(a.shape[1]):
-        ok &= a[:, None, d, 0] < b[None, :, d, 1]
-        ok &= b[None, :, d, 0] < a[:, None, d, 1]
-    i, j = np.divmod(np.flatnonzero(ok), len(b))
+    (i, j): from the grid of ``b``'s blocks where they tile each dim (``_pairs_on_grid``:
+    work in the pairs found), else by testing every pair."""
+    found = _pairs_on_grid(a, b)
+    if found is None:
+        full_a: np.ndarray = np.all(a[:, :, 1] > a[:, :, 0], axis=1)  # an empty block (an uneven split's) meets nothing
+        full_b: np.ndarray = np.all(b[:, :, 1] > b[:, :, 0], axis=1)
+        ok = full_a[:, None] & full_b[None, :]
+        for d in range(a.shape[1]):  # dim by dim on booleans: a million pairs are a million bytes
+            ok &= a[:, None, d, 0] < b[None, :, d, 1]
+            ok &= b[None, :, d, 0] < a[:, None, d, 1]
+        found = np.divmod(np.flatnonzero(ok), len(b))
+    i, j = found
     box = np.empty((len(i), a.shape[1], 2), dtype=np.int64)
     for d in range(a.shape[1]):  # gathers from contiguous columns (np.take): faster than a[i, d, 0]
         for e, pick in ((0, np.maximum), (1, np.minimum)):
             pick(np.take(np.ascontiguousarray(a[:, d, e]), i), np.take(np.ascontiguousarray(b[:, d, e]), j),
                  out=box[:, d, e])
     return i, j, box
+
+
+def _pairs_on_grid(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``_meets``'s (i, j) where ``b``'s distinct blocks (a layout's classes, sorted by box)
+    cut each dim into disjoint intervals and are every combination of them (the chunk rule's
+    blocks are): a box of ``a`` meets a run of intervals per dim, and its pairs are their
+    product, enumerated in order. None where ``b`` is not such a grid, or where most pairs
+    meet (then testing every pair is faster)."""
+    ndim = b.shape[1]
+    if ndim == 0 or len(a) * len(b) <= 1 << 16 or (b[:, :, 1] <= b[:, :, 0]).any():
+        return None  # (few pairs: testing them all is cheaper than finding the grid)
+    index, count = [], []
+    lo_run, n_run = [], []
+    for d in range(ndim):
+        iv, at = np.unique(b[:, d, :], axis=0, return_inverse=True)
+        if (iv[1:, 0] < iv[:-1, 1]).any():  # overlapping intervals: not a tiling
+            return None
+        index.append(at.reshape(-1))
+        count.append(len(iv))
+        first = np.searchsorted(iv[:, 1], a[:, d, 0], side="right")  # the first interval ending after a's start
+        stop = np.searchsorted(iv[:, 0], a[:, d, 1], side="left")  # those starting before a's end
+        lo_run.append(first)
+        n_run.append(np.where(a[:, d, 1] > a[:, d, 0], np.maximum(stop - first, 0), 0))
+    if math.prod(count) != len(b):  # not every combination: not a grid
+        return None
+    cell = np.ravel_multi_index(tuple(index), tuple(count))
+    if (cell != np.arange(len(b))).any():  # classes sorted by box are the grid's cells in row-major order
+        return None
+    per = np.ones(len(a), dtype=np.int64)
+    for n in n_run:
+        per *= n
+    if int(per.sum()) * 8 > len(a) * len(b):  # dense: testing every pair on booleans is faster
+        return None
+    i, t = _expand(np.zeros(len(a), dtype=np.int64), per)
+    j = np.zeros(len(i), dtype=np.int64)
+    for d in range(ndim):  # t in mixed radix over the runs, the last dim fastest
+        inner = np.ones(len(a), dtype=np.int64)
+        for n in n_run[d + 1:]:
+            inner *= n
+        k = lo_run[d][i] + (t // inner[i]) % np.maximum(n_run[d][i], 1)
+        j = j * count[d] + k
+    return i, j
 
 
 def _numel(bx: np.ndarray) -> np.ndarray:

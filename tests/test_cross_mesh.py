@@ -302,6 +302,30 @@ def test_no_message_carries_an_empty_block():
     assert p.rank_part(1) == (((), ()),)
 
 
+@pytest.mark.parametrize("src, dst, m1, m2", [
+    ("f32[512@a,512@b]", "f32[512@c,512@d]", "a=16,b=32", "c=32,d=16@[512-1023]"),  # blocks on a grid, sparse
+    ("f32[500@a,96@b]", "f32[500@(d,c),96]", "a=24,b=12", "c=20,d=24@[100-579]"),  # uneven chunks, overlapping
+    ("f32[600@a,400]", "f32[600@f,400@e<100,0,300>]", "a=300", "e=3,f=100@[0-299]"),  # an empty block wanted
+    ("f32[600@f,400@e<100,0,300>]", "f32[600@a,400]", "e=3,f=100", "a=300@[150-449]"),  # and held
+])
+def test_sole_holders_send_each_receiver_the_overlap_of_their_blocks(src, dst, m1, m2):
+    # big enough that the pairs of blocks are found on the source's grid, not by testing all
+    p = lowering.compile(src, dst, m1, dst_mesh=m2)
+    s, d, sm, dm = parse(src), parse(dst), parse_mesh(m1), parse_mesh(m2)
+    held, want = oracle_blocks(s, sm), oracle_blocks(d, dm)
+    hs, ws = list(held), list(want)
+    a = np.array([[[x.start, x.stop] for x in held[r]] for r in hs])
+    b = np.array([[[x.start, x.stop] for x in want[r]] for r in ws])
+    lo, hi = np.maximum(a[:, None, :, 0], b[None, :, :, 0]), np.minimum(a[:, None, :, 1], b[None, :, :, 1])
+    oracle = set()
+    for x, y in zip(*np.nonzero((hi > lo).all(axis=2)), strict=True):
+        if hs[x] != ws[y]:  # a rank on both meshes keeps what it holds
+            oracle.add((hs[x], ws[y], tuple(zip(lo[x, y].tolist(), hi[x, y].tolist(), strict=True))))
+    assert [st.kind for st in p.steps] == ["send_across"]
+    assert {(t.sender, t.receiver, t.box) for t in p.steps[0].transfers} == oracle
+    assert len(p.steps[0].transfers) == len(oracle) and p.cost.bytes_max == p.bound
+
+
 def test_million_message_plans_compile_fast():
     lowering.compile("f32[8@dp]", "f32[8]", "dp=2", dst_mesh="r=2@[2,3]")  # imports and first calls
     for src, dst, m1, m2 in [
