@@ -222,25 +222,93 @@ def _classes(bx: np.ndarray, mesh: Mesh, world: int, values: np.ndarray | None =
     pending sum's axes: ranks with the same box hold different addends)."""
     rows = bx.reshape(len(bx), -1)
     key = rows if values is None else np.concatenate([rows, values.reshape(len(bx), -1)], axis=1)
-    uniq, inverse = np.unique(key, axis=0, return_inverse=True)
-    uniq = uniq[:, :rows.shape[1]]
-    inverse = inverse.reshape(-1)
+    # classes in the order of their keys, members in mesh order (lexsort is stable): a sort
+    # of columns, several times faster than np.unique(axis=0)'s of rows
+    order = np.lexsort(key.T[::-1]) if key.shape[1] else np.arange(len(key))
+    ordered = key[order]
+    new = np.ones(len(key), dtype=bool)
+    new[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    inverse = np.empty(len(key), dtype=np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    start = np.flatnonzero(new)
+    count = np.diff(np.append(start, len(key)))
     ranks = np.asarray(mesh.global_ranks, dtype=np.int64)
-    order = np.argsort(inverse, kind="stable")
-    count = np.bincount(inverse, minlength=len(uniq))
-    start = np.concatenate([[0], np.cumsum(count)[:-1]])
     of_rank = np.full(world, -1, dtype=np.int64)
     of_rank[ranks] = inverse
-    return _Classes(uniq.reshape(len(uniq), *bx.shape[1:]), ranks[order], start, count, of_rank)
+    return _Classes(bx[order[start]], ranks[order], start, count, of_rank)
 
 
 def _meets(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(i, j, box) for every non-empty intersection of box a[i] with box b[j]."""
-    lo = np.maximum(a[:, None, :, 0], b[None, :, :, 0])
-    hi = np.minimum(a[:, None, :, 1], b[None, :, :, 1])
-    ok = (hi > lo).all(axis=2)
-    i, j = np.nonzero(ok)
-    return i, j, np.stack([lo[i, j], hi[i, j]], axis=-1)
+    """(i, j, box) for every non-empty intersection of box a[i] with box b[j], in order of
+    (i, j): from the grid of ``b``'s blocks where they tile each dim (``_pairs_on_grid``:
+    work in the pairs found), else by testing every pair."""
+    found = _pairs_on_grid(a, b)
+    if found is None:
+        full_a: np.ndarray = np.all(a[:, :, 1] > a[:, :, 0], axis=1)  # an empty block (an uneven split's) meets nothing
+        full_b: np.ndarray = np.all(b[:, :, 1] > b[:, :, 0], axis=1)
+        ok = full_a[:, None] & full_b[None, :]
+        for d in range(a.shape[1]):  # dim by dim on booleans: a million pairs are a million bytes
+            ok &= a[:, None, d, 0] < b[None, :, d, 1]
+            ok &= b[None, :, d, 0] < a[:, None, d, 1]
+        found = np.divmod(np.flatnonzero(ok), len(b))
+    i, j = found
+    box = np.empty((len(i), a.shape[1], 2), dtype=np.int64)
+    for d in range(a.shape[1]):  # gathers from contiguous columns (np.take): faster than a[i, d, 0]
+        for e, pick in ((0, np.maximum), (1, np.minimum)):
+            pick(np.take(np.ascontiguousarray(a[:, d, e]), i), np.take(np.ascontiguousarray(b[:, d, e]), j),
+                 out=box[:, d, e])
+    return i, j, box
+
+
+def _pairs_on_grid(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``_meets``'s (i, j) where ``b``'s distinct blocks (a layout's classes, sorted by box)
+    cut each dim into disjoint intervals and are every combination of them (the chunk rule's
+    blocks are): a box of ``a`` meets a run of intervals per dim, and its pairs are their
+    product, enumerated in order. None where ``b`` is not such a grid, or where most pairs
+    meet (then testing every pair is faster)."""
+    ndim = b.shape[1]
+    if ndim == 0 or len(a) * len(b) <= 1 << 16 or (b[:, :, 1] <= b[:, :, 0]).any():
+        return None  # (few pairs: testing them all is cheaper than finding the grid)
+    index, count = [], []
+    lo_run, n_run = [], []
+    for d in range(ndim):
+        iv, at = np.unique(b[:, d, :], axis=0, return_inverse=True)
+        if (iv[1:, 0] < iv[:-1, 1]).any():  # overlapping intervals: not a tiling
+            return None
+        index.append(at.reshape(-1))
+        count.append(len(iv))
+        first = np.searchsorted(iv[:, 1], a[:, d, 0], side="right")  # the first interval ending after a's start
+        stop = np.searchsorted(iv[:, 0], a[:, d, 1], side="left")  # those starting before a's end
+        lo_run.append(first)
+        n_run.append(np.where(a[:, d, 1] > a[:, d, 0], np.maximum(stop - first, 0), 0))
+    if math.prod(count) != len(b):  # not every combination: not a grid
+        return None
+    cell = np.ravel_multi_index(tuple(index), tuple(count))
+    if (cell != np.arange(len(b))).any():  # classes sorted by box are the grid's cells in row-major order
+        return None
+    per = np.ones(len(a), dtype=np.int64)
+    for n in n_run:
+        per *= n
+    if int(per.sum()) * 8 > len(a) * len(b):  # dense: testing every pair on booleans is faster
+        return None
+    i, t = _expand(np.zeros(len(a), dtype=np.int64), per)
+    j = np.zeros(len(i), dtype=np.int64)
+    for d in range(ndim):  # t in mixed radix over the runs, the last dim fastest
+        inner = np.ones(len(a), dtype=np.int64)
+        for n in n_run[d + 1:]:
+            inner *= n
+        k = lo_run[d][i] + (t // inner[i]) % np.maximum(n_run[d][i], 1)
+        j = j * count[d] + k
+    return i, j
+
+
+def _numel(bx: np.ndarray) -> np.ndarray:
+    """Elements of each box (n, ndim, 2), a product dim by dim (np.prod over a short axis is
+    several times slower on a million boxes)."""
+    out = bx[:, 0, 1] - bx[:, 0, 0] if bx.shape[1] else np.ones(len(bx), dtype=np.int64)
+    for d in range(1, bx.shape[1]):
+        out = out * (bx[:, d, 1] - bx[:, d, 0])
+    return out
 
 
 def _as_box(b: np.ndarray) -> Box:
@@ -267,6 +335,8 @@ class _Need(NamedTuple):
     piece_holder: np.ndarray  # (pieces,)
     turn: np.ndarray  # (pieces,) messages out of its holder class before this piece's
     position: np.ndarray  # (n,) the receiver's place among the piece's wanting ranks
+    numel: np.ndarray  # (n,) elements of ``box``
+    piece_numel: np.ndarray  # (pieces,)
 
 
 def _needs(src: _Classes, dst: _Classes,
@@ -275,13 +345,24 @@ def _needs(src: _Classes, dst: _Classes,
     where only some pieces are wanted (``_own_pieces``), else all."""
     given = pieces is not None
     i, j, pbox, turn = pieces if pieces is not None else (*_meets(dst.boxes, src.boxes), None)
-    piece, at = _expand(dst.start[i], dst.sizes[i])
-    receiver = dst.members[at]
-    keep = src.of_rank[receiver] != j[piece]  # a rank holding the piece on the source keeps it
-    piece, receiver = piece[keep], receiver[keep]
-    wanting = np.bincount(piece, minlength=len(i))
-    position = np.arange(len(piece)) - (np.cumsum(wanting) - wanting)[piece]  # entries come grouped by piece
-    if not given:  # the messages out of each holder class before each piece (pieces in dst-class order)
+    if (dst.sizes == 1).all():  # each destination rank a class of its own: a piece a receiver
+        piece, receiver = np.arange(len(i)), dst.members[dst.start[i]]
+        keep = src.of_rank[receiver] != j  # a rank holding the piece on the source keeps it
+    else:
+        piece, at = _expand(dst.start[i], dst.sizes[i])
+        receiver = dst.members[at]
+        keep = src.of_rank[receiver] != j[piece]
+    whole = bool(keep.all())
+    if not whole:
+        piece, receiver = piece[keep], receiver[keep]
+    if whole and len(piece) == len(i):  # every piece wanted by exactly one rank
+        wanting, position = np.ones(len(i), dtype=np.int64), np.zeros(len(i), dtype=np.int64)
+    else:
+        wanting = np.bincount(piece, minlength=len(i))
+        position = np.arange(len(piece)) - (np.cumsum(wanting) - wanting)[piece]  # entries come grouped by piece
+    if not given and (src.sizes == 1).all():  # a sole holder sends whatever its turn
+        turn = np.zeros(len(i), dtype=np.int64)
+    elif not given:  # the messages out of each holder class before each piece (pieces in dst-class order)
         order = np.lexsort((i, j))
         before = np.cumsum(wanting[order]) - wanting[order]
         new = np.ones(len(order), dtype=bool)
@@ -289,7 +370,26 @@ def _needs(src: _Classes, dst: _Classes,
         turn = np.empty(len(i), dtype=np.int64)
         turn[order] = before - np.maximum.accumulate(np.where(new, before, 0))
     assert turn is not None
-    return _Need(pbox[piece], j[piece], receiver, piece, wanting, pbox, j, turn, position)
+    numel = _numel(pbox)
+    if whole and len(piece) == len(i):  # every piece wanted by one rank: no gather
+        return _Need(pbox, j, receiver, piece, wanting, pbox, j, turn, position, numel, numel)
+    return _Need(pbox[piece], j[piece], receiver, piece, wanting, pbox, j, turn, position, numel[piece], numel)
+
+
+def _wanting(src: _Classes, dst: _Classes) -> Any:
+    """``wanting(i, j)``: the ranks of destination class ``i`` that lack the piece of source
+    class ``j`` (the class's size less its ranks that hold ``j`` on the source)."""
+    both = (dst.of_rank >= 0) & (src.of_rank >= 0)
+    keys, counts = np.unique(dst.of_rank[both] * len(src.sizes) + src.of_rank[both], return_counts=True)
+
+    def wanting(ii: np.ndarray, jj: np.ndarray) -> np.ndarray:
+        if not len(keys):
+            return dst.sizes[ii]
+        k = ii * len(src.sizes) + jj
+        at = np.minimum(np.searchsorted(keys, k), len(keys) - 1)
+        return dst.sizes[ii] - np.where(keys[at] == k, counts[at], 0)
+
+    return wanting
 
 
 def _own_pieces(src: _Classes, dst: _Classes, i_r: int, j_r: int,
@@ -306,35 +406,30 @@ def _own_pieces(src: _Classes, dst: _Classes, i_r: int, j_r: int,
         i2 = _meets(dst.boxes, src.boxes[j_r:j_r + 1])[0]
         other = i2 != i_r  # the piece (i_r, j_r) is listed once
         i, j = np.concatenate([i, i2[other]]), np.concatenate([j, np.full(int(other.sum()), j_r)])
-    # wanting(i', j') = the size of class i' less its ranks that hold j' on the source
-    both = (dst.of_rank >= 0) & (src.of_rank >= 0)
-    keys, counts = np.unique(dst.of_rank[both] * len(src.sizes) + src.of_rank[both], return_counts=True)
-
-    def wanting(ii: np.ndarray, jj: np.ndarray) -> np.ndarray:
-        if not len(keys):
-            return dst.sizes[ii]
-        k = ii * len(src.sizes) + jj
-        at = np.minimum(np.searchsorted(keys, k), len(keys) - 1)
-        return dst.sizes[ii] - np.where(keys[at] == k, counts[at], 0)
-
+    wanting = _wanting(src, dst)
     turn = np.zeros(len(i), dtype=np.int64)
-    for jj in np.unique(j):
-        rows = np.nonzero(j == jj)[0]
-        upto = int(i[rows].max())
-        before = np.arange(upto)
-        lo = np.maximum(dst.boxes[before, :, 0], src.boxes[jj, :, 0])
-        hi = np.minimum(dst.boxes[before, :, 1], src.boxes[jj, :, 1])
-        w = np.where((hi > lo).all(axis=1), wanting(before, np.full(upto, jj)), 0)
-        prefix = np.concatenate([[0], np.cumsum(w)])
-        turn[rows] = prefix[i[rows]]
+    rows = np.nonzero(src.sizes[j] > 1)[0]  # a sole holder sends whatever its turn
+    if len(rows):
+        js, col = np.unique(j[rows], return_inverse=True)
+        before = np.arange(int(i[rows].max()))
+        w = np.zeros((len(before) + 1, len(js)), dtype=np.int64)  # row i' + 1: what class i' wants of each
+        for at in range(0, len(js), 64):  # a few classes at a time: a table of (classes before) x 64
+            part = js[at:at + 64]
+            ok = np.ones((len(before), len(part)), dtype=bool)
+            for d in range(ndim):
+                ok &= np.maximum(dst.boxes[before, None, d, 0], src.boxes[None, part, d, 0]) \
+                    < np.minimum(dst.boxes[before, None, d, 1], src.boxes[None, part, d, 1])
+            w[1:, at:at + 64] = np.where(ok, wanting(before[:, None], part[None, :]), 0)
+        turn[rows] = np.cumsum(w, axis=0)[i[rows], col.reshape(-1)]
     lo = np.maximum(dst.boxes[i, :, 0], src.boxes[j, :, 0])
     hi = np.minimum(dst.boxes[i, :, 1], src.boxes[j, :, 1])
     return i, j, np.stack([lo, hi], axis=-1).reshape(len(i), ndim, 2), turn
 
 
 def _step(kind: str, senders: np.ndarray, receivers: np.ndarray, bx: np.ndarray, world: int,
-          item: int) -> CrossStep:
-    numel = np.prod(bx[:, :, 1] - bx[:, :, 0], axis=1) * item if len(bx) else np.zeros(0, dtype=np.int64)
+          item: int, numel: np.ndarray | None = None) -> CrossStep:
+    """``numel``: the boxes' elements, where the caller has them."""
+    numel = (_numel(bx) if numel is None else numel) * item
     sent = np.bincount(senders, weights=numel, minlength=world).astype(np.int64)
     recv = np.bincount(receivers, weights=numel, minlength=world).astype(np.int64)
     for a in (senders, receivers, bx):
@@ -366,6 +461,8 @@ def _from_holders(src: _Classes, holder: np.ndarray, receiver: np.ndarray, bx: n
     each receiver pulls from another replica, and a rank finds its own senders and
     receivers from its own pieces); or with ``split`` each piece is cut among all the
     holders of its class (balanced whatever the pieces' sizes)."""
+    if not split and (src.sizes == 1).all():
+        return src.members[src.start][holder], receiver, bx
     if not split:
         return src.members[src.start[holder] + turn % src.sizes[holder]], receiver, bx
     row, at, parts = _cut_rows(bx, src.sizes[holder])
@@ -381,7 +478,7 @@ def _plan(src: _Classes, need: _Need, fan: np.ndarray, split: bool, world: int, 
             return []
         turn = need.position + need.turn[need.piece]
         return [_step("send_across", *_from_holders(src, need.holder, need.receiver, need.box, turn, split),
-                      world, item)]
+                      world, item, None if split else need.numel)]
     direct = ~fan[need.piece]
     turn = (need.position + need.turn[need.piece])[direct]
     s1, r1, b1 = _from_holders(src, need.holder[direct], need.receiver[direct], need.box[direct], turn, split)
@@ -428,7 +525,7 @@ def _cheapest(src: _Classes, need: _Need, finish: Program | None, src_mesh: Mesh
     bound taken at once (nothing is cheaper): every piece sent directly; the pieces of the
     holder classes that direct sending overloads fanned out; every shared piece fanned
     out; each with holders taking turns, then with pieces cut among the holders."""
-    numel = np.prod(need.box[:, :, 1] - need.box[:, :, 0], axis=1)
+    numel = need.numel
     load = np.bincount(need.holder, weights=numel, minlength=len(src.sizes)) * item / np.maximum(src.sizes, 1)
     classes = np.arange(len(src.sizes))
     choices = [classes[:0], classes[load > bound], classes]
@@ -457,51 +554,109 @@ def cross_bound(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh
     return _bound(src, dst, src_mesh, dst_mesh, None)
 
 
+def _lack(full: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh, world: int) -> np.ndarray:
+    """Elements each world rank lacks of its destination block, ``full`` (no pending sum)
+    held on the source mesh."""
+    s_boxes, d_boxes = boxes(full, src_mesh), boxes(dst, dst_mesh)
+    want = _numel(d_boxes)
+    at = np.full(world, -1, dtype=np.int64)
+    at[list(src_mesh.global_ranks)] = np.arange(src_mesh.size)
+    mine = at[list(dst_mesh.global_ranks)]
+    on = mine >= 0
+    own = s_boxes[mine[on]]
+    lo = np.maximum(d_boxes[on, :, 0], own[:, :, 0])
+    hi = np.minimum(d_boxes[on, :, 1], own[:, :, 1])
+    want[on] -= _numel(np.stack([lo, np.maximum(hi, lo)], axis=-1))
+    out = np.zeros(world, dtype=np.int64)
+    out[list(dst_mesh.global_ranks)] = want
+    return out
+
+
 def _bound(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh,
            known: tuple[_Classes, _Need] | None) -> int:
     """``cross_bound``, reusing the classes and needs of ``src`` where the caller has them."""
     world = _world(src_mesh, dst_mesh)
     full = full_type(src)
     pending = any(src_mesh.axis_size(a) > 1 for a in src.partial_axes)
-    s_boxes, d_boxes = boxes(full, src_mesh), boxes(dst, dst_mesh)
-    want = np.prod(d_boxes[:, :, 1] - d_boxes[:, :, 0], axis=1)
-    if not pending:  # a partial value is not the value: it is no part of what a rank holds
-        at = np.full(world, -1, dtype=np.int64)
-        at[list(src_mesh.global_ranks)] = np.arange(src_mesh.size)
-        mine = at[list(dst_mesh.global_ranks)]
-        on = mine >= 0
-        own = s_boxes[mine[on]]
-        lo = np.maximum(d_boxes[on, :, 0], own[:, :, 0])
-        hi = np.minimum(d_boxes[on, :, 1], own[:, :, 1])
-        want[on] -= np.prod(np.maximum(hi - lo, 0), axis=1)
-    lack = int(want.max())
+    if pending:  # a partial value is not the value: it is no part of what a rank holds
+        lack = int(_numel(boxes(dst, dst_mesh)).max())
+    else:
+        lack = int(_lack(full, dst, src_mesh, dst_mesh, world).max())
     # per class of ranks holding the same values (the same addends of a pending sum): what
     # a rank outside it wants of them leaves the class at least once, one element a value
-    if pending:
-        partial = [src_mesh.index(a) for a in src.partial_axes]
-        src_c = _classes(s_boxes, src_mesh, world, mesh_coords(src_mesh)[:, partial])
-        need = _needs(src_c, _classes(d_boxes, dst_mesh, world))
+    if known is not None and not pending:
+        src_c, need = known
+        wanted = need.wanting > 0
+        if not wanted.any():
+            return lack * src.itemsize
+        per = np.bincount(need.piece_holder[wanted], weights=need.piece_numel[wanted],
+                          minlength=len(src_c.sizes)).astype(np.int64)
     else:
-        src_c, need = known or (src_c := _classes(s_boxes, src_mesh, world),
-                                _needs(src_c, _classes(d_boxes, dst_mesh, world)))
-    wanted = need.wanting > 0
-    if wanted.any():
-        numel = np.prod(need.piece_box[:, :, 1] - need.piece_box[:, :, 0], axis=1)
-        per = np.bincount(need.piece_holder[wanted], weights=numel[wanted], minlength=len(src_c.sizes))
-        leave = int((-(-per.astype(np.int64) // src_c.sizes)).max())
-        return max(lack, leave) * src.itemsize
-    return lack * src.itemsize
+        values = mesh_coords(src_mesh)[:, [src_mesh.index(a) for a in src.partial_axes]] if pending else None
+        src_c = _classes(boxes(full, src_mesh), src_mesh, world, values)
+        per = _wanted_of(src_c, _classes(boxes(dst, dst_mesh), dst_mesh, world))
+    leave = int((-(-per // src_c.sizes)).max()) if len(per) else 0
+    return max(lack, leave) * src.itemsize
+
+
+def _wanted_of(src: _Classes, dst: _Classes) -> np.ndarray:
+    """Elements of each source class that some destination rank lacks. Classes holding
+    the same box (the addends of a pending sum) share their meets with the destination's
+    classes; only the pairs where every rank of a destination class already holds the
+    class on the source (ranks on both meshes: few) are taken off."""
+    ndim = src.boxes.shape[1]
+    flat, box_of = np.unique(src.boxes.reshape(len(src.boxes), -1), axis=0, return_inverse=True)
+    _, u, piece_box = _meets(dst.boxes, flat.reshape(len(flat), ndim, 2))
+    per = np.bincount(u, weights=_numel(piece_box), minlength=len(flat)).astype(np.int64)[box_of.reshape(-1)]
+    both = (dst.of_rank >= 0) & (src.of_rank >= 0)
+    pairs = np.unique(dst.of_rank[both] * len(src.sizes) + src.of_rank[both])
+    pi, pj = pairs // len(src.sizes), pairs % len(src.sizes)
+    held = _wanting(src, dst)(pi, pj) == 0
+    pi, pj = pi[held], pj[held]
+    lo = np.maximum(dst.boxes[pi, :, 0], src.boxes[pj, :, 0])
+    hi = np.maximum(np.minimum(dst.boxes[pi, :, 1], src.boxes[pj, :, 1]), lo)
+    np.subtract.at(per, pj, _numel(np.stack([lo, hi], axis=-1)))
+    return per
+
+
+def cross_best(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh, finishes: Sequence[Program],
+               model: CostModel) -> CrossProgram:
+    """The cheapest program (bytes, then rounds, then the earlier finish) over the ways
+    ``finishes`` of finishing ``src``'s pending sums. A finish whose floor (the bound, and
+    per rank what the finish moves plus what the rank then lacks) cannot beat the best so
+    far is not planned: the million-message crossings are the time of a compile."""
+    world = _world(src_mesh, dst_mesh)
+    bound = cross_bound(src, dst, src_mesh, dst_mesh)
+    floors = []
+    for k, f in enumerate(finishes):
+        moved = _moved((), f, src_mesh, world)[0]
+        lack = _lack(f.dst, dst, src_mesh, dst_mesh, world)
+        floors.append((max(bound, int((moved + lack * src.itemsize).max())),
+                       f.cost.collectives + int(bool(lack.any())), k))
+    best: tuple[int, int, int] | None = None
+    chosen: CrossProgram | None = None
+    for floor in sorted(floors):
+        if best is not None and floor >= best:
+            break
+        p = cross_program(src, dst, src_mesh, dst_mesh, finishes[floor[2]], model, bound)
+        key = (p.cost.bytes_max, p.cost.collectives, floor[2])
+        if best is None or key < best:
+            best, chosen = key, p
+    assert chosen is not None
+    return chosen
 
 
 def cross_program(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh, finish: Program | None,
-                  model: CostModel) -> CrossProgram:
-    """The cheaper of the direct and the fan-out plan after ``finish`` (checked types)."""
+                  model: CostModel, bound: int | None = None) -> CrossProgram:
+    """The cheaper of the direct and the fan-out plan after ``finish`` (checked types);
+    ``bound``: ``cross_bound`` where the caller has it."""
     full = src if finish is None else finish.dst
     world = _world(src_mesh, dst_mesh)
     item = src.itemsize
     src_c = _classes(boxes(full, src_mesh), src_mesh, world)
     need = _needs(src_c, _classes(boxes(dst, dst_mesh), dst_mesh, world))
-    bound = _bound(src, dst, src_mesh, dst_mesh, None if finish else (src_c, need))
+    if bound is None:
+        bound = _bound(src, dst, src_mesh, dst_mesh, None if finish else (src_c, need))
     steps, split, fanned = _cheapest(src_c, need, finish, src_mesh, world, item, bound)
     moved, sent = _moved(steps, finish, src_mesh, world)
     peak = np.zeros(world, dtype=np.int64)

@@ -49,7 +49,7 @@ from lowering.checks import (
     resolve,
 )
 from lowering.cost import DEFAULT_COST_MODEL, SPARE_AXIS_BYTES, CostModel, as_cost_model
-from lowering.cross_mesh import CrossProgram, check_cross_types, cross_program, finished_types
+from lowering.cross_mesh import CrossProgram, check_cross_types, cross_best, cross_program, finished_types
 from lowering.fallback import fallback_routes
 from lowering.kinds import COLLECTIVE_KINDS, LAUNCHES, dual_kind, kind_of, make_step, priced_step
 from lowering.kinds.base import drop_unit_axes, replicated_axes, splits_integer_average
@@ -167,13 +167,8 @@ def _compile_cross(src: TensorType, dst: TensorType, mesh: Mesh, dst_mesh: Mesh,
     """Pending sums finished on the source mesh by an ordinary program, then the crossing."""
     if not src.partial_axes:
         return cross_program(src, dst, mesh, dst_mesh, None, model)
-    best: CrossProgram | None = None
-    for mid in finished_types(src):
-        p = cross_program(src, dst, mesh, dst_mesh, _compile(src, mid, mesh, model, budget_s, gap_bytes), model)
-        if best is None or (p.cost.bytes_max, p.cost.collectives) < (best.cost.bytes_max, best.cost.collectives):
-            best = p
-    assert best is not None  # finished_types gives at least the replicated one
-    return best
+    finishes = [_compile(src, mid, mesh, model, budget_s, gap_bytes) for mid in finished_types(src)]
+    return cross_best(src, dst, mesh, dst_mesh, finishes, model)
 
 
 @cached(maxsize=8192, max_bytes=32 * MIB)
