@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 
 import numpy as np
 import pytest
@@ -225,21 +224,17 @@ def test_text_and_json():
     assert isinstance(spec_lang.parse_mesh(j["dst_mesh"]), Mesh)
 
 
-def test_big_meshes_compile_fast():
-    lowering.compile("f32[8@dp]", "f32[8]", "dp=2", dst_mesh="r=2@[2,3]")  # imports and first calls
+def test_big_meshes_are_at_the_bound_and_a_rank_part_is_the_whole_programs():
+    # their compile and rank_part times are bench/cross_mesh_plan.py's claims, not a timed test's
     for src, dst, m1, m2 in [
         ("f32[4096@dp,64]", "f32[4096,64@tp]", "dp=1024", "r=4,tp=256@[1024-2047]"),  # a million messages
         ("f32[4096@(a,b),64]", "f32[4096@b,64@a]", "a=32,b=32", "a=32,b=32@[512-1535]"),
         ("f32[4096@dp,64]", "f32[4096@dp,64]", "dp=1024", "dp=1000@[24-1023]"),
     ]:
         lowering.clear_caches()
-        t = time.perf_counter()
         p = lowering.compile(src, dst, m1, dst_mesh=m2)
-        assert time.perf_counter() - t < 1.0, (m1, m2)  # 5-50 ms alone; two shared cores
         assert p.cost.bytes_max == p.bound
-        t = time.perf_counter()
         part = p.rank_part(1500)
-        assert time.perf_counter() - t < 0.25  # 1-3 ms alone: from the rank's own pieces
         assert [tuple(sorted(x)) for step in part for x in step] == _global_part(p, 1500)
 
 
@@ -326,20 +321,16 @@ def test_sole_holders_send_each_receiver_the_overlap_of_their_blocks(src, dst, m
     assert len(p.steps[0].transfers) == len(oracle) and p.cost.bytes_max == p.bound
 
 
-def test_million_message_plans_compile_fast():
-    lowering.compile("f32[8@dp]", "f32[8]", "dp=2", dst_mesh="r=2@[2,3]")  # imports and first calls
+def test_million_message_plans_are_at_the_bound_and_a_rank_part_is_the_whole_programs():
+    # how fast they compile is bench/cross_mesh_plan.py's claim (about 50 ms and 2 ms), not a timed test's
     for src, dst, m1, m2 in [
         ("f32[1024@a,1024]", "f32[1024,1024@b]", "a=1024", "b=1024@[1024-2047]"),  # every rank to every rank
         ("f32[4096@dp,4096]{U:tp}", "f32[4096,4096@x]", "dp=8,tp=128", "x=1024@[1024-2047]"),  # and a sum first
     ]:
         lowering.clear_caches()
-        t = time.perf_counter()
         p = lowering.compile(src, dst, m1, dst_mesh=m2)
-        assert time.perf_counter() - t < 0.5, src  # about 50 ms alone (bench/cross_mesh_plan.py)
         assert sum(s.messages() for s in p.steps) == 1024 * 1024 and p.cost.bytes_max == p.bound
-        t = time.perf_counter()
         part = p.rank_part(1500)
-        assert time.perf_counter() - t < 0.1  # about 2 ms alone: 1,024 messages received
         assert [tuple(sorted(x)) for step in part for x in step] == _global_part(p, 1500)
 
 
