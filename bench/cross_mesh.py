@@ -105,7 +105,7 @@ def rank_main(rank: int, store: str, iters: int, rows: int, out_path: str) -> No
         s, m, d, dm = parse(src), parse_mesh(mesh), parse(dst), parse_mesh(dst_mesh)
         g = torch.empty(s.shape, dtype=to_torch_dtype(s.dtype))
         if rank in m.global_ranks:
-            dist.all_gather_into_tensor(g, x, group=trainer if m.size == 4 else None)
+            dist.all_gather_single(g, x, group=trainer if m.size == 4 else None)
         if m.size != WORLD:
             dist.broadcast(g, src=0)
         return g[lowering.local_slices(d, dm)[dm.global_ranks.index(rank)]].clone() if rank in dm.global_ranks \
