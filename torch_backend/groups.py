@@ -45,6 +45,7 @@ import atexit
 import gc
 import sys
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -90,8 +91,13 @@ class GroupHandle:
 # A DeviceMesh is held weakly everywhere (a dead one drops its entries, and a new mesh at
 # the same address can never hit them); its contexts hold it through a weakref only.
 #   partitions: (partition of the world's ranks, timeout, device) -> this rank's part's group
+#   local: (id(LocalTensorMode), Mesh, id(DeviceMesh), timeout) -> MeshContext, least recently
+#     used evicted first (``_LOCAL_MAX``): without it every call under LocalTensorMode made a
+#     new context, so no cache keyed by a context ever hit there. An entry holds its mode and
+#     DeviceMesh, so their ids are not reused while it lives, and a hit checks both by identity
 _CACHE: dict[str, Any] = {"world": None, "groups": {}, "contexts": {}, "dm_contexts": weakref.WeakKeyDictionary(),
-                          "partitions": {}}
+                          "partitions": {}, "local": OrderedDict()}
+_LOCAL_MAX = 64
 # DeviceMesh (weakly) -> (Mesh, mesh rank -> global rank). Reading ``DeviceMesh.mesh``
 # rebuilds a tensor from the mesh layout each time, so it is read once per DeviceMesh.
 _DEVICE_MESHES: weakref.WeakKeyDictionary[Any, tuple[Mesh, tuple[int, ...]]] = weakref.WeakKeyDictionary()
@@ -105,6 +111,7 @@ def _group_cache() -> dict[tuple, Any]:
         _CACHE["partitions"] = {}
         _CACHE["contexts"] = {}
         _CACHE["dm_contexts"] = weakref.WeakKeyDictionary()
+        _CACHE["local"] = OrderedDict()
     return _CACHE["groups"]
 
 
@@ -120,6 +127,7 @@ def clear_caches() -> None:
     clear_lowering()
     _CACHE["contexts"] = {}
     _CACHE["dm_contexts"] = weakref.WeakKeyDictionary()
+    _CACHE["local"] = OrderedDict()
     _DEVICE_MESHES.clear()
 
 
@@ -393,16 +401,7 @@ def context(mesh: Mesh | str | Any, *, timeout: timedelta | float | None = None)
     if to_global is None:
         to_global = tuple(range(m.size))
     if lm is not None:
-        ranks = tuple(sorted(lm.ranks))
-        if len(ranks) != m.size or to_global != tuple(ranks):
-            raise SpecError(
-                f"LocalTensorMode simulates {len(ranks)} ranks but the mesh {m} has {m.size}",
-                hint=f"enter LocalTensorMode({m.size}) with a fake process group of world size {m.size}",
-            )
-        if not dist.is_initialized():
-            raise SpecError("LocalTensorMode needs a default process group",
-                            hint=f"dist.init_process_group('fake', store=FakeStore(), rank=0, world_size={m.size})")
-        return MeshContext(m, ranks, to_global, local_mode=lm, dm_ref=_weak(dm), timeout=timeout, backend="local")
+        return _local_context(lm, m, dm, to_global, timeout)
     if not dist.is_initialized():
         raise SpecError(
             "no torch.distributed process group is initialized",
@@ -422,6 +421,39 @@ def context(mesh: Mesh | str | Any, *, timeout: timedelta | float | None = None)
     backend = str(dist.get_backend())
     ctx = MeshContext(m, (to_global.index(me),), to_global, dm_ref=_weak(dm), timeout=timeout, backend=backend)
     _store_context(m, dm, timeout, ctx)
+    return ctx
+
+
+def _local_context(lm: Any, m: Mesh, dm: Any, to_global: tuple[int, ...], timeout: timedelta | None) -> MeshContext:
+    """The context of ``m`` under the LocalTensorMode ``lm``, made once per (mode, mesh,
+    DeviceMesh, timeout) and kept in ``_CACHE["local"]``."""
+    key = (id(lm), m, id(dm), timeout)
+    if dist.is_initialized():
+        _group_cache()  # binds the caches to the current default group (a new world starts empty)
+        hit = _CACHE["local"].get(key)
+        if hit is not None and hit.local_mode is lm and hit.device_mesh is dm:
+            try:
+                _CACHE["local"].move_to_end(key)
+            except KeyError:  # evicted by another thread since the lookup: the context is still good
+                pass
+            return hit
+    ranks = tuple(sorted(lm.ranks))
+    if len(ranks) != m.size or to_global != tuple(ranks):
+        raise SpecError(
+            f"LocalTensorMode simulates {len(ranks)} ranks but the mesh {m} has {m.size}",
+            hint=f"enter LocalTensorMode({m.size}) with a fake process group of world size {m.size}",
+        )
+    if not dist.is_initialized():
+        raise SpecError("LocalTensorMode needs a default process group",
+                        hint=f"dist.init_process_group('fake', store=FakeStore(), rank=0, world_size={m.size})")
+    ctx = MeshContext(m, ranks, to_global, local_mode=lm, dm_ref=_weak(dm), timeout=timeout, backend="local")
+    held: OrderedDict[tuple[Any, ...], MeshContext] = _CACHE["local"]
+    held[key] = ctx
+    while len(held) > _LOCAL_MAX:
+        try:
+            held.popitem(last=False)
+        except KeyError:  # emptied by another thread (clear_caches)
+            break
     return ctx
 
 
