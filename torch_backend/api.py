@@ -21,6 +21,7 @@ import math
 import os
 import sys
 from collections import OrderedDict
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -43,10 +44,9 @@ from torch_backend.bound import Bound, bind, joined
 from torch_backend.comm import rank_map
 from torch_backend.dtypes import check_reductions, dtype_name, short_name, to_torch_dtype
 from torch_backend.groups import MeshContext, context, real_world
-from torch_backend.tensor_checks import check_local, check_strided, check_tensor
+from torch_backend.tensor_checks import check_strided, check_tensor
 
-__all__ = ["bound_call", "bound_for", "check_local", "check_tensor", "distribute", "hot_bound", "redistribute",
-           "text_key"]
+__all__ = ["bound_for", "bound_program", "distribute", "hot_bound", "redistribute", "text_key"]
 
 
 def _is_dtensor(x: Any) -> bool:
@@ -262,10 +262,18 @@ def _bound_before(srcs: tuple[Any, ...], dsts: tuple[Any, ...], ctx: MeshContext
     return hit[1]
 
 
-def bound_call(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any, *,
-               timeout: timedelta | float | None = None) -> Bound:
-    """``bound_for`` of one redistribution."""
-    return bound_for((src,), (dst,), mesh, timeout)
+def bound_program(program: Program, ctx: MeshContext, backward: Callable[[Program], Program]) -> Bound:
+    """A program planned elsewhere (a typed SPMD collective's), bound on ``ctx`` with its own
+    gradient rule, from the one cache: keyed by the program's identity (its planner's cache
+    returns the same object for the same call; the entry holds it, so the id is not reused)."""
+    key = (id(program), backward, id(ctx))
+    hit = _BOUND.get(key)
+    if hit is not None and hit[0] is ctx and hit[1].program is program:
+        _used(key)
+        return hit[1]
+    bound = bind(program, ctx, backward)
+    _remember(key, ctx, bound)
+    return bound
 
 
 def checked_program(src: TensorType | str, dst: TensorType | str, ctx: MeshContext) -> Program:
