@@ -15,11 +15,9 @@ from typing import Any
 import torch
 
 from lowering.layout import local_shape
-from lowering.program import Program
-from lowering.spmd.programs import backward_program, program_for, stack_dim
+from lowering.spmd.programs import gradient_program, program_for, stack_dim
 from lowering.spmd.rules import check_pair, check_whole_average
 from lowering.spmd.types import resolve
-from spec_lang.dual import check_differentiable
 from spec_lang.errors import SpecError
 from spec_lang.local_type import LocalType
 from torch_backend import comm, traced
@@ -34,12 +32,6 @@ from torch_backend.spmd.mesh import as_axes, mesh_context
 from torch_backend.spmd.precision import as_dtype, check_options, reduce_in
 from torch_backend.spmd.tags import recorded_size, typeof
 from torch_backend.type_tags import SIZES, attach, unchecked
-
-
-def gradient_program(program: Program) -> Program:
-    """A typed collective's gradient program (its kinds' duals), which its bound's dual binds."""
-    check_differentiable(program.src, program.dst)
-    return backward_program(program)
 
 
 def _shapes(x: torch.Tensor, ctx: MeshContext) -> dict[int, tuple[int, ...]]:
