@@ -355,6 +355,16 @@ def one_block(ctx: MeshContext) -> bool:
     return not of(ctx).per_rank
 
 
+def has_p2p(ctx: MeshContext) -> bool:
+    """Whether ``p2p`` runs on ``ctx`` (else a runner exchanges with an exact ``all_to_all``)."""
+    return bool(of(ctx).p2p)
+
+
+def launches(ctx: MeshContext) -> bool:
+    """Whether a collective on ``ctx`` can be left on the wire and waited later (``wait``)."""
+    return bool(of(ctx).launches)
+
+
 def wait(ctx: MeshContext, work: Any) -> None:
     """Wait for one collective, bounded by the context's timeout (the group's otherwise)."""
     of(ctx).wait(ctx, work)

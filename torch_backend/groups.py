@@ -230,12 +230,6 @@ class MeshContext:
         return collective_failure(where, e, [self.to_global[q] for q in members], self.to_global[self.rank],
                                   timeout, to_mesh)
 
-    def prepare(self, axes_sets: list[tuple[str, ...]]) -> None:
-        """Create every group a program needs before its first collective."""
-        for axes in axes_sets:
-            if self.mesh.group_size(axes) > 1:
-                self.group(axes, self.ranks[0])
-
 
 def _new_group(ranks: tuple[int, ...], timeout: timedelta | None, device: Any) -> Any:
     """The process group over global ``ranks``, made once per (ranks, timeout, device).
@@ -250,14 +244,18 @@ def _new_group(ranks: tuple[int, ...], timeout: timedelta | None, device: Any) -
     key = (ranks, timeout, None if device is None else str(device))
     pg = cache.get(key)
     if pg is None:
-        kwargs: dict[str, Any] = {"use_local_synchronization": True}
-        if timeout is not None:
-            kwargs["timeout"] = timeout
-        if device is not None:
-            kwargs["device_id"] = device
-        pg = dist.new_group(list(ranks), **kwargs)
-        cache[key] = pg
+        pg = cache[key] = _made_group(ranks, timeout, device)
     return pg
+
+
+def _made_group(ranks: Sequence[int], timeout: timedelta | None, device: Any) -> Any:
+    """A new group made by its members alone (``use_local_synchronization``)."""
+    kwargs: dict[str, Any] = {"use_local_synchronization": True}
+    if timeout is not None:
+        kwargs["timeout"] = timeout
+    if device is not None:
+        kwargs["device_id"] = device
+    return dist.new_group(list(ranks), **kwargs)
 
 
 def subset_context(mesh: Mesh, to_global: tuple[int, ...], axes_sets: Sequence[tuple[str, ...]], *,
@@ -299,13 +297,8 @@ def _partition_group(parts: tuple[tuple[int, ...], ...], me: int, timeout: timed
     key = (parts, timeout, None if device is None else str(device))
     pg = cache.get(key)
     if pg is None:
-        kwargs: dict[str, Any] = {"use_local_synchronization": True}
-        if timeout is not None:
-            kwargs["timeout"] = timeout
-        if device is not None:
-            kwargs["device_id"] = device
         try:
-            pg = cache[key] = dist.new_group(list(mine), **kwargs)
+            pg = cache[key] = _made_group(mine, timeout, device)
         except RuntimeError as e:  # a member died or never came: c10d's errors name nobody
             raise collective_failure(f"rank {me}: creating the process group over ranks {list(mine)}", e,
                                      mine, me, timeout) from e

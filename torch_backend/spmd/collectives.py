@@ -54,7 +54,7 @@ def _src_size(x: torch.Tensor, src: LocalType, group: tuple[str, ...], ctx: Mesh
     got = recorded_size(x, group)
     if got is not None:
         return got
-    if comm.of(ctx).per_rank:  # every rank's block is here
+    if not comm.one_block(ctx):  # every rank's block is here
         from lowering.layout import group_ranks
 
         return sum(shapes[q][i] for q in group_ranks(ctx.mesh, group, r0))
@@ -96,9 +96,9 @@ def typed_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: An
         return _run(op, routed, x, axis, s, d, mesh, size, inplace, dim, dtypes)
 
 
-def _ragged(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: LocalType, mesh: Any,
-            splits: tuple) -> torch.Tensor:
-    """The split-size forms (``torch_backend.spmd.ragged``), checked like the others first."""
+def _placed(op: str, x: torch.Tensor, axis: Any, s: LocalType, mesh: Any,
+            ) -> tuple[MeshContext, tuple[str, ...], dict[str, LocalType]]:
+    """The call's context, its group's axes and ``x``'s types, which must agree with ``src`` on the group."""
     ctx = mesh_context(mesh)
     group = as_axes(axis, ctx.mesh.names)
     have = typeof(x)
@@ -106,6 +106,13 @@ def _ragged(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: L
         if a in have and not have[a].agrees(s):
             raise SpecError(f"spmd.{op}: x is {have[a]!r} on axis {a!r}, but src={s!r}",
                             hint=f"pass src={have[a]!r}, or convert x first")
+    return ctx, group, have
+
+
+def _ragged(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: LocalType, mesh: Any,
+            splits: tuple) -> torch.Tensor:
+    """The split-size forms (``torch_backend.spmd.ragged``), checked like the others first."""
+    ctx, group, have = _placed(op, x, axis, s, mesh)
     if routed == "all_gather":
         if s.kind != "S":
             raise SpecError(f"spmd.all_gather(src={s!r}) takes no split_sizes: V's blocks are equal (stacked)",
@@ -141,13 +148,7 @@ def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: Loca
         raise SpecError(f"spmd.{op}(..., inplace=True) takes a tensor autograd does not record (a gradient "
                         "buffer); this one requires grad", hint="drop inplace=True (the result is then a new "
                         "tensor, differentiable), or call it under torch.no_grad()")
-    ctx = mesh_context(mesh)
-    group = as_axes(axis, ctx.mesh.names)
-    have = typeof(x)
-    for a in group:
-        if a in have and not have[a].agrees(s):
-            raise SpecError(f"spmd.{op}: x is {have[a]!r} on axis {a!r}, but src={s!r}",
-                            hint=f"pass src={have[a]!r}, or convert x first")
+    ctx, group, have = _placed(op, x, axis, s, mesh)
     if routed == "identity":  # src == dst: the input as it is (a view of it, typed; autograd: identity)
         y = x.view_as(x)
         return attach(y, {**have, **{a: d for a in group}}, getattr(x, SIZES, None))
