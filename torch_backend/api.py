@@ -184,15 +184,7 @@ def hot_bound(src: Any, dst: Any, mesh: str) -> Bound | None:
     """The fast path's one lookup (``redistribute``'s and ``redistribute_many``'s): the
     bound call of these strings on the default group, if one was made. One call's types
     are its strings, many calls' the tuples of theirs (``text_key``)."""
-    key = (src, dst, mesh)
-    hit = _BOUND.get(key)
-    if hit is None or hit[0] is not real_world():
-        return None
-    try:
-        _BOUND.move_to_end(key)
-    except KeyError:  # another thread evicted it since the lookup: the bound found is still good
-        pass
-    return hit[1]
+    return _cached((src, dst, mesh), real_world())
 
 
 def text_key(srcs: tuple[Any, ...], dsts: tuple[Any, ...], mesh: str) -> tuple[Any, Any, str]:
@@ -200,11 +192,20 @@ def text_key(srcs: tuple[Any, ...], dsts: tuple[Any, ...], mesh: str) -> tuple[A
     return (srcs[0], dsts[0], mesh) if len(srcs) == 1 else (srcs, dsts, mesh)
 
 
-def _used(key: tuple[Any, Any, Any]) -> None:
+def _cached(key: tuple[Any, Any, Any], anchor: Any) -> Bound | None:
+    """The bound of ``key`` if its entry was made with ``anchor`` (compared by identity), now
+    the most recently used; else None."""
+    try:
+        hit = _BOUND.get(key)
+    except TypeError:  # an unhashable type argument: the checks refuse it
+        return None
+    if hit is None or hit[0] is not anchor:
+        return None
     try:
         _BOUND.move_to_end(key)
-    except KeyError:  # another thread evicted it since the lookup (as in hot_bound)
+    except KeyError:  # another thread evicted it since the lookup: the bound found is still good
         pass
+    return hit[1]
 
 
 def _remember(key: tuple[Any, Any, Any], anchor: Any, bound: Bound) -> None:
@@ -251,15 +252,7 @@ def _bound_on(srcs: tuple[Any, ...], dsts: tuple[Any, ...], ctx: MeshContext) ->
 def _bound_before(srcs: tuple[Any, ...], dsts: tuple[Any, ...], ctx: MeshContext) -> Bound | None:
     """The bound call of an earlier call with these arguments on ``ctx`` (checked and bound
     already: an agreeing call in a loop skips its checks), else None."""
-    key = (srcs, dsts, id(ctx))
-    try:
-        hit = _BOUND.get(key)
-    except TypeError:  # an unhashable type argument: the checks refuse it
-        return None
-    if hit is None or hit[0] is not ctx:
-        return None
-    _used(key)
-    return hit[1]
+    return _cached((srcs, dsts, id(ctx)), ctx)
 
 
 def bound_program(program: Program, ctx: MeshContext, backward: Callable[[Program], Program]) -> Bound:
@@ -267,12 +260,10 @@ def bound_program(program: Program, ctx: MeshContext, backward: Callable[[Progra
     gradient rule, from the one cache: keyed by the program's identity (its planner's cache
     returns the same object for the same call; the entry holds it, so the id is not reused)."""
     key = (id(program), backward, id(ctx))
-    hit = _BOUND.get(key)
-    if hit is not None and hit[0] is ctx and hit[1].program is program:
-        _used(key)
-        return hit[1]
-    bound = bind(program, ctx, backward)
-    _remember(key, ctx, bound)
+    bound = _cached(key, ctx)
+    if bound is None:
+        bound = bind(program, ctx, backward)
+        _remember(key, ctx, bound)
     return bound
 
 
