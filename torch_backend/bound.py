@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -146,28 +146,25 @@ class Bound:
             outs = PACKED[g.kind](self.ctx, steps, [self.pieces[j][i] for j, i in g.members],
                                   [ys[j] for j, _ in g.members])
         except RuntimeError as e:
-            err = self.failed(g, e)
-            if err is e:
-                raise
-            raise err from e
+            self.raise_failed(g, e)
         for (j, _), y in zip(g.members, outs):
             ys[j] = y
 
-    def failed(self, g: Merged, e: RuntimeError) -> RuntimeError:
-        """The error of a failed group: a CollectiveError naming the step, the tensors, the
-        group and who is at fault (a local step's error as it is)."""
+    def raise_failed(self, g: Merged, e: RuntimeError) -> NoReturn:
+        """Raise the error of a failed group: a CollectiveError naming the step, the tensors,
+        the group and who is at fault (a local step's error as it is)."""
         j, i = g.members[0]
         step = self.programs[j].steps[i]
         if not step.is_collective or isinstance(e, CollectiveError):
-            return e
+            raise e
         ctx = self.ctx
         if len(self.programs) == 1:
-            return collective_error(ctx, self.program, i, step, e)
+            raise collective_error(ctx, self.program, i, step, e) from e
         members = group_ranks(self.program.mesh, step.axes, ctx.ranks[0])
         tensors = sorted({j for j, _ in g.members})
         where = (f"rank {ctx.ranks[0] if len(ctx.ranks) == 1 else list(ctx.ranks)}: {step.describe()} of "
                  f"tensor{'s' if len(tensors) > 1 else ''} {tensors} on group {list(members)}")
-        return comm.failed(ctx, where, e, members, step.axes)
+        raise comm.failed(ctx, where, e, members, step.axes) from e
 
     def unaliased(self, xs: Sequence[torch.Tensor], ys: list[torch.Tensor]) -> list[torch.Tensor]:
         """The results, none sharing memory with an input (a lone view is copied)."""
@@ -318,10 +315,7 @@ class Pending:
                 try:
                     comm.wait(b.ctx, work)
                 except RuntimeError as e:
-                    err = b.failed(g, e)
-                    if err is e:
-                        raise
-                    raise err from e
+                    b.raise_failed(g, e)
                 for j, y in zip(members, unpack()):
                     ys[j] = y
             with using(b.scratch):
