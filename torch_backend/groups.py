@@ -54,6 +54,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from lowering.caching import anchored_get, anchored_put
 from lowering.checks import check_timeout_s
 from lowering.layout import group_ranks
 from spec_lang.errors import SpecError
@@ -91,10 +92,10 @@ class GroupHandle:
 # A DeviceMesh is held weakly everywhere (a dead one drops its entries, and a new mesh at
 # the same address can never hit them); its contexts hold it through a weakref only.
 #   partitions: (partition of the world's ranks, timeout, device) -> this rank's part's group
-#   local: (id(LocalTensorMode), Mesh, id(DeviceMesh), timeout) -> MeshContext, least recently
-#     used evicted first (``_LOCAL_MAX``): without it every call under LocalTensorMode made a
-#     new context, so no cache keyed by a context ever hit there. An entry holds its mode and
-#     DeviceMesh, so their ids are not reused while it lives, and a hit checks both by identity
+#   local: (id(LocalTensorMode), Mesh, id(DeviceMesh), timeout) -> (mode, MeshContext), least
+#     recently used evicted first (``_LOCAL_MAX``): without it every call under LocalTensorMode
+#     made a new context, so no cache keyed by a context ever hit there. A hit checks the mode
+#     and the DeviceMesh by identity
 _CACHE: dict[str, Any] = {"world": None, "groups": {}, "contexts": {}, "dm_contexts": weakref.WeakKeyDictionary(),
                           "partitions": {}, "local": OrderedDict()}
 _LOCAL_MAX = 64
@@ -423,12 +424,8 @@ def _local_context(lm: Any, m: Mesh, dm: Any, to_global: tuple[int, ...], timeou
     key = (id(lm), m, id(dm), timeout)
     if dist.is_initialized():
         _group_cache()  # binds the caches to the current default group (a new world starts empty)
-        hit = _CACHE["local"].get(key)
-        if hit is not None and hit.local_mode is lm and hit.device_mesh is dm:
-            try:
-                _CACHE["local"].move_to_end(key)
-            except KeyError:  # evicted by another thread since the lookup: the context is still good
-                pass
+        hit = anchored_get(_CACHE["local"], key, lm)
+        if hit is not None and hit.device_mesh is dm:  # held weakly: a dead one's id may be reused
             return hit
     ranks = tuple(sorted(lm.ranks))
     if len(ranks) != m.size or to_global != tuple(ranks):
@@ -440,13 +437,7 @@ def _local_context(lm: Any, m: Mesh, dm: Any, to_global: tuple[int, ...], timeou
         raise SpecError("LocalTensorMode needs a default process group",
                         hint=f"dist.init_process_group('fake', store=FakeStore(), rank=0, world_size={m.size})")
     ctx = MeshContext(m, ranks, to_global, local_mode=lm, dm_ref=_weak(dm), timeout=timeout, backend="local")
-    held: OrderedDict[tuple[Any, ...], MeshContext] = _CACHE["local"]
-    held[key] = ctx
-    while len(held) > _LOCAL_MAX:
-        try:
-            held.popitem(last=False)
-        except KeyError:  # emptied by another thread (clear_caches)
-            break
+    anchored_put(_CACHE["local"], key, lm, ctx, _LOCAL_MAX)
     return ctx
 
 
