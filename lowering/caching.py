@@ -252,6 +252,34 @@ def on_clear(hook: Callable[[], None]) -> Callable[[], None]:
     return hook
 
 
+def anchored_get(table: OrderedDict[Any, tuple[Any, Any]], key: Any, anchor: Any) -> Any | None:
+    """The value ``anchored_put`` stored under ``key`` with ``anchor`` (compared by identity:
+    an entry made for another world, mode or context never matches), now the most recently
+    used; else None. For the caches of objects made for a process's state, kept elsewhere."""
+    try:
+        hit = table.get(key)
+    except TypeError:  # an unhashable key: never stored
+        return None
+    if hit is None or hit[0] is not anchor:
+        return None
+    try:
+        table.move_to_end(key)
+    except KeyError:  # another thread evicted it since the lookup: the value found is still good
+        pass
+    return hit[1]
+
+
+def anchored_put(table: OrderedDict[Any, tuple[Any, Any]], key: Any, anchor: Any, value: Any, most: int) -> None:
+    """Store ``value`` under ``key`` with ``anchor``; the least recently used entries past
+    ``most`` go, one at a time."""
+    table[key] = (anchor, value)
+    while len(table) > most:
+        try:
+            table.popitem(last=False)
+        except KeyError:  # emptied by another thread (clear_caches)
+            break
+
+
 def cache_stats() -> list[CacheInfo]:
     """Every registered cache's counters, in registration order."""
     return [s.info() for s in _REGISTRY]

@@ -67,7 +67,7 @@ def test_redistribute_many_of_one_is_redistribute_s_bound(fake_pg: Callable[[int
     from torch_backend.coalesce import prepare_many
 
     fake_pg(4)  # a process group of 4 ranks (this is rank 0), no LocalTensorMode: contexts are cached
-    one = api.bound_call(SRC, DST, MESH)
+    one = api.bound_for((SRC,), (DST,), MESH)
     assert prepare_many([SRC], [DST], MESH) is one
     assert api.hot_bound(SRC, DST, MESH) is one  # the fast path's one lookup finds it too
     many = prepare_many([SRC, DST], [DST, SRC], MESH)
@@ -84,10 +84,69 @@ def test_the_cache_evicts_the_least_recently_used_call_one_at_a_time(fake_pg: Ca
     fake_pg(4)
     torch_backend.clear_caches()
     monkeypatch.setattr(api, "_BOUND_MAX", 3)
-    made = [api.bound_call(s, d, mesh) for s, d in pairs[:3]]
-    assert api.bound_call(*pairs[0], mesh) is made[0]  # now the most recently used
-    api.bound_call(*pairs[3], mesh)  # a fourth: one entry goes, the least recently used
+    made = [api.bound_for((s,), (d,), mesh) for s, d in pairs[:3]]
+    assert api.bound_for(*zip(pairs[0]), mesh) is made[0]  # now the most recently used
+    api.bound_for(*zip(pairs[3]), mesh)  # a fourth: one entry goes, the least recently used
     assert len(api._BOUND) == 3
-    assert api.bound_call(*pairs[0], mesh) is made[0]
-    assert api.bound_call(*pairs[2], mesh) is made[2]
-    assert api.bound_call(*pairs[1], mesh) is not made[1]  # evicted, so made again
+    assert api.bound_for(*zip(pairs[0]), mesh) is made[0]
+    assert api.bound_for(*zip(pairs[2]), mesh) is made[2]
+    assert api.bound_for(*zip(pairs[1]), mesh) is not made[1]  # evicted, so made again
+
+
+def test_the_typed_spmd_collectives_run_a_bound_whose_dual_is_their_backward(fake_pg: Callable[[int], None]) -> None:
+    from lowering.spmd.programs import backward_program
+    from torch_backend import spmd
+
+    rng = np.random.default_rng(1)
+    g, blocks = _blocks(rng)
+    grad = rng.standard_normal((8, 3))
+    with local_mode(fake_pg, 4) as lm:
+        def call() -> tuple[torch.Tensor, torch.Tensor]:
+            x = to_local(lm, blocks, requires_grad=True)
+            return x, spmd.all_gather(x, "dp", src="S(0)", dst="R", mesh=MESH)
+
+        x, y = call()
+        plain = torch_backend.redistribute(to_local(lm, blocks, requires_grad=True), SRC, DST, MESH)
+        assert type(y.grad_fn) is type(plain.grad_fn)  # the one autograd Function of every call
+        bound = y.grad_fn.bound
+        assert isinstance(bound, Bound) and bound.backward is not Bound.backward
+        (gx,) = torch.autograd.grad(y, x, grad_outputs=to_local(lm, [torch.tensor(grad)] * 4))
+        dual = bound.dual()
+        assert dual.programs == (backward_program(bound.program),)  # the kinds' duals
+        x2, y2 = call()
+        assert y2.grad_fn.bound is bound  # bound once, from the one cache
+        (gx2,) = torch.autograd.grad(y2, x2, grad_outputs=to_local(lm, [torch.tensor(grad)] * 4))
+        assert bound.dual() is dual  # the backward's bound, made once
+        for r in range(4):
+            np.testing.assert_array_equal(from_local(y)[r].numpy(), g)
+            # all_gather(S, R)'s gradient: reduce_scatter of the (R -> P) incoming gradients
+            np.testing.assert_array_equal(from_local(gx)[r].numpy(), 4 * grad[2 * r:2 * r + 2])
+            np.testing.assert_array_equal(from_local(gx2)[r].numpy(), 4 * grad[2 * r:2 * r + 2])
+
+
+def test_a_repeated_local_tensor_mode_call_hits_the_cache_and_a_new_mode_gets_its_own(
+        fake_pg: Callable[[int], None]) -> None:
+    from torch.distributed._local_tensor import LocalTensorMode
+
+    from torch_backend.groups import context
+
+    rng = np.random.default_rng(2)
+    g, blocks = _blocks(rng)
+    fake_pg(4)
+    torch_backend.clear_caches()
+    with LocalTensorMode(4) as lm:
+        x = to_local(lm, blocks)
+        torch_backend.redistribute(x, SRC, DST, MESH)
+        entries, ctx, bound = len(api._BOUND), context(MESH), api.bound_for((SRC,), (DST,), MESH)
+        for _ in range(3):
+            y = torch_backend.redistribute(x, SRC, DST, MESH)
+        assert context(MESH) is ctx and ctx.local_mode is lm
+        assert api.bound_for((SRC,), (DST,), MESH) is bound and len(api._BOUND) == entries  # hits, no new entries
+    for r in range(4):
+        np.testing.assert_array_equal(from_local(y)[r].numpy(), g)
+    with LocalTensorMode(4) as lm2:  # the same world, another mode: nothing of the first is reused
+        assert context(MESH) is not ctx and context(MESH).local_mode is lm2
+        assert api.bound_for((SRC,), (DST,), MESH) is not bound
+        y = torch_backend.redistribute(to_local(lm2, blocks), SRC, DST, MESH)
+    for r in range(4):
+        np.testing.assert_array_equal(from_local(y)[r].numpy(), g)

@@ -188,3 +188,18 @@ def test_a_lazy_package_lists_its_own_doors_too() -> None:
         assert dir(module) == sorted(module.__all__), package
         if not package.startswith("torch_backend"):  # its names import torch
             assert all(hasattr(module, name) for name in module.__all__), package
+
+
+def test_no_runner_asks_which_communication_implementation_runs() -> None:
+    # the communication interface answers what it can do through its own functions
+    # (comm.has_p2p, launches, least_chunk, one_block): ``comm.of(ctx)`` stays inside comm
+    root = Path(__file__).resolve().parents[1] / "torch_backend"
+    asking = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "comm.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "of"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "comm"):
+                asking.append(f"{path.relative_to(root.parent)}:{node.lineno}")
+    assert not asking, asking

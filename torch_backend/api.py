@@ -21,13 +21,14 @@ import math
 import os
 import sys
 from collections import OrderedDict
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import torch
 
 import lowering
-from lowering.caching import on_clear
+from lowering.caching import anchored_get, anchored_put, on_clear
 from lowering.checks import check_flag, check_same_global
 from lowering.kinds.local import keeps_values
 from lowering.layout import boxes
@@ -43,10 +44,9 @@ from torch_backend.bound import Bound, bind, joined
 from torch_backend.comm import rank_map
 from torch_backend.dtypes import check_reductions, dtype_name, short_name, to_torch_dtype
 from torch_backend.groups import MeshContext, context, real_world
-from torch_backend.tensor_checks import check_local, check_strided, check_tensor
+from torch_backend.tensor_checks import check_strided, check_tensor
 
-__all__ = ["bound_call", "bound_for", "check_local", "check_tensor", "distribute", "hot_bound", "redistribute",
-           "text_key"]
+__all__ = ["bound_for", "bound_program", "distribute", "hot_bound", "redistribute", "text_key"]
 
 
 def _is_dtensor(x: Any) -> bool:
@@ -184,15 +184,7 @@ def hot_bound(src: Any, dst: Any, mesh: str) -> Bound | None:
     """The fast path's one lookup (``redistribute``'s and ``redistribute_many``'s): the
     bound call of these strings on the default group, if one was made. One call's types
     are its strings, many calls' the tuples of theirs (``text_key``)."""
-    key = (src, dst, mesh)
-    hit = _BOUND.get(key)
-    if hit is None or hit[0] is not real_world():
-        return None
-    try:
-        _BOUND.move_to_end(key)
-    except KeyError:  # another thread evicted it since the lookup: the bound found is still good
-        pass
-    return hit[1]
+    return anchored_get(_BOUND, (src, dst, mesh), real_world())
 
 
 def text_key(srcs: tuple[Any, ...], dsts: tuple[Any, ...], mesh: str) -> tuple[Any, Any, str]:
@@ -200,20 +192,8 @@ def text_key(srcs: tuple[Any, ...], dsts: tuple[Any, ...], mesh: str) -> tuple[A
     return (srcs[0], dsts[0], mesh) if len(srcs) == 1 else (srcs, dsts, mesh)
 
 
-def _used(key: tuple[Any, Any, Any]) -> None:
-    try:
-        _BOUND.move_to_end(key)
-    except KeyError:  # another thread evicted it since the lookup (as in hot_bound)
-        pass
-
-
 def _remember(key: tuple[Any, Any, Any], anchor: Any, bound: Bound) -> None:
-    _BOUND[key] = (anchor, bound)
-    while len(_BOUND) > _BOUND_MAX:
-        try:
-            _BOUND.popitem(last=False)
-        except KeyError:  # emptied by another thread (clear_caches)
-            break
+    anchored_put(_BOUND, key, anchor, bound, _BOUND_MAX)
 
 
 def bound_for(srcs: tuple[TensorType | str, ...], dsts: tuple[TensorType | str, ...], mesh: Mesh | str | Any,
@@ -251,21 +231,19 @@ def _bound_on(srcs: tuple[Any, ...], dsts: tuple[Any, ...], ctx: MeshContext) ->
 def _bound_before(srcs: tuple[Any, ...], dsts: tuple[Any, ...], ctx: MeshContext) -> Bound | None:
     """The bound call of an earlier call with these arguments on ``ctx`` (checked and bound
     already: an agreeing call in a loop skips its checks), else None."""
-    key = (srcs, dsts, id(ctx))
-    try:
-        hit = _BOUND.get(key)
-    except TypeError:  # an unhashable type argument: the checks refuse it
-        return None
-    if hit is None or hit[0] is not ctx:
-        return None
-    _used(key)
-    return hit[1]
+    return anchored_get(_BOUND, (srcs, dsts, id(ctx)), ctx)
 
 
-def bound_call(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any, *,
-               timeout: timedelta | float | None = None) -> Bound:
-    """``bound_for`` of one redistribution."""
-    return bound_for((src,), (dst,), mesh, timeout)
+def bound_program(program: Program, ctx: MeshContext, backward: Callable[[Program], Program]) -> Bound:
+    """A program planned elsewhere (a typed SPMD collective's), bound on ``ctx`` with its own
+    gradient rule, from the one cache: keyed by the program's identity (its planner's cache
+    returns the same object for the same call; the entry holds it, so the id is not reused)."""
+    key = (id(program), backward, id(ctx))
+    bound = anchored_get(_BOUND, key, ctx)
+    if bound is None:
+        bound = bind(program, ctx, backward)
+        _remember(key, ctx, bound)
+    return bound
 
 
 def checked_program(src: TensorType | str, dst: TensorType | str, ctx: MeshContext) -> Program:
@@ -371,8 +349,6 @@ def distribute(tensor: torch.Tensor, mesh: Mesh | str | Any, t: TensorType | str
 def _redistribute_dtensor(x: Any, src: TensorType | str | None, dst: TensorType | str | None,
                           mesh: Mesh | str | Any | None, *, timeout: timedelta | float | None,
                           agree: bool | None) -> Any:
-    from torch.distributed.tensor import DTensor
-
     from lowering.placements import to_placements
 
     if dst is None:
@@ -397,14 +373,20 @@ def _redistribute_dtensor(x: Any, src: TensorType | str | None, dst: TensorType 
         s, d, m = types()
         bound = bound_for((s,), (d,), dm, timeout)
         local = bound.check(x.to_local(grad_placements=_grad_placements(s, m)))
-    y = bound.call_one(local)
-    placements, _ = to_placements(d, m, strided=True)
-    # the incoming gradient must have dual(dst)'s layout (a P(sum) where dst says R), which is
-    # what the backward program expects; DTensor would otherwise normalize it to Replicate
+    return _as_dtensor(bound.call_one(local), x, to_placements(d, m, strided=True)[0], _grad_placements(d, m))
+
+
+def _as_dtensor(y: torch.Tensor, x: Any, placements: Any, grad_placements: Any) -> Any:
+    """``y`` as a DTensor of ``x``'s DeviceMesh and global shape, laid out by ``placements``.
+    Its incoming gradient must have ``grad_placements`` (dual(dst)'s layout: a P(sum) where
+    dst says R), which is what the backward program expects; DTensor would otherwise
+    normalize it to Replicate."""
+    from torch.distributed.tensor import DTensor
+
     shape = tuple(x.shape)
     stride = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
-    return DTensor.from_local(y, dm, placements, run_check=False, shape=torch.Size(shape), stride=stride,
-                              grad_placements=_grad_placements(d, m))
+    return DTensor.from_local(y, x.device_mesh, placements, run_check=False, shape=torch.Size(shape), stride=stride,
+                              grad_placements=grad_placements)
 
 
 def _dtensor_types(dm: Any, placements: tuple[Any, ...], shape: tuple[int, ...], dtype: torch.dtype, x: Any,
@@ -470,17 +452,12 @@ def _compiled_dtensor(x: Any, src: TensorType | str | None, dst: TensorType | st
     """``redistribute(dtensor, ...)`` inside torch.compile: a DTensor cannot leave a traced
     region, so the region runs on the local tensor, and the DTensor is taken apart before
     it and rebuilt after it from constants (as DTensor's own compiled redistribute does)."""
-    from torch.distributed.tensor import DTensor
-
     stated, dst = (None, src) if dst is None else (src, dst)
     key = _compiled_dtensor_plan(x.device_mesh, tuple(x.placements), tuple(x.shape), x.dtype, stated, dst, mesh,
                                  async_op, timeout, agree)
     s, d, src_grad, placements, dst_grad = getattr(_COMPILED_PLANS, key)
     y = traced.call("redistribute", x.to_local(grad_placements=src_grad), s, dst=d, mesh=x.device_mesh)
-    shape = tuple(x.shape)
-    stride = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
-    return DTensor.from_local(y, x.device_mesh, placements, run_check=False, shape=torch.Size(shape),
-                              stride=stride, grad_placements=dst_grad)
+    return _as_dtensor(y, x, placements, dst_grad)
 
 
 def _grad_placements(t: TensorType, m: Mesh) -> Any:

@@ -11,8 +11,8 @@ created), built once and replayed by every call. The same object runs them:
 * ``start``: the async form (``Pending``): every round before the last that holds a
   collective runs, that round's collectives go on the wire where their kind allows,
   the rest runs at ``wait()``;
-* ``dual``: the gradient's ``Bound`` (``autograd.backward_program`` of each program), the
-  same type, built on first use and kept here; one autograd Function (``_Run``) records
+* ``dual``: the gradient's ``Bound`` (``backward`` of each program: ``autograd.backward_program``,
+  or the typed SPMD collectives' kind-by-kind duals), the same type, built on first use and kept here; one autograd Function (``_Run``) records
   both the sync run and the async finish, with the dual as its backward.
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -46,12 +46,14 @@ _UNSET: Any = object()
 @dataclass(eq=False)
 class Bound:
     """``programs`` (one or more, one mesh) bound to ``ctx``: this process's pieces of
-    every step. ``scratch``: a prepared call's reused send/receive buffers."""
+    every step. ``scratch``: a prepared call's reused send/receive buffers; ``backward``:
+    each program's gradient program, which ``dual`` binds."""
 
     programs: tuple[Program, ...]
     ctx: MeshContext
     pieces: tuple[list[Pieces], ...]
     scratch: Scratch | None = None
+    backward: Callable[[Program], Program] = backward_program
     tags: list[Tags] = field(init=False, repr=False)  # each output's SPMD types (type_tags.typed_output)
     expect: list[tuple[Any, ...]] = field(init=False, repr=False)  # what a fitting tensor has (fits_block)
     _joint: JointProgram | None = field(default=None, repr=False)
@@ -144,28 +146,25 @@ class Bound:
             outs = PACKED[g.kind](self.ctx, steps, [self.pieces[j][i] for j, i in g.members],
                                   [ys[j] for j, _ in g.members])
         except RuntimeError as e:
-            err = self.failed(g, e)
-            if err is e:
-                raise
-            raise err from e
+            self.raise_failed(g, e)
         for (j, _), y in zip(g.members, outs):
             ys[j] = y
 
-    def failed(self, g: Merged, e: RuntimeError) -> RuntimeError:
-        """The error of a failed group: a CollectiveError naming the step, the tensors, the
-        group and who is at fault (a local step's error as it is)."""
+    def raise_failed(self, g: Merged, e: RuntimeError) -> NoReturn:
+        """Raise the error of a failed group: a CollectiveError naming the step, the tensors,
+        the group and who is at fault (a local step's error as it is)."""
         j, i = g.members[0]
         step = self.programs[j].steps[i]
         if not step.is_collective or isinstance(e, CollectiveError):
-            return e
+            raise e
         ctx = self.ctx
         if len(self.programs) == 1:
-            return collective_error(ctx, self.program, i, step, e)
+            raise collective_error(ctx, self.program, i, step, e) from e
         members = group_ranks(self.program.mesh, step.axes, ctx.ranks[0])
         tensors = sorted({j for j, _ in g.members})
         where = (f"rank {ctx.ranks[0] if len(ctx.ranks) == 1 else list(ctx.ranks)}: {step.describe()} of "
                  f"tensor{'s' if len(tensors) > 1 else ''} {tensors} on group {list(members)}")
-        return comm.failed(ctx, where, e, members, step.axes)
+        raise comm.failed(ctx, where, e, members, step.axes) from e
 
     def unaliased(self, xs: Sequence[torch.Tensor], ys: list[torch.Tensor]) -> list[torch.Tensor]:
         """The results, none sharing memory with an input (a lone view is copied)."""
@@ -176,10 +175,14 @@ class Bound:
 
     # ---- calls -----------------------------------------------------------------------
 
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        """A one-program call on its checked tensor, differentiable (untyped: the typed SPMD
+        collectives type it themselves)."""
+        return _Run.apply(self, None, x)[0] if x.requires_grad and torch.is_grad_enabled() else self.run_one(x)
+
     def call_one(self, x: torch.Tensor) -> torch.Tensor:
         """A one-program call on its checked tensor: differentiable, its output typed."""
-        y = _Run.apply(self, None, x)[0] if x.requires_grad and torch.is_grad_enabled() else self.run_one(x)
-        return typed_output(y, x, self.tags[0])
+        return typed_output(self.apply(x), x, self.tags[0])
 
     def call(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Every program on its checked tensor: differentiable, the outputs typed."""
@@ -234,13 +237,13 @@ class Bound:
         """The bound gradient programs (the SPMD type system's duals), a prepared call's
         with buffers of their own; built once."""
         if self._dual is None:
-            dual = bind([backward_program(p) for p in self.programs], self.ctx)
+            dual = bind([self.backward(p) for p in self.programs], self.ctx, self.backward)
             self._dual = dual.prepared() if self.scratch is not None else dual
         return self._dual
 
     def prepared(self) -> Bound:
         """These programs with buffers of their own that every call reuses (``scratch``)."""
-        return Bound(self.programs, self.ctx, self.pieces, Scratch(), _joint=self._joint)
+        return Bound(self.programs, self.ctx, self.pieces, Scratch(), self.backward, _joint=self._joint)
 
     def zeros(self, j: int) -> torch.Tensor:
         """A zero gradient for output ``j`` that autograd did not use (its dual type's blocks)."""
@@ -250,16 +253,18 @@ class Bound:
         return comm.rank_map(self.ctx, lambda r: torch.zeros(shapes[r], dtype=dt))
 
 
-def bind(programs: Program | Sequence[Program], ctx: MeshContext | None = None) -> Bound:
+def bind(programs: Program | Sequence[Program], ctx: MeshContext | None = None,
+         backward: Callable[[Program], Program] = backward_program) -> Bound:
     """Check the programs against ``ctx``, build this process's pieces and create its groups."""
     ps = (programs,) if isinstance(programs, Program) else tuple(programs)
     ctx = ctx if ctx is not None else context(ps[0].mesh)
-    return Bound(ps, ctx, tuple(build_pieces(p, ctx) for p in ps))
+    return Bound(ps, ctx, tuple(build_pieces(p, ctx) for p in ps), backward=backward)
 
 
 def joined(bounds: Sequence[Bound]) -> Bound:
     """One bound of several one-program bounds on one context (their pieces reused)."""
-    return Bound(tuple(b.program for b in bounds), bounds[0].ctx, tuple(b.pieces[0] for b in bounds))
+    return Bound(tuple(b.program for b in bounds), bounds[0].ctx, tuple(b.pieces[0] for b in bounds),
+                 backward=bounds[0].backward)
 
 
 class Pending:
@@ -310,10 +315,7 @@ class Pending:
                 try:
                     comm.wait(b.ctx, work)
                 except RuntimeError as e:
-                    err = b.failed(g, e)
-                    if err is e:
-                        raise
-                    raise err from e
+                    b.raise_failed(g, e)
                 for j, y in zip(members, unpack()):
                     ys[j] = y
             with using(b.scratch):

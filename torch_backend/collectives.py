@@ -80,7 +80,7 @@ def all_gather(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
     # under LocalTensorMode one call serves every group, and some may be even while
     # others are not: take the exact path unless all of them are even
     if not all(p.even for p in plans.values()):
-        return _gather_ring(ctx, g, p0, x) if comm.of(ctx).p2p else _gather_a2a(ctx, g, plans, x)
+        return _gather_ring(ctx, g, p0, x) if comm.has_p2p(ctx) else _gather_a2a(ctx, g, plans, x)
     if p0.direct and len(plans) == 1:  # one played rank: its block straight into the output
         y = x.new_empty(p0.out_shape)
         comm.all_gather(ctx, y.view(-1), flat(x), g)
@@ -306,8 +306,7 @@ def all_to_all(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
         return alone
     if step.bytes_sent_max == 0:  # nothing leaves any rank: every block is its own piece
         return rank_map(ctx, lambda r, t: _unpacked(ctx, plans[r], t, nothing_of(t)), x)
-    impl = comm.of(ctx)
-    if step.kind == "permute" and impl.p2p:
+    if step.kind == "permute" and comm.has_p2p(ctx):
         return _permute(ctx, step_group(ctx, step), first_plan(plans), x)
     send_splits = {r: [pc.numel for pc in p.send] for r, p in plans.items()}
     recv_splits = {r: [pc.numel for pc in p.recv] for r, p in plans.items()}
@@ -384,7 +383,7 @@ Launched = tuple[Any, Callable[[], torch.Tensor]]  # (the work to wait for, what
 def launchable(ctx: MeshContext, step: Step, plans: Plans) -> bool:
     """Whether ``launch`` leaves ``step``'s collective on the wire (see there)."""
     p0 = first_plan(plans)
-    if not comm.of(ctx).launches or p0.n == 1 or step.bytes_sent_max == 0:
+    if not comm.launches(ctx) or p0.n == 1 or step.bytes_sent_max == 0:
         return False
     return ((step.kind == "all_gather" and p0.even and p0.direct) or (step.kind == "reduce_scatter" and p0.direct)
             or step.kind == "all_reduce")

@@ -10,7 +10,8 @@ interchangeable implementations (``of(ctx)`` picks one; runners never ask which)
 * ``LOCAL``: LocalTensorMode, one call standing for every simulated rank.
 
 Each implementation says what it can do (``Comm``: ``p2p``, ``launches``) and the
-runners choose their form by that; whether one process plays every rank (``per_rank``)
+runners choose their form by asking this module (``has_p2p``, ``launches``, ``least_chunk``,
+``one_block``), never ``of(ctx)``; whether one process plays every rank (``per_rank``)
 stays in here: the runners see it only as the pieces they hold (one played rank's, or
 every rank's), the tensor checks through ``blocks``.
 
@@ -282,17 +283,16 @@ class _Local(Comm):
     per_rank = True
     least_chunk = 1  # LocalTensorMode cannot split a buffer of 0 elements per member (torch.split by 0)
 
+    # the c10d calls on the fake group stand for every rank's: issued as eager c10d's, waited at once
     def all_gather(self, ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, group: GroupHandle) -> Any:
-        _own(_all_gather, wire_view(out), wire_view(inp), group=group.pg, async_op=True).wait()
+        C10D.all_gather(ctx, out, inp, group).wait()
 
     def reduce_scatter(self, ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, op: str,
                        group: GroupHandle) -> Any:
-        _own(_reduce_scatter, wire_view(out, True), wire_view(inp, True), op=reduce_op(op, inp.dtype),
-             group=group.pg, async_op=True).wait()
+        C10D.reduce_scatter(ctx, out, inp, op, group).wait()
 
     def all_reduce(self, ctx: MeshContext, buf: torch.Tensor, op: str, group: GroupHandle) -> Any:
-        _own(dist.all_reduce, wire_view(buf, True), op=reduce_op(op, buf.dtype), group=group.pg,
-             async_op=True).wait()
+        C10D.all_reduce(ctx, buf, op, group).wait()
 
     def all_to_all(self, ctx: MeshContext, send: torch.Tensor, send_splits: dict[int, list[int]],
                    recv_splits: dict[int, list[int]], group: GroupHandle, out: torch.Tensor | None) -> torch.Tensor:
@@ -353,6 +353,16 @@ def least_chunk(ctx: MeshContext) -> int:
 def one_block(ctx: MeshContext) -> bool:
     """Whether a call's tensor is this rank's one block (not every simulated rank's)."""
     return not of(ctx).per_rank
+
+
+def has_p2p(ctx: MeshContext) -> bool:
+    """Whether ``p2p`` runs on ``ctx`` (else a runner exchanges with an exact ``all_to_all``)."""
+    return bool(of(ctx).p2p)
+
+
+def launches(ctx: MeshContext) -> bool:
+    """Whether a collective on ``ctx`` can be left on the wire and waited later (``wait``)."""
+    return bool(of(ctx).launches)
 
 
 def wait(ctx: MeshContext, work: Any) -> None:
@@ -424,7 +434,7 @@ def _per_rank_ints(ctx: MeshContext, splits: dict[int, list[int]]) -> list[Any]:
 def p2p(ctx: MeshContext, sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]],
         group: GroupHandle) -> None:
     """One batch of isend/irecv (peers are mesh ranks); waits for all, with the step timeout.
-    Only where ``of(ctx).p2p``: the runners take an exact all_to_all elsewhere."""
+    Only where ``has_p2p(ctx)``: the runners take an exact all_to_all elsewhere."""
     impl = of(ctx)
     if not impl.p2p:
         raise RuntimeError(f"point-to-point is not available with {type(impl).__name__.strip('_')}")

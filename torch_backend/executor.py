@@ -53,7 +53,7 @@ from torch_backend.lean import collective_error
 from torch_backend.runners import RUNNERS, Pieces
 from torch_backend.tensor_checks import check_local
 
-__all__ = ["CollectiveError", "Pieces", "aliases", "build_pieces", "execute"]
+__all__ = ["Pieces", "aliases", "build_pieces", "execute"]
 StepHook = Callable[[int, Step], None]
 
 

@@ -45,6 +45,7 @@ import atexit
 import gc
 import sys
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -53,6 +54,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from lowering.caching import anchored_get, anchored_put
 from lowering.checks import check_timeout_s
 from lowering.layout import group_ranks
 from spec_lang.errors import SpecError
@@ -90,8 +92,13 @@ class GroupHandle:
 # A DeviceMesh is held weakly everywhere (a dead one drops its entries, and a new mesh at
 # the same address can never hit them); its contexts hold it through a weakref only.
 #   partitions: (partition of the world's ranks, timeout, device) -> this rank's part's group
+#   local: (id(LocalTensorMode), Mesh, id(DeviceMesh), timeout) -> (mode, MeshContext), least
+#     recently used evicted first (``_LOCAL_MAX``): without it every call under LocalTensorMode
+#     made a new context, so no cache keyed by a context ever hit there. A hit checks the mode
+#     and the DeviceMesh by identity
 _CACHE: dict[str, Any] = {"world": None, "groups": {}, "contexts": {}, "dm_contexts": weakref.WeakKeyDictionary(),
-                          "partitions": {}}
+                          "partitions": {}, "local": OrderedDict()}
+_LOCAL_MAX = 64
 # DeviceMesh (weakly) -> (Mesh, mesh rank -> global rank). Reading ``DeviceMesh.mesh``
 # rebuilds a tensor from the mesh layout each time, so it is read once per DeviceMesh.
 _DEVICE_MESHES: weakref.WeakKeyDictionary[Any, tuple[Mesh, tuple[int, ...]]] = weakref.WeakKeyDictionary()
@@ -105,6 +112,7 @@ def _group_cache() -> dict[tuple, Any]:
         _CACHE["partitions"] = {}
         _CACHE["contexts"] = {}
         _CACHE["dm_contexts"] = weakref.WeakKeyDictionary()
+        _CACHE["local"] = OrderedDict()
     return _CACHE["groups"]
 
 
@@ -120,6 +128,7 @@ def clear_caches() -> None:
     clear_lowering()
     _CACHE["contexts"] = {}
     _CACHE["dm_contexts"] = weakref.WeakKeyDictionary()
+    _CACHE["local"] = OrderedDict()
     _DEVICE_MESHES.clear()
 
 
@@ -222,12 +231,6 @@ class MeshContext:
         return collective_failure(where, e, [self.to_global[q] for q in members], self.to_global[self.rank],
                                   timeout, to_mesh)
 
-    def prepare(self, axes_sets: list[tuple[str, ...]]) -> None:
-        """Create every group a program needs before its first collective."""
-        for axes in axes_sets:
-            if self.mesh.group_size(axes) > 1:
-                self.group(axes, self.ranks[0])
-
 
 def _new_group(ranks: tuple[int, ...], timeout: timedelta | None, device: Any) -> Any:
     """The process group over global ``ranks``, made once per (ranks, timeout, device).
@@ -242,14 +245,18 @@ def _new_group(ranks: tuple[int, ...], timeout: timedelta | None, device: Any) -
     key = (ranks, timeout, None if device is None else str(device))
     pg = cache.get(key)
     if pg is None:
-        kwargs: dict[str, Any] = {"use_local_synchronization": True}
-        if timeout is not None:
-            kwargs["timeout"] = timeout
-        if device is not None:
-            kwargs["device_id"] = device
-        pg = dist.new_group(list(ranks), **kwargs)
-        cache[key] = pg
+        pg = cache[key] = _made_group(ranks, timeout, device)
     return pg
+
+
+def _made_group(ranks: Sequence[int], timeout: timedelta | None, device: Any) -> Any:
+    """A new group made by its members alone (``use_local_synchronization``)."""
+    kwargs: dict[str, Any] = {"use_local_synchronization": True}
+    if timeout is not None:
+        kwargs["timeout"] = timeout
+    if device is not None:
+        kwargs["device_id"] = device
+    return dist.new_group(list(ranks), **kwargs)
 
 
 def subset_context(mesh: Mesh, to_global: tuple[int, ...], axes_sets: Sequence[tuple[str, ...]], *,
@@ -291,13 +298,8 @@ def _partition_group(parts: tuple[tuple[int, ...], ...], me: int, timeout: timed
     key = (parts, timeout, None if device is None else str(device))
     pg = cache.get(key)
     if pg is None:
-        kwargs: dict[str, Any] = {"use_local_synchronization": True}
-        if timeout is not None:
-            kwargs["timeout"] = timeout
-        if device is not None:
-            kwargs["device_id"] = device
         try:
-            pg = cache[key] = dist.new_group(list(mine), **kwargs)
+            pg = cache[key] = _made_group(mine, timeout, device)
         except RuntimeError as e:  # a member died or never came: c10d's errors name nobody
             raise collective_failure(f"rank {me}: creating the process group over ranks {list(mine)}", e,
                                      mine, me, timeout) from e
@@ -393,16 +395,7 @@ def context(mesh: Mesh | str | Any, *, timeout: timedelta | float | None = None)
     if to_global is None:
         to_global = tuple(range(m.size))
     if lm is not None:
-        ranks = tuple(sorted(lm.ranks))
-        if len(ranks) != m.size or to_global != tuple(ranks):
-            raise SpecError(
-                f"LocalTensorMode simulates {len(ranks)} ranks but the mesh {m} has {m.size}",
-                hint=f"enter LocalTensorMode({m.size}) with a fake process group of world size {m.size}",
-            )
-        if not dist.is_initialized():
-            raise SpecError("LocalTensorMode needs a default process group",
-                            hint=f"dist.init_process_group('fake', store=FakeStore(), rank=0, world_size={m.size})")
-        return MeshContext(m, ranks, to_global, local_mode=lm, dm_ref=_weak(dm), timeout=timeout, backend="local")
+        return _local_context(lm, m, dm, to_global, timeout)
     if not dist.is_initialized():
         raise SpecError(
             "no torch.distributed process group is initialized",
@@ -422,6 +415,29 @@ def context(mesh: Mesh | str | Any, *, timeout: timedelta | float | None = None)
     backend = str(dist.get_backend())
     ctx = MeshContext(m, (to_global.index(me),), to_global, dm_ref=_weak(dm), timeout=timeout, backend=backend)
     _store_context(m, dm, timeout, ctx)
+    return ctx
+
+
+def _local_context(lm: Any, m: Mesh, dm: Any, to_global: tuple[int, ...], timeout: timedelta | None) -> MeshContext:
+    """The context of ``m`` under the LocalTensorMode ``lm``, made once per (mode, mesh,
+    DeviceMesh, timeout) and kept in ``_CACHE["local"]``."""
+    key = (id(lm), m, id(dm), timeout)
+    if dist.is_initialized():
+        _group_cache()  # binds the caches to the current default group (a new world starts empty)
+        hit = anchored_get(_CACHE["local"], key, lm)
+        if hit is not None and hit.device_mesh is dm:  # held weakly: a dead one's id may be reused
+            return hit
+    ranks = tuple(sorted(lm.ranks))
+    if len(ranks) != m.size or to_global != tuple(ranks):
+        raise SpecError(
+            f"LocalTensorMode simulates {len(ranks)} ranks but the mesh {m} has {m.size}",
+            hint=f"enter LocalTensorMode({m.size}) with a fake process group of world size {m.size}",
+        )
+    if not dist.is_initialized():
+        raise SpecError("LocalTensorMode needs a default process group",
+                        hint=f"dist.init_process_group('fake', store=FakeStore(), rank=0, world_size={m.size})")
+    ctx = MeshContext(m, ranks, to_global, local_mode=lm, dm_ref=_weak(dm), timeout=timeout, backend="local")
+    anchored_put(_CACHE["local"], key, lm, ctx, _LOCAL_MAX)
     return ctx
 
 

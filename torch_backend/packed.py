@@ -31,42 +31,39 @@ def _stack(ctx: MeshContext, xs: Sequence[torch.Tensor]) -> dict[int, list[torch
     return {r: [comm.local_of(x, r) for x in xs] for r in ctx.ranks}
 
 
-def _split(ctx: MeshContext, outs: dict[int, list[torch.Tensor]], count: int) -> list[torch.Tensor]:
-    """Per-rank lists of ``count`` tensors -> ``count`` tensors (LocalTensors when simulating)."""
+def _per_rank(ctx: MeshContext, fn: Callable[[int], list[torch.Tensor]], count: int) -> list[torch.Tensor]:
+    """``fn(rank)``, the ``count`` tensors' blocks of each played rank (plain per-rank ops),
+    as ``count`` tensors (LocalTensors when simulating)."""
+    with comm.plain(ctx):
+        outs = {r: fn(r) for r in ctx.ranks}
     return [rank_map(ctx, lambda r, j=j: outs[r][j]) for j in range(count)]
-
-
-def _mapped(ctx: MeshContext, fn: Callable[[int], torch.Tensor]) -> torch.Tensor:
-    """A buffer per played rank from ``fn(rank)`` (a LocalTensor when simulating)."""
-    return rank_map(ctx, fn)
 
 
 def all_gather(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
                xs: Sequence[torch.Tensor], launch_only: bool = False) -> Any:
     blocks = _stack(ctx, xs)
     sizes = {r: [p[r].chunk for p in pieces] for r in ctx.ranks}
-    send = _mapped(ctx, lambda r: torch.cat([flat(b) for b in blocks[r]]))
-    out = _mapped(ctx, lambda r: blocks[r][0].new_empty(pieces[0][r].n * sum(sizes[r])))
+    send = rank_map(ctx, lambda r: torch.cat([flat(b) for b in blocks[r]]))
+    out = rank_map(ctx, lambda r: blocks[r][0].new_empty(pieces[0][r].n * sum(sizes[r])))
     work = comm.all_gather(ctx, out, send, ctx.group(steps[0].axes, ctx.ranks[0]), launch_only=True)
     return _finished(ctx, work, lambda: _unpack_gather(ctx, pieces, blocks, sizes, out, len(xs)), launch_only)
 
 
 def _unpack_gather(ctx: MeshContext, pieces: Sequence[Pieces], blocks: dict[int, list[torch.Tensor]],
                    sizes: dict[int, list[int]], out: torch.Tensor, count: int) -> list[torch.Tensor]:
-    res: dict[int, list[torch.Tensor]] = {}
-    with _plain(ctx):
-        for r in ctx.ranks:
-            o, total = comm.local_of(out, r), sum(sizes[r])
-            ys, off = [], 0
-            for j, p in enumerate(pieces):
-                y = blocks[r][j].new_empty(p[r].out_shape)
-                for i, pc in enumerate(p[r].recv):
-                    if pc.numel:
-                        y[pc.dst].copy_(o[i * total + off:i * total + off + pc.numel].view(pc.shape))
-                off += sizes[r][j]
-                ys.append(y)
-            res[r] = ys
-    return _split(ctx, res, count)
+    def mine(r: int) -> list[torch.Tensor]:
+        o, total = comm.local_of(out, r), sum(sizes[r])
+        ys, off = [], 0
+        for j, p in enumerate(pieces):
+            y = blocks[r][j].new_empty(p[r].out_shape)
+            for i, pc in enumerate(p[r].recv):
+                if pc.numel:
+                    y[pc.dst].copy_(o[i * total + off:i * total + off + pc.numel].view(pc.shape))
+            off += sizes[r][j]
+            ys.append(y)
+        return ys
+
+    return _per_rank(ctx, mine, count)
 
 
 def reduce_scatter(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
@@ -90,44 +87,36 @@ def reduce_scatter(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pie
         # all padding: tied to the blocks all the same (see strided.nothing_of)
         return buf if copied else torch.cat([buf, *(nothing_of(b) for b in blocks[r])])
 
-    send = _mapped(ctx, pack)
-    out = _mapped(ctx, lambda r: blocks[r][0].new_empty(total[r]))
+    send = rank_map(ctx, pack)
+    out = rank_map(ctx, lambda r: blocks[r][0].new_empty(total[r]))
     work = comm.reduce_scatter(ctx, out, send, op, ctx.group(steps[0].axes, ctx.ranks[0]), launch_only=True)
 
-    def unpack() -> list[torch.Tensor]:
-        res: dict[int, list[torch.Tensor]] = {}
-        with _plain(ctx):
-            for r in ctx.ranks:
-                o, off, ys = comm.local_of(out, r), 0, []
-                for j, p in enumerate(pieces):
-                    k = numel(p[r].out_shape)
-                    ys.append(finish_avg(o[off:off + k].clone().view(p[r].out_shape), op, p[r].n))
-                    off += sizes[r][j]
-                res[r] = ys
-        return _split(ctx, res, len(xs))
+    def mine(r: int) -> list[torch.Tensor]:
+        o, off, ys = comm.local_of(out, r), 0, []
+        for j, p in enumerate(pieces):
+            k = numel(p[r].out_shape)
+            ys.append(finish_avg(o[off:off + k].clone().view(p[r].out_shape), op, p[r].n))
+            off += sizes[r][j]
+        return ys
 
-    return _finished(ctx, work, unpack, launch_only)
+    return _finished(ctx, work, lambda: _per_rank(ctx, mine, len(xs)), launch_only)
 
 
 def all_reduce(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
                xs: Sequence[torch.Tensor], launch_only: bool = False) -> Any:
     blocks = _stack(ctx, xs)
     op = steps[0].op or "sum"
-    buf = _mapped(ctx, lambda r: torch.cat([flat(b) for b in blocks[r]]))
+    buf = rank_map(ctx, lambda r: torch.cat([flat(b) for b in blocks[r]]))
     work = comm.all_reduce(ctx, buf, op, ctx.group(steps[0].axes, ctx.ranks[0]), launch_only=True)
 
-    def unpack() -> list[torch.Tensor]:
-        res: dict[int, list[torch.Tensor]] = {}
-        with _plain(ctx):
-            for r in ctx.ranks:
-                o, off, ys = comm.local_of(buf, r), 0, []
-                for j, b in enumerate(blocks[r]):
-                    ys.append(finish_avg(o[off:off + b.numel()].view(b.shape), op, pieces[j][r].n))
-                    off += b.numel()
-                res[r] = ys
-        return _split(ctx, res, len(xs))
+    def mine(r: int) -> list[torch.Tensor]:
+        o, off, ys = comm.local_of(buf, r), 0, []
+        for j, b in enumerate(blocks[r]):
+            ys.append(finish_avg(o[off:off + b.numel()].view(b.shape), op, pieces[j][r].n))
+            off += b.numel()
+        return ys
 
-    return _finished(ctx, work, unpack, launch_only)
+    return _finished(ctx, work, lambda: _per_rank(ctx, mine, len(xs)), launch_only)
 
 
 def _finished(ctx: MeshContext, work: Any, unpack: Callable[[], list[torch.Tensor]], launch_only: bool) -> Any:
@@ -151,33 +140,30 @@ def exchange(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
                  for j, p in enumerate(pieces) if p[r].send[i].numel]
         return torch.cat(parts) if parts else nothing_of(blocks[r][0])
 
-    send = _mapped(ctx, pack)
+    send = rank_map(ctx, pack)
     got = comm.all_to_all(ctx, send, send_splits, recv_splits, ctx.group(steps[0].axes, ctx.ranks[0]))
-    res: dict[int, list[torch.Tensor]] = {}
-    with _plain(ctx):
-        for r in ctx.ranks:
-            o = comm.local_of(got, r)
-            ys, fed = [], []
+
+    def mine(r: int) -> list[torch.Tensor]:
+        o = comm.local_of(got, r)
+        ys, fed = [], []
+        for j, p in enumerate(pieces):
+            y = blocks[r][j].new_empty(p[r].out_shape)
+            sp = p[r].self_piece
+            if sp.numel:
+                y[sp.dst].copy_(blocks[r][j][sp.src])
+            ys.append(y)
+            fed.append(bool(sp.numel))
+        off = 0
+        for i in range(len(members[r])):
             for j, p in enumerate(pieces):
-                y = blocks[r][j].new_empty(p[r].out_shape)
-                sp = p[r].self_piece
-                if sp.numel:
-                    y[sp.dst].copy_(blocks[r][j][sp.src])
-                ys.append(y)
-                fed.append(bool(sp.numel))
-            off = 0
-            for i in range(len(members[r])):
-                for j, p in enumerate(pieces):
-                    pc = p[r].recv[i]
-                    if pc.numel:
-                        ys[j][pc.dst].copy_(o[off:off + pc.numel].view(pc.shape))
-                        off += pc.numel
-                        fed[j] = True
-            res[r] = [y if fed[j] else comm.tied(ctx, y, blocks[r][j], o) for j, y in enumerate(ys)]
-    return _split(ctx, res, len(xs))
+                pc = p[r].recv[i]
+                if pc.numel:
+                    ys[j][pc.dst].copy_(o[off:off + pc.numel].view(pc.shape))
+                    off += pc.numel
+                    fed[j] = True
+        return [y if fed[j] else comm.tied(ctx, y, blocks[r][j], o) for j, y in enumerate(ys)]
 
-
-_plain = comm.plain
+    return _per_rank(ctx, mine, len(xs))
 
 
 PACKED = {"all_gather": all_gather, "reduce_scatter": reduce_scatter, "all_reduce": all_reduce,

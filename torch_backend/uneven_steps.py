@@ -34,7 +34,7 @@ def _exchange(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> to
     recv_splits = {r: [pc.numel for pc in p.recv] for r, p in plans.items()}  # type: ignore[attr-defined]
     send = rank_map(ctx, lambda r, t: pack_exchange(plans[r], t), x)
     g = step_group(ctx, step)
-    if comm.of(ctx).per_rank:
+    if not comm.one_block(ctx):
         return comm.all_to_all(ctx, send, send_splits, recv_splits, g)
     p = first_plan(plans)
     recv = buffer(p, "recv", p.recv_elems, x)  # type: ignore[attr-defined]
@@ -136,7 +136,7 @@ def all_gatherv(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> 
     if p0.n == 1 or not step.bytes_sent_max:  # every other segment is empty: the own one is all
         return rank_map(ctx, lambda r, t: _unpack(ctx, plans[r], _own_segment(plans[r], t)), x)
     g = step_group(ctx, step)
-    if comm.of(ctx).p2p:
+    if comm.has_p2p(ctx):
         return _gather_ring(ctx, g, p0, x)
     return _gather_once(ctx, g, plans, x)
 

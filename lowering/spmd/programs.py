@@ -21,7 +21,7 @@ from lowering.kinds import kind_of, make_step
 from lowering.planner import dual_steps
 from lowering.program import Program, Step, make_program
 from lowering.spmd.rules import check_pair
-from spec_lang.dual import dual_type
+from spec_lang.dual import check_differentiable, dual_type
 from spec_lang.errors import SpecError
 from spec_lang.ir import Dim, Mesh, TensorType, canonical_dtype
 from spec_lang.local_type import I, LocalType, R
@@ -173,3 +173,11 @@ def backward_program(program: Program) -> Program:
     for st in reversed(program.steps):
         steps.extend(dual_steps(st, program.mesh))
     return make_program(steps, program.mesh, src=dual_type(program.dst))
+
+
+def gradient_program(program: Program) -> Program:
+    """``backward_program`` of a collective that has a gradient (a SpecError for a pending
+    max/min, whose gradient needs the arg-max no type carries): what a bound typed
+    collective's dual binds."""
+    check_differentiable(program.src, program.dst)
+    return backward_program(program)

@@ -1,7 +1,8 @@
 """The SPMD type system for plain tensors: typed per-axis collectives with exact backward,
 types attached to tensors, an opt-in type checker, ``local_map`` and global-SPMD einsum/linear.
 
-See docs/spmd_types.md. Every collective is one shardc Program run by the executor.
+See docs/spmd_types.md. Every collective is one shardc Program, bound once and run like
+every redistribution (``torch_backend.bound``).
 """
 
 from __future__ import annotations

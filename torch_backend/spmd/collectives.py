@@ -1,5 +1,7 @@
-"""The typed per-axis collectives: each call is one Program (``lowering.spmd.programs``)
-run by the executor, with the program of its kinds' duals as its backward.
+"""The typed per-axis collectives: each call is one Program (``lowering.spmd.programs``),
+bound once in the one cache of bound calls (``api.bound_program``) and run by that
+``Bound`` like every redistribution, its backward the bound's dual: the program of its
+kinds' duals.
 
 Everything is checked before the first collective: the (src, dst) pair against the
 SPMD type system's tables, the axes against the mesh, and every rank's local shape
@@ -13,40 +15,23 @@ from typing import Any
 import torch
 
 from lowering.layout import local_shape
-from lowering.program import Program
-from lowering.spmd.programs import backward_program, program_for, stack_dim
+from lowering.spmd.programs import gradient_program, program_for, stack_dim
 from lowering.spmd.rules import check_pair, check_whole_average
 from lowering.spmd.types import resolve
-from spec_lang.dual import check_differentiable
 from spec_lang.errors import SpecError
 from spec_lang.local_type import LocalType
 from torch_backend import comm, traced
-from torch_backend.api import check_local
+from torch_backend.api import bound_program
+from torch_backend.bound import Bound
 from torch_backend.collectives import all_reduce_into
 from torch_backend.comm import local_of
 from torch_backend.dtypes import dtype_name
-from torch_backend.executor import build_pieces, execute
 from torch_backend.groups import MeshContext
 from torch_backend.spmd import ragged
 from torch_backend.spmd.mesh import as_axes, mesh_context
 from torch_backend.spmd.precision import as_dtype, check_options, reduce_in
 from torch_backend.spmd.tags import recorded_size, typeof
 from torch_backend.type_tags import SIZES, attach, unchecked
-
-
-class _Typed(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, program: Program, mesh_ctx: MeshContext) -> torch.Tensor:  # type: ignore[override]
-        ctx.program, ctx.mesh_ctx = program, mesh_ctx
-        return execute(program, x, ctx=mesh_ctx)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
-        check_differentiable(ctx.program.src, ctx.program.dst)
-        back = backward_program(ctx.program)
-        if grad.requires_grad and torch.is_grad_enabled():  # create_graph: see autograd.dual_run
-            return _Typed.apply(grad.contiguous(), back, ctx.mesh_ctx), None, None
-        return execute(back, grad.contiguous(), ctx=ctx.mesh_ctx), None, None
 
 
 def _shapes(x: torch.Tensor, ctx: MeshContext) -> dict[int, tuple[int, ...]]:
@@ -69,7 +54,7 @@ def _src_size(x: torch.Tensor, src: LocalType, group: tuple[str, ...], ctx: Mesh
     got = recorded_size(x, group)
     if got is not None:
         return got
-    if comm.of(ctx).per_rank:  # every rank's block is here
+    if not comm.one_block(ctx):  # every rank's block is here
         from lowering.layout import group_ranks
 
         return sum(shapes[q][i] for q in group_ranks(ctx.mesh, group, r0))
@@ -111,9 +96,9 @@ def typed_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: An
         return _run(op, routed, x, axis, s, d, mesh, size, inplace, dim, dtypes)
 
 
-def _ragged(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: LocalType, mesh: Any,
-            splits: tuple) -> torch.Tensor:
-    """The split-size forms (``torch_backend.spmd.ragged``), checked like the others first."""
+def _placed(op: str, x: torch.Tensor, axis: Any, s: LocalType, mesh: Any,
+            ) -> tuple[MeshContext, tuple[str, ...], dict[str, LocalType]]:
+    """The call's context, its group's axes and ``x``'s types, which must agree with ``src`` on the group."""
     ctx = mesh_context(mesh)
     group = as_axes(axis, ctx.mesh.names)
     have = typeof(x)
@@ -121,6 +106,13 @@ def _ragged(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: L
         if a in have and not have[a].agrees(s):
             raise SpecError(f"spmd.{op}: x is {have[a]!r} on axis {a!r}, but src={s!r}",
                             hint=f"pass src={have[a]!r}, or convert x first")
+    return ctx, group, have
+
+
+def _ragged(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: LocalType, mesh: Any,
+            splits: tuple) -> torch.Tensor:
+    """The split-size forms (``torch_backend.spmd.ragged``), checked like the others first."""
+    ctx, group, have = _placed(op, x, axis, s, mesh)
     if routed == "all_gather":
         if s.kind != "S":
             raise SpecError(f"spmd.all_gather(src={s!r}) takes no split_sizes: V's blocks are equal (stacked)",
@@ -156,13 +148,7 @@ def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: Loca
         raise SpecError(f"spmd.{op}(..., inplace=True) takes a tensor autograd does not record (a gradient "
                         "buffer); this one requires grad", hint="drop inplace=True (the result is then a new "
                         "tensor, differentiable), or call it under torch.no_grad()")
-    ctx = mesh_context(mesh)
-    group = as_axes(axis, ctx.mesh.names)
-    have = typeof(x)
-    for a in group:
-        if a in have and not have[a].agrees(s):
-            raise SpecError(f"spmd.{op}: x is {have[a]!r} on axis {a!r}, but src={s!r}",
-                            hint=f"pass src={have[a]!r}, or convert x first")
+    ctx, group, have = _placed(op, x, axis, s, mesh)
     if routed == "identity":  # src == dst: the input as it is (a view of it, typed; autograd: identity)
         y = x.view_as(x)
         return attach(y, {**have, **{a: d for a in group}}, getattr(x, SIZES, None))
@@ -178,13 +164,14 @@ def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: Loca
                             f"gives it {list(want)} (uneven blocks follow torch.chunk)",
                             hint="give every rank its block, or pass size= (the global length of the split dim)")
     op_dt, out_dt = dtypes or (None, None)
+    bound = bound_program(program, ctx, gradient_program)
     if inplace:
-        y = _in_place(program, x, ctx)
+        y = _in_place(bound, x)
     elif op_dt is not None and op_dt != x.dtype:  # added in another dtype than the wire's
-        y = reduce_in(routed, check_local(x, program.src, ctx), s, d, group, ctx, at, op_dt, out_dt, program)
+        y = reduce_in(routed, bound.check(x), s, d, group, ctx, at, op_dt, out_dt, program)
     else:
-        x = check_local(x, program.src, ctx)
-        y = _Typed.apply(x, program, ctx) if torch.is_grad_enabled() and x.requires_grad else execute(program, x, ctx=ctx)
+        x = bound.check(x)
+        y = bound.apply(x)
         if out_dt is not None and out_dt != y.dtype:  # reduced in x's dtype, then rounded once
             y = y.to(out_dt)
     out = {**have, **{a: d for a in group}}
@@ -194,14 +181,13 @@ def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: Loca
     return attach(y, out, sizes)
 
 
-def _in_place(program: Program, x: torch.Tensor, ctx: MeshContext) -> torch.Tensor:
-    """``program`` (one all_reduce) run on ``x`` itself: a flat buffer reduced without a copy
-    (a non-contiguous one through a contiguous copy, written back)."""
-    if check_local(x, program.src, ctx) is not x:
+def _in_place(bound: Bound, x: torch.Tensor) -> torch.Tensor:
+    """The bound program (one all_reduce) run on ``x`` itself: a flat buffer reduced without
+    a copy (a non-contiguous one through a contiguous copy, written back)."""
+    if bound.check(x) is not x:
         raise SpecError("inplace=True under LocalTensorMode needs a LocalTensor (every rank's block)",
                         hint="build it with LocalTensorMode's rank_map or torch_backend.distribute")
-    step = program.steps[0]
-    pieces = build_pieces(program, ctx)[0]
+    ctx, step, pieces = bound.ctx, bound.program.steps[0], bound.pieces[0][0]
     if x.is_contiguous():
         return all_reduce_into(ctx, step, pieces, x)
     return x.copy_(all_reduce_into(ctx, step, pieces, x.contiguous()))

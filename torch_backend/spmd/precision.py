@@ -28,13 +28,13 @@ from typing import Any
 import torch
 
 from lowering.program import Program
-from lowering.spmd.programs import program_for
+from lowering.spmd.programs import gradient_program, program_for
+from spec_lang.dual import check_differentiable
 from spec_lang.errors import SpecError
 from spec_lang.ir import canonical_dtype
 from spec_lang.local_type import LocalType, R, V
-from torch_backend.autograd import check_differentiable
+from torch_backend.api import bound_program
 from torch_backend.dtypes import dtype_name, to_torch_dtype
-from torch_backend.executor import execute
 from torch_backend.groups import MeshContext
 
 REDUCING = ("all_reduce", "reduce_scatter")
@@ -92,7 +92,7 @@ class _Accumulated(torch.autograd.Function):
                                   full[dst.dim])  # type: ignore[index]
         else:
             program = program_for("all_gather", V, R, group, shape, dtype_name(in_dtype), mesh_ctx.mesh, None, at)
-        return execute(program, g, ctx=mesh_ctx), None, None
+        return bound_program(program, mesh_ctx, gradient_program).run_one(g), None, None
 
 
 def _reduce(x: torch.Tensor, routed: str, src: LocalType, dst: LocalType, group: tuple[str, ...],
@@ -111,7 +111,7 @@ def _reduce(x: torch.Tensor, routed: str, src: LocalType, dst: LocalType, group:
         pieces = x.movedim(at, 0)
     pieces = pieces.contiguous()
     a2a = program_for("all_to_all", V, V, group, tuple(pieces.shape), dtype_name(x.dtype), ctx.mesh)
-    got = execute(a2a, pieces, ctx=ctx).to(op_dtype)  # row j: the piece rank j sent here
+    got = bound_program(a2a, ctx, gradient_program).run_one(pieces).to(op_dtype)  # row j: the piece rank j sent here
     op = src.op
     acc = got.sum(0) if op in ("sum", "avg") else got.amax(0) if op == "max" else got.amin(0)
     if op == "avg":
@@ -120,7 +120,7 @@ def _reduce(x: torch.Tensor, routed: str, src: LocalType, dst: LocalType, group:
     if routed == "reduce_scatter":
         return mine
     gather = program_for("all_gather", V, R, group, tuple(mine.shape), dtype_name(out_dtype), ctx.mesh)
-    whole = execute(gather, mine.contiguous(), ctx=ctx).reshape(-1)
+    whole = bound_program(gather, ctx, gradient_program).run_one(mine.contiguous()).reshape(-1)
     return whole[: x.numel()].view(shape)
 
 
