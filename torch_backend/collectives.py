@@ -7,25 +7,28 @@ current block, and returns the next block (a LocalTensor under LocalTensorMode).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import torch
 
-from lowering.kinds import RankPieces
-from lowering.kinds.base import flat_offset, numel
+from lowering.kinds.base import Piece, PiecesT, RankPieces, flat_offset, numel
+from lowering.kinds.copies import Copy
+from lowering.kinds.exchange import ExchangePieces
+from lowering.kinds.gather import GatherPieces
+from lowering.kinds.reduce import ScatterPieces
 from lowering.program import Step
 from torch_backend import comm
 from torch_backend.comm import finish_avg, rank_map, tied
 from torch_backend.groups import GroupHandle, MeshContext
-from torch_backend.runners import Pieces, runs
+from torch_backend.runners import Pieces, pieces_as, runs
 from torch_backend.scratch import buffer
 from torch_backend.strided import contiguous, flat, nothing_of, run_copies
 
 Plans = Pieces
 
 
-def first_plan(plans: Plans) -> RankPieces:
+def first_plan(plans: Mapping[int, PiecesT]) -> PiecesT:
     return next(iter(plans.values()))
 
 
@@ -41,13 +44,16 @@ def _alone(ctx: MeshContext, plans: Plans, x: torch.Tensor) -> torch.Tensor | No
     if p.kind == "all_reduce":
         return rank_map(ctx, lambda r, t: t.clone(), x)
     if p.kind == "reduce_scatter":
-        return rank_map(ctx, lambda r, t: t[plans[r].send[0].src].clone(), x)
+        sp = pieces_as(ScatterPieces, plans)
+        return rank_map(ctx, lambda r, t: t[sp[r].send[0].src].clone(), x)
     if p.kind == "all_gather":
-        return rank_map(ctx, lambda r, t: _place(ctx, plans[r], [(plans[r].recv[0], t)]), x)
-    return rank_map(ctx, lambda r, t: _unpacked(ctx, plans[r], t, nothing_of(t)), x)
+        gp = pieces_as(GatherPieces, plans)
+        return rank_map(ctx, lambda r, t: _place(ctx, gp[r], [(gp[r].recv[0], t)]), x)
+    ep = pieces_as(ExchangePieces, plans)
+    return rank_map(ctx, lambda r, t: _unpacked(ctx, ep[r], t, nothing_of(t)), x)
 
 
-def _place(ctx: MeshContext, plan: RankPieces, parts: list[tuple]) -> torch.Tensor:
+def _place(ctx: MeshContext, plan: GatherPieces, parts: list[tuple[Piece, torch.Tensor]]) -> torch.Tensor:
     """A new output block assembled from (piece, tensor of piece.shape) pairs."""
     y = parts[0][1].new_empty(plan.out_shape)
     for piece, t in parts:
@@ -75,6 +81,10 @@ def all_gather(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
     alone = _alone(ctx, plans, x)
     if alone is not None:
         return alone
+    return _all_gather(ctx, step, pieces_as(GatherPieces, plans), x)
+
+
+def _all_gather(ctx: MeshContext, step: Step, plans: Mapping[int, GatherPieces], x: torch.Tensor) -> torch.Tensor:
     p0 = first_plan(plans)
     g = step_group(ctx, step)
     # under LocalTensorMode one call serves every group, and some may be even while
@@ -97,7 +107,7 @@ def all_gather(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
     return rank_map(ctx, place, out)
 
 
-def _gather_ring(ctx: MeshContext, g: GroupHandle, plan: RankPieces, x: torch.Tensor) -> torch.Tensor:
+def _gather_ring(ctx: MeshContext, g: GroupHandle, plan: GatherPieces, x: torch.Tensor) -> torch.Tensor:
     """Uneven all_gather as n-1 rounds of p2p around the step's group order.
 
     Round k: position i sends piece (i-k) to its successor and receives piece (i-k-1)
@@ -129,9 +139,10 @@ def _gather_ring(ctx: MeshContext, g: GroupHandle, plan: RankPieces, x: torch.Te
     return run_copies(plan.ring_copies, buf, y)
 
 
-def _gather_a2a(ctx: MeshContext, g: GroupHandle, plans: Plans, x: torch.Tensor) -> torch.Tensor:
+def _gather_a2a(ctx: MeshContext, g: GroupHandle, plans: Mapping[int, GatherPieces], x: torch.Tensor) -> torch.Tensor:
     """Uneven all_gather as an exact all_to_all (LocalTensorMode and torch.compile: no p2p)."""
-    send_splits, recv_splits = {}, {}
+    send_splits: dict[int, list[int]] = {}
+    recv_splits: dict[int, list[int]] = {}
     for r, p in plans.items():
         own = next(pc.numel for pc in p.recv if pc.peer == r)
         send_splits[r] = [0 if pc.peer == r else own for pc in p.recv]
@@ -140,7 +151,8 @@ def _gather_a2a(ctx: MeshContext, g: GroupHandle, plans: Plans, x: torch.Tensor)
     got = comm.all_to_all(ctx, send, send_splits, recv_splits, g)
 
     def unpack(r: int, t: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
-        parts, off = [], 0
+        parts: list[tuple[Piece, torch.Tensor]] = []
+        off = 0
         for pc in plans[r].recv:
             if pc.peer == r:
                 parts.append((pc, t))
@@ -170,6 +182,10 @@ def reduce_scatter(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) 
     alone = _alone(ctx, plans, x)
     if alone is not None:
         return alone
+    return _reduce_scatter(ctx, step, pieces_as(ScatterPieces, plans), x)
+
+
+def _reduce_scatter(ctx: MeshContext, step: Step, plans: Mapping[int, ScatterPieces], x: torch.Tensor) -> torch.Tensor:
     p0 = first_plan(plans)
     op, g = step.op or "sum", step_group(ctx, step)
     if not (p0.even or step.padded):
@@ -199,7 +215,7 @@ def reduce_scatter(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) 
     return finish_avg(y, op, p0.n)
 
 
-def _reduce_scatter_exact(ctx: MeshContext, step: Step, g: GroupHandle, plans: Plans,
+def _reduce_scatter_exact(ctx: MeshContext, step: Step, g: GroupHandle, plans: Mapping[int, ScatterPieces],
                           x: torch.Tensor) -> torch.Tensor:
     """Uneven pieces without padding: all_to_all the pieces, reduce locally."""
     op = step.op or "sum"
@@ -215,7 +231,8 @@ def _reduce_scatter_exact(ctx: MeshContext, step: Step, g: GroupHandle, plans: P
     def reduce(r: int, t: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
         p = plans[r]
         k = numel(p.out_shape)
-        parts, off = [], 0
+        parts: list[torch.Tensor] = []
+        off = 0
         for pc in p.send:
             if pc.peer == r:
                 parts.append(t[pc.src].reshape(-1))
@@ -227,7 +244,7 @@ def _reduce_scatter_exact(ctx: MeshContext, step: Step, g: GroupHandle, plans: P
     return finish_avg(rank_map(ctx, reduce, x, got), op, _group_size(plans))
 
 
-def _group_size(plans: Plans) -> int:
+def _group_size(plans: Mapping[int, RankPieces]) -> int:
     return first_plan(plans).n
 
 
@@ -263,7 +280,21 @@ def all_reduce_into(ctx: MeshContext, step: Step, plans: Plans, buf: torch.Tenso
 # ---- exchanges --------------------------------------------------------------------------
 
 
-def pack_exchange(plan: RankPieces, t: torch.Tensor) -> torch.Tensor:
+class ExchangeCopies(Protocol):
+    """What packing an exchange's send buffer reads: an all_to_all's pieces
+    (``lowering.kinds.exchange``) and an uneven exchange's (``lowering.kinds.uneven_exchange``)."""
+
+    @property
+    def send_elems(self) -> int: ...
+
+    @property
+    def send_run(self) -> int | None: ...
+
+    @property
+    def pack_copies(self) -> tuple[Copy, ...]: ...
+
+
+def pack_exchange(plan: ExchangeCopies, t: torch.Tensor) -> torch.Tensor:
     """The send pieces back to back: a view of the input where they already lie so."""
     t = contiguous(t)
     n = plan.send_elems
@@ -275,7 +306,7 @@ def pack_exchange(plan: RankPieces, t: torch.Tensor) -> torch.Tensor:
     return run_copies(plan.pack_copies, t, buffer(plan, "send", n, t))
 
 
-def _unpack_exchange(plan: RankPieces, t: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
+def _unpack_exchange(plan: ExchangePieces, t: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
     y = t.new_empty(plan.out_shape)
     if plan.self_copies:
         run_copies(plan.self_copies, contiguous(t), y)
@@ -284,7 +315,7 @@ def _unpack_exchange(plan: RankPieces, t: torch.Tensor, recv: torch.Tensor) -> t
     return y
 
 
-def _unpacked(ctx: MeshContext, plan: RankPieces, t: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
+def _unpacked(ctx: MeshContext, plan: ExchangePieces, t: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
     """``_unpack_exchange``, drawn from ``t`` and ``recv`` where no copy reads them (``comm.tied``)."""
     y = _unpack_exchange(plan, t, recv)
     return y if plan.self_copies or plan.unpack_copies else tied(ctx, y, t, recv)
@@ -304,6 +335,10 @@ def all_to_all(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
     alone = _alone(ctx, plans, x)
     if alone is not None:
         return alone
+    return _all_to_all(ctx, step, pieces_as(ExchangePieces, plans), x)
+
+
+def _all_to_all(ctx: MeshContext, step: Step, plans: Mapping[int, ExchangePieces], x: torch.Tensor) -> torch.Tensor:
     if step.bytes_sent_max == 0:  # nothing leaves any rank: every block is its own piece
         return rank_map(ctx, lambda r, t: _unpacked(ctx, plans[r], t, nothing_of(t)), x)
     if step.kind == "permute" and comm.has_p2p(ctx):
@@ -317,7 +352,7 @@ def all_to_all(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
     return rank_map(ctx, lambda r, t, o: _unpacked(ctx, plans[r], t, o), x, got)
 
 
-def _exchange_into(ctx: MeshContext, g: GroupHandle, plan: RankPieces, x: torch.Tensor, send: torch.Tensor,
+def _exchange_into(ctx: MeshContext, g: GroupHandle, plan: ExchangePieces, x: torch.Tensor, send: torch.Tensor,
                    send_splits: dict[int, list[int]], recv_splits: dict[int, list[int]]) -> torch.Tensor:
     """A real group's exchange: received straight into the output block where the received
     pieces lie there back to back, else into a (reused) buffer and unpacked."""
@@ -330,7 +365,7 @@ def _exchange_into(ctx: MeshContext, g: GroupHandle, plan: RankPieces, x: torch.
     return y
 
 
-def _receive_into(plan: RankPieces, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _receive_into(plan: ExchangePieces, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """A new output block, and where a real group's receive lands: a view of that block
     where the received pieces lie in it back to back, else a (reused) buffer."""
     y = x.new_empty(plan.out_shape)
@@ -338,7 +373,7 @@ def _receive_into(plan: RankPieces, x: torch.Tensor) -> tuple[torch.Tensor, torc
     return y, (y.view(-1)[off:off + n] if off is not None else buffer(plan, "recv", n, x))
 
 
-def _finish_into(plan: RankPieces, x: torch.Tensor, y: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
+def _finish_into(plan: ExchangePieces, x: torch.Tensor, y: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
     """The own piece copied in, and the received ones unpacked unless they landed in place."""
     if plan.self_copies:
         run_copies(plan.self_copies, contiguous(x), y)
@@ -347,7 +382,7 @@ def _finish_into(plan: RankPieces, x: torch.Tensor, y: torch.Tensor, recv: torch
     return y
 
 
-def _permute(ctx: MeshContext, g: GroupHandle, plan: RankPieces, x: torch.Tensor) -> torch.Tensor:
+def _permute(ctx: MeshContext, g: GroupHandle, plan: ExchangePieces, x: torch.Tensor) -> torch.Tensor:
     """Point-to-point: send/receive straight from/into the blocks where a piece is one run."""
     y = x.new_empty(plan.out_shape)
     sp = plan.self_piece
@@ -359,7 +394,7 @@ def _permute(ctx: MeshContext, g: GroupHandle, plan: RankPieces, x: torch.Tensor
     for p in plan.send:
         if p.numel:
             off = flat_offset(p.src, plan.in_shape) if xf is not None else None
-            sends.append((xf[off:off + p.numel] if off is not None else x[p.src].contiguous(), p.peer))
+            sends.append((xf[off:off + p.numel] if xf is not None and off is not None else x[p.src].contiguous(), p.peer))
     for p in plan.recv:
         if p.numel:
             off = flat_offset(p.dst, plan.out_shape)
@@ -385,7 +420,7 @@ def launchable(ctx: MeshContext, step: Step, plans: Plans) -> bool:
     p0 = first_plan(plans)
     if not comm.launches(ctx) or p0.n == 1 or step.bytes_sent_max == 0:
         return False
-    return ((step.kind == "all_gather" and p0.even and p0.direct) or (step.kind == "reduce_scatter" and p0.direct)
+    return ((isinstance(p0, GatherPieces) and p0.even and p0.direct) or (isinstance(p0, ScatterPieces) and p0.direct)
             or step.kind == "all_reduce")
 
 
@@ -397,12 +432,12 @@ def launch(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> Launc
         return None
     p0 = first_plan(plans)
     g = step_group(ctx, step)
-    if step.kind == "all_gather" and p0.even and p0.direct:
+    if isinstance(p0, GatherPieces) and p0.even and p0.direct:
         y, src = x.new_empty(p0.out_shape), flat(x)
         work = comm.all_gather(ctx, y.view(-1), src, g, launch_only=True)
         return work, lambda: y
     op = step.op or "sum"
-    if step.kind == "reduce_scatter" and p0.direct:
+    if isinstance(p0, ScatterPieces) and p0.direct:
         y, src = x.new_empty(p0.out_shape), flat(x)
         work = comm.reduce_scatter(ctx, y.view(-1), src, op, g, launch_only=True)
         return work, lambda: finish_avg(y, op, p0.n)

@@ -24,6 +24,9 @@ from typing import NoReturn
 import torch
 
 from lowering.kinds import RankPieces
+from lowering.kinds.gather import GatherPieces
+from lowering.kinds.local import RegionPieces
+from lowering.kinds.reduce import ScatterPieces
 from lowering.layout import group_ranks
 from lowering.program import Program, Step
 from torch_backend import comm
@@ -63,7 +66,7 @@ def _collective(ctx: MeshContext, program: Program, step: Step, p: RankPieces) -
             raise e
         raise collective_error(ctx, program, 0, step, e) from e
 
-    if kind == "all_gather" and p.even and p.direct and _stacks(shape, p.in_shape, n):
+    if isinstance(p, GatherPieces) and p.even and p.direct and _stacks(shape, p.in_shape, n):
         def gather_stacked(x: torch.Tensor) -> torch.Tensor:
             y = x.new_empty(shape)
             try:
@@ -73,7 +76,7 @@ def _collective(ctx: MeshContext, program: Program, step: Step, p: RankPieces) -
             return y
 
         return gather_stacked
-    if kind == "all_gather" and p.even and p.direct:
+    if isinstance(p, GatherPieces) and p.even and p.direct:
         def gather(x: torch.Tensor) -> torch.Tensor:
             y = x.new_empty(shape)
             try:
@@ -83,7 +86,7 @@ def _collective(ctx: MeshContext, program: Program, step: Step, p: RankPieces) -
             return y
 
         return gather
-    if kind == "reduce_scatter" and (p.even or step.padded) and p.direct and _stacks(p.in_shape, shape, n):
+    if isinstance(p, ScatterPieces) and (p.even or step.padded) and p.direct and _stacks(p.in_shape, shape, n):
         def scatter_stacked(x: torch.Tensor) -> torch.Tensor:
             y = x.new_empty(shape)
             try:
@@ -93,7 +96,7 @@ def _collective(ctx: MeshContext, program: Program, step: Step, p: RankPieces) -
             return finish_avg(y, op, n)
 
         return scatter_stacked
-    if kind == "reduce_scatter" and (p.even or step.padded) and p.direct:
+    if isinstance(p, ScatterPieces) and (p.even or step.padded) and p.direct:
         def scatter(x: torch.Tensor) -> torch.Tensor:
             y = x.new_empty(shape)
             try:
@@ -116,7 +119,7 @@ def _collective(ctx: MeshContext, program: Program, step: Step, p: RankPieces) -
     return None
 
 
-def _slice(p: RankPieces) -> LeanRun:
+def _slice(p: RegionPieces) -> LeanRun:
     region = p.region
 
     def slice_(x: torch.Tensor) -> torch.Tensor:
@@ -145,7 +148,7 @@ def lean_run(program: Program, ctx: MeshContext, pieces: list[Pieces],
         fast = _collective(ctx, program, step, p)
         if fast is not None:
             return fast
-    elif step.kind == "slice":
+    elif isinstance(p, RegionPieces) and step.kind == "slice":
         return _slice(p)
     runner, plan = RUNNERS[step.kind], pieces[0]
     collective = step.is_collective

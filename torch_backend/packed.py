@@ -12,17 +12,20 @@ or padded pieces for a reduce_scatter, one reduce op and one dtype per packed co
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import torch
 
 from lowering.kinds.base import numel
+from lowering.kinds.exchange import ExchangePieces
+from lowering.kinds.gather import GatherPieces
+from lowering.kinds.reduce import ScatterPieces
 from lowering.program import Step
 from torch_backend import comm
 from torch_backend.comm import finish_avg, rank_map
 from torch_backend.groups import MeshContext
-from torch_backend.runners import Pieces
+from torch_backend.runners import Pieces, pieces_as
 from torch_backend.strided import flat, nothing_of
 
 
@@ -41,15 +44,16 @@ def _per_rank(ctx: MeshContext, fn: Callable[[int], list[torch.Tensor]], count: 
 
 def all_gather(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
                xs: Sequence[torch.Tensor], launch_only: bool = False) -> Any:
+    gathers = [pieces_as(GatherPieces, p) for p in pieces]
     blocks = _stack(ctx, xs)
-    sizes = {r: [p[r].chunk for p in pieces] for r in ctx.ranks}
+    sizes = {r: [p[r].chunk for p in gathers] for r in ctx.ranks}
     send = rank_map(ctx, lambda r: torch.cat([flat(b) for b in blocks[r]]))
-    out = rank_map(ctx, lambda r: blocks[r][0].new_empty(pieces[0][r].n * sum(sizes[r])))
+    out = rank_map(ctx, lambda r: blocks[r][0].new_empty(gathers[0][r].n * sum(sizes[r])))
     work = comm.all_gather(ctx, out, send, ctx.group(steps[0].axes, ctx.ranks[0]), launch_only=True)
-    return _finished(ctx, work, lambda: _unpack_gather(ctx, pieces, blocks, sizes, out, len(xs)), launch_only)
+    return _finished(ctx, work, lambda: _unpack_gather(ctx, gathers, blocks, sizes, out, len(xs)), launch_only)
 
 
-def _unpack_gather(ctx: MeshContext, pieces: Sequence[Pieces], blocks: dict[int, list[torch.Tensor]],
+def _unpack_gather(ctx: MeshContext, pieces: Sequence[Mapping[int, GatherPieces]], blocks: dict[int, list[torch.Tensor]],
                    sizes: dict[int, list[int]], out: torch.Tensor, count: int) -> list[torch.Tensor]:
     def mine(r: int) -> list[torch.Tensor]:
         o, total = comm.local_of(out, r), sum(sizes[r])
@@ -68,16 +72,17 @@ def _unpack_gather(ctx: MeshContext, pieces: Sequence[Pieces], blocks: dict[int,
 
 def reduce_scatter(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
                    xs: Sequence[torch.Tensor], launch_only: bool = False) -> Any:
+    scatters = [pieces_as(ScatterPieces, p) for p in pieces]
     blocks = _stack(ctx, xs)
     op = steps[0].op or "sum"
-    sizes = {r: [p[r].chunk for p in pieces] for r in ctx.ranks}
+    sizes = {r: [p[r].chunk for p in scatters] for r in ctx.ranks}
     total = {r: max(sum(sizes[r]), comm.least_chunk(ctx)) for r in ctx.ranks}
 
     def pack(r: int) -> torch.Tensor:
-        n = pieces[0][r].n
+        n = scatters[0][r].n
         buf = blocks[r][0].new_zeros(n * total[r])
         off, copied = 0, False
-        for j, p in enumerate(pieces):
+        for j, p in enumerate(scatters):
             for i, pc in enumerate(p[r].send):
                 if pc.numel:
                     start = i * total[r] + off
@@ -127,9 +132,11 @@ def _finished(ctx: MeshContext, work: Any, unpack: Callable[[], list[torch.Tenso
     return unpack()
 
 
-def exchange(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
-             xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """all_to_all and permute: per member, every tensor's piece for it, back to back."""
+def exchange(ctx: MeshContext, steps: Sequence[Step], given: Sequence[Pieces],
+             xs: Sequence[torch.Tensor], launch_only: bool = False) -> Any:
+    """all_to_all and permute: per member, every tensor's piece for it, back to back
+    (``launch_only``: the exchange has finished, nothing stays on the wire: no work)."""
+    pieces = [pieces_as(ExchangePieces, p) for p in given]
     blocks = _stack(ctx, xs)
     members = {r: pieces[0][r].members for r in ctx.ranks}
     send_splits = {r: [sum(p[r].send[i].numel for p in pieces) for i in range(len(members[r]))] for r in ctx.ranks}
@@ -163,9 +170,18 @@ def exchange(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
                     fed[j] = True
         return [y if fed[j] else comm.tied(ctx, y, blocks[r][j], o) for j, y in enumerate(ys)]
 
+    if launch_only:
+        return None, lambda: _per_rank(ctx, mine, len(xs))
     return _per_rank(ctx, mine, len(xs))
 
 
-PACKED = {"all_gather": all_gather, "reduce_scatter": reduce_scatter, "all_reduce": all_reduce,
+class PackedRun(Protocol):
+    """A packed collective: the next blocks, or with ``launch_only`` (work, unpack)."""
+
+    def __call__(self, ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces], xs: Sequence[torch.Tensor],
+                 /, launch_only: bool = False) -> Any: ...
+
+
+PACKED: dict[str, PackedRun] = {"all_gather": all_gather, "reduce_scatter": reduce_scatter, "all_reduce": all_reduce,
           "exchange": exchange}
 LAUNCHABLE = frozenset({"all_gather", "reduce_scatter", "all_reduce"})  # take launch_only

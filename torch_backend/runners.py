@@ -8,11 +8,12 @@ its torch execution is a runner ``fn(ctx, step, pieces, x) -> y`` registered her
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 
 from lowering.kinds import RankPieces
+from lowering.kinds.base import PiecesT, own_pieces
 from lowering.program import Step
 from torch_backend.groups import MeshContext
 
@@ -31,3 +32,9 @@ def runs(*kinds: str) -> Callable[[Runner], Runner]:
         return fn
 
     return add
+
+
+def pieces_as(cls: type[PiecesT], pieces: Mapping[int, RankPieces]) -> dict[int, PiecesT]:
+    """``pieces`` as ``cls``: a runner is given the pieces its kind built, each of the
+    kind's own class (a TypeError otherwise)."""
+    return dict(zip(pieces, own_pieces(cls, list(pieces.values()))))

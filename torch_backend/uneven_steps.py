@@ -10,56 +10,57 @@ accumulating each contribution into the output (``reduce_scatterv``)::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import torch
 
 from lowering.kinds.copies import Copy
+from lowering.kinds.uneven_exchange import ExchangeVPieces, GatherVPieces
 from lowering.program import Step
 from torch_backend import comm
 from torch_backend.collectives import Plans, first_plan, pack_exchange, step_group
 from torch_backend.comm import finish_avg, rank_map, tied
-from torch_backend.groups import MeshContext
-from torch_backend.runners import runs
+from torch_backend.groups import GroupHandle, MeshContext
+from torch_backend.runners import pieces_as, runs
 from torch_backend.scratch import buffer
 from torch_backend.strided import contiguous, nothing_of, run_copies
 
 
-def _exchange(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor | None:
+def _exchange(ctx: MeshContext, step: Step, plans: Mapping[int, ExchangeVPieces], x: torch.Tensor) -> torch.Tensor | None:
     """The flat receive buffer of every played rank (None when nothing leaves any rank)."""
     if step.bytes_sent_max == 0 or first_plan(plans).n == 1:
         return None
-    send_splits = {r: [pc.numel for pc in p.send] for r, p in plans.items()}  # type: ignore[attr-defined]
-    recv_splits = {r: [pc.numel for pc in p.recv] for r, p in plans.items()}  # type: ignore[attr-defined]
+    send_splits = {r: [pc.numel for pc in p.send] for r, p in plans.items()}
+    recv_splits = {r: [pc.numel for pc in p.recv] for r, p in plans.items()}
     send = rank_map(ctx, lambda r, t: pack_exchange(plans[r], t), x)
     g = step_group(ctx, step)
     if not comm.one_block(ctx):
         return comm.all_to_all(ctx, send, send_splits, recv_splits, g)
     p = first_plan(plans)
-    recv = buffer(p, "recv", p.recv_elems, x)  # type: ignore[attr-defined]
+    recv = buffer(p, "recv", p.recv_elems, x)
     return comm.all_to_all(ctx, send, send_splits, recv_splits, g, out=recv)
 
 
 @runs("all_to_allv", "slicev")
-def all_to_allv(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
+def all_to_allv(ctx: MeshContext, step: Step, pieces: Plans, x: torch.Tensor) -> torch.Tensor:
     """Each rank's exact pieces to each peer (uneven sizes, any block order)::
 
         r0 [a a a]      [a a]
         r1 [b]      =>  [a b c c]      (sizes 3,1,4 -> 2,4,2)
         r2 [c c c c]    [c c]
     """
+    plans = pieces_as(ExchangeVPieces, pieces)
     got = _exchange(ctx, step, plans, x)
 
     def finish(r: int, t: torch.Tensor, recv: torch.Tensor | None) -> torch.Tensor:
         p = plans[r]
         # a new pending sum keeps the value on one coordinate: the others hold zeros
-        y = t.new_zeros(p.out_shape) if p.fills else t.new_empty(p.out_shape)  # type: ignore[attr-defined]
-        if p.self_copies:  # type: ignore[attr-defined]
-            run_copies(p.self_copies, contiguous(t), y)  # type: ignore[attr-defined]
-        if recv is not None and p.unpack_copies:  # type: ignore[attr-defined]
-            run_copies(p.unpack_copies, contiguous(recv), y)  # type: ignore[attr-defined]
-        elif not p.self_copies:  # type: ignore[attr-defined]
+        y = t.new_zeros(p.out_shape) if p.fills else t.new_empty(p.out_shape)
+        if p.self_copies:
+            run_copies(p.self_copies, contiguous(t), y)
+        if recv is not None and p.unpack_copies:
+            run_copies(p.unpack_copies, contiguous(recv), y)
+        elif not p.self_copies:
             return tied(ctx, y, t, *(() if recv is None else (recv,)))
         return y
 
@@ -96,23 +97,24 @@ def _accumulate(copies: Sequence[Copy], src: torch.Tensor, dst: torch.Tensor, op
 
 
 @runs("reduce_scatterv")
-def reduce_scatterv(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
+def reduce_scatterv(ctx: MeshContext, step: Step, pieces: Plans, x: torch.Tensor) -> torch.Tensor:
     """Each contribution straight to the rank that holds the sum, reduced there::
 
         +A +A +A  =>  r0 [A0]  r1 [A1 A2]  r2 [A3]   (sizes 1,2,1)
     """
+    plans = pieces_as(ExchangeVPieces, pieces)
     op = step.op or "sum"
     got = _exchange(ctx, step, plans, x)
 
     def finish(r: int, t: torch.Tensor, recv: torch.Tensor | None) -> torch.Tensor:
         p = plans[r]
         y = torch.full(p.out_shape, _identity(op, t), dtype=t.dtype, device=t.device)
-        _accumulate(p.self_copies, contiguous(t), y, op)  # type: ignore[attr-defined]
+        _accumulate(p.self_copies, contiguous(t), y, op)
         if recv is not None:
-            _accumulate(p.unpack_copies, contiguous(recv), y, op)  # type: ignore[attr-defined]
-        if not (p.self_copies or (recv is not None and p.unpack_copies)):  # type: ignore[attr-defined]
+            _accumulate(p.unpack_copies, contiguous(recv), y, op)
+        if not (p.self_copies or (recv is not None and p.unpack_copies)):
             y = tied(ctx, y, t, *(() if recv is None else (recv,)))
-        return finish_avg(y, op, p.divide)  # type: ignore[attr-defined]
+        return finish_avg(y, op, p.divide)
 
     if got is None:
         return rank_map(ctx, lambda r, t: finish(r, t, None), x)
@@ -120,7 +122,7 @@ def reduce_scatterv(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor)
 
 
 @runs("all_gatherv")
-def all_gatherv(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
+def all_gatherv(ctx: MeshContext, step: Step, pieces: Plans, x: torch.Tensor) -> torch.Tensor:
     """Every member's exact segment to every rank, never padded::
 
         r0 [a a a]                                    [a a a b c c c c]
@@ -132,6 +134,7 @@ def all_gatherv(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> 
     (torch.compile's functional collectives, LocalTensorMode), one ``all_to_all_single``
     with exact splits: each rank's segment to every peer, so one collective in the graph.
     """
+    plans = pieces_as(GatherVPieces, pieces)
     p0 = first_plan(plans)
     if p0.n == 1 or not step.bytes_sent_max:  # every other segment is empty: the own one is all
         return rank_map(ctx, lambda r, t: _unpack(ctx, plans[r], _own_segment(plans[r], t)), x)
@@ -141,25 +144,26 @@ def all_gatherv(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> 
     return _gather_once(ctx, g, plans, x)
 
 
-def _own_segment(p: Any, t: torch.Tensor) -> torch.Tensor:
+def _own_segment(p: GatherVPieces, t: torch.Tensor) -> torch.Tensor:
     n = p.segments[p.position]
     if n == 0:
         return nothing_of(t)
     return run_copies(p.pack_copies, contiguous(t), t.new_empty(n))
 
 
-def _unpack(ctx: MeshContext, p: Any, buf: torch.Tensor) -> torch.Tensor:
+def _unpack(ctx: MeshContext, p: GatherVPieces, buf: torch.Tensor) -> torch.Tensor:
     """The output block from every segment back to back."""
     y = run_copies(p.unpack_copies, buf, buf.new_empty(p.out_shape))
     return y if p.unpack_copies else tied(ctx, y, buf)
 
 
-def _gather_once(ctx: MeshContext, g: Any, plans: Plans, x: torch.Tensor) -> torch.Tensor:
+def _gather_once(ctx: MeshContext, g: GroupHandle, plans: Mapping[int, GatherVPieces], x: torch.Tensor) -> torch.Tensor:
     """One exact ``all_to_all_single``: each rank's segment to each peer (split 0 to itself)."""
-    send_splits, recv_splits = {}, {}
+    send_splits: dict[int, list[int]] = {}
+    recv_splits: dict[int, list[int]] = {}
     for r, p in plans.items():
-        i = p.position  # type: ignore[attr-defined]
-        segs = p.segments  # type: ignore[attr-defined]
+        i = p.position
+        segs = p.segments
         send_splits[r] = [0 if j == i else segs[i] for j in range(p.n)]
         recv_splits[r] = [0 if j == i else s for j, s in enumerate(segs)]
     own = rank_map(ctx, lambda r, t: _own_segment(plans[r], t), x)
@@ -168,13 +172,13 @@ def _gather_once(ctx: MeshContext, g: Any, plans: Plans, x: torch.Tensor) -> tor
 
     def finish(r: int, o: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
         p = plans[r]
-        at = p.offsets[p.position]  # type: ignore[attr-defined]
+        at = p.offsets[p.position]
         return _unpack(ctx, p, torch.cat([recv[:at], o, recv[at:]]))
 
     return rank_map(ctx, finish, own, got)
 
 
-def _gather_ring(ctx: MeshContext, g: Any, p: Any, x: torch.Tensor) -> torch.Tensor:
+def _gather_ring(ctx: MeshContext, g: GroupHandle, p: GatherVPieces, x: torch.Tensor) -> torch.Tensor:
     """Round k: position i sends segment (i-k) to its successor and receives (i-k-1) from
     its predecessor (empty segments skipped on both sides), all in one buffer."""
     i, n, offs, segs = p.position, p.n, p.offsets, p.segments
