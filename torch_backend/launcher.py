@@ -99,7 +99,9 @@ def _child(rank: int, world: int, spec: RunSpec, port: int, q: Any, rank_fn: Ran
 
     report: dict[str, Any]
     try:
-        store = dist.TCPStore("127.0.0.1", port, world + 1, False,
+        # torch.distributed's public TCPStore is re-exported by a plain import from torch._C,
+        # which mypy's no_implicit_reexport does not count as an export (torch's typing, not ours)
+        store = dist.TCPStore("127.0.0.1", port, world + 1, False,  # type: ignore[attr-defined]
                               timeout=timedelta(seconds=max(spec.timeout, STARTUP_S)))
         _count(store, "up")
         init(spec, rank, world, store)
@@ -153,7 +155,9 @@ def launch_local(spec: RunSpec | Any, world: int,
 
     from torch_backend.procs import rank_context, rank_process
 
-    store = dist.TCPStore("127.0.0.1", 0, world + 1, True, timeout=timedelta(seconds=spec.timeout),
+    # TCPStore: torch re-exports it without marking the export (as in _child)
+    store = dist.TCPStore("127.0.0.1", 0, world + 1, True,  # type: ignore[attr-defined]
+                          timeout=timedelta(seconds=spec.timeout),
                           wait_for_workers=False)
     ctx = rank_context()
     q = ctx.Queue()

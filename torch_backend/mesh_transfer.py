@@ -69,18 +69,21 @@ def as_mesh(mesh: Any, what: str) -> Mesh:
                     hint="pass a mesh string like 'tp=2@[4,5]', a spec_lang Mesh or a named DeviceMesh")
 
 
-def plan(src: TensorType | str, dst: TensorType | str, mesh: Any, dst_mesh: Any) -> CrossProgram:
+def plan(src: TensorType | str, dst: TensorType | str | None, mesh: Any, dst_mesh: Any) -> CrossProgram:
     """The CrossProgram every rank runs (compiled alike on every rank, cached), with every
-    check that does not depend on the tensor."""
+    check that does not depend on the tensor (a rank may have given no ``dst``)."""
     m, dm = as_mesh(mesh, "mesh"), as_mesh(dst_mesh, "dst_mesh")
-    for t, what in ((src, "src"), (dst, "dst")):
-        if not isinstance(t, (str, TensorType)):
-            raise SpecError(f"{what} must be a type string or a TensorType, got {type(t).__name__}",
-                            hint="pass e.g. 'f32[8@dp,16]'")
-    p = lowering.compile(src, dst, m, dst_mesh=dm)
+    p = lowering.compile(_type_arg(src, "src"), _type_arg(dst, "dst"), m, dst_mesh=dm)
     if p.finish is not None:
         check_reductions(p.finish)
     return p
+
+
+def _type_arg(t: object, what: str) -> TensorType | str:
+    if not isinstance(t, (str, TensorType)):
+        raise SpecError(f"{what} must be a type string or a TensorType, got {type(t).__name__}",
+                        hint="pass e.g. 'f32[8@dp,16]'")
+    return t
 
 
 def _bad_argument(e: Exception) -> SpecError:
@@ -184,7 +187,7 @@ def redistribute_many(xs: Sequence[Any], srcs: Sequence[TensorType | str | None]
     return [_output(y, c, me) for y, c in zip(ys, calls, strict=True)]
 
 
-def _resolve(x: Any, src: TensorType | str | None, dst: TensorType | str, mesh: Any, dst_mesh: Any,
+def _resolve(x: Any, src: TensorType | str | None, dst: TensorType | str | None, mesh: Any, dst_mesh: Any,
              me: int) -> tuple[Call, torch.Tensor | None]:
     """The call's program and this rank's local block (a DTensor taken apart)."""
     if _is_dtensor(x):

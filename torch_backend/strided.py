@@ -56,7 +56,7 @@ def nothing_of(t: torch.Tensor) -> torch.Tensor:
     return t.view(-1)[:0] if t.is_contiguous() else t.narrow(0, 0, 0).reshape(-1)
 
 
-def _width(c: Copy, item: int, so: int, do: int) -> torch.dtype | None:
+def _width(c: Copy, item: int, so: int | torch.SymInt, do: int | torch.SymInt) -> torch.dtype | None:
     """The widest integer dtype that tiles every innermost run of ``c`` (None: keep the dtype)."""
     if c.src.stride[-1] != 1 or c.dst.stride[-1] != 1 or len(c.src.size) < 2 or c.src.size[-1] * item > _NARROW:
         return None
@@ -95,7 +95,7 @@ def _strided_inner(c: Copy, split: int | None) -> bool:
     return c.src.stride[k] != 1 or c.dst.stride[k] != 1
 
 
-def _how(c: Copy, item: int, cpu: bool, so: int, do: int) -> How:
+def _how(c: Copy, item: int, cpu: bool, so: int | torch.SymInt, do: int | torch.SymInt) -> How:
     """How to run ``c`` for elements of ``item`` bytes from storage offsets ``so``/``do``
     (cached for aligned storage offsets, the common case)."""
     aligned = (so * item) % 16 == 0 and (do * item) % 16 == 0
