@@ -62,7 +62,11 @@ def _per_axis(text: str | None, flag: str, default: float) -> tuple[dict[str, fl
                 out[name.strip()] = float(raw)
                 pos += len(part) + 1
             value = default
-        CostModel.make(**{flag.lstrip("-"): out or value})
+        given: dict[str, float] | float = out or value
+        if flag == "--alpha":
+            CostModel.make(alpha=given)
+        else:
+            CostModel.make(beta=given)
     except ValueError as e:  # float() or split(), or the CostModel's SpecError
         if isinstance(e, SpecError) and e.text is not None:
             raise

@@ -14,11 +14,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lowering.checks import check_timeout_s
 from spec_lang.errors import SpecError
 from torch_backend.cli.output import json_text, require_torch, time_text
+
+if TYPE_CHECKING:
+    from spec_lang.ir import Mesh
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,6 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from lowering.cross_mesh import CrossProgram
     from torch_backend import launcher  # torch-free until a rank or the store needs torch
     from torch_backend.run_spec import RunSpec, compile_spec
 
@@ -51,9 +55,11 @@ def run(args: argparse.Namespace) -> int:
     spec = RunSpec(mesh=args.mesh, src=args.src, dst=args.dst, dtype=args.dtype, check=args.check,
                    bench=args.bench, timeout=args.timeout, to_mesh=args.to_mesh)
     program = compile_spec(spec)  # every SpecError before any process starts
-    cross = args.to_mesh is not None
-    world = program.world if cross else program.mesh.size
-    mesh = f"{program.src_mesh} and {program.dst_mesh}" if cross else program.mesh
+    mesh: Mesh | str
+    if isinstance(program, CrossProgram):  # --to-mesh: the ranks of both meshes
+        world, mesh = program.world, f"{program.src_mesh} and {program.dst_mesh}"
+    else:
+        world, mesh = program.mesh.size, program.mesh
     if launcher.under_torchrun():
         if int(os.environ["WORLD_SIZE"]) != world:
             raise SpecError(f"torchrun started {os.environ['WORLD_SIZE']} ranks but the mesh {mesh} "

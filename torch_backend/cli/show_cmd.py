@@ -199,7 +199,9 @@ def _folded(g: Grid, cell: int, width: int, colour: Any) -> Any:
             table.add_row("...", *["..."] * min(per_row, n))
         for start in range(run.start, run.stop, per_row):
             cols = range(start, min(run.stop, start + per_row))
-            span = f"{g.col_segs[cols.start][0]}:{g.col_segs[cols.stop - 1][1]}"
+            first, last = g.col_segs[cols.start], g.col_segs[cols.stop - 1]
+            assert first is not None and last is not None  # the left-out block lies between runs
+            span = f"{first[0]}:{last[1]}"
             tiles = [Text.assemble((g.col_labels[j], "dim"), "\n", wrap_ranks(g.cells[0][j][0], cell),
                                    style=colour(g.cells[0][j][1]), justify="center") for j in cols]
             table.add_row(span, *tiles)
@@ -270,11 +272,12 @@ def render(type_text: str, mesh_text: str, console: Any) -> None:
         for d, segs in enumerate(seg_lists):
             if None in segs:
                 said.add(f"dim {d}: {len(cuts(b, t.shape, d)) - MAX_SEGMENTS} blocks not drawn (the middle ones)")
-        for fixed in itertools.product(*seg_lists):
-            if None in fixed:
+        for combo in itertools.product(*seg_lists):
+            fixed = [seg for seg in combo if seg is not None]
+            if len(fixed) < len(combo):
                 console.print("...")
                 continue
-            g = grid(b, t.shape, list(fixed), owners)
+            g = grid(b, t.shape, fixed, owners)
             said.update(g.elided)
             cell, col_bands = bands(g, console.width)
             if t.ndim == 1 and len(col_bands) > 1:
@@ -285,8 +288,8 @@ def render(type_text: str, mesh_text: str, console: Any) -> None:
             for k, cols in enumerate(col_bands):
                 title = head
                 if len(col_bands) > 1:
-                    segs = [c for c in g.col_segs[cols.start:cols.stop] if c is not None]
-                    span = f"{segs[0][0]}:{segs[-1][1]}" if segs else "..."
+                    drawn = [c for c in g.col_segs[cols.start:cols.stop] if c is not None]
+                    span = f"{drawn[0][0]}:{drawn[-1][1]}" if drawn else "..."
                     title = (f"{head} " if head else "") + f"dim {t.ndim - 1} {span} (band {k + 1}/{len(col_bands)})"
                 console.print(_table(g, cols, cell, colour, title))
             if len(col_bands) > 1:

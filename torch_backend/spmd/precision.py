@@ -67,12 +67,12 @@ def check_options(op: str, routed: str, src: LocalType, x: torch.Tensor, op_dtyp
 
 class _Accumulated(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, how: tuple, program: Program) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: torch.Tensor, how: tuple, program: Program) -> torch.Tensor:
         ctx.how, ctx.program = how, program
         return _reduce(x, *how)
 
     @staticmethod
-    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         check_differentiable(ctx.program.src, ctx.program.dst)  # no gradient through a pending max/min
         routed, src, dst, group, mesh_ctx, at, op_dtype, out_dtype, in_dtype = ctx.how
         g = g.to(in_dtype).contiguous()
@@ -85,11 +85,11 @@ class _Accumulated(torch.autograd.Function):
             return _reduce(g, *back), None, None
         # backward of reduce_scatter: all_gather(V|S(i), R) in x's dtype (nothing to add)
         shape = tuple(g.shape)
-        if dst.kind == "S":
+        if dst.dim is not None:  # S(dim), the one local type with a tensor dim
             full = list(shape)
-            full[dst.dim] *= mesh_ctx.mesh.group_size(group)  # type: ignore[index]
+            full[dst.dim] *= mesh_ctx.mesh.group_size(group)
             program = program_for("all_gather", dst, R, group, shape, dtype_name(in_dtype), mesh_ctx.mesh,
-                                  full[dst.dim])  # type: ignore[index]
+                                  full[dst.dim])
         else:
             program = program_for("all_gather", V, R, group, shape, dtype_name(in_dtype), mesh_ctx.mesh, None, at)
         return bound_program(program, mesh_ctx, gradient_program).run_one(g), None, None
@@ -105,8 +105,8 @@ def _reduce(x: torch.Tensor, routed: str, src: LocalType, dst: LocalType, group:
         flat = x.reshape(-1)
         pad = (-flat.numel()) % n
         pieces = torch.cat([flat, flat.new_zeros(pad)]).view(n, -1) if pad else flat.view(n, -1)
-    elif dst.kind == "S":
-        pieces = x.unflatten(dst.dim, (n, shape[dst.dim] // n)).movedim(dst.dim, 0)  # type: ignore[arg-type]
+    elif dst.dim is not None:  # S(dim)
+        pieces = x.unflatten(dst.dim, (n, shape[dst.dim] // n)).movedim(dst.dim, 0)
     else:
         pieces = x.movedim(at, 0)
     pieces = pieces.contiguous()

@@ -132,9 +132,9 @@ def dispatch(x: torch.Tensor, group: tuple[str, ...], d: int, dst: LocalType, in
         template = _typ(x, ctx, d, None, others)
         src = uneven_type(x, current_mesh(mesh), axis, d, partitions=input_split_sizes,
                           template=template)
-    split = src.dims[d].split
-    assert split is not None and split.kind == "parts"
-    rows = split.values
+    parted = src.dims[d].split
+    assert parted is not None and parted.kind == "parts"
+    rows = parted.values
     parts = len(rows[0])
     if parts % n:
         raise SpecError(f"spmd.all_to_all: {parts} partitions do not divide among {n} ranks",
