@@ -202,13 +202,13 @@ def bound_for(srcs: tuple[TensorType | str, ...], dsts: tuple[TensorType | str, 
     the programs, their pieces and groups; from the cache where an earlier call made it."""
     text = timeout is None and type(mesh) is str and all(type(t) is str for t in (*srcs, *dsts))
     world = real_world() if text else None
-    if world is not None:
+    if world is not None and isinstance(mesh, str):
         hot = hot_bound(*text_key(srcs, dsts, mesh))
         if hot is not None:
             return hot
     ctx = context(mesh, timeout=timeout)
     bound = _bound_on(srcs, dsts, ctx)
-    if world is not None:
+    if world is not None and isinstance(mesh, str):
         _remember(text_key(srcs, dsts, mesh), world, bound)
     return bound
 

@@ -369,12 +369,12 @@ class _Run(torch.autograd.Function):
     the bound dual as its backward."""
 
     @staticmethod
-    def forward(ctx: Any, bound: Bound, pending: Pending | Landed | None, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
+    def forward(ctx: Any, bound: Bound, pending: Pending | Landed | None, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         ctx.bound = bound
         return tuple(pending.result() if pending is not None else bound.run(xs))
 
     @staticmethod
-    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:  # type: ignore[override]
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
         bound: Bound = ctx.bound
         filled = [g if g is not None else bound.zeros(j) for j, g in enumerate(grads)]
         dual = bound.dual()

@@ -92,8 +92,10 @@ def rank_map(ctx: MeshContext, fn: Callable[..., torch.Tensor], *tensors: torch.
 
 def plain(ctx: MeshContext) -> Any:
     """A context for plain per-rank torch ops on local blocks (LocalTensorMode off)."""
-    impl = of(ctx)
-    return ctx.local_mode.disable() if impl.per_rank else nullcontext()
+    if not of(ctx).per_rank:
+        return nullcontext()
+    assert ctx.local_mode is not None  # one process plays every rank only under LocalTensorMode (``of``)
+    return ctx.local_mode.disable()
 
 
 # ---- collectives ------------------------------------------------------------------------
@@ -314,6 +316,7 @@ class _Local(Comm):
     def map(self, ctx: MeshContext, fn: Callable[..., torch.Tensor], *tensors: torch.Tensor) -> torch.Tensor:
         from torch.distributed._local_tensor import LocalTensor
 
+        assert ctx.local_mode is not None  # LOCAL runs only under LocalTensorMode (``of``)
         with ctx.local_mode.disable():
             out = {r: fn(r, *(local_of(t, r) for t in tensors)) for r in ctx.ranks}
         return LocalTensor(out)

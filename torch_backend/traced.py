@@ -41,9 +41,11 @@ def _fx_repr(obj: Any) -> tuple[str, dict[str, type]]:
 
 # frozen, hashable and compared by value: constants of a compiled region, which dynamo
 # guards on by equality (a call with another mesh or type is traced again)
-for _cls in (Mesh, LocalType):
+# type[Any]: the classes gain __fx_repr__ here, for torch's opaque-type registry to read
+_OPAQUE: tuple[type[Any], ...] = (Mesh, LocalType)
+for _cls in _OPAQUE:
     if not is_opaque_type(_cls):
-        _cls.__fx_repr__ = _fx_repr  # type: ignore[attr-defined]
+        _cls.__fx_repr__ = _fx_repr
         register_opaque_type(_cls, typ="value")
 try:
     pytree.register_constant(TensorType)
