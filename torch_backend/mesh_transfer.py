@@ -532,12 +532,16 @@ class CrossRedistribute(torch.autograd.Function):
     def backward(ctx: Any, *gs: Any) -> tuple[Any, ...]:
         run: GradRun = ctx.run
         which = [i for i, c in enumerate(run.carries) if c]
-        backs = [run.backs[i] for i in which]
+        backs: list[CrossProgram] = []
+        for i in which:
+            back = run.backs[i]
+            assert back is not None  # a tensor that carries a gradient has its backward program
+            backs.append(back)
         on_dst = run.me in run.programs[0].dst_mesh.global_ranks
         # autograd gives a zero gradient for an output the loss did not reach
         ins = [gs[i].contiguous() if on_dst else None for i in which]
         with torch.no_grad():
-            dxs = run_many(backs, ins, run.me, run.device, run.timeout, run.backend)  # type: ignore[arg-type]
+            dxs = run_many(backs, ins, run.me, run.device, run.timeout, run.backend)
         grads: list[torch.Tensor | None] = [None] * len(run.carries)
         for i, dx in zip(which, dxs, strict=True):
             grads[i] = dx

@@ -176,8 +176,8 @@ def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: Loca
             y = y.to(out_dt)
     out = {**have, **{a: d for a in group}}
     sizes = {k: v for k, v in (getattr(x, SIZES, None) or {}).items() if not set(k) & set(group)}
-    if d.kind == "S":
-        sizes[group] = program.dst.dims[d.dim].size  # type: ignore[index]
+    if d.dim is not None:  # S(dim), the one local type with a tensor dim
+        sizes[group] = program.dst.dims[d.dim].size
     return attach(y, out, sizes)
 
 
