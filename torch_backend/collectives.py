@@ -84,7 +84,8 @@ def all_gather(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
     return _all_gather(ctx, step, pieces_as(GatherPieces, plans), x)
 
 
-def _all_gather(ctx: MeshContext, step: Step, plans: Mapping[int, GatherPieces], x: torch.Tensor) -> torch.Tensor:
+def _all_gather(ctx: MeshContext, step: Step, plans: Mapping[int, GatherPieces],
+                x: torch.Tensor) -> torch.Tensor:
     p0 = first_plan(plans)
     g = step_group(ctx, step)
     # under LocalTensorMode one call serves every group, and some may be even while
@@ -139,7 +140,8 @@ def _gather_ring(ctx: MeshContext, g: GroupHandle, plan: GatherPieces, x: torch.
     return run_copies(plan.ring_copies, buf, y)
 
 
-def _gather_a2a(ctx: MeshContext, g: GroupHandle, plans: Mapping[int, GatherPieces], x: torch.Tensor) -> torch.Tensor:
+def _gather_a2a(ctx: MeshContext, g: GroupHandle, plans: Mapping[int, GatherPieces],
+                x: torch.Tensor) -> torch.Tensor:
     """Uneven all_gather as an exact all_to_all (LocalTensorMode and torch.compile: no p2p)."""
     send_splits: dict[int, list[int]] = {}
     recv_splits: dict[int, list[int]] = {}
@@ -185,7 +187,8 @@ def reduce_scatter(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) 
     return _reduce_scatter(ctx, step, pieces_as(ScatterPieces, plans), x)
 
 
-def _reduce_scatter(ctx: MeshContext, step: Step, plans: Mapping[int, ScatterPieces], x: torch.Tensor) -> torch.Tensor:
+def _reduce_scatter(ctx: MeshContext, step: Step, plans: Mapping[int, ScatterPieces],
+                    x: torch.Tensor) -> torch.Tensor:
     p0 = first_plan(plans)
     op, g = step.op or "sum", step_group(ctx, step)
     if not (p0.even or step.padded):
@@ -338,7 +341,8 @@ def all_to_all(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
     return _all_to_all(ctx, step, pieces_as(ExchangePieces, plans), x)
 
 
-def _all_to_all(ctx: MeshContext, step: Step, plans: Mapping[int, ExchangePieces], x: torch.Tensor) -> torch.Tensor:
+def _all_to_all(ctx: MeshContext, step: Step, plans: Mapping[int, ExchangePieces],
+                x: torch.Tensor) -> torch.Tensor:
     if step.bytes_sent_max == 0:  # nothing leaves any rank: every block is its own piece
         return rank_map(ctx, lambda r, t: _unpacked(ctx, plans[r], t, nothing_of(t)), x)
     if step.kind == "permute" and comm.has_p2p(ctx):
@@ -352,8 +356,9 @@ def _all_to_all(ctx: MeshContext, step: Step, plans: Mapping[int, ExchangePieces
     return rank_map(ctx, lambda r, t, o: _unpacked(ctx, plans[r], t, o), x, got)
 
 
-def _exchange_into(ctx: MeshContext, g: GroupHandle, plan: ExchangePieces, x: torch.Tensor, send: torch.Tensor,
-                   send_splits: dict[int, list[int]], recv_splits: dict[int, list[int]]) -> torch.Tensor:
+def _exchange_into(ctx: MeshContext, g: GroupHandle, plan: ExchangePieces, x: torch.Tensor,
+                   send: torch.Tensor, send_splits: dict[int, list[int]],
+                   recv_splits: dict[int, list[int]]) -> torch.Tensor:
     """A real group's exchange: received straight into the output block where the received
     pieces lie there back to back, else into a (reused) buffer and unpacked."""
     y, recv = _receive_into(plan, x)
@@ -394,7 +399,8 @@ def _permute(ctx: MeshContext, g: GroupHandle, plan: ExchangePieces, x: torch.Te
     for p in plan.send:
         if p.numel:
             off = flat_offset(p.src, plan.in_shape) if xf is not None else None
-            sends.append((xf[off:off + p.numel] if xf is not None and off is not None else x[p.src].contiguous(), p.peer))
+            part = xf[off:off + p.numel] if xf is not None and off is not None else x[p.src].contiguous()
+            sends.append((part, p.peer))
     for p in plan.recv:
         if p.numel:
             off = flat_offset(p.dst, plan.out_shape)
@@ -420,8 +426,8 @@ def launchable(ctx: MeshContext, step: Step, plans: Plans) -> bool:
     p0 = first_plan(plans)
     if not comm.launches(ctx) or p0.n == 1 or step.bytes_sent_max == 0:
         return False
-    return ((isinstance(p0, GatherPieces) and p0.even and p0.direct) or (isinstance(p0, ScatterPieces) and p0.direct)
-            or step.kind == "all_reduce")
+    return ((isinstance(p0, GatherPieces) and p0.even and p0.direct)
+            or (isinstance(p0, ScatterPieces) and p0.direct) or step.kind == "all_reduce")
 
 
 def launch(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> Launched | None:

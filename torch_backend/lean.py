@@ -86,7 +86,8 @@ def _collective(ctx: MeshContext, program: Program, step: Step, p: RankPieces) -
             return y
 
         return gather
-    if isinstance(p, ScatterPieces) and (p.even or step.padded) and p.direct and _stacks(p.in_shape, shape, n):
+    if (isinstance(p, ScatterPieces) and (p.even or step.padded) and p.direct
+            and _stacks(p.in_shape, shape, n)):
         def scatter_stacked(x: torch.Tensor) -> torch.Tensor:
             y = x.new_empty(shape)
             try:

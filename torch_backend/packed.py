@@ -50,11 +50,13 @@ def all_gather(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces]
     send = rank_map(ctx, lambda r: torch.cat([flat(b) for b in blocks[r]]))
     out = rank_map(ctx, lambda r: blocks[r][0].new_empty(gathers[0][r].n * sum(sizes[r])))
     work = comm.all_gather(ctx, out, send, ctx.group(steps[0].axes, ctx.ranks[0]), launch_only=True)
-    return _finished(ctx, work, lambda: _unpack_gather(ctx, gathers, blocks, sizes, out, len(xs)), launch_only)
+    return _finished(ctx, work, lambda: _unpack_gather(ctx, gathers, blocks, sizes, out, len(xs)),
+                     launch_only)
 
 
-def _unpack_gather(ctx: MeshContext, pieces: Sequence[Mapping[int, GatherPieces]], blocks: dict[int, list[torch.Tensor]],
-                   sizes: dict[int, list[int]], out: torch.Tensor, count: int) -> list[torch.Tensor]:
+def _unpack_gather(ctx: MeshContext, pieces: Sequence[Mapping[int, GatherPieces]],
+                   blocks: dict[int, list[torch.Tensor]], sizes: dict[int, list[int]], out: torch.Tensor,
+                   count: int) -> list[torch.Tensor]:
     def mine(r: int) -> list[torch.Tensor]:
         o, total = comm.local_of(out, r), sum(sizes[r])
         ys, off = [], 0
@@ -178,10 +180,11 @@ def exchange(ctx: MeshContext, steps: Sequence[Step], given: Sequence[Pieces],
 class PackedRun(Protocol):
     """A packed collective: the next blocks, or with ``launch_only`` (work, unpack)."""
 
-    def __call__(self, ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces], xs: Sequence[torch.Tensor],
-                 /, launch_only: bool = False) -> Any: ...
+    def __call__(self, ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
+                 xs: Sequence[torch.Tensor], /, launch_only: bool = False) -> Any: ...
 
 
-PACKED: dict[str, PackedRun] = {"all_gather": all_gather, "reduce_scatter": reduce_scatter, "all_reduce": all_reduce,
-          "exchange": exchange}
-LAUNCHABLE = frozenset({"all_gather", "reduce_scatter", "all_reduce"})  # take launch_only
+PACKED: dict[str, PackedRun] = {"all_gather": all_gather, "reduce_scatter": reduce_scatter,
+                                "all_reduce": all_reduce, "exchange": exchange}
+# launch_only leaves their collective on the wire (an exchange has finished when it returns)
+LAUNCHABLE = frozenset({"all_gather", "reduce_scatter", "all_reduce"})

@@ -26,7 +26,8 @@ from torch_backend.scratch import buffer
 from torch_backend.strided import contiguous, nothing_of, run_copies
 
 
-def _exchange(ctx: MeshContext, step: Step, plans: Mapping[int, ExchangeVPieces], x: torch.Tensor) -> torch.Tensor | None:
+def _exchange(ctx: MeshContext, step: Step, plans: Mapping[int, ExchangeVPieces],
+              x: torch.Tensor) -> torch.Tensor | None:
     """The flat receive buffer of every played rank (None when nothing leaves any rank)."""
     if step.bytes_sent_max == 0 or first_plan(plans).n == 1:
         return None
@@ -157,7 +158,8 @@ def _unpack(ctx: MeshContext, p: GatherVPieces, buf: torch.Tensor) -> torch.Tens
     return y if p.unpack_copies else tied(ctx, y, buf)
 
 
-def _gather_once(ctx: MeshContext, g: GroupHandle, plans: Mapping[int, GatherVPieces], x: torch.Tensor) -> torch.Tensor:
+def _gather_once(ctx: MeshContext, g: GroupHandle, plans: Mapping[int, GatherVPieces],
+                 x: torch.Tensor) -> torch.Tensor:
     """One exact ``all_to_all_single``: each rank's segment to each peer (split 0 to itself)."""
     send_splits: dict[int, list[int]] = {}
     recv_splits: dict[int, list[int]] = {}

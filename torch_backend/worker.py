@@ -127,7 +127,7 @@ def init(spec: RunSpec, rank: int | None = None, world: int | None = None, store
     if store is None:
         dist.init_process_group(spec.backend, timeout=timeout)
         return dist.distributed_c10d._get_default_store()
-    assert rank is not None and world is not None, "the launcher passes its store with this rank and the world size"
+    assert rank is not None and world is not None  # the launcher passes its store with both
     # torch's (private) way to change a live group's timeout; a torch without it keeps the
     # collective timeout from the start, as before the allowance existed
     set_pg_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
