@@ -9,6 +9,10 @@ interchangeable implementations (``of(ctx)`` picks one; runners never ask which)
   compiler removes the copy), and no point-to-point (exact ``all_to_all_single`` instead);
 * ``LOCAL``: LocalTensorMode, one call standing for every simulated rank.
 
+Eager calls on a real group can run on the functional collectives too
+(``SHARDC_EAGER_COMM=functional``, or ``eager_comm("functional")``: benchmarks and tests);
+c10d stays the default, chosen by measurement (docs/running.md, "Performance").
+
 Each implementation says what it can do (``Comm``: ``p2p``, ``launches``) and the
 runners choose their form by asking this module (``has_p2p``, ``launches``, ``least_chunk``,
 ``one_block``), never ``of(ctx)``; whether one process plays every rank (``per_rank``)
