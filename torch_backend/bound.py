@@ -384,9 +384,8 @@ class Landed:
             comm.wait(b.ctx, work)
             for j, y in zip(members, finish()):
                 ys[j] = y
-        with using(b.scratch):
-            ys = b.run_rounds(ys, b.joint.rounds[k + 1:])
-        return b.unaliased(self._xs, ys)
+        # no scratch buffers: this runs only in a trace, whose tensors a later eager call must not reuse
+        return b.unaliased(self._xs, b.run_rounds(ys, b.joint.rounds[k + 1:]))
 
 
 class Handle:
