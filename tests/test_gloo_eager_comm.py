@@ -120,3 +120,5 @@ def test_eager_comm_refuses_an_unknown_name(monkeypatch: pytest.MonkeyPatch) -> 
         comm.eager_comm()
     monkeypatch.delenv("SHARDC_EAGER_COMM")
     assert comm.eager_comm() == "c10d"
+    monkeypatch.undo()
+    comm.eager_comm()  # this process's own setting again
