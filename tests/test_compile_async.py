@@ -6,6 +6,7 @@ bit for bit (under aot_eager, and under inductor for the all_gather)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -133,3 +134,57 @@ def test_steps_before_the_last_collective_run_in_the_first_region() -> None:
     results = run_once(4, four_rank_cases, collective_timeout_s=120, timeout_s=200)
     bad = {(r, s): v for r, res in results.items() for s, v in res.items() if v != (True, True, True)}
     assert not bad, bad
+
+
+MANY_SRCS = ["f32[8@dp,6]", "f32[4@dp,3]", "f32[8,6]{U:dp}", "f64[6@dp]"]
+MANY_DSTS = ["f32[8,6]", "f32[4,3]", "f32[8@dp,6]", "f64[6]"]
+
+
+def many_cases(rank: int, world: int) -> dict:
+    """``redistribute_many(..., async_op=True)``: the last round's collectives (the f32
+    all_gathers packed into one, a reduce_scatter, an f64 all_gather) issued in the first
+    region, each waited at ``wait()``, after the user's compute; under inductor too."""
+    from torch._dynamo.testing import AotEagerAndRecordGraphs
+
+    import torch_backend
+
+    mesh = f"dp={world}"
+    shapes = [(4, 6), (2, 3), (8, 6), (3,)]
+    x0 = [torch.arange(float(np.prod(s))).view(s) * (rank + 1) + 0.25 for s in shapes]
+    x0[3] = x0[3].double()
+    w0 = torch.arange(36.0).view(6, 6) / 7 + rank
+
+    def f(xs: list, w: torch.Tensor) -> tuple[list, torch.Tensor]:
+        h = torch_backend.redistribute_many(xs, MANY_SRCS, MANY_DSTS, mesh, async_op=True)
+        z = torch.mm(w, w)
+        return [y * 2 for y in h.wait()], z
+
+    xe = [x.clone().requires_grad_() for x in x0]
+    want, _ = f(xe, w0)
+    sum((y * (j + 1)).sum() for j, y in enumerate(want)).backward()
+    backend = AotEagerAndRecordGraphs()
+    xc = [x.clone().requires_grad_() for x in x0]
+    got, _ = torch.compile(f, backend=backend, fullgraph=True)(xc, w0)
+    sum((y * (j + 1)).sum() for j, y in enumerate(got)).backward()
+    nodes = [str(n.target) for n in backend.fw_graphs[0].graph.nodes]
+    mm = nodes.index("aten.mm.default")
+    issued = [i for i, t in enumerate(nodes) if t in ISSUE.values()]
+    waits = [i for i, t in enumerate(nodes) if t == WAIT]
+    xi = [x.clone().requires_grad_() for x in x0]
+    ind, _ = torch.compile(f, backend="inductor", fullgraph=True)(xi, w0)
+    sum((y * (j + 1)).sum() for j, y in enumerate(ind)).backward()
+    return {"same": all(torch.equal(a, b) and torch.equal(c, b) for a, c, b in zip(got, ind, want)),
+            "same_grad": all(torch.equal(a.grad, b.grad) and torch.equal(c.grad, b.grad) for a, c, b in zip(xc, xi, xe)),
+            "issued": len(issued), "order": bool(issued) and max(issued) < mm < min(waits),
+            "ops": [t for t in nodes if "c10d" in t or t == "aten.mm.default"]}
+
+
+@pytest.mark.timeout(240)
+def test_many_async_waits_where_the_user_put_it() -> None:
+    from torch_utils import run_once
+
+    results = run_once(2, many_cases, collective_timeout_s=120, timeout_s=200)
+    for rank, res in results.items():
+        assert res["same"] and res["same_grad"], (rank, "differs from eager")
+        assert res["issued"] == 3, (rank, res["ops"])  # one per dtype and kind: the f32 all_gathers packed
+        assert res["order"], (rank, "the user's compute is not between the collectives and their waits", res["ops"])

@@ -37,7 +37,7 @@ from torch_backend.lean import collective_error, lean_run
 from torch_backend.packed import LAUNCHABLE, PACKED
 from torch_backend.runners import RUNNERS, Pieces
 from torch_backend.scratch import Scratch, using
-from torch_backend.tensor_checks import check_tensor, expected_block, fits_block
+from torch_backend.tensor_checks import check_all, check_tensor, expected_block, fits_block
 from torch_backend.type_tags import Tags, output_tags, typed_output
 
 _UNSET: Any = object()
@@ -208,11 +208,33 @@ class Bound:
 
     # ---- async under torch.compile: two traced regions around the user's wait ----------
 
+    def launches(self, g: Merged) -> bool:
+        """Whether ``launch`` leaves group ``g``'s collective on the wire."""
+        if g.packed:
+            return g.kind in LAUNCHABLE
+        j, i = g.members[0]
+        return collectives.launchable(self.ctx, self.programs[j].steps[i], self.pieces[j][i])
+
+    def launch(self, g: Merged, ys: list[torch.Tensor]) -> tuple[tuple[int, ...], Any, Callable[[], Any]] | None:
+        """Group ``g``'s collective on the wire: the tensors it writes, its work and what
+        finishes it (their results, in order); None where it must run synchronously."""
+        if g.packed and g.kind in LAUNCHABLE:  # where nothing stays on the wire, the work is None
+            steps = [self.joint.step(ref) for ref in g.members]
+            work, unpack = PACKED[g.kind](self.ctx, steps, [self.pieces[j][i] for j, i in g.members],
+                                          [ys[j] for j, _ in g.members], launch_only=True)
+            return tuple(j for j, _ in g.members), work, unpack
+        if not g.packed:
+            j, i = g.members[0]
+            out = collectives.launch(self.ctx, self.programs[j].steps[i], self.pieces[j][i], ys[j])
+            if out is not None:
+                work, finish = out
+                return (j,), work, lambda: [finish()]
+        return None
+
     def issues(self) -> bool:
-        """Whether ``issue`` applies: one program whose last collective can stay in flight."""
+        """Whether ``issue`` applies: a collective of the last round holding one can stay in flight."""
         k = self.last_collective()
-        return (len(self.programs) == 1 and k >= 0
-                and collectives.launchable(self.ctx, self.program.steps[k], self.pieces[0][k]))
+        return k >= 0 and any(self.launches(g) for g in self.joint.rounds[k])
 
     def issue(self, x: Any) -> torch.Tensor:
         """``x`` checked, the steps before the last collective, and that collective issued:
@@ -227,9 +249,39 @@ class Bound:
         """The rest of ``issue``'s call: ``got`` (waited) landed as the last collective's
         result, the steps after it run; differentiable in ``x`` like the sync call."""
         x = self.check(x)
-        landed = Landed(self, x, got)
+        k = self.last_collective()
+        like = x.new_empty(self.pieces[0][k][self.ctx.rank].in_shape)  # the step's input: only its shape counts
+        landed = Landed(self, [x], [got], [like])
         y = _Run.apply(self, landed, x)[0] if x.requires_grad and torch.is_grad_enabled() else landed.result()[0]
         return typed_output(y, x, self.tags[0])
+
+    def issue_all(self, xs: Sequence[Any]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """``issue`` of many programs: the rounds before the last holding a collective, then
+        that round, its launchable groups issued: their results before their waits, and
+        every tensor as that round left it (a launched group's members still its inputs)."""
+        k = self.last_collective()
+        ys = self.run_rounds([x.detach() for x in self.check_all(xs)], self.joint.rounds[:k])
+        flying = []
+        for g in self.joint.rounds[k]:
+            launched = self.launch(g, ys) if self.launches(g) else None
+            if launched is None:
+                self.run_group(g, ys)
+            else:
+                flying.append(comm.in_flight(launched[1]))
+        return flying, ys
+
+    def land_all(self, xs: Sequence[Any], got: tuple[list[torch.Tensor], list[torch.Tensor]]) -> list[torch.Tensor]:
+        """The rest of ``issue_all``'s call, ``got`` its results (the in-flight ones waited):
+        differentiable in ``xs`` like the sync call, the outputs typed."""
+        xs = self.check_all(xs)
+        landed = Landed(self, xs, *got)
+        if torch.is_grad_enabled() and any(x.requires_grad for x in xs):
+            return self.typed(list(_Run.apply(self, landed, *xs)), xs)
+        return self.typed(landed.result(), xs)
+
+    def check_all(self, xs: Sequence[Any]) -> list[torch.Tensor]:
+        """Every program's tensor against its source type (``tensor_checks``)."""
+        return check_all(xs, [p.src for p in self.programs], self.ctx, self.expect)
 
     # ---- the gradient ----------------------------------------------------------------
 
@@ -283,7 +335,7 @@ class Pending:
         with using(bound.scratch):
             ys = bound.run_rounds(list(xs), rounds[:last])
             for g in rounds[last] if last >= 0 else ():
-                launched = self._launch(g, ys)
+                launched = bound.launch(g, ys)
                 if launched is None:  # run it now: collectives go out in call order on every rank
                     bound.run_group(g, ys)
                 else:
@@ -291,21 +343,6 @@ class Pending:
         self._ys = ys
         if not self._inflight:
             self.result()
-
-    def _launch(self, g: Merged, ys: list[torch.Tensor]) -> tuple[tuple[int, ...], Any, Callable[[], Any]] | None:
-        b = self.bound
-        if g.packed and g.kind in LAUNCHABLE:  # where nothing stays on the wire, the work is None
-            steps = [b.joint.step(ref) for ref in g.members]
-            work, unpack = PACKED[g.kind](b.ctx, steps, [b.pieces[j][i] for j, i in g.members],
-                                          [ys[j] for j, _ in g.members], launch_only=True)
-            return tuple(j for j, _ in g.members), work, unpack
-        if not g.packed:
-            j, i = g.members[0]
-            out = collectives.launch(b.ctx, b.programs[j].steps[i], b.pieces[j][i], ys[j])
-            if out is not None:
-                work, finish = out
-                return (j,), work, lambda: [finish()]
-        return None
 
     def result(self) -> list[torch.Tensor]:
         """The results (the same list on every call)."""
@@ -325,23 +362,30 @@ class Pending:
 
 
 class Landed:
-    """The end of a compiled async call (``Bound.land``): the last collective replayed with
-    its waited result landed in place of issuing it (``comm.landed``), then the rest."""
+    """The end of a compiled async call (``Bound.land``, ``land_all``): the last round's
+    launchable collectives replayed, each with its waited result (``got``, in order) landed
+    in place of issuing it (``comm.landed``), on ``ys`` (every tensor as the first region
+    left it), then the rest."""
 
-    def __init__(self, bound: Bound, x: torch.Tensor, got: torch.Tensor) -> None:
-        self.bound, self._x, self._got = bound, x, got
+    def __init__(self, bound: Bound, xs: list[torch.Tensor], got: list[torch.Tensor],
+                 ys: list[torch.Tensor]) -> None:
+        self.bound, self._xs, self._got, self._ys = bound, xs, got, ys
 
     def result(self) -> list[torch.Tensor]:
-        b = self.bound
+        b, ys, got = self.bound, list(self._ys), iter(self._got)
         k = b.last_collective()
-        plans = b.pieces[0][k]
-        like = self._x.new_empty(plans[b.ctx.rank].in_shape)  # the step's input: only its shape counts
-        with comm.landed(self._got):
-            launched = collectives.launch(b.ctx, b.program.steps[k], plans, like)
-        assert launched is not None
-        work, finish = launched
-        comm.wait(b.ctx, work)
-        return b.run_rounds([finish()], b.joint.rounds[k + 1:])
+        for g in b.joint.rounds[k]:
+            if not b.launches(g):
+                continue  # ran in the first region
+            with comm.landed(next(got)):
+                launched = b.launch(g, ys)
+            assert launched is not None
+            members, work, finish = launched
+            comm.wait(b.ctx, work)
+            for j, y in zip(members, finish()):
+                ys[j] = y
+        # no scratch buffers: this runs only in a trace, whose tensors a later eager call must not reuse
+        return b.unaliased(self._xs, b.run_rounds(ys, b.joint.rounds[k + 1:]))
 
 
 class Handle:

@@ -87,6 +87,25 @@ def redistribute_many(xs: Sequence[torch.Tensor], srcs: Sequence[TensorType | st
 traced.entry("redistribute_many")(redistribute_many)
 
 
+# async_op=True inside torch.compile, in two regions around the user's wait (traced.Waiting)
+@traced.entry("redistribute_many.splits")
+def _async_splits(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Any, **_: Any) -> bool:
+    return prepare_many(srcs, dsts, mesh).issues()
+
+
+@traced.entry("redistribute_many.start")
+def _async_start(xs: Sequence[Any], srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Any,
+                 **_: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    return prepare_many(srcs, dsts, mesh).issue_all(xs)
+
+
+@traced.entry("redistribute_many.finish")
+def _async_finish(xs: Sequence[Any], got: tuple[list[torch.Tensor], list[torch.Tensor]],
+                  srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Any,
+                  **_: Any) -> list[torch.Tensor]:
+    return prepare_many(srcs, dsts, mesh).land_all(xs, got)
+
+
 def prepare_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Mesh | str | Any, *,
                  timeout: timedelta | float | None = None) -> Bound:
     """The tensor-independent part of ``redistribute_many``: checked, compiled and bound."""

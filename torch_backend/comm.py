@@ -9,6 +9,10 @@ interchangeable implementations (``of(ctx)`` picks one; runners never ask which)
   compiler removes the copy), and no point-to-point (exact ``all_to_all_single`` instead);
 * ``LOCAL``: LocalTensorMode, one call standing for every simulated rank.
 
+Eager calls on a real group can run on the functional collectives too
+(``SHARDC_EAGER_COMM=functional``, or ``eager_comm("functional")``: benchmarks and tests);
+c10d stays the default, chosen by measurement (docs/running.md, "Performance").
+
 Each implementation says what it can do (``Comm``: ``p2p``, ``launches``) and the
 runners choose their form by asking this module (``has_p2p``, ``launches``, ``least_chunk``,
 ``one_block``), never ``of(ctx)``; whether one process plays every rank (``per_rank``)
@@ -34,6 +38,7 @@ simulator computes); ``bool`` travels as uint8 with MAX (logical or) for sum/avg
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from contextvars import ContextVar
@@ -236,6 +241,12 @@ def in_flight(work: Any) -> torch.Tensor:
     return work.got
 
 
+def _real(t: torch.Tensor) -> torch.Tensor:
+    """A complex tensor as its (re, im) pairs: the functional collectives take no complex
+    dtype on gloo (c10d's calls make the same view themselves)."""
+    return torch.view_as_real(t) if t.is_complex() else t
+
+
 _FOPS = {"sum": "sum", "avg": "sum", "max": "max", "min": "min"}
 
 
@@ -254,23 +265,26 @@ class _Functional(Comm):
         return torch.cat([*(nothing_of(s).to(y.dtype) for s in srcs), y.reshape(-1)]).view(y.shape)
 
     def all_gather(self, ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, group: GroupHandle) -> Any:
-        return _land(wire_view(out).view(-1), lambda: torch.ops._c10d_functional.all_gather_into_tensor(
-            wire_view(inp).contiguous().view(-1), len(group.members), group.pg.group_name))
+        return _land(_real(wire_view(out)).view(-1), lambda: torch.ops._c10d_functional.all_gather_into_tensor(
+            _real(wire_view(inp).contiguous()).view(-1), len(group.members), group.pg.group_name))
 
     def reduce_scatter(self, ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, op: str,
                        group: GroupHandle) -> Any:
-        return _land(wire_view(out, True).view(-1), lambda: torch.ops._c10d_functional.reduce_scatter_tensor(
-            wire_view(inp, True).contiguous().view(-1), _fop(op, inp.dtype), len(group.members), group.pg.group_name))
+        return _land(_real(wire_view(out, True)).view(-1), lambda: torch.ops._c10d_functional.reduce_scatter_tensor(
+            _real(wire_view(inp, True).contiguous()).view(-1), _fop(op, inp.dtype), len(group.members),
+            group.pg.group_name))
 
     def all_reduce(self, ctx: MeshContext, buf: torch.Tensor, op: str, group: GroupHandle) -> Any:
-        return _land(wire_view(buf, True), lambda: torch.ops._c10d_functional.all_reduce(
-            wire_view(buf, True), _fop(op, buf.dtype), group.pg.group_name))
+        return _land(_real(wire_view(buf, True)), lambda: torch.ops._c10d_functional.all_reduce(
+            _real(wire_view(buf, True)), _fop(op, buf.dtype), group.pg.group_name))
 
     def all_to_all(self, ctx: MeshContext, send: torch.Tensor, send_splits: dict[int, list[int]],
                    recv_splits: dict[int, list[int]], group: GroupHandle, out: torch.Tensor | None) -> torch.Tensor:
-        wire = wire_view(send).contiguous()
+        wire = _real(wire_view(send).contiguous()).view(-1)
+        k = 2 if send.is_complex() else 1  # a complex element travels as two reals
         got = torch.ops._c10d_functional.wait_tensor(torch.ops._c10d_functional.all_to_all_single(
-            wire, list(recv_splits[ctx.rank]), list(send_splits[ctx.rank]), group.pg.group_name))
+            wire, [k * n for n in recv_splits[ctx.rank]], [k * n for n in send_splits[ctx.rank]],
+            group.pg.group_name))
         got = got.view(send.dtype) if wire.dtype != send.dtype else got
         if out is None:
             return got
@@ -322,11 +336,58 @@ class _Local(Comm):
         return LocalTensor(out)
 
 
+class _EagerFunctional(_Functional):
+    """The functional collectives run eagerly on a real group (``SHARDC_EAGER_COMM=functional``):
+    eager code runs in program order, so no tie is needed; a failure names its culprit as
+    c10d's does. ``wait_tensor`` takes no timeout, so a call's ``timeout=`` does not bound
+    its waits (the process group's own timeout does)."""
+
+    def tie(self, y: torch.Tensor, srcs: Sequence[torch.Tensor]) -> torch.Tensor:
+        return y
+
+    def failed(self, ctx: MeshContext, where: str, e: BaseException, members: Sequence[int],
+               axes: tuple[str, ...] | None) -> CollectiveError:
+        return ctx.real_failure(where, e, members, axes)
+
+
 C10D, FUNCTIONAL, LOCAL = _C10d(), _Functional(), _Local()
+EAGER_FUNCTIONAL = _EagerFunctional()
+_EAGER_FORMS = {"c10d": C10D, "functional": EAGER_FUNCTIONAL}
+# the implementation of eager calls on a real group: set by ``eager_comm``, else read once
+# from SHARDC_EAGER_COMM at the first call
+_EAGER: list[Comm | None] = [None]
+
+
+def eager_comm(name: str | None = None) -> str:
+    """Which implementation eager calls on a real group use: ``"c10d"`` (the default, see
+    docs/running.md, "Performance") or ``"functional"`` (the functional collectives run
+    eagerly, as a compiled region would issue them); None: ``SHARDC_EAGER_COMM``'s setting.
+    Returns the name now in force. For benchmarks and tests, not the public API."""
+    if name is None:
+        name = os.environ.get("SHARDC_EAGER_COMM", "") or "c10d"
+        where = f"SHARDC_EAGER_COMM={name!r}"
+    else:
+        where = f"eager_comm({name!r})"
+    impl = _EAGER_FORMS.get(name) if isinstance(name, str) else None
+    if impl is None:
+        raise SpecError(f"{where}: no such communication implementation",
+                        hint=f"use one of {sorted(_EAGER_FORMS)} (c10d is the default)")
+    _EAGER[0] = impl
+    return name
+
+
+def _eager() -> Comm:
+    impl = _EAGER[0]
+    if impl is None:
+        eager_comm()
+        impl = _EAGER[0]
+    assert impl is not None
+    return impl
 
 
 def of(ctx: MeshContext) -> Any:
-    """The implementation a call on ``ctx`` runs with: functional while torch.compile traces.
+    """The implementation a call on ``ctx`` runs with: functional while torch.compile traces,
+    else c10d (or the functional collectives, eagerly, where ``eager_comm`` says so).
 
     LocalTensorMode inside torch.compile is refused: the functional form plays one rank, so
     every simulated rank would run that rank's pieces (a slice would give rank 0's block to
@@ -338,7 +399,10 @@ def of(ctx: MeshContext) -> Any:
             raise SpecError("shardc cannot run inside torch.compile under LocalTensorMode",
                             hint="compile on real ranks (gloo, NCCL), or call shardc eagerly under LocalTensorMode")
         return LOCAL
-    return FUNCTIONAL if traced else C10D
+    if traced:
+        return FUNCTIONAL
+    impl = _EAGER[0]
+    return impl if impl is not None else _eager()
 
 
 def blocks(ctx: MeshContext, x: torch.Tensor) -> dict[int, torch.Tensor] | None:

@@ -97,7 +97,10 @@ class Waiting:
     up to the last collective and issued it (``name.start``); ``wait()`` is the functional
     ``wait_tensor`` on its result, where the user put it (compute between the call and
     ``wait()`` stands between the collective and its wait in the graph), then the second
-    region (``name.finish``): the step's result landed and the steps after it."""
+    region (``name.finish``): the step's result landed and the steps after it. For many
+    tensors (``redistribute_many``) ``x`` is their list and ``got`` the pair (the last
+    round's collectives in flight, every tensor as the first region left it): each
+    collective gets its own wait."""
 
     def __init__(self, name: str, x: torch.Tensor, got: torch.Tensor, args: tuple[Any, ...],
                  kwargs: dict[str, Any]) -> None:
@@ -106,7 +109,12 @@ class Waiting:
 
     def wait(self) -> Any:
         if self.out is None:
-            done = torch.ops._c10d_functional.wait_tensor(self.got)
+            wait = torch.ops._c10d_functional.wait_tensor
+            if isinstance(self.got, torch.Tensor):
+                done: Any = wait(self.got)
+            else:
+                flying, carried = self.got
+                done = ([wait(t) for t in flying], carried)
             self.out = _region(self.name + ".finish", (self.x, done, *self.args), self.kwargs)
         return self.out
 
@@ -133,10 +141,11 @@ def call(name: str, *args: Any, async_op: bool = False, **kwargs: Any) -> Any:
     """The traced call ``name`` (from inside dynamo's trace): one opaque region, or with
     ``async_op`` two around the user's wait where ``name.splits`` says so (``Waiting``).
     Arguments that are None are left out (the region takes no None): pass them by
-    keyword; the tensor is the first argument that is one."""
+    keyword; the tensor is the first argument that is one (or a list of them)."""
     kw = {k: v for k, v in kwargs.items() if v is not None}
     if async_op and name + ".splits" in _ENTRIES:
-        i = next(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
+        i = next(i for i, a in enumerate(args) if isinstance(a, torch.Tensor)
+                 or (isinstance(a, list) and a and all(isinstance(t, torch.Tensor) for t in a)))
         rest = args[:i] + args[i + 1:]
         plain = {k: v for k, v in kw.items() if k not in ("agree", "timeout")}
         if _splits(name, rest, plain):
