@@ -14,10 +14,8 @@ and 0.5x shardc's own loop.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.exec_vs_dtensor import _time
+from bench.gloo_world import report, run_world
 
 WORLD = 8
 
@@ -93,15 +92,13 @@ def rank_main(rank: int, store: str, iters: int, count: int, out_path: str) -> N
     row = {"many_s": _time(many, iters), "loop_s": _time(loop, iters), "dtensor_s": _time(dtensor_loop, iters),
            "many_collectives": many_colls, "loop_collectives": loop_colls, "same": same, "dtensor_same": dt_same,
            "numel": sum(n * k for n, k in shapes)}
-    gathered: list[Any] = [None] * WORLD
-    dist.all_gather_object(gathered, row)
-    if rank == 0:
+    def merge(gathered: list[Any]) -> dict[str, Any]:
         merged = {k: (max(g[k] for g in gathered) if k.endswith("_s") else gathered[0][k]) for k in row}
         merged["same"] = all(g["same"] for g in gathered)
         merged["dtensor_same"] = all(g["dtensor_same"] for g in gathered)
-        Path(out_path).write_text(json.dumps(merged))
-    dist.barrier()
-    dist.destroy_process_group()
+        return merged
+
+    report(row, out_path, merge)
 
 
 def main() -> int:
@@ -109,13 +106,7 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--params", type=int, default=32)
     args = ap.parse_args()
-    import torch.multiprocessing as mp
-
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "row.json")
-        mp.spawn(rank_main, args=(os.path.join(tmp, "store"), args.iters, args.params, out), nprocs=WORLD, join=True)
-        r = json.loads(Path(out).read_text())
+    r = run_world(rank_main, WORLD, args.iters, args.params)
     print(f"{args.params} parameters, {r['numel']} float32 elements, f32[n@dp,k] -> f32[n,k] on dp=8 "
           f"(8 gloo ranks, {os.cpu_count()} cores), median of {args.iters} calls, slowest rank")
     print(f"  redistribute_many      {r['many_s'] * 1e3:8.2f} ms   {r['many_collectives']} collective(s)   "

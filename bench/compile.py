@@ -24,10 +24,8 @@ single-process model. ``tests/test_compile_step.py`` runs the check on the same 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +33,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
+
+from bench.gloo_world import report, run_world
 
 WORLD, MESH = 8, "dp=2,tp=4"
 T, D, H = 32, 16, 32  # tokens, model width, hidden width
@@ -184,27 +184,15 @@ def rank_main(rank: int, store_path: str, iters: int, out_path: str) -> None:
                     for n in got)
     row["compiled equals eager"] = got["compiled"][0] == got["eager"][0] and all(
         torch.equal(got["compiled"][1][k], got["eager"][1][k]) for k in ("W1", "W2"))
-    gathered: list[Any] = [None] * WORLD
-    dist.all_gather_object(gathered, row)
-    if rank == 0:
-        merged = {k: (max(g[k] for g in gathered) if isinstance(row[k], float) else all(g[k] for g in gathered))
-                  for k in row}
-        Path(out_path).write_text(json.dumps(merged))
-    dist.barrier()
-    dist.destroy_process_group()
+    report(row, out_path, lambda gathered: {
+        k: (max(g[k] for g in gathered) if isinstance(row[k], float) else all(g[k] for g in gathered)) for k in row})
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iters", type=int, default=10)
     args = ap.parse_args()
-    import torch.multiprocessing as mp
-
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "row.json")
-        mp.spawn(rank_main, args=(os.path.join(tmp, "store"), args.iters, out), nprocs=WORLD, join=True)
-        r = json.loads(Path(out).read_text())
+    r = run_world(rank_main, WORLD, args.iters)
     print(f"TP + FSDP MLP step (forward + backward), x f64[{T},{D}], W1 f64[{H},{D}], W2 f64[{D},{H}] on {MESH} "
           f"(8 gloo ranks, {os.cpu_count()} cores), median of {args.iters} steps, slowest rank")
     labels = {"compiled": "shardc compiled", "compiled, DTensor weights": "shardc compiled, DTensor weights",

@@ -24,10 +24,8 @@ the whole tensor out of the root and into every other rank). Target: weight sync
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +33,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.exec_vs_dtensor import _time
+from bench.gloo_world import report, run_world
 
 WORLD = 8
 COLS = 1024
@@ -93,7 +92,7 @@ def rank_main(rank: int, store: str, iters: int, rows: int, out_path: str) -> No
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD,
                             timeout=timedelta(seconds=120))
     gen = torch.Generator().manual_seed(0)
-    report: dict[str, Any] = {}
+    results: dict[str, Any] = {}
     trainer = dist.new_group([0, 1, 2, 3])  # every rank makes it (the workaround's gather)
 
     def block(t: str, mesh: str, full: Any) -> Any:
@@ -117,7 +116,7 @@ def rank_main(rank: int, store: str, iters: int, rows: int, out_path: str) -> No
         f = torch_backend.redistributor(src, dst, mesh, dst_mesh=dst_mesh)
         y, w = f(x), workaround(x, src, mesh, dst, dst_mesh)
         p = f.program
-        report[name] = {
+        results[name] = {
             "shardc_s": _time(lambda f=f, x=x: f(x), iters),
             "workaround_s": _time(lambda x=x, a=(src, mesh, dst, dst_mesh): workaround(x, *a), iters),
             "ok": all((z is None) == (want is None) and (z is None or torch.equal(z, want)) for z in (y, w)),
@@ -146,7 +145,7 @@ def rank_main(rank: int, store: str, iters: int, rows: int, out_path: str) -> No
         ok &= all((y is None) == (w is None) and (y is None or torch.equal(y, w)) for y, w in zip(ys, wants,
                                                                                                strict=True))
     rounds = mesh_transfer.rounds(joint.programs, rank)
-    report["state dict"] = {
+    results["state dict"] = {
         "joint_s": _time(lambda: joint(xs), iters), "one_shot_s": _time(one_shot, iters),
         "loop_s": _time(per_tensor, iters), "workaround_s": _time(per_tensor_workaround, iters), "ok": ok,
         "tensors": len(pairs), "mib": sum(g.numel() * g.element_size() for g in fulls) / 2**20,
@@ -154,17 +153,16 @@ def rank_main(rank: int, store: str, iters: int, rows: int, out_path: str) -> No
         "workaround_bytes": sum(workaround_bytes(g.numel() * g.element_size(), 4) for g in fulls),
         "joint_messages": sum(len(r.sends) for r in rounds),
         "loop_messages": sum(len(r.sends) for p in joint.programs for r in mesh_transfer.rounds([p], rank))}
-    gathered: list[Any] = [None] * WORLD
-    dist.all_gather_object(gathered, report)
-    if rank == 0:
-        def merge(n: str, k: str) -> Any:
+
+    def merge(gathered: list[Any]) -> dict[str, Any]:
+        def one(n: str, k: str) -> Any:
             if k.endswith("_s") or k.endswith("_messages"):
                 return max(g[n][k] for g in gathered)
             return all(g[n][k] for g in gathered) if k == "ok" else gathered[0][n][k]
 
-        Path(out_path).write_text(json.dumps({n: {k: merge(n, k) for k in report[n]} for n in report}))
-    dist.barrier()
-    dist.destroy_process_group()
+        return {n: {k: one(n, k) for k in results[n]} for n in results}
+
+    report(results, out_path, merge)
 
 
 def main() -> int:
@@ -172,13 +170,7 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--rows", type=int, default=1024)
     args = ap.parse_args()
-    import torch.multiprocessing as mp
-
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "row.json")
-        mp.spawn(rank_main, args=(os.path.join(tmp, "store"), args.iters, args.rows, out), nprocs=WORLD, join=True)
-        r = json.loads(Path(out).read_text())
+    r = run_world(rank_main, WORLD, args.iters, args.rows)
     print(f"8 gloo ranks, {os.cpu_count()} cores, median of {args.iters} calls, slowest rank; "
           f"f32[{args.rows},{COLS}] ({args.rows * COLS * 4 / 2**20:.1f} MiB)")
     for name, row in r.items():
