@@ -164,18 +164,26 @@ def run_rank(spec: RunSpec, store: Any) -> dict[str, Any]:
         if spec.bench:
             report.update(bench(program, ctx, x, spec, rank, mon))
         report["ok"] = report["check"] is not False
-    except CollectiveError as e:
-        report["failed_after_s"] = time.monotonic() - mon.step_started  # stuck in the step this long
+    except Exception as e:
+        _record_failure(report, mon, e, in_step=True)
+    return report
+
+
+def _record_failure(report: dict[str, Any], mon: Monitor, e: Exception, *, in_step: bool) -> None:
+    """A rank's failure in its report and in the store (``mon``): a collective's marked as
+    one, with how long it was stuck in its step and the monitor's diagnosis where
+    ``in_step`` (a run of a Program's steps)."""
+    if not isinstance(e, CollectiveError):
+        report["error"] = f"{type(e).__name__}: {e}"
+    else:
+        if in_step:
+            report["failed_after_s"] = time.monotonic() - mon.step_started  # stuck in the step this long
         report["error"] = f"CollectiveError: {e}"
-        why = mon.diagnose()
+        why = mon.diagnose() if in_step else ""
         if why:
             report["error"] += f" [{why}]"
         report["collective"] = True
-        mon.failed(report["error"])
-    except Exception as e:
-        report["error"] = f"{type(e).__name__}: {e}"
-        mon.failed(report["error"])
-    return report
+    mon.failed(report["error"])
 
 
 def run_cross_rank(program: CrossProgram, spec: RunSpec, store: Any, device: torch.device) -> dict[str, Any]:
@@ -213,13 +221,8 @@ def run_cross_rank(program: CrossProgram, spec: RunSpec, store: Any, device: tor
                 totals.append(time.perf_counter() - t0)
             report.update(bench_total_s=statistics.median(totals), bench_steps_s=[])
         report["ok"] = report["check"] is not False
-    except CollectiveError as e:
-        report["error"] = f"CollectiveError: {e}"
-        report["collective"] = True
-        mon.failed(report["error"])
     except Exception as e:
-        report["error"] = f"{type(e).__name__}: {e}"
-        mon.failed(report["error"])
+        _record_failure(report, mon, e, in_step=False)
     return report
 
 
