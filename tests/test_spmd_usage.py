@@ -79,7 +79,7 @@ DIAGONAL = [(op, t) for op in ("convert", "reinterpret", "redistribute") for t i
 
 
 @pytest.mark.parametrize("op,t", DIAGONAL, ids=[f"{o}({t!r},{t!r})" for o, t in DIAGONAL])
-def test_src_equal_dst_returns_the_input_typed(fake_pg, monkeypatch, op, t) -> None:
+def test_src_equal_dst_returns_the_input_itself(fake_pg, monkeypatch, op, t) -> None:
     """The tables' "-": the value on every rank unchanged, typed dst, no collective, and the
     backward the identity (the exact adjoint of the identity)."""
     calls: list[str] = []
@@ -90,6 +90,7 @@ def test_src_equal_dst_returns_the_input_typed(fake_pg, monkeypatch, op, t) -> N
     with local_mode(fake_pg, 3) as lm, spmd.use_mesh("x=3"):
         x = spmd.assert_type(to_local(lm, xs, requires_grad=True), {"x": t, "y": V})
         out = getattr(spmd, op)(x, "x", src=t, dst=t)
+        assert out is x  # the input object itself, not a view of it
         assert spmd.typeof(out) == {"x": t, "y": V} and spmd.typeof(x) == {"x": t, "y": V}
         (g,) = torch.autograd.grad(out, x, grad_outputs=to_local(lm, gs))
         same(from_local(out), xs)

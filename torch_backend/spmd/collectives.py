@@ -149,9 +149,10 @@ def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: Loca
                         "buffer); this one requires grad", hint="drop inplace=True (the result is then a new "
                         "tensor, differentiable), or call it under torch.no_grad()")
     ctx, group, have = _placed(op, x, axis, s, mesh)
-    if routed == "identity":  # src == dst: the input as it is (a view of it, typed; autograd: identity)
-        y = x.view_as(x)
-        return attach(y, {**have, **{a: d for a in group}}, getattr(x, SIZES, None))
+    if routed == "identity":  # src == dst: the input itself (typed dst on the group, as assert_type would)
+        if any(have.get(a) != d for a in group):
+            attach(x, {**have, **{a: d for a in group}}, getattr(x, SIZES, None))
+        return x
     check_whole_average(routed, s, group, have, dtype_name(x.dtype), ctx.mesh)
     shapes = _shapes(x, ctx)
     n_src = _src_size(x, s, group, ctx, shapes, size)
