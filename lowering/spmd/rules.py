@@ -197,7 +197,7 @@ def check_loss(op: str, types: dict[str, LocalType]) -> None:
 # torch.distributed's collectives as the SPMD type system reads them (they record no
 # autograd, so only the forward value is typed): what each takes on the group's mesh
 # axes, and what its output is there
-RAW_COLLECTIVES = {"all_reduce": "all_reduce", "all_gather_single": "all_gather",
+RAW_COLLECTIVES = {"all_reduce": "all_reduce", "all_gather": "all_gather", "all_gather_single": "all_gather",
                    "all_gather_into_tensor": "all_gather", "reduce_scatter_single": "reduce_scatter",
                    "reduce_scatter_tensor": "reduce_scatter", "all_to_all_single": "all_to_all"}
 _RAW_REDUCE = {"SUM": "sum", "AVG": "avg", "MAX": "max", "MIN": "min"}
@@ -211,7 +211,8 @@ def raw_collective_types(name: str, reduce: str | None, group: tuple[str, ...],
 
     all_reduce(P(op)) -> R and reduce_scatter(P(op)) -> S(0), with the ReduceOp of the
     pending reduction; all_gather_into_tensor(V or S(i)) -> R (blocks concatenated on dim 0,
-    in group order); all_to_all_single(V, S(i), R or I) -> V."""
+    in group order), all_gather's list form alike (each element one rank's block);
+    all_to_all_single(V or S(i)) -> V (R or I is refused, as ``spmd.all_to_all`` refuses it)."""
     kind = RAW_COLLECTIVES[name]
     call = f"torch.distributed.{name}"
     out = dict(types)
@@ -247,5 +248,35 @@ def raw_collective_types(name: str, reduce: str | None, group: tuple[str, ...],
                 raise SpecError(f"{call} of a tensor that is {t!r} on mesh axis {a!r}: exchanging the pieces "
                                 "of a pending sum does not keep any sum",
                                 hint=f"reduce it first (all_reduce or reduce_scatter over {a!r})")
+            if t.base != "V":  # spmd.all_to_all(src=R|I) is refused alike
+                raise SpecError(f"{call} of a tensor that is {t!r} on mesh axis {a!r}: an all_to_all exchanges "
+                                "varying blocks (V or S(i)), as spmd.all_to_all does; every rank holds the same "
+                                "value, so the pieces it sends are no rank's own",
+                                hint=f"spmd.convert(x, {a!r}, src={t!r}, dst=S(d)) keeps this rank's block "
+                                "without communication; or spmd.reinterpret(x, "
+                                f"{a!r}, src={t!r}, dst=V) first if each rank's copy is to be sent as its own")
             out[a] = LocalType("V")
+    return out
+
+
+def raw_destination(name: str, group: tuple[str, ...], made: dict[str, LocalType],
+                    declared: dict[str, LocalType] | None, label: str = "output tensor") -> dict[str, LocalType]:
+    """The types of ``torch.distributed.<name>``'s output tensor after the call, whose input
+    makes it ``made`` (``raw_collective_types``): a typed destination keeps its type, as an
+    op's ``out=`` does, and a type that disagrees with ``made`` is refused (SpecError)
+    before the call; its untyped axes take ``made``'s. A gather's result is equal on every
+    rank, and a raw collective records no autograd, so its destination may say R or I
+    on the group's axes."""
+    out = dict(made)
+    gather = RAW_COLLECTIVES[name] == "all_gather"
+    for a, t in (declared or {}).items():
+        want = made.get(a)
+        if want is not None and not t.agrees(want) and not (gather and a in group and t.base in ("R", "I")):
+            allowed = "R or I" if gather and a in group else repr(want)
+            raise SpecError(f"torch.distributed.{name}: its {label} is {t!r} on mesh axis {a!r}, but the call "
+                            f"makes it {allowed}: a typed destination keeps its type (every other reference to "
+                            f"it still reads it as {t!r})",
+                            hint=f"type the destination {allowed} on {a!r} (spmd.assert_type on a fresh tensor), "
+                            "or leave it untyped: it then takes the call's types")
+        out[a] = t
     return out

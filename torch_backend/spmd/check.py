@@ -26,7 +26,7 @@ from torch.overrides import TorchFunctionMode
 
 from lowering.layout import group_ranks
 from lowering.spmd.propagate import AFFINE, einsum_types, in_place_rule, propagate
-from lowering.spmd.rules import RAW_COLLECTIVES, check_loss, raw_collective_types
+from lowering.spmd.rules import RAW_COLLECTIVES, check_loss, raw_collective_types, raw_destination
 from spec_lang.errors import SpecError
 from torch_backend.spmd.mesh import mesh_context
 from torch_backend.spmd.tags import typed_number
@@ -182,6 +182,12 @@ class _TypeCheck(TorchFunctionMode):
         n_typed = len(typed)
         typed += numbers
         if not typed:
+            if self.strict:  # untyped inputs of a raw collective or a loss: refused (the others run)
+                raw = getattr(func, "__name__", None)
+                if raw in RAW_COLLECTIVES:
+                    return _raw_collective(func, raw, args, kwargs, True)
+                if raw in _SEEDED:
+                    _check_seeds(raw, args, kwargs, True)
             return func(*args, **kwargs)
         raw = getattr(func, "__name__", None)
         if raw == "item":  # the number of a typed tensor keeps its types (V: it differs per rank)
@@ -190,9 +196,9 @@ class _TypeCheck(TorchFunctionMode):
         if raw in _SKIP:
             return func(*args, **kwargs)
         if raw in RAW_COLLECTIVES:
-            return _raw_collective(func, raw, args, kwargs)
+            return _raw_collective(func, raw, args, kwargs, self.strict)
         if raw in _SEEDED:
-            _check_seeds(raw, args, kwargs)
+            _check_seeds(raw, args, kwargs, self.strict)
             out = func(*args, **kwargs)
             if raw == "grad":  # each input's gradient has its gradient type, as x.grad does
                 inputs = args[1] if len(args) > 1 else kwargs.get("inputs")
@@ -251,32 +257,65 @@ def _type_grad(x: Any, g: Any) -> None:
 _SIGNATURES: dict[Any, inspect.Signature] = {}
 
 
-def _raw_collective(func: Any, name: str, args: tuple, kwargs: dict) -> Any:
+def _raw_collective(func: Any, name: str, args: tuple, kwargs: dict, strict: bool) -> Any:
     """A torch.distributed collective on a typed tensor: its output typed on the mesh axes
-    its process group spans (``lowering.spmd.rules.raw_collective_types``), or refused
-    before it runs. An all_reduce retypes its tensor in place."""
+    its process group spans (``lowering.spmd.rules.raw_collective_types``), a typed output
+    tensor kept and checked (``raw_destination``), or refused before it runs. An all_reduce
+    retypes its tensor in place. A group that is no set of mesh axes is outside the checker
+    (refused in strict mode), as an untyped input is (in strict mode, refused too)."""
     sig = _SIGNATURES.get(func)
     if sig is None:
         sig = _SIGNATURES[func] = inspect.signature(func)
     p = sig.bind(*args, **kwargs).arguments
     inp = p.get("tensor", p.get("input", p.get("input_tensor")))
-    out = inp if name == "all_reduce" else p.get("output", p.get("output_tensor"))
-    types = getattr(inp, TYPES, None)
-    if not types:  # an untyped input: outside the checker (its output too)
+    if name == "all_reduce":
+        outs: list = []
+    elif name == "all_gather":  # the list form: one output tensor per rank of the group
+        outs = list(p.get("tensor_list") or ())
+    else:
+        outs = [p.get("output", p.get("output_tensor"))]
+    types = getattr(inp, TYPES, None) or {}
+    if not types and not strict:  # an untyped input: outside the checker (its output too)
+        return func(*args, **kwargs)
+    axes = _group_axes(name, p.get("group"), strict)
+    if axes is None:
+        return func(*args, **kwargs)
+    missing = [a for a in axes if a not in types]
+    if strict and missing:
+        refuse_untyped_collective(f"torch.distributed.{name}", inp, missing)
+    if not types:
         return func(*args, **kwargs)
     op = p.get("op")
     reduce = None if op is None else getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
     if op is None and RAW_COLLECTIVES[name] in ("all_reduce", "reduce_scatter"):
         reduce = "SUM"
-    new = raw_collective_types(name, reduce, _group_axes(name, p.get("group")), types)
+    new = raw_collective_types(name, reduce, axes, types)
+    kept = [raw_destination(name, axes, new, getattr(o, TYPES, None),
+                            "output tensor" if name != "all_gather" else f"tensor_list[{k}]")
+            for k, o in enumerate(outs) if isinstance(o, torch.Tensor)]
     result = func(*args, **kwargs)
-    if isinstance(out, torch.Tensor):
-        setattr(out, TYPES, new)
+    if name == "all_reduce":
+        setattr(inp, TYPES, new)
+    for o, t in zip((o for o in outs if isinstance(o, torch.Tensor)), kept):
+        setattr(o, TYPES, t)
     return result
 
 
-def _group_axes(name: str, group: Any) -> tuple[str, ...]:
-    """The mesh axes (of the enclosing ``spmd.use_mesh``) whose group a process group is."""
+def refuse_untyped_collective(call: str, x: Any, axes: list[str]) -> None:
+    """Strict mode: a collective's input must be typed on the axes it runs over."""
+    shape = list(x.shape) if isinstance(x, torch.Tensor) else "?"
+    example = ", ".join(f"{a!r}: spmd.P" for a in axes)
+    raise SpecError(f"strict typecheck: {call} takes a tensor (shape {shape}) with no type on mesh axis "
+                    f"{', '.join(map(repr, axes))}: its type there is unknown, so the collective's meaning (and "
+                    "its gradient's) cannot be checked",
+                    hint=f"type it where it is made, e.g. spmd.assert_type(x, {{{example}}}) for a pending sum "
+                    "(R, I, V or S(i) as it is); typecheck() without strict=True leaves untyped tensors unchecked")
+
+
+def _group_axes(name: str, group: Any, strict: bool) -> tuple[str, ...] | None:
+    """The mesh axes (of the enclosing ``spmd.use_mesh`` mesh) whose group a process group
+    is (``()`` for a group of one rank); None for a group that is no set of them, outside
+    the checker (SpecError in strict mode: its typing is unknown)."""
     try:
         ctx = mesh_context()
     except SpecError:
@@ -285,19 +324,22 @@ def _group_axes(name: str, group: Any) -> tuple[str, ...]:
                         hint="wrap the code in `with spmd.use_mesh(mesh):`") from None
     ranks = set(dist.get_process_group_ranks(group if group is not None else dist.group.WORLD))
     names = ctx.mesh.names
-    for k in range(1, len(names) + 1):
+    for k in range(len(names) + 1):
         for axes in itertools.combinations(names, k):
             if {ctx.global_rank(q) for q in group_ranks(ctx.mesh, axes, ctx.ranks[0])} == ranks:
                 return axes
-    raise SpecError(f"torch.distributed.{name} under typecheck(): its process group (ranks {sorted(ranks)}) is "
+    if not strict:
+        return None
+    raise SpecError(f"strict typecheck: torch.distributed.{name}'s process group (ranks {sorted(ranks)}) is "
                     f"not the group of any set of axes of the mesh {ctx.mesh}, so its typing is unknown",
                     hint="use the group of mesh axes (a DeviceMesh's get_group(axis)), or the typed "
-                    "spmd collectives")
+                    "spmd collectives; typecheck() without strict=True leaves such a call unchecked")
 
 
-def _check_seeds(name: str, args: tuple, kwargs: dict) -> None:
+def _check_seeds(name: str, args: tuple, kwargs: dict, strict: bool) -> None:
     """``loss.backward()``, ``torch.autograd.backward`` / ``grad``: each output seeded with
-    ones (no gradient given for it) must be a loss the ones are the gradient of."""
+    ones (no gradient given for it) must be a loss the ones are the gradient of (in strict
+    mode, a typed one)."""
     at, keys = _SEEDED[name]
     seeds = args[at] if len(args) > at else next((kwargs[k] for k in keys if k in kwargs), None)
     outputs = args[0] if args else kwargs.get("tensors", kwargs.get("outputs"))
@@ -305,7 +347,15 @@ def _check_seeds(name: str, args: tuple, kwargs: dict) -> None:
     seeds = [seeds] if seeds is None or isinstance(seeds, torch.Tensor) else list(seeds)
     for k, out in enumerate(outputs):
         if (seeds[k] if k < len(seeds) else None) is None and isinstance(out, torch.Tensor):
-            check_loss(name, getattr(out, TYPES, None) or {})
+            types = getattr(out, TYPES, None) or {}
+            if strict and not types:
+                raise SpecError(f"strict typecheck: {name}() of an untyped loss (shape {list(out.shape)}): its "
+                                "implicit gradient (ones) is right only for a loss that is I or P on every "
+                                "mesh axis, and its types are unknown",
+                                hint="type the loss first, e.g. spmd.assert_type(loss, {'dp': spmd.P}) for "
+                                "the ranks' pieces of a sum, or pass its gradient explicitly; typecheck() without "
+                                "strict=True leaves an untyped loss unchecked")
+            check_loss(name, types)
 
 
 def _matmul_types(name: str, tensors: list) -> dict:

@@ -28,10 +28,11 @@ from torch_backend.comm import local_of
 from torch_backend.dtypes import dtype_name
 from torch_backend.groups import MeshContext
 from torch_backend.spmd import ragged
+from torch_backend.spmd.check import STRICT, refuse_untyped_collective
 from torch_backend.spmd.mesh import as_axes, mesh_context
 from torch_backend.spmd.precision import as_dtype, check_options, reduce_in
 from torch_backend.spmd.tags import recorded_size, typeof
-from torch_backend.type_tags import SIZES, attach, unchecked
+from torch_backend.type_tags import SIZES, UNCHECKED, attach, unchecked
 
 
 def _shapes(x: torch.Tensor, ctx: MeshContext) -> dict[int, tuple[int, ...]]:
@@ -87,6 +88,8 @@ def typed_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: An
     if op_dtype is not None or out_dtype is not None:
         dtypes = as_dtype(op_dtype, "op_dtype"), as_dtype(out_dtype, "out_dtype")
         check_options(op, routed, s, x, dtypes[0], inplace)
+    if STRICT.get() and not UNCHECKED[0]:  # under typecheck(strict=True): src must be x's type, not a claim
+        _check_typed(op, x, axis, mesh)
     with unchecked():
         if splits is not None:
             if dtypes or at is not None:
@@ -94,6 +97,15 @@ def typed_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: An
                                 hint="cast the tensor before or after the call")
             return _ragged(op, routed, x, axis, s, d, mesh, splits)
         return _run(op, routed, x, axis, s, d, mesh, size, inplace, dim, dtypes)
+
+
+def _check_typed(op: str, x: torch.Tensor, axis: Any, mesh: Any) -> None:
+    """Strict mode: ``x`` typed on every axis of the group (of 2+ ranks) the call runs over."""
+    ctx = mesh_context(mesh)
+    have = typeof(x)
+    missing = [a for a in as_axes(axis, ctx.mesh.names) if a not in have and ctx.mesh.axis_size(a) > 1]
+    if missing:
+        refuse_untyped_collective(f"spmd.{op}", x, missing)
 
 
 def _placed(op: str, x: torch.Tensor, axis: Any, s: LocalType, mesh: Any,
