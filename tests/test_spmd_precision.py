@@ -140,3 +140,51 @@ def test_no_gradient_through_a_pending_max(fake_pg) -> None:
     xs = bf16_blocks(4)
     with pytest.raises(SpecError, match=r"no gradient through a pending max"):
         run(fake_pg, lambda x: spmd.all_reduce(x, "x", src=P("max"), dst=R, op_dtype=F32), xs, [torch.ones(4)] * N)
+
+
+def _wire(monkeypatch) -> list:
+    """What each reducing collective sends: (kind, dtype, bytes)."""
+    from torch_backend import comm
+
+    sent: list = []
+    for name, at in (("all_reduce", 1), ("reduce_scatter", 2), ("all_to_all", 1), ("all_gather", 2)):
+        orig = getattr(comm, name)
+
+        def spy(*a, _orig=orig, _name=name, _at=at, **k):
+            buf = a[_at]
+            sent.append((_name, buf.dtype, buf.numel() * buf.element_size()))
+            return _orig(*a, **k)
+
+        monkeypatch.setattr(comm, name, spy)
+    return sent
+
+
+@pytest.mark.parametrize("call", ["all_reduce", "reduce_scatter"])
+def test_a_narrower_op_dtype_casts_before_the_wire(fake_pg, monkeypatch, call) -> None:
+    """f32 data with op_dtype=bf16: cast to bf16 first, so the one collective sends half the
+    bytes and adds in bf16 (the peer's meaning), the result returned in f32 (out_dtype's
+    default, x's dtype) or out_dtype; it used to send f32 and add in bf16 after an
+    all_to_all. The backward is the same collective's dual in bf16, returned in f32."""
+    xs = [x.to(F32) + 0.25 for x in bf16_blocks(6, seed=8)]  # not all bf16-exact: the cast rounds
+    fn = {"all_reduce": lambda x, **k: spmd.all_reduce(x, "x", src=P, dst=R, **k),
+          "reduce_scatter": lambda x, **k: spmd.reduce_scatter(x, "x", src=P, dst=S(0), **k)}[call]
+    sent = _wire(monkeypatch)
+    gs = [torch.full((6,) if call == "all_reduce" else (2,), 0.5 + r, dtype=F32) for r in range(N)]
+    ys, gx, t, dtype = run(fake_pg, lambda x: fn(x, op_dtype=BF), xs, gs)
+    back_kind = "all_reduce" if call == "all_reduce" else "all_gather"  # the table's backward
+    assert [(k, d) for k, d, _ in sent] == [(call, BF), (back_kind, BF)]  # one bf16 collective each way
+    assert sent[0][2] == 6 * 2  # 6 bf16 elements: half the f32 bytes
+    total = sum(x.to(BF) for x in xs)  # bf16 addends, added in bf16 in rank order
+    want = [total.to(F32)] * N if call == "all_reduce" else list(total.to(F32).chunk(N))
+    same(ys, want)
+    assert dtype == F32 and t == {"x": R if call == "all_reduce" else S(0)}
+    back = [sum(g.to(BF) for g in gs).to(F32)] * N if call == "all_reduce" else [torch.cat(gs).to(BF).to(F32)] * N
+    same(gx, back)
+    ys2, _, _, dtype2 = run(fake_pg, lambda x: fn(x, op_dtype="bf16", out_dtype=BF), xs)
+    same(ys2, [y.to(BF) for y in want])
+    assert dtype2 == BF
+
+    # wider (bf16 data, op_dtype=f32): the wire still carries bf16, the sums are f32 after it
+    sent.clear()
+    run(fake_pg, lambda x: fn(x, op_dtype=F32), bf16_blocks(6))
+    assert sent[0][:2] == ("all_to_all", BF) and all(d == BF for _, d, _ in sent)

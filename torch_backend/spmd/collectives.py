@@ -30,7 +30,7 @@ from torch_backend.groups import MeshContext
 from torch_backend.spmd import ragged
 from torch_backend.spmd.check import STRICT, refuse_untyped_collective
 from torch_backend.spmd.mesh import as_axes, mesh_context
-from torch_backend.spmd.precision import as_dtype, check_options, reduce_in
+from torch_backend.spmd.precision import as_dtype, check_options, reduce_in, wire_dtype
 from torch_backend.spmd.tags import recorded_size, typeof
 from torch_backend.type_tags import SIZES, UNCHECKED, attach, unchecked
 
@@ -169,18 +169,21 @@ def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: Loca
     shapes = _shapes(x, ctx)
     n_src = _src_size(x, s, group, ctx, shapes, size)
     shape = shapes[ctx.ranks[0]]
-    program = program_for(routed, s, d, group, shape, dtype_name(x.dtype), ctx.mesh, n_src, at)
+    op_dt, out_dt = dtypes or (None, None)
+    wire = wire_dtype(x.dtype, op_dt)
+    program = program_for(routed, s, d, group, shape, dtype_name(wire), ctx.mesh, n_src, at)
     for r in ctx.ranks:
         want = local_shape(program.src, ctx.mesh, r)
         if shapes[r] != want:
             raise SpecError(f"spmd.{op}: rank {r} holds shape {list(shapes[r])}, but {s!r} over {list(group)} "
                             f"gives it {list(want)} (uneven blocks follow torch.chunk)",
                             hint="give every rank its block, or pass size= (the global length of the split dim)")
-    op_dt, out_dt = dtypes or (None, None)
     bound = bound_program(program, ctx, gradient_program)
     if inplace:
         y = _in_place(bound, x)
-    elif op_dt is not None and op_dt != x.dtype:  # added in another dtype than the wire's
+    elif wire != x.dtype:  # op_dtype no wider than x's: cast before the wire, the collective adds in it
+        y = bound.apply(bound.check(x.to(wire))).to(out_dt or x.dtype)
+    elif op_dt is not None and op_dt != x.dtype:  # added in a wider dtype than the wire's
         y = reduce_in(routed, bound.check(x), s, d, group, ctx, at, op_dt, out_dt, program)
     else:
         x = bound.check(x)

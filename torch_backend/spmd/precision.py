@@ -1,24 +1,31 @@
 """``op_dtype``/``out_dtype`` on the reducing collectives: communicate in the input's dtype
-(bf16, say), add in ``op_dtype`` (fp32), return ``out_dtype``, as Megatron's reduce-scatter
-with fp32 accumulation does.
+(bf16, say), add in a wider ``op_dtype`` (fp32), return ``out_dtype``, as Megatron's
+reduce-scatter with fp32 accumulation does; or, with an ``op_dtype`` no wider than the
+input's (an f32 tensor reduced in bf16), cast before the wire, which halves the bytes.
 
 Exactly, for ``all_reduce``/``reduce_scatter`` (and ``redistribute`` where it routes to
 one) of x, a pending reduction P(op) over a group of n ranks:
 
-* the wire carries x's dtype: each rank's addends are sent as they are;
-* each rank casts the n addends it receives to ``op_dtype`` (default x's dtype) and reduces
-  them there, in the group's rank order (``op``: sum, avg = sum / n, max, min);
-* the result is that reduction rounded once to ``out_dtype`` (default x's dtype), the same
-  bits on every rank (all_reduce gathers the rounded pieces in ``out_dtype``).
+* ``op_dtype`` wider than x's dtype (more bytes per element): the wire carries x's dtype
+  (each rank's addends are sent as they are); each rank casts the n addends it receives to
+  ``op_dtype`` and reduces them there, in the group's rank order (``op``: sum, avg = sum /
+  n, max, min); the result is that reduction rounded once to ``out_dtype``, the same bits
+  on every rank (all_reduce gathers the rounded pieces in ``out_dtype``);
+* ``op_dtype`` no wider than x's dtype (``wire_dtype``): x is cast to ``op_dtype`` first and
+  the plain collective runs in it (the wire carries ``op_dtype``, the collective adds in
+  it), then its result is cast to ``out_dtype``;
+* ``out_dtype`` defaults to x's dtype, ``op_dtype`` to x's dtype (nothing cast).
 
 A reduction in a dtype other than the wire's cannot be one NCCL/gloo reduction (they add in
 the wire's dtype), so it runs as an all_to_all of each rank's n pieces, the local
 reduction, and (all_reduce) an all_gather of the results: the same bytes on the wire as a
 reduce_scatter (+ all_gather), each a shardc Program of the typed collectives.
 
-The backward is the table's backward collective with the same options, mirrored: the
-gradient (``out_dtype``) is cast to x's dtype, communicated in it, reduced (where the
-backward reduces: all_reduce(P,R)'s) in ``op_dtype``, and returned in x's dtype.
+The backward is the table's backward collective with the same options, mirrored. Wider:
+the gradient (``out_dtype``) is cast to x's dtype, communicated in it, reduced (where the
+backward reduces: all_reduce(P,R)'s) in ``op_dtype``, and returned in x's dtype. No
+wider: the plain collective's backward in ``op_dtype`` (the gradient cast to it before the
+wire), returned in x's dtype.
 """
 
 from __future__ import annotations
@@ -48,6 +55,15 @@ def as_dtype(d: Any, what: str) -> torch.dtype | None:
         return to_torch_dtype(canonical_dtype(d) or d)
     raise SpecError(f"{what} takes a torch dtype or its name, got {type(d).__name__}",
                     hint=f"e.g. {what}=torch.float32 or {what}='f32'")
+
+
+def wire_dtype(x_dtype: torch.dtype, op_dtype: torch.dtype | None) -> torch.dtype:
+    """The dtype a reducing collective sends: ``op_dtype`` where it is no wider than x's (cast
+    before the wire, the collective adds in it), else x's (added in the wider ``op_dtype``
+    after it arrives)."""
+    if op_dtype is None or op_dtype.itemsize > x_dtype.itemsize:
+        return x_dtype
+    return op_dtype
 
 
 def check_options(op: str, routed: str, src: LocalType, x: torch.Tensor, op_dtype: torch.dtype | None,
