@@ -211,3 +211,30 @@ def test_redistribute_routes_to_one_collective(fake_pg, src, dst, kind) -> None:
     direct, _, _ = run_typed(fake_pg, _op(kind, src=src, dst=dst), xs, None)
     same(outs, direct)
     assert ty == {"x": dst}
+
+
+
+NO_DATA = [(R, V), (R, P), (R, I), (I, R), (I, V), (I, P), (R, S(0)), (I, S(0)), (V, P), (S(0), P)]
+
+
+@pytest.mark.parametrize("src,dst", NO_DATA, ids=[f"{s!r}->{d!r}" for s, d in NO_DATA])
+def test_redistribute_that_moves_no_data_is_the_convert(fake_pg, monkeypatch, src, dst) -> None:
+    """redistribute keeps the value; from R or I (to V, S(i), P, I or R) and from V or S(i)
+    to P it needs no communication: it is the convert (R -> V keeps this rank's slot,
+    R -> P zeroes all but rank 0), forward (nothing sent) and backward alike."""
+    import torch
+
+    from torch_backend import comm
+
+    xs = ROWS if src.base == "V" else [Tv("A", "B", "C")] * 3 if dst == V else [FLAT] * 3
+    want, _, _ = run_typed(fake_pg, _op("convert", src=src, dst=dst), xs, None)
+    gs = [torch.arange(w.numel(), dtype=torch.float64).reshape(w.shape) + 10 * r for r, w in enumerate(want)]
+    _, want_g, _ = run_typed(fake_pg, _op("convert", src=src, dst=dst), xs, gs)
+    _, got_g, _ = run_typed(fake_pg, _op("redistribute", src=src, dst=dst), xs, gs)
+    same(got_g, want_g)
+    sent: list = []
+    for name in ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "p2p"):
+        monkeypatch.setattr(comm, name, lambda *a, _n=name, **k: sent.append(_n))
+    outs, _, ty = run_typed(fake_pg, _op("redistribute", src=src, dst=dst), xs, None)
+    same(outs, want)
+    assert ty == {"x": dst} and sent == []

@@ -23,13 +23,17 @@ ALLOWED: dict[str, frozenset[tuple[str, str]]] = {
     "convert": frozenset({("R", "I"), ("I", "R"), ("R", "V"), ("I", "V"), ("R", "S"), ("I", "S"),
                           ("R", "P"), ("I", "P"), ("V", "P"), ("S", "P")}),
     "redistribute": frozenset({("S", "R"), ("S", "I"), ("V", "R"), ("V", "I"), ("P", "R"), ("P", "I"), ("P", "S"),
-                               ("P", "V"), ("S", "S")}),
+                               ("P", "V"), ("S", "S"), ("R", "I"), ("I", "R"), ("R", "V"), ("I", "V"), ("R", "S"),
+                               ("I", "S"), ("R", "P"), ("I", "P"), ("V", "P"), ("S", "P")}),
 }
 
-# redistribute(src, dst) runs this collective (semantics preserving, with communication)
+# redistribute(src, dst) runs this collective (semantics preserving, with communication),
+# or, where the value is kept with none, the convert (R or I to anything, V or S(i) to P:
+# they move no data)
 REDISTRIBUTE = {("S", "R"): "all_gather", ("S", "I"): "all_gather", ("V", "R"): "all_gather", ("V", "I"): "all_gather",
                 ("P", "R"): "all_reduce", ("P", "I"): "all_reduce", ("P", "S"): "reduce_scatter",
-                ("P", "V"): "reduce_scatter", ("S", "S"): "all_to_all"}
+                ("P", "V"): "reduce_scatter", ("S", "S"): "all_to_all",
+                **{pair: "convert" for pair in ALLOWED["convert"]}}
 
 # forward (op, src, dst) -> backward (op, src, dst); S stands for S(i) on both sides
 BACKWARD: dict[tuple[str, str, str], tuple[str, str, str]] = {
@@ -78,8 +82,8 @@ _WHY = {
     "reinterpret": "reinterpret keeps every local tensor: R <-> I, and R, I or V into V or P only",
     "convert": "convert keeps the value without communication: from R or I to anything, from V or S(i) "
                "to P; nothing leaves P without a collective",
-    "redistribute": "redistribute keeps the value with one collective: V or S(i) to R or I, S(i) to S(j), and P "
-                    "to R, I, V or S(i)",
+    "redistribute": "redistribute keeps the value: with one collective V or S(i) to R or I, S(i) to S(j), and P "
+                    "to R, I, V or S(i); with none (a convert) R or I to anything, V or S(i) to P",
 }
 
 

@@ -293,5 +293,7 @@ def convert(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
 def redistribute(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
                  size: int | None = None, op_dtype: Any = None, out_dtype: Any = None) -> torch.Tensor:
     """Keep the value, with one collective: V|S(i)->R|I all_gather, P->R|I all_reduce,
-    P->V|S(i) reduce_scatter, S(i)->S(j) all_to_all (``op_dtype``/``out_dtype`` where it reduces)."""
+    P->V|S(i) reduce_scatter, S(i)->S(j) all_to_all (``op_dtype``/``out_dtype`` where it reduces);
+    or with none, where none is needed: R|I -> R|I|V|S(i)|P and V|S(i) -> P are the ``convert``
+    (a local chunk or zero-fill: no data moves)."""
     return typed_call("redistribute", x, axis, src, dst, mesh, size, op_dtype=op_dtype, out_dtype=out_dtype)
