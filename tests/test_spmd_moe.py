@@ -125,8 +125,36 @@ def test_output_split_sizes_are_checked_and_one_expert_per_rank_is_all_to_all_si
                             input_split_sizes=[[1, 1, 1, 1]] * 3)
         with pytest.raises(SpecError, match=r"all_to_all\(src=P, dst=V\) takes no split sizes"):
             spmd.all_to_all(to_local(lm, xs), "ep", src=P, dst=V, input_split_sizes=splits)
-        with pytest.raises(SpecError, match="output_split_sizes without input_split_sizes"):
+        with pytest.raises(SpecError, match="rank 1 holds 4 rows along dim 0, which do not split evenly among the 3"):
             spmd.all_to_all(to_local(lm, xs), "ep", src=V, dst=V, output_split_sizes=outs)
+
+
+@pytest.mark.parametrize("dst", [V, S(0)])
+def test_output_split_sizes_alone_go_with_even_input_splits(fake_pg, dst) -> None:
+    """``output_split_sizes`` without ``input_split_sizes``: each rank sends every rank an
+    equal share of its rows (all_to_all_single's default; the peer's): rank s's 3, 6, 9 rows
+    in shares of 1, 2, 3, so every rank receives [1, 2, 3]; the same as the explicit even
+    splits, forward and backward. Sizes that are not what the even splits send are refused."""
+    even = [[m // N] * N for m in (3, 6, 9)]
+    xs = [torch.arange(3 * (s + 1), dtype=torch.float64).unsqueeze(1) + 10 * s for s in range(N)]
+    want = dispatched(xs, even)
+    gs = [torch.arange(len(w), dtype=torch.float64).unsqueeze(1) * (r + 2) for r, w in enumerate(want)]
+    with local_mode(fake_pg, N) as lm, spmd.use_mesh(f"ep={N}"):
+        x = to_local(lm, xs, requires_grad=True)
+        y = spmd.all_to_all(x, "ep", src=V, dst=dst, output_split_sizes=[1, 2, 3])
+        same(from_local(y), want)
+        assert spmd.typeof(y) == {"ep": dst}
+        (g,) = torch.autograd.grad(y, x, grad_outputs=to_local(lm, gs))
+        x2 = to_local(lm, xs, requires_grad=True)
+        y2 = spmd.all_to_all(x2, "ep", src=V, dst=dst, input_split_sizes=even)
+        (g2,) = torch.autograd.grad(y2, x2, grad_outputs=to_local(lm, gs))
+        same(from_local(g), from_local(g2))
+        with pytest.raises(SpecError, match=r"rank 0's output_split_sizes \[3, 2, 1\] differ from what the input "
+                           r"splits send it, \[1, 2, 3\]"):
+            spmd.all_to_all(to_local(lm, xs), "ep", src=V, dst=dst, output_split_sizes=[3, 2, 1])
+        same_rows = [torch.arange(6, dtype=torch.float64).unsqueeze(1) + 10 * s for s in range(N)]
+        y3 = spmd.all_to_all(to_local(lm, same_rows), "ep", src=V, dst=dst, output_split_sizes=[2, 2, 2])
+        same(from_local(y3), dispatched(same_rows, [[2, 2, 2]] * N))
 
 
 def test_dispatch_needs_one_split_matrix_per_global_type(fake_pg) -> None:

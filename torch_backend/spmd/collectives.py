@@ -265,14 +265,14 @@ def all_to_all(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = No
     partition (one per rank, or k experts per rank), in order, as a list or an int tensor
     (a LocalTensor under LocalTensorMode; the ranks exchange them), or every rank's row
     (a list of lists). Rank r receives its partitions whole, each with every rank's rows
-    in rank order; ``output_split_sizes``, if given, is checked against that. The backward
-    sends the gradients back the same way. See ``torch_backend.spmd.ragged``.
+    in rank order; ``output_split_sizes``, if given, is checked against that. Given alone,
+    ``output_split_sizes`` (what this rank receives from each rank) goes with even input
+    splits: each rank sends every rank an equal share of its rows, as ``all_to_all_single``
+    does by default. The backward sends the gradients back the same way. See
+    ``torch_backend.spmd.ragged``.
     """
     splits = None if input_split_sizes is None and output_split_sizes is None else (
         input_split_sizes, output_split_sizes)
-    if splits is not None and input_split_sizes is None:
-        raise SpecError("spmd.all_to_all: output_split_sizes without input_split_sizes",
-                        hint="pass input_split_sizes (the output sizes follow from them)")
     return typed_call("all_to_all", x, axis, src, dst, mesh, size, splits=splits)
 
 

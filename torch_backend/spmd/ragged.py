@@ -114,6 +114,8 @@ def dispatch(x: torch.Tensor, group: tuple[str, ...], d: int, dst: LocalType, in
     axis = _one_axis("all_to_all", group)
     n = ctx.mesh.axis_size(axis)
     others = _others(ctx, axis)
+    if input_split_sizes is None:  # output_split_sizes alone: the input splits are even
+        input_split_sizes = _even_rows(x, d, n, ctx, axis)
     if isinstance(input_split_sizes, (list, tuple)) and input_split_sizes and all(
             isinstance(r, (list, tuple)) for r in input_split_sizes):  # the whole matrix, known everywhere
         if len(input_split_sizes) != n:
@@ -145,6 +147,24 @@ def dispatch(x: torch.Tensor, group: tuple[str, ...], d: int, dst: LocalType, in
         _check_output(output_split_sizes, rows, k, ctx, axis)
     dst_type = _typ(x, ctx, d, Dim(sum(counts), (axis,), Split("sizes", counts)), others)
     return _run(x, src, dst_type, ctx, mesh, axis, dst)
+
+
+def _even_rows(x: torch.Tensor, d: int, n: int, ctx: MeshContext, axis: str) -> list:
+    """No ``input_split_sizes``: each rank sends every rank of the group an equal share of its
+    rows (``all_to_all_single``'s default, and the peer's): this rank's row, or, where the
+    ranks' rows differ (LocalTensorMode holds them all), every rank's row in group order."""
+    rows: dict[int, list[int]] = {}
+    for r in ctx.ranks:
+        have = int(local_of(x, r).shape[d])
+        if have % n:
+            raise SpecError(f"spmd.all_to_all: rank {r} holds {have} rows along dim {d}, which do not split "
+                            f"evenly among the {n} ranks of {axis!r} (without input_split_sizes each rank sends "
+                            "every rank the same count)",
+                            hint="pass input_split_sizes: this rank's rows for each rank, in group order")
+        rows[ctx.mesh.coords(r)[ctx.mesh.index(axis)]] = [have // n] * n
+    if len({tuple(v) for v in rows.values()}) == 1:
+        return next(iter(rows.values()))
+    return [rows[c] for c in range(n)]
 
 
 def _check_output(output_split_sizes: Any, rows: tuple, k: int, ctx: MeshContext, axis: str) -> None:
