@@ -284,3 +284,24 @@ def test_local_map_slots_nest_like_the_arguments() -> None:
         f(x, (torch.ones(3), [1.0]), 2.0)
     with pytest.raises(SpecError, match=r"local_map in_types\[1\]\[0\] is a int"):
         spmd.local_map(body, in_types=({"tp": R}, (3,)), out_types=None)
+
+
+def test_local_map_infers_the_argument_types_when_in_types_is_left_out() -> None:
+    """No in_types (the peer's ``in_types=Infer``): each argument enters with the types it
+    carries, unchecked, in local form (S(i) is V inside), nested ones and numbers too; the
+    outputs leave with the stated out_types, which stay required."""
+    seen = {}
+
+    def body(x, pair, scale):
+        seen["x"], seen["pair"] = spmd.typeof(x), [spmd.typeof(t) for t in pair]
+        return x * scale, pair[0]
+
+    x = spmd.assert_type(torch.ones(4, 3), {"tp": S(0), "dp": R})
+    w = spmd.assert_type(torch.ones(3), {"tp": R})
+    f = spmd.local_map(body, out_types=({"tp": S(0)}, {"tp": R}))
+    y, z = f(x, (w, torch.ones(2)), 2.0)
+    assert seen == {"x": {"tp": V, "dp": R}, "pair": [{"tp": R}, {}]}
+    assert spmd.typeof(y) == {"tp": S(0)} and spmd.typeof(z) == {"tp": R}  # (no typecheck(): x * 2.0 is untyped)
+    assert spmd.typeof(x) == {"tp": S(0), "dp": R}  # the caller's tensor keeps its types
+    with pytest.raises(TypeError):
+        spmd.local_map(body)  # out_types is required: returning to global SPMD says how

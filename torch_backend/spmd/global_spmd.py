@@ -140,6 +140,19 @@ def _enter(x: Any, spec: Any, where: str) -> Any:
     return attach(inner, {**have, **_local(want)})
 
 
+def _enter_inferred(x: Any) -> Any:
+    """``x`` as the region sees it where local_map has no in_types: its own types, in their
+    local form (S(i) is V inside), lists and tuples element by element; untyped tensors and
+    non-tensors as they are."""
+    if isinstance(x, (list, tuple)):
+        return type(x)(_enter_inferred(v) for v in x)
+    if not isinstance(x, torch.Tensor) or not typeof(x):
+        return x
+    with unchecked():
+        inner = x.view_as(x)  # same data, its own type
+    return attach(inner, _local(typeof(x)))
+
+
 def _leave(y: Any, spec: Any, where: str) -> Any:
     """An output of the region with its out_types (the global types), nests matched alike."""
     if spec is None:
@@ -168,30 +181,39 @@ def _leave(y: Any, spec: Any, where: str) -> Any:
     return attach(outer, {**have, **want})
 
 
-def local_map(fn: Callable[..., Any], *, in_types: Sequence[Any], out_types: Any) -> Callable[..., Any]:
+def local_map(fn: Callable[..., Any], *, in_types: Sequence[Any] | None = None, out_types: Any) -> Callable[..., Any]:
     """Run ``fn`` in local SPMD on the axes the types name (shard_map per mesh axis): each
     tensor argument must have its ``in_types`` (S(i) turns into V inside: the partition spec
     is dropped), and each output, V inside, leaves with its ``out_types`` (the global type).
+    Without ``in_types`` the arguments' types are inferred: each enters with the types it
+    carries (in local form), unchecked, as the peer implementation's ``in_types=Infer``;
+    ``out_types`` is always stated (the design: returning to global SPMD says how each
+    output reassembles).
 
     A slot is a dict ``{axis: type}`` (``S(-1)`` counts from the tensor's last dim), a type
     string or a jax ``PartitionSpec``; ``None`` for a non-tensor; a list or tuple of slots
     for an argument (or output) that is a list or tuple of them, nested as deep as it is.
     ``out_types`` that is a list or tuple means fn returns that many outputs.
     """
-    if not isinstance(in_types, (list, tuple)):
+    if in_types is not None and not isinstance(in_types, (list, tuple)):
         raise SpecError(f"local_map in_types is one slot per argument (a list or tuple), got "
-                        f"{type(in_types).__name__}", hint="e.g. in_types=({'tp': spmd.S(1)},)")
-    _check_specs(list(in_types), "in_types")
+                        f"{type(in_types).__name__}", hint="e.g. in_types=({'tp': spmd.S(1)},), or leave it out "
+                        "to take the arguments' own types")
+    if in_types is not None:
+        _check_specs(list(in_types), "in_types")
     _check_specs(out_types, "out_types")
-    ins = list(in_types)
+    ins = None if in_types is None else list(in_types)
     multi = isinstance(out_types, (list, tuple))
     outs = list(out_types) if multi else [out_types]
 
     def wrapped(*args: Any) -> Any:
-        if len(args) != len(ins):
+        if ins is None:
+            local_args = [_enter_inferred(x) for x in args]
+        elif len(args) != len(ins):
             raise SpecError(f"local_map: {len(args)} arguments but {len(ins)} in_types",
                             hint="give one in_types entry per argument (None for non-tensors)")
-        local_args = [_enter(x, want, f"argument {k}") for k, (x, want) in enumerate(zip(args, ins))]
+        else:
+            local_args = [_enter(x, want, f"argument {k}") for k, (x, want) in enumerate(zip(args, ins))]
         result = fn(*local_args)
         got = list(result) if multi and isinstance(result, (list, tuple)) else [result]
         if len(got) != len(outs):
