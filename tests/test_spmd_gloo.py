@@ -60,6 +60,40 @@ def _diagrams(rank: int, world: int) -> dict:
     return out
 
 
+def _peer_rules(rank: int, world: int) -> dict:
+    """Issue 34's rules on real ranks: the list form of dist.all_gather, a typed output kept
+    or refused (on every rank, before anything is sent: the next call still pairs up), an
+    op_dtype narrower than the data's cast before the wire, output_split_sizes alone."""
+    import torch.distributed as dist
+
+    from torch_backend import spmd
+    from torch_backend.spmd import I, P, R, V
+
+    out: dict = {}
+    with spmd.use_mesh("x=3"), spmd.typecheck():
+        x = spmd.assert_type(Tv(f"{'ABC'[rank]}0", f"{'ABC'[rank]}1"), {"x": V})
+        outs = [torch.zeros(2, dtype=torch.float64), spmd.assert_type(torch.zeros(2, dtype=torch.float64), {"x": I}),
+                torch.zeros(2, dtype=torch.float64)]
+        dist.all_gather(outs, x)
+        out["list"] = ([o.tolist() for o in outs], [spmd.typeof(o) == t for o, t in zip(outs, ({"x": R}, {"x": I},
+                                                                                              {"x": R}))])
+        bad = spmd.assert_type(torch.zeros(6, dtype=torch.float64), {"x": V})
+        try:
+            dist.all_gather_into_tensor(bad, x)
+            out["refused"] = ""
+        except ValueError as e:
+            out["refused"] = str(e).splitlines()[0]
+        kept = spmd.assert_type(torch.zeros(6, dtype=torch.float64), {"x": I})
+        dist.all_gather_into_tensor(kept, x)
+        out["kept"] = (kept.tolist(), spmd.typeof(kept) == {"x": I}, bad.tolist())
+    g = torch.tensor([256.0, 1.0 + 2.0**-9], dtype=torch.float32) * (rank + 1)
+    y = spmd.all_reduce(g, "x", src=P, dst=R, op_dtype=torch.bfloat16, mesh="x=3")
+    out["narrow"] = (y.dtype == torch.float32, y.tolist())
+    rows = torch.arange(3.0, dtype=torch.float64) + 10 * rank
+    out["a2a"] = spmd.all_to_all(rows, "x", src=V, dst=V, output_split_sizes=[1, 1, 1], mesh="x=3").tolist()
+    return out
+
+
 _POOLS: dict[int, GlooPool] = {}
 
 
@@ -211,3 +245,18 @@ def test_fp32_accumulation_on_three_gloo_processes() -> None:
         assert res[r]["y"] == ([257.5, 1.5] * 3, "torch.float32")
         assert res[r]["grad"] == ([want_grad] * 6, "torch.bfloat16")
         assert res[r]["z"] == ([257.5, 1.5], "torch.float64")
+
+
+def test_peer_rules_on_three_gloo_processes() -> None:
+    res = _pool(3).run(_peer_rules, timeout_s=120)
+    blocks = [[float(T(f"{c}0")), float(T(f"{c}1"))] for c in "ABC"]
+    bf = torch.bfloat16
+    for r in range(3):
+        assert res[r]["list"] == (blocks, [True] * 3)
+        assert res[r]["refused"].startswith("torch.distributed.all_gather_single: its output tensor is V on mesh "
+                                            "axis 'x', but the call makes it R or I")
+        assert res[r]["kept"] == (sum(blocks, []), True, [0.0] * 6)
+        # each rank's addends rounded to bf16 before the wire, summed in bf16, returned in f32
+        want = sum(torch.tensor([256.0, 1.0 + 2.0**-9]).mul(k + 1).to(bf) for k in range(3)).float().tolist()
+        assert res[r]["narrow"] == (True, want)
+        assert res[r]["a2a"] == [float(r + 10 * s) for s in range(3)]
