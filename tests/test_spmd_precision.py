@@ -121,8 +121,6 @@ def test_other_reductions_and_redistribute(fake_pg) -> None:
 def test_dtype_options_refused_where_they_mean_nothing(fake_pg) -> None:
     fake_pg(N)
     x = torch.ones(6, dtype=BF)
-    with pytest.raises(SpecError, match="runs a all_gather, which reduces nothing"):
-        spmd.redistribute(x, "x", src=S(0), dst=R, op_dtype=F32, mesh="x=3")
     with pytest.raises(SpecError, match="inplace=True.*takes no op_dtype"):
         spmd.all_reduce(x, "x", src=P, dst=R, op_dtype=F32, inplace=True, mesh="x=3")
     with pytest.raises(SpecError, match="integer P\\('avg'\\) reduced in torch.int64 would truncate"):
@@ -188,3 +186,50 @@ def test_a_narrower_op_dtype_casts_before_the_wire(fake_pg, monkeypatch, call) -
     sent.clear()
     run(fake_pg, lambda x: fn(x, op_dtype=F32), bf16_blocks(6))
     assert sent[0][:2] == ("all_to_all", BF) and all(d == BF for _, d, _ in sent)
+
+
+@pytest.mark.parametrize("name,kw,want_wire,want_out", [
+    ("all_gather", {"op_dtype": BF}, BF, F32),              # op_dtype: the wire's; the result x's dtype
+    ("all_gather", {"out_dtype": BF}, BF, BF),              # out_dtype alone, narrower: cast before the wire
+    ("all_gather", {"op_dtype": BF, "out_dtype": F64}, BF, F64),
+    ("all_to_all", {"op_dtype": "bf16"}, BF, F32),
+    ("redistribute", {"op_dtype": BF}, BF, F32),            # routed to all_gather
+])
+def test_dtype_options_on_a_collective_that_adds_nothing(fake_pg, monkeypatch, name, kw, want_wire, want_out) -> None:
+    """all_gather, all_to_all (and redistribute where it routes to one) take op_dtype (the
+    dtype the blocks travel in: x is cast before the wire) and out_dtype (the result's,
+    default x's); out_dtype alone, narrower than x's, is cast before the wire too (the same
+    values: nothing is added). The values are the blocks rounded to the wire's dtype; the
+    backward is the table's backward in the wire's dtype, returned in x's dtype."""
+    xs = [torch.tensor([1.0 + 2.0**-10 * (r + 1), 256.0 + r, 3.0 + 2.0**-9], dtype=F32) for r in range(N)]
+    fn = {"all_gather": lambda x: spmd.all_gather(x, "x", src=V, dst=R, **kw),
+          "all_to_all": lambda x: spmd.all_to_all(x, "x", src=V, dst=V, **kw),
+          "redistribute": lambda x: spmd.redistribute(x, "x", src=S(0), dst=R, **kw)}[name]
+    sent = _wire(monkeypatch)
+    ys, _, t, dtype = run(fake_pg, fn, xs)
+    assert sent and all(d == want_wire for _, d, _ in sent) and dtype == want_out
+    rounded = [x.to(want_wire) for x in xs]
+    if name == "all_gather":
+        want = [torch.stack(rounded).to(want_out)] * N
+    elif name == "redistribute":
+        want = [torch.cat(rounded).to(want_out)] * N
+    else:
+        want = [torch.stack([rounded[s][r] for s in range(N)]).to(want_out) for r in range(N)]
+    same(ys, want)
+    sent.clear()
+    g = [torch.ones_like(want[0]) * (r + 1) for r in range(N)]
+    _, gx, _, _ = run(fake_pg, fn, xs, g)
+    assert all(d == want_wire for _, d, _ in sent) and gx[0].dtype == F32
+
+
+def test_dtype_options_on_convert_and_the_diagonal(fake_pg, monkeypatch) -> None:
+    """convert moves nothing: out_dtype rounds each rank's chunk; src == dst with out_dtype
+    is only the cast."""
+    sent = _wire(monkeypatch)
+    xs = [torch.arange(6, dtype=F32) / 3] * N
+    ys, _, t, dtype = run(fake_pg, lambda x: spmd.convert(x, "x", src=R, dst=S(0), out_dtype=BF), xs)
+    same(ys, [c.to(BF) for c in xs[0].chunk(N)])
+    assert dtype == BF and t == {"x": S(0)} and sent == []
+    ys, _, t, dtype = run(fake_pg, lambda x: spmd.convert(x, "x", src=R, dst=R, out_dtype=F64), xs)
+    same(ys, [x.to(F64) for x in xs])
+    assert dtype == F64 and t == {"x": R}

@@ -161,7 +161,10 @@ def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: Loca
                         "buffer); this one requires grad", hint="drop inplace=True (the result is then a new "
                         "tensor, differentiable), or call it under torch.no_grad()")
     ctx, group, have = _placed(op, x, axis, s, mesh)
+    op_dt, out_dt = dtypes or (None, None)
     if routed == "identity":  # src == dst: the input itself (typed dst on the group, as assert_type would)
+        if out_dt is not None and out_dt != x.dtype:  # only a cast to do
+            return attach(x.to(out_dt), {**have, **{a: d for a in group}}, getattr(x, SIZES, None))
         if any(have.get(a) != d for a in group):
             attach(x, {**have, **{a: d for a in group}}, getattr(x, SIZES, None))
         return x
@@ -169,8 +172,7 @@ def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: Loca
     shapes = _shapes(x, ctx)
     n_src = _src_size(x, s, group, ctx, shapes, size)
     shape = shapes[ctx.ranks[0]]
-    op_dt, out_dt = dtypes or (None, None)
-    wire = wire_dtype(x.dtype, op_dt)
+    wire = wire_dtype(routed, x.dtype, op_dt, out_dt)
     program = program_for(routed, s, d, group, shape, dtype_name(wire), ctx.mesh, n_src, at)
     for r in ctx.ranks:
         want = local_shape(program.src, ctx.mesh, r)
@@ -181,15 +183,12 @@ def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: Loca
     bound = bound_program(program, ctx, gradient_program)
     if inplace:
         y = _in_place(bound, x)
-    elif wire != x.dtype:  # op_dtype no wider than x's: cast before the wire, the collective adds in it
-        y = bound.apply(bound.check(x.to(wire))).to(out_dt or x.dtype)
-    elif op_dt is not None and op_dt != x.dtype:  # added in a wider dtype than the wire's
+    elif wire == x.dtype and op_dt is not None and op_dt != x.dtype:  # added in a wider dtype than the wire's
         y = reduce_in(routed, bound.check(x), s, d, group, ctx, at, op_dt, out_dt, program)
-    else:
-        x = bound.check(x)
-        y = bound.apply(x)
-        if out_dt is not None and out_dt != y.dtype:  # reduced in x's dtype, then rounded once
-            y = y.to(out_dt)
+    else:  # the program in the wire's dtype (x cast first where they differ), its result cast to out_dtype
+        y = bound.apply(bound.check(x if wire == x.dtype else x.to(wire)))
+        if (out_dt or x.dtype) != y.dtype:
+            y = y.to(out_dt or x.dtype)
     out = {**have, **{a: d for a in group}}
     sizes = {k: v for k, v in (getattr(x, SIZES, None) or {}).items() if not set(k) & set(group)}
     if d.dim is not None:  # S(dim), the one local type with a tensor dim
@@ -210,7 +209,8 @@ def _in_place(bound: Bound, x: torch.Tensor) -> torch.Tensor:
 
 
 def all_gather(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
-               size: int | None = None, gather_dim: int | None = None, split_sizes: Any = None) -> torch.Tensor:
+               size: int | None = None, gather_dim: int | None = None, split_sizes: Any = None,
+               op_dtype: Any = None, out_dtype: Any = None) -> torch.Tensor:
     """Every rank gets the group's blocks: V stacks them on a new dim 0 (``gather_dim``: on
     that new dim of the result), S(i) concatenates them on dim i; dst R (gradient:
     reduce_scatter) or I (gradient: the rank's own piece)::
@@ -221,9 +221,11 @@ def all_gather(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = No
 
     ``split_sizes``: every rank's length of dim i, in group order (blocks of any lengths,
     not ``torch.chunk``'s: the DynamicShard ``f32[N@axis<s0,s1,..>]`` gathered).
+    ``op_dtype``: the dtype the blocks travel in (x cast before the wire); ``out_dtype``: the
+    result's (``torch_backend.spmd.precision``).
     """
-    return typed_call("all_gather", x, axis, src, dst, mesh, size, at=gather_dim,
-                      splits=None if split_sizes is None else (split_sizes,))
+    return typed_call("all_gather", x, axis, src, dst, mesh, size, at=gather_dim, op_dtype=op_dtype,
+                      out_dtype=out_dtype, splits=None if split_sizes is None else (split_sizes,))
 
 
 def all_reduce(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh: Any = None,
@@ -254,7 +256,8 @@ def reduce_scatter(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh
 
 
 def all_to_all(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
-               size: int | None = None, input_split_sizes: Any = None, output_split_sizes: Any = None) -> torch.Tensor:
+               size: int | None = None, input_split_sizes: Any = None, output_split_sizes: Any = None,
+               op_dtype: Any = None, out_dtype: Any = None) -> torch.Tensor:
     """V -> V transposes the mesh axis with dim 0; S(i) -> S(j) unsplits dim i and splits dim j::
 
         [A0, A1, A2]      [A0, B0, C0]
@@ -269,31 +272,36 @@ def all_to_all(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = No
     ``output_split_sizes`` (what this rank receives from each rank) goes with even input
     splits: each rank sends every rank an equal share of its rows, as ``all_to_all_single``
     does by default. The backward sends the gradients back the same way. See
-    ``torch_backend.spmd.ragged``.
+    ``torch_backend.spmd.ragged``. ``op_dtype``/``out_dtype`` as for ``all_gather``.
     """
     splits = None if input_split_sizes is None and output_split_sizes is None else (
         input_split_sizes, output_split_sizes)
-    return typed_call("all_to_all", x, axis, src, dst, mesh, size, splits=splits)
+    return typed_call("all_to_all", x, axis, src, dst, mesh, size, op_dtype=op_dtype, out_dtype=out_dtype,
+                      splits=splits)
 
 
-def reinterpret(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None) -> torch.Tensor:
-    """Change the type, not the local tensor (the value may change: reinterpret(R,P) is n times it)."""
-    return typed_call("reinterpret", x, axis, src, dst, mesh)
+def reinterpret(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
+                op_dtype: Any = None, out_dtype: Any = None) -> torch.Tensor:
+    """Change the type, not the local tensor (the value may change: reinterpret(R,P) is n times
+    it); ``op_dtype``/``out_dtype``: casts before and after, as for ``all_gather``."""
+    return typed_call("reinterpret", x, axis, src, dst, mesh, op_dtype=op_dtype, out_dtype=out_dtype)
 
 
 def convert(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
-            size: int | None = None) -> torch.Tensor:
+            size: int | None = None, op_dtype: Any = None, out_dtype: Any = None) -> torch.Tensor:
     """Change the type, keeping the value, without communication (slicing or zeroing locally)::
 
         convert(R, P):  [A]  =>  +[A], +[0], +[0]      convert(V, P):  A, B, C  =>  +[A,0,0], +[0,B,0], +[0,0,C]
+
+    ``op_dtype``/``out_dtype``: casts before and after, as for ``all_gather``.
     """
-    return typed_call("convert", x, axis, src, dst, mesh, size)
+    return typed_call("convert", x, axis, src, dst, mesh, size, op_dtype=op_dtype, out_dtype=out_dtype)
 
 
 def redistribute(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
                  size: int | None = None, op_dtype: Any = None, out_dtype: Any = None) -> torch.Tensor:
     """Keep the value, with one collective: V|S(i)->R|I all_gather, P->R|I all_reduce,
-    P->V|S(i) reduce_scatter, S(i)->S(j) all_to_all (``op_dtype``/``out_dtype`` where it reduces);
+    P->V|S(i) reduce_scatter, S(i)->S(j) all_to_all (``op_dtype``/``out_dtype`` as that collective's);
     or with none, where none is needed: R|I -> R|I|V|S(i)|P and V|S(i) -> P are the ``convert``
     (a local chunk or zero-fill: no data moves)."""
     return typed_call("redistribute", x, axis, src, dst, mesh, size, op_dtype=op_dtype, out_dtype=out_dtype)

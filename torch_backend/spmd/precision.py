@@ -16,6 +16,10 @@ one) of x, a pending reduction P(op) over a group of n ranks:
   it), then its result is cast to ``out_dtype``;
 * ``out_dtype`` defaults to x's dtype, ``op_dtype`` to x's dtype (nothing cast).
 
+The collectives that add nothing (all_gather, all_to_all, convert, reinterpret) run in
+``op_dtype`` (x cast before the wire) or, given ``out_dtype`` alone, in the narrower of x's
+dtype and it (``wire_dtype``); their result is cast to ``out_dtype``.
+
 A reduction in a dtype other than the wire's cannot be one NCCL/gloo reduction (they add in
 the wire's dtype), so it runs as an all_to_all of each rank's n pieces, the local
 reduction, and (all_reduce) an all_gather of the results: the same bytes on the wire as a
@@ -57,10 +61,17 @@ def as_dtype(d: Any, what: str) -> torch.dtype | None:
                     hint=f"e.g. {what}=torch.float32 or {what}='f32'")
 
 
-def wire_dtype(x_dtype: torch.dtype, op_dtype: torch.dtype | None) -> torch.dtype:
-    """The dtype a reducing collective sends: ``op_dtype`` where it is no wider than x's (cast
-    before the wire, the collective adds in it), else x's (added in the wider ``op_dtype``
-    after it arrives)."""
+def wire_dtype(routed: str, x_dtype: torch.dtype, op_dtype: torch.dtype | None,
+               out_dtype: torch.dtype | None) -> torch.dtype:
+    """The dtype the program of ``routed`` runs in (what it sends). A reduction: ``op_dtype``
+    where it is no wider than x's (cast before the wire, the collective adds in it), else
+    x's (added in the wider ``op_dtype`` after it arrives). Any other collective (nothing is
+    added): ``op_dtype``; without it, the narrower of x's dtype and ``out_dtype`` (casting
+    before or after a move rounds alike, and before sends fewer bytes)."""
+    if routed not in REDUCING:
+        if op_dtype is not None:
+            return op_dtype
+        return out_dtype if out_dtype is not None and out_dtype.itemsize < x_dtype.itemsize else x_dtype
     if op_dtype is None or op_dtype.itemsize > x_dtype.itemsize:
         return x_dtype
     return op_dtype
@@ -68,10 +79,6 @@ def wire_dtype(x_dtype: torch.dtype, op_dtype: torch.dtype | None) -> torch.dtyp
 
 def check_options(op: str, routed: str, src: LocalType, x: torch.Tensor, op_dtype: torch.dtype | None,
                   inplace: bool) -> None:
-    if routed not in REDUCING:
-        raise SpecError(f"spmd.{op}(src={src!r}, ...) runs a {routed}, which reduces nothing: op_dtype and "
-                        "out_dtype belong to the reducing collectives (all_reduce, reduce_scatter)",
-                        hint="drop op_dtype/out_dtype, or cast the tensor with .to(dtype)")
     if inplace:
         raise SpecError(f"spmd.{op}(..., inplace=True) keeps the buffer's dtype: it takes no op_dtype or "
                         "out_dtype", hint="drop inplace=True, or the dtype options")
