@@ -233,3 +233,53 @@ def test_dtype_options_on_convert_and_the_diagonal(fake_pg, monkeypatch) -> None
     ys, _, t, dtype = run(fake_pg, lambda x: spmd.convert(x, "x", src=R, dst=R, out_dtype=F64), xs)
     same(ys, [x.to(F64) for x in xs])
     assert dtype == F64 and t == {"x": R}
+
+
+def test_backward_options_are_the_backward_collectives_options(fake_pg, monkeypatch) -> None:
+    """``backward_options`` are given to the table's backward collective, which computes the
+    gradient: all_reduce(P,R) sent in bf16 forward (op_dtype) and summed in f32 backward
+    (the exact f32 sum of the gradients); all_gather(V,R) of bf16 data whose backward
+    reduce_scatter adds in f32 (bf16 on the wire, the exact sum rounded once to x's bf16);
+    reduce_scatter(P,S(0)) of 7 rows (3, 3, 1) whose backward all_gather runs in bf16."""
+    sent = _wire(monkeypatch)
+    xs = [torch.arange(4, dtype=F32) + r for r in range(N)]
+    gs = [torch.full((4,), 1.0 + 2.0**-12 * (r + 1), dtype=F32) for r in range(N)]  # f32 sums differ from bf16's
+    _, gx, _, _ = run(fake_pg, lambda x: spmd.all_reduce(x, "x", src=P, dst=R, op_dtype=BF,
+                                                         backward_options={"op_dtype": F32}), xs, gs)
+    assert [(k, d) for k, d, _ in sent] == [("all_reduce", BF), ("all_reduce", F32)]
+    same(gx, [sum(gs)] * N)
+    sent.clear()
+    xb = bf16_blocks(2, seed=9)
+    gb = [g.to(BF) for g in bf16_blocks(N, 2, seed=10)]
+    _, gx, _, _ = run(fake_pg, lambda x: spmd.all_gather(x, "x", src=V, dst=R, backward_options={"op_dtype": "f32"}),
+                      xb, gb)
+    assert sent[0][:2] == ("all_gather", BF) and all(d == BF for _, d, _ in sent[1:])
+    exact = exact_sum(gb)
+    same(gx, [exact[r].to(BF) for r in range(N)])
+    sent.clear()
+    full = torch.arange(7, dtype=F32) + 0.5
+    gs7 = [full[:3], full[3:6], full[6:]]
+    _, gx, _, _ = run(fake_pg, lambda x: spmd.reduce_scatter(x, "x", src=P, dst=S(0),
+                                                             backward_options={"op_dtype": BF}), [full] * N, gs7)
+    assert sent and all(d == BF for _, d, _ in sent[1:])  # the uneven gather (an exact exchange here) in bf16
+    same(gx, [full.to(BF).to(F32)] * N)
+
+
+def test_backward_options_refused_where_there_is_no_one_backward_collective(fake_pg) -> None:
+    fake_pg(N)
+    x = torch.ones(6)
+    for kw, match in [({"backward_options": {"dtype": F32}}, "takes a dict with the keys 'op_dtype' and "
+                       "'out_dtype', got 'dtype'"),
+                      ({"backward_options": F32}, "takes a dict .* got dtype"),
+                      ({"backward_options": {"op_dtype": 3}}, "backward_options op_dtype takes a torch dtype")]:
+        with pytest.raises(SpecError, match=match):
+            spmd.all_reduce(x, "x", src=P, dst=R, mesh="x=3", **kw)
+    with pytest.raises(SpecError, match=r"reinterpret\(src=I, dst=V\) has no one backward collective"):
+        spmd.reinterpret(x, "x", src=I, dst=V, mesh="x=3", backward_options={"op_dtype": F32})
+    with pytest.raises(SpecError, match=r"all_reduce\(src=P\('avg'\), dst=R\) has no one backward collective"):
+        spmd.all_reduce(x, "x", src=P("avg"), dst=R, mesh="x=3", backward_options={"op_dtype": F32})
+    with pytest.raises(SpecError, match="not inplace=True"):
+        spmd.all_reduce(x, "x", src=P, dst=R, mesh="x=3", inplace=True, backward_options={"op_dtype": F32})
+    with pytest.raises(SpecError, match="not split sizes"):
+        spmd.all_gather(x, "x", src=S(0), dst=R, mesh="x=3", split_sizes=[2, 2, 2],
+                        backward_options={"op_dtype": F32})

@@ -16,7 +16,7 @@ import torch
 
 from lowering.layout import local_shape
 from lowering.spmd.programs import gradient_program, program_for, stack_dim
-from lowering.spmd.rules import check_pair, check_whole_average
+from lowering.spmd.rules import backward_of, check_pair, check_whole_average
 from lowering.spmd.types import resolve
 from spec_lang.errors import SpecError
 from spec_lang.local_type import LocalType
@@ -29,8 +29,15 @@ from torch_backend.dtypes import dtype_name
 from torch_backend.groups import MeshContext
 from torch_backend.spmd import ragged
 from torch_backend.spmd.check import STRICT, refuse_untyped_collective
-from torch_backend.spmd.mesh import as_axes, mesh_context
-from torch_backend.spmd.precision import as_dtype, check_options, reduce_in, wire_dtype
+from torch_backend.spmd.mesh import as_axes, current_mesh, mesh_context
+from torch_backend.spmd.precision import (
+    as_dtype,
+    backward_dtypes,
+    check_options,
+    reduce_in,
+    wire_dtype,
+    with_backward,
+)
 from torch_backend.spmd.tags import recorded_size, typeof
 from torch_backend.type_tags import SIZES, UNCHECKED, attach, unchecked
 
@@ -64,15 +71,21 @@ def _src_size(x: torch.Tensor, src: LocalType, group: tuple[str, ...], ctx: Mesh
 
 def typed_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: Any = None,
                size: int | None = None, inplace: bool = False, at: int | None = None,
-               op_dtype: Any = None, out_dtype: Any = None, splits: tuple | None = None) -> torch.Tensor:
+               op_dtype: Any = None, out_dtype: Any = None, splits: tuple | None = None,
+               backward_options: Any = None) -> torch.Tensor:
     """Check, build and run ``op(x, axis, src, dst)``; the result carries its type. ``at``:
-    the dim V stacks on (``gather_dim``/``scatter_dim``); ``op_dtype``/``out_dtype``: a
-    reduction's dtypes (``torch_backend.spmd.precision``); ``splits``: split sizes, the
-    ragged collectives (``torch_backend.spmd.ragged``)."""
+    the dim V stacks on (``gather_dim``/``scatter_dim``); ``op_dtype``/``out_dtype``: the
+    dtypes it runs in and returns (``torch_backend.spmd.precision``); ``backward_options``:
+    those of its backward collective; ``splits``: split sizes, the ragged collectives
+    (``torch_backend.spmd.ragged``)."""
     if torch.compiler.is_dynamo_compiling():
         if splits is not None:
             raise SpecError(f"spmd.{op} with split sizes cannot run inside torch.compile (its sizes are data)",
                             hint="call it outside the compiled region")
+        if backward_options is not None:
+            raise SpecError(f"spmd.{op}(..., backward_options=...) cannot run inside torch.compile",
+                            hint="call it outside the compiled region, or drop backward_options (the backward "
+                            "then runs in the forward's dtypes)")
         return traced.call("spmd", op, x, axis, src, dst, mesh=mesh, size=size, inplace=inplace, at=at,
                            op_dtype=op_dtype, out_dtype=out_dtype)
     if not isinstance(x, torch.Tensor):
@@ -88,6 +101,8 @@ def typed_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: An
     if op_dtype is not None or out_dtype is not None:
         dtypes = as_dtype(op_dtype, "op_dtype"), as_dtype(out_dtype, "out_dtype")
         check_options(op, routed, s, x, dtypes[0], inplace)
+    bw = None if backward_options is None else backward_dtypes(op, routed, s, d, backward_options, inplace,
+                                                               splits is not None)
     if STRICT.get() and not UNCHECKED[0]:  # under typecheck(strict=True): src must be x's type, not a claim
         _check_typed(op, x, axis, mesh)
     with unchecked():
@@ -96,7 +111,8 @@ def typed_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: An
                 raise SpecError(f"spmd.{op} with split sizes takes no op_dtype, out_dtype or gather/scatter dim",
                                 hint="cast the tensor before or after the call")
             return _ragged(op, routed, x, axis, s, d, mesh, splits)
-        return _run(op, routed, x, axis, s, d, mesh, size, inplace, dim, dtypes)
+        return _run(op, routed, x, axis, s, d, mesh, size, inplace, dim, dtypes,
+                    None if bw is None else (bw, at))
 
 
 def _check_typed(op: str, x: torch.Tensor, axis: Any, mesh: Any) -> None:
@@ -155,7 +171,8 @@ def _traced_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: 
 
 def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: LocalType, mesh: Any,
          size: int | None, inplace: bool, at: int = 0,
-         dtypes: tuple[torch.dtype | None, torch.dtype | None] | None = None) -> torch.Tensor:
+         dtypes: tuple[torch.dtype | None, torch.dtype | None] | None = None,
+         backward: tuple[tuple[torch.dtype | None, torch.dtype | None], int | None] | None = None) -> torch.Tensor:
     if inplace and x.requires_grad and torch.is_grad_enabled():
         raise SpecError(f"spmd.{op}(..., inplace=True) takes a tensor autograd does not record (a gradient "
                         "buffer); this one requires grad", hint="drop inplace=True (the result is then a new "
@@ -181,14 +198,30 @@ def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: Loca
                             f"gives it {list(want)} (uneven blocks follow torch.chunk)",
                             hint="give every rank its block, or pass size= (the global length of the split dim)")
     bound = bound_program(program, ctx, gradient_program)
-    if inplace:
-        y = _in_place(bound, x)
-    elif wire == x.dtype and op_dt is not None and op_dt != x.dtype:  # added in a wider dtype than the wire's
-        y = reduce_in(routed, bound.check(x), s, d, group, ctx, at, op_dt, out_dt, program)
-    else:  # the program in the wire's dtype (x cast first where they differ), its result cast to out_dtype
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        if inplace:
+            return _in_place(bound, x)
+        if wire == x.dtype and op_dt is not None and op_dt != x.dtype:  # added in a wider dtype than the wire's
+            return reduce_in(routed, bound.check(x), s, d, group, ctx, at, op_dt, out_dt, program)
+        # the program in the wire's dtype (x cast first where they differ), its result cast to out_dtype
         y = bound.apply(bound.check(x if wire == x.dtype else x.to(wire)))
-        if (out_dt or x.dtype) != y.dtype:
-            y = y.to(out_dt or x.dtype)
+        return y if (out_dt or x.dtype) == y.dtype else y.to(out_dt or x.dtype)
+
+    if backward is not None and x.requires_grad and torch.is_grad_enabled():
+        (b_op_dt, b_out_dt), user_at = backward
+        b_op, b_src, b_dst = backward_of(routed, s, d)
+        b_size = program.dst.dims[b_src.dim].size if b_src.dim is not None else None
+        where = current_mesh(mesh)
+
+        def gradient(g: torch.Tensor) -> torch.Tensor:  # the table's backward collective, with the options
+            with unchecked():
+                return typed_call(b_op, g, axis, b_src, b_dst, where, b_size, at=user_at, op_dtype=b_op_dt,
+                                  out_dtype=b_out_dt or x.dtype)
+
+        y = with_backward(x, forward, gradient)
+    else:
+        y = forward(x)
     out = {**have, **{a: d for a in group}}
     sizes = {k: v for k, v in (getattr(x, SIZES, None) or {}).items() if not set(k) & set(group)}
     if d.dim is not None:  # S(dim), the one local type with a tensor dim
@@ -210,7 +243,8 @@ def _in_place(bound: Bound, x: torch.Tensor) -> torch.Tensor:
 
 def all_gather(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
                size: int | None = None, gather_dim: int | None = None, split_sizes: Any = None,
-               op_dtype: Any = None, out_dtype: Any = None) -> torch.Tensor:
+               op_dtype: Any = None, out_dtype: Any = None,
+               backward_options: Any = None) -> torch.Tensor:
     """Every rank gets the group's blocks: V stacks them on a new dim 0 (``gather_dim``: on
     that new dim of the result), S(i) concatenates them on dim i; dst R (gradient:
     reduce_scatter) or I (gradient: the rank's own piece)::
@@ -225,23 +259,30 @@ def all_gather(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = No
     result's (``torch_backend.spmd.precision``).
     """
     return typed_call("all_gather", x, axis, src, dst, mesh, size, at=gather_dim, op_dtype=op_dtype,
-                      out_dtype=out_dtype, splits=None if split_sizes is None else (split_sizes,))
+                      out_dtype=out_dtype, splits=None if split_sizes is None else (split_sizes,),
+                      backward_options=backward_options)
 
 
 def all_reduce(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh: Any = None,
-               inplace: bool = False, op_dtype: Any = None, out_dtype: Any = None) -> torch.Tensor:
+               inplace: bool = False, op_dtype: Any = None, out_dtype: Any = None,
+               backward_options: Any = None) -> torch.Tensor:
     """Finish the pending reduction: ``+A, +B, +C  =>  A + B + C`` on every rank (R or I).
 
     ``inplace=True`` reduces ``x`` itself (a flat gradient buffer: no copy) and returns it,
     retyped; for a tensor autograd does not record (under ``torch.no_grad()``, or a ``.grad``).
     ``op_dtype``: add in that dtype, sending x's (bf16 on the wire, fp32 sums); ``out_dtype``:
-    the result's dtype (``torch_backend.spmd.precision`` says exactly what each means)."""
-    return typed_call("all_reduce", x, axis, src, dst, mesh, inplace=inplace, op_dtype=op_dtype, out_dtype=out_dtype)
+    the result's dtype (``torch_backend.spmd.precision`` says exactly what each means).
+    ``backward_options`` (every collective takes it): ``{"op_dtype": .., "out_dtype": ..}``,
+    the options of the table's backward collective (here all_reduce(P,R)), which computes
+    the gradient."""
+    return typed_call("all_reduce", x, axis, src, dst, mesh, inplace=inplace, op_dtype=op_dtype, out_dtype=out_dtype,
+                      backward_options=backward_options)
 
 
 def reduce_scatter(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh: Any = None,
                    scatter_dim: int | None = None, op_dtype: Any = None, out_dtype: Any = None,
-                   split_sizes: Any = None) -> torch.Tensor:
+                   split_sizes: Any = None,
+                   backward_options: Any = None) -> torch.Tensor:
     """Finish the pending reduction, keeping this rank's piece: V unbinds dim 0 (``scatter_dim``:
     that dim), S(i) chunks dim i::
 
@@ -252,12 +293,14 @@ def reduce_scatter(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh
     ``op_dtype``/``out_dtype`` as for ``all_reduce``; ``split_sizes``: every rank's length of
     dim i, in group order (the DynamicShard ``f32[N@axis<s0,s1,..>]``)."""
     return typed_call("reduce_scatter", x, axis, src, dst, mesh, at=scatter_dim, op_dtype=op_dtype,
-                      out_dtype=out_dtype, splits=None if split_sizes is None else (split_sizes,))
+                      out_dtype=out_dtype, splits=None if split_sizes is None else (split_sizes,),
+                      backward_options=backward_options)
 
 
 def all_to_all(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
                size: int | None = None, input_split_sizes: Any = None, output_split_sizes: Any = None,
-               op_dtype: Any = None, out_dtype: Any = None) -> torch.Tensor:
+               op_dtype: Any = None, out_dtype: Any = None,
+               backward_options: Any = None) -> torch.Tensor:
     """V -> V transposes the mesh axis with dim 0; S(i) -> S(j) unsplits dim i and splits dim j::
 
         [A0, A1, A2]      [A0, B0, C0]
@@ -277,31 +320,37 @@ def all_to_all(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = No
     splits = None if input_split_sizes is None and output_split_sizes is None else (
         input_split_sizes, output_split_sizes)
     return typed_call("all_to_all", x, axis, src, dst, mesh, size, op_dtype=op_dtype, out_dtype=out_dtype,
-                      splits=splits)
+                      splits=splits, backward_options=backward_options)
 
 
 def reinterpret(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
-                op_dtype: Any = None, out_dtype: Any = None) -> torch.Tensor:
+                op_dtype: Any = None, out_dtype: Any = None,
+                backward_options: Any = None) -> torch.Tensor:
     """Change the type, not the local tensor (the value may change: reinterpret(R,P) is n times
     it); ``op_dtype``/``out_dtype``: casts before and after, as for ``all_gather``."""
-    return typed_call("reinterpret", x, axis, src, dst, mesh, op_dtype=op_dtype, out_dtype=out_dtype)
+    return typed_call("reinterpret", x, axis, src, dst, mesh, op_dtype=op_dtype, out_dtype=out_dtype,
+                      backward_options=backward_options)
 
 
 def convert(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
-            size: int | None = None, op_dtype: Any = None, out_dtype: Any = None) -> torch.Tensor:
+            size: int | None = None, op_dtype: Any = None, out_dtype: Any = None,
+            backward_options: Any = None) -> torch.Tensor:
     """Change the type, keeping the value, without communication (slicing or zeroing locally)::
 
         convert(R, P):  [A]  =>  +[A], +[0], +[0]      convert(V, P):  A, B, C  =>  +[A,0,0], +[0,B,0], +[0,0,C]
 
     ``op_dtype``/``out_dtype``: casts before and after, as for ``all_gather``.
     """
-    return typed_call("convert", x, axis, src, dst, mesh, size, op_dtype=op_dtype, out_dtype=out_dtype)
+    return typed_call("convert", x, axis, src, dst, mesh, size, op_dtype=op_dtype, out_dtype=out_dtype,
+                      backward_options=backward_options)
 
 
 def redistribute(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
-                 size: int | None = None, op_dtype: Any = None, out_dtype: Any = None) -> torch.Tensor:
+                 size: int | None = None, op_dtype: Any = None, out_dtype: Any = None,
+                 backward_options: Any = None) -> torch.Tensor:
     """Keep the value, with one collective: V|S(i)->R|I all_gather, P->R|I all_reduce,
     P->V|S(i) reduce_scatter, S(i)->S(j) all_to_all (``op_dtype``/``out_dtype`` as that collective's);
     or with none, where none is needed: R|I -> R|I|V|S(i)|P and V|S(i) -> P are the ``convert``
     (a local chunk or zero-fill: no data moves)."""
-    return typed_call("redistribute", x, axis, src, dst, mesh, size, op_dtype=op_dtype, out_dtype=out_dtype)
+    return typed_call("redistribute", x, axis, src, dst, mesh, size, op_dtype=op_dtype, out_dtype=out_dtype,
+                      backward_options=backward_options)

@@ -34,12 +34,14 @@ wire), returned in x's dtype.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from lowering.program import Program
 from lowering.spmd.programs import gradient_program, program_for
+from lowering.spmd.rules import BACKWARD
 from spec_lang.dual import check_differentiable
 from spec_lang.errors import SpecError
 from spec_lang.ir import canonical_dtype
@@ -164,3 +166,42 @@ def reduce_in(routed: str, x: torch.Tensor, src: LocalType, dst: LocalType, grou
     if torch.is_grad_enabled() and x.requires_grad:
         return _Accumulated.apply(x, how, program)
     return _reduce(x, *how)
+
+
+def backward_dtypes(op: str, routed: str, src: LocalType, dst: LocalType, options: Any, inplace: bool,
+                    ragged: bool) -> tuple[torch.dtype | None, torch.dtype | None]:
+    """``backward_options`` read and checked: ``{"op_dtype": ..., "out_dtype": ...}``, the
+    options of the backward collective (the forward/backward table's), which runs as the
+    typed call with them; its result (default x's dtype) is the gradient."""
+    if not isinstance(options, dict) or not set(options) <= {"op_dtype", "out_dtype"}:
+        got = ", ".join(sorted(map(repr, options))) if isinstance(options, dict) else type(options).__name__
+        raise SpecError(f"spmd.{op}: backward_options takes a dict with the keys 'op_dtype' and 'out_dtype', got "
+                        f"{got}", hint="e.g. backward_options={'op_dtype': torch.float32}")
+    if inplace or ragged:
+        raise SpecError(f"spmd.{op}: backward_options goes with a differentiable call of even blocks, not "
+                        f"{'inplace=True' if inplace else 'split sizes'}", hint="drop backward_options")
+    if (routed, src.kind, dst.kind) not in BACKWARD or src.op != "sum":
+        raise SpecError(f"spmd.{op}(src={src!r}, dst={dst!r}) has no one backward collective to give "
+                        "backward_options to (a composition through R, or a pending reduction other than a sum)",
+                        hint="drop backward_options, or call the steps one by one")
+    return as_dtype(options.get("op_dtype"), "backward_options op_dtype"), as_dtype(
+        options.get("out_dtype"), "backward_options out_dtype")
+
+
+class _WithBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, forward: Callable[[torch.Tensor], torch.Tensor],
+                gradient: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        ctx.gradient = gradient
+        return forward(x)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        return ctx.gradient(g.contiguous()), None, None
+
+
+def with_backward(x: torch.Tensor, forward: Callable[[torch.Tensor], torch.Tensor],
+                  gradient: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """``forward(x)``, whose gradient is ``gradient(g)``: a collective whose backward runs
+    with ``backward_options`` (the typed backward collective called with them)."""
+    return _WithBackward.apply(x, forward, gradient)
