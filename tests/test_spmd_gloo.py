@@ -89,6 +89,11 @@ def _peer_rules(rank: int, world: int) -> dict:
     g = torch.tensor([256.0, 1.0 + 2.0**-9], dtype=torch.float32) * (rank + 1)
     y = spmd.all_reduce(g, "x", src=P, dst=R, op_dtype=torch.bfloat16, mesh="x=3")
     out["narrow"] = (y.dtype == torch.float32, y.tolist())
+    import torch_backend as tb
+
+    with spmd.use_mesh("x=3"), spmd.typecheck(strict=True):  # shardc's own c10d calls stay outside the checker
+        moved = tb.redistribute(torch.arange(2.0) + 2 * rank, "f32[6@x]", "f32[6@y]", "x=3", dst_mesh="y=3@[2,0,1]")
+    out["cross"] = moved.tolist()
     rows = torch.arange(3.0, dtype=torch.float64) + 10 * rank
     out["a2a"] = spmd.all_to_all(rows, "x", src=V, dst=V, output_split_sizes=[1, 1, 1], mesh="x=3").tolist()
     return out
@@ -260,3 +265,5 @@ def test_peer_rules_on_three_gloo_processes() -> None:
         want = sum(torch.tensor([256.0, 1.0 + 2.0**-9]).mul(k + 1).to(bf) for k in range(3)).float().tolist()
         assert res[r]["narrow"] == (True, want)
         assert res[r]["a2a"] == [float(r + 10 * s) for s in range(3)]
+        c = [1, 2, 0][r]  # rank r's coordinate on y=3@[2,0,1]
+        assert res[r]["cross"] == [2.0 * c, 2.0 * c + 1]

@@ -319,7 +319,7 @@ def _group_axes(name: str, group: Any, strict: bool) -> tuple[str, ...] | None:
     try:
         ctx = mesh_context()
     except SpecError:
-        raise SpecError(f"torch.distributed.{name} of a typed tensor under typecheck(): the checker needs the "
+        raise SpecError(f"torch.distributed.{name} under typecheck(): the checker needs the "
                         "mesh to read its process group as mesh axes",
                         hint="wrap the code in `with spmd.use_mesh(mesh):`") from None
     ranks = set(dist.get_process_group_ranks(group if group is not None else dist.group.WORLD))
