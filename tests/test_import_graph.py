@@ -1,8 +1,9 @@
-"""The import graph of spec_lang, lowering and torch_backend, read from the source as ``ast``
+"""The import graph of spec_lang, lowering, jax_backend and torch_backend, read from the source as ``ast``
 sees it: imports at module level, under ``TYPE_CHECKING`` and inside functions alike, and a
 name imported through a lazy package (``spec_lang.lazy.lazy_exports``) as an import of the
 module that defines it (a lazy package itself imports every module of its table). The
-packages import one way (spec_lang -> lowering -> torch_backend) and form no import cycle;
+packages import one way (spec_lang -> lowering -> jax_backend -> torch_backend: jax_backend never
+imports torch_backend, whose CLI may run it) and form no import cycle;
 no private name crosses modules; the data (Step, Program, Cost) reaches no step-kind
 registry and no planner, and the step kinds reach no planner; no file name is used by two
 packages; and a lazy package's ``TYPE_CHECKING`` imports are its table, so a type checker
@@ -17,7 +18,7 @@ from pathlib import Path
 from spec_lang.lazy import TABLES
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("spec_lang", "lowering", "torch_backend")  # in import order
+PACKAGES = ("spec_lang", "lowering", "jax_backend", "torch_backend")  # in import order (the CLI runs jax_backend)
 PLANNER = {"lowering.planner", "lowering.labels", "lowering.moves", "lowering.fallback", "lowering.bounds",
            "lowering.uneven_planner"}
 

@@ -1,0 +1,13 @@
+"""The JAX engine: shardc's programs run inside JAX, as one ``jax.shard_map`` of ``lax``
+collectives per redistribution (docs/jax.md).
+
+Imports spec_lang, lowering and jax; torch only inside ``to_torch`` / ``from_torch``.
+"""
+
+from __future__ import annotations
+
+from jax_backend.engine import describe, lower_program
+from jax_backend.lowerings import LOWERINGS, Lowered, lowers
+from jax_backend.redistribution import redistribute, redistributor
+
+__all__ = ["LOWERINGS", "Lowered", "describe", "lower_program", "lowers", "redistribute", "redistributor"]
