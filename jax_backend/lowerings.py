@@ -101,7 +101,12 @@ def _world(mesh: Mesh) -> tuple[str, ...]:
 def exchange(step: Step, mesh: Mesh) -> Lowered:
     """The exact exchange in ``ppermute`` rounds (``jax_backend.tables``)."""
     tables = step_tables(step, mesh)
-    calls = tuple(f"lax.ppermute(x, {_text(_world(mesh))}, perm={list(rd.perm)})" for rd in tables.rounds)
+    if tables.dense is not None:
+        axes, rd = tables.dense
+        calls: tuple[str, ...] = (f"lax.all_to_all(packed, {_text(axes)}, 0, 0, tiled=True)  "
+                                  f"# {rd.send.shape[1]} pieces of {rd.send.shape[2]}",)
+    else:
+        calls = tuple(f"lax.ppermute(x, {_text(_world(mesh))}, perm={list(rd.perm)})" for rd in tables.rounds)
     return Lowered(table_exchange(tables, _world(mesh)), calls or ("(local gather)",), flat=True)
 
 

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lowering.kinds import kind_of, simulate_step
-from lowering.layout import local_shapes
+from lowering.layout import group_ranks, local_shapes
 from lowering.program import Step
 from spec_lang.ir import Mesh
 
@@ -45,8 +45,8 @@ class Round:
     in its flat output (``recv``, padded with the output's size: dropped)."""
 
     perm: tuple[tuple[int, int], ...]
-    send: np.ndarray  # (world, width) int32
-    recv: np.ndarray  # (world, width) int32
+    send: np.ndarray  # (world, width) int32; a dense round's (world, members, width)
+    recv: np.ndarray  # the same shape
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,9 @@ class Tables:
     group: int  # the reducing group's size (an average divides once by it)
     keep_src: np.ndarray  # (world, out_max) int32: own element that lands there, or -1
     rounds: tuple[Round, ...]
+    # where every member of each group over the step's axes sends every other a piece: the
+    # axes, and one dense round whose tables hold a row per member (``lax.all_to_all``)
+    dense: tuple[tuple[str, ...], Round] | None = None
 
     @property
     def out_max(self) -> int:
@@ -106,9 +109,31 @@ def step_tables(step: Step, mesh: Mesh) -> Tables:
                 at = src == q
                 moves.setdefault((q, r), []).extend(zip(elem[at].tolist(), hit[at].tolist()))
     if reduces:
-        group = max(1, mesh.group_size(tuple(a for a in step.axes)))
+        group = max(1, mesh.group_size(step.axes))
     return Tables(world, in_sizes, out_shapes, step.op if reduces else None, group, keep,
-                  _rounds(moves, world, out_max))
+                  _rounds(moves, world, out_max), _dense(moves, mesh, step.axes, out_max))
+
+
+def _dense(moves: dict[tuple[int, int], list[tuple[int, int]]], mesh: Mesh, axes: tuple[str, ...],
+           out_max: int) -> tuple[tuple[str, ...], Round] | None:
+    """One ``lax.all_to_all`` over ``axes`` where the transfers are exactly every ordered pair
+    of distinct members of each group: row m of a rank's tables is its piece for (from)
+    the m-th member, row-major over ``axes`` as listed (the collective's member order)."""
+    if not axes or not moves:
+        return None
+    n = mesh.group_size(axes)
+    groups = {r: group_ranks(mesh, axes, r) for r in range(mesh.size)}
+    want = {(q, r) for q in range(mesh.size) for r in groups[q] if r != q}
+    if n < 3 or set(moves) != want:  # two members: one ppermute is the same exchange
+        return None
+    width = max(len(v) for v in moves.values())
+    send = np.zeros((mesh.size, n, width), dtype=np.int32)
+    recv = np.full((mesh.size, n, width), out_max, dtype=np.int32)
+    for (q, r), pairs in moves.items():
+        got = np.asarray(pairs, dtype=np.int64)
+        send[q, groups[q].index(r), : len(got)] = got[:, 0]
+        recv[r, groups[r].index(q), : len(got)] = got[:, 1]
+    return axes, Round((), send, recv)
 
 
 def _rounds(moves: dict[tuple[int, int], list[tuple[int, int]]], world: int, out_max: int) -> tuple[Round, ...]:
@@ -161,7 +186,15 @@ def table_exchange(tables: Tables, names: tuple[str, ...]) -> Callable[[Block], 
         mine = jnp.take(x, jnp.maximum(keep, 0), mode="clip") if x.size else jnp.zeros(keep.shape, x.dtype)
         base = _identity(op, x.dtype) if op is not None else jnp.zeros((), x.dtype)
         acc = jnp.where(keep >= 0, mine, base)
-        for rd in tables.rounds:
+        if tables.dense is not None:
+            axes, rd = tables.dense
+            sent = jnp.take(x, jnp.asarray(rd.send)[me], mode="clip")  # (members, width)
+            got = jax.lax.all_to_all(sent, axes if len(axes) > 1 else axes[0], 0, 0, tiled=True)
+            acc = combine(acc, got.reshape(-1), jnp.asarray(rd.recv)[me].reshape(-1))
+            rounds: tuple[Round, ...] = ()
+        else:
+            rounds = tables.rounds
+        for rd in rounds:
             sent = jnp.take(x, jnp.asarray(rd.send)[me], mode="clip")
             got = jax.lax.ppermute(sent, names, perm=list(rd.perm))
             acc = combine(acc, got, jnp.asarray(rd.recv)[me])
