@@ -6,8 +6,10 @@ Imports spec_lang, lowering and jax; torch only inside ``to_torch`` / ``from_tor
 
 from __future__ import annotations
 
+from jax_backend.arrays import blocks_of, from_blocks, to_blocks
+from jax_backend.default_model import default_cost_model
 from jax_backend.engine import describe, lower_program
 from jax_backend.lowerings import LOWERINGS, Lowered, lowers
 from jax_backend.redistribution import redistribute, redistributor
 
-__all__ = ["LOWERINGS", "Lowered", "describe", "lower_program", "lowers", "redistribute", "redistributor"]
+__all__ = ["LOWERINGS", "Lowered", "blocks_of", "from_blocks", "to_blocks", "default_cost_model", "describe", "lower_program", "lowers", "redistribute", "redistributor"]

@@ -33,10 +33,9 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from jax_backend.box_exchange import box_exchange, box_plan
 from jax_backend.tables import step_tables, table_exchange
-from lowering.layout import local_shapes
 from lowering.program import Step
 from spec_lang.ir import Mesh, TensorType
 
@@ -200,11 +199,27 @@ def _dense_swap(step: Step) -> tuple[int, int, tuple[str, ...]] | None:
     return grown[0][0], lost[0][0], lost[0][1]
 
 
+def boxes_or_tables(step: Step, mesh: Mesh) -> Lowered:
+    """An even exchange as box pieces (``jax_backend.box_exchange``), else the tables."""
+    plan = box_plan(step, mesh)
+    if plan is None:
+        return exchange(step, mesh)
+    names = _world(mesh)
+    if plan.dense is not None:
+        axes, shape, _, _ = plan.dense
+        calls: tuple[str, ...] = (f"lax.all_to_all(stack(dynamic_slice(x, .., {list(shape)}) per member), "
+                                  f"{_text(axes)}, 0, 0, tiled=True)",)
+    else:
+        calls = tuple(f"lax.ppermute({'x' if rd.whole else f'dynamic_slice(x, .., {list(rd.shape)})'}, "
+                      f"{_text(names)}, perm={[p for p in rd.pairs if p[0] != p[1]]})" for rd in plan.rounds)
+    return Lowered(box_exchange(plan, names), calls)
+
+
 @lowers("all_to_all")
 def all_to_all(step: Step, mesh: Mesh) -> Lowered:
     swap = _dense_swap(step) if _even_pair(step, mesh) else None
-    if swap is None:  # members that talk to one or two peers: a dense all_to_all would send more
-        return exchange(step, mesh)
+    if swap is None:  # a merged exchange: one all_to_all where every member talks to every
+        return boxes_or_tables(step, mesh)  # other, else ppermute rounds (a dense one would send more)
     split, concat, axes = swap
 
     def run(x: Block) -> Block:
@@ -215,33 +230,8 @@ def all_to_all(step: Step, mesh: Mesh) -> Lowered:
 
 @lowers("permute")
 def permute(step: Step, mesh: Mesh) -> Lowered:
-    """Each rank's block is one peer's whole block (else the table exchange)."""
-    tables = step_tables(step, mesh)
-    shapes = local_shapes(step.src, mesh)
-    whole = len(set(shapes)) == 1 and len(tables.rounds) <= 1 and tables.op is None
-    size = tables.in_sizes[0] if tables.in_sizes else 0
-    ident = np.arange(size)
-    kept = [bool((row == ident).all()) for row in tables.keep_src[:, :size]] if whole else []
-    if whole and tables.rounds:
-        rd = tables.rounds[0]
-        sent = {q for q, _ in rd.perm}
-        got = {r for _, r in rd.perm}
-        whole = all((rd.send[q, :size] == ident).all() and rd.send.shape[1] == size for q in sent) and \
-            all((rd.recv[r, :size] == ident).all() for r in got) and \
-            all(kept[r] or r in got for r in range(tables.world)) and all(not (kept[r] and r in got) for r in got)
-    if not whole or local_shapes(step.dst, mesh) != shapes:
-        return exchange(step, mesh)
-    perm = list(tables.rounds[0].perm) if tables.rounds else []
-    keep_own = np.asarray(kept)
-    names = _world(mesh)
-
-    def run(x: Block) -> Block:
-        if not perm:
-            return x
-        y = jax.lax.ppermute(x, names, perm=perm)
-        return jnp.where(jnp.asarray(keep_own)[jax.lax.axis_index(names)], x, y)
-
-    return Lowered(run, (f"lax.ppermute(x, {_text(names)}, perm={perm})",))
+    """Each rank's block is one peer's whole block: one ``ppermute`` (else box rounds)."""
+    return boxes_or_tables(step, mesh)
 
 
 @lowers("slice")

@@ -108,8 +108,20 @@ def test_lowering_matches_simulate(name: str, mesh: Mesh, step: Step) -> None:
     ("f32[16@tp,8]", "f32[16,8@tp]", "dp=2,tp=4", "lax.all_to_all(x, 'tp', split_axis=1, concat_axis=0"),
     ("f32[16,8]", "f32[16@tp,8]", "dp=2,tp=4", "lax.dynamic_slice_in_dim"),
     # a merged exchange where every member sends every other a piece: one all_to_all
-    ("f32[16@(tp,dp),16]", "f32[16,16@dp]", "dp=4,tp=2", "lax.all_to_all(packed, ('dp', 'tp'), 0, 0"),
+    ("f32[16@(tp,dp),16]", "f32[16,16@dp]", "dp=4,tp=2", "lax.all_to_all(stack(dynamic_slice(x, .., [2, 4])"),
 ])
 def test_even_collectives_become_their_lax_call(src: str, dst: str, mesh: str, call: str) -> None:
     text = "\n".join(describe(lowering.compile(src, dst, mesh)))
     assert call in text and "ppermute" not in text, text
+
+
+@pytest.mark.parametrize("src,dst,mesh,calls", [
+    # members that talk to one or two peers: ppermute rounds of box pieces, no dense exchange
+    ("f32[16@dp,8@tp]", "f32[16@tp,8@dp]", "dp=2,tp=4", 2),
+    # whole blocks to one peer each: one ppermute of the block itself
+    ("f32[16@(dp,tp),8]", "f32[16@(tp,dp),8]", "dp=2,tp=4", 1),
+])
+def test_sparse_exchanges_become_ppermute_rounds(src: str, dst: str, mesh: str, calls: int) -> None:
+    text = "\n".join(describe(lowering.compile(src, dst, mesh)))
+    assert text.count("lax.ppermute(") == calls and "all_to_all(" not in text.split(":", 1)[1], text
+    assert ("lax.ppermute(x," in text) == (calls == 1), text

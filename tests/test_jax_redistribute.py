@@ -39,22 +39,21 @@ CASES = [
 
 
 def _array(text: str, mesh: str, seed: int = 0) -> jax.Array:
-    """An array of type ``text``: each rank's block from the layout algebra (a pending sum:
-    a different addend per rank)."""
+    """An array of type ``text``: each rank's block of a random global array, a pending sum
+    a different addend for each coordinate of its summed axes (equal copies elsewhere)."""
     t, m = lowering.resolve(text, mesh)
     rng = np.random.default_rng(seed)
-    sharding = to_jax(t, m)
-    blocks = [rng.integers(-9, 10, size=s).astype(np.float32) if t.partial_axes else None
-              for s in lowering.local_shapes(t, m)]
-    full = rng.integers(-9, 10, size=t.shape).astype(np.float32)
-    blocks = [b if b is not None else full[sl] for b, sl in zip(blocks, lowering.local_slices(t, m))]
-    devices = list(sharding.mesh.devices.flat)
-    return jax.make_array_from_single_device_arrays(
-        t.shape, sharding, [jax.device_put(b, d) for b, d in zip(blocks, devices)])
+    summed = [m.index(a) for a in t.partial_axes]
+    addends: dict[tuple[int, ...], np.ndarray] = {}
+    blocks = []
+    for r, sl in enumerate(lowering.local_slices(t, m)):
+        key = tuple(m.coords(r)[i] for i in summed)
+        addends.setdefault(key, rng.integers(-9, 10, size=t.shape).astype(np.float32))
+        blocks.append(addends[key][sl])
+    return jax_backend.from_blocks(blocks, t, to_jax(t, m).mesh)
 
 
-def _blocks(x: jax.Array) -> list[np.ndarray]:
-    return [np.asarray(s.data) for s in sorted(x.addressable_shards, key=lambda s: s.device.id)]
+_blocks = jax_backend.blocks_of
 
 
 def _same(a: jax.Array, b: jax.Array) -> bool:
