@@ -6,10 +6,10 @@ box, q and r in one group over the step's axes (whose source boxes are disjoint)
 rank finds its own piece's corner in a (world, ndim) table by ``lax.axis_index``, so the
 tables are as small as the mesh, whatever the blocks' size::
 
-    dense  (every member sends every member a piece of one shape)
-           pieces = [dynamic_slice(x, at[me, m], shape) for m in members]
-           got = lax.all_to_all(stack(pieces), axes, 0, 0, tiled=True)
-           y = dynamic_update_slice(y, got[m], to[me, m]) for m in members
+    dense  (every member sends every member a piece of one shape, cells of one grid)
+           pieces = take(cells(x), send[me])          # the piece for member m at row m
+           got = lax.all_to_all(pieces, axes, 0, 0, tiled=True)
+           y = uncells(take(got, place[me]))          # each received piece to its cell
     rounds (else: each round one send and one receive a rank, pieces of one shape)
            y = dynamic_update_slice(y, ppermute(dynamic_slice(x, at[me], shape)), to[me])
 
@@ -44,11 +44,23 @@ class BoxRound:
 
 
 @dataclass(frozen=True)
+class Dense:
+    """One ``lax.all_to_all``: the pieces are cells of a grid of ``shape`` on both blocks;
+    ``send[r, m]`` is the cell of r's block it sends its m-th member, ``place[r, k]`` the
+    member whose piece fills cell k of r's output (row-major cells)."""
+
+    axes: tuple[str, ...]
+    shape: tuple[int, ...]
+    send: np.ndarray  # (world, members) int32
+    place: np.ndarray  # (world, cells) int32
+
+
+@dataclass(frozen=True)
 class BoxPlan:
     in_shape: tuple[int, ...]
     out_shape: tuple[int, ...]
     rounds: tuple[BoxRound, ...]
-    dense: tuple[tuple[str, ...], tuple[int, ...], np.ndarray, np.ndarray] | None  # axes, shape, at, to
+    dense: Dense | None
     spare: int  # rows of the spare slab on dim 0 (0: every rank receives in every round)
 
 
@@ -79,7 +91,7 @@ def box_plan(step: Step, mesh: Mesh) -> BoxPlan | None:
             covered[r] += int(np.prod(hi - lo))
     if (covered != np.prod(outs[0])).any():  # members' source boxes overlap or leave a gap
         return None
-    dense = _dense(moves, mesh, step.axes)
+    dense = _dense(moves, mesh, step.axes, ins[0], outs[0])
     rounds: list[list[tuple[int, int, tuple[int, ...], np.ndarray, np.ndarray]]] = []
     if dense is None:
         for mv in sorted(moves, key=lambda mv: (mv[2], mv[0], mv[1])):
@@ -106,19 +118,43 @@ def box_plan(step: Step, mesh: Mesh) -> BoxPlan | None:
 
 
 def _dense(moves: list[tuple[int, int, tuple[int, ...], np.ndarray, np.ndarray]], mesh: Mesh,
-           axes: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[int, ...], np.ndarray, np.ndarray] | None:
+           axes: tuple[str, ...], in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> Dense | None:
     if not axes or mesh.group_size(axes) < 3 or len({mv[2] for mv in moves}) != 1:
         return None
     n = mesh.group_size(axes)
+    shape = moves[0][2]
     if len(moves) != mesh.size * n:  # some member sends some other nothing: rounds send less
         return None
-    ndim = len(moves[0][2])
-    at = np.zeros((mesh.size, n, ndim), dtype=np.int32)
-    to = np.zeros((mesh.size, n, ndim), dtype=np.int32)
-    for q, r, _, a, t in moves:
-        at[q, group_ranks(mesh, axes, q).index(r)] = a
-        to[r, group_ranks(mesh, axes, r).index(q)] = t
-    return axes, moves[0][2], at, to
+    if any(a % s or b % s for a, b, s in zip(in_shape, out_shape, shape)):
+        return None
+    grid_in = np.asarray(in_shape) // shape
+    grid_out = np.asarray(out_shape) // shape
+    cells = int(np.prod(grid_out))
+    if cells != n or any((mv[3] % shape).any() or (mv[4] % shape).any() for mv in moves):
+        return None
+    send = np.zeros((mesh.size, n), dtype=np.int32)
+    place = np.zeros((mesh.size, cells), dtype=np.int32)
+    for q, r, _, at, to in moves:
+        send[q, group_ranks(mesh, axes, q).index(r)] = np.ravel_multi_index(tuple(at // shape), tuple(grid_in))
+        place[r, np.ravel_multi_index(tuple(to // shape), tuple(grid_out))] = group_ranks(mesh, axes, r).index(q)
+    return Dense(axes, shape, send, place)
+
+
+def to_cells(x: Block, shape: tuple[int, ...]) -> Block:
+    """(cells, *shape): ``x`` cut into a row-major grid of ``shape`` boxes."""
+    grid = [a // s for a, s in zip(x.shape, shape)]
+    nd = len(shape)
+    split = x.reshape([v for g, s in zip(grid, shape) for v in (g, s)])
+    return split.transpose([2 * i for i in range(nd)] + [2 * i + 1 for i in range(nd)]).reshape(-1, *shape)
+
+
+def from_cells(c: Block, out_shape: tuple[int, ...]) -> Block:
+    """``to_cells`` undone: the grid of boxes ``c`` (cells, *shape) as one ``out_shape`` block."""
+    shape = c.shape[1:]
+    grid = [a // s for a, s in zip(out_shape, shape)]
+    nd = len(shape)
+    order = [v for i in range(nd) for v in (i, nd + i)]
+    return c.reshape(*grid, *shape).transpose(order).reshape(out_shape)
 
 
 def box_exchange(plan: BoxPlan, names: tuple[str, ...]) -> Callable[[Block], Block]:
@@ -127,15 +163,10 @@ def box_exchange(plan: BoxPlan, names: tuple[str, ...]) -> Callable[[Block], Blo
     def run(x: Block) -> Block:
         me = jax.lax.axis_index(names)
         if plan.dense is not None:
-            axes, shape, at, to = plan.dense
-            n = at.shape[1]
-            at_me, to_me = jnp.asarray(at)[me], jnp.asarray(to)[me]
-            parts = jnp.stack([jax.lax.dynamic_slice(x, tuple(at_me[m]), shape) for m in range(n)])
-            got = jax.lax.all_to_all(parts, axes if len(axes) > 1 else axes[0], 0, 0, tiled=True)
-            y = jnp.zeros(plan.out_shape, x.dtype)
-            for m in range(n):
-                y = jax.lax.dynamic_update_slice(y, got[m], tuple(to_me[m]))
-            return y
+            d = plan.dense
+            parts = jnp.take(to_cells(x, d.shape), jnp.asarray(d.send)[me], axis=0)
+            got = jax.lax.all_to_all(parts, d.axes if len(d.axes) > 1 else d.axes[0], 0, 0, tiled=True)
+            return from_cells(jnp.take(got, jnp.asarray(d.place)[me], axis=0), plan.out_shape)
         if len(plan.rounds) == 1 and plan.rounds[0].whole:
             return jax.lax.ppermute(x, names, perm=list(plan.rounds[0].pairs))
         rows = plan.out_shape[0] + plan.spare
