@@ -44,7 +44,7 @@ def test_local_beta_prices_local_steps_and_round_trips() -> None:
     assert CostModel.from_json(model.to_json()) == model and not model.bytes_first
     assert model.step_time(("tp",), 0, False, 1, 1000) == pytest.approx(2e-6)
     prog = lowering.compile("f32[16,8]", "f32[16@tp,8]", "dp=2,tp=4", cost_model=model)
-    assert prog.cost.time_s == pytest.approx(2e-9 * 2 * 8 * 4)  # a slice writes its 2x8 f32 block
+    assert prog.cost.time_s == pytest.approx(2e-9 * 4 * 8 * 4)  # a slice writes its 4x8 f32 block
     assert CostModel().local_beta == 0.0 and "local_beta" not in CostModel().to_json()
 
 
