@@ -53,7 +53,7 @@ def test_calibrate_engine_jax_writes_a_model_with_local_beta(tmp_path: Path) -> 
     out = tmp_path / "jax.json"
     env = dict(os.environ, PYTHONPATH=str(REPO))
     p = subprocess.run([sys.executable, "-m", "torch_backend.cli", "calibrate", "--engine", "jax",
-                        "--mesh", "dp=2,tp=2", "--sizes", "1K,64K", "--iters", "2", "--out", str(out), "--json"],
+                        "--mesh", "dp=2,tp=2", "--sizes", "16K,4M", "--iters", "3", "--out", str(out), "--json"],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=140)
     assert p.returncode == 0, p.stderr
     report = json.loads(p.stdout)
