@@ -48,8 +48,11 @@ def from_blocks(blocks: Sequence[Any], t: TensorType | str, jax_mesh: Any) -> ja
 def to_blocks(x: jax.Array) -> tuple[list[jax.Array], TensorType]:
     """``x``'s shard on each device of its mesh, in rank order, and its type."""
     t = from_jax(x)
+    sharding = x.sharding
+    if not isinstance(sharding, jax.sharding.NamedSharding):
+        raise SpecError(f"the array's sharding {sharding} names no mesh", hint="give it a NamedSharding")
     by_device = {s.device: s.data for s in x.addressable_shards}
-    devices = mesh_devices(x.sharding.mesh)
+    devices = mesh_devices(sharding.mesh)
     missing = [d for d in devices if d not in by_device]
     if missing:
         raise SpecError(f"device {missing[0]} of the array's mesh is not addressable from this process",
