@@ -126,26 +126,47 @@ def run_blocks(program: Program, blocks: Sequence[Any], jax_mesh: Any = None) ->
     """Run ``program`` on one block per rank (rank order; any type, uneven and V included)
     as one ``shard_map``; returns each rank's output block. Each block travels flat, padded
     to the largest rank's (the test oracle's door: ``lowering.simulate`` takes the same)."""
+    fn, x = blocks_call(program, blocks, jax_mesh)
+    return blocks_out(program, fn(x))
+
+
+def blocks_call(program: Program, blocks: Sequence[Any], jax_mesh: Any = None) -> tuple[Callable[[Block], Block], Block]:
+    """``run_blocks`` in two halves: the jitted function (cached per program and mesh) and
+    its input, the blocks flat and padded on their devices; ``blocks_out`` reads its output."""
     mesh = program.mesh
     jm = device_mesh(mesh) if jax_mesh is None else jax_mesh
-    width = max(max(int(np.prod(s)) for s in local_shapes(t, mesh)) for t in (program.src, program.dst))
-    width = max(width, 1)
-    names = mesh.names
+    width = _width(program)
     flat = np.zeros((mesh.size, width), dtype=np.asarray(blocks[0]).dtype)
     for r, b in enumerate(blocks):
         b = np.asarray(b).reshape(-1)
         flat[r, : b.size] = b
     from jax.sharding import NamedSharding, PartitionSpec
 
-    spec = PartitionSpec(names)
+    x = jax.device_put(flat.reshape(-1), NamedSharding(jm, PartitionSpec(mesh.names)))
+    return _blocks_fn(program, jm), x
+
+
+def blocks_out(program: Program, y: Block) -> list[np.ndarray]:
+    out = np.asarray(y).reshape(program.mesh.size, _width(program))
+    shapes = local_shapes(program.dst, program.mesh)
+    return [out[r, : int(np.prod(s))].reshape(s) for r, s in enumerate(shapes)]
+
+
+def _width(program: Program) -> int:
+    mesh = program.mesh
+    return max(1, *(max(int(np.prod(s)) for s in local_shapes(t, mesh)) for t in (program.src, program.dst)))
+
+
+@lru_cache(maxsize=256)
+def _blocks_fn(program: Program, jm: Any) -> Callable[[Block], Block]:
+    from jax.sharding import PartitionSpec
+
+    spec = PartitionSpec(program.mesh.names)
     body = _body(program, flat_io=True)
+    width = _width(program)
 
     def padded(x: Block) -> Block:
         y = body(x.reshape(-1))
         return jnp.pad(y, (0, width - y.shape[0])) if y.shape[0] < width else y
 
-    fn = jax.jit(jax.shard_map(padded, mesh=jm, in_specs=spec, out_specs=spec, check_vma=False))
-    x = jax.device_put(flat.reshape(-1), NamedSharding(jm, spec))
-    out = np.asarray(fn(x)).reshape(mesh.size, width)
-    shapes = local_shapes(program.dst, mesh)
-    return [out[r, : int(np.prod(s))].reshape(s) for r, s in enumerate(shapes)]
+    return jax.jit(jax.shard_map(padded, mesh=jm, in_specs=spec, out_specs=spec, check_vma=False))
