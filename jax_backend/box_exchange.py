@@ -158,9 +158,14 @@ def from_cells(c: Block, out_shape: tuple[int, ...]) -> Block:
 
 
 def box_exchange(plan: BoxPlan, names: tuple[str, ...]) -> Callable[[Block], Block]:
-    """The plan inside ``shard_map`` over every mesh axis ``names``, on natural blocks."""
+    """The plan inside ``shard_map`` over every mesh axis ``names``, on natural blocks.
+    The pieces move as unsigned integers of their width: nothing is added, and XLA:CPU
+    moves bf16 through its transposes and gathers several times slower than uint16."""
 
     def run(x: Block) -> Block:
+        return as_bits(x, lambda bits: move(bits))
+
+    def move(x: Block) -> Block:
         me = jax.lax.axis_index(names)
         if plan.dense is not None:
             d = plan.dense
@@ -179,3 +184,14 @@ def box_exchange(plan: BoxPlan, names: tuple[str, ...]) -> Callable[[Block], Blo
         return y[: plan.out_shape[0]] if plan.spare else y
 
     return run
+
+
+_BITS = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}
+
+
+def as_bits(x: Block, fn: Callable[[Block], Block]) -> Block:
+    """``fn`` (pure data movement) run on ``x``'s bits as unsigned integers of its width."""
+    carrier = _BITS.get(x.dtype.itemsize)
+    if carrier is None or x.dtype == carrier or x.dtype == jnp.bool_:
+        return fn(x)
+    return jax.lax.bitcast_convert_type(fn(jax.lax.bitcast_convert_type(x, carrier)), x.dtype)
