@@ -14,7 +14,8 @@ tables are as small as the mesh, whatever the blocks' size::
            y = dynamic_update_slice(y, ppermute(dynamic_slice(x, at[me], shape)), to[me])
 
 A rank with nothing to receive in a round writes past the end of its block (one spare
-slab on dim 0, cut off at the end). A round that moves whole blocks is ``ppermute(x)``.
+slab on dim 0, cut off at the end). What a rank keeps is copied without a collective; a
+round that moves whole blocks is ``ppermute(x)``.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class BoxRound:
     send_at: np.ndarray  # (world, ndim) int32: the piece's corner in the sender's block
     recv_at: np.ndarray  # (world, ndim) int32: its corner in the receiver's (the spare slab: none)
     whole: bool  # every rank sends its whole block and receives a whole block
+    local: bool = False  # every pair is a rank and itself: a copy, no collective
 
 
 @dataclass(frozen=True)
@@ -93,14 +95,20 @@ def box_plan(step: Step, mesh: Mesh) -> BoxPlan | None:
         return None
     dense = _dense(moves, mesh, step.axes, ins[0], outs[0])
     rounds: list[list[tuple[int, int, tuple[int, ...], np.ndarray, np.ndarray]]] = []
+    whole_blocks = all(mv[2] == ins[0] == outs[0] for mv in moves) and len(moves) == world
     if dense is None:
-        for mv in sorted(moves, key=lambda mv: (mv[2], mv[0], mv[1])):
+        # what a rank keeps is copied locally (a round of its own, no collective), unless
+        # every rank's block is one whole block: then one ppermute, self pairs included
+        kept = [] if whole_blocks else [mv for mv in moves if mv[0] == mv[1]]
+        for mv in sorted((mv for mv in moves if whole_blocks or mv[0] != mv[1]), key=lambda mv: (mv[2], mv[0], mv[1])):
             for rd in rounds:
                 if rd[0][2] == mv[2] and all(mv[0] != o[0] and mv[1] != o[1] for o in rd):
                     rd.append(mv)
                     break
             else:
                 rounds.append([mv])
+        for shape in sorted({mv[2] for mv in kept}):
+            rounds.append([mv for mv in kept if mv[2] == shape])
     out_rows = outs[0][0]
     spare = max((rd[0][2][0] for rd in rounds if len(rd) < world), default=0)
     built = []
@@ -113,7 +121,8 @@ def box_plan(step: Step, mesh: Mesh) -> BoxPlan | None:
             recv_at[r] = to
         shape = rd[0][2]
         whole = len(rd) == world and shape == ins[0] == outs[0]
-        built.append(BoxRound(tuple((q, r) for q, r, *_ in rd), shape, send_at, recv_at, whole))
+        local = all(q == r for q, r, *_ in rd)
+        built.append(BoxRound(tuple((q, r) for q, r, *_ in rd), shape, send_at, recv_at, whole, local))
     return BoxPlan(ins[0], outs[0], tuple(built), dense, spare)
 
 
@@ -179,7 +188,7 @@ def box_exchange(plan: BoxPlan, names: tuple[str, ...]) -> Callable[[Block], Blo
         for rd in plan.rounds:
             piece = x if rd.shape == plan.in_shape else \
                 jax.lax.dynamic_slice(x, tuple(jnp.asarray(rd.send_at)[me]), rd.shape)
-            got = jax.lax.ppermute(piece, names, perm=list(rd.pairs))
+            got = piece if rd.local else jax.lax.ppermute(piece, names, perm=list(rd.pairs))
             y = jax.lax.dynamic_update_slice(y, got, tuple(jnp.asarray(rd.recv_at)[me]))
         return y[: plan.out_shape[0]] if plan.spare else y
 
