@@ -20,7 +20,7 @@ from jax_backend.engine import shard_mapped
 from lowering.program import Program
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
-from spec_lang.jax_interop import from_jax, mesh_from_jax
+from spec_lang.jax_interop import from_jax, mesh_from_jax, to_jax
 from spec_lang.parser import parse
 
 
@@ -95,6 +95,8 @@ def redistribute(x: Any, dst: Any, mesh: Any = None, *, src: Any = None) -> jax.
 
 
 def _prepared(src: TensorType, dst: TensorType, jax_mesh: Any) -> Callable[[jax.Array], jax.Array]:
+    for t in (src, dst):  # a type JAX cannot hold (uneven, V, P(avg)) is refused before planning
+        to_jax(t, jax_mesh)
     return shard_mapped(plan(src, dst, _plain_mesh(jax_mesh)), jax_mesh)
 
 

@@ -122,6 +122,10 @@ def test_src_overrides_and_bad_input_is_a_spec_error() -> None:
         jax_backend.redistribute(x, "f32[8@dp,8]")
     with pytest.raises(SpecError, match="not on the mesh"):
         jax_backend.redistribute(x, "f32[16@zz,8]")
+    with pytest.raises(SpecError, match="has no JAX equivalent"):  # refused before planning
+        jax_backend.redistribute(x, "f32[16@dp,8]", src="f32[16@dp,8]{P(avg):tp}")
+    with pytest.raises(SpecError, match="does not divide evenly"):  # JAX holds no uneven sharding
+        jax_backend.redistribute(_array("f32[16@dp,6]", "dp=2,tp=4"), "f32[16,6@tp]")
     with pytest.raises(SpecError, match="jax.Array"):
         jax_backend.redistribute(np.zeros((16, 8)), "f32[16,8]")
 
