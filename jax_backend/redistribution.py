@@ -64,6 +64,14 @@ def source_type(x: Any, jax_mesh: Any) -> TensorType:
     if sharding is None or not hasattr(sharding, "spec"):
         raise SpecError(f"cannot read the layout of {type(x).__name__} {aval}",
                         hint="pass src= (a type string), or give the array a NamedSharding")
+    if isinstance(x, jax.core.Tracer):
+        from jax.sharding import AxisType
+
+        hidden = [n for n, k in zip(sharding.mesh.axis_names, sharding.mesh.axis_types) if k != AxisType.Explicit]
+        if hidden:  # JAX types a traced value only on Explicit axes: it would read as replicated
+            raise SpecError(f"under jit JAX does not know how the array is laid out over the mesh axes "
+                            f"{hidden} ({sharding.mesh.axis_types[0]} axes)",
+                            hint="pass src= (its type string), or use a mesh with Explicit axes")
     return from_jax(sharding, tuple(aval.shape), aval.dtype, mesh=jax_mesh)
 
 

@@ -130,6 +130,18 @@ def test_src_overrides_and_bad_input_is_a_spec_error() -> None:
         jax_backend.redistribute(np.zeros((16, 8)), "f32[16,8]")
 
 
+def test_under_jit_on_auto_axes_the_source_type_is_asked_for() -> None:
+    from jax.sharding import AxisType
+
+    auto = jax.make_mesh((2, 4), ("dp", "tp"), axis_types=(AxisType.Auto,) * 2)
+    x = jax.device_put(jnp.arange(64.0).reshape(8, 8), NamedSharding(auto, P("dp", "tp")))
+    with pytest.raises(SpecError, match="pass src="):
+        jax.jit(lambda v: jax_backend.redistribute(v, P("tp", "dp")))(x)
+    y = jax.jit(lambda v: jax_backend.redistribute(v, P("tp", "dp"), src="f32[8@dp,8@tp]"))(x)
+    assert np.array_equal(y, x) and y.sharding.spec == P("tp", "dp")
+    assert jax_backend.redistribute(x, P("tp", "dp")).sharding.spec == P("tp", "dp")  # eagerly: its sharding
+
+
 def test_from_jax_and_to_jax_take_a_traced_values_abstract_mesh() -> None:
     x = _array("f32[16@tp,8]{U:dp}", "dp=2,tp=4")
     seen = []
