@@ -204,3 +204,21 @@ def test_no_runner_asks_which_communication_implementation_runs() -> None:
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "comm"):
                 asking.append(f"{path.relative_to(root.parent)}:{node.lineno}")
     assert not asking, asking
+
+
+def test_jax_backend_imports_torch_only_inside_to_torch_and_from_torch() -> None:
+    # the JAX engine runs where torch is not installed: torch only where a tensor is asked for
+    found = set()
+
+    def visit(node: ast.AST, where: str, module: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            names = ([a.name for a in child.names] if isinstance(child, ast.Import)
+                     else [child.module or ""] if isinstance(child, ast.ImportFrom) else [])
+            if any(n.split(".")[0] == "torch" for n in names):
+                found.add((module, where))
+            visit(child, child.name if isinstance(child, ast.FunctionDef) else where, module)
+
+    for module, path in MODULES.items():
+        if module.startswith("jax_backend"):
+            visit(ast.parse(path.read_text()), "<module>", module)
+    assert found == {("jax_backend.torch_blocks", "to_torch"), ("jax_backend.torch_blocks", "from_torch")}, found
