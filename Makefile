@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(VENV)/bin/shardc run --mesh dp=2,tp=4 'f32[12@(dp,tp),10]' 'f32[12@tp,10]' --check --bench 5
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check spec_lang lowering torch_backend tests bench
+	$(VENV)/bin/ruff check spec_lang lowering torch_backend jax_backend tests bench
 	$(PY) -m mypy
 	$(PY) -m pytest -q
 

@@ -82,6 +82,10 @@ class CostModel:
     # the mesh a calibrated model was measured on (canonical text), None for a model made
     # by hand: other axis sizes are other group sizes, so compile refuses it on another mesh
     mesh: str | None = None
+    # seconds per byte of its output block that a local step (a slice, a zero_pad) writes:
+    # 0 where copies are free beside the wire (torch's executor: views); an engine whose
+    # local steps are real copies as slow as its collectives' bytes (XLA:CPU) measures it
+    local_beta: float = 0.0
 
     def __post_init__(self) -> None:
         for what in ("alpha", "beta"):
@@ -116,6 +120,7 @@ class CostModel:
         object.__setattr__(self, "spare_axis_bytes", n)
         object.__setattr__(self, "groups", _check_groups(self.groups))
         object.__setattr__(self, "mesh", _check_mesh(self.mesh))
+        object.__setattr__(self, "local_beta", _seconds(self.local_beta, "local_beta"))
 
     @staticmethod
     def make(alpha: Mapping[str, float] | float | None = None, beta: Mapping[str, float] | float | None = None,
@@ -163,10 +168,12 @@ class CostModel:
         """Every mesh axis the model names (compile checks them against the mesh)."""
         return {a for a, _ in self.alpha + self.beta} | {a for g in self.groups for a in g[0]}
 
-    def step_time(self, axes: tuple[str, ...], bytes_max: int, collective: bool, launches: int = 1) -> float:
-        """A step's time: one latency per collective it runs (a relay runs two), and its bytes."""
+    def step_time(self, axes: tuple[str, ...], bytes_max: int, collective: bool, launches: int = 1,
+                  local_bytes: int = 0) -> float:
+        """A step's time: one latency per collective it runs (a relay runs two), and its bytes;
+        a local step's, the ``local_bytes`` of its output block it writes (``local_beta``)."""
         if not collective:
-            return 0.0
+            return self.local_beta * local_bytes
         return launches * self.alpha_of(axes) + self.beta_of(axes) * bytes_max
 
     @property
@@ -174,6 +181,7 @@ class CostModel:
         """True when time is a fixed multiple of bytes (no latency, one bandwidth)."""
         return (
             self.default_alpha == 0.0
+            and self.local_beta == 0.0
             and all(v == 0.0 for _, v in self.alpha)
             and all(v == self.default_beta for _, v in self.beta)
             and all(a == 0.0 and b == self.default_beta for _, a, b in self.groups)
@@ -190,6 +198,7 @@ class CostModel:
             "spare_axis_bytes": self.spare_axis_bytes,
             "groups": [{"axes": list(axes), "alpha": a, "beta": b} for axes, a, b in self.groups],
             **({"mesh": self.mesh} if self.mesh is not None else {}),
+            **({"local_beta": self.local_beta} if self.local_beta else {}),
         }
 
     @staticmethod
@@ -230,6 +239,7 @@ class CostModel:
             data.get("spare_axis_bytes", SPARE_AXIS_BYTES),
             tuple((tuple(g["axes"]), g["alpha"], g["beta"]) for g in groups),
             data.get("mesh"),
+            data.get("local_beta", 0.0),
         )
 
     @staticmethod
@@ -270,7 +280,7 @@ def _read(path: str | os.PathLike[str]) -> str:
 
 FORMAT = "shardc-cost-model/1"
 _JSON_KEYS = {"format", "alpha", "beta", "default_alpha", "default_beta", "spare_axis_bytes", "groups",
-              "backend", "mesh", "fit"}
+              "backend", "mesh", "fit", "local_beta"}
 _JSON_HINT = ("write it as {\"alpha\": {\"dp\": 5e-6}, \"beta\": {\"dp\": 1e-10}, \"groups\": "
               "[{\"axes\": [\"dp\", \"tp\"], \"alpha\": 8e-6, \"beta\": 2e-10}]}, as shardc calibrate does")
 

@@ -83,7 +83,8 @@ class SearchContext:
             return None  # every term of the key is at least its counterpart here
         # bytes-first: time is a multiple of bytes, which the label already holds
         time = lab.time if self.bytes_first else lab.time + self.model.step_time(
-            mv.axes, int(step.max(initial=0)) * item, coll > 0, coll)
+            mv.axes, int(step.max(initial=0)) * item, coll > 0, coll,
+            0 if coll or not self.model.local_beta else int(local_numel(mv.dst, mesh).max()) * item)
         return Label(moved, time, colls, max(lab.peak, _live_max(state, mv.dst, mesh)), charge, n_spare, sliced,
                       moved_max, lab.moved_sum + int(step.sum()) * item)
 

@@ -53,8 +53,12 @@ def _mesh_from_jax(mesh: Any) -> Mesh:
     devices name its ranks (each device's id, row-major over the mesh)."""
     names = tuple(str(n) for n in mesh.axis_names)
     shape = mesh.shape  # OrderedDict name -> size on both Mesh and AbstractMesh
-    devices = getattr(mesh, "devices", None)  # an AbstractMesh has none
-    ranks = None if devices is None else tuple(int(d.id) for d in devices.flat)
+    from jax.sharding import AbstractMesh
+
+    ranks = None
+    if not isinstance(mesh, AbstractMesh):  # a traced value's AbstractMesh raises on .devices
+        devices = getattr(mesh, "devices", None)
+        ranks = None if devices is None else tuple(int(d.id) for d in devices.flat)
     return Mesh(names, tuple(int(shape[n]) for n in names), ranks)
 
 
@@ -249,7 +253,7 @@ def to_jax(t: TensorType | str, mesh: Mesh | str | Any) -> NamedSharding:
     m = _as_mesh(mesh)
     if m is None:
         raise SpecError(f"to_jax needs a mesh to place {tt} on", hint="pass a mesh like 'dp=2,tp=4' or a jax Mesh")
-    jax_mesh = None if isinstance(mesh, (Mesh, str)) else mesh
+    jax_mesh = None if isinstance(mesh, (Mesh, str)) else mesh  # a Mesh or a traced value's AbstractMesh
     _check_axes(tt, m, t if isinstance(t, str) else str(tt))
     _refuse_unrepresentable(tt, m)
 

@@ -1,8 +1,9 @@
-"""The import graph of spec_lang, lowering and torch_backend, read from the source as ``ast``
+"""The import graph of spec_lang, lowering, jax_backend and torch_backend, read from the source as ``ast``
 sees it: imports at module level, under ``TYPE_CHECKING`` and inside functions alike, and a
 name imported through a lazy package (``spec_lang.lazy.lazy_exports``) as an import of the
 module that defines it (a lazy package itself imports every module of its table). The
-packages import one way (spec_lang -> lowering -> torch_backend) and form no import cycle;
+packages import one way (spec_lang -> lowering -> jax_backend -> torch_backend: jax_backend never
+imports torch_backend, whose CLI may run it) and form no import cycle;
 no private name crosses modules; the data (Step, Program, Cost) reaches no step-kind
 registry and no planner, and the step kinds reach no planner; no file name is used by two
 packages; and a lazy package's ``TYPE_CHECKING`` imports are its table, so a type checker
@@ -17,7 +18,7 @@ from pathlib import Path
 from spec_lang.lazy import TABLES
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("spec_lang", "lowering", "torch_backend")  # in import order
+PACKAGES = ("spec_lang", "lowering", "jax_backend", "torch_backend")  # in import order (the CLI runs jax_backend)
 PLANNER = {"lowering.planner", "lowering.labels", "lowering.moves", "lowering.fallback", "lowering.bounds",
            "lowering.uneven_planner"}
 
@@ -203,3 +204,21 @@ def test_no_runner_asks_which_communication_implementation_runs() -> None:
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "comm"):
                 asking.append(f"{path.relative_to(root.parent)}:{node.lineno}")
     assert not asking, asking
+
+
+def test_jax_backend_imports_torch_only_inside_to_torch_and_from_torch() -> None:
+    # the JAX engine runs where torch is not installed: torch only where a tensor is asked for
+    found = set()
+
+    def visit(node: ast.AST, where: str, module: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            names = ([a.name for a in child.names] if isinstance(child, ast.Import)
+                     else [child.module or ""] if isinstance(child, ast.ImportFrom) else [])
+            if any(n.split(".")[0] == "torch" for n in names):
+                found.add((module, where))
+            visit(child, child.name if isinstance(child, ast.FunctionDef) else where, module)
+
+    for module, path in MODULES.items():
+        if module.startswith("jax_backend"):
+            visit(ast.parse(path.read_text()), "<module>", module)
+    assert found == {("jax_backend.torch_blocks", "to_torch"), ("jax_backend.torch_blocks", "from_torch")}, found

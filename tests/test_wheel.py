@@ -24,8 +24,9 @@ from pathlib import Path
 import pytest
 from doc_examples import README, REPO, blocks, commands, lines
 
-PACKAGES = ("spec_lang", "lowering", "torch_backend")
-DATA = ("spec_lang/grammar.lark", "spec_lang/py.typed", "lowering/py.typed", "torch_backend/py.typed")
+PACKAGES = ("spec_lang", "lowering", "torch_backend", "jax_backend")
+DATA = ("spec_lang/grammar.lark", "spec_lang/py.typed", "lowering/py.typed", "torch_backend/py.typed",
+        "jax_backend/py.typed", "jax_backend/models/dp-2_tp-4.json")
 
 # runs a script (argv[2:]) as __main__, then fails if a shardc module came from outside the
 # install directory (argv[1])

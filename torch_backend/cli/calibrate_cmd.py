@@ -24,6 +24,9 @@ from torch_backend.cli.output import json_text, require_torch
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mesh", required=True, help="mesh, e.g. dp=2,tp=4 (its size is the number of ranks)")
+    p.add_argument("--engine", choices=("torch", "jax"), default="torch",
+                   help="torch: ranks of torch.distributed (default); jax: the JAX devices of this process "
+                   "(on CPU, as many as the mesh has ranks), the fit the JAX engine plans with")
     p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="gloo",
                    help="the backend to calibrate (default gloo; auto: NCCL when every rank can have a GPU)")
     p.add_argument("--out", default=None, metavar="PATH", help="write the fitted model here as JSON")
@@ -39,8 +42,9 @@ def run(args: argparse.Namespace) -> int:
     from lowering.calibration import Sample, calibration_json, fit_model, parse_sizes, probes
     from spec_lang import parse_mesh
 
-    require_torch("calibrate")
     mesh = parse_mesh(args.mesh)
+    if args.engine != "jax":
+        require_torch("calibrate")
     sizes = parse_sizes(args.sizes)
     if args.iters < 1:
         raise SpecError("--iters must be >= 1", text=str(args.iters), pos=0, hint="e.g. --iters 5")
@@ -50,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
                         hint="give a mesh with 2 or more ranks, e.g. --mesh dp=2,tp=4")
     if args.out is not None:
         _check_writable(args.out)
+    if args.engine == "jax":
+        return _run_jax(args, mesh, sizes)
 
     from torch_backend import launcher
 
@@ -94,6 +100,36 @@ def run(args: argparse.Namespace) -> int:
                          "samples": [_sample_json(s) for s in samples]}))
         return 0
     _print(data, result.world, result.backend, len(samples), args.out)
+    return 0
+
+
+def _run_jax(args: argparse.Namespace, mesh: Any, sizes: tuple[int, ...]) -> int:
+    """The probes on this process's JAX devices (``jax_backend.timing``)."""
+    from lowering.calibration import calibration_json, fit_model
+
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in flags:  # before jax loads: a CPU device per rank
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={mesh.size}".strip()
+    import dataclasses
+
+    import jax
+
+    from jax_backend.timing import measure, measure_local
+
+    samples = measure(mesh, sizes, args.iters)
+    model, fits = fit_model(samples, mesh)
+    # XLA copies a local step's block, at about the speed of a collective's bytes on CPU
+    model = dataclasses.replace(model, local_beta=measure_local(mesh, sizes, args.iters))
+    backend = f"jax-{jax.devices()[0].platform}"
+    data = calibration_json(model, fits, backend=backend, mesh=mesh, sizes=sizes, iters=args.iters)
+    if args.out is not None:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(json_text(data) + "\n")
+    if args.json:
+        print(json_text({"ok": True, "out": args.out, "model": data,
+                         "samples": [_sample_json(s) for s in samples]}))
+        return 0
+    _print(data, mesh.size, backend, len(samples), args.out)
     return 0
 
 

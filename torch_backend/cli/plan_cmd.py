@@ -21,6 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="lay DST out on this mesh instead (cross-mesh: the program runs over both meshes' ranks), "
                    "e.g. --mesh fsdp=4 --to-mesh rep=2,tp=2@[4-7]")
     p.add_argument("--json", action="store_true", help="print the program as JSON")
+    p.add_argument("--engine", choices=("torch", "jax"), default="torch",
+                   help="jax: plan with the JAX engine's measured cost model (unless one is given) and show "
+                   "the program lowered to one jax.shard_map (its lax calls)")
     p.add_argument("--alpha", default=None,
                    help="latency per collective in seconds: one number for every axis, or dp=5e-6,tp=1e-6")
     p.add_argument("--beta", default=None,
@@ -118,6 +121,11 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError("--spare-axis-bytes must be >= 0", text=str(spare), pos=0,
                         hint="give a byte count, e.g. --spare-axis-bytes 0 for a pure bytes-first plan")
     model = CostModel.make(alpha, beta, a0, b0, spare)
+    given = args.cost_model is not None or args.alpha is not None or args.beta is not None
+    if args.engine == "jax" and not given and args.spare_axis_bytes is None:
+        from jax_backend import default_cost_model
+
+        model = default_cost_model(mesh)
     if args.cost_model is not None:
         if args.alpha is not None or args.beta is not None or args.spare_axis_bytes is not None:
             raise SpecError("--cost-model replaces --alpha, --beta and --spare-axis-bytes", text=args.cost_model,
@@ -125,6 +133,9 @@ def run(args: argparse.Namespace) -> int:
         model = CostModel.load(args.cost_model)
     budget, gap = _budget(args.budget), _gap(args.gap_bytes)
     if args.to_mesh is not None:
+        if args.engine == "jax":
+            raise SpecError("--engine jax plans on one mesh", text=args.to_mesh, pos=0,
+                            hint="leave out --to-mesh, or plan the cross-mesh program with --engine torch")
         return _run_cross(args, mesh, model, budget, gap)
     prog = compile(args.src, args.dst, mesh, cost_model=model, budget_s=budget, gap_bytes=gap)
     lb = lower_bound(args.src, args.dst, mesh)
@@ -132,17 +143,27 @@ def run(args: argparse.Namespace) -> int:
     # larger of what it sends and receives. A zero bound under a plan that moves bytes has no
     # finite ratio: JSON has no Infinity, so it says null there, and the text says why
     ratio = (prog.cost.bytes_max / lb) if lb else (1.0 if prog.cost.bytes_max == 0 else None)
+    lowered: list[str] = []
+    if args.engine == "jax":
+        from jax_backend import describe
+
+        lowered = describe(prog)
     if args.json:
         data = {"ok": True, **prog.to_json()}
         data["lower_bound"] = lb
         data["ratio_to_lower_bound"] = ratio
+        if args.engine == "jax":
+            data["jax"] = lowered
         print(json_text(data))
         return 0
     print(prog)
+    if lowered:
+        print("\n".join(["  lowered to one jax.shard_map:", *("  " + line for line in lowered)]))
     shown = f"{ratio:.2f}x" if ratio is not None else "none (the bound is 0 B)"
     print(f"  lower bound: {lb} B   ratio: {shown}")
-    if args.cost_model is not None or args.alpha is not None or args.beta is not None:
-        where = f"the cost model {args.cost_model}" if args.cost_model is not None else "--alpha/--beta"
+    if given or args.engine == "jax":
+        where = (f"the cost model {args.cost_model}" if args.cost_model is not None else "--alpha/--beta" if given
+                 else "the JAX engine's measured cost model")
         print(f"  predicted time: {time_text(prog.cost.time_s).strip()} ({where})")
     if prog.gap_bytes is None:
         print(f"  (a larger --budget than {budget:g} s searches further: it may prove this "

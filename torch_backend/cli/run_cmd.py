@@ -31,6 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--to-mesh", default=None, metavar="MESH",
                    help="move to DST laid out on this mesh over named ranks (a cross-mesh run over the union "
                    "of both meshes' ranks), e.g. --mesh 'fsdp=4@[0-3]' --to-mesh 'rep=2,tp=2@[4-7]'")
+    p.add_argument("--engine", choices=("torch", "jax"), default="torch",
+                   help="torch: one process per rank (default); jax: this process's JAX devices, one per rank, "
+                   "the program as one shard_map (on CPU, --xla_force_host_platform_device_count is set for you)")
     p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto",
                    help="auto: NCCL when every rank can have its own GPU, else gloo on CPU")
     p.add_argument("--dtype", default=None, help="run with this dtype instead of the types' (f32, bf16, i32, ...)")
@@ -48,9 +51,11 @@ def run(args: argparse.Namespace) -> int:
     from torch_backend import launcher  # torch-free until a rank or the store needs torch
     from torch_backend.run_spec import RunSpec, compile_spec
 
-    require_torch("run")
     if args.bench < 0:
         raise SpecError("--bench must be >= 0", hint="give the number of timed runs, e.g. --bench 20")
+    if args.engine == "jax":
+        return _run_jax(args)
+    require_torch("run")
     check_timeout_s(args.timeout, "--timeout", "give seconds, e.g. --timeout 30")
     spec = RunSpec(mesh=args.mesh, src=args.src, dst=args.dst, dtype=args.dtype, check=args.check,
                    bench=args.bench, timeout=args.timeout, to_mesh=args.to_mesh)
@@ -89,6 +94,57 @@ def run(args: argparse.Namespace) -> int:
             progress.close()
     _print(args, program, result)
     return 0 if result.ok else 1
+
+
+def _run_jax(args: argparse.Namespace) -> int:
+    """``--engine jax``: the program on this process's JAX devices (``jax_backend.local_run``)."""
+    import lowering
+    from spec_lang import parse_mesh
+
+    if args.to_mesh is not None:
+        raise SpecError("--engine jax runs on one mesh", text=args.to_mesh, pos=0,
+                        hint="leave out --to-mesh, or use --engine torch for a cross-mesh run")
+    mesh = parse_mesh(args.mesh)
+    src, dst = lowering.resolve(args.src, mesh)[0], lowering.resolve(args.dst, mesh)[0]
+    if args.dtype is not None:
+        from spec_lang.ir import canonical_dtype
+
+        name = canonical_dtype(args.dtype)
+        if name is None:
+            raise SpecError(f"unknown dtype {args.dtype!r}", text=args.dtype, pos=0, hint="e.g. --dtype f32")
+        src, dst = src.replace(dtype=name), dst.replace(dtype=name)
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in flags:  # before jax loads: a CPU device per rank
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={mesh.size}".strip()
+    import jax
+
+    if len(jax.devices()) < mesh.size:
+        raise SpecError(f"the mesh {mesh} needs {mesh.size} JAX devices, this process has {len(jax.devices())}",
+                        text=args.mesh, pos=0, hint="set XLA_FLAGS=--xla_force_host_platform_device_count=N on CPU")
+    from jax_backend import default_cost_model, describe
+    from jax_backend.local_run import run_program
+
+    program = lowering.compile(src, dst, mesh, cost_model=default_cost_model(mesh))
+    if not args.json:
+        print(program)
+        print("\n".join(["lowered to one jax.shard_map:", *describe(program)]), flush=True)
+    report = run_program(program, check=args.check, bench=args.bench)
+    if args.json:
+        print(json_text({**report, "engine": "jax", "steps": [s.to_json() for s in program.steps],
+                         "jax": describe(program), "bench_runs": args.bench, "cost": program.cost.to_json()}))
+        return 0 if report["ok"] else 1
+    print(f"ran on {report['ranks']} JAX devices ({report['device']}, one process): "
+          f"{'ok' if report['ok'] else 'FAILED'}")
+    if not report["ok"]:
+        print(report["error"], file=sys.stderr)
+        return 1
+    if args.check:
+        print(f"check: every rank holds what lowering.simulate computes for {program.dst}")
+    if args.bench:
+        print(f"time (median of {args.bench} runs): {time_text(report['time_s'])}")
+    else:
+        print(f"time: {time_text(report['cold_s'])} (the first call: planned, compiled and run)")
+    return 0
 
 
 def _print(args: argparse.Namespace, program: Any, result: Any) -> None:

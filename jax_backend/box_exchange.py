@@ -1,0 +1,206 @@
+"""An even exchange of boxes: ``lax.all_to_all`` or ``ppermute`` rounds of ``dynamic_slice``d pieces.
+
+For an all_to_all or permute between even layouts (every rank's block one box of one
+shape), the piece rank q sends rank r is one box: q's source box cut by r's destination
+box, q and r in one group over the step's axes (whose source boxes are disjoint). Each
+rank finds its own piece's corner in a (world, ndim) table by ``lax.axis_index``, so the
+tables are as small as the mesh, whatever the blocks' size::
+
+    dense  (every member sends every member a piece of one shape, cells of one grid)
+           pieces = take(cells(x), send[me])          # the piece for member m at row m
+           got = lax.all_to_all(pieces, axes, 0, 0, tiled=True)
+           y = uncells(take(got, place[me]))          # each received piece to its cell
+    rounds (else: each round one send and one receive a rank, pieces of one shape)
+           y = dynamic_update_slice(y, ppermute(dynamic_slice(x, at[me], shape)), to[me])
+
+A rank with nothing to receive in a round writes past the end of its block (one spare
+slab on dim 0, cut off at the end). What a rank keeps is copied without a collective; a
+round that moves whole blocks is ``ppermute(x)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lowering.layout import boxes, group_ranks, local_shapes
+from lowering.program import Step
+from spec_lang.ir import Mesh
+
+Block = jax.Array
+
+
+@dataclass(frozen=True)
+class BoxRound:
+    pairs: tuple[tuple[int, int], ...]  # (sender, receiver), self pairs included
+    shape: tuple[int, ...]
+    send_at: np.ndarray  # (world, ndim) int32: the piece's corner in the sender's block
+    recv_at: np.ndarray  # (world, ndim) int32: its corner in the receiver's (the spare slab: none)
+    whole: bool  # every rank sends its whole block and receives a whole block
+    local: bool = False  # every pair is a rank and itself: a copy, no collective
+
+
+@dataclass(frozen=True)
+class Dense:
+    """One ``lax.all_to_all``: the pieces are cells of a grid of ``shape`` on both blocks;
+    ``send[r, m]`` is the cell of r's block it sends its m-th member, ``place[r, k]`` the
+    member whose piece fills cell k of r's output (row-major cells)."""
+
+    axes: tuple[str, ...]
+    shape: tuple[int, ...]
+    send: np.ndarray  # (world, members) int32
+    place: np.ndarray  # (world, cells) int32
+
+
+@dataclass(frozen=True)
+class BoxPlan:
+    in_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    rounds: tuple[BoxRound, ...]
+    dense: Dense | None
+    spare: int  # rows of the spare slab on dim 0 (0: every rank receives in every round)
+
+
+def _uniform(shapes: tuple[tuple[int, ...], ...]) -> bool:
+    return len(set(shapes)) == 1
+
+
+@lru_cache(maxsize=256)
+def box_plan(step: Step, mesh: Mesh) -> BoxPlan | None:
+    """The step as box pieces, or None where it is no even box exchange."""
+    src, dst = step.src, step.dst
+    if src.is_uneven or dst.is_uneven or not src.dims:
+        return None
+    ins, outs = local_shapes(src, mesh), local_shapes(dst, mesh)
+    if not (_uniform(ins) and _uniform(outs)):
+        return None
+    sb, db = boxes(src, mesh), boxes(dst, mesh)
+    world = mesh.size
+    moves: list[tuple[int, int, tuple[int, ...], np.ndarray, np.ndarray]] = []
+    covered = np.zeros(world, dtype=np.int64)
+    for r in range(world):
+        for q in group_ranks(mesh, step.axes, r):
+            lo = np.maximum(sb[q, :, 0], db[r, :, 0])
+            hi = np.minimum(sb[q, :, 1], db[r, :, 1])
+            if (hi <= lo).any():
+                continue
+            moves.append((q, r, tuple(int(v) for v in hi - lo), lo - sb[q, :, 0], lo - db[r, :, 0]))
+            covered[r] += int(np.prod(hi - lo))
+    if (covered != np.prod(outs[0])).any():  # members' source boxes overlap or leave a gap
+        return None
+    dense = _dense(moves, mesh, step.axes, ins[0], outs[0])
+    rounds: list[list[tuple[int, int, tuple[int, ...], np.ndarray, np.ndarray]]] = []
+    whole_blocks = all(mv[2] == ins[0] == outs[0] for mv in moves) and len(moves) == world
+    if dense is None:
+        # what a rank keeps is copied locally (a round of its own, no collective), unless
+        # every rank's block is one whole block: then one ppermute, self pairs included
+        kept = [] if whole_blocks else [mv for mv in moves if mv[0] == mv[1]]
+        for mv in sorted((mv for mv in moves if whole_blocks or mv[0] != mv[1]), key=lambda mv: (mv[2], mv[0], mv[1])):
+            for rd in rounds:
+                if rd[0][2] == mv[2] and all(mv[0] != o[0] and mv[1] != o[1] for o in rd):
+                    rd.append(mv)
+                    break
+            else:
+                rounds.append([mv])
+        for shape in sorted({mv[2] for mv in kept}):
+            rounds.append([mv for mv in kept if mv[2] == shape])
+    out_rows = outs[0][0]
+    spare = max((rd[0][2][0] for rd in rounds if len(rd) < world), default=0)
+    built = []
+    for rd in rounds:
+        send_at = np.zeros((world, len(ins[0])), dtype=np.int32)
+        recv_at = np.zeros((world, len(ins[0])), dtype=np.int32)
+        recv_at[:, 0] = out_rows  # the spare slab
+        for q, r, _, at, to in rd:
+            send_at[q] = at
+            recv_at[r] = to
+        shape = rd[0][2]
+        whole = len(rd) == world and shape == ins[0] == outs[0]
+        local = all(q == r for q, r, *_ in rd)
+        built.append(BoxRound(tuple((q, r) for q, r, *_ in rd), shape, send_at, recv_at, whole, local))
+    return BoxPlan(ins[0], outs[0], tuple(built), dense, spare)
+
+
+def _dense(moves: list[tuple[int, int, tuple[int, ...], np.ndarray, np.ndarray]], mesh: Mesh,
+           axes: tuple[str, ...], in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> Dense | None:
+    if not axes or mesh.group_size(axes) < 3 or len({mv[2] for mv in moves}) != 1:
+        return None
+    n = mesh.group_size(axes)
+    shape = moves[0][2]
+    if len(moves) != mesh.size * n:  # some member sends some other nothing: rounds send less
+        return None
+    if any(a % s or b % s for a, b, s in zip(in_shape, out_shape, shape)):
+        return None
+    grid_in = np.asarray(in_shape) // shape
+    grid_out = np.asarray(out_shape) // shape
+    cells = int(np.prod(grid_out))
+    if cells != n or any((mv[3] % shape).any() or (mv[4] % shape).any() for mv in moves):
+        return None
+    send = np.zeros((mesh.size, n), dtype=np.int32)
+    place = np.zeros((mesh.size, cells), dtype=np.int32)
+    for q, r, _, at, to in moves:
+        send[q, group_ranks(mesh, axes, q).index(r)] = np.ravel_multi_index(tuple(at // shape), tuple(grid_in))
+        place[r, np.ravel_multi_index(tuple(to // shape), tuple(grid_out))] = group_ranks(mesh, axes, r).index(q)
+    return Dense(axes, shape, send, place)
+
+
+def to_cells(x: Block, shape: tuple[int, ...]) -> Block:
+    """(cells, *shape): ``x`` cut into a row-major grid of ``shape`` boxes."""
+    grid = [a // s for a, s in zip(x.shape, shape)]
+    nd = len(shape)
+    split = x.reshape([v for g, s in zip(grid, shape) for v in (g, s)])
+    return split.transpose([2 * i for i in range(nd)] + [2 * i + 1 for i in range(nd)]).reshape(-1, *shape)
+
+
+def from_cells(c: Block, out_shape: tuple[int, ...]) -> Block:
+    """``to_cells`` undone: the grid of boxes ``c`` (cells, *shape) as one ``out_shape`` block."""
+    shape = c.shape[1:]
+    grid = [a // s for a, s in zip(out_shape, shape)]
+    nd = len(shape)
+    order = [v for i in range(nd) for v in (i, nd + i)]
+    return c.reshape(*grid, *shape).transpose(order).reshape(out_shape)
+
+
+def box_exchange(plan: BoxPlan, names: tuple[str, ...]) -> Callable[[Block], Block]:
+    """The plan inside ``shard_map`` over every mesh axis ``names``, on natural blocks.
+    The pieces move as unsigned integers of their width: nothing is added, and XLA:CPU
+    moves bf16 through its transposes and gathers several times slower than uint16."""
+
+    def run(x: Block) -> Block:
+        return as_bits(x, lambda bits: move(bits))
+
+    def move(x: Block) -> Block:
+        me = jax.lax.axis_index(names)
+        if plan.dense is not None:
+            d = plan.dense
+            parts = jnp.take(to_cells(x, d.shape), jnp.asarray(d.send)[me], axis=0)
+            got = jax.lax.all_to_all(parts, d.axes if len(d.axes) > 1 else d.axes[0], 0, 0, tiled=True)
+            return from_cells(jnp.take(got, jnp.asarray(d.place)[me], axis=0), plan.out_shape)
+        if len(plan.rounds) == 1 and plan.rounds[0].whole:
+            return jax.lax.ppermute(x, names, perm=list(plan.rounds[0].pairs))
+        rows = plan.out_shape[0] + plan.spare
+        y = jnp.zeros((rows, *plan.out_shape[1:]), x.dtype)
+        for rd in plan.rounds:
+            piece = x if rd.shape == plan.in_shape else \
+                jax.lax.dynamic_slice(x, tuple(jnp.asarray(rd.send_at)[me]), rd.shape)
+            got = piece if rd.local else jax.lax.ppermute(piece, names, perm=list(rd.pairs))
+            y = jax.lax.dynamic_update_slice(y, got, tuple(jnp.asarray(rd.recv_at)[me]))
+        return y[: plan.out_shape[0]] if plan.spare else y
+
+    return run
+
+
+_BITS = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}
+
+
+def as_bits(x: Block, fn: Callable[[Block], Block]) -> Block:
+    """``fn`` (pure data movement) run on ``x``'s bits as unsigned integers of its width."""
+    carrier = _BITS.get(x.dtype.itemsize)
+    if carrier is None or x.dtype == carrier or x.dtype == jnp.bool_:
+        return fn(x)
+    return jax.lax.bitcast_convert_type(fn(jax.lax.bitcast_convert_type(x, carrier)), x.dtype)

@@ -1,0 +1,30 @@
+"""Smoke test of bench/jax_vs_xla.py on two small recorded cases: its figures are real (the
+outputs equal reshard's, shardc's HLO bytes at most XLA's and at least the bound, fewer
+where XLA is above it)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_jax_vs_xla_cases_and_one_run() -> None:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    bench = importlib.import_module("bench.jax_vs_xla")
+    cases = {c[0]: c for c in bench.cases(small=True)}
+    assert len(cases) >= 40 and "rd-pub-008" not in cases  # P(avg) has no JAX form
+    assert all(m.count("=") <= 3 for _, m, _, _ in cases.values())
+    rng = np.random.default_rng(0)
+    for cid in ("rd-pub-007", "rd-pub-016"):  # a pending sum, a merged exchange: XLA above the bound
+        r = bench.run_case(*cases[cid], reps=2, rng=rng)
+        assert r["equal"] and r["device_put_equal"] is not False
+        assert r["bound"] <= r["shardc_bytes"] < r["xla_bytes"], r
+        assert r["shardc_s"] > 0 and r["xla_s"] > 0 and r["shardc_first_s"] > 0

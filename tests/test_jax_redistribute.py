@@ -1,0 +1,159 @@
+"""``jax_backend.redistribute`` / ``redistributor`` against JAX's own resharding.
+
+Oracles: ``jax.sharding.reshard`` (values and sharding, pending sums included) and
+``jax.device_put`` of the global array, eagerly and under ``jax.jit`` (the source type read
+from ``jax.typeof``), and ``jax.grad`` of the same map through ``reshard``. 8 CPU devices
+(conftest sets XLA_FLAGS).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+from jax.sharding import NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+import jax_backend  # noqa: E402
+import lowering  # noqa: E402
+from spec_lang import SpecError, from_jax, parse, to_jax  # noqa: E402
+from spec_lang.jax_interop import mesh_from_jax  # noqa: E402
+
+if len(jax.devices()) < 8:
+    pytest.skip("jax sees fewer than 8 devices (XLA_FLAGS was set too late)", allow_module_level=True)
+
+CASES = [
+    ("f32[16@(tp,dp),8]", "f32[16,8@dp]", "dp=4,tp=2"),
+    ("f32[16,8]{U:tp}", "f32[16@tp,8]", "dp=2,tp=4"),
+    ("f32[16@dp,8@tp]", "f32[16@tp,8@dp]", "dp=2,tp=4"),
+    ("f32[16@(dp,tp),8]", "f32[16@(tp,dp),8]", "dp=2,tp=4"),
+    ("f32[16@dp,8]", "f32[16,8@(dp,tp)]", "dp=2,tp=4"),
+    ("f32[16,8]{U:(dp,tp)}", "f32[16,8]", "dp=2,tp=4"),
+    # XLA aborts on reshard between two sets of unreduced axes (shardy's explicit_reshards
+    # check): only the simulator judges this one
+    ("f32[16@tp,8]{U:dp}", "f32[16,8@dp]{U:tp}", "dp=2,tp=4"),
+    ("f32[8@a,4@b]", "f32[8@c,4]{R:a}", "a=2,b=2,c=2"),
+]
+
+
+def _array(text: str, mesh: str, seed: int = 0) -> jax.Array:
+    """An array of type ``text``: each rank's block of a random global array, a pending sum
+    a different addend for each coordinate of its summed axes (equal copies elsewhere)."""
+    t, m = lowering.resolve(text, mesh)
+    rng = np.random.default_rng(seed)
+    summed = [m.index(a) for a in t.partial_axes]
+    addends: dict[tuple[int, ...], np.ndarray] = {}
+    blocks = []
+    for r, sl in enumerate(lowering.local_slices(t, m)):
+        key = tuple(m.coords(r)[i] for i in summed)
+        addends.setdefault(key, rng.integers(-9, 10, size=t.shape).astype(np.float32))
+        blocks.append(addends[key][sl])
+    return jax_backend.from_blocks(blocks, t, to_jax(t, m).mesh)
+
+
+_blocks = jax_backend.blocks_of
+
+
+def _same(a: jax.Array, b: jax.Array) -> bool:
+    return all(np.array_equal(u, v) for u, v in zip(_blocks(a), _blocks(b), strict=True))
+
+
+@pytest.mark.parametrize("src,dst,mesh", CASES)
+def test_eager_equals_reshard_and_device_put(src: str, dst: str, mesh: str) -> None:
+    x = _array(src, mesh)
+    want = to_jax(dst, x.sharding.mesh)
+    y = jax_backend.redistribute(x, dst)
+    assert y.sharding.is_equivalent_to(want, len(x.shape))
+    program = lowering.compile(src, dst, mesh)
+    expected = lowering.simulate(program, _blocks(x))
+    assert all(np.array_equal(a, b) for a, b in zip(_blocks(y), expected, strict=True))
+    if parse(src).partial_axes and parse(dst).partial_axes:
+        return
+    with jax.set_mesh(x.sharding.mesh):
+        ref = jax.sharding.reshard(x, want)
+    assert _same(y, ref)
+    if not parse(src).partial_axes and not parse(dst).partial_axes:
+        assert np.array_equal(np.asarray(y), np.asarray(jax.device_put(np.asarray(x), want)))
+
+
+@pytest.mark.parametrize("src,dst,mesh", CASES[:4])
+def test_under_jit_reads_the_traced_type(src: str, dst: str, mesh: str) -> None:
+    x = _array(src, mesh, seed=1)
+    jm = x.sharding.mesh
+    want = to_jax(dst, jm)
+    with jax.set_mesh(jm):
+        y = jax.jit(lambda v: jax_backend.redistribute(v, want.spec))(x)
+        ref = jax.sharding.reshard(x, want)
+    assert _same(y, ref) and y.sharding.is_equivalent_to(want, len(x.shape))
+
+
+def test_redistributor_is_jittable_and_prepared() -> None:
+    src, dst, mesh = CASES[0]
+    x = _array(src, mesh, seed=2)
+    jm = x.sharding.mesh
+    f = jax_backend.redistributor(src, P(None, "dp"), jm)
+    with jax.set_mesh(jm):
+        ref = jax.sharding.reshard(x, to_jax(dst, jm))
+        assert _same(f(x), ref)
+        assert _same(jax.jit(lambda v: f(v) * 2)(x), ref * 2)
+
+
+@pytest.mark.parametrize("src,dst,mesh", [CASES[0], CASES[1], CASES[2], CASES[4]])
+def test_grad_equals_reshards(src: str, dst: str, mesh: str) -> None:
+    x = _array(src, mesh, seed=3)
+    jm = x.sharding.mesh
+    want = to_jax(dst, jm)
+    w = jnp.asarray(np.random.default_rng(4).standard_normal(x.shape).astype(np.float32))
+    with jax.set_mesh(jm):
+        mine = jax.grad(lambda v: jnp.sum(jax_backend.redistribute(v, want) * w))(x)
+        ref = jax.grad(lambda v: jnp.sum(jax.sharding.reshard(v, want) * w))(x)
+    assert np.allclose(np.asarray(mine), np.asarray(ref))
+    assert mine.sharding.is_equivalent_to(ref.sharding, len(x.shape))
+
+
+def test_src_overrides_and_bad_input_is_a_spec_error() -> None:
+    x = _array("f32[16@dp,8]", "dp=2,tp=4")
+    jm = x.sharding.mesh
+    y = jax_backend.redistribute(x, "f32[16@dp,8@tp]", src="f32[16@dp,8]")
+    assert y.sharding.is_equivalent_to(to_jax("f32[16@dp,8@tp]", jm), 2)
+    with pytest.raises(SpecError, match="shape"):
+        jax_backend.redistribute(x, "f32[8@dp,8]")
+    with pytest.raises(SpecError, match="not on the mesh"):
+        jax_backend.redistribute(x, "f32[16@zz,8]")
+    with pytest.raises(SpecError, match="has no JAX equivalent"):  # refused before planning
+        jax_backend.redistribute(x, "f32[16@dp,8]", src="f32[16@dp,8]{P(avg):tp}")
+    with pytest.raises(SpecError, match="does not divide evenly"):  # JAX holds no uneven sharding
+        jax_backend.redistribute(_array("f32[16@dp,6]", "dp=2,tp=4"), "f32[16,6@tp]")
+    with pytest.raises(SpecError, match="jax.Array"):
+        jax_backend.redistribute(np.zeros((16, 8)), "f32[16,8]")
+
+
+def test_under_jit_on_auto_axes_the_source_type_is_asked_for() -> None:
+    from jax.sharding import AxisType
+
+    auto = jax.make_mesh((2, 4), ("dp", "tp"), axis_types=(AxisType.Auto,) * 2)
+    x = jax.device_put(jnp.arange(64.0).reshape(8, 8), NamedSharding(auto, P("dp", "tp")))
+    with pytest.raises(SpecError, match="pass src="):
+        jax.jit(lambda v: jax_backend.redistribute(v, P("tp", "dp")))(x)
+    y = jax.jit(lambda v: jax_backend.redistribute(v, P("tp", "dp"), src="f32[8@dp,8@tp]"))(x)
+    assert np.array_equal(y, x) and y.sharding.spec == P("tp", "dp")
+    assert jax_backend.redistribute(x, P("tp", "dp")).sharding.spec == P("tp", "dp")  # eagerly: its sharding
+
+
+def test_from_jax_and_to_jax_take_a_traced_values_abstract_mesh() -> None:
+    x = _array("f32[16@tp,8]{U:dp}", "dp=2,tp=4")
+    seen = []
+
+    def f(v: jax.Array) -> jax.Array:
+        aval = jax.typeof(v)
+        t = from_jax(aval.sharding, aval.shape, aval.dtype)
+        seen.append((t, to_jax(t, aval.sharding.mesh), mesh_from_jax(aval.sharding.mesh)))
+        return v
+
+    with jax.set_mesh(x.sharding.mesh):
+        jax.jit(f)(x)
+    t, sharding, m = seen[0]
+    assert t == parse("f32[16@tp,8]{U:dp}") and m.names == ("dp", "tp") and m.ranks is None
+    assert isinstance(sharding, NamedSharding) and sharding.spec == x.sharding.spec
