@@ -22,12 +22,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import lowering
+from jax_backend.default_model import default_cost_model
 from jax_backend.lowerings import Lowered, lower_step
-from lowering.cost import CostModel
 from lowering.layout import local_shapes
+from lowering.planner import compile_gradient
 from lowering.program import Program
-from spec_lang.dual import check_differentiable, dual_type
 from spec_lang.ir import Mesh, TensorType
 from spec_lang.jax_interop import to_jax
 
@@ -93,12 +92,6 @@ def _plain(program: Program, jax_mesh: Any) -> Callable[[Block], Block]:
     return jax.shard_map(_body(program), mesh=jax_mesh, in_specs=spec_in, out_specs=spec_out, check_vma=False)
 
 
-def backward_program(program: Program, cost_model: CostModel | None = None) -> Program:
-    """The program of ``program``'s gradient: ``compile(dual(dst), dual(src))``."""
-    check_differentiable(program.src, program.dst)
-    return lowering.compile(dual_type(program.dst), dual_type(program.src), program.mesh, cost_model=cost_model)
-
-
 @lru_cache(maxsize=512)
 def _differentiable(program: Program, jax_mesh: Any) -> Callable[[Block], Block]:
     forward = _plain(program, jax_mesh)
@@ -111,7 +104,7 @@ def _differentiable(program: Program, jax_mesh: Any) -> Callable[[Block], Block]
         return forward(x), None
 
     def bwd(_: None, g: Block) -> tuple[Block]:
-        return (_plain(backward_program(program), jax_mesh)(g),)
+        return (_plain(compile_gradient(program, default_cost_model(program.mesh)), jax_mesh)(g),)
 
     run.defvjp(fwd, bwd)
     return run

@@ -61,9 +61,9 @@ from lowering.labels import (
     move_bytes,
 )
 from lowering.moves import Move, erase, moves
-from lowering.program import Program, Step, program_cost
+from lowering.program import Program, Step, check_program, program_cost
 from lowering.uneven_planner import plan_uneven
-from spec_lang.dual import dual_type
+from spec_lang.dual import check_differentiable, dual_type
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 
@@ -159,6 +159,19 @@ def compile(
     if dst_mesh is not None:
         return _compile_cross(s, d, m, dm, model, budget, gap)
     return _compile(s, d, m, model, budget, gap)
+
+
+def compile_gradient(program: Program, cost_model: CostModel | None = None) -> Program:
+    """The program of ``program``'s gradient: ``compile(dual(dst), dual(src))``.
+
+    The SPMD type system's duality (R and P swap; I, V and sharded dims stay) makes the
+    gradient of a redistribution another redistribution, planned like any other; every
+    engine (torch's autograd, JAX's ``custom_vjp``) binds this one rule. A pending max/min
+    has no gradient (a SpecError: it needs the arg-max, which no type carries).
+    """
+    check_program(program)
+    check_differentiable(program.src, program.dst)
+    return compile(dual_type(program.dst), dual_type(program.src), program.mesh, cost_model=cost_model)
 
 
 @cached(maxsize=1024, max_bytes=32 * MIB)

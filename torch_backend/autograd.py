@@ -35,13 +35,11 @@ Reduce ops other than sum:
 
 from __future__ import annotations
 
-import lowering
-from lowering.program import Program, check_program
-from spec_lang.dual import check_differentiable, dual_type
+from lowering.planner import compile_gradient
+from lowering.program import Program
 
 
 def backward_program(program: Program) -> Program:
-    """The program that computes ``program``'s gradient (compiled, cached by the planner)."""
-    check_program(program)
-    check_differentiable(program.src, program.dst)
-    return lowering.compile(dual_type(program.dst), dual_type(program.src), program.mesh)
+    """The program that computes ``program``'s gradient (``lowering.planner.compile_gradient``,
+    cached by the planner)."""
+    return compile_gradient(program)
