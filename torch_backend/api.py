@@ -189,7 +189,7 @@ def hot_bound(src: Any, dst: Any, mesh: str) -> Bound | None:
 
 def text_key(srcs: tuple[Any, ...], dsts: tuple[Any, ...], mesh: str) -> tuple[Any, Any, str]:
     """``hot_bound``'s key: a one-program call's strings as they are, many calls' as tuples."""
-    return (srcs[0], dsts[0], mesh) if len(srcs) == 1 else (srcs, dsts, mesh)
+    return (srcs[0], dsts[0], mesh) if len(srcs) == len(dsts) == 1 else (srcs, dsts, mesh)
 
 
 def _remember(key: tuple[Any, Any, Any], anchor: Any, bound: Bound) -> None:

@@ -48,6 +48,9 @@ def uneven_type(x: torch.Tensor, mesh: Mesh | str | Any, axis: str, dim: int = 0
     """
     ctx = context(mesh)
     m = ctx.mesh
+    if not isinstance(axis, str):  # a numpy array's `in` would compare elementwise
+        raise SpecError(f"axis must be a mesh axis name (a str), got {type(axis).__name__}",
+                        hint=f"pass the name of the mesh axis that splits the tensor, one of {', '.join(m.names)}")
     if axis not in m:
         raise SpecError(f"mesh axis {axis!r} is not on the mesh {m}", hint=f"use one of {', '.join(m.names)}")
     if not isinstance(x, torch.Tensor):
