@@ -495,9 +495,10 @@ class TensorType:
     def __post_init__(self) -> None:
         dtype = self.dtype if type(self.dtype) is str and self.dtype in DTYPES else canonical_dtype(self.dtype)
         if dtype is None:
+            lower = canonical_dtype(self.dtype.lower()) if isinstance(self.dtype, str) else None
             raise SpecError(
                 f"unknown dtype {self.dtype!r}", subject=self.dtype if isinstance(self.dtype, str) else None,
-                hint=DTYPE_HINT,
+                hint=DTYPE_HINT if lower is None else f"dtypes are lower case: write {self.dtype.lower()!r}",
             )
         dims = self.dims if type(self.dims) is tuple else _as_tuple(self.dims, "TensorType dims")
         axis_types = self.axis_types

@@ -81,6 +81,8 @@ def test_type_passes_through() -> None:
         ("f32[8@]", 6, "unexpected"),
         ("f32(8)", 3, "unexpected"),
         ("q32[8]", 0, "unknown dtype"),
+        ("F32[8]", 0, "unknown dtype 'F32'"),  # not the generic "expected a dtype" (issue 34)
+        ("Float32[8@dp]", 0, "unknown dtype 'Float32'"),
         ("f32[8@dp,dp]", 9, "used twice"),
         ("f32[8@dp]{U:dp}", 12, "used twice"),
         ("f32[8@(tp,dp)]{R:(cp,tp)}", 21, "used twice"),
@@ -100,6 +102,15 @@ def test_type_errors(text: str, pos: int, words: str) -> None:
     lines = str(e).splitlines()
     assert lines[1] == f"    {text}"
     assert lines[2] == "    " + " " * pos + "^"  # the caret sits under the problem
+
+
+@pytest.mark.parametrize(("text", "hint"), [("F32[8]", "dtypes are lower case: write 'f32'"),
+                                            ("Float32[8]", "dtypes are lower case: write 'float32'"),
+                                            ("FP32[8]", "f32, bf16")])
+def test_capitalised_dtype_hint(text: str, hint: str) -> None:
+    with pytest.raises(SpecError, match="unknown dtype") as info:
+        parse(text)
+    assert hint in info.value.hint
 
 
 def test_unknown_axis_against_mesh() -> None:
