@@ -405,11 +405,14 @@ def _check_layout(dims: tuple[Dim, ...], axis_types: tuple) -> tuple[tuple[tuple
         numel *= d.size
         if d.split is not None:
             if d.split.kind == "ragged":
-                d.split.check_ragged(i, [e.size for e in dims], [e.axes for e in dims])
+                try:
+                    d.split.check_ragged(i, [e.size for e in dims], [e.axes for e in dims])
+                except SpecError as e:  # the split is the subject: a reader puts the caret on it
+                    raise SpecError(e.message, hint=e.hint, subject=str(d.split)) from None
             if any(e.split is not None for e in dims[:i]):
                 raise SpecError(
                     f"dims {next(k for k, e in enumerate(dims) if e.split is not None)} and {i} are both "
-                    "split unevenly: a type splits at most one dim unevenly",
+                    "split unevenly: a type splits at most one dim unevenly", subject=str(d.split),
                     hint="split one dim unevenly and shard the others evenly (or not at all)",
                 )
         for a in d.axes:

@@ -83,6 +83,10 @@ def test_type_passes_through() -> None:
         ("q32[8]", 0, "unknown dtype"),
         ("F32[8]", 0, "unknown dtype 'F32'"),  # not the generic "expected a dtype" (issue 34)
         ("Float32[8@dp]", 0, "unknown dtype 'Float32'"),
+        # a check of an uneven split puts its caret on the split, not on '[' (issue 34)
+        ("f32[10@dp<ragged 1,2,1>]", 9, "does not divide by the 4 units"),
+        ("f32[4,10@dp<ragged 1,2, 1>]", 11, "must be on dim 0"),
+        ("f32[10@dp<3,7>,4@tp<1,3>]", 19, "both split unevenly"),
         ("f32[8@dp,dp]", 9, "used twice"),
         ("f32[8@dp]{U:dp}", 12, "used twice"),
         ("f32[8@(tp,dp)]{R:(cp,tp)}", 21, "used twice"),

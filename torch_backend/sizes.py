@@ -112,7 +112,8 @@ def _counts(x: torch.Tensor, dim: int, partitions: Any, r: int, ctx: Any) -> lis
     vals = list(size_row(p.tolist() if isinstance(p, torch.Tensor) else p, f"rank {r}'s partition sizes",
                          "list this rank's piece of every partition, in local order, as ints >= 0"))
     if sum(vals) != n:
-        raise SpecError(f"rank {r}'s partition sizes {vals} do not add up to its {n} elements along dim {dim}",
+        held = f"{n} rows" if dim == 0 else f"{n} slices along dim {dim}"  # a partition size counts whole rows
+        raise SpecError(f"rank {r}'s partition sizes {vals} add up to {sum(vals)}, not its {held}",
                         hint="list this rank's piece of every partition, in local order, sizes >= 0")
     return vals
 
