@@ -36,6 +36,7 @@ from typing import Any
 from lowering import uneven_placements as uneven
 from spec_lang.errors import SpecError, locate, number_text, value_text
 from spec_lang.ir import AxisType, Dim, Mesh, TensorType, canonical_dtype
+from spec_lang.lazy import needs_extra
 from spec_lang.local_type import REDUCE_OPS
 from spec_lang.parser import Call, Form, parse_mesh, parse_shard_order, read_calls
 from spec_lang.split import INT64_LIMIT, size_row
@@ -263,12 +264,14 @@ def to_placements(
 
     tt, m = resolve(t, as_mesh(mesh))
     specs, order = placement_specs(tt, m, strided=strided)
-    placements = [_to_torch(s) for s in specs]
+    with needs_extra("lowering.to_placements"):
+        placements = [_to_torch(s) for s in specs]
     if shard_order_format == "names":
         return placements, order
     if strided:
         return placements, None
-    from torch.distributed.tensor._dtensor_spec import ShardOrderEntry
+    with needs_extra("lowering.to_placements"):
+        from torch.distributed.tensor._dtensor_spec import ShardOrderEntry
 
     return placements, tuple(
         ShardOrderEntry(tensor_dim=d, mesh_dims=tuple(m.index(a) for a in dim.axes))

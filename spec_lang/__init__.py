@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from spec_lang.errors import SpecError
 from spec_lang.ir import DTYPES, AxisType, Dim, Mesh, TensorType
+from spec_lang.lazy import needs_extra
 from spec_lang.local_type import LocalType
 from spec_lang.parser import parse, parse_local_type, parse_mesh, parse_shard_order
 
@@ -24,21 +25,24 @@ def from_jax(spec_or_sharding: Any, shape: Sequence[int] | None = None, dtype: A
     """PartitionSpec / NamedSharding (or a jax.Array) -> TensorType. jax is imported lazily."""
     from spec_lang.jax_interop import from_jax as _from_jax
 
-    return _from_jax(spec_or_sharding, shape=shape, dtype=dtype, mesh=mesh)
+    with needs_extra("spec_lang.from_jax"):
+        return _from_jax(spec_or_sharding, shape=shape, dtype=dtype, mesh=mesh)
 
 
 def mesh_from_jax(mesh: Any) -> Mesh:
     """A jax Mesh -> Mesh, its devices' ids as the global ranks. jax is imported lazily."""
     from spec_lang.jax_interop import mesh_from_jax as _mesh_from_jax
 
-    return _mesh_from_jax(mesh)
+    with needs_extra("spec_lang.mesh_from_jax"):
+        return _mesh_from_jax(mesh)
 
 
 def to_jax(t: TensorType | str, mesh: Mesh | str | Any) -> NamedSharding:
     """TensorType (or its string) -> jax.sharding.NamedSharding on the first N devices."""
     from spec_lang.jax_interop import to_jax as _to_jax
 
-    return _to_jax(t, mesh)
+    with needs_extra("spec_lang.to_jax"):
+        return _to_jax(t, mesh)
 
 
 __all__ = [
