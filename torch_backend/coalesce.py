@@ -48,7 +48,9 @@ def redistribute_many(xs: Sequence[torch.Tensor], srcs: Sequence[TensorType | st
 
         return mesh_transfer.redistribute_many(xs, srcs, dsts, mesh, dst_mesh=dst_mesh, timeout=timeout)
     if torch.compiler.is_dynamo_compiling() and isinstance(xs, (list, tuple)):
-        return traced.call("redistribute_many", list(xs), list(srcs), list(dsts), mesh, async_op=async_op,
+        from torch_backend import trace_marks
+
+        return trace_marks.call("redistribute_many", list(xs), list(srcs), list(dsts), mesh, async_op=async_op,
                            timeout=timeout, agree=agree)
     if type(mesh) is str and timeout is None and not async_op and type(xs) in (list, tuple):
         try:
@@ -87,7 +89,7 @@ def redistribute_many(xs: Sequence[torch.Tensor], srcs: Sequence[TensorType | st
 traced.entry("redistribute_many")(redistribute_many)
 
 
-# async_op=True inside torch.compile, in two regions around the user's wait (traced.Waiting)
+# async_op=True inside torch.compile, in two regions around the user's wait (trace_marks.Waiting)
 @traced.entry("redistribute_many.splits")
 def _async_splits(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Any, **_: Any) -> bool:
     return prepare_many(srcs, dsts, mesh).issues()

@@ -51,7 +51,9 @@ class Redistributor:
         """This rank's block of the destination (with ``async_op``, a handle whose ``wait()``
         gives it, as ``redistribute(..., async_op=True)``)."""
         if torch.compiler.is_dynamo_compiling():
-            return traced.call("prepared", self, x, async_op=async_op)
+            from torch_backend import trace_marks
+
+            return trace_marks.call("prepared", self, x, async_op=async_op)
         b = self._bound
         if not async_op and not (self._agree if self._agree is not None else agree_default()):
             y = b.hot(x)  # the fast path (api.redistribute's, without the lookup)
@@ -86,7 +88,7 @@ def _call_prepared(prepared: Redistributor, x: torch.Tensor) -> Any:
     return prepared(x)
 
 
-# async_op=True inside torch.compile, in two regions around the user's wait (traced.Waiting)
+# async_op=True inside torch.compile, in two regions around the user's wait (trace_marks.Waiting)
 @traced.entry("prepared.splits")
 def _async_splits(prepared: Redistributor) -> bool:
     return prepared._bound.issues()

@@ -72,8 +72,10 @@ def typed_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: An
         if splits is not None:
             raise SpecError(f"spmd.{op} with split sizes cannot run inside torch.compile (its sizes are data)",
                             hint="call it outside the compiled region")
-        return traced.call("spmd", op, x, axis, src, dst, mesh=mesh, size=size, inplace=inplace, at=at,
-                           op_dtype=op_dtype, out_dtype=out_dtype)
+        from torch_backend import trace_marks
+
+        return trace_marks.call("spmd", op, x, axis, src, dst, mesh=mesh, size=size, inplace=inplace, at=at,
+                                op_dtype=op_dtype, out_dtype=out_dtype)
     if not isinstance(x, torch.Tensor):
         raise SpecError(f"spmd.{op} needs a tensor, got {type(x).__name__}")
     # S(-1) counts from x's last dim (an S dim is a dim of the input and of the output alike)
