@@ -167,7 +167,7 @@ def _parse_type(text: str) -> tuple[TensorType, tuple[str, ...]]:
                 pairs, split, at, split_node = _dim_axes(node.children[1], text) if len(node.children) > 1 \
                     else ([], None, 0, None)
                 words += pairs
-                if split is not None:  # the type's checks of the split name it as their subject
+                if split_node is not None:  # the type's checks of the split name it as their subject
                     words.append((str(split), split_node.meta.start_pos))
                 try:
                     dims.append(Dim(size, tuple(n for n, _ in pairs), split, at))
