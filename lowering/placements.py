@@ -63,7 +63,7 @@ class PlacementSpec:
             except TypeError:
                 n = None
             if n is None or not -INT64_LIMIT < n < INT64_LIMIT:
-                shown = number_text(n) if n is not None else f"{type(value).__name__} {value!r}"
+                shown = number_text(n) if n is not None else f"{type(value).__name__} {value_text(value)}"
                 raise SpecError(f"a placement's {what} must be an int that fits in int64, got {shown}",
                                 hint="Shard(d) and _StridedShard(d, split_factor) take small ints: a tensor dim, "
                                      "a product of mesh axis sizes")
@@ -257,10 +257,12 @@ def to_placements(
     A dim with an uneven split gives its placement object (``lowering.DynamicShard``,
     ``RaggedShard`` or ``PartitionedShard``), which torch has no class for.
     """
-    if shard_order_format not in SHARD_ORDER_FORMATS:
-        raise SpecError(f"unknown shard_order_format {shard_order_format!r}",
+    if not isinstance(shard_order_format, str) or shard_order_format not in SHARD_ORDER_FORMATS:
+        raise SpecError(f"unknown shard_order_format {value_text(shard_order_format)}",
                         hint="use 'names' (shardc's {dim: [axis names]}) or 'torch' (ShardOrderEntry tuples)")
-    from lowering.checks import resolve
+    from lowering.checks import check_flag, resolve
+
+    check_flag(strided, "strided", "strided=True for the _StridedShard form, False for Shard with a shard_order")
 
     tt, m = resolve(t, as_mesh(mesh))
     specs, order = placement_specs(tt, m, strided=strided)
@@ -524,10 +526,13 @@ def _strided_order(specs: list[PlacementSpec], m: Mesh) -> dict[int, list[int]]:
 
 
 def _dtype_name(dtype: Any) -> str:
-    raw = str(dtype).removeprefix("torch.")
+    try:
+        raw = str(dtype).removeprefix("torch.")
+    except Exception:  # a str() that raises: no dtype
+        raw = ""
     name = canonical_dtype(raw)
     if name is None:
-        raise SpecError(f"unknown dtype {dtype!r}", hint="use f32, bf16, f16, f64, i8, i16, i32, i64, u8, bool")
+        raise SpecError(f"unknown dtype {value_text(dtype)}", hint="use f32, bf16, f16, f64, i8, i16, i32, i64, u8, bool")
     return name
 
 

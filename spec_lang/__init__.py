@@ -17,6 +17,9 @@ if TYPE_CHECKING:  # jax is optional: only a type checker imports it here
 
 def format_type(t: TensorType | str, short_dtype: bool = False) -> str:
     """The canonical text of a type, JAX's format; a string is parsed first (its canonical form comes back)."""
+    if short_dtype is not True and short_dtype is not False:  # its truthiness would decide silently
+        raise SpecError(f"short_dtype must be True or False, got {type(short_dtype).__name__}",
+                        hint="short_dtype=True prints f32, False float32")
     return parse(t).format(short_dtype)
 
 

@@ -104,6 +104,8 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
     None off ``mesh``, the result None off ``dst_mesh`` (``torch_backend.mesh_transfer``,
     docs/cross_mesh.md). The ranks always agree on their checks there first.
     """
+    if type(async_op) is not bool:  # its truthiness would decide silently
+        check_flag(async_op, "async_op", "async_op=True returns a handle whose wait() gives the result")
     if dst_mesh is not None:
         if async_op:
             raise SpecError("async_op=True is not supported with dst_mesh=", hint="drop async_op")
@@ -116,7 +118,7 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
         from torch_backend import trace_marks
 
         return trace_marks.call("redistribute", x, src, dst=dst, mesh=mesh, async_op=async_op, timeout=timeout,
-                           agree=agree)
+                                agree=agree)
     if agree is not None:
         check_agree(agree)
     if type(x) is torch.Tensor and type(src) is str and type(dst) is str and type(mesh) is str:

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from lowering.checks import check_flag
 from lowering.program import Program
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
@@ -50,6 +51,8 @@ class Redistributor:
     def __call__(self, x: torch.Tensor, *, async_op: bool = False) -> Any:
         """This rank's block of the destination (with ``async_op``, a handle whose ``wait()``
         gives it, as ``redistribute(..., async_op=True)``)."""
+        if type(async_op) is not bool:  # its truthiness would decide silently
+            check_flag(async_op, "async_op", "async_op=True returns a handle whose wait() gives the result")
         if torch.compiler.is_dynamo_compiling():
             from torch_backend import trace_marks
 

@@ -109,7 +109,13 @@ def _counts(x: torch.Tensor, dim: int, partitions: Any, r: int, ctx: Any) -> lis
     if partitions is None:
         return [n]
     p = local_of(partitions, r) if isinstance(partitions, torch.Tensor) else partitions
-    vals = list(size_row(p.tolist() if isinstance(p, torch.Tensor) else p, f"rank {r}'s partition sizes",
+    if isinstance(p, torch.Tensor):
+        if p.device.type == "meta" or type(p) is not torch.Tensor:  # no values to read (a DTensor: no one block)
+            raise SpecError(f"partitions must be this rank's sizes, an int tensor or a list, got a "
+                            f"{type(p).__name__} on {p.device.type}",
+                            hint="list this rank's piece of every partition, in local order, as ints >= 0")
+        p = p.tolist()
+    vals = list(size_row(p, f"rank {r}'s partition sizes",
                          "list this rank's piece of every partition, in local order, as ints >= 0"))
     if sum(vals) != n:
         held = f"{n} rows" if dim == 0 else f"{n} slices along dim {dim}"  # a partition size counts whole rows

@@ -31,6 +31,7 @@ from torch_backend.spmd import ragged
 from torch_backend.spmd.mesh import as_axes, mesh_context
 from torch_backend.spmd.precision import as_dtype, check_options, reduce_in
 from torch_backend.spmd.tags import recorded_size, typeof
+from torch_backend.tensor_checks import is_dtensor
 from torch_backend.type_tags import SIZES, attach, unchecked
 
 
@@ -78,6 +79,9 @@ def typed_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: An
                                 op_dtype=op_dtype, out_dtype=out_dtype)
     if not isinstance(x, torch.Tensor):
         raise SpecError(f"spmd.{op} needs a tensor, got {type(x).__name__}")
+    if is_dtensor(x):  # its collectives are DTensor's to run (a DTensor has no sharding rule for c10d's ops)
+        raise SpecError(f"spmd.{op} takes this rank's local tensor, got a DTensor",
+                        hint="pass dt.to_local() (typed with spmd.assert_type), or use dt.redistribute")
     # S(-1) counts from x's last dim (an S dim is a dim of the input and of the output alike)
     s, d = resolve(src, x.ndim, "src"), resolve(dst, x.ndim, "dst")
     if splits is not None and op == "all_to_all":
