@@ -7,7 +7,8 @@ Each round starts two fresh processes: one that only imports torch, and one that
 torch, starts a 1-rank gloo group (as a plain eager user does), then imports
 ``torch_backend`` and makes one ``redistribute`` (``f32[8@dp] -> f32[8]`` on ``dp=1``).
 The second process times its own steps; the figure is "import torch_backend + the first
-call", the time from the group being up to the result, median over the rounds.
+call", the time from the group being up to the result (wall, and the process's CPU
+time, which a loaded machine inflates less), median over the rounds.
 ``--baseline REV`` measures git revision REV too (a ``git archive`` of it, in the same
 rounds, the two trees taking turns). Target: <= 0.3 s, and neither ``torch._dynamo`` nor
 ``torch.distributed.tensor`` loaded.
@@ -33,12 +34,12 @@ import torch
 import torch.distributed as dist
 t1 = time.perf_counter()
 dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0, world_size=1)
-t2 = time.perf_counter()
+t2, c2 = time.perf_counter(), time.process_time()
 from torch_backend import redistribute
 y = redistribute(torch.arange(8.0), "f32[8@dp]", "f32[8]", "dp=1")
-t3 = time.perf_counter()
+t3, c3 = time.perf_counter(), time.process_time()
 assert y.tolist() == list(range(8))
-print(json.dumps({"import_torch": t1 - t0, "first_call": t3 - t2,
+print(json.dumps({"import_torch": t1 - t0, "first_call": t3 - t2, "first_call_cpu": c3 - c2,
                   "dynamo": "torch._dynamo" in sys.modules,
                   "dtensor": "torch.distributed.tensor" in sys.modules}))
 """
@@ -74,12 +75,15 @@ def main() -> int:
             for name, tree in trees.items():
                 rows[name].append(_child(tree, _CHILD))
     print(f"import torch alone: {statistics.median(bare):.3f} s (median of {args.rounds} fresh processes)")
-    print(f"{'tree':>12} | import torch | torch_backend + first redistribute | torch._dynamo | torch.distributed.tensor")
+    print(f"{'tree':>12} | import torch | torch_backend + first redistribute (CPU) | torch._dynamo | "
+          "torch.distributed.tensor")
     failed = False
     for name, got in rows.items():
         first = statistics.median(r["first_call"] for r in got)
+        cpu = statistics.median(r["first_call_cpu"] for r in got)
         dynamo, dtensor = any(r["dynamo"] for r in got), any(r["dtensor"] for r in got)
-        print(f"{name:>12} | {statistics.median(r['import_torch'] for r in got):10.3f} s | {first:32.3f} s | "
+        print(f"{name:>12} | {statistics.median(r['import_torch'] for r in got):10.3f} s | {first:24.3f} s "
+              f"({cpu:.3f} s) | "
               f"{'loaded' if dynamo else 'not loaded':>13} | {'loaded' if dtensor else 'not loaded':>24}")
         if name == "this tree":
             failed = first > 0.3 or dynamo or dtensor
