@@ -8,7 +8,9 @@ torch, starts a 1-rank gloo group (as a plain eager user does), then imports
 ``torch_backend`` and makes one ``redistribute`` (``f32[8@dp] -> f32[8]`` on ``dp=1``).
 The second process times its own steps; the figure is "import torch_backend + the first
 call", the time from the group being up to the result (wall, and the process's CPU
-time, which a loaded machine inflates less), median over the rounds.
+time, which a loaded machine inflates less, and of that the CPU time of the collector's
+full passes: the first one after ``import torch`` walks torch's objects, whatever code runs
+next), median over the rounds.
 ``--baseline REV`` measures git revision REV too (a ``git archive`` of it, in the same
 rounds, the two trees taking turns). Target: <= 0.3 s, and neither ``torch._dynamo`` nor
 ``torch.distributed.tensor`` loaded.
@@ -28,18 +30,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 _CHILD = r"""
-import json, sys, tempfile, time
+import gc, json, sys, tempfile, time
 t0 = time.perf_counter()
 import torch
 import torch.distributed as dist
 t1 = time.perf_counter()
 dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0, world_size=1)
+full = []  # the collector's full passes in the window (over torch's objects, as any code after import torch meets)
+gc.callbacks.append(lambda phase, info: info["generation"] == 2 and full.append((phase, time.process_time())))
 t2, c2 = time.perf_counter(), time.process_time()
 from torch_backend import redistribute
 y = redistribute(torch.arange(8.0), "f32[8@dp]", "f32[8]", "dp=1")
 t3, c3 = time.perf_counter(), time.process_time()
 assert y.tolist() == list(range(8))
-print(json.dumps({"import_torch": t1 - t0, "first_call": t3 - t2, "first_call_cpu": c3 - c2,
+gc_cpu = sum(b[1] - a[1] for a, b in zip(full[::2], full[1::2]))
+print(json.dumps({"import_torch": t1 - t0, "first_call": t3 - t2, "first_call_cpu": c3 - c2, "gc_cpu": gc_cpu,
                   "dynamo": "torch._dynamo" in sys.modules,
                   "dtensor": "torch.distributed.tensor" in sys.modules}))
 """
@@ -75,15 +80,16 @@ def main() -> int:
             for name, tree in trees.items():
                 rows[name].append(_child(tree, _CHILD))
     print(f"import torch alone: {statistics.median(bare):.3f} s (median of {args.rounds} fresh processes)")
-    print(f"{'tree':>12} | import torch | torch_backend + first redistribute (CPU) | torch._dynamo | "
+    print(f"{'tree':>12} | import torch | torch_backend + first redistribute (CPU; full GC) | torch._dynamo | "
           "torch.distributed.tensor")
     failed = False
     for name, got in rows.items():
         first = statistics.median(r["first_call"] for r in got)
         cpu = statistics.median(r["first_call_cpu"] for r in got)
+        gc_cpu = statistics.median(r["gc_cpu"] for r in got)
         dynamo, dtensor = any(r["dynamo"] for r in got), any(r["dtensor"] for r in got)
         print(f"{name:>12} | {statistics.median(r['import_torch'] for r in got):10.3f} s | {first:24.3f} s "
-              f"({cpu:.3f} s) | "
+              f"({cpu:.3f} s; {gc_cpu:.3f} s) | "
               f"{'loaded' if dynamo else 'not loaded':>13} | {'loaded' if dtensor else 'not loaded':>24}")
         if name == "this tree":
             failed = first > 0.3 or dynamo or dtensor

@@ -184,3 +184,35 @@ def test_non_string_inputs(bad: object) -> None:
     for fn in (parse, parse_mesh, parse_shard_order):
         with pytest.raises(SpecError):
             fn(bad)  # type: ignore[arg-type]
+
+
+# ---- the built parser, kept in the user's cache directory -----------------------------------
+
+
+def test_the_built_parser_is_cached_and_a_bad_cache_is_rebuilt(tmp_path, monkeypatch) -> None:
+    from spec_lang import parser
+
+    def tree(text: str) -> object:
+        return parser._lark().parse(text, start="type_start")
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    parser._lark.cache_clear()
+    try:
+        built = tree("f32[10@dp<ragged 1,2,1>]")
+        (cached,) = (tmp_path / "shardc").glob("grammar-*.lark")
+        assert not list((tmp_path / "shardc").glob("*.part"))  # written whole, then renamed
+        parser._lark.cache_clear()
+        loaded = tree("f32[10@dp<ragged 1,2,1>]")
+        assert loaded == built
+        # the positions that carets come from survive the cache
+        assert loaded.children[0].children[1].children[1].children[0].children[1].meta.start_pos == 9
+        cached.write_bytes(b"not a parser")  # a bad file: built again, and replaced
+        parser._lark.cache_clear()
+        assert tree("f32[8@dp]") == parser._lark.__wrapped__().parse("f32[8@dp]", start="type_start")
+        assert cached.read_bytes() != b"not a parser"
+        (tmp_path / "file").write_text("")  # a cache directory that cannot be made: built every time
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))
+        parser._lark.cache_clear()
+        assert tree("f32[8@dp]") == parser._lark.__wrapped__().parse("f32[8@dp]", start="type_start")
+    finally:
+        parser._lark.cache_clear()
