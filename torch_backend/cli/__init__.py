@@ -116,6 +116,11 @@ def command() -> NoReturn:
     rc = main()
     if "torch" not in sys.modules:
         sys.exit(rc)
+    import threading
+
+    for thread in threading.enumerate():  # as at a normal exit: the threads that are not daemons first
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
