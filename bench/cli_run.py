@@ -8,7 +8,8 @@ revision REV (a ``git archive`` of it), taking turns. From the start of the comm
 when the program's first line is printed, when the report (``ran on ...``) is, and when
 the process has exited; medians over the rounds. The program is printed as soon as it
 compiles, so ``auto`` should show it as soon as ``gloo`` does, and the exit should follow
-the report at once.
+the report at once; so should the end of its output, which a pipe (``| tee``) waits for:
+the ranks' fork server holds the same stdout until it has exited too.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def _once(tree: Path, backend: str) -> dict[str, float]:
                 seen.setdefault("program", time.perf_counter() - t0)
             if line.startswith("ran on"):
                 seen.setdefault("report", time.perf_counter() - t0)
+        seen["eof"] = time.perf_counter() - t0  # every holder of its stdout let go
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -73,12 +75,13 @@ def main() -> int:
                 for backend in ("auto", "gloo"):
                     rows.setdefault((name, backend), []).append(_once(tree, backend))
     print(f"shardc run {' '.join(ARGV[1:])}, seconds from the start, median of {args.rounds}")
-    print(f"{'tree':>12} | backend | program shown | report | exit | exit - report")
+    print(f"{'tree':>12} | backend | program shown | report | exit | exit - report | output closed - report")
     for (name, backend), got in rows.items():
         med = {k: statistics.median(r[k] for r in got) for k in ("program", "report", "exit")}
         gap = statistics.median(r["exit"] - r["report"] for r in got)
+        eof = statistics.median(r["eof"] - r["report"] for r in got)
         print(f"{name:>12} | {backend:>7} | {med['program']:13.2f} | {med['report']:6.2f} | {med['exit']:4.2f} | "
-              f"{gap:13.2f}")
+              f"{gap:13.2f} | {eof:22.2f}")
     return 0
 
 
