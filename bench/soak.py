@@ -1,8 +1,10 @@
-"""The full soak: fuzzed strings through every parser entry point, random redistributions
-under LocalTensorMode, and random redistributions on 8 real gloo processes.
+"""The full soak: fuzzed strings through every parser entry point, malformed Python objects
+in every argument of every public call, random redistributions under LocalTensorMode, and
+random redistributions on 8 real gloo processes.
 
-    python bench/soak.py                       # 100,000 strings each, 10,000 local, 1,000 gloo
+    python bench/soak.py                       # 100,000 strings each, every object, 10,000 local, 1,000 gloo
     python bench/soak.py --strings 1000 --local 100 --gloo 40    # a quick pass
+    python bench/soak.py --strings 100000 --local 0 --gloo 0     # strings and objects alone
 
 Prints each part's counts and what went wrong (nothing, when all is well); exits 1 if
 anything escaped, hung or came out wrong. ``tests/test_soak.py`` runs a CI-sized slice.
@@ -19,7 +21,7 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from soak_cases import check_local, fuzz_parsers, gloo_cases, random_redistributions
+from soak_cases import check_local, fuzz_parsers, gloo_cases, malformed_calls, random_redistributions
 
 
 def fake_world(world: int) -> None:
@@ -39,6 +41,7 @@ def main() -> int:
     ap.add_argument("--local", type=int, default=10_000, help="random redistributions under LocalTensorMode")
     ap.add_argument("--gloo", type=int, default=1_000, help="random redistributions on 8 gloo processes")
     ap.add_argument("--seed", type=int, default=2026)
+    ap.add_argument("--no-objects", action="store_true", help="skip the malformed Python objects")
     args = ap.parse_args()
     failed = False
 
@@ -50,6 +53,16 @@ def main() -> int:
             print("   ", e)
         failed |= bool(res["escapes"])
     print(f"fuzz: {time.perf_counter() - t0:.1f} s")
+
+    if not args.no_objects:
+        t0 = time.perf_counter()
+        res = malformed_calls(fake_world)
+        print(f"objects: {res['calls']} public calls, {res['tried']} calls with one argument malformed "
+              f"({res['refused']} refused with a SpecError, {res['accepted']} accepted), "
+              f"{len(res['escapes'])} escapes, {time.perf_counter() - t0:.1f} s")
+        for e in [*res["bad_baselines"], *res["escapes"]][:20]:
+            print("   ", e)
+        failed |= bool(res["escapes"] or res["bad_baselines"])
 
     t0 = time.perf_counter()
     cases = random_redistributions(args.local, args.seed)

@@ -258,7 +258,7 @@ def anchored_get(table: OrderedDict[Any, tuple[Any, Any]], key: Any, anchor: Any
     used; else None. For the caches of objects made for a process's state, kept elsewhere."""
     try:
         hit = table.get(key)
-    except TypeError:  # an unhashable key: never stored
+    except Exception:  # an unhashable key (or one whose hash or == raises): never stored
         return None
     if hit is None or hit[0] is not anchor:
         return None

@@ -120,7 +120,7 @@ def check_flag(value: object, what: str, hint: str) -> bool | None:
     if value is not None and value is not True and value is not False:
         cls = type(value)
         name = cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__name__}"  # numpy.bool
-        raise SpecError(f"{what} must be True, False or None, got {name} {value!r}", hint=hint)
+        raise SpecError(f"{what} must be True, False or None, got {name} {value_text(value)}", hint=hint)
     return value
 
 

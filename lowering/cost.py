@@ -92,7 +92,7 @@ class CostModel:
             table = getattr(self, what)
             if not isinstance(table, tuple) or not all(isinstance(p, tuple) and len(p) == 2 for p in table):
                 raise SpecError(
-                    f"CostModel.{what} must be a tuple of (mesh axis, seconds) pairs, got {table!r}",
+                    f"CostModel.{what} must be a tuple of (mesh axis, seconds) pairs, got {value_text(table)}",
                     hint=f"build it with CostModel.make({what}={{'dp': ...}})",
                 )
             names = [a for a, _ in table]
@@ -133,7 +133,7 @@ class CostModel:
                 return ()
             if not isinstance(value, Mapping):
                 raise SpecError(f"{what} must be a number or a dict of mesh axis -> number, got "
-                                f"{type(value).__name__} {value!r}", hint=_COST_HINT)
+                                f"{type(value).__name__} {value_text(value)}", hint=_COST_HINT)
             if not all(isinstance(k, str) for k in value):
                 raise SpecError(f"{what}: mesh axis names are str, got {list(value)!r}", hint=_COST_HINT)
             return tuple(sorted(value.items()))
@@ -294,7 +294,7 @@ def _check_groups(groups: object) -> tuple[tuple[tuple[str, ...], float, float],
     for axes, a, b in groups:
         if (not isinstance(axes, tuple) or len(axes) < 2 or len(set(axes)) != len(axes)
                 or not all(isinstance(x, str) for x in axes)):
-            raise SpecError(f"a group of the cost model is 2 or more distinct mesh axis names, got {axes!r}",
+            raise SpecError(f"a group of the cost model is 2 or more distinct mesh axis names, got {value_text(axes)}",
                             hint="give per-axis values in alpha/beta; groups are for flattened axes, e.g. ('dp', 'tp')")
         key = tuple(sorted(axes))
         if any(g[0] == key for g in out):

@@ -36,6 +36,7 @@ from typing import Any
 from lowering import uneven_placements as uneven
 from spec_lang.errors import SpecError, locate, number_text, value_text
 from spec_lang.ir import AxisType, Dim, Mesh, TensorType, canonical_dtype
+from spec_lang.lazy import needs_extra
 from spec_lang.local_type import REDUCE_OPS
 from spec_lang.parser import Call, Form, parse_mesh, parse_shard_order, read_calls
 from spec_lang.split import INT64_LIMIT, size_row
@@ -62,7 +63,7 @@ class PlacementSpec:
             except TypeError:
                 n = None
             if n is None or not -INT64_LIMIT < n < INT64_LIMIT:
-                shown = number_text(n) if n is not None else f"{type(value).__name__} {value!r}"
+                shown = number_text(n) if n is not None else f"{type(value).__name__} {value_text(value)}"
                 raise SpecError(f"a placement's {what} must be an int that fits in int64, got {shown}",
                                 hint="Shard(d) and _StridedShard(d, split_factor) take small ints: a tensor dim, "
                                      "a product of mesh axis sizes")
@@ -256,19 +257,23 @@ def to_placements(
     A dim with an uneven split gives its placement object (``lowering.DynamicShard``,
     ``RaggedShard`` or ``PartitionedShard``), which torch has no class for.
     """
-    if shard_order_format not in SHARD_ORDER_FORMATS:
-        raise SpecError(f"unknown shard_order_format {shard_order_format!r}",
+    if not isinstance(shard_order_format, str) or shard_order_format not in SHARD_ORDER_FORMATS:
+        raise SpecError(f"unknown shard_order_format {value_text(shard_order_format)}",
                         hint="use 'names' (shardc's {dim: [axis names]}) or 'torch' (ShardOrderEntry tuples)")
-    from lowering.checks import resolve
+    from lowering.checks import check_flag, resolve
+
+    check_flag(strided, "strided", "strided=True for the _StridedShard form, False for Shard with a shard_order")
 
     tt, m = resolve(t, as_mesh(mesh))
     specs, order = placement_specs(tt, m, strided=strided)
-    placements = [_to_torch(s) for s in specs]
+    with needs_extra("lowering.to_placements"):
+        placements = [_to_torch(s) for s in specs]
     if shard_order_format == "names":
         return placements, order
     if strided:
         return placements, None
-    from torch.distributed.tensor._dtensor_spec import ShardOrderEntry
+    with needs_extra("lowering.to_placements"):
+        from torch.distributed.tensor._dtensor_spec import ShardOrderEntry
 
     return placements, tuple(
         ShardOrderEntry(tensor_dim=d, mesh_dims=tuple(m.index(a) for a in dim.axes))
@@ -521,10 +526,13 @@ def _strided_order(specs: list[PlacementSpec], m: Mesh) -> dict[int, list[int]]:
 
 
 def _dtype_name(dtype: Any) -> str:
-    raw = str(dtype).removeprefix("torch.")
+    try:
+        raw = str(dtype).removeprefix("torch.")
+    except Exception:  # a str() that raises: no dtype
+        raw = ""
     name = canonical_dtype(raw)
     if name is None:
-        raise SpecError(f"unknown dtype {dtype!r}", hint="use f32, bf16, f16, f64, i8, i16, i32, i64, u8, bool")
+        raise SpecError(f"unknown dtype {value_text(dtype)}", hint="use f32, bf16, f16, f64, i8, i16, i32, i64, u8, bool")
     return name
 
 

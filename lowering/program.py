@@ -230,6 +230,9 @@ def make_program(steps: Sequence[Step] | Step, mesh: Mesh | str, *, cost_model: 
             raise SpecError(f"step {i + 1} ({s.describe()}) starts at {s.src}, but the previous step ends at {prev}",
                             hint="chain steps so each starts where the last one ends")
         prev = s.dst
+    if cost_model is not None and not isinstance(cost_model, CostModel):
+        raise SpecError(f"make_program's cost_model must be a CostModel, got {type(cost_model).__name__}",
+                        hint="pass a lowering.CostModel (CostModel.load(path) reads a calibrated one), or None")
     model = cost_model or DEFAULT_COST_MODEL
     return Program(m, first, prev, steps, program_cost(list(steps), first, m, model))
 

@@ -37,7 +37,8 @@ def simulate(program: Program | CrossProgram,
     if isinstance(program, CrossProgram):
         return simulate_cross(program, local_inputs, simulate)
     mesh = check_program(program).mesh
-    if isinstance(local_inputs, (str, bytes, bytearray)) or not hasattr(local_inputs, "__len__"):
+    if isinstance(local_inputs, (str, bytes, bytearray)) or not hasattr(local_inputs, "__len__") \
+            or getattr(local_inputs, "ndim", 1) == 0:  # a 0-d array or tensor has __len__ but no length
         raise SpecError(f"simulate takes one array per rank, got {type(local_inputs).__name__}",
                         hint="pass a list of numpy arrays, one per rank, in rank order")
     if len(local_inputs) != mesh.size:

@@ -88,7 +88,7 @@ class PartitionedShard:
             raise SpecError(f"PartitionedShard num_partitions must be an int >= 1, got "
                             f"{value_text(self.num_partitions)}",
                             hint="count the partitions (e.g. experts) along the dim")
-        rows = Split("parts", self.splits, aligned=bool(self.aligned)).values
+        rows = Split("parts", self.splits, aligned=self.aligned).values
         if len(rows[0]) != self.num_partitions:
             raise SpecError(f"PartitionedShard splits must have one row of {self.num_partitions} sizes per shard, "
                             f"got rows of {[len(r) for r in rows]}",

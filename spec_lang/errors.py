@@ -71,6 +71,8 @@ def value_text(value: object) -> str:
         return repr(value)
     except ValueError:
         return f"a {type(value).__name__} holding a number too long to print"
+    except Exception:  # a repr that raises: the message names the type instead
+        return f"a {type(value).__name__} that cannot be printed"
 
 
 def locate(text: str | None, word: str, start: int = 0) -> int | None:

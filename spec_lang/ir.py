@@ -120,7 +120,7 @@ def _check_int(value: object, what: str, lowest: int, too_small: str, hint: str)
             raise TypeError
         n = operator.index(value)  # type: ignore[arg-type]  # any object: int and numpy ints pass, not float
     except TypeError:
-        raise SpecError(f"{what} must be an int, got {type(value).__name__} {value!r}", hint=hint) from None
+        raise SpecError(f"{what} must be an int, got {type(value).__name__} {value_text(value)}", hint=hint) from None
     if n < lowest:
         raise SpecError(too_small.format(number_text(n)), subject=number_text(n), hint=hint)
     if n >= INT64_LIMIT:
@@ -136,7 +136,7 @@ def _as_tuple(value: object, what: str) -> tuple:
         return value
     if isinstance(value, list):
         return tuple(value)
-    raise SpecError(f"{what} must be a tuple, got {type(value).__name__} {value!r}")
+    raise SpecError(f"{what} must be a tuple, got {type(value).__name__} {value_text(value)}")
 
 
 @dataclass(frozen=True)
@@ -343,7 +343,7 @@ class Dim:
 def _check_split(d: Dim) -> None:
     sp = d.split
     if not isinstance(sp, Split):
-        raise SpecError(f"Dim split must be a Split, got {type(sp).__name__} {sp!r}",
+        raise SpecError(f"Dim split must be a Split, got {type(sp).__name__} {value_text(sp)}",
                         hint="write Dim(10, ('dp',), Split('sizes', (3, 0, 7)))")
     if not d.axes:
         raise SpecError("an uneven split needs the mesh axis it splits over",
@@ -405,11 +405,14 @@ def _check_layout(dims: tuple[Dim, ...], axis_types: tuple) -> tuple[tuple[tuple
         numel *= d.size
         if d.split is not None:
             if d.split.kind == "ragged":
-                d.split.check_ragged(i, [e.size for e in dims], [e.axes for e in dims])
+                try:
+                    d.split.check_ragged(i, [e.size for e in dims], [e.axes for e in dims])
+                except SpecError as e:  # the split is the subject: a reader puts the caret on it
+                    raise SpecError(e.message, hint=e.hint, subject=str(d.split)) from None
             if any(e.split is not None for e in dims[:i]):
                 raise SpecError(
                     f"dims {next(k for k, e in enumerate(dims) if e.split is not None)} and {i} are both "
-                    "split unevenly: a type splits at most one dim unevenly",
+                    "split unevenly: a type splits at most one dim unevenly", subject=str(d.split),
                     hint="split one dim unevenly and shard the others evenly (or not at all)",
                 )
         for a in d.axes:
@@ -495,9 +498,10 @@ class TensorType:
     def __post_init__(self) -> None:
         dtype = self.dtype if type(self.dtype) is str and self.dtype in DTYPES else canonical_dtype(self.dtype)
         if dtype is None:
+            lower = canonical_dtype(self.dtype.lower()) if isinstance(self.dtype, str) else None
             raise SpecError(
-                f"unknown dtype {self.dtype!r}", subject=self.dtype if isinstance(self.dtype, str) else None,
-                hint=DTYPE_HINT,
+                f"unknown dtype {value_text(self.dtype)}", subject=self.dtype if isinstance(self.dtype, str) else None,
+                hint=DTYPE_HINT if lower is None else f"dtypes are lower case: write {self.dtype.lower()!r}",
             )
         dims = self.dims if type(self.dims) is tuple else _as_tuple(self.dims, "TensorType dims")
         axis_types = self.axis_types

@@ -35,16 +35,19 @@ def _dtype(dtype: Any) -> str:
     if isinstance(dtype, str):
         name = canonical_dtype(dtype.removeprefix("torch."))
     else:
-        name = canonical_dtype(str(dtype).removeprefix("torch."))
+        try:
+            name = canonical_dtype(str(dtype).removeprefix("torch."))
+        except Exception:  # a str() that raises: no dtype
+            name = None
         if name is None:
             try:
                 import numpy as np
 
                 name = canonical_dtype(np.dtype(dtype).name)
-            except TypeError:
+            except Exception:  # numpy's refusal of a non-dtype: a TypeError, or a ValueError for a tensor
                 name = None
     if name is None:
-        raise SpecError(f"unknown dtype {dtype!r}", hint=DTYPE_HINT)
+        raise SpecError(f"unknown dtype {value_text(dtype)}", hint=DTYPE_HINT)
     return name
 
 
@@ -135,8 +138,8 @@ def from_jax(
         )
     try:
         shape = tuple(shape)  # each size is checked by Dim
-    except TypeError:
-        raise SpecError(f"shape must be a sequence of ints, got {shape!r}") from None
+    except (TypeError, RuntimeError):  # not iterable, or its iteration raises (a DTensor)
+        raise SpecError(f"shape must be a sequence of ints, got {value_text(shape)}") from None
     parts = tuple(getattr(obj, "partitions", None) or ())
     if len(parts) > len(shape):
         raise SpecError(

@@ -21,10 +21,26 @@ _LOCAL_HINT = "write R, I, V, P (or U), P(avg), P(max), P(min) or S(dim); in Pyt
 
 @lru_cache(maxsize=1)
 def _lark() -> Any:
-    from lark import Lark
+    """The parser of ``grammar.lark``. Building its tables costs a fresh process about 0.1 s
+    of its first parse (and often a pass of the collector over torch's objects), so the
+    built parser is kept in the user's cache directory and loaded from there (5 ms), under
+    a name that hashes the grammar and the lark and Python versions."""
+    import hashlib
+    import os
+    import sys
+
+    import lark
 
     text = (Path(__file__).with_name("grammar.lark")).read_text()
-    return Lark(
+    key = hashlib.sha256(f"{text}\0{lark.__version__}\0{sys.version}".encode()).hexdigest()[:24]
+    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = Path(home) / "shardc" / f"grammar-{key}.lark"
+    try:
+        with path.open("rb") as f:
+            return lark.Lark.load(f)
+    except Exception:  # absent, unreadable or not a parser: build it
+        pass
+    parser = lark.Lark(
         text,
         start=["type_start", "mesh_start", "order_start", "call_start", "calls_start"],
         parser="lalr",
@@ -32,6 +48,15 @@ def _lark() -> Any:
         propagate_positions=True,
         maybe_placeholders=False,
     )
+    try:  # written whole, then renamed: a process that reads it at once finds all of it or none
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(f"{path.name}.{os.getpid()}.part")
+        with part.open("wb") as f:
+            parser.save(f)
+        os.replace(part, path)
+    except OSError:  # a read-only home: build it every time
+        pass
+    return parser
 
 
 def _describe_expected(expected: set[str], start: str) -> str:
@@ -167,6 +192,8 @@ def _parse_type(text: str) -> tuple[TensorType, tuple[str, ...]]:
                 pairs, split, at, split_node = _dim_axes(node.children[1], text) if len(node.children) > 1 \
                     else ([], None, 0, None)
                 words += pairs
+                if split_node is not None:  # the type's checks of the split name it as their subject
+                    words.append((str(split), split_node.meta.start_pos))
                 try:
                     dims.append(Dim(size, tuple(n for n, _ in pairs), split, at))
                 except SpecError as e:

@@ -22,7 +22,7 @@ import operator
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 
-from spec_lang.errors import SpecError, number_text
+from spec_lang.errors import SpecError, number_text, value_text
 
 # int64 is what numpy, torch and the planner's byte counts use (spec_lang.ir reads it here)
 INT64_LIMIT = 2**63
@@ -51,14 +51,14 @@ def size_row(values: object, what: str, hint: str) -> tuple[int, ...]:
     a float, a negative entry or one past int64. Every public entry that takes a row of
     sizes (a shape, chunk sizes, splits) reads it here."""
     if isinstance(values, (str, bytes, bytearray, memoryview)):
-        raise SpecError(f"{what} must be a sequence of ints, got {values!r}", hint=hint)
+        raise SpecError(f"{what} must be a sequence of ints, got {value_text(values)}", hint=hint)
     if isinstance(values, (Set, Mapping)):  # iterating one would reorder the sizes, or read the keys
-        raise SpecError(f"{what} must be a sequence of ints in order, got a {type(values).__name__} {values!r}",
+        raise SpecError(f"{what} must be a sequence of ints in order, got a {type(values).__name__} {value_text(values)}",
                         hint=hint + " (a list or tuple: a set has no order)")
     try:
         items: tuple[object, ...] = tuple(values)  # type: ignore[arg-type]  # any object: tuple() decides
-    except TypeError:
-        raise SpecError(f"{what} must be a sequence of ints, got {values!r}", hint=hint) from None
+    except Exception:  # not iterable, or its iteration raises (a DTensor sharded on dim 0)
+        raise SpecError(f"{what} must be a sequence of ints, got {value_text(values)}", hint=hint) from None
     return tuple(_count(v, what, hint) for v in items)
 
 
@@ -77,16 +77,16 @@ class Split:
         if self.kind == "parts":
             hint = "give one row of partition sizes per shard: parts 4,6,4,2 | 2,4,8,2"
             if isinstance(self.values, (str, bytes)):
-                raise SpecError(f"PartitionedShard splits must be rows of ints, got {self.values!r}", hint=hint)
+                raise SpecError(f"PartitionedShard splits must be rows of ints, got {value_text(self.values)}", hint=hint)
             try:
                 rows = tuple(size_row(r, "PartitionedShard splits", hint) for r in self.values)
-            except TypeError:
-                raise SpecError(f"PartitionedShard splits must be rows of ints, got {self.values!r}",
+            except (TypeError, RuntimeError):  # not iterable, or its iteration raises (a DTensor)
+                raise SpecError(f"PartitionedShard splits must be rows of ints, got {value_text(self.values)}",
                                 hint=hint) from None
             if not rows or not rows[0] or any(len(r) != len(rows[0]) for r in rows):
                 raise SpecError(f"PartitionedShard splits must have one row per shard, every row with the same "
                                 f"number of partitions (>= 1), got rows of {[len(r) for r in rows]}", hint=hint)
-            if self.aligned and len(rows[0]) % len(rows):
+            if self.aligned is True and len(rows[0]) % len(rows):  # any other value is refused below
                 raise SpecError(f"aligned PartitionedShard needs num_partitions ({len(rows[0])}) divisible by "
                                 f"the {len(rows)} shards",
                                 hint="each shard holds num_partitions / shards whole partitions; "
@@ -101,8 +101,8 @@ class Split:
                 raise SpecError("RaggedShard local_units must hold at least one positive count",
                                 hint="e.g. 1,2,1,1: 20%, 40%, 20%, 20% of the flattened prefix")
         if self.kind == "parts" and self.aligned is not False and self.aligned is not True:
-            raise SpecError(f"aligned must be a bool, got {self.aligned!r}", hint="aligned=True or False")
-        if self.kind != "parts" and self.aligned:
+            raise SpecError(f"aligned must be a bool, got {value_text(self.aligned)}", hint="aligned=True or False")
+        if self.kind != "parts" and self.aligned is not False:
             raise SpecError("only a PartitionedShard split is aligned", hint="drop aligned")
         span = _count(self.span, "the ragged span", "over k flattens the leading k >= 1 dims")
         if span < 1 or (self.kind != "ragged" and span != 1):

@@ -274,3 +274,56 @@ def test_plan_needs_no_torch_and_a_broken_torch_is_named(tmp_path: Path) -> None
     assert p.returncode == 2, p.stderr
     assert "Traceback" not in p.stderr and "No module named 'torch._C'" in p.stderr
     assert "pip install 'shardc[torch]'" in p.stderr
+
+
+# ---- shardc run --backend auto: the program first; a quick exit -------------------------------
+
+# stdout that notes, as the program's first line is written, whether torch was imported by then
+_NOTE_TORCH = """
+import sys
+real = sys.stdout
+class Out:
+    def write(self, s):
+        if s.startswith("program on mesh"):
+            real.write(f"<torch imported: {'torch' in sys.modules}>\\n")
+        return real.write(s)
+    def __getattr__(self, name):
+        return getattr(real, name)
+sys.stdout = Out()
+from torch_backend.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.timeout(200)
+def test_run_auto_prints_the_program_before_importing_torch() -> None:
+    # deciding auto (NCCL or gloo) imports torch: 1.3-5 s that --backend gloo does not wait for
+    p = _shardc(["run", "--mesh", "dp=2", "f32[8@dp]", "f32[8]", "--backend", "auto"], code=_NOTE_TORCH)
+    assert p.returncode == 0, p.stderr
+    assert "<torch imported: False>\nprogram on mesh dp=2" in p.stdout
+    assert "ran on 2 ranks (gloo, cpu): ok" in p.stdout
+
+
+# the console script's exit, in a process that imported torch as shardc run does
+_EXIT = """
+import atexit, sys
+class Teardown:
+    def __del__(self):
+        print("<interpreter teardown>", flush=True)
+keep = Teardown()
+atexit.register(lambda: print("<exit handlers>", flush=True))
+import torch
+sys.argv = ["shardc", "parse", "f32[8@dp]", "--mesh", "dp=2"]
+from torch_backend.cli import command
+command()
+"""
+
+
+@pytest.mark.timeout(200)
+def test_the_command_exits_without_tearing_torch_down() -> None:
+    # the teardown (the collector over torch's objects, its Python-registered operators leaving
+    # the dispatcher) is what kept shardc run alive 1-2 s after its report
+    p = _shardc([], code=_EXIT)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.endswith("shape (4,)\n<exit handlers>\n"), p.stdout  # all output, exit handlers run
+    assert "<interpreter teardown>" not in p.stdout

@@ -110,6 +110,53 @@ def test_python_example(block: Block) -> None:
         _reset_process_group()
 
 
+def _shown_values(body: str) -> list[tuple[int, str]]:
+    """(statement index, value shown) for each expression statement of a python block whose
+    value a comment shows: ``expr  # (...)`` or ``# (...)`` on the next line (a comment that
+    opens with a bracket; ``<- remark`` after it is prose). print() calls show no value."""
+    import ast
+    import re
+
+    src = body.splitlines()
+    out = []
+    for k, stmt in enumerate(ast.parse(body).body):
+        if not isinstance(stmt, ast.Expr) or (isinstance(stmt.value, ast.Call)
+                                              and getattr(stmt.value.func, "id", None) == "print"):
+            continue
+        end = stmt.end_lineno or stmt.lineno
+        for line in (src[end - 1][stmt.end_col_offset or 0:], src[end] if end < len(src) else ""):
+            m = re.match(r"\s*#\s*([(\[{].*?)(\s+<-.*)?$", line)
+            if m:
+                out.append((k, m.group(1).rstrip()))
+                break
+    return out
+
+
+SHOWN = [b for b in PY if ">>> " not in b.body and _shown_values(b.body)]
+
+
+@pytest.mark.parametrize("block", SHOWN, ids=[b.where for b in SHOWN])
+def test_values_shown_in_comments_are_what_prints(block: Block) -> None:
+    """``to_placements(...)  # ([Shard(dim=0), ...], {})``: the comment is the value's repr."""
+    import ast
+
+    tree = ast.parse(block.body)
+    ns: dict[str, object] = {"__name__": "__docs__"}
+    shown = dict(_shown_values(block.body))
+    _reset_process_group()
+    try:
+        for k, stmt in enumerate(tree.body):
+            if k in shown:
+                assert isinstance(stmt, ast.Expr)
+                value = eval(compile(ast.Expression(stmt.value), block.where, "eval"), ns)
+                assert repr(value) == shown[k], f"{block.where}: {ast.unparse(stmt)}"
+            else:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    exec(compile(ast.Module([stmt], []), block.where, "exec"), ns)
+    finally:
+        _reset_process_group()
+
+
 def test_skips_are_few_and_say_why() -> None:
     skipped = [b for b in ALL if b.skip]
     assert len(skipped) <= MAX_SKIPS, [b.where for b in skipped]

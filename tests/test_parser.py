@@ -81,6 +81,12 @@ def test_type_passes_through() -> None:
         ("f32[8@]", 6, "unexpected"),
         ("f32(8)", 3, "unexpected"),
         ("q32[8]", 0, "unknown dtype"),
+        ("F32[8]", 0, "unknown dtype 'F32'"),  # not the generic "expected a dtype" (issue 34)
+        ("Float32[8@dp]", 0, "unknown dtype 'Float32'"),
+        # a check of an uneven split puts its caret on the split, not on '[' (issue 34)
+        ("f32[10@dp<ragged 1,2,1>]", 9, "does not divide by the 4 units"),
+        ("f32[4,10@dp<ragged 1,2, 1>]", 11, "must be on dim 0"),
+        ("f32[10@dp<3,7>,4@tp<1,3>]", 19, "both split unevenly"),
         ("f32[8@dp,dp]", 9, "used twice"),
         ("f32[8@dp]{U:dp}", 12, "used twice"),
         ("f32[8@(tp,dp)]{R:(cp,tp)}", 21, "used twice"),
@@ -100,6 +106,15 @@ def test_type_errors(text: str, pos: int, words: str) -> None:
     lines = str(e).splitlines()
     assert lines[1] == f"    {text}"
     assert lines[2] == "    " + " " * pos + "^"  # the caret sits under the problem
+
+
+@pytest.mark.parametrize(("text", "hint"), [("F32[8]", "dtypes are lower case: write 'f32'"),
+                                            ("Float32[8]", "dtypes are lower case: write 'float32'"),
+                                            ("FP32[8]", "f32, bf16")])
+def test_capitalised_dtype_hint(text: str, hint: str) -> None:
+    with pytest.raises(SpecError, match="unknown dtype") as info:
+        parse(text)
+    assert hint in info.value.hint
 
 
 def test_unknown_axis_against_mesh() -> None:
@@ -169,3 +184,35 @@ def test_non_string_inputs(bad: object) -> None:
     for fn in (parse, parse_mesh, parse_shard_order):
         with pytest.raises(SpecError):
             fn(bad)  # type: ignore[arg-type]
+
+
+# ---- the built parser, kept in the user's cache directory -----------------------------------
+
+
+def test_the_built_parser_is_cached_and_a_bad_cache_is_rebuilt(tmp_path, monkeypatch) -> None:
+    from spec_lang import parser
+
+    def tree(text: str) -> object:
+        return parser._lark().parse(text, start="type_start")
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    parser._lark.cache_clear()
+    try:
+        built = tree("f32[10@dp<ragged 1,2,1>]")
+        (cached,) = (tmp_path / "shardc").glob("grammar-*.lark")
+        assert not list((tmp_path / "shardc").glob("*.part"))  # written whole, then renamed
+        parser._lark.cache_clear()
+        loaded = tree("f32[10@dp<ragged 1,2,1>]")
+        assert loaded == built
+        # the positions that carets come from survive the cache
+        assert loaded.children[0].children[1].children[1].children[0].children[1].meta.start_pos == 9
+        cached.write_bytes(b"not a parser")  # a bad file: built again, and replaced
+        parser._lark.cache_clear()
+        assert tree("f32[8@dp]") == parser._lark.__wrapped__().parse("f32[8@dp]", start="type_start")
+        assert cached.read_bytes() != b"not a parser"
+        (tmp_path / "file").write_text("")  # a cache directory that cannot be made: built every time
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))
+        parser._lark.cache_clear()
+        assert tree("f32[8@dp]") == parser._lark.__wrapped__().parse("f32[8@dp]", start="type_start")
+    finally:
+        parser._lark.cache_clear()

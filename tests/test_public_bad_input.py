@@ -91,6 +91,11 @@ CASES: list[tuple[str, Callable[[], Any], str]] = [
     ("redistribute_many, a string for the list",
      lambda: torch_backend.redistribute_many([torch.zeros(4)], "f32[8@dp]", ["f32[8]"], "dp=2"),
      "takes a list of source types"),
+    # an empty string or () for the destination types indexed past its end (issue 34)
+    *[(f"redistribute_many, {d!r} for the destination types",
+       lambda d=d: torch_backend.redistribute_many([torch.zeros(4)], ["f32[8@dp]"], d, "dp=2"), fragment)
+      for d, fragment in (("", "takes a list of destination types, got str"),
+                          ((), "1 source types and 0 destination types"))],
     ("spmd.typeof, not a tensor", lambda: torch_backend.spmd.typeof("f32[8@dp]"), "spmd.typeof takes a tensor"),
     ("spmd.typeof, a list", lambda: torch_backend.spmd.typeof([torch.zeros(2)]), "takes a tensor, got list"),
     # sizes that cannot be laid out: refused before anything is allocated (issue 25)
@@ -257,3 +262,11 @@ def test_bad_tensor_argument_is_a_spec_error_before_any_collective(fake_pg, monk
             call(x)
     assert fragment in str(info.value), str(info.value)
     assert info.value.hint, "every SpecError says how to fix it"
+
+
+@pytest.mark.parametrize("axis", [np.array(["dp", "tp"]), np.array(["dp"]), 0])
+def test_uneven_type_axis_not_a_name(fake_pg: Callable[[int], None], axis: Any) -> None:
+    # a numpy array's `in` compared elementwise: a ValueError, or a one-name array taken for the name
+    fake_pg(2)
+    with pytest.raises(SpecError, match=r"axis must be a mesh axis name \(a str\), got "):
+        torch_backend.uneven_type(torch.zeros(4), "dp=2", axis)

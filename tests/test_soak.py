@@ -1,13 +1,14 @@
 """A CI-sized slice of the soak (``bench/soak.py`` runs the full one): fuzzed strings through
-every parser entry point, and random redistributions under LocalTensorMode (the real-gloo
-slice is ``tests/test_gloo_random.py``)."""
+every parser entry point, malformed Python objects in every argument of every public call,
+and random redistributions under LocalTensorMode (the real-gloo slice is
+``tests/test_gloo_random.py``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import pytest
-from soak_cases import check_local, fuzz_parsers, random_redistributions
+from soak_cases import check_local, fuzz_parsers, malformed_calls, random_redistributions
 
 
 def test_fuzzed_strings_only_raise_spec_errors() -> None:
@@ -22,3 +23,12 @@ def test_random_redistributions_under_local_tensor_mode(fake_pg: Callable[[int],
     assert len({m for m, _, _ in cases}) > 4
     assert not check_local(cases, fake_pg)
 
+
+
+def test_malformed_objects_only_raise_spec_errors(fake_pg: Callable[[int], None]) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("jax")
+    res = malformed_calls(fake_pg, every=3)  # a third of the (argument, value) pairs; bench/soak.py runs all
+    assert not res["bad_baselines"], res["bad_baselines"]
+    assert res["calls"] >= 60 and res["tried"] > 2000
+    assert not res["escapes"], res["escapes"][:10]

@@ -120,6 +120,9 @@ def test_output_split_sizes_are_checked_and_one_expert_per_rank_is_all_to_all_si
         with pytest.raises(SpecError, match=r"rank 1's row of input_split_sizes \[0, 1, 2\] adds up to 3, but it "
                            "holds 4 along dim 0"):
             spmd.all_to_all(to_local(lm, xs), "ep", src=V, dst=V, input_split_sizes=[[1, 2, 0], [0, 1, 2], [2, 0, 1]])
+        with pytest.raises(SpecError, match=r"rank 1's partition sizes \[0, 1, 2\] add up to 3, not its 4 rows\n"):
+            spmd.all_to_all(to_local(lm, xs), "ep", src=V, dst=V,
+                            input_split_sizes=per_rank(lm, [[1, 2, 0], [0, 1, 2], [2, 0, 1]]))
         with pytest.raises(SpecError, match="4 partitions do not divide among 3 ranks"):
             spmd.all_to_all(to_local(lm, [torch.ones(4, 1)] * 3), "ep", src=V, dst=V,
                             input_split_sizes=[[1, 1, 1, 1]] * 3)

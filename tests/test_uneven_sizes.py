@@ -43,7 +43,8 @@ def test_template_keeps_the_other_dims_and_axes(fake_pg) -> None:
 
 @pytest.mark.parametrize("blocks,mesh,kw,message", [
     ([(3, 2), (1, 2), (3, 2), (2, 2)], "dp=2,ep=2", {}, "ranks at ep=1 disagree"),
-    ([(3, 2), (1, 2)], "ep=2", {"partitions": [[2, 2], [1, 0]]}, "do not add up"),
+    ([(3, 2), (1, 2)], "ep=2", {"partitions": [[2, 2], [1, 0]]}, r"\[2, 2\] add up to 4, not its 3 rows"),
+    ([(2, 3), (2, 1)], "ep=2", {"partitions": [[2, 2], [1, 0]], "dim": 1}, "add up to 4, not its 3 slices along dim 1"),
     ([(3, 2), (1, 2)], "ep=2", {"dim": 2}, "not a dim of the local tensor"),
     ([(3, 2), (1, 2)], "ep=2", {"template": "f32[0@tp,2]"}, "already shards dim"),
     ([(3, 2), (1, 2)], "tp=2", {}, "not on the mesh"),

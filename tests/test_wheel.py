@@ -29,22 +29,23 @@ DATA = ("spec_lang/grammar.lark", "spec_lang/py.typed", "lowering/py.typed", "to
         "jax_backend/py.typed", "jax_backend/models/dp-2_tp-4.json")
 
 # runs a script (argv[2:]) as __main__, then fails if a shardc module came from outside the
-# install directory (argv[1])
+# install directory (argv[1]); the check is an exit handler, so that it also runs where the
+# console script ends with its quick exit (torch_backend.cli.command runs the handlers first)
 RUNNER = f"""
-import runpy, sys
+import atexit, os, runpy, sys
 install, script, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+
+def check():
+    outside = sorted(n for n, m in list(sys.modules.items())
+                     if n.partition(".")[0] in {PACKAGES!r}
+                     and not (getattr(m, "__file__", "") or "").startswith(install))
+    if outside:
+        print("imported from outside the install:", outside, file=sys.stderr, flush=True)
+        os._exit(3)
+
+atexit.register(check)
 sys.argv = [script, *args]
-code = 0
-try:
-    runpy.run_path(script, run_name="__main__")
-except SystemExit as e:
-    code = e.code
-outside = sorted(n for n, m in list(sys.modules.items())
-                 if n.partition(".")[0] in {PACKAGES!r} and not (getattr(m, "__file__", "") or "").startswith(install))
-if outside:
-    print("imported from outside the install:", outside, file=sys.stderr)
-    code = 3
-sys.exit(code)
+runpy.run_path(script, run_name="__main__")
 """
 
 

@@ -104,6 +104,8 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
     None off ``mesh``, the result None off ``dst_mesh`` (``torch_backend.mesh_transfer``,
     docs/cross_mesh.md). The ranks always agree on their checks there first.
     """
+    if type(async_op) is not bool:  # its truthiness would decide silently
+        check_flag(async_op, "async_op", "async_op=True returns a handle whose wait() gives the result")
     if dst_mesh is not None:
         if async_op:
             raise SpecError("async_op=True is not supported with dst_mesh=", hint="drop async_op")
@@ -113,8 +115,10 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
     if torch.compiler.is_dynamo_compiling():
         if _is_dtensor(x):
             return _compiled_dtensor(x, src, dst, mesh, async_op=async_op, timeout=timeout, agree=agree)
-        return traced.call("redistribute", x, src, dst=dst, mesh=mesh, async_op=async_op, timeout=timeout,
-                           agree=agree)
+        from torch_backend import trace_marks
+
+        return trace_marks.call("redistribute", x, src, dst=dst, mesh=mesh, async_op=async_op, timeout=timeout,
+                                agree=agree)
     if agree is not None:
         check_agree(agree)
     if type(x) is torch.Tensor and type(src) is str and type(dst) is str and type(mesh) is str:
@@ -152,7 +156,7 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
 traced.entry("redistribute")(redistribute)
 
 
-# async_op=True inside torch.compile, in two regions around the user's wait (traced.Waiting)
+# async_op=True inside torch.compile, in two regions around the user's wait (trace_marks.Waiting)
 @traced.entry("redistribute.splits")
 def _async_splits(src: TensorType | str, dst: TensorType | str, mesh: Any, **_: Any) -> bool:
     return bound_for((src,), (dst,), mesh).issues()
@@ -189,7 +193,7 @@ def hot_bound(src: Any, dst: Any, mesh: str) -> Bound | None:
 
 def text_key(srcs: tuple[Any, ...], dsts: tuple[Any, ...], mesh: str) -> tuple[Any, Any, str]:
     """``hot_bound``'s key: a one-program call's strings as they are, many calls' as tuples."""
-    return (srcs[0], dsts[0], mesh) if len(srcs) == 1 else (srcs, dsts, mesh)
+    return (srcs[0], dsts[0], mesh) if len(srcs) == len(dsts) == 1 else (srcs, dsts, mesh)
 
 
 def _remember(key: tuple[Any, Any, Any], anchor: Any, bound: Bound) -> None:
@@ -419,7 +423,7 @@ _COMPILED_PLANS = _Plans()
 on_clear(lambda: _COMPILED_PLANS.__dict__.clear())
 
 
-@torch.compiler.assume_constant_result
+@traced.constant_result
 def _compiled_dtensor_plan(dm: Any, placements: tuple[Any, ...], shape: tuple[int, ...], dtype: torch.dtype,
                            src: TensorType | str | None, dst: TensorType | str | None,
                            mesh: Mesh | str | Any | None, async_op: bool, timeout: Any, agree: Any) -> str:
@@ -456,7 +460,9 @@ def _compiled_dtensor(x: Any, src: TensorType | str | None, dst: TensorType | st
     key = _compiled_dtensor_plan(x.device_mesh, tuple(x.placements), tuple(x.shape), x.dtype, stated, dst, mesh,
                                  async_op, timeout, agree)
     s, d, src_grad, placements, dst_grad = getattr(_COMPILED_PLANS, key)
-    y = traced.call("redistribute", x.to_local(grad_placements=src_grad), s, dst=d, mesh=x.device_mesh)
+    from torch_backend import trace_marks
+
+    y = trace_marks.call("redistribute", x.to_local(grad_placements=src_grad), s, dst=d, mesh=x.device_mesh)
     return _as_dtensor(y, x, placements, dst_grad)
 
 

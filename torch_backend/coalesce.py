@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from lowering.checks import check_flag
 from lowering.joint import check_type_lists
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
@@ -41,6 +42,8 @@ def redistribute_many(xs: Sequence[torch.Tensor], srcs: Sequence[TensorType | st
     ``dst_mesh=``: every ``dsts[i]`` on another mesh, one joint cross-mesh program
     (``torch_backend.mesh_transfer``; None for the tensors off ``mesh``).
     """
+    if type(async_op) is not bool:  # its truthiness would decide silently
+        check_flag(async_op, "async_op", "async_op=True returns a handle whose wait() gives the result")
     if dst_mesh is not None:
         if async_op:
             raise SpecError("async_op=True is not supported with dst_mesh=", hint="drop async_op")
@@ -48,12 +51,14 @@ def redistribute_many(xs: Sequence[torch.Tensor], srcs: Sequence[TensorType | st
 
         return mesh_transfer.redistribute_many(xs, srcs, dsts, mesh, dst_mesh=dst_mesh, timeout=timeout)
     if torch.compiler.is_dynamo_compiling() and isinstance(xs, (list, tuple)):
-        return traced.call("redistribute_many", list(xs), list(srcs), list(dsts), mesh, async_op=async_op,
-                           timeout=timeout, agree=agree)
+        from torch_backend import trace_marks
+
+        return trace_marks.call("redistribute_many", list(xs), list(srcs), list(dsts), mesh, async_op=async_op,
+                                timeout=timeout, agree=agree)
     if type(mesh) is str and timeout is None and not async_op and type(xs) in (list, tuple):
         try:
             hot = hot_bound(*text_key(tuple(srcs), tuple(dsts), mesh)) if xs else None
-        except TypeError:  # an unhashable type argument: refused below
+        except Exception:  # not lists of types (unhashable, a DTensor, ...): refused below
             hot = None
         if (hot is not None and len(xs) == len(hot.programs) and all(hot.fits(x, j) for j, x in enumerate(xs))
                 and not agreeing(check_agree(agree))):
@@ -87,7 +92,7 @@ def redistribute_many(xs: Sequence[torch.Tensor], srcs: Sequence[TensorType | st
 traced.entry("redistribute_many")(redistribute_many)
 
 
-# async_op=True inside torch.compile, in two regions around the user's wait (traced.Waiting)
+# async_op=True inside torch.compile, in two regions around the user's wait (trace_marks.Waiting)
 @traced.entry("redistribute_many.splits")
 def _async_splits(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Any, **_: Any) -> bool:
     return prepare_many(srcs, dsts, mesh).issues()

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from lowering.checks import check_flag
 from lowering.program import Program
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
@@ -50,8 +51,12 @@ class Redistributor:
     def __call__(self, x: torch.Tensor, *, async_op: bool = False) -> Any:
         """This rank's block of the destination (with ``async_op``, a handle whose ``wait()``
         gives it, as ``redistribute(..., async_op=True)``)."""
+        if type(async_op) is not bool:  # its truthiness would decide silently
+            check_flag(async_op, "async_op", "async_op=True returns a handle whose wait() gives the result")
         if torch.compiler.is_dynamo_compiling():
-            return traced.call("prepared", self, x, async_op=async_op)
+            from torch_backend import trace_marks
+
+            return trace_marks.call("prepared", self, x, async_op=async_op)
         b = self._bound
         if not async_op and not (self._agree if self._agree is not None else agree_default()):
             y = b.hot(x)  # the fast path (api.redistribute's, without the lookup)
@@ -86,7 +91,7 @@ def _call_prepared(prepared: Redistributor, x: torch.Tensor) -> Any:
     return prepared(x)
 
 
-# async_op=True inside torch.compile, in two regions around the user's wait (traced.Waiting)
+# async_op=True inside torch.compile, in two regions around the user's wait (trace_marks.Waiting)
 @traced.entry("prepared.splits")
 def _async_splits(prepared: Redistributor) -> bool:
     return prepared._bound.issues()

@@ -48,6 +48,9 @@ def uneven_type(x: torch.Tensor, mesh: Mesh | str | Any, axis: str, dim: int = 0
     """
     ctx = context(mesh)
     m = ctx.mesh
+    if not isinstance(axis, str):  # a numpy array's `in` would compare elementwise
+        raise SpecError(f"axis must be a mesh axis name (a str), got {type(axis).__name__}",
+                        hint=f"pass the name of the mesh axis that splits the tensor, one of {', '.join(m.names)}")
     if axis not in m:
         raise SpecError(f"mesh axis {axis!r} is not on the mesh {m}", hint=f"use one of {', '.join(m.names)}")
     if not isinstance(x, torch.Tensor):
@@ -106,10 +109,17 @@ def _counts(x: torch.Tensor, dim: int, partitions: Any, r: int, ctx: Any) -> lis
     if partitions is None:
         return [n]
     p = local_of(partitions, r) if isinstance(partitions, torch.Tensor) else partitions
-    vals = list(size_row(p.tolist() if isinstance(p, torch.Tensor) else p, f"rank {r}'s partition sizes",
+    if isinstance(p, torch.Tensor):
+        if p.device.type == "meta" or type(p) is not torch.Tensor:  # no values to read (a DTensor: no one block)
+            raise SpecError(f"partitions must be this rank's sizes, an int tensor or a list, got a "
+                            f"{type(p).__name__} on {p.device.type}",
+                            hint="list this rank's piece of every partition, in local order, as ints >= 0")
+        p = p.tolist()
+    vals = list(size_row(p, f"rank {r}'s partition sizes",
                          "list this rank's piece of every partition, in local order, as ints >= 0"))
     if sum(vals) != n:
-        raise SpecError(f"rank {r}'s partition sizes {vals} do not add up to its {n} elements along dim {dim}",
+        held = f"{n} rows" if dim == 0 else f"{n} slices along dim {dim}"  # a partition size counts whole rows
+        raise SpecError(f"rank {r}'s partition sizes {vals} add up to {sum(vals)}, not its {held}",
                         hint="list this rank's piece of every partition, in local order, sizes >= 0")
     return vals
 

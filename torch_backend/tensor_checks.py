@@ -21,6 +21,16 @@ from torch_backend.groups import MeshContext
 _DEVICE_TEST = {"gloo": "is_cpu", "nccl": "is_cuda"}  # check_local's device rule per backend
 
 
+def is_dtensor(x: Any) -> bool:
+    """Whether ``x`` is a DTensor. One exists only once torch.distributed.tensor was
+    imported: until then nothing is one, and a plain tensor's call does not pay for that
+    import (it loads sympy)."""
+    import sys
+
+    cls = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
+    return cls is not None and isinstance(x, cls)
+
+
 def check_tensor(x: Any, t: TensorType, ctx: MeshContext, want: tuple[Any, ...] = ()) -> torch.Tensor:
     """``x`` against the source type ``t``: returns ``x`` (under LocalTensorMode a plain
     tensor becomes a LocalTensor). ``want``: ``expected_block(t, ctx)``, where the caller

@@ -15,14 +15,18 @@ checks as an eager call.
 
 A DeviceMesh reaches the region as a ``FakeScriptObject`` (an opaque object of the
 trace); it is unwrapped to the real DeviceMesh here, before any check looks at it.
+
+Marking a region for dynamo imports ``torch._dynamo`` (over a second, and it loads
+``torch.distributed.tensor``), which an eager call never needs: the entry points reach
+the regions through ``torch_backend.trace_marks``, imported where they find a trace
+running (dynamo runs an import as Python does); this module imports no dynamo.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
-import torch
 import torch.utils._pytree as pytree
 from torch._library.opaque_object import is_opaque_type, register_opaque_type
 
@@ -31,6 +35,7 @@ from spec_lang.ir import Mesh, TensorType
 from spec_lang.local_type import LocalType
 
 _ENTRIES: dict[str, Callable[..., Any]] = {}
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 def _fx_repr(obj: Any) -> tuple[str, dict[str, type]]:
     """How the trace's code names a constant of these frozen classes (their fields)."""
@@ -70,8 +75,8 @@ def _real(a: Any) -> Any:
     return real if real is not None else a
 
 
-@torch._dynamo.nonstrict_trace
-def _region(name: str, args: Any, kwargs: Any) -> Any:
+def run_region(name: str, args: Any, kwargs: Any) -> Any:
+    """The eager body of the region ``name`` (``trace_marks.region``, which dynamo does not trace into)."""
     kwargs = _real(kwargs)
     if "agree" in kwargs or "timeout" in kwargs:
         check_compiled_flags(kwargs.get("agree"), kwargs.get("timeout"))
@@ -92,35 +97,20 @@ class Ready:
         return self.value
 
 
-class Waiting:
-    """``async_op=True`` inside a compiled region, as two regions: the first ran the steps
-    up to the last collective and issued it (``name.start``); ``wait()`` is the functional
-    ``wait_tensor`` on its result, where the user put it (compute between the call and
-    ``wait()`` stands between the collective and its wait in the graph), then the second
-    region (``name.finish``): the step's result landed and the steps after it. For many
-    tensors (``redistribute_many``) ``x`` is their list and ``got`` the pair (the last
-    round's collectives in flight, every tensor as the first region left it): each
-    collective gets its own wait."""
-
-    def __init__(self, name: str, x: torch.Tensor, got: torch.Tensor, args: tuple[Any, ...],
-                 kwargs: dict[str, Any]) -> None:
-        self.name, self.x, self.got, self.args, self.kwargs = name, x, got, args, kwargs
-        self.out: Any = None
-
-    def wait(self) -> Any:
-        if self.out is None:
-            wait = torch.ops._c10d_functional.wait_tensor
-            if isinstance(self.got, torch.Tensor):
-                done: Any = wait(self.got)
-            else:
-                flying, carried = self.got
-                done = ([wait(t) for t in flying], carried)
-            self.out = _region(self.name + ".finish", (self.x, done, *self.args), self.kwargs)
-        return self.out
+def constant_result(fn: _F) -> _F:
+    """``torch.compiler.assume_constant_result`` without importing dynamo: the mark it sets
+    on ``fn``, read when a trace reaches a call of ``fn`` (``tests/test_first_call.py``
+    checks that the two agree)."""
+    fn._dynamo_marked_constant = True  # type: ignore[attr-defined]
+    return fn
 
 
-@torch.compiler.assume_constant_result
-def _splits(name: str, args: Any, kwargs: Any) -> bool:
+def has_entry(name: str) -> bool:
+    return name in _ENTRIES
+
+
+@constant_result
+def splits(name: str, args: Any, kwargs: Any) -> bool:
     """Run once at trace time (its arguments are constants of the trace): whether the async
     call ``name`` splits around its last collective (``name.splits``)."""
     return bool(_ENTRIES[name + ".splits"](*_real(args), **_real(kwargs)))
@@ -135,21 +125,3 @@ def check_compiled_flags(agree: Any, timeout: Any) -> None:
         raise SpecError("timeout= cannot be set inside torch.compile (functional collectives take the "
                         "process group's own timeout)",
                         hint="create the process group with the timeout you want, or call eagerly")
-
-
-def call(name: str, *args: Any, async_op: bool = False, **kwargs: Any) -> Any:
-    """The traced call ``name`` (from inside dynamo's trace): one opaque region, or with
-    ``async_op`` two around the user's wait where ``name.splits`` says so (``Waiting``).
-    Arguments that are None are left out (the region takes no None): pass them by
-    keyword; the tensor is the first argument that is one (or a list of them)."""
-    kw = {k: v for k, v in kwargs.items() if v is not None}
-    if async_op and name + ".splits" in _ENTRIES:
-        i = next(i for i, a in enumerate(args) if isinstance(a, torch.Tensor)
-                 or (isinstance(a, list) and a and all(isinstance(t, torch.Tensor) for t in a)))
-        rest = args[:i] + args[i + 1:]
-        plain = {k: v for k, v in kw.items() if k not in ("agree", "timeout")}
-        if _splits(name, rest, plain):
-            got = _region(name + ".start", args, kw)
-            return Waiting(name, args[i], got, rest, kw)
-    out = _region(name, args, kw)
-    return Ready(out) if async_op else out

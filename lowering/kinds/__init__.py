@@ -85,7 +85,7 @@ def make_step(kind: str, src: TensorType | str, dst: TensorType | str, mesh: Mes
     spec = kind_of(kind)
     if axes is not None:
         if not isinstance(axes, (tuple, list)) or not all(isinstance(a, str) for a in axes):
-            raise SpecError(f"axes must be mesh axis names, got {axes!r}",
+            raise SpecError(f"axes must be mesh axis names, got {value_text(axes)}",
                             hint=f"pass a tuple of mesh axis names, e.g. axes=({m.names[0]!r},)")
         for a in axes:
             if a not in m:
@@ -115,7 +115,7 @@ def rank_pieces(step: Step, mesh: Mesh | str, rank: int, members: tuple[int, ...
         group = members_of(step, m, r)
         try:
             listed = tuple(operator.index(q) for q in members)
-        except TypeError:
+        except (TypeError, RuntimeError):  # not ints, or the iteration raises (a DTensor)
             listed = ()
         if sorted(listed) != list(group):
             raise SpecError(

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple, TypeVar
 
 import numpy as np
 
-from spec_lang.errors import SpecError
+from spec_lang.errors import SpecError, value_text
 from spec_lang.ir import INTEGER_DTYPES, Dim, Mesh, TensorType
 
 if TYPE_CHECKING:
@@ -171,8 +171,8 @@ def register(cls: type[StepKind]) -> type[StepKind]:
 def kind_of(name: str) -> StepKind:
     try:
         return KINDS[name]
-    except (KeyError, TypeError):  # TypeError: an unhashable name
-        raise SpecError(f"unknown step kind {name!r}", hint=f"use one of {', '.join(sorted(KINDS))}") from None
+    except Exception:  # not a name: unhashable, or its hash or == raises
+        raise SpecError(f"unknown step kind {value_text(name)}", hint=f"use one of {', '.join(sorted(KINDS))}") from None
 
 
 # ---- geometry of boxes and flat buffers ----------------------------------------------------

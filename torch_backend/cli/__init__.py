@@ -7,7 +7,9 @@ Each subcommand lives in its own module and is imported only when used, so
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
+import os
 import sys
 from typing import NoReturn
 
@@ -105,5 +107,28 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def command() -> NoReturn:
+    """The ``shardc`` console script: ``main``, then an exit that skips the interpreter's
+    teardown once torch was imported. Tearing torch down (the collector's passes over its
+    objects, then every operator registered from Python leaving the dispatcher, each
+    recomputing its dispatch table) takes a second or two after the report; the output is
+    flushed and the exit handlers (multiprocessing's) run first, as at a normal exit."""
+    rc = main()
+    if "torch" not in sys.modules:
+        sys.exit(rc)
+    import threading
+
+    for thread in threading.enumerate():  # as at a normal exit: the threads that are not daemons first
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (shardc run | head): nothing left to flush
+            rc = rc or 1
+    os._exit(rc)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    command()

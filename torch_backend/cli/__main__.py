@@ -1,5 +1,3 @@
-import sys
+from torch_backend.cli import command
 
-from torch_backend.cli import main
-
-sys.exit(main())
+command()

@@ -70,14 +70,15 @@ def run(args: argparse.Namespace) -> int:
             raise SpecError(f"torchrun started {os.environ['WORLD_SIZE']} ranks but the mesh {mesh} "
                             f"has {world}", hint=f"use torchrun --nproc-per-node ... so that there are {world} ranks")
     launcher.prepare_local_ranks(world, mesh)
+    if not args.json and (not launcher.under_torchrun() or os.environ.get("RANK") == "0"):
+        print(program, flush=True)  # compiled before any rank starts: show it while they do
+    # after the program is shown: choosing the backend imports torch (seconds) unless it is gloo
     spec.backend = launcher.choose_backend(args.backend, world)
     if spec.backend == "nccl":
         import torch
 
         if not torch.cuda.is_available():
             raise SpecError("--backend nccl needs CUDA GPUs, and none is visible", hint="use --backend gloo")
-    if not args.json and (not launcher.under_torchrun() or os.environ.get("RANK") == "0"):
-        print(program, flush=True)  # compiled before any rank starts: show it while they do
     if launcher.under_torchrun():
         spec.progress_bar = bool(spec.bench >= 20 and not args.json and sys.stderr.isatty())
         result = launcher.launch_torchrun(spec)

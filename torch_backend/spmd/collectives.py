@@ -39,6 +39,7 @@ from torch_backend.spmd.precision import (
     with_backward,
 )
 from torch_backend.spmd.tags import recorded_size, typeof
+from torch_backend.tensor_checks import is_dtensor
 from torch_backend.type_tags import SIZES, UNCHECKED, attach, unchecked
 
 
@@ -86,10 +87,15 @@ def typed_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: An
             raise SpecError(f"spmd.{op}(..., backward_options=...) cannot run inside torch.compile",
                             hint="call it outside the compiled region, or drop backward_options (the backward "
                             "then runs in the forward's dtypes)")
-        return traced.call("spmd", op, x, axis, src, dst, mesh=mesh, size=size, inplace=inplace, at=at,
-                           op_dtype=op_dtype, out_dtype=out_dtype)
+        from torch_backend import trace_marks
+
+        return trace_marks.call("spmd", op, x, axis, src, dst, mesh=mesh, size=size, inplace=inplace, at=at,
+                                op_dtype=op_dtype, out_dtype=out_dtype)
     if not isinstance(x, torch.Tensor):
         raise SpecError(f"spmd.{op} needs a tensor, got {type(x).__name__}")
+    if is_dtensor(x):  # its collectives are DTensor's to run (a DTensor has no sharding rule for c10d's ops)
+        raise SpecError(f"spmd.{op} takes this rank's local tensor, got a DTensor",
+                        hint="pass dt.to_local() (typed with spmd.assert_type), or use dt.redistribute")
     # S(-1) counts from x's last dim (an S dim is a dim of the input and of the output alike)
     s, d = resolve(src, x.ndim, "src"), resolve(dst, x.ndim, "dst")
     if splits is not None and op == "all_to_all":

@@ -21,6 +21,7 @@ from spec_lang.errors import SpecError
 from spec_lang.local_type import LocalType
 from torch_backend.spmd.check import STRICT, refuse_untyped, untyped_argument
 from torch_backend.spmd.tags import is_jax_spec, spec_types, typeof
+from torch_backend.tensor_checks import is_dtensor
 from torch_backend.type_tags import TYPES, attach, unchecked
 
 
@@ -29,7 +30,19 @@ def _axes(out_partial_axes: str | Sequence[str] | None) -> tuple[str, ...]:
         return ()
     if isinstance(out_partial_axes, str):
         return (out_partial_axes,)
-    return tuple(out_partial_axes)
+    if isinstance(out_partial_axes, (list, tuple)) and all(isinstance(a, str) for a in out_partial_axes):
+        return tuple(out_partial_axes)
+    raise SpecError(f"out_partial_axes must be a mesh axis name or a list of names, got "
+                    f"{type(out_partial_axes).__name__}", hint="e.g. out_partial_axes='tp' or ['dp', 'tp']")
+
+
+def _tensors(op: str, xs: Sequence[Any], names: str) -> None:
+    """The operands are tensors (a DTensor is not: its type is its placements, not a tag)."""
+    for i, x in enumerate(xs):
+        if not isinstance(x, torch.Tensor) or is_dtensor(x):
+            raise SpecError(f"spmd.{op}: {names.split()[i] if i < len(names.split()) else f'operand {i}'} must be "
+                            f"a local torch.Tensor, got {type(x).__name__}",
+                            hint="pass this rank's local tensors (for a DTensor, dt.to_local())")
 
 
 def _local_op(what: str, fn: Callable[..., torch.Tensor], *xs: Any) -> torch.Tensor:
@@ -61,6 +74,10 @@ def einsum(eq: str, *xs: torch.Tensor, out_partial_axes: str | Sequence[str] | N
     """``torch.einsum`` whose result type follows the SPMD type system (global SPMD where an
     operand is S(i)); a contracted sharded label needs its axis in ``out_partial_axes``,
     which makes the result P there."""
+    if not isinstance(eq, str):
+        raise SpecError(f"spmd.einsum takes the equation first, a str, got {type(eq).__name__}",
+                        hint="e.g. spmd.einsum('ij,jk->ik', x, w)")
+    _tensors("einsum", xs, "")
     _strict(f"spmd.einsum({eq!r})", xs)
     types = einsum_types("einsum", eq, [typeof(x) for x in xs], _axes(out_partial_axes))
     return attach(_local_op(f"einsum({eq!r})", lambda *a: torch.einsum(eq, *a), *xs), types)
@@ -70,6 +87,7 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *,
            out_partial_axes: str | Sequence[str] | None = None) -> torch.Tensor:
     """``x @ w.T (+ b)`` typed like ``einsum``. With a partial result, the bias must be added
     after the reduction (a replicated bias added to every rank's partial sum counts n times)."""
+    _tensors("linear", (x, w) if b is None else (x, w, b), "x w b")
     if x.ndim < 1 or w.ndim != 2:
         raise SpecError(f"linear takes x[..., in] and w[out, in], got {list(x.shape)} and {list(w.shape)}")
     _strict("spmd.linear", (x, w) if b is None else (x, w, b))

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from spec_lang.errors import SpecError
+from spec_lang.errors import SpecError, value_text
 from spec_lang.ir import Mesh
 from spec_lang.parser import parse_mesh
 from torch_backend.groups import MeshContext, context, is_device_mesh
@@ -51,12 +51,12 @@ def as_axes(axis: Any, mesh_names: tuple[str, ...]) -> tuple[str, ...]:
     """``"tp"`` or ``("dp", "tp")`` as a tuple of mesh axes (one flattened group, in the given order)."""
     axes = (axis,) if isinstance(axis, str) else tuple(axis) if isinstance(axis, (tuple, list)) else None
     if not axes or not all(isinstance(a, str) for a in axes):
-        raise SpecError(f"axis must be a mesh-axis name or a tuple of names, got {axis!r}",
+        raise SpecError(f"axis must be a mesh-axis name or a tuple of names, got {value_text(axis)}",
                         hint=f"use one of {', '.join(mesh_names)}, or a tuple of them")
     for a in axes:
         if a not in mesh_names:
             raise SpecError(f"mesh axis {a!r} is not on the mesh ({', '.join(mesh_names)})",
                             hint=f"use one of {', '.join(mesh_names)}")
     if len(set(axes)) != len(axes):
-        raise SpecError(f"axis {axes!r} names a mesh axis twice", hint="name each mesh axis once")
+        raise SpecError(f"axis {value_text(axes)} names a mesh axis twice", hint="name each mesh axis once")
     return axes

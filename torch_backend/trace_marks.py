@@ -1,0 +1,63 @@
+"""The regions of ``torch_backend.traced`` marked for dynamo, and the traced call.
+
+An entry point imports this module only where it finds a trace running (dynamo runs the
+import as Python does), so an eager call never imports ``torch._dynamo``: over a second,
+and it loads ``torch.distributed.tensor``; a trace has imported it already.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch._dynamo
+
+from torch_backend import traced
+
+# one opaque call of the graph per region: dynamo does not trace into it, AOTAutograd runs its eager body
+region = torch._dynamo.nonstrict_trace(traced.run_region)
+
+
+class Waiting:
+    """``async_op=True`` inside a compiled region, as two regions: the first ran the steps
+    up to the last collective and issued it (``name.start``); ``wait()`` is the functional
+    ``wait_tensor`` on its result, where the user put it (compute between the call and
+    ``wait()`` stands between the collective and its wait in the graph), then the second
+    region (``name.finish``): the step's result landed and the steps after it. For many
+    tensors (``redistribute_many``) ``x`` is their list and ``got`` the pair (the last
+    round's collectives in flight, every tensor as the first region left it): each
+    collective gets its own wait."""
+
+    def __init__(self, name: str, x: torch.Tensor, got: torch.Tensor, args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> None:
+        self.name, self.x, self.got, self.args, self.kwargs = name, x, got, args, kwargs
+        self.out: Any = None
+
+    def wait(self) -> Any:
+        if self.out is None:
+            wait = torch.ops._c10d_functional.wait_tensor
+            if isinstance(self.got, torch.Tensor):
+                done: Any = wait(self.got)
+            else:
+                flying, carried = self.got
+                done = ([wait(t) for t in flying], carried)
+            self.out = region(self.name + ".finish", (self.x, done, *self.args), self.kwargs)
+        return self.out
+
+
+def call(name: str, *args: Any, async_op: bool = False, **kwargs: Any) -> Any:
+    """The traced call ``name`` (from inside dynamo's trace): one opaque region, or with
+    ``async_op`` two around the user's wait where ``name.splits`` says so (``Waiting``).
+    Arguments that are None are left out (the region takes no None): pass them by
+    keyword; the tensor is the first argument that is one (or a list of them)."""
+    kw = {k: v for k, v in kwargs.items() if v is not None}
+    if async_op and traced.has_entry(name + ".splits"):
+        i = next(i for i, a in enumerate(args) if isinstance(a, torch.Tensor)
+                 or (isinstance(a, list) and a and all(isinstance(t, torch.Tensor) for t in a)))
+        rest = args[:i] + args[i + 1:]
+        plain = {k: v for k, v in kw.items() if k not in ("agree", "timeout")}
+        if traced.splits(name, rest, plain):
+            got = region(name + ".start", args, kw)
+            return Waiting(name, args[i], got, rest, kw)
+    out = region(name, args, kw)
+    return traced.Ready(out) if async_op else out
