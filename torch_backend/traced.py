@@ -15,6 +15,11 @@ checks as an eager call.
 
 A DeviceMesh reaches the region as a ``FakeScriptObject`` (an opaque object of the
 trace); it is unwrapped to the real DeviceMesh here, before any check looks at it.
+
+A call refused at trace time raises its SpecError out of the compiled call itself, as a
+``TracedSpecError`` (see there): dynamo would otherwise show only its own error
+(``Unsupported output type for nonstrict_trace-ed function``), with shardc's message, caret
+and hint in its ``__cause__`` alone.
 """
 
 from __future__ import annotations
@@ -31,6 +36,33 @@ from spec_lang.ir import Mesh, TensorType
 from spec_lang.local_type import LocalType
 
 _ENTRIES: dict[str, Callable[..., Any]] = {}
+
+
+class TracedSpecError(SpecError, IndexError):
+    """A SpecError raised while torch.compile traces a call: the same message, caret and
+    hint, caught by ``except SpecError`` (and ``ValueError``) like the eager call's.
+
+    It is an IndexError too because that is the one exception dynamo lets out of a traced
+    call as it is (torch 2.13: ``torch._dynamo.utils.run_node`` re-raises an IndexError
+    from a traced region, and ``convert_frame`` passes it on); any other error becomes
+    dynamo's own (``Unsupported output type ...`` from a ``nonstrict_trace`` region,
+    ``InternalTorchDynamoError`` from an ``assume_constant_result`` one)."""
+
+
+def as_traced(e: SpecError) -> TracedSpecError:
+    """``e`` as the error a compiled call raises (``TracedSpecError``)."""
+    if isinstance(e, TracedSpecError):
+        return e
+    return TracedSpecError(e.message, text=e.text, pos=e.pos, hint=e.hint, subject=e.subject)
+
+
+@torch.compiler.assume_constant_result
+def refuse(message: str, hint: str) -> bool:
+    """Raise ``SpecError(message, hint=hint)`` from code dynamo traces (a check of a public
+    call's argument, ``spmd.use_mesh``'s): run at trace time, outside the trace, since dynamo
+    can neither build a SpecError (its constructor calls ``super().__init__``) nor pass a
+    raised one on."""
+    raise TracedSpecError(message, hint=hint)
 
 def _fx_repr(obj: Any) -> tuple[str, dict[str, type]]:
     """How the trace's code names a constant of these frozen classes (their fields)."""
@@ -72,11 +104,14 @@ def _real(a: Any) -> Any:
 
 @torch._dynamo.nonstrict_trace
 def _region(name: str, args: Any, kwargs: Any) -> Any:
-    kwargs = _real(kwargs)
-    if "agree" in kwargs or "timeout" in kwargs:
-        check_compiled_flags(kwargs.get("agree"), kwargs.get("timeout"))
-        kwargs["agree"] = False  # SHARDC_AGREE too: the comparison cannot run in a trace
-    return _ENTRIES[name](*_real(args), **kwargs)
+    try:
+        kwargs = _real(kwargs)
+        if "agree" in kwargs or "timeout" in kwargs:
+            check_compiled_flags(kwargs.get("agree"), kwargs.get("timeout"))
+            kwargs["agree"] = False  # SHARDC_AGREE too: the comparison cannot run in a trace
+        return _ENTRIES[name](*_real(args), **kwargs)
+    except SpecError as e:
+        raise as_traced(e) from None
 
 
 class Ready:
@@ -123,7 +158,10 @@ class Waiting:
 def _splits(name: str, args: Any, kwargs: Any) -> bool:
     """Run once at trace time (its arguments are constants of the trace): whether the async
     call ``name`` splits around its last collective (``name.splits``)."""
-    return bool(_ENTRIES[name + ".splits"](*_real(args), **_real(kwargs)))
+    try:
+        return bool(_ENTRIES[name + ".splits"](*_real(args), **_real(kwargs)))
+    except SpecError as e:
+        raise as_traced(e) from None
 
 
 def check_compiled_flags(agree: Any, timeout: Any) -> None:

@@ -28,7 +28,7 @@ from torch_backend.comm import local_of
 from torch_backend.dtypes import dtype_name
 from torch_backend.groups import MeshContext
 from torch_backend.spmd import ragged
-from torch_backend.spmd.mesh import as_axes, mesh_context
+from torch_backend.spmd.mesh import as_axes, mesh_context, traced_mesh
 from torch_backend.spmd.precision import as_dtype, check_options, reduce_in
 from torch_backend.spmd.tags import recorded_size, typeof
 from torch_backend.type_tags import SIZES, attach, unchecked
@@ -72,7 +72,7 @@ def typed_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: An
         if splits is not None:
             raise SpecError(f"spmd.{op} with split sizes cannot run inside torch.compile (its sizes are data)",
                             hint="call it outside the compiled region")
-        return traced.call("spmd", op, x, axis, src, dst, mesh=mesh, size=size, inplace=inplace, at=at,
+        return traced.call("spmd", op, x, axis, src, dst, mesh=traced_mesh(mesh), size=size, inplace=inplace, at=at,
                            op_dtype=op_dtype, out_dtype=out_dtype)
     if not isinstance(x, torch.Tensor):
         raise SpecError(f"spmd.{op} needs a tensor, got {type(x).__name__}")
