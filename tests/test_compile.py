@@ -116,6 +116,7 @@ def compiled_cases(rank: int, world: int) -> dict:
                       backend="aot_eager", fullgraph=True)(x0)
         out["DTensor bad dst"] = None
     except Exception as e:
+        out["DTensor bad dst raised"] = type(e).__name__
         err = e
         while err is not None and not isinstance(err, SpecError):
             err = err.__cause__ or err.__context__
@@ -175,6 +176,7 @@ def test_a_dtensor_call_is_checked_at_trace_time(compiled):
     for res in compiled.values():
         assert res["DTensor bad dst"] is not None and "global shapes differ" in res["DTensor bad dst"], \
             res["DTensor bad dst"]
+        assert res["DTensor bad dst raised"] == "TracedSpecError"  # the SpecError itself, not dynamo's
 
 
 @pytest.mark.timeout(360)

@@ -425,6 +425,7 @@ on_clear(lambda: _COMPILED_PLANS.__dict__.clear())
 
 
 @torch.compiler.assume_constant_result
+@traced.refusing  # a refusal is raised out of the compiled call as shardc's SpecError
 def _compiled_dtensor_plan(dm: Any, placements: tuple[Any, ...], shape: tuple[int, ...], dtype: torch.dtype,
                            src: TensorType | str | None, dst: TensorType | str | None,
                            mesh: Mesh | str | Any | None, async_op: bool, timeout: Any, agree: Any) -> str:

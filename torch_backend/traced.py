@@ -24,6 +24,7 @@ and hint in its ``__cause__`` alone.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -54,6 +55,18 @@ def as_traced(e: SpecError) -> TracedSpecError:
     if isinstance(e, TracedSpecError):
         return e
     return TracedSpecError(e.message, text=e.text, pos=e.pos, hint=e.hint, subject=e.subject)
+
+
+def refusing(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (run at trace time: a region, or an ``assume_constant_result`` function) with
+    its SpecError raised as a ``TracedSpecError``, out of the compiled call."""
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except SpecError as e:
+            raise as_traced(e) from None
+    return run
 
 
 @torch.compiler.assume_constant_result
@@ -103,15 +116,13 @@ def _real(a: Any) -> Any:
 
 
 @torch._dynamo.nonstrict_trace
+@refusing
 def _region(name: str, args: Any, kwargs: Any) -> Any:
-    try:
-        kwargs = _real(kwargs)
-        if "agree" in kwargs or "timeout" in kwargs:
-            check_compiled_flags(kwargs.get("agree"), kwargs.get("timeout"))
-            kwargs["agree"] = False  # SHARDC_AGREE too: the comparison cannot run in a trace
-        return _ENTRIES[name](*_real(args), **kwargs)
-    except SpecError as e:
-        raise as_traced(e) from None
+    kwargs = _real(kwargs)
+    if "agree" in kwargs or "timeout" in kwargs:
+        check_compiled_flags(kwargs.get("agree"), kwargs.get("timeout"))
+        kwargs["agree"] = False  # SHARDC_AGREE too: the comparison cannot run in a trace
+    return _ENTRIES[name](*_real(args), **kwargs)
 
 
 class Ready:
@@ -155,13 +166,11 @@ class Waiting:
 
 
 @torch.compiler.assume_constant_result
+@refusing
 def _splits(name: str, args: Any, kwargs: Any) -> bool:
     """Run once at trace time (its arguments are constants of the trace): whether the async
     call ``name`` splits around its last collective (``name.splits``)."""
-    try:
-        return bool(_ENTRIES[name + ".splits"](*_real(args), **_real(kwargs)))
-    except SpecError as e:
-        raise as_traced(e) from None
+    return bool(_ENTRIES[name + ".splits"](*_real(args), **_real(kwargs)))
 
 
 def check_compiled_flags(agree: Any, timeout: Any) -> None:
