@@ -220,10 +220,11 @@ def culprit_note(e: BaseException, members: Sequence[int], me: int, timeout: tim
     try:
         missing, refusal = roll_call(store, members, me, peer_closed, timeout_s,
                                      sorted(to_mesh) if to_mesh is not None else members)
-        reason = store.get(_refused_key(min(missing), failures(store, me))).decode() if refusal else ""
+        named = {(to_mesh.get(r, r) if to_mesh is not None else r): r for r in missing}
+        names = sorted(named)
+        reason = store.get(_refused_key(named[names[0]], failures(store, me))).decode() if refusal else ""
     except Exception as err:
         return f"at fault: cannot be told (the store could not be read: {type(err).__name__}: {_first_line(err)})"
-    names = sorted(to_mesh.get(r, r) for r in missing) if to_mesh is not None else sorted(missing)
     if refusal:
         who = f"rank {names[0]} (it" if len(names) == 1 else f"ranks {names} (they"
         return f"at fault: {who} refused this call before its first collective; rank {names[0]}: {reason})"
