@@ -116,6 +116,7 @@ def compiled_cases(rank: int, world: int) -> dict:
                       backend="aot_eager", fullgraph=True)(x0)
         out["DTensor bad dst"] = None
     except Exception as e:
+        out["DTensor bad dst raised"] = type(e).__name__
         err = e
         while err is not None and not isinstance(err, SpecError):
             err = err.__cause__ or err.__context__
@@ -175,6 +176,7 @@ def test_a_dtensor_call_is_checked_at_trace_time(compiled):
     for res in compiled.values():
         assert res["DTensor bad dst"] is not None and "global shapes differ" in res["DTensor bad dst"], \
             res["DTensor bad dst"]
+        assert res["DTensor bad dst raised"] == "TracedSpecError"  # the SpecError itself, not dynamo's
 
 
 @pytest.mark.timeout(360)
@@ -266,3 +268,75 @@ def test_local_tensor_mode_inside_compile_is_refused(fake_pg, src, dst):
     torch._dynamo.reset()
     want = [full[2 * r:2 * r + 2] for r in range(4)] if dst == "f32[8@dp,6]" else [full] * 4
     assert all(torch.equal(a, b) for a, b in zip(eager, want))  # eager is untouched
+
+
+def bar_cases(rank: int, world: int) -> dict:
+    """The typed SPMD API's compiled step (``spmd.use_mesh`` of a DeviceMesh entered inside
+    the compiled function) and the errors a compiled call shows."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    import torch_backend
+    from torch_backend import spmd
+
+    dm = init_device_mesh("cpu", (world,), mesh_dim_names=("dp",))
+
+    def step(t):
+        with spmd.use_mesh(dm):
+            t = spmd.assert_type(t, {"dp": spmd.P})
+            return spmd.all_reduce(t, "dp", src=spmd.P, dst=spmd.R)
+
+    x0 = torch.arange(6.0) * (rank + 1)
+    out: dict = {"eager": step(x0.clone())}
+    for backend in BACKENDS:
+        dist.barrier()
+        out[backend] = torch.compile(step, backend=backend, fullgraph=True)(x0.clone())
+
+    def raised(f, x) -> tuple[str, str]:
+        try:
+            torch.compile(f, backend="aot_eager", fullgraph=True)(x)
+        except Exception as e:
+            return type(e).__name__, str(e)
+        return "nothing", ""
+
+    # a wrong shape: shardc's SpecError itself, its caret and hint in the printed error
+    out["bad shape"] = raised(lambda t: torch_backend.redistribute(t, "f32[8@dp,6]", "f32[8,6]", f"dp={world}"),
+                              torch.zeros(5, 6))
+    # use_mesh's own check, refused inside the trace
+    def not_a_mesh(t):
+        with spmd.use_mesh(7):
+            return t * 2
+
+    out["not a mesh"] = raised(not_a_mesh, x0)
+    return out
+
+
+@pytest.fixture(scope="module")
+def bar() -> dict:
+    from torch_utils import run_once
+
+    return run_once(2, bar_cases, collective_timeout_s=240, timeout_s=300)
+
+
+@pytest.mark.timeout(360)
+def test_use_mesh_of_a_device_mesh_inside_fullgraph(bar):
+    want = torch.arange(6.0) * 3  # the sum over dp of arange(6) * (rank + 1)
+    for rank, res in bar.items():
+        assert torch.equal(res["eager"], want), rank
+        for backend in BACKENDS:
+            assert torch.equal(res[backend], want), (rank, backend, res[backend])
+
+
+@pytest.mark.timeout(360)
+def test_a_compiled_call_raises_shardcs_error(bar):
+    from spec_lang import SpecError
+
+    for rank, res in bar.items():
+        kind, text = res["bad shape"]
+        assert kind == "TracedSpecError", (kind, text)
+        assert f"rank {rank}'s tensor has shape [5, 6], but float32[8@dp,6] gives rank {rank} the shape [4, 6]" in text
+        assert "\n    float32[8@dp,6]\n           ^\nhint: give rank" in text, text  # the caret and the hint
+        kind, text = res["not a mesh"]
+        assert kind == "TracedSpecError" and "use_mesh takes a mesh, got int" in text, (kind, text)
+    from torch_backend.traced import TracedSpecError
+
+    assert issubclass(TracedSpecError, SpecError)

@@ -90,10 +90,63 @@ def test_survivors_name_the_culprit(fault):
     assert max(rep["took"] for rep in survivors.values()) < 4 * TIMEOUT_S + 10, survivors
 
 
-class _Store:
-    """A stand-in for the default store: counters only (``add``), or one that is gone."""
+# A wrong shape on one rank of dp=2,tp=2 (the issue's case): the one-step all_gather over
+# (dp,tp) on the default group, whose timeout is long (the default is 30 minutes): before the
+# refusal was recorded, ranks 0 and 2 waited 70 s for rank 3, blocked in the same all_gather,
+# and named ranks [1, 3]
+ODD_MESH, ODD_SRC, ODD_DST, ODD = "dp=2,tp=2", "f32[8@(dp,tp),4]", "f32[8,4]", 1
+LONG_TIMEOUT_S = 100.0
 
-    def __init__(self, counts: dict[str, int] | None = None) -> None:
+
+def odd_rank(spec: Any, store: Any) -> dict[str, Any]:
+    """One rank of ``spec.fault``: rank ``ODD`` refuses the call (a wrong shape) and leaves
+    the group, or refuses and stays, or leaves without a call; the others report what
+    their call raised."""
+    import torch_backend
+
+    rank = dist.get_rank()
+    x = torch.ones(2, 4)
+    torch_backend.redistribute(x, ODD_SRC, ODD_DST, ODD_MESH)  # all well
+    start = time.monotonic()
+    if rank == ODD:
+        if spec.fault != "leave":
+            with pytest.raises(ValueError, match="shape"):
+                torch_backend.redistribute(x[:1], ODD_SRC, ODD_DST, ODD_MESH)
+        if spec.fault == "refuse and stay":
+            time.sleep(6)  # alive, in the group, away: the others stop without waiting for it
+        dist.destroy_process_group()
+        return {"rank": rank, "ok": True, "error": None}
+    try:
+        torch_backend.redistribute(x, ODD_SRC, ODD_DST, ODD_MESH)
+        got = "no error"
+    except torch_backend.CollectiveError as e:
+        got = str(e)
+    return {"rank": rank, "ok": True, "error": None, "got": got, "took": time.monotonic() - start}
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("fault", ["refuse", "refuse and stay", "leave"])
+def test_a_rank_blocked_in_the_same_collective_is_not_named(fault):
+    from torch_backend.launcher import launch_local
+    from torch_backend.run_spec import RunSpec
+
+    res = launch_local(RunSpec(ODD_MESH, ODD_SRC, ODD_DST, timeout=LONG_TIMEOUT_S, fault=fault), 4,
+                       rank_fn=odd_rank)
+    others = {r: rep for r, rep in res.reports.items() if r != ODD}
+    assert sorted(others) == [0, 2, 3], res.message
+    for r, rep in others.items():
+        note = rep["got"].splitlines()[-1]
+        assert note.startswith(f"at fault: rank {ODD} ("), (r, rep["got"])
+        if fault != "leave":  # the refusal is quoted
+            assert "refused this call" in note and "has shape [1, 4]" in note, note
+    # seconds, not the 70 s the roll call waits for a member that never reports (2 busy cores)
+    assert max(rep["took"] for rep in others.values()) < 15, others
+
+
+class _Store:
+    """A stand-in for the default store: counters and values, or one that is gone."""
+
+    def __init__(self, counts: dict[str, Any] | None = None) -> None:
         self.counts = counts
 
     def add(self, key: str, n: int) -> int:
@@ -101,6 +154,13 @@ class _Store:
             raise RuntimeError("Connection reset by peer")
         self.counts[key] = self.counts.get(key, 0) + n
         return self.counts[key]
+
+    def check(self, keys: list[str]) -> bool:
+        return self.counts is not None and all(k in self.counts for k in keys)
+
+    def get(self, key: str) -> bytes:
+        assert self.counts is not None
+        return str(self.counts[key]).encode()
 
 
 @pytest.mark.parametrize("others,store_gone,closed,says", [
@@ -115,6 +175,12 @@ class _Store:
     ({1: 1, 2: 1, 3: 2}, False, False, "at fault: cannot be told (every member"),
     # no store to ask: say so
     ({}, True, False, "at fault: cannot be told (the store could not be read: RuntimeError: Connection reset"),
+    # a member refused this call (its count moved with this one's): that member alone, at
+    # once, though another never reported
+    ({1: 1, "refused/1/1": "SpecError: bad shape"}, False, False,
+     "at fault: rank 1 (it refused this call before its first collective; rank 1: SpecError: bad shape)"),
+    # a refusal of an earlier call (another count) is not this failure's
+    ({0: 1, 1: 2, 2: 2, 3: 2, "refused/1/1": "SpecError: bad shape"}, False, False, "at fault: cannot be told"),
 ])
 def test_culprit_note_answers(monkeypatch, others, store_gone, closed, says):
     from torch_backend import faults
@@ -126,7 +192,7 @@ def test_culprit_note_answers(monkeypatch, others, store_gone, closed, says):
     note = faults.culprit_note(error, [0, 1, 2, 3], 0, None if closed else _seconds(1.8))
     assert says in note, note
     if not store_gone:
-        assert store.counts["shardc/faults/0"] == 1  # this rank reported its own failure
+        assert store.counts["shardc/faults/0"] == others.get(0, 0) + 1  # this rank reported its own failure
 
 
 def _seconds(s: float) -> Any:

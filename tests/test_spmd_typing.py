@@ -218,3 +218,30 @@ def test_affine_ops_and_local_einsum_under_typecheck() -> None:
         with pytest.raises(SpecError, match=r"addmm\(P, R\)"):  # R bias + the P product (test_spmd_usage)
             torch.addmm(typed({"tp": R}, 2, 4), p, r.t())
         assert spmd.typeof(torch.einsum("...j,kj->...k", v, r)) == {"tp": V}  # local: no partition spec
+
+
+@pytest.mark.parametrize("first_read", ["outside typecheck", "inside typecheck"])
+def test_a_gradient_has_one_type_however_it_is_first_read(first_read) -> None:
+    """typeof(w.grad) is the gradient's type (V's V, R's P) whether it is first read inside
+    typecheck() or outside it, and stays so: before, outside it was {} until the checker
+    had once read w.grad, and the checker's type then stuck."""
+    want = {"tp": V, "dp": P}
+    w = spmd.assert_type(torch.ones(3, requires_grad=True), {"tp": V, "dp": R})
+    (w * 2).sum().backward()
+    reads = []
+    for inside in ((False, True) if first_read == "outside typecheck" else (True, False)):
+        if inside:
+            with spmd.typecheck():
+                reads.append(spmd.typeof(w.grad))
+        else:
+            reads.append(spmd.typeof(w.grad))
+    assert reads == [want, want], reads
+    # a new gradient tensor (zero_grad(set_to_none=True)) is typed when backward makes it
+    w.grad = None
+    (w * 3).sum().backward()
+    assert spmd.typeof(w.grad) == want
+    # a gradient that existed before the tensor was typed is typed with it
+    u = torch.ones(3, requires_grad=True)
+    u.sum().backward()
+    spmd.assert_type(u, {"tp": R})
+    assert spmd.typeof(u.grad) == {"tp": P}

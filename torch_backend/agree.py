@@ -33,6 +33,7 @@ from lowering.caching import cached
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from torch_backend import comm
+from torch_backend.faults import unrecorded
 from torch_backend.groups import GroupHandle, MeshContext, context, is_device_mesh, local_tensor_mode
 
 T = TypeVar("T")
@@ -76,7 +77,8 @@ def agreed(mesh: Any, run: Callable[[Checks], T]) -> T:
     out: Any = None
     error: BaseException | None = None
     try:
-        out = run(found)
+        with unrecorded():  # every rank raises together: none is left waiting to name this one
+            out = run(found)
     except Exception as e:  # joins the agreement as failed, then raised
         error = e
     where = found.ctx if found.ctx is not None else _world_context(mesh)

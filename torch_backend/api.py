@@ -323,13 +323,18 @@ def distribute(tensor: torch.Tensor, mesh: Mesh | str | Any, t: TensorType | str
     coordinate 0 and zeros elsewhere (the SPMD type system's convert(R,P)); P(avg/max/min), R, I
     and V axes hold the slice on every rank. Under LocalTensorMode the result is a
     LocalTensor of every rank's block.
+
+    The mesh may lie over some of the world's ranks (``"fsdp=2@[0,1]"`` in a world of 4, or
+    a DeviceMesh over them): its ranks get their blocks, and any other rank is refused
+    with a SpecError, as with a DeviceMesh (a cross-mesh move's source block: see
+    docs/cross_mesh.md).
     """
     if not isinstance(tensor, torch.Tensor):
         raise SpecError(f"expected a torch.Tensor, got {type(tensor).__name__}",
                         hint="pass the global tensor, the same on every rank")
     check_strided(tensor)
     tt = _type(t, "target")
-    ctx = context(mesh)
+    ctx = context(mesh, over_ranks=True)  # fsdp=2@[0,1] in a bigger world, as a DeviceMesh over them
     lowering.check_type(tt, ctx.mesh, text=t if isinstance(t, str) else None)
     if dtype_name(tensor.dtype) != tt.dtype:
         raise SpecError(f"the tensor is {short_name(tensor.dtype)} but the type is {tt}", text=str(tt), pos=0,
@@ -424,6 +429,7 @@ on_clear(lambda: _COMPILED_PLANS.__dict__.clear())
 
 
 @traced.constant_result
+@traced.refusing  # a refusal is raised out of the compiled call as shardc's SpecError
 def _compiled_dtensor_plan(dm: Any, placements: tuple[Any, ...], shape: tuple[int, ...], dtype: torch.dtype,
                            src: TensorType | str | None, dst: TensorType | str | None,
                            mesh: Mesh | str | Any | None, async_op: bool, timeout: Any, agree: Any) -> str:

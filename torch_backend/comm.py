@@ -49,7 +49,7 @@ import torch.distributed as dist
 
 from spec_lang.errors import SpecError
 from torch_backend.dtypes import wire_view
-from torch_backend.faults import CollectiveError
+from torch_backend.faults import CollectiveError, watched_wait
 from torch_backend.groups import GroupHandle, MeshContext
 from torch_backend.strided import nothing_of
 from torch_backend.type_tags import UNCHECKED
@@ -152,7 +152,9 @@ class _C10d(Comm):
     def wait(self, ctx: MeshContext, work: Any) -> None:
         if work is None:
             return
-        if ctx.timeout is not None:
+        if ctx.backend == "gloo":  # a blocked gloo wait gives up once a rank of the mesh reported a failure
+            watched_wait(work, ctx.timeout, ctx.to_global, ctx.to_global[ctx.rank])
+        elif ctx.timeout is not None:
             work.wait(timeout=ctx.timeout)
         else:
             work.wait()

@@ -20,13 +20,33 @@ How long a member waits depends on what failed:
 
 Where every member reports, the process group cannot tell who is at fault, and the note
 says so; where the store cannot be read, it says that instead.
+
+A rank stuck in the same collective is a victim, not a culprit, and two records keep the
+roll call from naming it:
+
+* **a refusal**: a rank whose tensor fails a call's checks (``tensor_checks``; a wrong
+  shape on one rank) raises its SpecError before its first collective while the others go
+  on into theirs. It counts that as its failure of the call (its count moves with theirs)
+  and writes its error under that count (``refused``). A member that finds such a record
+  for this failure names that member alone, at once, quoting its error. Not under
+  ``agree=True``, where every rank raises together (``unrecorded``);
+* **the mesh's alarm**: every report (a failure or a refusal) also adds one to a key of
+  the mesh's ranks and the reporter's count. A rank blocked in a gloo collective waits in
+  slices of ``SLICE_S`` (``watched_wait``; the first slice is the plain wait, so a
+  collective that finishes touches no store) and, after each, asks for that key at its
+  own next count: once a rank of its mesh has reported, it stops waiting and reports as a
+  victim itself, within a slice, instead of at the group's timeout (30 minutes by
+  default), when the others' roll call would long have named it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import timedelta
 from typing import Any
 
@@ -35,8 +55,13 @@ class CollectiveError(RuntimeError):
     """A collective failed or timed out (a peer died, hung, or the group broke)."""
 
 
-_PEER_CLOSED = re.compile(r"(closed|reset) by peer", re.IGNORECASE)
+# a peer left: gloo's closed connection, or this rank stopped waiting after a peer reported
+_CLOSED = re.compile(r"(closed|reset) by peer", re.IGNORECASE)
+_PEER_CLOSED = re.compile(_CLOSED.pattern + r"|stopped waiting", re.IGNORECASE)
 _POLL_S = (0.02, 0.05, 0.1, 0.2, 0.5)  # the roll call's polls, then every 0.5 s
+SLICE_S = 1.0  # how long a gloo collective is waited on between two looks at the mesh's alarm
+_SLICE = timedelta(seconds=SLICE_S)
+_RECORDING: ContextVar[bool] = ContextVar("shardc_refusals_recorded", default=True)
 
 
 def grace_s(timeout_s: float) -> float:
@@ -76,35 +101,115 @@ def _key(rank: int) -> str:
     return f"shardc/faults/{rank}"
 
 
+def _refused_key(rank: int, count: int) -> str:
+    return f"shardc/faults/refused/{rank}/{count}"
+
+
+def _alarm_key(scope: Sequence[int], count: int) -> str:
+    """The mesh's alarm: how many of the ranks ``scope`` reported their ``count``-th failure."""
+    digest = hashlib.blake2b(",".join(map(str, sorted(scope))).encode(), digest_size=8).hexdigest()
+    return f"shardc/faults/mesh/{digest}/{count}"
+
+
 def failures(store: Any, rank: int) -> int:
     """How many failed collectives (global) ``rank`` has reported in ``store``."""
     return int(store.add(_key(rank), 0))
 
 
-def roll_call(store: Any, members: Sequence[int], me: int, peer_closed: bool, timeout_s: float) -> list[int]:
-    """The members (global ranks) that did not report this failure.
+def roll_call(store: Any, members: Sequence[int], me: int, peer_closed: bool, timeout_s: float,
+              scope: Sequence[int] = ()) -> tuple[list[int], bool]:
+    """The members (global ranks) at fault for this failure, and whether they refused it.
 
-    Adds one to this rank's count of failed collectives, then polls the other members'
-    until each has caught up (a member that failed in another group, say one step
-    earlier, is a fellow victim too), or (``peer_closed``) all but one have, or the
-    deadline (see the module docstring). Raises what the store raises."""
+    Adds one to this rank's count of failed collectives (and to the alarm of the mesh's
+    ranks ``scope``), then polls the other members' until one has refused this call (those
+    are named at once), or each has caught up (a member that failed in another group, say
+    one step earlier, is a fellow victim too), or (``peer_closed``) all but one have, or
+    the deadline (see the module docstring); then the members that did not report.
+    Raises what the store raises."""
     mine = int(store.add(_key(me), 1))
+    store.add(_alarm_key(scope or members, mine), 1)
     deadline = time.monotonic() + wait_s(timeout_s, peer_closed)
     missing = [r for r in members if r != me]
     polls = 0
     while True:
+        refusers = [r for r in members if r != me and store.check([_refused_key(r, mine)])]
+        if refusers:
+            return refusers, True
         missing = [r for r in missing if failures(store, r) < mine]
         if len(missing) <= int(peer_closed) or time.monotonic() >= deadline:
-            return missing
+            return missing, False
         time.sleep(_POLL_S[min(polls, len(_POLL_S) - 1)])
         polls += 1
+
+
+@contextmanager
+def unrecorded() -> Iterator[None]:
+    """Within the block a refused call is not recorded (``agree=True``'s checks: every rank
+    raises together, so no rank is left waiting on another)."""
+    token = _RECORDING.set(False)
+    try:
+        yield
+    finally:
+        _RECORDING.reset(token)
+
+
+def refused(e: BaseException, scope: Sequence[int], me: int) -> None:
+    """Record that global rank ``me`` refused a call over the ranks ``scope`` with ``e``
+    before its first collective: the members that went on into theirs name it (see the
+    module docstring). Advisory: a store that cannot be written changes nothing."""
+    if not _RECORDING.get() or len(scope) < 2:
+        return
+    store = default_store()
+    if store is None:
+        return
+    try:
+        count = int(store.add(_key(me), 1))
+        store.set(_refused_key(me, count), f"{type(e).__name__}: {_first_line(e)}"[:300])
+        store.add(_alarm_key(scope, count), 1)
+    except Exception:
+        pass
+
+
+def _peer_reported(scope: Sequence[int], me: int) -> bool:
+    """Whether a rank of ``scope`` reported a failure (or a refusal) this rank has not."""
+    store = default_store()
+    if store is None:
+        return False
+    try:
+        return bool(store.check([_alarm_key(scope, failures(store, me) + 1)]))
+    except Exception:
+        return False
+
+
+def watched_wait(work: Any, timeout: timedelta | None, scope: Sequence[int], me: int) -> None:
+    """``work.wait`` (a gloo collective's; ``timeout`` None: the group's own) in slices of
+    ``SLICE_S``, looking at the mesh's alarm after each: once a rank of ``scope`` reported
+    a failure, raise (a RuntimeError that says this rank stopped waiting), so this rank
+    reports as a victim now rather than at the timeout. The first slice is the plain wait:
+    a collective that finishes within it reads nothing."""
+    deadline = None if timeout is None else time.monotonic() + timeout.total_seconds()
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= SLICE_S:
+            work.wait(timeout=timedelta(seconds=max(left, 0.001)))  # the call's own timeout
+            return
+        try:
+            work.wait(timeout=_SLICE)
+            return
+        except RuntimeError:
+            if work.is_completed():
+                work.wait()  # it finished meanwhile: its own result, or its own error
+                return
+        if _peer_reported(scope, me):
+            raise RuntimeError("this rank stopped waiting: another rank of the mesh reported a failed "
+                               "collective or refused the call")
 
 
 def culprit_note(e: BaseException, members: Sequence[int], me: int, timeout: timedelta | None,
                  to_mesh: Mapping[int, int] | None = None) -> str:
     """One sentence on who is at fault for ``e``, the failure of a collective over the global
     ranks ``members`` seen by global rank ``me`` (``to_mesh``: global -> mesh rank, for the
-    names; ``timeout``: the collective's)."""
+    names, over the mesh's global ranks; ``timeout``: the collective's)."""
     if len(members) < 2:
         return "at fault: cannot be told (the group has one member)"
     store = default_store()
@@ -113,16 +218,23 @@ def culprit_note(e: BaseException, members: Sequence[int], me: int, timeout: tim
     timeout_s = timeout.total_seconds() if timeout is not None else 60.0
     peer_closed = bool(_PEER_CLOSED.search(str(e)))
     try:
-        missing = roll_call(store, members, me, peer_closed, timeout_s)
+        missing, refusal = roll_call(store, members, me, peer_closed, timeout_s,
+                                     sorted(to_mesh) if to_mesh is not None else members)
+        named = {(to_mesh.get(r, r) if to_mesh is not None else r): r for r in missing}
+        names = sorted(named)
+        reason = store.get(_refused_key(named[names[0]], failures(store, me))).decode() if refusal else ""
     except Exception as err:
         return f"at fault: cannot be told (the store could not be read: {type(err).__name__}: {_first_line(err)})"
-    names = sorted(to_mesh.get(r, r) for r in missing) if to_mesh is not None else sorted(missing)
+    if refusal:
+        who = f"rank {names[0]} (it" if len(names) == 1 else f"ranks {names} (they"
+        return f"at fault: {who} refused this call before its first collective; rank {names[0]}: {reason})"
     if not names:
         return ("at fault: cannot be told (every member of the group failed here too: a slow rank, the "
                 "network, or the same error everywhere)")
     if peer_closed and len(names) == 1:
+        how = "it closed its connection, so it" if _CLOSED.search(str(e)) else "it"
         return (f"at fault: rank {names[0]} (the one member of the group that did not report this failure: "
-                "it closed its connection, so it died or left the group)")
+                f"{how} died or left the group)")
     if len(names) == 1:
         return (f"at fault: rank {names[0]} (it did not report this failure within "
                 f"{wait_s(timeout_s, peer_closed):g} s: it died, hangs, or never reached this collective)")

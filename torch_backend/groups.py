@@ -342,7 +342,12 @@ def device_mesh_over_ranks(dm: Any) -> Mesh:
 
 
 def is_device_mesh(obj: Any) -> bool:
-    # look on the type first: reading DeviceMesh.mesh on the instance builds a tensor
+    # a DeviceMesh by isinstance, the test dynamo's trace answers (there ``type(dm)`` is not
+    # DeviceMesh, so the duck test below fails); no DeviceMesh exists before its module loads
+    cls = getattr(sys.modules.get("torch.distributed.device_mesh"), "DeviceMesh", None)
+    if cls is not None and isinstance(obj, cls):
+        return True
+    # a stand-in: look on the type first, since reading DeviceMesh.mesh on the instance builds a tensor
     return hasattr(type(obj), "get_group") and (hasattr(type(obj), "mesh") or hasattr(obj, "mesh"))
 
 
@@ -367,13 +372,19 @@ def check_timeout(timeout: object) -> timedelta | None:
         "pass seconds (e.g. 60) or a datetime.timedelta, or None for the process group's own timeout"))
 
 
-def context(mesh: Mesh | str | Any, *, timeout: timedelta | float | None = None) -> MeshContext:
+def context(mesh: Mesh | str | Any, *, timeout: timedelta | float | None = None,
+            over_ranks: bool = False) -> MeshContext:
     """The MeshContext for ``mesh`` (str, Mesh or DeviceMesh) in the current process.
 
     Raises SpecError (before any communication) when there is no process group, or the
     world does not match the mesh. On real process groups the context is cached per
     (mesh, timeout), or per (DeviceMesh, timeout) holding the DeviceMesh weakly, so a
     repeated call parses nothing and builds nothing.
+
+    ``over_ranks``: a string or Mesh may lie over some of the world's ranks, as a DeviceMesh
+    may (``fsdp=2@[2,3]``; without ``@``, the first ``size`` ranks), for a call that makes no
+    process group (``distribute``); a rank off it is refused as off a DeviceMesh. Such a
+    context is not cached (its ranks are not those a call without ``over_ranks`` reads).
     """
     timeout = check_timeout(timeout)
     dm = None
@@ -387,13 +398,14 @@ def context(mesh: Mesh | str | Any, *, timeout: timedelta | float | None = None)
         raise SpecError(f"expected a mesh, got {type(mesh).__name__}",
                         hint="pass a mesh string like 'dp=2,tp=4', a spec_lang Mesh, or a named DeviceMesh")
     lm = local_tensor_mode()
-    if lm is None and dist.is_initialized():
+    subset = over_ranks and dm is None and lm is None
+    if lm is None and dist.is_initialized() and not subset:
         _group_cache()  # binds the caches to the current default group (a new world starts empty)
         ctx = _cached_context(m, dm, timeout)
         if ctx is not None:
             return ctx
     if to_global is None:
-        to_global = tuple(range(m.size))
+        to_global = m.global_ranks if subset else tuple(range(m.size))
     if lm is not None:
         return _local_context(lm, m, dm, to_global, timeout)
     if not dist.is_initialized():
@@ -404,17 +416,26 @@ def context(mesh: Mesh | str | Any, *, timeout: timedelta | float | None = None)
         )
     world = dist.get_world_size()
     me = dist.get_rank()
-    if dm is None and world != m.size:
-        raise SpecError(
-            f"the world has {world} ranks but the mesh {m} has {m.size}",
-            hint=f"launch {m.size} ranks, or pass a DeviceMesh covering the ranks to use",
-        )
+    shown = mesh if isinstance(mesh, str) else str(m)  # as written: fsdp=2@[0,1] keeps its ranks
+    if dm is None and world != m.size and not subset:
+        hint = f"launch {m.size} ranks, or pass a DeviceMesh covering the ranks to use"
+        if m.ranks is not None or "@" in shown:
+            hint = ("this call runs on a mesh of the whole world; a mesh over some of its ranks takes a "
+                    "DeviceMesh, or redistribute(..., dst_mesh=) for a move between meshes")
+        raise SpecError(f"the world has {world} ranks but the mesh {shown} has {m.size}", hint=hint)
+    if subset and max(to_global) >= world:
+        raise SpecError(f"the mesh {shown} names global rank {max(to_global)}, but the world has {world} ranks",
+                        hint=f"name ranks 0 to {world - 1}")
     if me not in to_global:
+        if subset:
+            raise SpecError(f"global rank {me} is not on the mesh {shown} (global ranks {list(to_global)})",
+                            hint="call it only on the ranks of the mesh, as with a DeviceMesh over them")
         raise SpecError(f"global rank {me} is not on the DeviceMesh {to_global}",
-                        hint="call redistribute only on the ranks of the mesh")
+                        hint="call it only on the ranks of the DeviceMesh")
     backend = str(dist.get_backend())
     ctx = MeshContext(m, (to_global.index(me),), to_global, dm_ref=_weak(dm), timeout=timeout, backend=backend)
-    _store_context(m, dm, timeout, ctx)
+    if not subset:
+        _store_context(m, dm, timeout, ctx)
     return ctx
 
 

@@ -16,6 +16,7 @@ from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from torch_backend import comm
 from torch_backend.dtypes import dtype_name, short_name, to_torch_dtype
+from torch_backend.faults import refused
 from torch_backend.groups import MeshContext
 
 _DEVICE_TEST = {"gloo": "is_cpu", "nccl": "is_cuda"}  # check_local's device rule per backend
@@ -34,13 +35,19 @@ def is_dtensor(x: Any) -> bool:
 def check_tensor(x: Any, t: TensorType, ctx: MeshContext, want: tuple[Any, ...] = ()) -> torch.Tensor:
     """``x`` against the source type ``t``: returns ``x`` (under LocalTensorMode a plain
     tensor becomes a LocalTensor). ``want``: ``expected_block(t, ctx)``, where the caller
-    keeps it; a tensor that fits it skips the rest."""
-    if not isinstance(x, torch.Tensor):
-        raise SpecError(f"expected a torch.Tensor, got {type(x).__name__}",
-                        hint="pass this rank's local block as a tensor")
-    if want and fits_block(x, want):
+    keeps it; a tensor that fits it skips the rest. A refused tensor on a real group is
+recorded (``faults.refused``), so the ranks left waiting in their collective name this one."""
+    if want and isinstance(x, torch.Tensor) and fits_block(x, want):
         return x
-    return check_local(x, t, ctx)
+    try:
+        if not isinstance(x, torch.Tensor):
+            raise SpecError(f"expected a torch.Tensor, got {type(x).__name__}",
+                            hint="pass this rank's local block as a tensor")
+        return check_local(x, t, ctx)
+    except SpecError as e:
+        if ctx.local_mode is None:  # the other ranks may be in their collective already: they name this one
+            refused(e, ctx.to_global, ctx.to_global[ctx.rank])
+        raise
 
 
 def check_all(xs: Sequence[Any], types: Sequence[TensorType], ctx: MeshContext,

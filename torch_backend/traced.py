@@ -20,10 +20,16 @@ Marking a region for dynamo imports ``torch._dynamo`` (over a second, and it loa
 ``torch.distributed.tensor``), which an eager call never needs: the entry points reach
 the regions through ``torch_backend.trace_marks``, imported where they find a trace
 running (dynamo runs an import as Python does); this module imports no dynamo.
+
+A call refused at trace time raises its SpecError out of the compiled call itself, as a
+``TracedSpecError`` (see there): dynamo would otherwise show only its own error
+(``Unsupported output type for nonstrict_trace-ed function``), with shardc's message, caret
+and hint in its ``__cause__`` alone.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -36,6 +42,37 @@ from spec_lang.local_type import LocalType
 
 _ENTRIES: dict[str, Callable[..., Any]] = {}
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class TracedSpecError(SpecError, IndexError):
+    """A SpecError raised while torch.compile traces a call: the same message, caret and
+    hint, caught by ``except SpecError`` (and ``ValueError``) like the eager call's.
+
+    It is an IndexError too because that is the one exception dynamo lets out of a traced
+    call as it is (torch 2.13: ``torch._dynamo.utils.run_node`` re-raises an IndexError
+    from a traced region, and ``convert_frame`` passes it on); any other error becomes
+    dynamo's own (``Unsupported output type ...`` from a ``nonstrict_trace`` region,
+    ``InternalTorchDynamoError`` from an ``assume_constant_result`` one)."""
+
+
+def as_traced(e: SpecError) -> TracedSpecError:
+    """``e`` as the error a compiled call raises (``TracedSpecError``)."""
+    if isinstance(e, TracedSpecError):
+        return e
+    return TracedSpecError(e.message, text=e.text, pos=e.pos, hint=e.hint, subject=e.subject)
+
+
+def refusing(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (run at trace time: a region, or an ``assume_constant_result`` function) with
+    its SpecError raised as a ``TracedSpecError``, out of the compiled call."""
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except SpecError as e:
+            raise as_traced(e) from None
+    return run
+
 
 def _fx_repr(obj: Any) -> tuple[str, dict[str, type]]:
     """How the trace's code names a constant of these frozen classes (their fields)."""
@@ -75,6 +112,7 @@ def _real(a: Any) -> Any:
     return real if real is not None else a
 
 
+@refusing
 def run_region(name: str, args: Any, kwargs: Any) -> Any:
     """The eager body of the region ``name`` (``trace_marks.region``, which dynamo does not trace into)."""
     kwargs = _real(kwargs)
@@ -105,11 +143,21 @@ def constant_result(fn: _F) -> _F:
     return fn
 
 
+@constant_result
+def refuse(message: str, hint: str) -> bool:
+    """Raise ``SpecError(message, hint=hint)`` from code dynamo traces (a check of a public
+    call's argument, ``spmd.use_mesh``'s): run at trace time, outside the trace, since dynamo
+    can neither build a SpecError (its constructor calls ``super().__init__``) nor pass a
+    raised one on."""
+    raise TracedSpecError(message, hint=hint)
+
+
 def has_entry(name: str) -> bool:
     return name in _ENTRIES
 
 
 @constant_result
+@refusing
 def splits(name: str, args: Any, kwargs: Any) -> bool:
     """Run once at trace time (its arguments are constants of the trace): whether the async
     call ``name`` splits around its last collective (``name.splits``)."""

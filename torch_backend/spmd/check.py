@@ -29,7 +29,7 @@ from lowering.spmd.propagate import AFFINE, einsum_types, in_place_rule, propaga
 from lowering.spmd.rules import RAW_COLLECTIVES, check_loss, raw_collective_types, raw_destination
 from spec_lang.errors import SpecError
 from torch_backend.spmd.mesh import mesh_context
-from torch_backend.spmd.tags import typed_number
+from torch_backend.spmd.tags import type_grad, typed_number
 from torch_backend.type_tags import TYPES, UNCHECKED, unchecked
 
 # ops that read metadata, drive autograd or make a new tensor of the argument's shape only
@@ -204,13 +204,13 @@ class _TypeCheck(TorchFunctionMode):
                 inputs = args[1] if len(args) > 1 else kwargs.get("inputs")
                 inputs = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs or ())
                 for x, g in zip(inputs, out):
-                    _type_grad(x, g)
+                    type_grad(x, g)
             return out
         name = op_name(func)
         if raw == "__get__" and name not in STRUCTURAL_ATTRIBUTES:
             out = func(*args, **kwargs)
             if name == "grad":
-                _type_grad(args[0], out)
+                type_grad(args[0], out)
             return out
         if self.strict and n_typed < len(tensors):
             found = untyped_argument(args, kwargs)
@@ -245,13 +245,6 @@ class _TypeCheck(TorchFunctionMode):
             _attach_all(args[0], out_types)
             return out
         return _attach_all(out, out_types)
-
-
-def _type_grad(x: Any, g: Any) -> None:
-    """``g``, the gradient of ``x``, typed by the gradient table (R's is P, P's R, I, V, S(i) their own)."""
-    types = getattr(x, TYPES, None) if isinstance(x, torch.Tensor) else None
-    if types and isinstance(g, torch.Tensor):
-        setattr(g, TYPES, {a: t.grad for a, t in types.items()})
 
 
 _SIGNATURES: dict[Any, inspect.Signature] = {}

@@ -29,7 +29,7 @@ from torch_backend.dtypes import dtype_name
 from torch_backend.groups import MeshContext
 from torch_backend.spmd import ragged
 from torch_backend.spmd.check import STRICT, refuse_untyped_collective
-from torch_backend.spmd.mesh import as_axes, current_mesh, mesh_context
+from torch_backend.spmd.mesh import as_axes, current_mesh, mesh_context, traced_mesh
 from torch_backend.spmd.precision import (
     as_dtype,
     backward_dtypes,
@@ -89,7 +89,7 @@ def typed_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: An
                             "then runs in the forward's dtypes)")
         from torch_backend import trace_marks
 
-        return trace_marks.call("spmd", op, x, axis, src, dst, mesh=mesh, size=size, inplace=inplace, at=at,
+        return trace_marks.call("spmd", op, x, axis, src, dst, mesh=traced_mesh(mesh), size=size, inplace=inplace, at=at,
                                 op_dtype=op_dtype, out_dtype=out_dtype)
     if not isinstance(x, torch.Tensor):
         raise SpecError(f"spmd.{op} needs a tensor, got {type(x).__name__}")

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, NoReturn
+
+import torch
 
 from spec_lang.errors import SpecError, value_text
 from spec_lang.ir import Mesh
@@ -13,6 +15,10 @@ from spec_lang.parser import parse_mesh
 from torch_backend.groups import MeshContext, context, is_device_mesh
 
 _MESH: ContextVar[Any] = ContextVar("spmd_mesh", default=None)
+# the meshes of the ``use_mesh`` scopes entered inside torch.compile's trace: dynamo cannot
+# trace a ContextVar, but it traces a list's appends and pops (and undoes nothing: a scope
+# pops what it pushed); the traced spmd calls pass the innermost to their region
+_TRACED: list[Any] = []
 
 
 @contextmanager
@@ -20,17 +26,41 @@ def use_mesh(mesh: Any) -> Iterator[Any]:
     """Make ``mesh`` (a DeviceMesh, spec_lang Mesh or a string like ``"dp=2,tp=4"``) the mesh
     of every spmd call in the scope that does not pass ``mesh=``."""
     if mesh is None:
-        raise SpecError("use_mesh needs a mesh", hint="pass a DeviceMesh or a string like 'dp=2,tp=4'")
+        _refuse("use_mesh needs a mesh", "pass a DeviceMesh or a string like 'dp=2,tp=4'")
     if isinstance(mesh, str):
         parse_mesh(mesh)  # a malformed string fails here, with its caret, not at the first collective
     elif not isinstance(mesh, Mesh) and not is_device_mesh(mesh):
-        raise SpecError(f"use_mesh takes a mesh, got {type(mesh).__name__}",
-                        hint="pass a DeviceMesh with mesh_dim_names, a spec_lang Mesh or a string like 'dp=2,tp=4'")
+        _refuse(f"use_mesh takes a mesh, got {type(mesh).__name__}",
+                "pass a DeviceMesh with mesh_dim_names, a spec_lang Mesh or a string like 'dp=2,tp=4'")
+    if torch.compiler.is_compiling():
+        _TRACED.append(mesh)
+        try:
+            yield mesh
+        finally:
+            _TRACED.pop()
+        return
     token = _MESH.set(mesh)
     try:
         yield mesh
     finally:
         _MESH.reset(token)
+
+
+def traced_mesh(mesh: Any = None) -> Any:
+    """Inside torch.compile's trace: ``mesh``, else the mesh of the innermost ``use_mesh``
+    entered in the trace, else None (the call's region reads a scope entered outside the
+    compiled function, at trace time)."""
+    return mesh if mesh is not None else _TRACED[-1] if _TRACED else None
+
+
+def _refuse(message: str, hint: str) -> NoReturn:
+    """A SpecError; inside torch.compile's trace raised at trace time, outside the trace
+    (``traced.refuse``: dynamo cannot build one)."""
+    if torch.compiler.is_compiling():
+        from torch_backend import traced
+
+        traced.refuse(message, hint)
+    raise SpecError(message, hint=hint)
 
 
 def current_mesh(mesh: Any = None) -> Any:

@@ -115,4 +115,32 @@ def assert_type(x: Any, types: Any) -> Any:
             raise SpecError(f"assert_type: axis {a!r} of the tensor is {old[a]!r}, not {t!r}",
                             hint=f"convert it first, e.g. spmd.convert(x, {a!r}, src={old[a]!r}, dst={t!r})")
     merged = {**old, **{a: t for a, t in new.items() if not (t.kind == "V" and old.get(a, t).kind == "S")}}
-    return attach(x, merged, {**(getattr(x, SIZES, None) or {}), **sizes})
+    attach(x, merged, {**(getattr(x, SIZES, None) or {}), **sizes})
+    if x.requires_grad and x.is_leaf and not torch.compiler.is_compiling():
+        types_gradients(x)
+    return x
+
+
+_GRAD_HOOKED = "_spmd_grad_typed"  # a leaf whose gradient is typed as backward accumulates it
+
+
+def type_grad(x: Any, g: Any) -> None:
+    """``g``, the gradient of ``x``, typed by the gradient table (R's is P, P's R, I, V,
+    S(i) their own); an untyped ``x`` leaves ``g`` as it is."""
+    types = getattr(x, TYPES, None) if isinstance(x, torch.Tensor) else None
+    if types and isinstance(g, torch.Tensor):
+        setattr(g, TYPES, {a: t.grad for a, t in types.items()})
+
+
+def _accumulated(x: torch.Tensor) -> None:
+    type_grad(x, x.grad)
+
+
+def types_gradients(x: torch.Tensor) -> None:
+    """Type ``x.grad`` (a typed leaf's) whenever backward accumulates it, and now if it
+    exists: ``typeof(w.grad)`` is the gradient's type however and whenever it is read
+    (inside ``typecheck()`` or not, before or after the checker first saw it)."""
+    if not getattr(x, _GRAD_HOOKED, False):
+        x.register_post_accumulate_grad_hook(_accumulated)
+        setattr(x, _GRAD_HOOKED, True)
+    type_grad(x, x.grad)
