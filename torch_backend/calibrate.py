@@ -21,6 +21,7 @@ import lowering
 from lowering.calibration import DEFAULT_SIZES, PROBE_MODEL, Sample, probes
 from spec_lang.ir import Mesh
 from spec_lang.parser import parse_mesh
+from torch_backend import comm
 from torch_backend.data import block, global_tensor
 from torch_backend.executor import execute
 from torch_backend.groups import MeshContext, context
@@ -51,7 +52,7 @@ def measure(mesh: Mesh, sizes: Sequence[int], iters: int, *, ctx: MeshContext | 
         execute(program, x, ctx=ctx)  # warm-up: groups, buffers, the first connection
         runs: list[list[float]] = []
         for _ in range(iters):
-            dist.barrier()
+            comm.barrier()
             timings: list[float] = []
             execute(program, x, ctx=ctx, timings=timings)
             runs.append(timings)

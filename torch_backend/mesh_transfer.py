@@ -9,7 +9,9 @@ different on one rank, fails on every rank, each naming the ranks at fault.
 
 Then the pending sums are finished on the source mesh (its groups made alike on every
 rank of the world: ``groups.subset_context``), and each round of point-to-point messages
-runs as one ``batch_isend_irecv`` on the default group, which needs no group of its own:
+runs as one batch (``comm.messages``) on the default group, which needs no group of its own
+(the agreement and the messages go through ``comm`` alike: each wait bounded by the call's
+``timeout``, a failure naming the rank at fault):
 one byte buffer per pair of ranks, its pieces packed in an order both sides derive from
 their own ``CrossProgram.rank_part``. ``redistribute_many`` packs every tensor's pieces
 for the same peer into that one buffer (a state dict is one message per pair of ranks and
@@ -42,11 +44,12 @@ from spec_lang.dual import check_differentiable, dual_type
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from spec_lang.parser import parse, parse_mesh
-from torch_backend import collectives, local_steps, uneven_steps  # noqa: F401 - each registers its runners
+from torch_backend import collectives, comm, local_steps, uneven_steps  # noqa: F401 - each registers its runners
 from torch_backend.dtypes import check_reductions, to_torch_dtype
 from torch_backend.groups import (
     MeshContext,
     check_timeout,
+    context,
     device_mesh_over_ranks,
     is_device_mesh,
     local_tensor_mode,
@@ -585,19 +588,20 @@ def _call_hash(key: str) -> int:
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=7).digest(), "big")
 
 
+def world(timeout: timedelta | None) -> MeshContext:
+    """The default group's world as a one-axis mesh (no group of its own is made for it),
+    with the call's timeout: where a cross-mesh call's agreement and messages run."""
+    return context(Mesh(("world",), (dist.get_world_size(),)), timeout=timeout)
+
+
 def _all_reduce(flags: torch.Tensor, me: int, timeout: timedelta | None, what: str) -> list[int]:
     """The sum of ``flags`` over the world, as ints (a failure names who is at fault)."""
+    ctx = world(timeout)
+    group = ctx.group(ctx.mesh.names, me)
     try:
-        work = dist.all_reduce(flags, async_op=True)
-        assert work is not None
-        if timeout is None:
-            work.wait()
-        else:
-            work.wait(timeout)
+        comm.all_reduce(ctx, flags, "sum", group)
     except RuntimeError as e:
-        from torch_backend.faults import collective_failure
-
-        raise collective_failure(f"rank {me}: {what}", e, list(range(dist.get_world_size())), me, timeout) from e
+        raise comm.failed(ctx, f"rank {me}: {what}", e, group.members, ctx.mesh.names) from e
     return flags.tolist()
 
 
@@ -721,8 +725,9 @@ def run_many(programs: Sequence[CrossProgram], xs: Sequence[torch.Tensor | None]
         else:
             outs.append(None)
     placed: list[set[Box]] = [set() for _ in programs]
-    for rnd in rounds(programs, me):
-        for i, piece, in_place in _round(held, outs, rnd, dtypes, device):
+    ctx = world(timeout)
+    for k, rnd in enumerate(rounds(programs, me)):
+        for i, piece, in_place in _round(ctx, k, held, outs, rnd, dtypes, device):
             held[i].append(piece)
             if in_place:
                 placed[i].add(piece[0])
@@ -761,13 +766,13 @@ def _box(b: Any) -> Box:
     return tuple((int(lo), int(hi)) for lo, hi in b)
 
 
-def _round(held: list[Held], outs: Sequence[tuple[Box, torch.Tensor] | None], rnd: Round,
+def _round(ctx: MeshContext, k: int, held: list[Held], outs: Sequence[tuple[Box, torch.Tensor] | None], rnd: Round,
            dtypes: Sequence[torch.dtype], device: torch.device) -> list[tuple[int, tuple[Box, torch.Tensor], bool]]:
     """One batched round of point-to-point messages; the pieces this rank received (and
     whether each landed in its output already). A message of one piece goes without a
     copy where it can: sent from a contiguous block as it is, received into the
     contiguous run of the output it fills."""
-    ops, incoming = [], []
+    sends, recvs, incoming = [], [], []
     for m in rnd.sends:
         if len(m.pieces) == 1 and (t := _cut(held[m.pieces[0].i], m.pieces[0].box)).is_contiguous():
             buf = t.reshape(-1).view(torch.uint8)
@@ -775,15 +780,21 @@ def _round(held: list[Held], outs: Sequence[tuple[Box, torch.Tensor] | None], rn
             buf = torch.empty(m.nbytes, dtype=torch.uint8, device=device)
             for pc in m.pieces:
                 _view(buf, pc, dtypes[pc.i]).copy_(_cut(held[pc.i], pc.box))
-        ops.append(dist.P2POp(dist.isend, buf, m.peer))
+        sends.append((buf, m.peer))
     for m in rnd.recvs:
         run = output_run(outs[m.pieces[0].i], m.pieces[0].box) if len(m.pieces) == 1 else None
         buf = torch.empty(m.nbytes, dtype=torch.uint8, device=device) if run is None else run.view(torch.uint8)
-        ops.append(dist.P2POp(dist.irecv, buf, m.peer))
+        recvs.append((buf, m.peer))
         incoming.append((m, buf, run is not None))
-    if ops:
-        for req in dist.batch_isend_irecv(ops):
-            req.wait()
+    if sends or recvs:
+        group = ctx.group(ctx.mesh.names, ctx.rank)
+        try:
+            comm.messages(ctx, sends, recvs, group)
+        except RuntimeError as e:
+            # the peers of this round are the ones to ask: the other ranks may be done
+            peers = sorted({ctx.rank, *(m.peer for m in rnd.sends), *(m.peer for m in rnd.recvs)})
+            raise comm.failed(ctx, f"rank {ctx.rank}: round {k} of the cross-mesh messages (with ranks "
+                              f"{[q for q in peers if q != ctx.rank]})", e, peers) from e
     return [(pc.i, (pc.box, _view(buf, pc, dtypes[pc.i])), in_place)
             for m, buf, in_place in incoming for pc in m.pieces]
 
