@@ -133,7 +133,9 @@ def test_bad_call_fails_on_every_rank_before_any_message(gloo_cross):
     for rank in range(8):
         msg = gloo_cross[rank]["bad"]
         assert msg.startswith("SpecError"), (rank, msg)
-        assert ("rank 7 is off the source mesh" in msg) if rank == 7 else ("rank(s) [7]" in msg), (rank, msg)
+        assert ("rank 7 is off the source mesh" in msg) if rank == 7 else \
+            ("a cross-mesh call: the ranks do not agree on this call: rank 7 failed its checks (rank 7: rank 7 is "
+             "off the source mesh" in msg), (rank, msg)
     _, oracle = _expected("f32[16@dp,4]", "dp=4@[0-3]", "f32[16,4@tp]", "tp=4@[4-7]", 99)
     for rank in range(8):
         y = gloo_cross[rank]["after-bad"]
@@ -285,10 +287,15 @@ def test_dtensor_in_dtensor_out_across_meshes(gloo_many):
 
 
 def test_a_different_call_on_one_rank_fails_everywhere(gloo_many):
+    # every rank names the odd rank and says what it passed, and what the others passed,
+    # as the one-mesh agreement does (the one agreement protocol, torch_backend.agree)
     for rank in range(8):
         msg = gloo_many[rank]["differs"]
-        assert msg.startswith("SpecError") and "made a different cross-mesh call" in msg, (rank, msg)
-        assert ("rank(s) [5]" in msg) if rank != 5 else ("rank(s) [0, 1, 2, 3, 4, 6, 7]" in msg), (rank, msg)
+        assert msg.startswith("SpecError: a cross-mesh call: the ranks do not agree on this call: rank 5 passed "
+                              "float32[16@fsdp,8] on mesh fsdp=4 -> float32[16,8@tp] on mesh rep=2,tp=2@[4-7]; "
+                              "the other 7 ranks passed float32[16@fsdp,8] on mesh fsdp=4 -> "
+                              "float32[16,8@tp]{R:rep} on mesh rep=2,tp=2@[4-7]"), (rank, msg)
+        assert "see the error on rank 5" in msg and "False" not in msg, (rank, msg)
     assert len({gloo_many[r]["groups"] for r in range(8)}) == 1
 
 
@@ -375,7 +382,9 @@ def test_a_dtensor_that_is_not_its_stated_type_fails_everywhere(gloo_many):
     for rank in range(8):
         msg = gloo_many[rank]["dtensor-mismatch"]
         assert msg.startswith("SpecError"), (rank, msg)
-        assert ("does not match the DTensor" in msg) if rank < 4 else ("rank(s) [0, 1, 2, 3]" in msg), (rank, msg)
+        assert ("does not match the DTensor" in msg) if rank < 4 else ("ranks [0, 1, 2, 3] failed their checks" in msg
+                                                                       and "see the error on ranks [0, 1, 2, 3]" in msg), \
+            (rank, msg)
 
 
 # gradients across meshes over different rank sets: (name, src, mesh, dst, dst_mesh); rank 1

@@ -45,6 +45,7 @@ from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from spec_lang.parser import parse, parse_mesh
 from torch_backend import collectives, comm, local_steps, uneven_steps  # noqa: F401 - each registers its runners
+from torch_backend.agree import exchange
 from torch_backend.dtypes import check_reductions, to_torch_dtype
 from torch_backend.groups import (
     MeshContext,
@@ -123,9 +124,11 @@ class Call:
     program: CrossProgram
     out_mesh: Any = None
 
-    def key(self) -> str:
+    def describe(self) -> str:
+        """What the ranks agree on: the types, the meshes, and whether a DTensor comes out."""
         p = self.program
-        return f"{p.src}|{p.src_mesh}|{p.dst}|{p.dst_mesh}|{self.out_mesh is not None}"
+        return f"{p.src} on mesh {p.src_mesh} -> {p.dst} on mesh {p.dst_mesh}" + \
+            (" as a DTensor" if self.out_mesh is not None else "")
 
 
 def redistribute(x: Any, src: TensorType | str | None, dst: TensorType | str | None, mesh: Any, dst_mesh: Any,
@@ -176,8 +179,7 @@ def redistribute_many(xs: Sequence[Any], srcs: Sequence[TensorType | str | None]
         error = _bad_argument(e)
     device = _device(next((t for t in locals_ if t is not None), None))
     wants = [_wants_grad(t) for t in locals_] if error is None else []
-    codes = _agree(error, "|".join(c.key() for c in calls) if error is None else "", me, device, timeout,
-                   _grad_code(wants))
+    codes = _agree(error, "; ".join(c.describe() for c in calls), timeout, _grad_code(wants))
     assert error is None  # _agree raised it
     backend = str(dist.get_backend())
     programs = [c.program for c in calls]
@@ -273,7 +275,6 @@ def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Any, dst_m
     as ``redistribute`` gives it."""
     timeout = check_timeout(timeout)
     _world_checks()
-    me = dist.get_rank()
     back = None
     try:
         if not isinstance(requires_grad, bool):
@@ -287,8 +288,8 @@ def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Any, dst_m
         error = e
     except (TypeError, AttributeError, IndexError, KeyError) as e:  # an argument of the wrong kind
         error = _bad_argument(e)
-    device = _device(None)
-    _agree(error, f"{Call(p).key()}|grad={requires_grad}" if error is None else "", me, device, timeout)
+    _agree(error, Call(p).describe() + (", requires_grad=True" if requires_grad else "") if error is None else "",
+           timeout)
     if back is not None:
         _finish_groups(back, timeout, str(dist.get_backend()))
     return CrossRedistributor(p, timeout, back)
@@ -342,7 +343,6 @@ def redistributor_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorTy
     every update): the programs compiled and the world agreed now, every rank alike."""
     timeout = check_timeout(timeout)
     _world_checks()
-    me = dist.get_rank()
     programs: list[CrossProgram] = []
     error = None
     try:
@@ -356,7 +356,7 @@ def redistributor_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorTy
         error = e
     except (TypeError, AttributeError, IndexError, KeyError) as e:  # an argument of the wrong kind
         error = _bad_argument(e)
-    _agree(error, "|".join(Call(p).key() for p in programs) if error is None else "", me, _device(None), timeout)
+    _agree(error, "; ".join(Call(p).describe() for p in programs), timeout)
     return CrossManyRedistributor(tuple(programs), timeout)
 
 
@@ -605,31 +605,17 @@ def _all_reduce(flags: torch.Tensor, me: int, timeout: timedelta | None, what: s
     return flags.tolist()
 
 
-def _agree(error: SpecError | None, key: str, me: int, device: torch.device, timeout: timedelta | None,
-           grad: int = 0) -> list[int]:
-    """One all_reduce over the world of which ranks failed their checks and which call each
-    made (a hash): a call wrong, or different, on some ranks fails on every rank, before
-    any message. Each rank's ``grad`` code (``_grad_code``) comes back, one per rank."""
-    world = dist.get_world_size()
-    flags = torch.zeros(3 * world, dtype=torch.int64, device=device)
-    flags[me] = error is not None
-    flags[world + me] = _call_hash(key) if error is None else 0
-    flags[2 * world + me] = grad
-    got = _all_reduce(flags, me, timeout, "agreeing on the cross-mesh call's checks")
-    if error is not None:
-        raise error
-    bad = [r for r in range(world) if got[r]]
-    if bad:
-        raise SpecError(f"rank(s) {bad} failed their checks of the cross-mesh call; no rank sent anything",
-                        hint="see those ranks' errors: each rank of the source mesh passes its block, every "
-                             "other rank None, and every rank the same types and meshes")
-    hashes = got[world:2 * world]
-    odd = [r for r in range(world) if hashes[r] != hashes[me]]
-    if odd:
-        raise SpecError(f"rank(s) {odd} made a different cross-mesh call from rank {me}'s "
-                        f"({key.replace('|', ' ')}); no rank sent anything",
-                        hint="every rank of the world passes the same types, meshes and dst_mesh")
-    return got[2 * world:]
+def _agree(error: SpecError | None, call: str, timeout: timedelta | None, grad: int = 0) -> list[int]:
+    """The one agreement (``agree.exchange``) over the world, before any message: a call
+    wrong, or different, on some ranks fails on every rank, naming the ranks at fault and
+    what they passed. Each rank's ``grad`` code (``_grad_code``) comes back, one per rank."""
+    ctx = world(timeout)
+    bad, codes = exchange(ctx, call if error is None else None, error, grad, lead="a cross-mesh call",
+                          hint="every rank of the world passes the same types, meshes and dst_mesh, its block on "
+                               "the source mesh and None elsewhere; no rank sent anything")
+    if bad is not None:
+        raise bad
+    return [codes[r] for r in range(ctx.mesh.size)]
 
 
 # ---- running ------------------------------------------------------------------------------
