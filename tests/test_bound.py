@@ -1,5 +1,5 @@
 """One execution stack (issue 27): ``redistribute``, a ``Redistributor``'s call and
-``redistribute_many``, sync and async, run one bound object (``torch_backend.bound.Bound``)
+``redistribute_many``, sync and async, run one bound object (``torch_backend.bound.BoundCall``)
 on one autograd Function whose backward is the same object's dual; one cache of bound
 calls, least recently used evicted first. Values against numpy written from the layout's
 definition (an all_gather over dp is the concatenation of the blocks, its gradient the slice)."""
@@ -17,7 +17,7 @@ from torch_utils import from_local, local_mode, to_local  # noqa: E402
 
 import torch_backend  # noqa: E402
 from torch_backend import api  # noqa: E402
-from torch_backend.bound import Bound  # noqa: E402
+from torch_backend.bound import BoundCall  # noqa: E402
 
 MESH, SRC, DST = "dp=4", "f64[8@dp,3]", "f64[8,3]"
 
@@ -57,7 +57,7 @@ def test_the_dual_is_a_bound_made_once_and_its_dual_runs_the_forward(fake_pg: Ca
     with local_mode(fake_pg, 4):
         b = torch_backend.redistributor(SRC, DST, MESH)._bound
         d = b.dual()
-        assert isinstance(d, Bound) and d is b.dual()
+        assert isinstance(d, BoundCall) and d is b.dual()
         assert d.scratch is not None  # a prepared call's backward reuses buffers of its own too
         assert d.program.src == b.program.dst and [s.kind for s in d.program.steps] == ["slice"]
         assert d.dual().programs == b.programs
@@ -109,7 +109,7 @@ def test_the_typed_spmd_collectives_run_a_bound_whose_dual_is_their_backward(fak
         plain = torch_backend.redistribute(to_local(lm, blocks, requires_grad=True), SRC, DST, MESH)
         assert type(y.grad_fn) is type(plain.grad_fn)  # the one autograd Function of every call
         bound = y.grad_fn.bound
-        assert isinstance(bound, Bound) and bound.backward is not Bound.backward
+        assert isinstance(bound, BoundCall) and bound.backward is not BoundCall.backward
         (gx,) = torch.autograd.grad(y, x, grad_outputs=to_local(lm, [torch.tensor(grad)] * 4))
         dual = bound.dual()
         assert dual.programs == (backward_program(bound.program),)  # the kinds' duals

@@ -111,10 +111,10 @@ def compare(ctx: MeshContext, call: str | None, error: BaseException | None, *, 
     the ranks at fault, or, on a rank that failed its checks, the ``error`` to raise
     (with what the others passed where the calls differ). ``lead`` and ``hint``: what
     the messages call the agreement, and how to fix a difference."""
-    return exchange(ctx, call, error, None, lead=lead, hint=hint)[0]
+    return compare_gathering(ctx, call, error, None, lead=lead, hint=hint)[0]
 
 
-def exchange(ctx: MeshContext, call: str | None, error: BaseException | None, extra: int | None, *,
+def compare_gathering(ctx: MeshContext, call: str | None, error: BaseException | None, extra: int | None, *,
              lead: str = "agree=True", hint: str = HINT) -> tuple[BaseException | None, dict[int, int]]:
     """``compare``, which also gathers each rank's ``extra`` (an int64; None: nothing more
     is gathered) in the same exchange: the error to raise (None: every rank agrees) and

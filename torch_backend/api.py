@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import sys
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import timedelta
@@ -40,20 +39,13 @@ from spec_lang.parser import parse
 from torch_backend import traced
 from torch_backend.agree import Checks, agreed, describe
 from torch_backend.blocks import local_part
-from torch_backend.bound import Bound, bind, joined
+from torch_backend.bound import BoundCall, bind, joined
 from torch_backend.comm import rank_map
 from torch_backend.dtypes import check_reductions, dtype_name, short_name, to_torch_dtype
 from torch_backend.groups import MeshContext, context, real_world
-from torch_backend.tensor_checks import check_strided, check_tensor
+from torch_backend.tensor_checks import check_strided, check_tensor, is_dtensor
 
 __all__ = ["bound_for", "bound_program", "distribute", "hot_bound", "redistribute", "text_key"]
-
-
-def _is_dtensor(x: Any) -> bool:
-    # a DTensor exists only once torch.distributed.tensor was imported: until then nothing
-    # is one, and a plain tensor's call does not pay for that import (seconds: it loads sympy)
-    cls = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
-    return cls is not None and isinstance(x, cls)
 
 
 def _type(t: TensorType | str, what: str) -> TensorType:
@@ -111,7 +103,7 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
 
         return mesh_transfer.redistribute(x, src, dst, mesh, dst_mesh, timeout=timeout)
     if torch.compiler.is_dynamo_compiling():
-        if _is_dtensor(x):
+        if is_dtensor(x):
             return _compiled_dtensor(x, src, dst, mesh, async_op=async_op, timeout=timeout, agree=agree)
         return traced.call("redistribute", x, src, dst=dst, mesh=mesh, async_op=async_op, timeout=timeout,
                            agree=agree)
@@ -124,7 +116,7 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
             y = hot.hot(x)
             if y is not None:
                 return y
-    if _is_dtensor(x):
+    if is_dtensor(x):
         if async_op:
             raise SpecError("async_op=True takes a local tensor, not a DTensor",
                             hint="pass dt.to_local() with its source type and mesh, or drop async_op")
@@ -175,12 +167,12 @@ def _async_finish(x: Any, got: torch.Tensor, src: TensorType | str, dst: TensorT
 # (srcs, dsts, id(context)) -> (context, bound) for every other call (IR types, a Mesh, a
 # DeviceMesh, a timeout), the context kept in the entry and compared by identity, so a
 # recycled id never matches.
-_BOUND: OrderedDict[tuple[Any, Any, Any], tuple[Any, Bound]] = OrderedDict()
+_BOUND: OrderedDict[tuple[Any, Any, Any], tuple[Any, BoundCall]] = OrderedDict()
 _BOUND_MAX = 4096
 on_clear(_BOUND.clear)  # lowering.clear_caches() and torch_backend.clear_caches() empty it
 
 
-def hot_bound(src: Any, dst: Any, mesh: str) -> Bound | None:
+def hot_bound(src: Any, dst: Any, mesh: str) -> BoundCall | None:
     """The fast path's one lookup (``redistribute``'s and ``redistribute_many``'s): the
     bound call of these strings on the default group, if one was made. One call's types
     are its strings, many calls' the tuples of theirs (``text_key``)."""
@@ -192,12 +184,12 @@ def text_key(srcs: tuple[Any, ...], dsts: tuple[Any, ...], mesh: str) -> tuple[A
     return (srcs[0], dsts[0], mesh) if len(srcs) == 1 else (srcs, dsts, mesh)
 
 
-def _remember(key: tuple[Any, Any, Any], anchor: Any, bound: Bound) -> None:
+def _remember(key: tuple[Any, Any, Any], anchor: Any, bound: BoundCall) -> None:
     anchored_put(_BOUND, key, anchor, bound, _BOUND_MAX)
 
 
 def bound_for(srcs: tuple[TensorType | str, ...], dsts: tuple[TensorType | str, ...], mesh: Mesh | str | Any,
-              timeout: timedelta | float | None = None) -> Bound:
+              timeout: timedelta | float | None = None) -> BoundCall:
     """The bound call of ``srcs[i] -> dsts[i]`` on ``mesh``: every tensor-independent check,
     the programs, their pieces and groups; from the cache where an earlier call made it."""
     text = timeout is None and type(mesh) is str and all(type(t) is str for t in (*srcs, *dsts))
@@ -213,7 +205,7 @@ def bound_for(srcs: tuple[TensorType | str, ...], dsts: tuple[TensorType | str, 
     return bound
 
 
-def _bound_on(srcs: tuple[Any, ...], dsts: tuple[Any, ...], ctx: MeshContext) -> Bound:
+def _bound_on(srcs: tuple[Any, ...], dsts: tuple[Any, ...], ctx: MeshContext) -> BoundCall:
     hit = _bound_before(srcs, dsts, ctx)
     if hit is not None:
         return hit
@@ -228,13 +220,13 @@ def _bound_on(srcs: tuple[Any, ...], dsts: tuple[Any, ...], ctx: MeshContext) ->
     return bound
 
 
-def _bound_before(srcs: tuple[Any, ...], dsts: tuple[Any, ...], ctx: MeshContext) -> Bound | None:
+def _bound_before(srcs: tuple[Any, ...], dsts: tuple[Any, ...], ctx: MeshContext) -> BoundCall | None:
     """The bound call of an earlier call with these arguments on ``ctx`` (checked and bound
     already: an agreeing call in a loop skips its checks), else None."""
     return anchored_get(_BOUND, (srcs, dsts, id(ctx)), ctx)
 
 
-def bound_program(program: Program, ctx: MeshContext, backward: Callable[[Program], Program]) -> Bound:
+def bound_program(program: Program, ctx: MeshContext, backward: Callable[[Program], Program]) -> BoundCall:
     """A program planned elsewhere (a typed SPMD collective's), bound on ``ctx`` with its own
     gradient rule, from the one cache: keyed by the program's identity (its planner's cache
     returns the same object for the same call; the entry holds it, so the id is not reused)."""
@@ -267,7 +259,7 @@ def agreed_program(src: TensorType | str, dst: TensorType | str, ctx: MeshContex
 
 
 def agreed_call(x: Any, src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any,
-                timeout: timedelta | float | None) -> tuple[Bound, torch.Tensor]:
+                timeout: timedelta | float | None) -> tuple[BoundCall, torch.Tensor]:
     """A local-tensor call that agrees: every check on this rank, the agreement
     (``torch_backend.agree``), and only then the bound call (whose groups are made
     now that every rank runs the same program)."""

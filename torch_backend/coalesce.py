@@ -23,7 +23,7 @@ from spec_lang.ir import Mesh, TensorType
 from torch_backend import traced
 from torch_backend.agree import Checks, agreed, describe
 from torch_backend.api import agreed_program, agreeing, bound_for, check_agree, hot_bound, text_key
-from torch_backend.bound import Bound
+from torch_backend.bound import BoundCall
 from torch_backend.groups import context
 from torch_backend.tensor_checks import check_all
 
@@ -107,6 +107,6 @@ def _async_finish(xs: Sequence[Any], got: tuple[list[torch.Tensor], list[torch.T
 
 
 def prepare_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Mesh | str | Any, *,
-                 timeout: timedelta | float | None = None) -> Bound:
+                 timeout: timedelta | float | None = None) -> BoundCall:
     """The tensor-independent part of ``redistribute_many``: checked, compiled and bound."""
     return bound_for(tuple(srcs), tuple(dsts), mesh, timeout)

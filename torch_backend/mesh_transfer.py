@@ -36,8 +36,7 @@ import torch
 import torch.distributed as dist
 
 import lowering
-from lowering.cross_mesh import Box, CrossProgram, Transfer
-from lowering.cross_mesh import boxes as cross_boxes
+from lowering.cross_mesh import Box, CrossProgram, Transfer, cut, fill, one_block_each
 from lowering.kinds import rank_pieces
 from lowering.layout import local_shapes
 from spec_lang.dual import check_differentiable, dual_type
@@ -45,7 +44,7 @@ from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from spec_lang.parser import parse, parse_mesh
 from torch_backend import collectives, comm, local_steps, uneven_steps  # noqa: F401 - each registers its runners
-from torch_backend.agree import exchange
+from torch_backend.agree import compare_gathering
 from torch_backend.dtypes import check_reductions, to_torch_dtype
 from torch_backend.groups import (
     MeshContext,
@@ -58,6 +57,7 @@ from torch_backend.groups import (
 )
 from torch_backend.lean import collective_error
 from torch_backend.runners import RUNNERS
+from torch_backend.tensor_checks import is_dtensor
 
 Held = list[tuple[Box, torch.Tensor]]
 
@@ -195,7 +195,7 @@ def redistribute_many(xs: Sequence[Any], srcs: Sequence[TensorType | str | None]
 def _resolve(x: Any, src: TensorType | str | None, dst: TensorType | str | None, mesh: Any, dst_mesh: Any,
              me: int) -> tuple[Call, torch.Tensor | None]:
     """The call's program and this rank's local block (a DTensor taken apart)."""
-    if _is_dtensor(x):
+    if is_dtensor(x):
         if mesh is None:
             mesh = x.device_mesh
         elif as_mesh(mesh, "mesh") != as_mesh(x.device_mesh, "the DTensor's mesh"):
@@ -222,13 +222,6 @@ def _resolve(x: Any, src: TensorType | str | None, dst: TensorType | str | None,
     _check_world(p)
     out_mesh = dst_mesh if is_device_mesh(dst_mesh) and is_device_mesh(mesh) else None
     return Call(p, out_mesh), local
-
-
-def _is_dtensor(x: Any) -> bool:
-    import sys
-
-    cls = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
-    return cls is not None and isinstance(x, cls)
 
 
 def _dtensor_type(x: Any) -> TensorType:
@@ -606,11 +599,11 @@ def _all_reduce(flags: torch.Tensor, me: int, timeout: timedelta | None, what: s
 
 
 def _agree(error: SpecError | None, call: str, timeout: timedelta | None, grad: int = 0) -> list[int]:
-    """The one agreement (``agree.exchange``) over the world, before any message: a call
+    """The one agreement (``agree.compare_gathering``) over the world, before any message: a call
     wrong, or different, on some ranks fails on every rank, naming the ranks at fault and
     what they passed. Each rank's ``grad`` code (``_grad_code``) comes back, one per rank."""
     ctx = world(timeout)
-    bad, codes = exchange(ctx, call if error is None else None, error, grad, lead="a cross-mesh call",
+    bad, codes = compare_gathering(ctx, call if error is None else None, error, grad, lead="a cross-mesh call",
                           hint="every rank of the world passes the same types, meshes and dst_mesh, its block on "
                                "the source mesh and None elsewhere; no rank sent anything")
     if bad is not None:
@@ -703,11 +696,11 @@ def run_many(programs: Sequence[CrossProgram], xs: Sequence[torch.Tensor | None]
     for p, x, dtype in zip(programs, xs, dtypes, strict=True):
         x = _finish(p, x, me, timeout, backend)
         on_src, on_dst = p.src_mesh.global_ranks, p.dst_mesh.global_ranks
-        held.append([(_box(cross_boxes(p.sent, p.src_mesh)[on_src.index(me)]), x)] if x is not None else [])
+        held.append([(_box(one_block_each(p.sent, p.src_mesh)[on_src.index(me)]), x)] if x is not None else [])
         if me in on_dst:
             j = on_dst.index(me)
             shape = local_shapes(p.dst, p.dst_mesh)[j]
-            outs.append((_box(cross_boxes(p.dst, p.dst_mesh)[j]), torch.empty(shape, dtype=dtype, device=device)))
+            outs.append((_box(one_block_each(p.dst, p.dst_mesh)[j]), torch.empty(shape, dtype=dtype, device=device)))
         else:
             outs.append(None)
     placed: list[set[Box]] = [set() for _ in programs]
@@ -718,8 +711,8 @@ def run_many(programs: Sequence[CrossProgram], xs: Sequence[torch.Tensor | None]
             if in_place:
                 placed[i].add(piece[0])
     for h, out, done in zip(held, outs, placed, strict=True):
-        if out is not None:
-            _assemble(h, done, *out)
+        if out is not None:  # the rest of the output from the pieces held (those received in place are there)
+            fill(out[1], out[0], h, done)
     return [None if out is None else out[1] for out in outs]
 
 
@@ -760,12 +753,12 @@ def _round(ctx: MeshContext, k: int, held: list[Held], outs: Sequence[tuple[Box,
     contiguous run of the output it fills."""
     sends, recvs, incoming = [], [], []
     for m in rnd.sends:
-        if len(m.pieces) == 1 and (t := _cut(held[m.pieces[0].i], m.pieces[0].box)).is_contiguous():
+        if len(m.pieces) == 1 and (t := cut(held[m.pieces[0].i], m.pieces[0].box)).is_contiguous():
             buf = t.reshape(-1).view(torch.uint8)
         else:
             buf = torch.empty(m.nbytes, dtype=torch.uint8, device=device)
             for pc in m.pieces:
-                _view(buf, pc, dtypes[pc.i]).copy_(_cut(held[pc.i], pc.box))
+                _view(buf, pc, dtypes[pc.i]).copy_(cut(held[pc.i], pc.box))
         sends.append((buf, m.peer))
     for m in rnd.recvs:
         run = output_run(outs[m.pieces[0].i], m.pieces[0].box) if len(m.pieces) == 1 else None
@@ -805,23 +798,3 @@ def output_run(out: tuple[Box, torch.Tensor] | None, box: Box) -> torch.Tensor |
 
 def _view(buf: torch.Tensor, pc: Piece, dtype: torch.dtype) -> torch.Tensor:
     return buf[pc.offset:pc.offset + pc.nbytes].view(dtype).view([hi - lo for lo, hi in pc.box])
-
-
-def _cut(held: Held, box: Box) -> torch.Tensor:
-    for b, t in held:
-        if all(blo <= lo and hi <= bhi for (lo, hi), (blo, bhi) in zip(box, b, strict=True)):
-            return t[tuple(slice(lo - blo, hi - blo) for (lo, hi), (blo, _) in zip(box, b, strict=True))]
-    raise AssertionError(f"rank asked to send {box}, which it does not hold")
-
-
-def _assemble(held: Held, placed: set[Box], box: Box, out: torch.Tensor) -> None:
-    """Fill the rest of the output from the pieces held (those received in place are there)."""
-    for b, t in held:
-        if b in placed:
-            continue
-        lo = [max(a[0], c[0]) for a, c in zip(box, b, strict=True)]
-        hi = [min(a[1], c[1]) for a, c in zip(box, b, strict=True)]
-        if any(h <= lo_ for lo_, h in zip(lo, hi, strict=True)):
-            continue
-        out[tuple(slice(l_ - a[0], h - a[0]) for l_, h, a in zip(lo, hi, box, strict=True))] = \
-            t[tuple(slice(l_ - c[0], h - c[0]) for l_, h, c in zip(lo, hi, b, strict=True))]

@@ -24,14 +24,14 @@ from spec_lang.ir import Mesh, TensorType
 from torch_backend import traced
 from torch_backend.agree import Checks, agreed, describe
 from torch_backend.api import agree_default, agreed_program, agreeing, bound_for, check_agree
-from torch_backend.bound import Bound
+from torch_backend.bound import BoundCall
 from torch_backend.groups import context
 
 
 class Redistributor:
     """A compiled, bound redistribution; call it on this rank's block."""
 
-    def __init__(self, bound: Bound, agree: bool | None = None) -> None:
+    def __init__(self, bound: BoundCall, agree: bool | None = None) -> None:
         self._bound = bound
         self._agree = agree
 

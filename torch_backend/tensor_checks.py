@@ -6,6 +6,7 @@ repeated call; any other tensor goes through every check (``check_local``)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +20,14 @@ from torch_backend.dtypes import dtype_name, short_name, to_torch_dtype
 from torch_backend.groups import MeshContext
 
 _DEVICE_TEST = {"gloo": "is_cpu", "nccl": "is_cuda"}  # check_local's device rule per backend
+
+
+def is_dtensor(x: Any) -> bool:
+    """Whether ``x`` is a DTensor. One exists only once torch.distributed.tensor was
+    imported: until then nothing is one, and a plain tensor's call does not pay for that
+    import (seconds: it loads sympy)."""
+    cls = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
+    return cls is not None and isinstance(x, cls)
 
 
 def check_tensor(x: Any, t: TensorType, ctx: MeshContext, want: tuple[Any, ...] = ()) -> torch.Tensor:
