@@ -7,6 +7,7 @@ definition (an all_gather over dp is the concatenation of the blocks, its gradie
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -150,3 +151,56 @@ def test_a_repeated_local_tensor_mode_call_hits_the_cache_and_a_new_mode_gets_it
         y = torch_backend.redistribute(to_local(lm2, blocks), SRC, DST, MESH)
     for r in range(4):
         np.testing.assert_array_equal(from_local(y)[r].numpy(), g)
+
+
+def _first_agreeing_call_counts(call: Callable[[], object]) -> tuple[list[str], int, int]:
+    """The types ``lowering.check_type`` (the public door) checked, and how many times
+    ``api.checked_program`` and the planner's ``compile`` ran, in ``call()``."""
+    import sys
+
+    import lowering
+    from lowering import planner
+
+    codes = {lowering.check_type.__code__: "check", api.checked_program.__code__: "program"}
+    compiles = {f.__code__ for f in vars(planner).values() if callable(f) and getattr(f, "__name__", "") == "compile"
+                and hasattr(f, "__code__")} | {getattr(planner.compile, "__wrapped__", planner.compile).__code__}
+    seen: list[str] = []
+    counts = {"program": 0, "compile": 0}
+
+    def profile(frame: Any, event: str, arg: object) -> None:
+        if event != "call":
+            return
+        what = codes.get(frame.f_code)
+        if what == "check":
+            seen.append(str(frame.f_locals["t"]))
+        elif what == "program":
+            counts["program"] += 1
+        elif frame.f_code in compiles:
+            counts["compile"] += 1
+
+    lowering.clear_caches()
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return seen, counts["program"], counts["compile"]
+
+
+@pytest.mark.parametrize("door", ["redistribute", "redistribute_many", "redistributor"])
+def test_a_first_agreeing_call_checks_and_compiles_each_type_once(fake_pg: Callable[[int], None], door: str) -> None:
+    # one door sequence: the checks the agreement runs are the checks the call keeps (it was
+    # four check_type and two checked_program calls: the bound call checked again after it)
+    g, blocks = _blocks(np.random.default_rng(1))
+    with local_mode(fake_pg, 4) as lm:
+        x = to_local(lm, blocks)
+        calls = {
+            "redistribute": lambda: torch_backend.redistribute(x, SRC, DST, MESH, agree=True),
+            "redistribute_many": lambda: torch_backend.redistribute_many([x], [SRC], [DST], MESH, agree=True),
+            "redistributor": lambda: torch_backend.redistributor(SRC, DST, MESH, agree=True),
+        }
+        seen, programs, compiles = _first_agreeing_call_counts(calls[door])
+    from spec_lang import parse
+
+    assert seen == [str(parse(SRC)), str(parse(DST))], seen
+    assert programs == 1 and compiles >= 1, (programs, compiles)

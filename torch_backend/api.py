@@ -20,7 +20,7 @@ import hashlib
 import math
 import os
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -43,7 +43,7 @@ from torch_backend.bound import BoundCall, bind, joined
 from torch_backend.comm import rank_map
 from torch_backend.dtypes import check_reductions, dtype_name, short_name, to_torch_dtype
 from torch_backend.groups import MeshContext, context, real_world
-from torch_backend.tensor_checks import check_strided, check_tensor, is_dtensor
+from torch_backend.tensor_checks import check_all, check_strided, check_tensor, is_dtensor
 
 __all__ = ["bound_for", "bound_program", "distribute", "hot_bound", "redistribute", "text_key"]
 
@@ -132,7 +132,7 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
         raise SpecError(f"expected a torch.Tensor, got {type(x).__name__}",
                         hint="pass this rank's local block as a tensor")
     if agreeing(agree):
-        bound, x = agreed_call(x, src, dst, mesh, timeout)
+        bound, (x,) = agreed_bound([x], (src,), (dst,), mesh, timeout)
     else:
         bound = bound_for((src,), (dst,), mesh, timeout)
         x = bound.check(x)
@@ -189,30 +189,35 @@ def _remember(key: tuple[Any, Any, Any], anchor: Any, bound: BoundCall) -> None:
 
 
 def bound_for(srcs: tuple[TensorType | str, ...], dsts: tuple[TensorType | str, ...], mesh: Mesh | str | Any,
-              timeout: timedelta | float | None = None) -> BoundCall:
+              timeout: timedelta | float | None = None, *, ctx: MeshContext | None = None,
+              programs: tuple[Program, ...] | None = None) -> BoundCall:
     """The bound call of ``srcs[i] -> dsts[i]`` on ``mesh``: every tensor-independent check,
-    the programs, their pieces and groups; from the cache where an earlier call made it."""
+    the programs, their pieces and groups; from the cache where an earlier call made it.
+    ``ctx`` and ``programs``: the mesh's context and the checked programs, where the
+    caller has them already (an agreeing call: each type is checked and compiled once)."""
     text = timeout is None and type(mesh) is str and all(type(t) is str for t in (*srcs, *dsts))
     world = real_world() if text else None
     if world is not None and isinstance(mesh, str):
         hot = hot_bound(*text_key(srcs, dsts, mesh))
         if hot is not None:
             return hot
-    ctx = context(mesh, timeout=timeout)
-    bound = _bound_on(srcs, dsts, ctx)
+    ctx = ctx if ctx is not None else context(mesh, timeout=timeout)
+    bound = _bound_on(srcs, dsts, ctx, programs)
     if world is not None and isinstance(mesh, str):
         _remember(text_key(srcs, dsts, mesh), world, bound)
     return bound
 
 
-def _bound_on(srcs: tuple[Any, ...], dsts: tuple[Any, ...], ctx: MeshContext) -> BoundCall:
+def _bound_on(srcs: tuple[Any, ...], dsts: tuple[Any, ...], ctx: MeshContext,
+              programs: tuple[Program, ...] | None = None) -> BoundCall:
     hit = _bound_before(srcs, dsts, ctx)
     if hit is not None:
         return hit
     if len(srcs) == 1:
-        bound = bind(checked_program(srcs[0], dsts[0], ctx), ctx)
+        bound = bind(programs[0] if programs is not None else checked_program(srcs[0], dsts[0], ctx), ctx)
     else:  # the one-program bounds' pieces, reused
-        bound = joined([_bound_on((s,), (d,), ctx) for s, d in zip(srcs, dsts)])
+        bound = joined([_bound_on((s,), (d,), ctx, None if programs is None else (p,))
+                        for s, d, p in zip(srcs, dsts, programs or [None] * len(srcs))])
     try:
         _remember((srcs, dsts, id(ctx)), ctx, bound)
     except TypeError:  # an unhashable type argument (refused by the checks; never cached)
@@ -258,20 +263,32 @@ def agreed_program(src: TensorType | str, dst: TensorType | str, ctx: MeshContex
     return program
 
 
-def agreed_call(x: Any, src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any,
-                timeout: timedelta | float | None) -> tuple[BoundCall, torch.Tensor]:
-    """A local-tensor call that agrees: every check on this rank, the agreement
-    (``torch_backend.agree``), and only then the bound call (whose groups are made
-    now that every rank runs the same program)."""
-    def run(found: Checks) -> torch.Tensor:
-        found.ctx = ctx = context(mesh, timeout=timeout)
-        before = _bound_before((src,), (dst,), ctx)
-        program = before.program if before is not None else agreed_program(src, dst, ctx)
-        found.call = describe([(program.src, program.dst)], ctx, [x])
-        return check_tensor(x, program.src, ctx, before.expect[0] if before is not None else ())
+def agreed_bound(xs: Sequence[Any] | None, srcs: tuple[TensorType | str, ...], dsts: tuple[TensorType | str, ...],
+                 mesh: Mesh | str | Any, timeout: timedelta | float | None) -> tuple[BoundCall, list[torch.Tensor]]:
+    """The agreement's part of every door that agrees (``redistribute``,
+    ``redistribute_many``, ``redistributor``): this rank's checks (each type parsed,
+    checked and compiled once, or the bound call of an earlier call), the agreement
+    (``torch_backend.agree``), and only then the bound call of those programs, whose
+    groups are made now that every rank runs the same programs. ``xs``: the call's
+    tensors, checked (None: a prepared call, no tensor yet)."""
+    got: list[Any] = []
 
-    x = agreed(mesh, run)
-    return bound_for((src,), (dst,), mesh, timeout), x
+    def run(found: Checks) -> list[torch.Tensor]:
+        found.ctx = ctx = context(mesh, timeout=timeout)
+        before = _bound_before(srcs, dsts, ctx)
+        programs = before.programs if before is not None else \
+            tuple(agreed_program(s, d, ctx) for s, d in zip(srcs, dsts))
+        got[:] = [ctx, programs]
+        found.call = describe([(p.src, p.dst) for p in programs], ctx, xs or ())
+        if xs is None:
+            return []
+        wants = before.expect if before is not None else None
+        if len(xs) == 1:
+            return [check_tensor(xs[0], programs[0].src, ctx, wants[0] if wants is not None else ())]
+        return check_all(xs, [p.src for p in programs], ctx, wants)
+
+    checked = agreed(mesh, run)
+    return bound_for(srcs, dsts, mesh, timeout, ctx=got[0], programs=got[1]), checked
 
 
 _AGREE: list[bool] = []  # SHARDC_AGREE as read at the first call of this process
