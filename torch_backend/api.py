@@ -216,8 +216,8 @@ def _bound_on(srcs: tuple[Any, ...], dsts: tuple[Any, ...], ctx: MeshContext,
     if len(srcs) == 1:
         bound = bind(programs[0] if programs is not None else checked_program(srcs[0], dsts[0], ctx), ctx)
     else:  # the one-program bounds' pieces, reused
-        bound = joined([_bound_on((s,), (d,), ctx, None if programs is None else (p,))
-                        for s, d, p in zip(srcs, dsts, programs or [None] * len(srcs))])
+        bound = joined([_bound_on((s,), (d,), ctx, None if programs is None else (programs[i],))
+                        for i, (s, d) in enumerate(zip(srcs, dsts))])
     try:
         _remember((srcs, dsts, id(ctx)), ctx, bound)
     except TypeError:  # an unhashable type argument (refused by the checks; never cached)
