@@ -300,7 +300,7 @@ def test_a_different_call_on_one_rank_fails_everywhere(gloo_many):
 
 
 def test_one_message_per_pair_of_ranks_and_round():
-    from torch_backend.mesh_transfer import rounds
+    from torch_backend.cross_rounds import rounds
 
     programs = [lowering.compile(s, d, "fsdp=4@[0-3]", dst_mesh="rep=2,tp=2@[4-7]") for s, d in MANY]
     for me in range(8):
@@ -321,7 +321,7 @@ def test_one_message_per_pair_of_ranks_and_round():
 
 
 def test_a_piece_lands_in_place_only_where_it_is_one_run_of_the_output():
-    from torch_backend.mesh_transfer import output_run
+    from torch_backend.cross_rounds import output_run
 
     rng = np.random.default_rng(0)
     at = ((2, 6), (10, 13), (0, 4))  # the output's global box, shape (4, 3, 4)
