@@ -204,3 +204,37 @@ def test_a_first_agreeing_call_checks_and_compiles_each_type_once(fake_pg: Calla
 
     assert seen == [str(parse(SRC)), str(parse(DST))], seen
     assert programs == 1 and compiles >= 1, (programs, compiles)
+
+
+def test_shardc_run_bench_times_the_bound_call_a_user_runs(fake_pg: Callable[[int], None],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # `shardc run --bench`'s total is what a user's redistribute runs (its bound call, the
+    # fast runner where the program has one), not the interpreter alone
+    import lowering
+    from torch_backend import worker
+    from torch_backend.bound import BoundCall
+    from torch_backend.groups import context
+    from torch_backend.run_spec import RunSpec
+
+    fake_pg(1)
+    calls: list[BoundCall] = []
+    real = BoundCall.call_one
+
+    def counted(self: BoundCall, x: torch.Tensor) -> torch.Tensor:
+        calls.append(self)
+        return real(self, x)
+
+    monkeypatch.setattr(BoundCall, "call_one", counted)
+
+    class Quiet:
+        def _set(self, key: str, value: str) -> None:
+            pass
+
+        def count(self, key: str) -> None:
+            pass
+
+    spec = RunSpec("dp=1", "f32[4@dp,2]", "f32[4,2]", bench=3)
+    program = lowering.compile(spec.src, spec.dst, spec.mesh)
+    out = worker.bench(program, context(spec.mesh), torch.ones(4, 2), spec, 0, Quiet())  # type: ignore[arg-type]  # a stand-in Monitor
+    assert len(calls) == 3 and all(b.program is program for b in calls), calls
+    assert out["bench_total_s"] > 0 and len(out["bench_steps_s"]) == len(program.steps)
