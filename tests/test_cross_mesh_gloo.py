@@ -430,6 +430,7 @@ def _grad_across_cases(rank: int, world: int) -> dict:
         got = None if y is None else (tuple(y.shape), y.dtype == torch.float32, y.requires_grad,
                                       y.detach().numpy().copy())
         if y is not None:
+            out.setdefault("grad_fns", set()).add(type(y.grad_fn).__name__)
             _backward_across(rank, y, upstream_across(dst, dst_mesh, 50 + k)[rank], sum_stand_in=k == 0)
         out[name] = (got, None if x is None else x.grad.numpy(), x is None or np.array_equal(x.detach(), xs[rank]))
     # prepared with requires_grad=True, called twice (a fresh block each time)
@@ -537,6 +538,20 @@ def test_gradient_across_meshes_over_different_ranks(gloo_across, k):
             np.testing.assert_array_equal(gx, sim[rank], err_msg=f"{name} rank {rank}")
             rhs += float((xs[rank].astype(np.float64) * gx).sum())
     assert lhs == rhs != 0.0, (name, lhs, rhs)
+
+
+def test_a_move_across_meshes_records_the_one_autograd_function(gloo_across, fake_pg):
+    # the same Function as every call on one mesh (bound.on_tape), not one of its own
+    from torch_utils import local_mode, to_local
+
+    import torch_backend
+
+    with local_mode(fake_pg, 2) as lm:
+        y = torch_backend.redistribute(to_local(lm, [torch.ones(2, 2)] * 2, requires_grad=True), "f32[4@dp,2]",
+                                       "f32[4,2]", "dp=2")
+    one_mesh = type(y.grad_fn).__name__
+    for rank in range(8):
+        assert gloo_across[rank].get("grad_fns") == {one_mesh}, (rank, gloo_across[rank]["grad_fns"], one_mesh)
 
 
 def test_prepared_gradient_across_meshes(gloo_across):

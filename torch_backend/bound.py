@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 import torch
 
@@ -297,6 +297,10 @@ class BoundCall:
         """These programs with buffers of their own that every call reuses (``scratch``)."""
         return BoundCall(self.programs, self.ctx, self.pieces, Scratch(), self.backward, _joint=self._joint)
 
+    def fixed(self, ys: Any) -> list[torch.Tensor]:
+        """The outputs that carry no gradient: none (autograd's rules decide)."""
+        return []
+
     def zeros(self, j: int) -> torch.Tensor:
         """A zero gradient for output ``j`` that autograd did not use (its dual type's blocks)."""
         p = self.programs[j]
@@ -408,23 +412,48 @@ class Handle:
         return self._out[0] if self._one else self._out
 
 
+class Taped(Protocol):
+    """What the one autograd Function runs: a ``BoundCall``, or a cross-mesh move
+    (``cross_rounds.CrossCall``) whose tensors may be None off its meshes."""
+
+    def run(self, xs: Any) -> Sequence[torch.Tensor | None]: ...
+
+    def fixed(self, ys: Any) -> list[torch.Tensor]: ...
+
+    def zeros(self, j: int) -> torch.Tensor | None: ...
+
+    def dual(self) -> Taped: ...
+
+
 class _Run(torch.autograd.Function):
     """A bound call on autograd's tape (its run, or the finish of its ``Pending``), with
-    the bound dual as its backward."""
+    the bound dual as its backward: the one autograd Function of every redistribution,
+    on one mesh or across two."""
 
     @staticmethod
-    def forward(ctx: Any, bound: BoundCall, pending: Pending | Landed | None, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def forward(ctx: Any, bound: Taped, pending: Pending | Landed | None,
+                *xs: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
         ctx.bound = bound
-        return tuple(pending.result() if pending is not None else bound.run(xs))
+        ys = tuple(pending.result() if pending is not None else bound.run(xs))
+        fixed = bound.fixed(ys)
+        if fixed:
+            ctx.mark_non_differentiable(*fixed)
+        return ys
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
-        bound: BoundCall = ctx.bound
+        bound: Taped = ctx.bound
         filled = [g if g is not None else bound.zeros(j) for j, g in enumerate(grads)]
         dual = bound.dual()
         # where autograd records the backward itself (create_graph=True: a gradient penalty,
         # a Hessian-vector product) the dual runs on the tape too, so the gradient has its own
         # backward (the dual of the dual is the forward) instead of counting as a constant
-        if torch.is_grad_enabled() and any(g.requires_grad for g in filled):
+        if torch.is_grad_enabled() and any(g is not None and g.requires_grad for g in filled):
             return (None, None, *_Run.apply(dual, None, *filled))
         return (None, None, *dual.run(filled))
+
+
+def on_tape(taped: Taped, *xs: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+    """``taped`` run on the one autograd Function (a cross-mesh move's door to it)."""
+    out: tuple[torch.Tensor | None, ...] = _Run.apply(taped, None, *xs)
+    return out

@@ -1,8 +1,8 @@
 """Running a ``lowering.CrossProgram`` on this rank: its pending sums finished on the
 source mesh, then its rounds of point-to-point messages, through the one network module
 (``comm``: each wait bounded by the call's timeout, a failure naming the rank at fault),
-and the autograd Function of a cross-mesh move whose backward is the move of the duals
-back (``cross_backward_program``). ``torch_backend.mesh_transfer`` handles the arguments,
+and a cross-mesh move on the one autograd Function (``bound.on_tape``; ``CrossCall``: its
+backward is the move of the duals back, ``cross_backward_program``). ``torch_backend.mesh_transfer`` handles the arguments,
 the checks and the agreement, and calls ``run_many`` or ``run_with_grad``.
 
 Each round runs as one batch of messages on the default group, which needs no group of
@@ -29,6 +29,7 @@ from lowering.layout import local_shapes
 from spec_lang.dual import check_differentiable, dual_type
 from spec_lang.ir import Mesh
 from torch_backend import collectives, comm, local_steps, uneven_steps  # noqa: F401 - each registers its runners
+from torch_backend.bound import on_tape
 from torch_backend.dtypes import check_reductions, to_torch_dtype
 from torch_backend.groups import MeshContext, context, subset_context
 from torch_backend.lean import collective_error
@@ -58,9 +59,13 @@ def finish_groups(p: CrossProgram, timeout: timedelta | None, backend: str) -> M
 
 
 @dataclass(frozen=True)
-class GradRun:
-    """An agreed joint call that carries gradients: which tensors do, and their backward
-    programs (None for the others)."""
+class CrossCall:
+    """An agreed joint call that carries gradients, as the one autograd Function records
+    it (``bound.on_tape``, the one every bound call runs on): which tensors carry one, and
+    their backward programs (None for the others). The backward of ``src`` on ``mesh`` ->
+    ``dst`` on ``dst_mesh`` is the cross-mesh program from ``dual(dst)`` on ``dst_mesh``
+    back to ``dual(src)`` on ``mesh`` (the SPMD type system's duals), run by the ranks of
+    the two meshes; a joint call's gradients move back as one joint program (``dual``)."""
 
     programs: tuple[CrossProgram, ...]
     carries: tuple[bool, ...]
@@ -69,6 +74,57 @@ class GradRun:
     device: torch.device
     timeout: timedelta | None
     backend: str
+
+    def run(self, held: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
+        on_src = self.me in self.programs[0].src_mesh.global_ranks
+        ys = run_many(self.programs, [x if on_src else None for x in held], self.me, self.device, self.timeout,
+                      self.backend)
+        # off the destination: the stand-in a tensor's backward starts from
+        return [x.new_empty(0) if y is None and c and x is not None else y
+                for x, y, c in zip(held, ys, self.carries, strict=True)]
+
+    def fixed(self, ys: Sequence[torch.Tensor | None]) -> list[torch.Tensor]:
+        """The outputs that carry no gradient."""
+        return [y for y, c in zip(ys, self.carries, strict=True) if y is not None and not c]
+
+    def zeros(self, j: int) -> None:
+        return None  # autograd gives a zero gradient (or None off both meshes): nothing to fill
+
+    def dual(self) -> CrossDual:
+        return CrossDual(self)
+
+
+@dataclass(frozen=True)
+class CrossDual:
+    """The gradients' move back: the carrying tensors' backward programs, jointly."""
+
+    call: CrossCall
+
+    def run(self, gs: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
+        c = self.call
+        which = [i for i, carries in enumerate(c.carries) if carries]
+        backs: list[CrossProgram] = []
+        for i in which:
+            back = c.backs[i]
+            assert back is not None  # a tensor that carries a gradient has its backward program
+            backs.append(back)
+        on_dst = c.me in c.programs[0].dst_mesh.global_ranks
+        ins = [g.contiguous() if on_dst and g is not None else None for g in (gs[i] for i in which)]
+        with torch.no_grad():
+            dxs = run_many(backs, ins, c.me, c.device, c.timeout, c.backend)
+        grads: list[torch.Tensor | None] = [None] * len(c.carries)
+        for i, dx in zip(which, dxs, strict=True):
+            grads[i] = dx
+        return grads
+
+    def fixed(self, ys: Sequence[torch.Tensor | None]) -> list[torch.Tensor]:
+        return []
+
+    def zeros(self, j: int) -> None:
+        return None
+
+    def dual(self) -> CrossCall:
+        return self.call
 
 
 def run_with_grad(xs: Sequence[torch.Tensor | None], programs: Sequence[CrossProgram], carries: Sequence[bool],
@@ -92,45 +148,8 @@ def run_with_grad(xs: Sequence[torch.Tensor | None], programs: Sequence[CrossPro
             return run_many(programs, xs, me, device, timeout, backend)
     held = [torch.empty(0, device=device, requires_grad=True) if x is None and c else x
             for x, c in zip(xs, carries, strict=True)]
-    run = GradRun(tuple(programs), tuple(carries), tuple(backs), me, device, timeout, backend)
-    return list(CrossRedistribute.apply(run, *held))
-
-
-class CrossRedistribute(torch.autograd.Function):
-    """The backward of ``src`` on ``mesh`` -> ``dst`` on ``dst_mesh`` is the cross-mesh
-    program from ``dual(dst)`` on ``dst_mesh`` back to ``dual(src)`` on ``mesh`` (the SPMD
-    type system's duals), run by the ranks of the two meshes; a joint call's gradients
-    move back as one joint program."""
-
-    @staticmethod
-    def forward(ctx: Any, run: GradRun, *held: Any) -> tuple[torch.Tensor | None, ...]:
-        ctx.run = run
-        on_src = run.me in run.programs[0].src_mesh.global_ranks
-        ys = run_many(run.programs, [x if on_src else None for x in held], run.me, run.device, run.timeout,
-                      run.backend)
-        # off the destination: the stand-in a tensor's backward starts from
-        outs = [x.new_empty(0) if y is None and c else y for x, y, c in zip(held, ys, run.carries, strict=True)]
-        ctx.mark_non_differentiable(*[y for y, c in zip(outs, run.carries, strict=True) if y is not None and not c])
-        return tuple(outs)
-
-    @staticmethod
-    def backward(ctx: Any, *gs: Any) -> tuple[Any, ...]:
-        run: GradRun = ctx.run
-        which = [i for i, c in enumerate(run.carries) if c]
-        backs: list[CrossProgram] = []
-        for i in which:
-            back = run.backs[i]
-            assert back is not None  # a tensor that carries a gradient has its backward program
-            backs.append(back)
-        on_dst = run.me in run.programs[0].dst_mesh.global_ranks
-        # autograd gives a zero gradient for an output the loss did not reach
-        ins = [gs[i].contiguous() if on_dst else None for i in which]
-        with torch.no_grad():
-            dxs = run_many(backs, ins, run.me, run.device, run.timeout, run.backend)
-        grads: list[torch.Tensor | None] = [None] * len(run.carries)
-        for i, dx in zip(which, dxs, strict=True):
-            grads[i] = dx
-        return (None, *grads)
+    return list(on_tape(CrossCall(tuple(programs), tuple(carries), tuple(backs), me, device, timeout, backend),
+                        *held))
 
 
 def world(timeout: timedelta | None) -> MeshContext:
