@@ -14,6 +14,7 @@ round, not one per tensor).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -155,7 +156,12 @@ def run_with_grad(xs: Sequence[torch.Tensor | None], programs: Sequence[CrossPro
 def world(timeout: timedelta | None) -> MeshContext:
     """The default group's world as a one-axis mesh (no group of its own is made for it),
     with the call's timeout: where a cross-mesh call's agreement and messages run."""
-    return context(Mesh(("world",), (dist.get_world_size(),)), timeout=timeout)
+    return context(_world_mesh(dist.get_world_size()), timeout=timeout)
+
+
+@functools.lru_cache(maxsize=8)
+def _world_mesh(size: int) -> Mesh:
+    return Mesh(("world",), (size,))
 
 
 def world_sum(flags: torch.Tensor, me: int, timeout: timedelta | None, what: str) -> list[int]:
