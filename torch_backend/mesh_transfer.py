@@ -260,26 +260,42 @@ def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Any, dst_m
     a gradient, every source block must then require grad, and the backward's groups are
     made now; a rank off the destination mesh gets the stand-in its backward starts from,
     as ``redistribute`` gives it."""
+    programs, backs, timeout = _prepared([src], [dst], mesh, dst_mesh, timeout, requires_grad)
+    return CrossRedistributor(programs[0], timeout, backs[0])
+
+
+def _prepared(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Any, dst_mesh: Any,
+              timeout: timedelta | float | None,
+              requires_grad: bool) -> tuple[tuple[CrossProgram, ...], tuple[CrossProgram | None, ...], timedelta | None]:
+    """What preparing a cross-mesh call does, for one tensor or many: every program
+    compiled and checked, and the world agreed, every rank alike, before any message; the
+    backward's programs (``requires_grad``) with their groups made now."""
     timeout = check_timeout(timeout)
     _world_checks()
-    back = None
+    programs: list[CrossProgram] = []
+    backs: list[CrossProgram | None] = []
+    error = None
     try:
         if not isinstance(requires_grad, bool):
             raise SpecError(f"requires_grad must be True or False, got {requires_grad!r}",
                             hint="pass requires_grad=True where the calls carry a gradient")
-        p = plan(src, dst, mesh, dst_mesh)
-        _check_world(p)
-        back = cross_backward_program(p) if requires_grad else None
-        error = None
+        if not (len(srcs) == len(dsts)) or not srcs:
+            raise SpecError(f"got {len(srcs)} source types and {len(dsts)} destination types",
+                            hint="pass one source and one destination type per tensor (at least one)")
+        for s, d in zip(srcs, dsts, strict=True):
+            programs.append(plan(s, d, mesh, dst_mesh))
+            _check_world(programs[-1])
+            backs.append(cross_backward_program(programs[-1]) if requires_grad else None)
     except SpecError as e:
         error = e
     except (TypeError, AttributeError, IndexError, KeyError) as e:  # an argument of the wrong kind
         error = _bad_argument(e)
-    _agree(error, Call(p).describe() + (", requires_grad=True" if requires_grad else "") if error is None else "",
+    _agree(error, "; ".join(Call(p).describe() for p in programs) + (", requires_grad=True" if requires_grad else ""),
            timeout)
-    if back is not None:
-        finish_groups(back, timeout, str(dist.get_backend()))
-    return CrossRedistributor(p, timeout, back)
+    for back in backs:
+        if back is not None:
+            finish_groups(back, timeout, str(dist.get_backend()))
+    return tuple(programs), tuple(backs), timeout
 
 
 class CrossRedistributor:
@@ -328,23 +344,8 @@ def redistributor_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorTy
                        dst_mesh: Any, *, timeout: timedelta | float | None = None) -> CrossManyRedistributor:
     """``redistribute_many(..., dst_mesh=)`` prepared for many calls (a weight sync after
     every update): the programs compiled and the world agreed now, every rank alike."""
-    timeout = check_timeout(timeout)
-    _world_checks()
-    programs: list[CrossProgram] = []
-    error = None
-    try:
-        if not (len(srcs) == len(dsts)) or not srcs:
-            raise SpecError(f"got {len(srcs)} source types and {len(dsts)} destination types",
-                            hint="pass one source and one destination type per tensor (at least one)")
-        for s, d in zip(srcs, dsts, strict=True):
-            programs.append(plan(s, d, mesh, dst_mesh))
-            _check_world(programs[-1])
-    except SpecError as e:
-        error = e
-    except (TypeError, AttributeError, IndexError, KeyError) as e:  # an argument of the wrong kind
-        error = _bad_argument(e)
-    _agree(error, "; ".join(Call(p).describe() for p in programs), timeout)
-    return CrossManyRedistributor(tuple(programs), timeout)
+    programs, _, timeout = _prepared(srcs, dsts, mesh, dst_mesh, timeout, False)
+    return CrossManyRedistributor(programs, timeout)
 
 
 class CrossManyRedistributor:
