@@ -111,7 +111,7 @@ def _check_world(p: CrossProgram) -> None:
 
 
 @dataclass(frozen=True)
-class Call:
+class CrossMove:
     """One tensor's move as every rank planned it, and the DeviceMesh a DTensor result is
     laid on (None: local tensors out)."""
 
@@ -150,7 +150,7 @@ def redistribute_many(xs: Sequence[Any], srcs: Sequence[TensorType | str | None]
     _world_checks()
     me = dist.get_rank()
     error: SpecError | None = None
-    calls: list[Call] = []
+    calls: list[CrossMove] = []
     locals_: list[torch.Tensor | None] = []
     try:
         if isinstance(xs, torch.Tensor) or not isinstance(xs, Sequence):
@@ -187,7 +187,7 @@ def redistribute_many(xs: Sequence[Any], srcs: Sequence[TensorType | str | None]
 
 
 def _resolve(x: Any, src: TensorType | str | None, dst: TensorType | str | None, mesh: Any, dst_mesh: Any,
-             me: int) -> tuple[Call, torch.Tensor | None]:
+             me: int) -> tuple[CrossMove, torch.Tensor | None]:
     """The call's program and this rank's local block (a DTensor taken apart)."""
     if is_dtensor(x):
         if mesh is None:
@@ -215,7 +215,7 @@ def _resolve(x: Any, src: TensorType | str | None, dst: TensorType | str | None,
     p = plan(src, dst, mesh, dst_mesh)
     _check_world(p)
     out_mesh = dst_mesh if is_device_mesh(dst_mesh) and is_device_mesh(mesh) else None
-    return Call(p, out_mesh), local
+    return CrossMove(p, out_mesh), local
 
 
 def _dtensor_type(x: Any) -> TensorType:
@@ -236,7 +236,7 @@ def _same_layout(stated: TensorType | str, actual: TensorType, mesh: Mesh) -> bo
             and bool((lowering.boxes(s, plain) == lowering.boxes(actual, plain)).all()))
 
 
-def _output(y: torch.Tensor | None, call: Call, me: int) -> Any:
+def _output(y: torch.Tensor | None, call: CrossMove, me: int) -> Any:
     # a rank off the destination mesh gets None, or the stand-in its backward starts from
     if y is None or call.out_mesh is None or me not in call.program.dst_mesh.global_ranks:
         return y
@@ -290,7 +290,7 @@ def _prepared(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str]
         error = e
     except (TypeError, AttributeError, IndexError, KeyError) as e:  # an argument of the wrong kind
         error = _bad_argument(e)
-    _agree(error, "; ".join(Call(p).describe() for p in programs) + (", requires_grad=True" if requires_grad else ""),
+    _agree(error, "; ".join(CrossMove(p).describe() for p in programs) + (", requires_grad=True" if requires_grad else ""),
            timeout)
     for back in backs:
         if back is not None:
