@@ -26,6 +26,7 @@ import torch.distributed as dist
 import lowering
 from lowering.cross_mesh import Box, CrossProgram, Transfer, cut, fill, one_block_each
 from lowering.kinds import rank_pieces
+from lowering.kinds.base import numel
 from lowering.layout import local_shapes
 from spec_lang.dual import check_differentiable, dual_type
 from spec_lang.ir import Mesh
@@ -198,13 +199,6 @@ class Round:
     recvs: tuple[Message, ...]
 
 
-def _numel(box: Box) -> int:
-    n = 1
-    for lo, hi in box:
-        n *= hi - lo
-    return n
-
-
 def _messages(per_tensor: Sequence[tuple[Transfer, ...]], peer_of: Any, items: Sequence[int]) -> tuple[Message, ...]:
     """One message per peer, every tensor's boxes for it packed, largest items first (so
     each piece starts aligned for its dtype), then by tensor and box: sender and receiver
@@ -212,13 +206,13 @@ def _messages(per_tensor: Sequence[tuple[Transfer, ...]], peer_of: Any, items: S
     by_peer: dict[int, list[tuple[int, int, Box]]] = {}
     for i, transfers in enumerate(per_tensor):
         for t in transfers:
-            if _numel(t.box):
+            if numel(_extent(t.box)):
                 by_peer.setdefault(peer_of(t), []).append((-items[i], i, t.box))
     out = []
     for peer in sorted(by_peer):
         pieces, at = [], 0
         for neg_item, i, box in sorted(by_peer[peer]):
-            n = _numel(box) * -neg_item
+            n = numel(_extent(box)) * -neg_item
             pieces.append(Packed(i, box, at, n))
             at += n
         out.append(Message(peer, tuple(pieces), at))
@@ -354,8 +348,12 @@ def output_run(out: tuple[Box, torch.Tensor] | None, box: Box) -> torch.Tensor |
     for (lo, _), (olo, ohi) in reversed(list(zip(box, at, strict=True))):
         flat += (lo - olo) * n
         n *= ohi - olo
-    return t.view(-1)[flat:flat + _numel(box)]
+    return t.view(-1)[flat:flat + numel(_extent(box))]
+
+
+def _extent(box: Box) -> tuple[int, ...]:
+    return tuple(hi - lo for lo, hi in box)
 
 
 def _view(buf: torch.Tensor, pc: Packed, dtype: torch.dtype) -> torch.Tensor:
-    return buf[pc.offset:pc.offset + pc.nbytes].view(dtype).view([hi - lo for lo, hi in pc.box])
+    return buf[pc.offset:pc.offset + pc.nbytes].view(dtype).view(_extent(pc.box))
