@@ -238,3 +238,28 @@ def test_shardc_run_bench_times_the_bound_call_a_user_runs(fake_pg: Callable[[in
     out = worker.bench(program, context(spec.mesh), torch.ones(4, 2), spec, 0, Quiet())  # type: ignore[arg-type]  # a stand-in Monitor
     assert len(calls) == 3 and all(b.program is program for b in calls), calls
     assert out["bench_total_s"] > 0 and len(out["bench_steps_s"]) == len(program.steps)
+
+
+def test_calibrate_times_the_bound_call_a_user_runs(fake_pg: Callable[[int], None],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # every calibration probe is one collective: timed as a user's call runs it (its bound
+    # call), not by the interpreter alone
+    from lowering.calibration import probes
+    from spec_lang import parse_mesh
+    from torch_backend import calibrate
+    from torch_backend.bound import BoundCall
+
+    fake_pg(2)
+    calls: list[BoundCall] = []
+    real = BoundCall.call_one
+
+    def counted(self: BoundCall, x: torch.Tensor) -> torch.Tensor:
+        calls.append(self)
+        return real(self, x)
+
+    monkeypatch.setattr(BoundCall, "call_one", counted)
+    mesh = parse_mesh("dp=2")
+    samples = calibrate.measure(mesh, (64,), 2)
+    n = len(probes(mesh, (64,)))
+    assert n and len(samples) == n and all(s.seconds > 0 for s in samples), samples
+    assert len(calls) == 3 * n, len(calls)  # a warm-up and 2 timed calls a probe
