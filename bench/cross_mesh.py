@@ -86,7 +86,7 @@ def rank_main(rank: int, store: str, iters: int, rows: int, out_path: str) -> No
     import lowering
     import torch_backend
     from spec_lang import parse, parse_mesh
-    from torch_backend import mesh_transfer
+    from torch_backend import cross_rounds, mesh_transfer
     from torch_backend.dtypes import to_torch_dtype
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD,
@@ -144,7 +144,7 @@ def rank_main(rank: int, store: str, iters: int, rows: int, out_path: str) -> No
     for ys in (joint(xs), one_shot(), per_tensor(), per_tensor_workaround()):
         ok &= all((y is None) == (w is None) and (y is None or torch.equal(y, w)) for y, w in zip(ys, wants,
                                                                                                strict=True))
-    rounds = mesh_transfer.rounds(joint.programs, rank)
+    rounds = cross_rounds.rounds(joint.programs, rank)
     results["state dict"] = {
         "joint_s": _time(lambda: joint(xs), iters), "one_shot_s": _time(one_shot, iters),
         "loop_s": _time(per_tensor, iters), "workaround_s": _time(per_tensor_workaround, iters), "ok": ok,
@@ -152,7 +152,7 @@ def rank_main(rank: int, store: str, iters: int, rows: int, out_path: str) -> No
         "bytes": joint_bytes(joint.programs), "bound": sum(p.bound for p in joint.programs),
         "workaround_bytes": sum(workaround_bytes(g.numel() * g.element_size(), 4) for g in fulls),
         "joint_messages": sum(len(r.sends) for r in rounds),
-        "loop_messages": sum(len(r.sends) for p in joint.programs for r in mesh_transfer.rounds([p], rank))}
+        "loop_messages": sum(len(r.sends) for p in joint.programs for r in cross_rounds.rounds([p], rank))}
 
     def merge(gathered: list[Any]) -> dict[str, Any]:
         def one(n: str, k: str) -> Any:

@@ -23,7 +23,7 @@ shared by its members.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
@@ -170,7 +170,7 @@ def check_cross_types(src: TensorType, dst: TensorType, src_text: str | None = N
                                 "pending a sum, the destination sharded or replicated")
 
 
-def boxes(t: TensorType, mesh: Mesh) -> np.ndarray:
+def one_block_each(t: TensorType, mesh: Mesh) -> np.ndarray:
     """Each rank's one global box (world, ndim, 2); an uneven split where a rank holds
     several blocks (a PartitionedShard, a ragged split over several dims) is refused."""
     if not t.is_uneven:
@@ -557,7 +557,7 @@ def cross_bound(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh
 def _lack(full: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh, world: int) -> np.ndarray:
     """Elements each world rank lacks of its destination block, ``full`` (no pending sum)
     held on the source mesh."""
-    s_boxes, d_boxes = boxes(full, src_mesh), boxes(dst, dst_mesh)
+    s_boxes, d_boxes = one_block_each(full, src_mesh), one_block_each(dst, dst_mesh)
     want = _numel(d_boxes)
     at = np.full(world, -1, dtype=np.int64)
     at[list(src_mesh.global_ranks)] = np.arange(src_mesh.size)
@@ -579,7 +579,7 @@ def _bound(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh,
     full = full_type(src)
     pending = any(src_mesh.axis_size(a) > 1 for a in src.partial_axes)
     if pending:  # a partial value is not the value: it is no part of what a rank holds
-        lack = int(_numel(boxes(dst, dst_mesh)).max())
+        lack = int(_numel(one_block_each(dst, dst_mesh)).max())
     else:
         lack = int(_lack(full, dst, src_mesh, dst_mesh, world).max())
     # per class of ranks holding the same values (the same addends of a pending sum): what
@@ -593,8 +593,8 @@ def _bound(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh,
                           minlength=len(src_c.sizes)).astype(np.int64)
     else:
         values = mesh_coords(src_mesh)[:, [src_mesh.index(a) for a in src.partial_axes]] if pending else None
-        src_c = _classes(boxes(full, src_mesh), src_mesh, world, values)
-        per = _wanted_of(src_c, _classes(boxes(dst, dst_mesh), dst_mesh, world))
+        src_c = _classes(one_block_each(full, src_mesh), src_mesh, world, values)
+        per = _wanted_of(src_c, _classes(one_block_each(dst, dst_mesh), dst_mesh, world))
     leave = int((-(-per // src_c.sizes)).max()) if len(per) else 0
     return max(lack, leave) * src.itemsize
 
@@ -653,8 +653,8 @@ def cross_program(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Me
     full = src if finish is None else finish.dst
     world = _world(src_mesh, dst_mesh)
     item = src.itemsize
-    src_c = _classes(boxes(full, src_mesh), src_mesh, world)
-    need = _needs(src_c, _classes(boxes(dst, dst_mesh), dst_mesh, world))
+    src_c = _classes(one_block_each(full, src_mesh), src_mesh, world)
+    need = _needs(src_c, _classes(one_block_each(dst, dst_mesh), dst_mesh, world))
     if bound is None:
         bound = _bound(src, dst, src_mesh, dst_mesh, None if finish else (src_c, need))
     steps, split, fanned = _cheapest(src_c, need, finish, src_mesh, world, item, bound)
@@ -677,8 +677,8 @@ def rank_part(p: CrossProgram, rank: int) -> tuple[tuple[tuple[Transfer, ...], t
     every source class, its source block met with every destination class) rebuild
     exactly its messages."""
     world, item = p.world, p.src.itemsize
-    src_c = _classes(boxes(p.sent, p.src_mesh), p.src_mesh, world)
-    dst_c = _classes(boxes(p.dst, p.dst_mesh), p.dst_mesh, world)
+    src_c = _classes(one_block_each(p.sent, p.src_mesh), p.src_mesh, world)
+    dst_c = _classes(one_block_each(p.dst, p.dst_mesh), p.dst_mesh, world)
     i_r, j_r = (int(c.of_rank[rank]) if 0 <= rank < world else -1 for c in (dst_c, src_c))
     need = _needs(src_c, dst_c, _own_pieces(src_c, dst_c, i_r, j_r, p.src.ndim))
     steps = {s.kind: s for s in _plan(src_c, need, _fan_mask(need, np.asarray(p.fanned, dtype=np.int64)), p.split,
@@ -714,39 +714,52 @@ def simulate_cross(program: CrossProgram, inputs: Sequence[np.ndarray | None],
         xs = finish_sim(p.finish, xs)
     full = p.sent
     held: list[list[tuple[Box, np.ndarray]]] = [[] for _ in range(p.world)]
-    for r, b, x in zip(p.src_mesh.global_ranks, boxes(full, p.src_mesh), xs, strict=True):
+    for r, b, x in zip(p.src_mesh.global_ranks, one_block_each(full, p.src_mesh), xs, strict=True):
         held[r].append((_as_box(b), x))
     for step in p.steps:
-        arrived = [(t.receiver, t.box, _cut_out(held[t.sender], t.box)) for t in step.transfers]  # all first
+        arrived = [(t.receiver, t.box, cut(held[t.sender], t.box)) for t in step.transfers]  # all first
         for r, b, x in arrived:
             held[r].append((b, x))
     out: list[np.ndarray | None] = [None] * p.world
-    for r, b, shape in zip(p.dst_mesh.global_ranks, boxes(p.dst, p.dst_mesh), local_shapes(p.dst, p.dst_mesh),
-                           strict=True):
-        out[r] = _assemble(held[r], _as_box(b), shape, p.src.dtype, xs[0].dtype if xs else np.float32)
+    for r, b, shape in zip(p.dst_mesh.global_ranks, one_block_each(p.dst, p.dst_mesh),
+                           local_shapes(p.dst, p.dst_mesh), strict=True):
+        out[r] = _dst_block(held[r], _as_box(b), shape, p.src.dtype, xs[0].dtype if xs else np.float32)
     return out
 
 
-def _cut_out(held: list[tuple[Box, np.ndarray]], box: Box) -> np.ndarray:
+def cut(held: Sequence[tuple[Box, Any]], box: Box) -> Any:
+    """The part of global ``box`` of the first held block that covers it (a view: numpy
+    arrays and torch tensors alike; the simulator and the torch rounds both cut here)."""
     for b, x in held:
-        if all(lo >= blo and hi <= bhi for (lo, hi), (blo, bhi) in zip(box, b, strict=True)):
-            return x[tuple(slice(lo - blo, hi - blo) for (lo, hi), (blo, _) in zip(box, b, strict=True))].copy()
+        if all(blo <= lo and hi <= bhi for (lo, hi), (blo, bhi) in zip(box, b, strict=True)):
+            return x[tuple(slice(lo - blo, hi - blo) for (lo, hi), (blo, _) in zip(box, b, strict=True))]
     raise AssertionError(f"a transfer of {box} from a rank that does not hold it")
 
 
-def _assemble(held: list[tuple[Box, np.ndarray]], box: Box, shape: tuple[int, ...], dtype: str,
-              np_dtype: Any) -> np.ndarray:
-    out = np.zeros(shape, dtype=np_dtype)
-    filled = np.zeros(shape, dtype=bool)
+def fill(out: Any, box: Box, held: Sequence[tuple[Box, Any]], skip: Collection[Box] = ()) -> list[tuple[slice, ...]]:
+    """Copy into ``out``, the block of global ``box``, every part of the held blocks that
+    falls in it, but the blocks in ``skip`` (landed there already); the slices of ``out``
+    written. numpy arrays and torch tensors alike."""
+    written = []
     for b, x in held:
+        if b in skip:
+            continue
         lo = [max(a[0], c[0]) for a, c in zip(box, b, strict=True)]
         hi = [min(a[1], c[1]) for a, c in zip(box, b, strict=True)]
         if any(h <= lo_ for lo_, h in zip(lo, hi, strict=True)):
             continue
         dst_sl = tuple(slice(l_ - a[0], h - a[0]) for l_, h, a in zip(lo, hi, box, strict=True))
-        src_sl = tuple(slice(l_ - c[0], h - c[0]) for l_, h, c in zip(lo, hi, b, strict=True))
-        out[dst_sl] = x[src_sl]
-        filled[dst_sl] = True
+        out[dst_sl] = x[tuple(slice(l_ - c[0], h - c[0]) for l_, h, c in zip(lo, hi, b, strict=True))]
+        written.append(dst_sl)
+    return written
+
+
+def _dst_block(held: list[tuple[Box, np.ndarray]], box: Box, shape: tuple[int, ...], dtype: str,
+              np_dtype: Any) -> np.ndarray:
+    out = np.zeros(shape, dtype=np_dtype)
+    filled = np.zeros(shape, dtype=bool)
+    for sl in fill(out, box, held):
+        filled[sl] = True
     if not filled.all():
         raise AssertionError(f"a destination block {box} of {dtype} is not covered")
     return out

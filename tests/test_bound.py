@@ -1,5 +1,5 @@
 """One execution stack (issue 27): ``redistribute``, a ``Redistributor``'s call and
-``redistribute_many``, sync and async, run one bound object (``torch_backend.bound.Bound``)
+``redistribute_many``, sync and async, run one bound object (``torch_backend.bound.BoundCall``)
 on one autograd Function whose backward is the same object's dual; one cache of bound
 calls, least recently used evicted first. Values against numpy written from the layout's
 definition (an all_gather over dp is the concatenation of the blocks, its gradient the slice)."""
@@ -7,6 +7,7 @@ definition (an all_gather over dp is the concatenation of the blocks, its gradie
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from torch_utils import from_local, local_mode, to_local  # noqa: E402
 
 import torch_backend  # noqa: E402
 from torch_backend import api  # noqa: E402
-from torch_backend.bound import Bound  # noqa: E402
+from torch_backend.bound import BoundCall  # noqa: E402
 
 MESH, SRC, DST = "dp=4", "f64[8@dp,3]", "f64[8,3]"
 
@@ -57,7 +58,7 @@ def test_the_dual_is_a_bound_made_once_and_its_dual_runs_the_forward(fake_pg: Ca
     with local_mode(fake_pg, 4):
         b = torch_backend.redistributor(SRC, DST, MESH)._bound
         d = b.dual()
-        assert isinstance(d, Bound) and d is b.dual()
+        assert isinstance(d, BoundCall) and d is b.dual()
         assert d.scratch is not None  # a prepared call's backward reuses buffers of its own too
         assert d.program.src == b.program.dst and [s.kind for s in d.program.steps] == ["slice"]
         assert d.dual().programs == b.programs
@@ -109,7 +110,7 @@ def test_the_typed_spmd_collectives_run_a_bound_whose_dual_is_their_backward(fak
         plain = torch_backend.redistribute(to_local(lm, blocks, requires_grad=True), SRC, DST, MESH)
         assert type(y.grad_fn) is type(plain.grad_fn)  # the one autograd Function of every call
         bound = y.grad_fn.bound
-        assert isinstance(bound, Bound) and bound.backward is not Bound.backward
+        assert isinstance(bound, BoundCall) and bound.backward is not BoundCall.backward
         (gx,) = torch.autograd.grad(y, x, grad_outputs=to_local(lm, [torch.tensor(grad)] * 4))
         dual = bound.dual()
         assert dual.programs == (backward_program(bound.program),)  # the kinds' duals
@@ -150,3 +151,115 @@ def test_a_repeated_local_tensor_mode_call_hits_the_cache_and_a_new_mode_gets_it
         y = torch_backend.redistribute(to_local(lm2, blocks), SRC, DST, MESH)
     for r in range(4):
         np.testing.assert_array_equal(from_local(y)[r].numpy(), g)
+
+
+def _first_agreeing_call_counts(call: Callable[[], object]) -> tuple[list[str], int, int]:
+    """The types ``lowering.check_type`` (the public door) checked, and how many times
+    ``api.checked_program`` and the planner's ``compile`` ran, in ``call()``."""
+    import sys
+
+    import lowering
+    from lowering import planner
+
+    codes = {lowering.check_type.__code__: "check", api.checked_program.__code__: "program"}
+    compiles = {f.__code__ for f in vars(planner).values() if callable(f) and getattr(f, "__name__", "") == "compile"
+                and hasattr(f, "__code__")} | {getattr(planner.compile, "__wrapped__", planner.compile).__code__}
+    seen: list[str] = []
+    counts = {"program": 0, "compile": 0}
+
+    def profile(frame: Any, event: str, arg: object) -> None:
+        if event != "call":
+            return
+        what = codes.get(frame.f_code)
+        if what == "check":
+            seen.append(str(frame.f_locals["t"]))
+        elif what == "program":
+            counts["program"] += 1
+        elif frame.f_code in compiles:
+            counts["compile"] += 1
+
+    lowering.clear_caches()
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return seen, counts["program"], counts["compile"]
+
+
+@pytest.mark.parametrize("door", ["redistribute", "redistribute_many", "redistributor"])
+def test_a_first_agreeing_call_checks_and_compiles_each_type_once(fake_pg: Callable[[int], None], door: str) -> None:
+    # one door sequence: the checks the agreement runs are the checks the call keeps (it was
+    # four check_type and two checked_program calls: the bound call checked again after it)
+    g, blocks = _blocks(np.random.default_rng(1))
+    with local_mode(fake_pg, 4) as lm:
+        x = to_local(lm, blocks)
+        calls = {
+            "redistribute": lambda: torch_backend.redistribute(x, SRC, DST, MESH, agree=True),
+            "redistribute_many": lambda: torch_backend.redistribute_many([x], [SRC], [DST], MESH, agree=True),
+            "redistributor": lambda: torch_backend.redistributor(SRC, DST, MESH, agree=True),
+        }
+        seen, programs, compiles = _first_agreeing_call_counts(calls[door])
+    from spec_lang import parse
+
+    assert seen == [str(parse(SRC)), str(parse(DST))], seen
+    assert programs == 1 and compiles >= 1, (programs, compiles)
+
+
+def test_shardc_run_bench_times_the_bound_call_a_user_runs(fake_pg: Callable[[int], None],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # `shardc run --bench`'s total is what a user's redistribute runs (its bound call, the
+    # fast runner where the program has one), not the interpreter alone
+    import lowering
+    from torch_backend import worker
+    from torch_backend.bound import BoundCall
+    from torch_backend.groups import context
+    from torch_backend.run_spec import RunSpec
+
+    fake_pg(1)
+    calls: list[BoundCall] = []
+    real = BoundCall.call_one
+
+    def counted(self: BoundCall, x: torch.Tensor) -> torch.Tensor:
+        calls.append(self)
+        return real(self, x)
+
+    monkeypatch.setattr(BoundCall, "call_one", counted)
+
+    class Quiet:
+        def _set(self, key: str, value: str) -> None:
+            pass
+
+        def count(self, key: str) -> None:
+            pass
+
+    spec = RunSpec("dp=1", "f32[4@dp,2]", "f32[4,2]", bench=3)
+    program = lowering.compile(spec.src, spec.dst, spec.mesh)
+    out = worker.bench(program, context(spec.mesh), torch.ones(4, 2), spec, 0, Quiet())  # type: ignore[arg-type]  # a stand-in Monitor
+    assert len(calls) == 3 and all(b.program is program for b in calls), calls
+    assert out["bench_total_s"] > 0 and len(out["bench_steps_s"]) == len(program.steps)
+
+
+def test_calibrate_times_the_bound_call_a_user_runs(fake_pg: Callable[[int], None],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # every calibration probe is one collective: timed as a user's call runs it (its bound
+    # call), not by the interpreter alone
+    from lowering.calibration import probes
+    from spec_lang import parse_mesh
+    from torch_backend import calibrate
+    from torch_backend.bound import BoundCall
+
+    fake_pg(2)
+    calls: list[BoundCall] = []
+    real = BoundCall.call_one
+
+    def counted(self: BoundCall, x: torch.Tensor) -> torch.Tensor:
+        calls.append(self)
+        return real(self, x)
+
+    monkeypatch.setattr(BoundCall, "call_one", counted)
+    mesh = parse_mesh("dp=2")
+    samples = calibrate.measure(mesh, (64,), 2)
+    n = len(probes(mesh, (64,)))
+    assert n and len(samples) == n and all(s.seconds > 0 for s in samples), samples
+    assert len(calls) == 3 * n, len(calls)  # a warm-up and 2 timed calls a probe

@@ -133,7 +133,9 @@ def test_bad_call_fails_on_every_rank_before_any_message(gloo_cross):
     for rank in range(8):
         msg = gloo_cross[rank]["bad"]
         assert msg.startswith("SpecError"), (rank, msg)
-        assert ("rank 7 is off the source mesh" in msg) if rank == 7 else ("rank(s) [7]" in msg), (rank, msg)
+        assert ("rank 7 is off the source mesh" in msg) if rank == 7 else \
+            ("a cross-mesh call: the ranks do not agree on this call: rank 7 failed its checks (rank 7: rank 7 is "
+             "off the source mesh" in msg), (rank, msg)
     _, oracle = _expected("f32[16@dp,4]", "dp=4@[0-3]", "f32[16,4@tp]", "tp=4@[4-7]", 99)
     for rank in range(8):
         y = gloo_cross[rank]["after-bad"]
@@ -285,15 +287,20 @@ def test_dtensor_in_dtensor_out_across_meshes(gloo_many):
 
 
 def test_a_different_call_on_one_rank_fails_everywhere(gloo_many):
+    # every rank names the odd rank and says what it passed, and what the others passed,
+    # as the one-mesh agreement does (the one agreement protocol, torch_backend.agree)
     for rank in range(8):
         msg = gloo_many[rank]["differs"]
-        assert msg.startswith("SpecError") and "made a different cross-mesh call" in msg, (rank, msg)
-        assert ("rank(s) [5]" in msg) if rank != 5 else ("rank(s) [0, 1, 2, 3, 4, 6, 7]" in msg), (rank, msg)
+        assert msg.startswith("SpecError: a cross-mesh call: the ranks do not agree on this call: rank 5 passed "
+                              "float32[16@fsdp,8] on mesh fsdp=4 -> float32[16,8@tp] on mesh rep=2,tp=2@[4-7]; "
+                              "the other 7 ranks passed float32[16@fsdp,8] on mesh fsdp=4 -> "
+                              "float32[16,8@tp]{R:rep} on mesh rep=2,tp=2@[4-7]"), (rank, msg)
+        assert "see the error on rank 5" in msg and "False" not in msg, (rank, msg)
     assert len({gloo_many[r]["groups"] for r in range(8)}) == 1
 
 
 def test_one_message_per_pair_of_ranks_and_round():
-    from torch_backend.mesh_transfer import rounds
+    from torch_backend.cross_rounds import rounds
 
     programs = [lowering.compile(s, d, "fsdp=4@[0-3]", dst_mesh="rep=2,tp=2@[4-7]") for s, d in MANY]
     for me in range(8):
@@ -314,7 +321,7 @@ def test_one_message_per_pair_of_ranks_and_round():
 
 
 def test_a_piece_lands_in_place_only_where_it_is_one_run_of_the_output():
-    from torch_backend.mesh_transfer import output_run
+    from torch_backend.cross_rounds import output_run
 
     rng = np.random.default_rng(0)
     at = ((2, 6), (10, 13), (0, 4))  # the output's global box, shape (4, 3, 4)
@@ -375,7 +382,9 @@ def test_a_dtensor_that_is_not_its_stated_type_fails_everywhere(gloo_many):
     for rank in range(8):
         msg = gloo_many[rank]["dtensor-mismatch"]
         assert msg.startswith("SpecError"), (rank, msg)
-        assert ("does not match the DTensor" in msg) if rank < 4 else ("rank(s) [0, 1, 2, 3]" in msg), (rank, msg)
+        assert ("does not match the DTensor" in msg) if rank < 4 else ("ranks [0, 1, 2, 3] failed their checks" in msg
+                                                                       and "see the error on ranks [0, 1, 2, 3]" in msg), \
+            (rank, msg)
 
 
 # gradients across meshes over different rank sets: (name, src, mesh, dst, dst_mesh); rank 1
@@ -421,6 +430,7 @@ def _grad_across_cases(rank: int, world: int) -> dict:
         got = None if y is None else (tuple(y.shape), y.dtype == torch.float32, y.requires_grad,
                                       y.detach().numpy().copy())
         if y is not None:
+            out.setdefault("grad_fns", set()).add(type(y.grad_fn).__name__)
             _backward_across(rank, y, upstream_across(dst, dst_mesh, 50 + k)[rank], sum_stand_in=k == 0)
         out[name] = (got, None if x is None else x.grad.numpy(), x is None or np.array_equal(x.detach(), xs[rank]))
     # prepared with requires_grad=True, called twice (a fresh block each time)
@@ -528,6 +538,20 @@ def test_gradient_across_meshes_over_different_ranks(gloo_across, k):
             np.testing.assert_array_equal(gx, sim[rank], err_msg=f"{name} rank {rank}")
             rhs += float((xs[rank].astype(np.float64) * gx).sum())
     assert lhs == rhs != 0.0, (name, lhs, rhs)
+
+
+def test_a_move_across_meshes_records_the_one_autograd_function(gloo_across, fake_pg):
+    # the same Function as every call on one mesh (bound.on_tape), not one of its own
+    from torch_utils import local_mode, to_local
+
+    import torch_backend
+
+    with local_mode(fake_pg, 2) as lm:
+        y = torch_backend.redistribute(to_local(lm, [torch.ones(2, 2)] * 2, requires_grad=True), "f32[4@dp,2]",
+                                       "f32[4,2]", "dp=2")
+    one_mesh = type(y.grad_fn).__name__
+    for rank in range(8):
+        assert gloo_across[rank].get("grad_fns") == {one_mesh}, (rank, gloo_across[rank]["grad_fns"], one_mesh)
 
 
 def test_prepared_gradient_across_meshes(gloo_across):

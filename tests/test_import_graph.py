@@ -222,3 +222,64 @@ def test_jax_backend_imports_torch_only_inside_to_torch_and_from_torch() -> None
         if module.startswith("jax_backend"):
             visit(ast.parse(path.read_text()), "<module>", module)
     assert found == {("jax_backend.torch_blocks", "to_torch"), ("jax_backend.torch_blocks", "from_torch")}, found
+
+
+# torch.distributed's communication functions: what moves data or waits on the other ranks
+COMMUNICATION = frozenset({
+    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single", "all_gather_object",
+    "all_gather_coalesced", "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "all_to_all",
+    "all_to_all_single", "broadcast", "broadcast_object_list", "reduce", "gather", "gather_object", "scatter",
+    "scatter_object_list", "send", "recv", "isend", "irecv", "batch_isend_irecv", "P2POp", "barrier",
+    "monitored_barrier", "send_object_list", "recv_object_list", "wait_tensor",
+})
+NETWORK_MODULES = {"comm.py", "groups.py"}  # the network module, and the one that makes the groups
+
+
+def distributed_calls(package: Path) -> list[str]:
+    """``path:line name`` of every use of a torch.distributed communication function in
+    ``package`` outside ``comm`` and ``groups``: through a name bound to torch.distributed
+    (``import torch.distributed as dist``), ``torch.distributed.X``, a name imported from
+    it, its functional collectives, or ``torch.ops._c10d_functional``."""
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        if path.name in NETWORK_MODULES:
+            continue
+        tree = ast.parse(path.read_text())
+        aliases, direct = set(), set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                aliases |= {a.asname for a in node.names if a.name.startswith("torch.distributed") and a.asname}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("torch.distributed"):
+                direct |= {a.asname or a.name for a in node.names if a.name in COMMUNICATION}
+                aliases |= {a.asname or a.name for a in node.names if a.name == "_functional_collectives"}
+        for node in ast.walk(tree):
+            name = None
+            if isinstance(node, ast.Attribute) and node.attr in COMMUNICATION:
+                base = ast.unparse(node.value)
+                if base in aliases or base.startswith(("torch.distributed", "torch.ops._c10d_functional")):
+                    name = f"{base}.{node.attr}"
+            elif isinstance(node, ast.Name) and node.id in direct and isinstance(node.ctx, ast.Load):
+                name = node.id
+            if name is not None:
+                out.append(f"{path.relative_to(package.parent)}:{node.lineno} {name}")
+    return out
+
+
+def test_only_the_network_module_calls_torch_distributed_communication() -> None:
+    # one network module: every collective and point-to-point message goes through comm,
+    # which honours the caller's timeout and names the rank at fault on a failure
+    assert distributed_calls(ROOT / "torch_backend") == []
+
+
+def test_the_network_scan_sees_each_form_of_a_call(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("import torch\nimport torch.distributed as dist\n"
+                              "from torch.distributed import all_reduce as ar\n"
+                              "import torch.distributed._functional_collectives as fc\n"
+                              "dist.barrier()\nar(x)\nfc.all_to_all_single(x)\ntorch.distributed.send(x, 1)\n"
+                              "torch.ops._c10d_functional.wait_tensor(x)\ndist.get_rank()\n")
+    (pkg / "comm.py").write_text("import torch.distributed as dist\ndist.all_reduce(x)\n")
+    assert distributed_calls(pkg) == ["pkg/a.py:5 dist.barrier", "pkg/a.py:6 ar", "pkg/a.py:7 fc.all_to_all_single",
+                                      "pkg/a.py:8 torch.distributed.send",
+                                      "pkg/a.py:9 torch.ops._c10d_functional.wait_tensor"]

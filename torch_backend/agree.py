@@ -16,6 +16,10 @@ its call).
 
 The agreement runs before the program is bound: binding creates the process groups of
 the program's steps, and ranks with different programs would wait there for each other.
+
+A cross-mesh call (``torch_backend.mesh_transfer``) agrees the same way, over the whole
+world, every time (``lead`` names it in the messages); it also gathers one more int a
+rank in the same exchange (``extra``: which blocks require grad).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ T = TypeVar("T")
 
 TEXT_BYTES = 512  # each rank's description in the second gather (longer ones are cut)
 SHOWN = 3  # failed ranks whose errors a message quotes
+HINT = "every rank of the mesh passes the same types and mesh, and its own block of the source type"
 
 
 def describe(pairs: Sequence[tuple[TensorType, TensorType]], ctx: MeshContext, xs: Sequence[Any] = ()) -> str:
@@ -101,24 +106,37 @@ def _world_context(mesh: Any) -> MeshContext | None:
         return None
 
 
-def compare(ctx: MeshContext, call: str | None, error: BaseException | None) -> BaseException | None:
+def compare(ctx: MeshContext, call: str | None, error: BaseException | None, *, lead: str = "agree=True",
+            hint: str = HINT) -> BaseException | None:
     """One gather of (hash of ``call``, failed?) over the mesh; on any difference a
     second of each rank's description, and an error on every rank: a SpecError naming
     the ranks at fault, or, on a rank that failed its checks, the ``error`` to raise
-    (with what the others passed where the calls differ)."""
+    (with what the others passed where the calls differ). ``lead`` and ``hint``: what
+    the messages call the agreement, and how to fix a difference."""
+    return compare_gathering(ctx, call, error, None, lead=lead, hint=hint)[0]
+
+
+def compare_gathering(ctx: MeshContext, call: str | None, error: BaseException | None, extra: int | None, *,
+             lead: str = "agree=True", hint: str = HINT) -> tuple[BaseException | None, dict[int, int]]:
+    """``compare``, which also gathers each rank's ``extra`` (an int64; None: nothing more
+    is gathered) in the same exchange: the error to raise (None: every rank agrees) and
+    each member's extra."""
     group = ctx.group(ctx.mesh.names, ctx.rank)
     device = torch.device("cuda", torch.cuda.current_device()) if ctx.backend == "nccl" else torch.device("cpu")
     # one int64 a rank: the call's hash, shifted, and whether the rank's checks failed
-    rows = _gather(ctx, group, [_digest(call) << 1 | int(error is not None)], torch.int64, device).tolist()
+    mine = [_digest(call) << 1 | int(error is not None), *(() if extra is None else (extra,))]
+    table = _gather(ctx, group, mine, torch.int64, device).view(-1, len(mine)).tolist()
+    rows = [row[0] for row in table]
+    extras = {q: row[-1] for q, row in zip(group.members, table)} if extra is not None else {}
     failed = [q for q, v in zip(group.members, rows) if v & 1]
     digests = {q: v >> 1 for q, v in zip(group.members, rows) if v >> 1}
     if not failed and len(digests) == len(group.members) and len(set(digests.values())) == 1:
-        return None
+        return None, extras
     first = str(error).splitlines()[0] if error is not None and str(error) else type(error).__name__
     texts = _gather_texts(ctx, group, (call or "") + "\0" + (first if error is not None else ""), device)
     disagree = _disagreement(ctx.rank, digests, texts)
     if error is not None:
-        return _with_note(error, disagree) if disagree else error
+        return (_with_note(error, disagree, lead) if disagree else error), extras
     others = [q for q in failed if q != ctx.rank]
     parts = []
     if others:
@@ -128,11 +146,10 @@ def compare(ctx: MeshContext, call: str | None, error: BaseException | None) -> 
     if disagree:
         parts.append(disagree)
     at_fault = sorted(set(others) | set(_odd(digests)))
-    raise SpecError(
-        "agree=True: the ranks do not agree on this call: " + "; ".join(parts),
-        hint=f"every rank of the mesh passes the same types and mesh, and its own block of the source type; "
-             f"see the error on {_ranks(at_fault)}" if at_fault else "see the error on each rank",
-    )
+    return SpecError(
+        f"{lead}: the ranks do not agree on this call: " + "; ".join(parts),
+        hint=f"{hint}; see the error on {_ranks(at_fault)}" if at_fault else "see the error on each rank",
+    ), extras
 
 
 def _digest(call: str | None) -> int:
@@ -201,9 +218,9 @@ def _ranks(qs: Sequence[int]) -> str:
     return f"rank {qs[0]}" if len(qs) == 1 else f"ranks {list(qs)}"
 
 
-def _with_note(error: BaseException, note: str) -> BaseException:
+def _with_note(error: BaseException, note: str, lead: str) -> BaseException:
     """This rank's own error, with what the others passed (in a SpecError's message)."""
-    line = f"(agree=True: {note})"
+    line = f"({lead}: {note})"
     if isinstance(error, SpecError):
         return SpecError(f"{error.message}\n{line}", text=error.text, pos=error.pos, hint=error.hint,
                          subject=error.subject)

@@ -19,9 +19,8 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import sys
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -40,20 +39,13 @@ from spec_lang.parser import parse
 from torch_backend import traced
 from torch_backend.agree import Checks, agreed, describe
 from torch_backend.blocks import local_part
-from torch_backend.bound import Bound, bind, joined
+from torch_backend.bound import BoundCall, bind, joined
 from torch_backend.comm import rank_map
 from torch_backend.dtypes import check_reductions, dtype_name, short_name, to_torch_dtype
 from torch_backend.groups import MeshContext, context, real_world
-from torch_backend.tensor_checks import check_strided, check_tensor
+from torch_backend.tensor_checks import check_all, check_strided, check_tensor, is_dtensor
 
 __all__ = ["bound_for", "bound_program", "distribute", "hot_bound", "redistribute", "text_key"]
-
-
-def _is_dtensor(x: Any) -> bool:
-    # a DTensor exists only once torch.distributed.tensor was imported: until then nothing
-    # is one, and a plain tensor's call does not pay for that import (seconds: it loads sympy)
-    cls = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
-    return cls is not None and isinstance(x, cls)
 
 
 def _type(t: TensorType | str, what: str) -> TensorType:
@@ -113,7 +105,7 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
 
         return mesh_transfer.redistribute(x, src, dst, mesh, dst_mesh, timeout=timeout)
     if torch.compiler.is_dynamo_compiling():
-        if _is_dtensor(x):
+        if is_dtensor(x):
             return _compiled_dtensor(x, src, dst, mesh, async_op=async_op, timeout=timeout, agree=agree)
         from torch_backend import trace_marks
 
@@ -128,7 +120,7 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
             y = hot.hot(x)
             if y is not None:
                 return y
-    if _is_dtensor(x):
+    if is_dtensor(x):
         if async_op:
             raise SpecError("async_op=True takes a local tensor, not a DTensor",
                             hint="pass dt.to_local() with its source type and mesh, or drop async_op")
@@ -144,7 +136,7 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
         raise SpecError(f"expected a torch.Tensor, got {type(x).__name__}",
                         hint="pass this rank's local block as a tensor")
     if agreeing(agree):
-        bound, x = agreed_call(x, src, dst, mesh, timeout)
+        bound, (x,) = agreed_bound([x], (src,), (dst,), mesh, timeout)
     else:
         bound = bound_for((src,), (dst,), mesh, timeout)
         x = bound.check(x)
@@ -179,12 +171,12 @@ def _async_finish(x: Any, got: torch.Tensor, src: TensorType | str, dst: TensorT
 # (srcs, dsts, id(context)) -> (context, bound) for every other call (IR types, a Mesh, a
 # DeviceMesh, a timeout), the context kept in the entry and compared by identity, so a
 # recycled id never matches.
-_BOUND: OrderedDict[tuple[Any, Any, Any], tuple[Any, Bound]] = OrderedDict()
+_BOUND: OrderedDict[tuple[Any, Any, Any], tuple[Any, BoundCall]] = OrderedDict()
 _BOUND_MAX = 4096
 on_clear(_BOUND.clear)  # lowering.clear_caches() and torch_backend.clear_caches() empty it
 
 
-def hot_bound(src: Any, dst: Any, mesh: str) -> Bound | None:
+def hot_bound(src: Any, dst: Any, mesh: str) -> BoundCall | None:
     """The fast path's one lookup (``redistribute``'s and ``redistribute_many``'s): the
     bound call of these strings on the default group, if one was made. One call's types
     are its strings, many calls' the tuples of theirs (``text_key``)."""
@@ -196,35 +188,40 @@ def text_key(srcs: tuple[Any, ...], dsts: tuple[Any, ...], mesh: str) -> tuple[A
     return (srcs[0], dsts[0], mesh) if len(srcs) == len(dsts) == 1 else (srcs, dsts, mesh)
 
 
-def _remember(key: tuple[Any, Any, Any], anchor: Any, bound: Bound) -> None:
+def _remember(key: tuple[Any, Any, Any], anchor: Any, bound: BoundCall) -> None:
     anchored_put(_BOUND, key, anchor, bound, _BOUND_MAX)
 
 
 def bound_for(srcs: tuple[TensorType | str, ...], dsts: tuple[TensorType | str, ...], mesh: Mesh | str | Any,
-              timeout: timedelta | float | None = None) -> Bound:
+              timeout: timedelta | float | None = None, *, ctx: MeshContext | None = None,
+              programs: tuple[Program, ...] | None = None) -> BoundCall:
     """The bound call of ``srcs[i] -> dsts[i]`` on ``mesh``: every tensor-independent check,
-    the programs, their pieces and groups; from the cache where an earlier call made it."""
+    the programs, their pieces and groups; from the cache where an earlier call made it.
+    ``ctx`` and ``programs``: the mesh's context and the checked programs, where the
+    caller has them already (an agreeing call: each type is checked and compiled once)."""
     text = timeout is None and type(mesh) is str and all(type(t) is str for t in (*srcs, *dsts))
     world = real_world() if text else None
     if world is not None and isinstance(mesh, str):
         hot = hot_bound(*text_key(srcs, dsts, mesh))
         if hot is not None:
             return hot
-    ctx = context(mesh, timeout=timeout)
-    bound = _bound_on(srcs, dsts, ctx)
+    ctx = ctx if ctx is not None else context(mesh, timeout=timeout)
+    bound = _bound_on(srcs, dsts, ctx, programs)
     if world is not None and isinstance(mesh, str):
         _remember(text_key(srcs, dsts, mesh), world, bound)
     return bound
 
 
-def _bound_on(srcs: tuple[Any, ...], dsts: tuple[Any, ...], ctx: MeshContext) -> Bound:
+def _bound_on(srcs: tuple[Any, ...], dsts: tuple[Any, ...], ctx: MeshContext,
+              programs: tuple[Program, ...] | None = None) -> BoundCall:
     hit = _bound_before(srcs, dsts, ctx)
     if hit is not None:
         return hit
     if len(srcs) == 1:
-        bound = bind(checked_program(srcs[0], dsts[0], ctx), ctx)
+        bound = bind(programs[0] if programs is not None else checked_program(srcs[0], dsts[0], ctx), ctx)
     else:  # the one-program bounds' pieces, reused
-        bound = joined([_bound_on((s,), (d,), ctx) for s, d in zip(srcs, dsts)])
+        bound = joined([_bound_on((s,), (d,), ctx, None if programs is None else (programs[i],))
+                        for i, (s, d) in enumerate(zip(srcs, dsts))])
     try:
         _remember((srcs, dsts, id(ctx)), ctx, bound)
     except TypeError:  # an unhashable type argument (refused by the checks; never cached)
@@ -232,13 +229,13 @@ def _bound_on(srcs: tuple[Any, ...], dsts: tuple[Any, ...], ctx: MeshContext) ->
     return bound
 
 
-def _bound_before(srcs: tuple[Any, ...], dsts: tuple[Any, ...], ctx: MeshContext) -> Bound | None:
+def _bound_before(srcs: tuple[Any, ...], dsts: tuple[Any, ...], ctx: MeshContext) -> BoundCall | None:
     """The bound call of an earlier call with these arguments on ``ctx`` (checked and bound
     already: an agreeing call in a loop skips its checks), else None."""
     return anchored_get(_BOUND, (srcs, dsts, id(ctx)), ctx)
 
 
-def bound_program(program: Program, ctx: MeshContext, backward: Callable[[Program], Program]) -> Bound:
+def bound_program(program: Program, ctx: MeshContext, backward: Callable[[Program], Program]) -> BoundCall:
     """A program planned elsewhere (a typed SPMD collective's), bound on ``ctx`` with its own
     gradient rule, from the one cache: keyed by the program's identity (its planner's cache
     returns the same object for the same call; the entry holds it, so the id is not reused)."""
@@ -270,20 +267,32 @@ def agreed_program(src: TensorType | str, dst: TensorType | str, ctx: MeshContex
     return program
 
 
-def agreed_call(x: Any, src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any,
-                timeout: timedelta | float | None) -> tuple[Bound, torch.Tensor]:
-    """A local-tensor call that agrees: every check on this rank, the agreement
-    (``torch_backend.agree``), and only then the bound call (whose groups are made
-    now that every rank runs the same program)."""
-    def run(found: Checks) -> torch.Tensor:
-        found.ctx = ctx = context(mesh, timeout=timeout)
-        before = _bound_before((src,), (dst,), ctx)
-        program = before.program if before is not None else agreed_program(src, dst, ctx)
-        found.call = describe([(program.src, program.dst)], ctx, [x])
-        return check_tensor(x, program.src, ctx, before.expect[0] if before is not None else ())
+def agreed_bound(xs: Sequence[Any] | None, srcs: tuple[TensorType | str, ...], dsts: tuple[TensorType | str, ...],
+                 mesh: Mesh | str | Any, timeout: timedelta | float | None) -> tuple[BoundCall, list[torch.Tensor]]:
+    """The agreement's part of every door that agrees (``redistribute``,
+    ``redistribute_many``, ``redistributor``): this rank's checks (each type parsed,
+    checked and compiled once, or the bound call of an earlier call), the agreement
+    (``torch_backend.agree``), and only then the bound call of those programs, whose
+    groups are made now that every rank runs the same programs. ``xs``: the call's
+    tensors, checked (None: a prepared call, no tensor yet)."""
+    got: list[Any] = []
 
-    x = agreed(mesh, run)
-    return bound_for((src,), (dst,), mesh, timeout), x
+    def run(found: Checks) -> list[torch.Tensor]:
+        found.ctx = ctx = context(mesh, timeout=timeout)
+        before = _bound_before(srcs, dsts, ctx)
+        programs = before.programs if before is not None else \
+            tuple(agreed_program(s, d, ctx) for s, d in zip(srcs, dsts))
+        got[:] = [ctx, programs]
+        found.call = describe([(p.src, p.dst) for p in programs], ctx, xs or ())
+        if xs is None:
+            return []
+        wants = before.expect if before is not None else None
+        if len(xs) == 1:
+            return [check_tensor(xs[0], programs[0].src, ctx, wants[0] if wants is not None else ())]
+        return check_all(xs, [p.src for p in programs], ctx, wants)
+
+    checked = agreed(mesh, run)
+    return bound_for(srcs, dsts, mesh, timeout, ctx=got[0], programs=got[1]), checked
 
 
 _AGREE: list[bool] = []  # SHARDC_AGREE as read at the first call of this process

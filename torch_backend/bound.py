@@ -1,7 +1,7 @@
 """The one bound object: N >= 1 programs on one mesh, bound to where they run.
 
 ``redistribute``, a ``Redistributor``'s call and ``redistribute_many`` all run a
-``Bound``: its programs, their context and this process's pieces of every step (groups
+``BoundCall``: its programs, their context and this process's pieces of every step (groups
 created), built once and replayed by every call. The same object runs them:
 
 * ``run``: one program through its own runner (a one-step program on a real group is one
@@ -11,7 +11,7 @@ created), built once and replayed by every call. The same object runs them:
 * ``start``: the async form (``Pending``): every round before the last that holds a
   collective runs, that round's collectives go on the wire where their kind allows,
   the rest runs at ``wait()``;
-* ``dual``: the gradient's ``Bound`` (``backward`` of each program: ``autograd.backward_program``,
+* ``dual``: the gradient's ``BoundCall`` (``backward`` of each program: ``autograd.backward_program``,
   or the typed SPMD collectives' kind-by-kind duals), the same type, built on first use and kept here; one autograd Function (``_Run``) records
   both the sync run and the async finish, with the dual as its backward.
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 import torch
 
@@ -44,7 +44,7 @@ _UNSET: Any = object()
 
 
 @dataclass(eq=False)
-class Bound:
+class BoundCall:
     """``programs`` (one or more, one mesh) bound to ``ctx``: this process's pieces of
     every step. ``scratch``: a prepared call's reused send/receive buffers; ``backward``:
     each program's gradient program, which ``dual`` binds."""
@@ -58,7 +58,7 @@ class Bound:
     expect: list[tuple[Any, ...]] = field(init=False, repr=False)  # what a fitting tensor has (fits_block)
     _joint: JointProgram | None = field(default=None, repr=False)
     _one: Any = field(default=_UNSET, repr=False)  # the runner of one program, once made
-    _dual: Bound | None = field(default=None, repr=False)
+    _dual: BoundCall | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.tags = [output_tags(p) for p in self.programs]
@@ -285,7 +285,7 @@ class Bound:
 
     # ---- the gradient ----------------------------------------------------------------
 
-    def dual(self) -> Bound:
+    def dual(self) -> BoundCall:
         """The bound gradient programs (the SPMD type system's duals), a prepared call's
         with buffers of their own; built once."""
         if self._dual is None:
@@ -293,9 +293,13 @@ class Bound:
             self._dual = dual.prepared() if self.scratch is not None else dual
         return self._dual
 
-    def prepared(self) -> Bound:
+    def prepared(self) -> BoundCall:
         """These programs with buffers of their own that every call reuses (``scratch``)."""
-        return Bound(self.programs, self.ctx, self.pieces, Scratch(), self.backward, _joint=self._joint)
+        return BoundCall(self.programs, self.ctx, self.pieces, Scratch(), self.backward, _joint=self._joint)
+
+    def fixed(self, ys: Any) -> list[torch.Tensor]:
+        """The outputs that carry no gradient: none (autograd's rules decide)."""
+        return []
 
     def zeros(self, j: int) -> torch.Tensor:
         """A zero gradient for output ``j`` that autograd did not use (its dual type's blocks)."""
@@ -306,16 +310,16 @@ class Bound:
 
 
 def bind(programs: Program | Sequence[Program], ctx: MeshContext | None = None,
-         backward: Callable[[Program], Program] = backward_program) -> Bound:
+         backward: Callable[[Program], Program] = backward_program) -> BoundCall:
     """Check the programs against ``ctx``, build this process's pieces and create its groups."""
     ps = (programs,) if isinstance(programs, Program) else tuple(programs)
     ctx = ctx if ctx is not None else context(ps[0].mesh)
-    return Bound(ps, ctx, tuple(build_pieces(p, ctx) for p in ps), backward=backward)
+    return BoundCall(ps, ctx, tuple(build_pieces(p, ctx) for p in ps), backward=backward)
 
 
-def joined(bounds: Sequence[Bound]) -> Bound:
+def joined(bounds: Sequence[BoundCall]) -> BoundCall:
     """One bound of several one-program bounds on one context (their pieces reused)."""
-    return Bound(tuple(b.program for b in bounds), bounds[0].ctx, tuple(b.pieces[0] for b in bounds),
+    return BoundCall(tuple(b.program for b in bounds), bounds[0].ctx, tuple(b.pieces[0] for b in bounds),
                  backward=bounds[0].backward)
 
 
@@ -326,7 +330,7 @@ class Pending:
     steps ran; ``result()`` waits for them in launch order and runs what follows (once).
     Do not modify the inputs before it."""
 
-    def __init__(self, bound: Bound, xs: list[torch.Tensor]) -> None:
+    def __init__(self, bound: BoundCall, xs: list[torch.Tensor]) -> None:
         self.bound, self._xs = bound, xs
         rounds, last = bound.joint.rounds, bound.last_collective()
         self._inflight: list[tuple[Merged, tuple[int, ...], Any, Callable[[], Any]]] = []
@@ -362,12 +366,12 @@ class Pending:
 
 
 class Landed:
-    """The end of a compiled async call (``Bound.land``, ``land_all``): the last round's
+    """The end of a compiled async call (``BoundCall.land``, ``land_all``): the last round's
     launchable collectives replayed, each with its waited result (``got``, in order) landed
     in place of issuing it (``comm.landed``), on ``ys`` (every tensor as the first region
     left it), then the rest."""
 
-    def __init__(self, bound: Bound, xs: list[torch.Tensor], got: list[torch.Tensor],
+    def __init__(self, bound: BoundCall, xs: list[torch.Tensor], got: list[torch.Tensor],
                  ys: list[torch.Tensor]) -> None:
         self.bound, self._xs, self._got, self._ys = bound, xs, got, ys
 
@@ -408,23 +412,48 @@ class Handle:
         return self._out[0] if self._one else self._out
 
 
+class Taped(Protocol):
+    """What the one autograd Function runs: a ``BoundCall``, or a cross-mesh move
+    (``cross_rounds.CrossCall``) whose tensors may be None off its meshes."""
+
+    def run(self, xs: Any) -> Sequence[torch.Tensor | None]: ...
+
+    def fixed(self, ys: Any) -> list[torch.Tensor]: ...
+
+    def zeros(self, j: int) -> torch.Tensor | None: ...
+
+    def dual(self) -> Taped: ...
+
+
 class _Run(torch.autograd.Function):
     """A bound call on autograd's tape (its run, or the finish of its ``Pending``), with
-    the bound dual as its backward."""
+    the bound dual as its backward: the one autograd Function of every redistribution,
+    on one mesh or across two."""
 
     @staticmethod
-    def forward(ctx: Any, bound: Bound, pending: Pending | Landed | None, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def forward(ctx: Any, bound: Taped, pending: Pending | Landed | None,
+                *xs: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
         ctx.bound = bound
-        return tuple(pending.result() if pending is not None else bound.run(xs))
+        ys = tuple(pending.result() if pending is not None else bound.run(xs))
+        fixed = bound.fixed(ys)
+        if fixed:
+            ctx.mark_non_differentiable(*fixed)
+        return ys
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
-        bound: Bound = ctx.bound
+        bound: Taped = ctx.bound
         filled = [g if g is not None else bound.zeros(j) for j, g in enumerate(grads)]
         dual = bound.dual()
         # where autograd records the backward itself (create_graph=True: a gradient penalty,
         # a Hessian-vector product) the dual runs on the tape too, so the gradient has its own
         # backward (the dual of the dual is the forward) instead of counting as a constant
-        if torch.is_grad_enabled() and any(g.requires_grad for g in filled):
+        if torch.is_grad_enabled() and any(g is not None and g.requires_grad for g in filled):
             return (None, None, *_Run.apply(dual, None, *filled))
         return (None, None, *dual.run(filled))
+
+
+def on_tape(taped: Taped, *xs: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+    """``taped`` run on the one autograd Function (a cross-mesh move's door to it)."""
+    out: tuple[torch.Tensor | None, ...] = _Run.apply(taped, None, *xs)
+    return out

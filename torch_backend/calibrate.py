@@ -1,8 +1,9 @@
 """The timing half of calibration: run ``lowering.calibration``'s probes on real ranks.
 
 Every rank runs the same probes in the same order (they are collectives): one warm-up
-run, then ``iters`` runs, each after a barrier, timing each step with the executor's
-``timings``. A rank's sample is its median; the launcher keeps the slowest rank's
+run, then ``iters`` runs, each after a barrier. A probe of one step (every probe today) is
+timed as a user's ``redistribute`` runs it (its bound call: the kind's fast runner where
+it has one); a program of several steps, step by step with the executor's ``timings``. A rank's sample is its median; the launcher keeps the slowest rank's
 (``slowest``), as ``shardc run --bench`` and the benchmarks do. The fit is torch-free
 (``lowering.calibration.fit_model``).
 """
@@ -10,6 +11,7 @@ run, then ``iters`` runs, each after a barrier, timing each step with the execut
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +23,7 @@ import lowering
 from lowering.calibration import DEFAULT_SIZES, PROBE_MODEL, Sample, probes
 from spec_lang.ir import Mesh
 from spec_lang.parser import parse_mesh
+from torch_backend import comm
 from torch_backend.data import block, global_tensor
 from torch_backend.executor import execute
 from torch_backend.groups import MeshContext, context
@@ -48,13 +51,12 @@ def measure(mesh: Mesh, sizes: Sequence[int], iters: int, *, ctx: MeshContext | 
     for i, probe in enumerate(probes(mesh, sizes)):
         program = lowering.compile(probe.src, probe.dst, mesh, cost_model=PROBE_MODEL)
         x = block(program.src, mesh, global_tensor(program.src, device=device), rank)
-        execute(program, x, ctx=ctx)  # warm-up: groups, buffers, the first connection
+        run = _timed(program, ctx)
+        run(x)  # warm-up: groups, buffers, the first connection
         runs: list[list[float]] = []
         for _ in range(iters):
-            dist.barrier()
-            timings: list[float] = []
-            execute(program, x, ctx=ctx, timings=timings)
-            runs.append(timings)
+            comm.barrier()
+            runs.append(run(x))
         for j, step in enumerate(program.steps):
             if step.is_collective:
                 out.append(Sample(step.axes, step.kind, step.bytes_max,
@@ -62,6 +64,30 @@ def measure(mesh: Mesh, sizes: Sequence[int], iters: int, *, ctx: MeshContext | 
         if on_probe is not None:
             on_probe(i)
     return out
+
+
+def _timed(program: lowering.Program, ctx: MeshContext) -> Callable[[torch.Tensor], list[float]]:
+    """A run of ``program`` on a block that returns each step's seconds: a one-step program
+    timed as a user's call runs it (its bound call), a longer one by the interpreter."""
+    if len(program.steps) != 1:
+        def steps(x: torch.Tensor) -> list[float]:
+            timings: list[float] = []
+            execute(program, x, ctx=ctx, timings=timings)
+            return timings
+
+        return steps
+    from torch_backend.api import bound_for
+
+    bound = bound_for((program.src,), (program.dst,), ctx.mesh, ctx=ctx, programs=(program,))
+
+    def call(x: torch.Tensor) -> list[float]:
+        t0 = time.perf_counter()
+        y = bound.call_one(bound.check(x))
+        if y.is_cuda:
+            torch.cuda.synchronize(y.device)
+        return [time.perf_counter() - t0]
+
+    return call
 
 
 def slowest(per_rank: Sequence[Sequence[Sample]]) -> list[Sample]:

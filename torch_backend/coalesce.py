@@ -22,10 +22,8 @@ from lowering.joint import check_type_lists
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from torch_backend import traced
-from torch_backend.agree import Checks, agreed, describe
-from torch_backend.api import agreed_program, agreeing, bound_for, check_agree, hot_bound, text_key
-from torch_backend.bound import Bound
-from torch_backend.groups import context
+from torch_backend.api import agreed_bound, agreeing, bound_for, check_agree, hot_bound, text_key
+from torch_backend.bound import BoundCall
 from torch_backend.tensor_checks import check_all
 
 
@@ -73,14 +71,7 @@ def redistribute_many(xs: Sequence[torch.Tensor], srcs: Sequence[TensorType | st
         raise SpecError(f"got {len(xs)} tensors, {len(srcs)} source types and {len(dsts)} destination types",
                         hint="pass one source and one destination type per tensor (at least one)")
     if agreeing(agree):
-        def run(found: Checks) -> list[torch.Tensor]:
-            found.ctx = ctx = context(mesh, timeout=timeout)
-            programs = [agreed_program(s, d, ctx) for s, d in zip(srcs, dsts)]
-            found.call = describe([(p.src, p.dst) for p in programs], ctx, xs)
-            return check_all(xs, [p.src for p in programs], ctx)
-
-        checked = agreed(mesh, run)
-        bound = prepare_many(srcs, dsts, mesh, timeout=timeout)
+        bound, checked = agreed_bound(xs, tuple(srcs), tuple(dsts), mesh, timeout)
     else:
         bound = prepare_many(srcs, dsts, mesh, timeout=timeout)
         checked = check_all(xs, [p.src for p in bound.programs], bound.ctx, bound.expect)
@@ -112,6 +103,6 @@ def _async_finish(xs: Sequence[Any], got: tuple[list[torch.Tensor], list[torch.T
 
 
 def prepare_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Mesh | str | Any, *,
-                 timeout: timedelta | float | None = None) -> Bound:
+                 timeout: timedelta | float | None = None) -> BoundCall:
     """The tensor-independent part of ``redistribute_many``: checked, compiled and bound."""
     return bound_for(tuple(srcs), tuple(dsts), mesh, timeout)

@@ -21,7 +21,7 @@ from lowering.program import Step
 from torch_backend import comm
 from torch_backend.comm import finish_avg, rank_map, tied
 from torch_backend.groups import GroupHandle, MeshContext
-from torch_backend.runners import Pieces, pieces_as, runs
+from torch_backend.runners import Failed, FastRunner, Pieces, fast, pieces_as, runs
 from torch_backend.scratch import buffer
 from torch_backend.strided import contiguous, flat, nothing_of, run_copies
 
@@ -166,6 +166,40 @@ def _gather_a2a(ctx: MeshContext, g: GroupHandle, plans: Mapping[int, GatherPiec
     return rank_map(ctx, unpack, x, got)
 
 
+def stacks(big: tuple[int, ...], small: tuple[int, ...], n: int) -> bool:
+    """``big`` is ``n`` blocks of ``small`` along dim 0: c10d takes the tensors as they are
+    (its concatenated form, the same bytes as the flat one), and no view is made per call."""
+    return len(big) == len(small) >= 1 and big[0] == n * small[0] and big[1:] == small[1:]
+
+
+@fast("all_gather")
+def all_gather_fast(ctx: MeshContext, step: Step, p: RankPieces, failed: Failed) -> FastRunner | None:
+    """An even, direct all_gather straight into its output."""
+    if not (isinstance(p, GatherPieces) and p.even and p.direct):
+        return None
+    shape, g = p.out_shape, ctx.group(step.axes, ctx.rank)
+    if stacks(shape, p.in_shape, p.n):
+        def gather_stacked(x: torch.Tensor) -> torch.Tensor:
+            y = x.new_empty(shape)
+            try:
+                comm.all_gather(ctx, y, contiguous(x), g)
+            except RuntimeError as e:
+                failed(e)
+            return y
+
+        return gather_stacked
+
+    def gather(x: torch.Tensor) -> torch.Tensor:
+        y = x.new_empty(shape)
+        try:
+            comm.all_gather(ctx, y.view(-1), flat(x), g)
+        except RuntimeError as e:
+            failed(e)
+        return y
+
+    return gather
+
+
 # ---- reductions -------------------------------------------------------------------------
 
 
@@ -261,6 +295,50 @@ def local_reduce(parts: list[torch.Tensor], op: str) -> torch.Tensor:
     if op == "min":
         return s.amin(0)
     return s.sum(0, dtype=s.dtype)
+
+
+@fast("reduce_scatter")
+def reduce_scatter_fast(ctx: MeshContext, step: Step, p: RankPieces, failed: Failed) -> FastRunner | None:
+    """An even (or padded), direct reduce_scatter straight into its output."""
+    if not (isinstance(p, ScatterPieces) and (p.even or step.padded) and p.direct):
+        return None
+    shape, g, op, n = p.out_shape, ctx.group(step.axes, ctx.rank), step.op or "sum", p.n
+    if stacks(p.in_shape, shape, n):
+        def scatter_stacked(x: torch.Tensor) -> torch.Tensor:
+            y = x.new_empty(shape)
+            try:
+                comm.reduce_scatter(ctx, y, contiguous(x), op, g)
+            except RuntimeError as e:
+                failed(e)
+            return finish_avg(y, op, n)
+
+        return scatter_stacked
+
+    def scatter(x: torch.Tensor) -> torch.Tensor:
+        y = x.new_empty(shape)
+        try:
+            comm.reduce_scatter(ctx, y.view(-1), flat(x), op, g)
+        except RuntimeError as e:
+            failed(e)
+        return finish_avg(y, op, n)
+
+    return scatter
+
+
+@fast("all_reduce")
+def all_reduce_fast(ctx: MeshContext, step: Step, p: RankPieces, failed: Failed) -> FastRunner | None:
+    """An all_reduce on a contiguous copy of the input."""
+    g, op, n = ctx.group(step.axes, ctx.rank), step.op or "sum", p.n
+
+    def reduce(x: torch.Tensor) -> torch.Tensor:
+        buf = x.clone(memory_format=torch.contiguous_format)
+        try:
+            comm.all_reduce(ctx, buf, op, g)
+        except RuntimeError as e:
+            failed(e)
+        return finish_avg(buf, op, n)
+
+    return reduce
 
 
 @runs("all_reduce")

@@ -510,6 +510,32 @@ def p2p(ctx: MeshContext, sends: list[tuple[torch.Tensor, int]], recvs: list[tup
     impl.p2p_batch(ctx, sends, recvs, group)
 
 
+def messages(ctx: MeshContext, sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]],
+             group: GroupHandle) -> None:
+    """One batch of point-to-point messages on a real group, whichever implementation runs
+    its collectives (the eager functional collectives have no point-to-point: c10d's
+    messages run there), each wait bounded by the context's timeout. A cross-mesh round."""
+    impl = of(ctx)
+    (impl if impl.p2p else C10D).p2p_batch(ctx, sends, recvs, group)
+
+
+def barrier() -> None:
+    """Every rank of the default group meets here (``shardc run``'s and calibration's timing)."""
+    _own(dist.barrier)
+
+
+def gather_objects(obj: Any) -> list[Any]:
+    """Every rank's ``obj``, on every rank of the default group, in rank order."""
+    out: list[Any] = [None] * dist.get_world_size()
+    _own(dist.all_gather_object, out, obj)
+    return out
+
+
+def wait_functional(t: torch.Tensor) -> torch.Tensor:
+    """A functional collective's result once landed (its ``wait_tensor``)."""
+    return torch.ops._c10d_functional.wait_tensor(t)
+
+
 def failed(ctx: MeshContext, where: str, e: BaseException, members: Sequence[int],
            axes: tuple[str, ...] | None = None) -> CollectiveError:
     """The CollectiveError of a collective (or a group's creation) that failed ``where``."""

@@ -289,6 +289,7 @@ def launch_torchrun(spec: RunSpec | Any, rank_fn: RankFn | None = None) -> RunRe
     """Run on the torchrun world; rank 0 gets the merged result, the others None."""
     import torch.distributed as dist
 
+    from torch_backend import comm
     from torch_backend.worker import init, run_rank
 
     store = init(spec)
@@ -297,8 +298,7 @@ def launch_torchrun(spec: RunSpec | Any, rank_fn: RankFn | None = None) -> RunRe
     if report.get("error"):
         # the group may be broken: no gather; every rank speaks for itself
         return merge({report["rank"]: report}, {}, [], world, spec.backend)
-    gathered: list[Any] = [None] * world
-    dist.all_gather_object(gathered, report)
+    gathered = comm.gather_objects(report)
     dist.destroy_process_group()
     if report["rank"] != 0:
         return None

@@ -4,17 +4,32 @@ from __future__ import annotations
 
 import torch
 
+from lowering.kinds import RankPieces
 from lowering.kinds.local import FillPieces, RegionPieces
 from lowering.program import Step
 from torch_backend.comm import rank_map, tied
 from torch_backend.groups import MeshContext
-from torch_backend.runners import Pieces, pieces_as, runs
+from torch_backend.runners import Failed, FastRunner, Pieces, fast, pieces_as, runs
 
 
 @runs("slice")
 def slice_(ctx: MeshContext, step: Step, pieces: Pieces, x: torch.Tensor) -> torch.Tensor:
     regions = pieces_as(RegionPieces, pieces)
     return rank_map(ctx, lambda r, t: t[regions[r].region], x)  # a view; never written to
+
+
+@fast("slice")
+def slice_fast(ctx: MeshContext, step: Step, p: RankPieces, failed: Failed) -> FastRunner | None:
+    if not isinstance(p, RegionPieces):
+        return None
+    region = p.region
+
+    def slice_(x: torch.Tensor) -> torch.Tensor:
+        # a view of the input: copied, as the interpreter copies a result that aliases it
+        y = x[region]
+        return y.clone(memory_format=torch.contiguous_format) if y.numel() else y
+
+    return slice_
 
 
 @runs("zero_fill")

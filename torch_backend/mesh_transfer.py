@@ -7,13 +7,12 @@ block, and the ranks agree in one small all_reduce over the world (each rank's v
 and a hash of the call it made) before the first message, so a call wrong on one rank, or
 different on one rank, fails on every rank, each naming the ranks at fault.
 
-Then the pending sums are finished on the source mesh (its groups made alike on every
-rank of the world: ``groups.subset_context``), and each round of point-to-point messages
-runs as one ``batch_isend_irecv`` on the default group, which needs no group of its own:
-one byte buffer per pair of ranks, its pieces packed in an order both sides derive from
-their own ``CrossProgram.rank_part``. ``redistribute_many`` packs every tensor's pieces
-for the same peer into that one buffer (a state dict is one message per pair of ranks and
-round, not one per tensor).
+Then ``torch_backend.cross_rounds`` runs it: the pending sums finished on the source mesh
+(its groups made alike on every rank of the world: ``groups.subset_context``), then each
+round of point-to-point messages as one batch on the default group, through ``comm`` like
+the agreement (each wait bounded by the call's ``timeout``, a failure naming the rank at
+fault). This module is the doors: the arguments, the checks, the agreement (the one
+protocol, ``torch_backend.agree``) and the DTensor output.
 
 Gradients: where the source blocks require grad (the agreement carries which, so the
 ranks only on the destination mesh learn it), the backward is the move from ``dual(dst)``
@@ -34,32 +33,30 @@ import torch
 import torch.distributed as dist
 
 import lowering
-from lowering.cross_mesh import Box, CrossProgram, Transfer
-from lowering.cross_mesh import boxes as cross_boxes
-from lowering.kinds import rank_pieces
-from lowering.layout import local_shapes
-from spec_lang.dual import check_differentiable, dual_type
+from lowering.cross_mesh import CrossProgram
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from spec_lang.parser import parse, parse_mesh
-from torch_backend import collectives, local_steps, uneven_steps  # noqa: F401 - each registers its runners
-from torch_backend.dtypes import check_reductions, to_torch_dtype
+from torch_backend.agree import compare_gathering
+from torch_backend.cross_rounds import (
+    cross_backward_program,
+    finish_groups,
+    run_many,
+    run_with_grad,
+    world,
+    world_sum,
+)
+from torch_backend.dtypes import check_reductions
 from torch_backend.groups import (
-    MeshContext,
     check_timeout,
     device_mesh_over_ranks,
     is_device_mesh,
     local_tensor_mode,
-    subset_context,
 )
-from torch_backend.lean import collective_error
-from torch_backend.runners import RUNNERS
-from torch_backend.type_tags import unchecked
-
-Held = list[tuple[Box, torch.Tensor]]
+from torch_backend.tensor_checks import check_cross_block, is_dtensor
 
 
-def as_mesh(mesh: Any, what: str) -> Mesh:
+def mesh_over_ranks(mesh: Any, what: str) -> Mesh:
     """A mesh string, a ``spec_lang.Mesh`` or a named DeviceMesh (its global ranks read
     from its ``mesh`` tensor) as a ``Mesh`` over named ranks."""
     if isinstance(mesh, (str, Mesh)):
@@ -73,7 +70,7 @@ def as_mesh(mesh: Any, what: str) -> Mesh:
 def plan(src: TensorType | str, dst: TensorType | str | None, mesh: Any, dst_mesh: Any) -> CrossProgram:
     """The CrossProgram every rank runs (compiled alike on every rank, cached), with every
     check that does not depend on the tensor (a rank may have given no ``dst``)."""
-    m, dm = as_mesh(mesh, "mesh"), as_mesh(dst_mesh, "dst_mesh")
+    m, dm = mesh_over_ranks(mesh, "mesh"), mesh_over_ranks(dst_mesh, "dst_mesh")
     p = lowering.compile(_type_arg(src, "src"), _type_arg(dst, "dst"), m, dst_mesh=dm)
     if p.finish is not None:
         check_reductions(p.finish)
@@ -114,16 +111,18 @@ def _check_world(p: CrossProgram) -> None:
 
 
 @dataclass(frozen=True)
-class Call:
+class CrossMove:
     """One tensor's move as every rank planned it, and the DeviceMesh a DTensor result is
     laid on (None: local tensors out)."""
 
     program: CrossProgram
     out_mesh: Any = None
 
-    def key(self) -> str:
+    def describe(self) -> str:
+        """What the ranks agree on: the types, the meshes, and whether a DTensor comes out."""
         p = self.program
-        return f"{p.src}|{p.src_mesh}|{p.dst}|{p.dst_mesh}|{self.out_mesh is not None}"
+        return f"{p.src} on mesh {p.src_mesh} -> {p.dst} on mesh {p.dst_mesh}" + \
+            (" as a DTensor" if self.out_mesh is not None else "")
 
 
 def redistribute(x: Any, src: TensorType | str | None, dst: TensorType | str | None, mesh: Any, dst_mesh: Any,
@@ -151,7 +150,7 @@ def redistribute_many(xs: Sequence[Any], srcs: Sequence[TensorType | str | None]
     _world_checks()
     me = dist.get_rank()
     error: SpecError | None = None
-    calls: list[Call] = []
+    calls: list[CrossMove] = []
     locals_: list[torch.Tensor | None] = []
     try:
         if isinstance(xs, torch.Tensor) or not isinstance(xs, Sequence):
@@ -166,7 +165,7 @@ def redistribute_many(xs: Sequence[Any], srcs: Sequence[TensorType | str | None]
             calls.append(call)
             locals_.append(local)
         for i, (call, local) in enumerate(zip(calls, locals_, strict=True)):
-            error = error or _check_block(local, call.program, me, None if one else i) \
+            error = error or check_cross_block(local, call.program, me, None if one else i) \
                 or _check_grad(local, call.program)
     except SpecError as e:
         error = e
@@ -174,8 +173,7 @@ def redistribute_many(xs: Sequence[Any], srcs: Sequence[TensorType | str | None]
         error = _bad_argument(e)
     device = _device(next((t for t in locals_ if t is not None), None))
     wants = [_wants_grad(t) for t in locals_] if error is None else []
-    codes = _agree(error, "|".join(c.key() for c in calls) if error is None else "", me, device, timeout,
-                   _grad_code(wants))
+    codes = _agree(error, "; ".join(c.describe() for c in calls), timeout, _grad_code(wants))
     assert error is None  # _agree raised it
     backend = str(dist.get_backend())
     programs = [c.program for c in calls]
@@ -189,19 +187,19 @@ def redistribute_many(xs: Sequence[Any], srcs: Sequence[TensorType | str | None]
 
 
 def _resolve(x: Any, src: TensorType | str | None, dst: TensorType | str | None, mesh: Any, dst_mesh: Any,
-             me: int) -> tuple[Call, torch.Tensor | None]:
+             me: int) -> tuple[CrossMove, torch.Tensor | None]:
     """The call's program and this rank's local block (a DTensor taken apart)."""
-    if _is_dtensor(x):
+    if is_dtensor(x):
         if mesh is None:
             mesh = x.device_mesh
-        elif as_mesh(mesh, "mesh") != as_mesh(x.device_mesh, "the DTensor's mesh"):
-            raise SpecError(f"the mesh {as_mesh(mesh, 'mesh')} does not match the DTensor's DeviceMesh "
-                            f"{as_mesh(x.device_mesh, 'the DTensor mesh')}",
+        elif mesh_over_ranks(mesh, "mesh") != mesh_over_ranks(x.device_mesh, "the DTensor's mesh"):
+            raise SpecError(f"the mesh {mesh_over_ranks(mesh, 'mesh')} does not match the DTensor's DeviceMesh "
+                            f"{mesh_over_ranks(x.device_mesh, 'the DTensor mesh')}",
                             hint="drop mesh= on the ranks holding the DTensor, or pass its own device_mesh")
         actual = _dtensor_type(x)
         if src is None:
             src = actual
-        elif not _same_layout(src, actual, as_mesh(mesh, "mesh")):
+        elif not _same_layout(src, actual, mesh_over_ranks(mesh, "mesh")):
             raise SpecError(f"the source type {src} does not match the DTensor, which is {actual}",
                             hint="drop the source type (it is read from the DTensor) or write "
                                  f"{actual}")
@@ -217,20 +215,13 @@ def _resolve(x: Any, src: TensorType | str | None, dst: TensorType | str | None,
     p = plan(src, dst, mesh, dst_mesh)
     _check_world(p)
     out_mesh = dst_mesh if is_device_mesh(dst_mesh) and is_device_mesh(mesh) else None
-    return Call(p, out_mesh), local
-
-
-def _is_dtensor(x: Any) -> bool:
-    import sys
-
-    cls = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
-    return cls is not None and isinstance(x, cls)
+    return CrossMove(p, out_mesh), local
 
 
 def _dtensor_type(x: Any) -> TensorType:
     from lowering.placements import from_placements
 
-    m = as_mesh(x.device_mesh, "the DTensor's mesh")
+    m = mesh_over_ranks(x.device_mesh, "the DTensor's mesh")
     return from_placements(tuple(x.placements), Mesh(m.names, m.sizes), tuple(x.shape), x.dtype)
 
 
@@ -245,7 +236,7 @@ def _same_layout(stated: TensorType | str, actual: TensorType, mesh: Mesh) -> bo
             and bool((lowering.boxes(s, plain) == lowering.boxes(actual, plain)).all()))
 
 
-def _output(y: torch.Tensor | None, call: Call, me: int) -> Any:
+def _output(y: torch.Tensor | None, call: CrossMove, me: int) -> Any:
     # a rank off the destination mesh gets None, or the stand-in its backward starts from
     if y is None or call.out_mesh is None or me not in call.program.dst_mesh.global_ranks:
         return y
@@ -269,27 +260,42 @@ def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Any, dst_m
     a gradient, every source block must then require grad, and the backward's groups are
     made now; a rank off the destination mesh gets the stand-in its backward starts from,
     as ``redistribute`` gives it."""
+    programs, backs, timeout = _prepared([src], [dst], mesh, dst_mesh, timeout, requires_grad)
+    return CrossRedistributor(programs[0], timeout, backs[0])
+
+
+def _prepared(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Any, dst_mesh: Any,
+              timeout: timedelta | float | None,
+              requires_grad: bool) -> tuple[tuple[CrossProgram, ...], tuple[CrossProgram | None, ...], timedelta | None]:
+    """What preparing a cross-mesh call does, for one tensor or many: every program
+    compiled and checked, and the world agreed, every rank alike, before any message; the
+    backward's programs (``requires_grad``) with their groups made now."""
     timeout = check_timeout(timeout)
     _world_checks()
-    me = dist.get_rank()
-    back = None
+    programs: list[CrossProgram] = []
+    backs: list[CrossProgram | None] = []
+    error = None
     try:
         if not isinstance(requires_grad, bool):
             raise SpecError(f"requires_grad must be True or False, got {requires_grad!r}",
                             hint="pass requires_grad=True where the calls carry a gradient")
-        p = plan(src, dst, mesh, dst_mesh)
-        _check_world(p)
-        back = backward_program(p) if requires_grad else None
-        error = None
+        if not (len(srcs) == len(dsts)) or not srcs:
+            raise SpecError(f"got {len(srcs)} source types and {len(dsts)} destination types",
+                            hint="pass one source and one destination type per tensor (at least one)")
+        for s, d in zip(srcs, dsts, strict=True):
+            programs.append(plan(s, d, mesh, dst_mesh))
+            _check_world(programs[-1])
+            backs.append(cross_backward_program(programs[-1]) if requires_grad else None)
     except SpecError as e:
         error = e
     except (TypeError, AttributeError, IndexError, KeyError) as e:  # an argument of the wrong kind
         error = _bad_argument(e)
-    device = _device(None)
-    _agree(error, f"{Call(p).key()}|grad={requires_grad}" if error is None else "", me, device, timeout)
-    if back is not None:
-        _finish_groups(back, timeout, str(dist.get_backend()))
-    return CrossRedistributor(p, timeout, back)
+    _agree(error, "; ".join(CrossMove(p).describe() for p in programs) + (", requires_grad=True" if requires_grad else ""),
+           timeout)
+    for back in backs:
+        if back is not None:
+            finish_groups(back, timeout, str(dist.get_backend()))
+    return tuple(programs), tuple(backs), timeout
 
 
 class CrossRedistributor:
@@ -307,7 +313,7 @@ class CrossRedistributor:
         p, timeout = self.program, self.timeout
         me = dist.get_rank()
         carries = self.back is not None and torch.is_grad_enabled()
-        error = _check_block(x, p, me, None) or self._check_grad(x, carries, me)
+        error = check_cross_block(x, p, me, None) or self._check_grad(x, carries, me)
         if error is not None:
             raise error
         device = _device(x)
@@ -338,24 +344,8 @@ def redistributor_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorTy
                        dst_mesh: Any, *, timeout: timedelta | float | None = None) -> CrossManyRedistributor:
     """``redistribute_many(..., dst_mesh=)`` prepared for many calls (a weight sync after
     every update): the programs compiled and the world agreed now, every rank alike."""
-    timeout = check_timeout(timeout)
-    _world_checks()
-    me = dist.get_rank()
-    programs: list[CrossProgram] = []
-    error = None
-    try:
-        if not (len(srcs) == len(dsts)) or not srcs:
-            raise SpecError(f"got {len(srcs)} source types and {len(dsts)} destination types",
-                            hint="pass one source and one destination type per tensor (at least one)")
-        for s, d in zip(srcs, dsts, strict=True):
-            programs.append(plan(s, d, mesh, dst_mesh))
-            _check_world(programs[-1])
-    except SpecError as e:
-        error = e
-    except (TypeError, AttributeError, IndexError, KeyError) as e:  # an argument of the wrong kind
-        error = _bad_argument(e)
-    _agree(error, "|".join(Call(p).key() for p in programs) if error is None else "", me, _device(None), timeout)
-    return CrossManyRedistributor(tuple(programs), timeout)
+    programs, _, timeout = _prepared(srcs, dsts, mesh, dst_mesh, timeout, False)
+    return CrossManyRedistributor(programs, timeout)
 
 
 class CrossManyRedistributor:
@@ -372,7 +362,7 @@ class CrossManyRedistributor:
             raise SpecError(f"expected a sequence of {len(self.programs)} blocks (None off the source mesh)",
                             hint="pass one block per tensor the redistributor was prepared for")
         for i, (p, x) in enumerate(zip(self.programs, xs, strict=True)):
-            error = _check_block(x, p, me, i)
+            error = check_cross_block(x, p, me, i)
             if error is None and _wants_grad(x):
                 error = SpecError("a prepared joint cross-mesh move does not carry gradients yet",
                                   hint="detach the tensors or run under torch.no_grad(), or move them with "
@@ -394,20 +384,10 @@ def _check_grad(x: object, p: CrossProgram) -> SpecError | None:
     if not _wants_grad(x):
         return None
     try:
-        backward_program(p)
+        cross_backward_program(p)
     except SpecError as e:
         return e
     return None
-
-
-def backward_program(p: CrossProgram) -> CrossProgram:
-    """The gradient's move: ``dual(dst)`` on the destination mesh back to ``dual(src)`` on
-    the source mesh (compiled alike on every rank, cached)."""
-    check_differentiable(p.src, p.dst)
-    back = lowering.compile(dual_type(p.dst), dual_type(p.src), p.dst_mesh, dst_mesh=p.src_mesh)
-    if back.finish is not None:
-        check_reductions(back.finish)
-    return back
 
 
 GRAD_MODE = 1  # the bit of a rank's grad code (``_grad_code``) that says grad mode is on
@@ -460,118 +440,7 @@ def _carries_grad(codes: Sequence[int], wants: Sequence[bool], p: CrossProgram, 
     if pattern == _pattern([True] * n):
         return [True] * n
     flags = torch.tensor([int(w) for w in wants] if me == src[0] else [0] * n, dtype=torch.int64, device=device)
-    return [c > 0 for c in _all_reduce(flags, me, timeout, "learning which tensors carry a gradient")]
-
-
-def _finish_groups(p: CrossProgram, timeout: timedelta | None, backend: str) -> MeshContext | None:
-    """The groups of ``p``'s finish on its source mesh, made alike on every rank of the
-    world that calls this (``subset_context``); this rank's context, None off that mesh."""
-    f = p.finish
-    if f is None:
-        return None
-    axes = [s.axes for s in f.steps if s.is_collective]
-    return subset_context(f.mesh, p.src_mesh.global_ranks, axes, timeout=timeout, backend=backend)
-
-
-@dataclass(frozen=True)
-class GradRun:
-    """An agreed joint call that carries gradients: which tensors do, and their backward
-    programs (None for the others)."""
-
-    programs: tuple[CrossProgram, ...]
-    carries: tuple[bool, ...]
-    backs: tuple[CrossProgram | None, ...]
-    me: int
-    device: torch.device
-    timeout: timedelta | None
-    backend: str
-
-
-def run_with_grad(xs: Sequence[torch.Tensor | None], programs: Sequence[CrossProgram], carries: Sequence[bool],
-                  me: int, device: torch.device, timeout: timedelta | None, backend: str,
-                  backs: Sequence[CrossProgram | None] | None = None) -> list[torch.Tensor | None]:
-    """An agreed call some of whose tensors carry a gradient, run on every rank of the
-    world. The backward's groups are made first, while every rank takes part (a backward
-    runs only on the ranks of the two meshes, and makes no group). A rank on either mesh
-    records the move on the autograd graph: off the destination it gets an empty
-    stand-in per tensor that carries a gradient, whose backward receives the gradient
-    blocks; off the source its outputs hang on empty leaves. A rank on neither mesh gets
-    None and takes no part in the backward."""
-    if backs is None:
-        backs = [backward_program(p) if c else None for p, c in zip(programs, carries, strict=True)]
-    for back in backs:
-        if back is not None:
-            _finish_groups(back, timeout, backend)
-    p = programs[0]  # every tensor of a joint call moves between the same two meshes
-    if me not in p.src_mesh.global_ranks and me not in p.dst_mesh.global_ranks:
-        with torch.no_grad():
-            return run_many(programs, xs, me, device, timeout, backend)
-    held = [torch.empty(0, device=device, requires_grad=True) if x is None and c else x
-            for x, c in zip(xs, carries, strict=True)]
-    run = GradRun(tuple(programs), tuple(carries), tuple(backs), me, device, timeout, backend)
-    return list(CrossRedistribute.apply(run, *held))
-
-
-class CrossRedistribute(torch.autograd.Function):
-    """The backward of ``src`` on ``mesh`` -> ``dst`` on ``dst_mesh`` is the cross-mesh
-    program from ``dual(dst)`` on ``dst_mesh`` back to ``dual(src)`` on ``mesh`` (the SPMD
-    type system's duals), run by the ranks of the two meshes; a joint call's gradients
-    move back as one joint program."""
-
-    @staticmethod
-    def forward(ctx: Any, run: GradRun, *held: Any) -> tuple[torch.Tensor | None, ...]:
-        ctx.run = run
-        on_src = run.me in run.programs[0].src_mesh.global_ranks
-        ys = run_many(run.programs, [x if on_src else None for x in held], run.me, run.device, run.timeout,
-                      run.backend)
-        # off the destination: the stand-in a tensor's backward starts from
-        outs = [x.new_empty(0) if y is None and c else y for x, y, c in zip(held, ys, run.carries, strict=True)]
-        ctx.mark_non_differentiable(*[y for y, c in zip(outs, run.carries, strict=True) if y is not None and not c])
-        return tuple(outs)
-
-    @staticmethod
-    def backward(ctx: Any, *gs: Any) -> tuple[Any, ...]:
-        run: GradRun = ctx.run
-        which = [i for i, c in enumerate(run.carries) if c]
-        backs: list[CrossProgram] = []
-        for i in which:
-            back = run.backs[i]
-            assert back is not None  # a tensor that carries a gradient has its backward program
-            backs.append(back)
-        on_dst = run.me in run.programs[0].dst_mesh.global_ranks
-        # autograd gives a zero gradient for an output the loss did not reach
-        ins = [gs[i].contiguous() if on_dst else None for i in which]
-        with torch.no_grad():
-            dxs = run_many(backs, ins, run.me, run.device, run.timeout, run.backend)
-        grads: list[torch.Tensor | None] = [None] * len(run.carries)
-        for i, dx in zip(which, dxs, strict=True):
-            grads[i] = dx
-        return (None, *grads)
-
-
-def _check_block(x: object, p: CrossProgram, me: int, i: int | None) -> SpecError | None:
-    which = "" if i is None else f" (tensor {i})"
-    on_src = p.src_mesh.global_ranks
-    if me not in on_src:
-        if x is not None:
-            return SpecError(f"rank {me} is off the source mesh {p.src_mesh} but was given a tensor{which}",
-                             hint="pass x=None on the ranks outside the source mesh")
-        return None
-    if x is None:
-        return SpecError(f"rank {me} is on the source mesh {p.src_mesh} but was given None{which}",
-                         hint=f"pass this rank's block of {p.src}")
-    if not isinstance(x, torch.Tensor):
-        return SpecError(f"expected a torch.Tensor on rank {me}{which}, got {type(x).__name__}",
-                         hint=f"pass this rank's block of {p.src} as a tensor")
-    want = local_shapes(p.src, p.src_mesh)[on_src.index(me)]
-    if tuple(x.shape) != tuple(want):
-        return SpecError(f"rank {me}'s block{which} has shape {list(x.shape)}, the source type {p.src} gives it "
-                         f"{list(want)} on mesh {p.src_mesh}", hint="pass this rank's own block of the source type")
-    dtype = to_torch_dtype(p.src.dtype)
-    if x.dtype != dtype:
-        return SpecError(f"rank {me}'s block{which} is {x.dtype}, the source type {p.src} says {dtype}",
-                         hint=f"convert it with x.to({dtype})")
-    return None
+    return [c > 0 for c in world_sum(flags, me, timeout, "learning which tensors carry a gradient")]
 
 
 def _device(x: torch.Tensor | None) -> torch.device:
@@ -586,247 +455,14 @@ def _call_hash(key: str) -> int:
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=7).digest(), "big")
 
 
-def _all_reduce(flags: torch.Tensor, me: int, timeout: timedelta | None, what: str) -> list[int]:
-    """The sum of ``flags`` over the world, as ints (a failure names who is at fault)."""
-    try:
-        with unchecked():  # shardc's own collective: outside the SPMD type checker (typecheck(strict=True))
-            work = dist.all_reduce(flags, async_op=True)
-        assert work is not None
-        if timeout is None:
-            work.wait()
-        else:
-            work.wait(timeout)
-    except RuntimeError as e:
-        from torch_backend.faults import collective_failure
-
-        raise collective_failure(f"rank {me}: {what}", e, list(range(dist.get_world_size())), me, timeout) from e
-    return flags.tolist()
-
-
-def _agree(error: SpecError | None, key: str, me: int, device: torch.device, timeout: timedelta | None,
-           grad: int = 0) -> list[int]:
-    """One all_reduce over the world of which ranks failed their checks and which call each
-    made (a hash): a call wrong, or different, on some ranks fails on every rank, before
-    any message. Each rank's ``grad`` code (``_grad_code``) comes back, one per rank."""
-    world = dist.get_world_size()
-    flags = torch.zeros(3 * world, dtype=torch.int64, device=device)
-    flags[me] = error is not None
-    flags[world + me] = _call_hash(key) if error is None else 0
-    flags[2 * world + me] = grad
-    got = _all_reduce(flags, me, timeout, "agreeing on the cross-mesh call's checks")
-    if error is not None:
-        raise error
-    bad = [r for r in range(world) if got[r]]
-    if bad:
-        raise SpecError(f"rank(s) {bad} failed their checks of the cross-mesh call; no rank sent anything",
-                        hint="see those ranks' errors: each rank of the source mesh passes its block, every "
-                             "other rank None, and every rank the same types and meshes")
-    hashes = got[world:2 * world]
-    odd = [r for r in range(world) if hashes[r] != hashes[me]]
-    if odd:
-        raise SpecError(f"rank(s) {odd} made a different cross-mesh call from rank {me}'s "
-                        f"({key.replace('|', ' ')}); no rank sent anything",
-                        hint="every rank of the world passes the same types, meshes and dst_mesh")
-    return got[2 * world:]
-
-
-# ---- running ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Piece:
-    """One box of tensor ``i`` in a message: ``nbytes`` at ``offset`` of the buffer."""
-
-    i: int
-    box: Box
-    offset: int
-    nbytes: int
-
-
-@dataclass(frozen=True)
-class Message:
-    peer: int
-    pieces: tuple[Piece, ...]
-    nbytes: int
-
-
-@dataclass(frozen=True)
-class Round:
-    sends: tuple[Message, ...]
-    recvs: tuple[Message, ...]
-
-
-def _numel(box: Box) -> int:
-    n = 1
-    for lo, hi in box:
-        n *= hi - lo
-    return n
-
-
-def _messages(per_tensor: Sequence[tuple[Transfer, ...]], peer_of: Any, items: Sequence[int]) -> tuple[Message, ...]:
-    """One message per peer, every tensor's boxes for it packed, largest items first (so
-    each piece starts aligned for its dtype), then by tensor and box: sender and receiver
-    derive the same order from their own parts."""
-    by_peer: dict[int, list[tuple[int, int, Box]]] = {}
-    for i, transfers in enumerate(per_tensor):
-        for t in transfers:
-            if _numel(t.box):
-                by_peer.setdefault(peer_of(t), []).append((-items[i], i, t.box))
-    out = []
-    for peer in sorted(by_peer):
-        pieces, at = [], 0
-        for neg_item, i, box in sorted(by_peer[peer]):
-            n = _numel(box) * -neg_item
-            pieces.append(Piece(i, box, at, n))
-            at += n
-        out.append(Message(peer, tuple(pieces), at))
-    return tuple(out)
-
-
-def rounds(programs: Sequence[CrossProgram], me: int) -> tuple[Round, ...]:
-    """This rank's rounds of a joint run: round k holds every program's k-th step."""
-    key = (tuple(id(p) for p in programs), me)
-    hit = _ROUNDS.get(key)
-    if hit is not None and all(a is b for a, b in zip(hit[0], programs, strict=True)):
-        return hit[1]
-    parts = [p.rank_part(me) for p in programs]
-    items = [p.src.itemsize for p in programs]
-    out = []
-    for k in range(max(len(part) for part in parts)):
-        step = [part[k] if k < len(part) else ((), ()) for part in parts]
-        out.append(Round(_messages([s for s, _ in step], lambda t: t.receiver, items),
-                         _messages([r for _, r in step], lambda t: t.sender, items)))
-    if len(_ROUNDS) > 256:
-        _ROUNDS.clear()
-    _ROUNDS[key] = (tuple(programs), tuple(out))
-    return tuple(out)
-
-
-_ROUNDS: dict[tuple[tuple[int, ...], int], tuple[tuple[CrossProgram, ...], tuple[Round, ...]]] = {}
-
-
-def run_many(programs: Sequence[CrossProgram], xs: Sequence[torch.Tensor | None], me: int, device: torch.device,
-             timeout: timedelta | None, backend: str) -> list[torch.Tensor | None]:
-    """The checked programs on this rank: each one's finish on its source mesh, then the
-    joint rounds; this rank's block of each destination (None off its mesh)."""
-    held: list[Held] = []
-    outs: list[tuple[Box, torch.Tensor] | None] = []
-    dtypes = [to_torch_dtype(p.src.dtype) for p in programs]
-    for p, x, dtype in zip(programs, xs, dtypes, strict=True):
-        x = _finish(p, x, me, timeout, backend)
-        on_src, on_dst = p.src_mesh.global_ranks, p.dst_mesh.global_ranks
-        held.append([(_box(cross_boxes(p.sent, p.src_mesh)[on_src.index(me)]), x)] if x is not None else [])
-        if me in on_dst:
-            j = on_dst.index(me)
-            shape = local_shapes(p.dst, p.dst_mesh)[j]
-            outs.append((_box(cross_boxes(p.dst, p.dst_mesh)[j]), torch.empty(shape, dtype=dtype, device=device)))
-        else:
-            outs.append(None)
-    placed: list[set[Box]] = [set() for _ in programs]
-    for rnd in rounds(programs, me):
-        for i, piece, in_place in _round(held, outs, rnd, dtypes, device):
-            held[i].append(piece)
-            if in_place:
-                placed[i].add(piece[0])
-    for h, out, done in zip(held, outs, placed, strict=True):
-        if out is not None:
-            _assemble(h, done, *out)
-    return [None if out is None else out[1] for out in outs]
-
-
-def _finish(p: CrossProgram, x: torch.Tensor | None, me: int, timeout: timedelta | None,
-            backend: str) -> torch.Tensor | None:
-    """The pending sums finished on the source mesh. Every rank of the world makes the
-    source mesh's groups alike (``subset_context``); only its ranks run the steps."""
-    ctx = _finish_groups(p, timeout, backend)
-    if ctx is None or x is None:
-        return x
-    assert p.finish is not None  # a context only where there is a finish
-    return _run_steps(p.finish, ctx, x)
-
-
-def _run_steps(f: lowering.Program, ctx: MeshContext, x: torch.Tensor) -> torch.Tensor:
-    y = x
-    for k, step in enumerate(f.steps):
-        collective = step.is_collective and f.mesh.group_size(step.axes) > 1
-        members = ctx.group(step.axes, ctx.rank).members if collective else (ctx.rank,)
-        try:
-            y = RUNNERS[step.kind](ctx, step, {ctx.rank: rank_pieces(step, f.mesh, ctx.rank, members)}, y)
-        except RuntimeError as e:
-            if not collective:
-                raise
-            raise collective_error(ctx, f, k, step, e) from e
-    return y
-
-
-def _box(b: Any) -> Box:
-    return tuple((int(lo), int(hi)) for lo, hi in b)
-
-
-def _round(held: list[Held], outs: Sequence[tuple[Box, torch.Tensor] | None], rnd: Round,
-           dtypes: Sequence[torch.dtype], device: torch.device) -> list[tuple[int, tuple[Box, torch.Tensor], bool]]:
-    """One batched round of point-to-point messages; the pieces this rank received (and
-    whether each landed in its output already). A message of one piece goes without a
-    copy where it can: sent from a contiguous block as it is, received into the
-    contiguous run of the output it fills."""
-    ops, incoming = [], []
-    for m in rnd.sends:
-        if len(m.pieces) == 1 and (t := _cut(held[m.pieces[0].i], m.pieces[0].box)).is_contiguous():
-            buf = t.reshape(-1).view(torch.uint8)
-        else:
-            buf = torch.empty(m.nbytes, dtype=torch.uint8, device=device)
-            for pc in m.pieces:
-                _view(buf, pc, dtypes[pc.i]).copy_(_cut(held[pc.i], pc.box))
-        ops.append(dist.P2POp(dist.isend, buf, m.peer))
-    for m in rnd.recvs:
-        run = output_run(outs[m.pieces[0].i], m.pieces[0].box) if len(m.pieces) == 1 else None
-        buf = torch.empty(m.nbytes, dtype=torch.uint8, device=device) if run is None else run.view(torch.uint8)
-        ops.append(dist.P2POp(dist.irecv, buf, m.peer))
-        incoming.append((m, buf, run is not None))
-    if ops:
-        for req in dist.batch_isend_irecv(ops):
-            req.wait()
-    return [(pc.i, (pc.box, _view(buf, pc, dtypes[pc.i])), in_place)
-            for m, buf, in_place in incoming for pc in m.pieces]
-
-
-def output_run(out: tuple[Box, torch.Tensor] | None, box: Box) -> torch.Tensor | None:
-    """The flat run of the output that the global ``box`` fills, where it is one run
-    (dims before the one it cuts of extent 1, dims after it whole), else None."""
-    if out is None:
-        return None
-    at, t = out
-    if not all(olo <= lo and hi <= ohi for (lo, hi), (olo, ohi) in zip(box, at, strict=True)):
-        return None
-    k = next((k for k, (lo, hi) in enumerate(box) if hi - lo != 1), len(box))
-    if any(b != o for b, o in zip(box[k + 1:], at[k + 1:], strict=True)):
-        return None
-    flat, n = 0, 1
-    for (lo, _), (olo, ohi) in reversed(list(zip(box, at, strict=True))):
-        flat += (lo - olo) * n
-        n *= ohi - olo
-    return t.view(-1)[flat:flat + _numel(box)]
-
-
-def _view(buf: torch.Tensor, pc: Piece, dtype: torch.dtype) -> torch.Tensor:
-    return buf[pc.offset:pc.offset + pc.nbytes].view(dtype).view([hi - lo for lo, hi in pc.box])
-
-
-def _cut(held: Held, box: Box) -> torch.Tensor:
-    for b, t in held:
-        if all(blo <= lo and hi <= bhi for (lo, hi), (blo, bhi) in zip(box, b, strict=True)):
-            return t[tuple(slice(lo - blo, hi - blo) for (lo, hi), (blo, _) in zip(box, b, strict=True))]
-    raise AssertionError(f"rank asked to send {box}, which it does not hold")
-
-
-def _assemble(held: Held, placed: set[Box], box: Box, out: torch.Tensor) -> None:
-    """Fill the rest of the output from the pieces held (those received in place are there)."""
-    for b, t in held:
-        if b in placed:
-            continue
-        lo = [max(a[0], c[0]) for a, c in zip(box, b, strict=True)]
-        hi = [min(a[1], c[1]) for a, c in zip(box, b, strict=True)]
-        if any(h <= lo_ for lo_, h in zip(lo, hi, strict=True)):
-            continue
-        out[tuple(slice(l_ - a[0], h - a[0]) for l_, h, a in zip(lo, hi, box, strict=True))] = \
-            t[tuple(slice(l_ - c[0], h - c[0]) for l_, h, c in zip(lo, hi, b, strict=True))]
+def _agree(error: SpecError | None, call: str, timeout: timedelta | None, grad: int = 0) -> list[int]:
+    """The one agreement (``agree.compare_gathering``) over the world, before any message: a call
+    wrong, or different, on some ranks fails on every rank, naming the ranks at fault and
+    what they passed. Each rank's ``grad`` code (``_grad_code``) comes back, one per rank."""
+    ctx = world(timeout)
+    bad, codes = compare_gathering(ctx, call if error is None else None, error, grad, lead="a cross-mesh call",
+                          hint="every rank of the world passes the same types, meshes and dst_mesh, its block on "
+                               "the source mesh and None elsewhere; no rank sent anything")
+    if bad is not None:
+        raise bad
+    return [codes[r] for r in range(ctx.mesh.size)]

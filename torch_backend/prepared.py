@@ -24,15 +24,14 @@ from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from torch_backend import traced
 from torch_backend.agree import Checks, agreed, describe
-from torch_backend.api import agree_default, agreed_program, agreeing, bound_for, check_agree
-from torch_backend.bound import Bound
-from torch_backend.groups import context
+from torch_backend.api import agree_default, agreed_bound, agreeing, bound_for, check_agree
+from torch_backend.bound import BoundCall
 
 
 class Redistributor:
     """A compiled, bound redistribution; call it on this rank's block."""
 
-    def __init__(self, bound: Bound, agree: bool | None = None) -> None:
+    def __init__(self, bound: BoundCall, agree: bool | None = None) -> None:
         self._bound = bound
         self._agree = agree
 
@@ -133,11 +132,6 @@ def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str
         raise SpecError("requires_grad= is for a move across meshes (with dst_mesh=)",
                         hint="drop it: a call on one mesh carries a gradient whenever its tensor requires grad")
     check_agree(agree)
-    if agreeing(agree):
-        def run(found: Checks) -> None:
-            found.ctx = ctx = context(mesh, timeout=timeout)
-            program = agreed_program(src, dst, ctx)
-            found.call = describe([(program.src, program.dst)], ctx)
-
-        agreed(mesh, run)
-    return Redistributor(bound_for((src,), (dst,), mesh, timeout).prepared(), agree)
+    bound = agreed_bound(None, (src,), (dst,), mesh, timeout)[0] if agreeing(agree) else \
+        bound_for((src,), (dst,), mesh, timeout)
+    return Redistributor(bound.prepared(), agree)

@@ -4,11 +4,17 @@ A kind's type rule, price, pieces, numpy semantics and dual live in ``lowering.k
 its torch execution is a runner ``fn(ctx, step, pieces, x) -> y`` registered here with
 ``@runs("kind")``, where ``pieces`` maps each mesh rank this process plays to its
 ``RankPieces`` and ``x`` is this process's block (a LocalTensor under LocalTensorMode).
+
+A kind may also have a fast runner, registered with ``@fast("kind")``: made once when a
+one-step program is bound on a real group (``lean.lean_run``), it holds the group, the
+output shape and the op, and per call allocates the output and issues the collective,
+nothing else (bit for bit the runner's result: the same collective on the same buffers).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import NoReturn
 
 import torch
 
@@ -30,6 +36,25 @@ def runs(*kinds: str) -> Callable[[Runner], Runner]:
         for k in kinds:
             RUNNERS[k] = fn
         return fn
+
+    return add
+
+
+FastRunner = Callable[[torch.Tensor], torch.Tensor]
+Failed = Callable[[RuntimeError], NoReturn]  # raises a failed collective's error, named
+FastMaker = Callable[[MeshContext, Step, RankPieces, Failed], FastRunner | None]
+
+FAST: dict[str, FastMaker] = {}
+
+
+def fast(*kinds: str) -> Callable[[FastMaker], FastMaker]:
+    """Register ``make(ctx, step, pieces, failed)`` as the fast runner of ``kinds``: this
+    rank's one-step program as one function, or None where the kind's runner must run it."""
+
+    def add(make: FastMaker) -> FastMaker:
+        for k in kinds:
+            FAST[k] = make
+        return make
 
     return add
 

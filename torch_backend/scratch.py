@@ -2,7 +2,7 @@
 
 A step asks ``buffer(plan, role, n, like)`` for a flat buffer of ``n`` elements. Outside a
 prepared program that is a fresh tensor; inside one (``using(scratch)``, set by
-``Bound.run``) it is the buffer this (plan, role, dtype, device) got on the first
+``BoundCall.run``) it is the buffer this (plan, role, dtype, device) got on the first
 call, so a loop of calls allocates nothing after the first, and a CUDA graph captured
 after one warm-up call sees fixed addresses.
 

@@ -6,11 +6,13 @@ repeated call; any other tensor goes through every check (``check_local``)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
+from lowering.cross_mesh import CrossProgram
 from lowering.layout import local_shape, local_shapes
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
@@ -25,9 +27,7 @@ _DEVICE_TEST = {"gloo": "is_cpu", "nccl": "is_cuda"}  # check_local's device rul
 def is_dtensor(x: Any) -> bool:
     """Whether ``x`` is a DTensor. One exists only once torch.distributed.tensor was
     imported: until then nothing is one, and a plain tensor's call does not pay for that
-    import (it loads sympy)."""
-    import sys
-
+    import (seconds: it loads sympy)."""
     cls = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
     return cls is not None and isinstance(x, cls)
 
@@ -130,3 +130,31 @@ def check_shape(shape: tuple[int, ...], t: TensorType, mesh: Mesh, rank: int) ->
             hint += " (this looks like the global tensor: use torch_backend.distribute first)"
         raise SpecError(f"rank {rank}'s tensor has shape {list(shape)}, but {t} gives rank {rank} "
                         f"the shape {list(want)} on mesh {mesh}", text=str(t), pos=str(t).find("["), hint=hint)
+
+
+def check_cross_block(x: object, p: CrossProgram, me: int, i: int | None) -> SpecError | None:
+    """Global rank ``me``'s block ``x`` (tensor ``i`` of a joint call) of a cross-mesh move:
+    None off the source mesh, else a tensor of its block's shape and dtype; the error, as
+    a value (the ranks agree on it before any of them raises)."""
+    which = "" if i is None else f" (tensor {i})"
+    on_src = p.src_mesh.global_ranks
+    if me not in on_src:
+        if x is not None:
+            return SpecError(f"rank {me} is off the source mesh {p.src_mesh} but was given a tensor{which}",
+                             hint="pass x=None on the ranks outside the source mesh")
+        return None
+    if x is None:
+        return SpecError(f"rank {me} is on the source mesh {p.src_mesh} but was given None{which}",
+                         hint=f"pass this rank's block of {p.src}")
+    if not isinstance(x, torch.Tensor):
+        return SpecError(f"expected a torch.Tensor on rank {me}{which}, got {type(x).__name__}",
+                         hint=f"pass this rank's block of {p.src} as a tensor")
+    want = local_shapes(p.src, p.src_mesh)[on_src.index(me)]
+    if tuple(x.shape) != tuple(want):
+        return SpecError(f"rank {me}'s block{which} has shape {list(x.shape)}, the source type {p.src} gives it "
+                         f"{list(want)} on mesh {p.src_mesh}", hint="pass this rank's own block of the source type")
+    dtype = to_torch_dtype(p.src.dtype)
+    if x.dtype != dtype:
+        return SpecError(f"rank {me}'s block{which} is {x.dtype}, the source type {p.src} says {dtype}",
+                         hint=f"convert it with x.to({dtype})")
+    return None

@@ -35,7 +35,9 @@ class Waiting:
 
     def wait(self) -> Any:
         if self.out is None:
-            wait = torch.ops._c10d_functional.wait_tensor
+            from torch_backend import comm
+
+            wait = comm.wait_functional
             if isinstance(self.got, torch.Tensor):
                 done: Any = wait(self.got)
             else:

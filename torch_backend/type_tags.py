@@ -61,7 +61,7 @@ on_clear(_meaning.cache_clear)
 
 def output_tags(program: Program) -> Tags:
     """The per-axis types (and split sizes) of ``program``'s output: what its destination
-    type means on its mesh. Bound programs keep theirs (``Bound.tags``)."""
+    type means on its mesh. Bound programs keep theirs (``BoundCall.tags``)."""
     return _meaning(program.dst, program.mesh)
 
 

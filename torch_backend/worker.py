@@ -21,6 +21,7 @@ import torch.distributed as dist
 
 from lowering.cross_mesh import CrossProgram
 from lowering.program import Program, Step
+from torch_backend import comm
 from torch_backend.data import block, expected_block, global_tensor
 from torch_backend.executor import execute
 from torch_backend.faults import CollectiveError, default_store, failures
@@ -215,7 +216,7 @@ def run_cross_rank(program: CrossProgram, spec: RunSpec, store: Any, device: tor
         if spec.bench:
             totals = []
             for _ in range(spec.bench):
-                dist.barrier()
+                comm.barrier()
                 t0 = time.perf_counter()
                 f(x)
                 totals.append(time.perf_counter() - t0)
@@ -234,8 +235,6 @@ def _widest(t: torch.Tensor) -> torch.Tensor:
 
 def check_output(program: Program, ctx: MeshContext, g: torch.Tensor, y: torch.Tensor) -> bool:
     """This rank's output against the destination's denotation (P axes reduced first)."""
-    from torch_backend import comm
-
     dst, mesh, rank = program.dst, program.mesh, ctx.rank
     want, got = _widest(expected_block(dst, mesh, g, rank)), _widest(y)
     p_axes = tuple(a for a in mesh.names if a in dst.partial_axes)
@@ -252,16 +251,26 @@ def check_output(program: Program, ctx: MeshContext, g: torch.Tensor, y: torch.T
 
 def bench(program: Program, ctx: MeshContext, x: torch.Tensor, spec: RunSpec, rank: int,
           mon: Monitor) -> dict[str, Any]:
-    """Median per-step and total times over ``spec.bench`` runs (after one warm-up)."""
+    """Median per-step and total times over ``spec.bench`` runs (after one warm-up). The
+    total is what a user's ``redistribute`` call runs (its bound call: the checks, the
+    program's fast runner where it has one); each step's time is the interpreter's, run
+    after it, step by step."""
+    from torch_backend.api import bound_for
+
+    bound = bound_for((program.src,), (program.dst,), ctx.mesh, ctx=ctx, programs=(program,))
     steps: list[list[float]] = [[] for _ in program.steps]
     totals: list[float] = []
     bar = _progress(spec.bench) if (spec.progress_bar and rank == 0) else None
     for it in range(spec.bench):
-        dist.barrier()
-        timings: list[float] = []
+        comm.barrier()
         t0 = time.perf_counter()
-        execute(program, x, ctx=ctx, timings=timings)
+        y = bound.call_one(bound.check(x))
+        if y.is_cuda:
+            torch.cuda.synchronize(y.device)
         totals.append(time.perf_counter() - t0)
+        comm.barrier()
+        timings: list[float] = []
+        execute(program, x, ctx=ctx, timings=timings)
         for i, t in enumerate(timings):
             steps[i].append(t)
         mon._set(f"progress/{rank}", str(len(program.steps) * (it + 2)))

@@ -1,6 +1,6 @@
 """The typed per-axis collectives: each call is one Program (``lowering.spmd.programs``),
 bound once in the one cache of bound calls (``api.bound_program``) and run by that
-``Bound`` like every redistribution, its backward the bound's dual: the program of its
+``BoundCall`` like every redistribution, its backward the bound's dual: the program of its
 kinds' duals.
 
 Everything is checked before the first collective: the (src, dst) pair against the
@@ -22,7 +22,7 @@ from spec_lang.errors import SpecError
 from spec_lang.local_type import LocalType
 from torch_backend import comm, traced
 from torch_backend.api import bound_program
-from torch_backend.bound import Bound
+from torch_backend.bound import BoundCall
 from torch_backend.collectives import all_reduce_into
 from torch_backend.comm import local_of
 from torch_backend.dtypes import dtype_name
@@ -235,7 +235,7 @@ def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: Loca
     return attach(y, out, sizes)
 
 
-def _in_place(bound: Bound, x: torch.Tensor) -> torch.Tensor:
+def _in_place(bound: BoundCall, x: torch.Tensor) -> torch.Tensor:
     """The bound program (one all_reduce) run on ``x`` itself: a flat buffer reduced without
     a copy (a non-contiguous one through a contiguous copy, written back)."""
     if bound.check(x) is not x:

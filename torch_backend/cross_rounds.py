@@ -1,0 +1,359 @@
+"""Running a ``lowering.CrossProgram`` on this rank: its pending sums finished on the
+source mesh, then its rounds of point-to-point messages, through the one network module
+(``comm``: each wait bounded by the call's timeout, a failure naming the rank at fault),
+and a cross-mesh move on the one autograd Function (``bound.on_tape``; ``CrossCall``: its
+backward is the move of the duals back, ``cross_backward_program``). ``torch_backend.mesh_transfer`` handles the arguments,
+the checks and the agreement, and calls ``run_many`` or ``run_with_grad``.
+
+Each round runs as one batch of messages on the default group, which needs no group of
+its own: one byte buffer per pair of ranks, its pieces packed in an order both sides
+derive from their own ``CrossProgram.rank_part``; a joint call packs every tensor's pieces
+for the same peer into that one buffer (a state dict is one message per pair of ranks and
+round, not one per tensor).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import lowering
+from lowering.cross_mesh import Box, CrossProgram, Transfer, cut, fill, one_block_each
+from lowering.kinds import rank_pieces
+from lowering.kinds.base import numel
+from lowering.layout import local_shapes
+from spec_lang.dual import check_differentiable, dual_type
+from spec_lang.ir import Mesh
+from torch_backend import collectives, comm, local_steps, uneven_steps  # noqa: F401 - each registers its runners
+from torch_backend.bound import on_tape
+from torch_backend.dtypes import check_reductions, to_torch_dtype
+from torch_backend.groups import MeshContext, context, subset_context
+from torch_backend.lean import collective_error
+from torch_backend.runners import RUNNERS
+
+Held = list[tuple[Box, torch.Tensor]]
+
+
+def cross_backward_program(p: CrossProgram) -> CrossProgram:
+    """The gradient's move: ``dual(dst)`` on the destination mesh back to ``dual(src)`` on
+    the source mesh (compiled alike on every rank, cached)."""
+    check_differentiable(p.src, p.dst)
+    back = lowering.compile(dual_type(p.dst), dual_type(p.src), p.dst_mesh, dst_mesh=p.src_mesh)
+    if back.finish is not None:
+        check_reductions(back.finish)
+    return back
+
+
+def finish_groups(p: CrossProgram, timeout: timedelta | None, backend: str) -> MeshContext | None:
+    """The groups of ``p``'s finish on its source mesh, made alike on every rank of the
+    world that calls this (``subset_context``); this rank's context, None off that mesh."""
+    f = p.finish
+    if f is None:
+        return None
+    axes = [s.axes for s in f.steps if s.is_collective]
+    return subset_context(f.mesh, p.src_mesh.global_ranks, axes, timeout=timeout, backend=backend)
+
+
+@dataclass(frozen=True)
+class CrossCall:
+    """An agreed joint call that carries gradients, as the one autograd Function records
+    it (``bound.on_tape``, the one every bound call runs on): which tensors carry one, and
+    their backward programs (None for the others). The backward of ``src`` on ``mesh`` ->
+    ``dst`` on ``dst_mesh`` is the cross-mesh program from ``dual(dst)`` on ``dst_mesh``
+    back to ``dual(src)`` on ``mesh`` (the SPMD type system's duals), run by the ranks of
+    the two meshes; a joint call's gradients move back as one joint program (``dual``)."""
+
+    programs: tuple[CrossProgram, ...]
+    carries: tuple[bool, ...]
+    backs: tuple[CrossProgram | None, ...]
+    me: int
+    device: torch.device
+    timeout: timedelta | None
+    backend: str
+
+    def run(self, held: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
+        on_src = self.me in self.programs[0].src_mesh.global_ranks
+        ys = run_many(self.programs, [x if on_src else None for x in held], self.me, self.device, self.timeout,
+                      self.backend)
+        # off the destination: the stand-in a tensor's backward starts from
+        return [x.new_empty(0) if y is None and c and x is not None else y
+                for x, y, c in zip(held, ys, self.carries, strict=True)]
+
+    def fixed(self, ys: Sequence[torch.Tensor | None]) -> list[torch.Tensor]:
+        """The outputs that carry no gradient."""
+        return [y for y, c in zip(ys, self.carries, strict=True) if y is not None and not c]
+
+    def zeros(self, j: int) -> None:
+        return None  # autograd gives a zero gradient (or None off both meshes): nothing to fill
+
+    def dual(self) -> CrossDual:
+        return CrossDual(self)
+
+
+@dataclass(frozen=True)
+class CrossDual:
+    """The gradients' move back: the carrying tensors' backward programs, jointly."""
+
+    call: CrossCall
+
+    def run(self, gs: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
+        c = self.call
+        which = [i for i, carries in enumerate(c.carries) if carries]
+        backs: list[CrossProgram] = []
+        for i in which:
+            back = c.backs[i]
+            assert back is not None  # a tensor that carries a gradient has its backward program
+            backs.append(back)
+        on_dst = c.me in c.programs[0].dst_mesh.global_ranks
+        ins = [g.contiguous() if on_dst and g is not None else None for g in (gs[i] for i in which)]
+        with torch.no_grad():
+            dxs = run_many(backs, ins, c.me, c.device, c.timeout, c.backend)
+        grads: list[torch.Tensor | None] = [None] * len(c.carries)
+        for i, dx in zip(which, dxs, strict=True):
+            grads[i] = dx
+        return grads
+
+    def fixed(self, ys: Sequence[torch.Tensor | None]) -> list[torch.Tensor]:
+        return []
+
+    def zeros(self, j: int) -> None:
+        return None
+
+    def dual(self) -> CrossCall:
+        return self.call
+
+
+def run_with_grad(xs: Sequence[torch.Tensor | None], programs: Sequence[CrossProgram], carries: Sequence[bool],
+                  me: int, device: torch.device, timeout: timedelta | None, backend: str,
+                  backs: Sequence[CrossProgram | None] | None = None) -> list[torch.Tensor | None]:
+    """An agreed call some of whose tensors carry a gradient, run on every rank of the
+    world. The backward's groups are made first, while every rank takes part (a backward
+    runs only on the ranks of the two meshes, and makes no group). A rank on either mesh
+    records the move on the autograd graph: off the destination it gets an empty
+    stand-in per tensor that carries a gradient, whose backward receives the gradient
+    blocks; off the source its outputs hang on empty leaves. A rank on neither mesh gets
+    None and takes no part in the backward."""
+    if backs is None:
+        backs = [cross_backward_program(p) if c else None for p, c in zip(programs, carries, strict=True)]
+    for back in backs:
+        if back is not None:
+            finish_groups(back, timeout, backend)
+    p = programs[0]  # every tensor of a joint call moves between the same two meshes
+    if me not in p.src_mesh.global_ranks and me not in p.dst_mesh.global_ranks:
+        with torch.no_grad():
+            return run_many(programs, xs, me, device, timeout, backend)
+    held = [torch.empty(0, device=device, requires_grad=True) if x is None and c else x
+            for x, c in zip(xs, carries, strict=True)]
+    return list(on_tape(CrossCall(tuple(programs), tuple(carries), tuple(backs), me, device, timeout, backend),
+                        *held))
+
+
+def world(timeout: timedelta | None) -> MeshContext:
+    """The default group's world as a one-axis mesh (no group of its own is made for it),
+    with the call's timeout: where a cross-mesh call's agreement and messages run."""
+    return context(_world_mesh(dist.get_world_size()), timeout=timeout)
+
+
+@functools.lru_cache(maxsize=8)
+def _world_mesh(size: int) -> Mesh:
+    return Mesh(("world",), (size,))
+
+
+def world_sum(flags: torch.Tensor, me: int, timeout: timedelta | None, what: str) -> list[int]:
+    """The sum of ``flags`` over the world, as ints (a failure names who is at fault)."""
+    ctx = world(timeout)
+    group = ctx.group(ctx.mesh.names, me)
+    try:
+        comm.all_reduce(ctx, flags, "sum", group)
+    except RuntimeError as e:
+        raise comm.failed(ctx, f"rank {me}: {what}", e, group.members, ctx.mesh.names) from e
+    return flags.tolist()
+
+
+@dataclass(frozen=True)
+class Packed:
+    """One box of tensor ``i`` in a message: ``nbytes`` at ``offset`` of the buffer."""
+
+    i: int
+    box: Box
+    offset: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Message:
+    peer: int
+    pieces: tuple[Packed, ...]
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Round:
+    sends: tuple[Message, ...]
+    recvs: tuple[Message, ...]
+
+
+def _messages(per_tensor: Sequence[tuple[Transfer, ...]], peer_of: Any, items: Sequence[int]) -> tuple[Message, ...]:
+    """One message per peer, every tensor's boxes for it packed, largest items first (so
+    each piece starts aligned for its dtype), then by tensor and box: sender and receiver
+    derive the same order from their own parts."""
+    by_peer: dict[int, list[tuple[int, int, Box]]] = {}
+    for i, transfers in enumerate(per_tensor):
+        for t in transfers:
+            if numel(_extent(t.box)):
+                by_peer.setdefault(peer_of(t), []).append((-items[i], i, t.box))
+    out = []
+    for peer in sorted(by_peer):
+        pieces, at = [], 0
+        for neg_item, i, box in sorted(by_peer[peer]):
+            n = numel(_extent(box)) * -neg_item
+            pieces.append(Packed(i, box, at, n))
+            at += n
+        out.append(Message(peer, tuple(pieces), at))
+    return tuple(out)
+
+
+def rounds(programs: Sequence[CrossProgram], me: int) -> tuple[Round, ...]:
+    """This rank's rounds of a joint run: round k holds every program's k-th step."""
+    key = (tuple(id(p) for p in programs), me)
+    hit = _ROUNDS.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], programs, strict=True)):
+        return hit[1]
+    parts = [p.rank_part(me) for p in programs]
+    items = [p.src.itemsize for p in programs]
+    out = []
+    for k in range(max(len(part) for part in parts)):
+        step = [part[k] if k < len(part) else ((), ()) for part in parts]
+        out.append(Round(_messages([s for s, _ in step], lambda t: t.receiver, items),
+                         _messages([r for _, r in step], lambda t: t.sender, items)))
+    if len(_ROUNDS) > 256:
+        _ROUNDS.clear()
+    _ROUNDS[key] = (tuple(programs), tuple(out))
+    return tuple(out)
+
+
+_ROUNDS: dict[tuple[tuple[int, ...], int], tuple[tuple[CrossProgram, ...], tuple[Round, ...]]] = {}
+
+
+def run_many(programs: Sequence[CrossProgram], xs: Sequence[torch.Tensor | None], me: int, device: torch.device,
+             timeout: timedelta | None, backend: str) -> list[torch.Tensor | None]:
+    """The checked programs on this rank: each one's finish on its source mesh, then the
+    joint rounds; this rank's block of each destination (None off its mesh)."""
+    held: list[Held] = []
+    outs: list[tuple[Box, torch.Tensor] | None] = []
+    dtypes = [to_torch_dtype(p.src.dtype) for p in programs]
+    for p, x, dtype in zip(programs, xs, dtypes, strict=True):
+        x = _finish(p, x, me, timeout, backend)
+        on_src, on_dst = p.src_mesh.global_ranks, p.dst_mesh.global_ranks
+        held.append([(_box(one_block_each(p.sent, p.src_mesh)[on_src.index(me)]), x)] if x is not None else [])
+        if me in on_dst:
+            j = on_dst.index(me)
+            shape = local_shapes(p.dst, p.dst_mesh)[j]
+            outs.append((_box(one_block_each(p.dst, p.dst_mesh)[j]), torch.empty(shape, dtype=dtype, device=device)))
+        else:
+            outs.append(None)
+    placed: list[set[Box]] = [set() for _ in programs]
+    ctx = world(timeout)
+    for k, rnd in enumerate(rounds(programs, me)):
+        for i, piece, in_place in _round(ctx, k, held, outs, rnd, dtypes, device):
+            held[i].append(piece)
+            if in_place:
+                placed[i].add(piece[0])
+    for h, out, done in zip(held, outs, placed, strict=True):
+        if out is not None:  # the rest of the output from the pieces held (those received in place are there)
+            fill(out[1], out[0], h, done)
+    return [None if out is None else out[1] for out in outs]
+
+
+def _finish(p: CrossProgram, x: torch.Tensor | None, me: int, timeout: timedelta | None,
+            backend: str) -> torch.Tensor | None:
+    """The pending sums finished on the source mesh. Every rank of the world makes the
+    source mesh's groups alike (``subset_context``); only its ranks run the steps."""
+    ctx = finish_groups(p, timeout, backend)
+    if ctx is None or x is None:
+        return x
+    assert p.finish is not None  # a context only where there is a finish
+    return _run_steps(p.finish, ctx, x)
+
+
+def _run_steps(f: lowering.Program, ctx: MeshContext, x: torch.Tensor) -> torch.Tensor:
+    y = x
+    for k, step in enumerate(f.steps):
+        collective = step.is_collective and f.mesh.group_size(step.axes) > 1
+        members = ctx.group(step.axes, ctx.rank).members if collective else (ctx.rank,)
+        try:
+            y = RUNNERS[step.kind](ctx, step, {ctx.rank: rank_pieces(step, f.mesh, ctx.rank, members)}, y)
+        except RuntimeError as e:
+            if not collective:
+                raise
+            raise collective_error(ctx, f, k, step, e) from e
+    return y
+
+
+def _box(b: Any) -> Box:
+    return tuple((int(lo), int(hi)) for lo, hi in b)
+
+
+def _round(ctx: MeshContext, k: int, held: list[Held], outs: Sequence[tuple[Box, torch.Tensor] | None], rnd: Round,
+           dtypes: Sequence[torch.dtype], device: torch.device) -> list[tuple[int, tuple[Box, torch.Tensor], bool]]:
+    """One batched round of point-to-point messages; the pieces this rank received (and
+    whether each landed in its output already). A message of one piece goes without a
+    copy where it can: sent from a contiguous block as it is, received into the
+    contiguous run of the output it fills."""
+    sends, recvs, incoming = [], [], []
+    for m in rnd.sends:
+        if len(m.pieces) == 1 and (t := cut(held[m.pieces[0].i], m.pieces[0].box)).is_contiguous():
+            buf = t.reshape(-1).view(torch.uint8)
+        else:
+            buf = torch.empty(m.nbytes, dtype=torch.uint8, device=device)
+            for pc in m.pieces:
+                _view(buf, pc, dtypes[pc.i]).copy_(cut(held[pc.i], pc.box))
+        sends.append((buf, m.peer))
+    for m in rnd.recvs:
+        run = output_run(outs[m.pieces[0].i], m.pieces[0].box) if len(m.pieces) == 1 else None
+        buf = torch.empty(m.nbytes, dtype=torch.uint8, device=device) if run is None else run.view(torch.uint8)
+        recvs.append((buf, m.peer))
+        incoming.append((m, buf, run is not None))
+    if sends or recvs:
+        group = ctx.group(ctx.mesh.names, ctx.rank)
+        try:
+            comm.messages(ctx, sends, recvs, group)
+        except RuntimeError as e:
+            # the peers of this round are the ones to ask: the other ranks may be done
+            peers = sorted({ctx.rank, *(m.peer for m in rnd.sends), *(m.peer for m in rnd.recvs)})
+            raise comm.failed(ctx, f"rank {ctx.rank}: round {k} of the cross-mesh messages (with ranks "
+                              f"{[q for q in peers if q != ctx.rank]})", e, peers) from e
+    return [(pc.i, (pc.box, _view(buf, pc, dtypes[pc.i])), in_place)
+            for m, buf, in_place in incoming for pc in m.pieces]
+
+
+def output_run(out: tuple[Box, torch.Tensor] | None, box: Box) -> torch.Tensor | None:
+    """The flat run of the output that the global ``box`` fills, where it is one run
+    (dims before the one it cuts of extent 1, dims after it whole), else None."""
+    if out is None:
+        return None
+    at, t = out
+    if not all(olo <= lo and hi <= ohi for (lo, hi), (olo, ohi) in zip(box, at, strict=True)):
+        return None
+    k = next((k for k, (lo, hi) in enumerate(box) if hi - lo != 1), len(box))
+    if any(b != o for b, o in zip(box[k + 1:], at[k + 1:], strict=True)):
+        return None
+    flat, n = 0, 1
+    for (lo, _), (olo, ohi) in reversed(list(zip(box, at, strict=True))):
+        flat += (lo - olo) * n
+        n *= ohi - olo
+    return t.view(-1)[flat:flat + numel(_extent(box))]
+
+
+def _extent(box: Box) -> tuple[int, ...]:
+    return tuple(hi - lo for lo, hi in box)
+
+
+def _view(buf: torch.Tensor, pc: Packed, dtype: torch.dtype) -> torch.Tensor:
+    return buf[pc.offset:pc.offset + pc.nbytes].view(dtype).view(_extent(pc.box))
