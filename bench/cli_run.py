@@ -24,7 +24,11 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.baseline_tree import ROOT, archive
+
 ARGV = ["run", "--mesh", "dp=2", "f32[8@dp]", "f32[8]"]
 
 
@@ -54,12 +58,6 @@ def _once(tree: Path, backend: str) -> dict[str, float]:
     return seen
 
 
-def _archive(rev: str, into: str) -> Path:
-    data = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", into], input=data, check=True)
-    return Path(into)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -68,7 +66,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"this tree": ROOT}
         if args.baseline:
-            trees[args.baseline] = _archive(args.baseline, tmp)
+            trees[args.baseline] = archive(args.baseline, tmp)
         rows: dict[tuple[str, str], list[dict[str, float]]] = {}
         for _ in range(args.rounds):
             for name, tree in trees.items():

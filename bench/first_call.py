@@ -27,7 +27,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.baseline_tree import ROOT, archive
 
 _CHILD = r"""
 import gc, json, sys, tempfile, time
@@ -57,12 +60,6 @@ def _child(tree: Path, code: str) -> dict:
     return json.loads(p.stdout.splitlines()[-1])
 
 
-def _archive(rev: str, into: str) -> Path:
-    data = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", into], input=data, check=True)
-    return Path(into)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7)
@@ -71,7 +68,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"this tree": ROOT}
         if args.baseline:
-            trees[args.baseline] = _archive(args.baseline, tmp)
+            trees[args.baseline] = archive(args.baseline, tmp)
         rows: dict[str, list[dict]] = {name: [] for name in trees}
         bare: list[float] = []
         for _ in range(args.rounds):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from lowering.checks import check_timeout_s
@@ -92,15 +93,7 @@ def run(args: argparse.Namespace) -> int:
                        for _, rep in sorted(result.reports.items())])
     model, fits = fit_model(samples, mesh)
     data = calibration_json(model, fits, backend=result.backend, mesh=mesh, sizes=sizes, iters=args.iters)
-    if args.out is not None:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(json_text(data) + "\n")
-    if args.json:
-        print(json_text({"ok": True, "out": args.out, "model": data,
-                         "samples": [_sample_json(s) for s in samples]}))
-        return 0
-    _print(data, result.world, result.backend, len(samples), args.out)
-    return 0
+    return _report(args, data, samples, result.world, result.backend)
 
 
 def _run_jax(args: argparse.Namespace, mesh: Any, sizes: tuple[int, ...]) -> int:
@@ -122,6 +115,11 @@ def _run_jax(args: argparse.Namespace, mesh: Any, sizes: tuple[int, ...]) -> int
     model = dataclasses.replace(model, local_beta=measure_local(mesh, sizes, args.iters))
     backend = f"jax-{jax.devices()[0].platform}"
     data = calibration_json(model, fits, backend=backend, mesh=mesh, sizes=sizes, iters=args.iters)
+    return _report(args, data, samples, mesh.size, backend)
+
+
+def _report(args: argparse.Namespace, data: dict[str, Any], samples: Sequence[Any], world: int, backend: str) -> int:
+    """The fit written to ``--out`` and shown (as JSON with ``--json``), whichever engine timed it."""
     if args.out is not None:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write(json_text(data) + "\n")
@@ -129,7 +127,7 @@ def _run_jax(args: argparse.Namespace, mesh: Any, sizes: tuple[int, ...]) -> int
         print(json_text({"ok": True, "out": args.out, "model": data,
                          "samples": [_sample_json(s) for s in samples]}))
         return 0
-    _print(data, mesh.size, backend, len(samples), args.out)
+    _print(data, world, backend, len(samples), args.out)
     return 0
 
 
