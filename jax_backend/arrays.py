@@ -21,8 +21,24 @@ from spec_lang.jax_interop import from_jax, mesh_from_jax, to_jax
 
 
 def mesh_devices(jax_mesh: Any) -> list[Any]:
-    """The mesh's devices in rank order."""
+    """The mesh's devices in rank order (a SpecError for anything but a jax Mesh)."""
+    mesh_from_jax(jax_mesh)
     return list(jax_mesh.devices.flat)
+
+
+def check_blocks(blocks: Any, n: int) -> list[Any]:
+    """``blocks`` as a list of ``n`` arrays (anything with a shape), or a SpecError."""
+    if isinstance(blocks, (str, bytes, bytearray)) or not isinstance(blocks, Sequence):
+        raise SpecError(f"expected a list of blocks, got {type(blocks).__name__}",
+                        hint="pass one array per device, in the mesh's row-major order")
+    if len(blocks) != n:
+        raise SpecError(f"got {len(blocks)} blocks for a mesh of {n} devices",
+                        hint="pass one block per device, in the mesh's row-major order")
+    for r, b in enumerate(blocks):
+        if not isinstance(getattr(b, "shape", None), tuple) and not hasattr(b, "__dlpack__"):
+            raise SpecError(f"rank {r}'s block is a {type(b).__name__}, not an array",
+                            hint="pass numpy arrays, jax.Arrays or torch tensors")
+    return list(blocks)
 
 
 def from_blocks(blocks: Sequence[Any], t: TensorType | str, jax_mesh: Any) -> jax.Array:
@@ -32,9 +48,7 @@ def from_blocks(blocks: Sequence[Any], t: TensorType | str, jax_mesh: Any) -> ja
     tt, _ = resolve(t, m)
     sharding = to_jax(tt, jax_mesh)
     devices = mesh_devices(jax_mesh)
-    if len(blocks) != len(devices):
-        raise SpecError(f"got {len(blocks)} blocks for a mesh of {len(devices)} devices",
-                        hint="pass one block per device, in the mesh's row-major order")
+    blocks = check_blocks(blocks, len(devices))
     shapes = local_shapes(tt, m)
     placed = []
     for r, (b, d, want) in enumerate(zip(blocks, devices, shapes)):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from lowering.cost import CostModel
 from spec_lang.ir import Mesh
+from spec_lang.parser import parse_mesh
 
 MODELS = Path(__file__).resolve().parent / "models"
 
@@ -27,10 +28,15 @@ def model_path(mesh: Mesh) -> Path:
     return MODELS / (str(Mesh(mesh.names, mesh.sizes)).replace("=", "-").replace(",", "_") + ".json")
 
 
+def default_cost_model(mesh: Mesh | str) -> CostModel:
+    """The cost model the JAX engine plans with on ``mesh`` (a Mesh or a mesh string): its
+    own fit where one was measured, else the shipped fits' median alpha and beta for every
+    axis."""
+    return _model_for(parse_mesh(mesh))
+
+
 @lru_cache(maxsize=64)
-def default_cost_model(mesh: Mesh) -> CostModel:
-    """The cost model the JAX engine plans with on ``mesh``: its own fit where one was
-    measured, else the shipped fits' median alpha and beta for every axis."""
+def _model_for(mesh: Mesh) -> CostModel:
     path = model_path(mesh)
     if path.exists():
         return one_alpha(CostModel.load(path))

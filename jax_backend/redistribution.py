@@ -19,7 +19,7 @@ from jax_backend.default_model import default_cost_model
 from jax_backend.engine import shard_mapped
 from lowering.program import Program
 from spec_lang.errors import SpecError
-from spec_lang.ir import Mesh, TensorType
+from spec_lang.ir import Mesh, TensorType, canonical_dtype
 from spec_lang.jax_interop import from_jax, mesh_from_jax, to_jax
 from spec_lang.parser import parse
 
@@ -124,7 +124,20 @@ def redistributor(src: Any, dst: Any, mesh: Any) -> Callable[[jax.Array], jax.Ar
     d = as_type(dst, shape, s.dtype, mesh, "destination")
     if d.dtype != s.dtype:
         raise SpecError(f"the source is {s.dtype}, the destination {d.dtype}", hint="a redistribution keeps the dtype")
-    return _jitted(s, d, mesh)
+    run = _jitted(s, d, mesh)
+
+    def redistributed(x: jax.Array) -> jax.Array:
+        # checked here, where JAX would answer a wrong array with shard_map's own error
+        if not isinstance(x, (jax.Array, jax.core.Tracer)):
+            raise SpecError(f"the redistributor takes a jax.Array, got {type(x).__name__}",
+                            hint=f"pass the array laid out as {s}")
+        aval = jax.typeof(x)
+        if tuple(aval.shape) != s.shape or canonical_dtype(str(aval.dtype)) != s.dtype:
+            raise SpecError(f"the redistributor was prepared for {s}, got an array of shape {list(aval.shape)} "
+                            f"and dtype {aval.dtype}", hint="prepare one redistributor per source type")
+        return run(x)
+
+    return redistributed
 
 
 def _shape_of(src: Any, dst: Any) -> tuple[int, ...]:

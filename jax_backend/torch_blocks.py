@@ -21,7 +21,8 @@ from typing import Any
 
 import jax
 
-from jax_backend.arrays import from_blocks, mesh_devices, to_blocks
+from jax_backend.arrays import check_blocks, from_blocks, mesh_devices, to_blocks
+from spec_lang.errors import SpecError
 from spec_lang.ir import TensorType
 
 
@@ -40,11 +41,12 @@ def from_torch(blocks: Sequence[Any], t: TensorType | str, jax_mesh: Any) -> jax
     import torch
 
     devices = mesh_devices(jax_mesh)
-    if len(blocks) != len(devices):
-        return from_blocks(blocks, t, jax_mesh)  # its refusal names the counts
     arrays = []
-    for b, d in zip(blocks, devices):
-        b = b.contiguous() if isinstance(b, torch.Tensor) else b
+    for r, (b, d) in enumerate(zip(check_blocks(blocks, len(devices)), devices)):
+        if not isinstance(b, torch.Tensor):
+            raise SpecError(f"rank {r}'s block is a {type(b).__name__}, not a torch tensor",
+                            hint="from_torch takes torch tensors (from_blocks takes numpy or JAX arrays)")
+        b = b.contiguous()
         if d.platform == "cpu" and b.__dlpack_device__()[0] == _DL_CPU:
             # every CPU device is the host: claim the block for rank r's device as it lies
             arrays.append(jax.dlpack.from_dlpack(_OnDevice(b, d.local_hardware_id)))

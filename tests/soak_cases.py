@@ -251,7 +251,7 @@ Call = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 
 
 def public_calls() -> dict[str, Callable[[], Call]]:
-    """Every public call of spec_lang, lowering, torch_backend and torch_backend.spmd, each
+    """Every public call of spec_lang, lowering, torch_backend, torch_backend.spmd and jax_backend, each
     with a good call on the mesh dp=2 (a maker: fresh tensors every time) that the soak
     spoils one argument at a time. The classes that only the library builds (Program,
     Step, Cost, CrossProgram, JointProgram, MeshContext, Redistributor, the errors) are
@@ -260,6 +260,7 @@ def public_calls() -> dict[str, Callable[[], Call]]:
     import torch
     from jax.sharding import PartitionSpec
 
+    import jax_backend
     import lowering
     import spec_lang
     import torch_backend
@@ -275,6 +276,9 @@ def public_calls() -> dict[str, Callable[[], Call]]:
 
     def jax_mesh() -> Any:
         return jax.sharding.Mesh(np.array(jax.devices()[:1]), ("dp",))
+
+    def jax_array() -> Any:  # a jax.Array laid out as f32[8] on the one-device mesh dp=1
+        return jax.device_put(np.arange(8, dtype=np.float32), jax.sharding.NamedSharding(jax_mesh(), PartitionSpec()))
 
     def typed2(t: Any) -> Any:  # V stacks on dim 0: one row per rank of dp
         return spmd.assert_type(torch.zeros(2, 3), {"dp": t})
@@ -364,6 +368,18 @@ def public_calls() -> dict[str, Callable[[], Call]]:
                                                                   "out_types": {"dp": spmd.V}}),
         "spmd.use_mesh": lambda: (_enter(spmd.use_mesh), (M,), {}),
         "spmd.typecheck": lambda: (_enter(spmd.typecheck), (False,), {}),
+        # jax_backend, on a one-device JAX mesh dp=1
+        "jax_backend.redistribute": lambda: (jax_backend.redistribute, (jax_array(), S_, jax_mesh()), {"src": D_}),
+        "jax_backend.redistributor": lambda: (jax_backend.redistributor, (D_, S_, jax_mesh()), {}),
+        "jax_backend.redistributor(...)": lambda: (jax_backend.redistributor(D_, S_, jax_mesh()), (jax_array(),), {}),
+        "jax_backend.to_torch": lambda: (jax_backend.to_torch, (jax_array(),), {}),
+        "jax_backend.from_torch": lambda: (jax_backend.from_torch, ([torch.zeros(8)], D_, jax_mesh()), {}),
+        "jax_backend.to_blocks": lambda: (jax_backend.to_blocks, (jax_array(),), {}),
+        "jax_backend.blocks_of": lambda: (jax_backend.blocks_of, (jax_array(),), {}),
+        "jax_backend.from_blocks": lambda: (jax_backend.from_blocks, ([np.zeros(8, np.float32)], D_, jax_mesh()), {}),
+        "jax_backend.describe": lambda: (jax_backend.describe, (lowering.compile(S_, D_, "dp=1"),), {}),
+        "jax_backend.lower_program": lambda: (jax_backend.lower_program, (lowering.compile(S_, D_, "dp=1"),), {}),
+        "jax_backend.default_cost_model": lambda: (jax_backend.default_cost_model, (spec_lang.parse_mesh("dp=1"),), {}),
     }
     return calls
 
@@ -380,7 +396,7 @@ def _where(e: BaseException) -> str:
     import traceback
 
     frames = [f for f in traceback.extract_tb(e.__traceback__)
-              if any(f"/{p}/" in f.filename for p in ("spec_lang", "lowering", "torch_backend"))]
+              if any(f"/{p}/" in f.filename for p in ("spec_lang", "lowering", "torch_backend", "jax_backend"))]
     return f"{frames[-1].filename.rsplit('/', 2)[-2]}/{frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" \
         if frames else "outside shardc"
 
