@@ -65,7 +65,7 @@ class SpecPair:
 
 # DeviceMesh (weakly) -> Geometry or a reason
 _GEOMETRY: weakref.WeakKeyDictionary[Any, Geometry | str] = weakref.WeakKeyDictionary()
-# root DeviceMesh (weakly) -> MeshContext, for root meshes over other ranks than the world's
+# DeviceMesh (weakly) -> MeshContext, for meshes over other ranks than the world's
 _CONTEXTS: weakref.WeakKeyDictionary[Any, MeshContext] = weakref.WeakKeyDictionary()
 
 
@@ -113,10 +113,12 @@ def _read(dm: Any) -> Geometry | str:
     with _disable_current_modes():  # a root mesh's rank tensor, real even under the trace's modes
         to_global = tuple(int(g) for g in root.mesh.flatten().tolist())
     axes: list[tuple[str, ...]] = []
+    spans: list[list[tuple[int, int]]] = []
     for axis in dm._layout:
         modes = _modes(axis)
         if modes is None:
             return "mesh_layout"
+        spans.append([m for m in modes if m[0] > 1])
         run: list[int] = []
         for size, stride in modes:
             if size == 1:
@@ -134,7 +136,21 @@ def _read(dm: Any) -> Geometry | str:
     sizes = tuple(math.prod(rsizes[rnames.index(a)] for a in run_) for run_ in axes)
     sub = Mesh(_names(dm, len(axes), "s"), sizes)
     varying = tuple(a for a, z in zip(rnames, rsizes) if a not in used and z > 1)
+    if not varying:
+        # the DeviceMesh spans its root (a root, a flattened or a reordered one): its own dims
+        # are the mesh, each a group of ranks that torch.chunk's rule cuts as one
+        return Geometry(sub, sub, tuple((n,) for n in sub.names), (), _ranks(spans, to_global))
     return Geometry(sub, Mesh(rnames, rsizes), tuple(axes), varying, to_global)
+
+
+def _ranks(spans: list[list[tuple[int, int]]], root_ranks: tuple[int, ...]) -> tuple[int, ...]:
+    """The global rank of each of a DeviceMesh's coordinates (row-major), its dims' modes
+    (size, stride) indexing its root's ranks."""
+    offsets = [0]
+    for modes in spans:
+        for size, stride in modes:
+            offsets = [o + i * stride for o in offsets for i in range(size)]
+    return tuple(root_ranks[o] for o in offsets)
 
 
 def _run(size: int, stride: int, rsizes: tuple[int, ...], rstrides: tuple[int, ...]) -> list[int] | None:
@@ -243,13 +259,12 @@ def _context(dm: Any, g: Geometry, lm: Any) -> MeshContext | str:
         return context(g.root)
     if identity and dist.get_world_size() == len(g.to_global):
         return context(g.root)
-    root = dm._get_root_mesh()
-    ctx = _CONTEXTS.get(root)
+    ctx = _CONTEXTS.get(dm)
     if ctx is None:
         me = dist.get_rank()
         if me not in g.to_global:
             return "rank_off_mesh"
         ctx = MeshContext(g.root, (g.to_global.index(me),), g.to_global, backend=str(dist.get_backend()))
-        _CONTEXTS[root] = ctx
+        _CONTEXTS[dm] = ctx
     return ctx
 
