@@ -45,15 +45,16 @@ def _same(a, b, exact=True):
     return True
 
 
-def _source(dm, full, placements):
-    """A DTensor of ``full`` laid out by ``placements`` (Partial ones too), made on DTensor's path."""
+def _source(dm, full, placements, shard_order=None):
+    """A DTensor of ``full`` laid out by ``placements`` (Partial ones too; an explicit
+    ``shard_order``: torch's ShardOrderEntry tuple), made on DTensor's path."""
     _, _, DTensor, _, Replicate, _, distribute_tensor, _ = _imports()
     from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
     from torch.distributed.tensor._redistribute import redistribute_local_tensor
 
     r = distribute_tensor(full, dm, [Replicate()] * dm.ndim)
     meta = TensorMeta(full.shape, full.stride(), full.dtype)
-    spec = DTensorSpec(dm, tuple(placements), tensor_meta=meta)
+    spec = DTensorSpec(dm, tuple(placements), tensor_meta=meta, shard_order=shard_order)
     local = redistribute_local_tensor(r.to_local(), r._spec, spec)
     return DTensor(local, spec, requires_grad=False)
 
@@ -84,6 +85,8 @@ def _meshes(init_device_mesh, world):
         out += [("unnamed 4x2", init_device_mesh("cpu", (4, 2))), ("unnamed 8", init_device_mesh("cpu", (8,)))]
         flat_root = init_device_mesh("cpu", (2, 4), mesh_dim_names=("x", "y"))
         out += [("flattened x_y", flat_root["x", "y"]._flatten())]
+        flat3 = init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("u", "v", "w"))
+        out += [("flattened (u,v) of u,v,w", flat3["u", "v"]._flatten())]
     elif world == 4:
         out += [("p=2,q=2", init_device_mesh("cpu", (2, 2), mesh_dim_names=("p", "q"))),
                 ("unnamed 4", init_device_mesh("cpu", (4,)))]
@@ -93,7 +96,14 @@ def _meshes(init_device_mesh, world):
 
 
 def _case(rng, dm, dtype, ops):
-    shape = tuple(rng.choice([1, 2, 3, 5, 6, 7, 8, 12, 13]) for _ in range(rng.choice([1, 2, 2, 3])))
+    _, _, _, _, Replicate, Shard, _, _StridedShard = _imports()
+    from torch.distributed.tensor._dtensor_spec import ShardOrderEntry
+
+    shape = [rng.choice([1, 2, 3, 5, 6, 7, 8, 12, 13]) for _ in range(rng.choice([1, 2, 2, 3]))]
+    reordered = dm.ndim >= 2 and rng.random() < 0.3
+    if reordered:  # dim 0 split over mesh dims 1 then 0 (not mesh order); _StridedShard needs even shards
+        shape[0] = dm.size(0) * dm.size(1) * rng.choice([1, 2])
+    shape = tuple(shape)
     if dtype.is_floating_point:
         full = torch.randn(shape, dtype=torch.float64).to(dtype)
     else:
@@ -101,7 +111,23 @@ def _case(rng, dm, dtype, ops):
     src = _random_placements(rng, dm, shape, ops, allow_partial=True)
     dst = [p if p.is_partial() and rng.random() < 0.5 else q
            for p, q in zip(src, _random_placements(rng, dm, shape, ops, allow_partial=False))]
-    return full, src, dst
+    order = None
+    if reordered:
+        def rest(ps):
+            return [Replicate() if isinstance(p, Shard) and p.dim == 0 else p for p in ps[2:]]
+
+        strided = [_StridedShard(0, split_factor=dm.size(1)), Shard(0)]
+        if rng.random() < 0.5:
+            src = strided + rest(src)
+        else:  # the same layout as an explicit shard_order
+            src = [Shard(0), Shard(0)] + rest(src)
+            order = (ShardOrderEntry(0, (1, 0)),) + tuple(
+                ShardOrderEntry(d, tuple(i for i, p in enumerate(src) if isinstance(p, Shard) and p.dim == d))
+                for d in range(1, len(shape)) if any(isinstance(p, Shard) and p.dim == d for p in src))
+        if rng.random() < 0.5:
+            dst = strided + rest(dst)
+        dst = [Replicate() if q.is_partial() and p != q else q for p, q in zip(src, dst)]
+    return full, src, dst, order
 
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.int32]
@@ -120,8 +146,8 @@ def test_random_corpus_equals_dtensor(fake_pg, world):
             for _ in range({8: 14, 4: 24, 3: 20}[world]):
                 dtype = rng.choice(DTYPES)
                 ops = ["sum", "avg", "max", "min"] if dtype.is_floating_point else ["sum", "max", "min"]
-                full, src, dst = _case(rng, dm, dtype, ops)
-                x = _source(dm, full, src)
+                full, src, dst, order = _case(rng, dm, dtype, ops)
+                x = _source(dm, full, src, order)
                 grad = dtype.is_floating_point
                 if grad:
                     x.requires_grad_(True)
@@ -155,6 +181,8 @@ def test_random_corpus_equals_dtensor(fake_pg, world):
     after = dtensor_engine_stats()
     taken = after["taken"] - before["taken"]
     fallback = after["fallback"] - before["fallback"]
+    print(f"corpus over {world} ranks: {n_cases} cases, engine took {taken} calls, fell back on {fallback}: "
+          f"{after['reasons']}")
     assert diffs == []
     assert n_cases >= 40
     assert taken / (taken + fallback) >= 0.95, (taken, fallback, after["reasons"])
