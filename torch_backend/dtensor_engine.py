@@ -20,6 +20,7 @@ Replicate), and the engine gives that call DTensor's answer.
 from __future__ import annotations
 
 import sys
+import warnings
 from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,7 +30,7 @@ import torch
 
 from lowering.caching import anchored_get, anchored_put, on_clear
 from torch_backend.bound import Bound, bind
-from torch_backend.dtensor_specs import SpecPair, plan_pair
+from torch_backend.dtensor_specs import REASONS, SpecPair, plan_pair
 from torch_backend.groups import local_tensor_mode
 
 _NAME = "redistribute_local_tensor"
@@ -106,6 +107,9 @@ def _engine(local_tensor: torch.Tensor, current_spec: Any, target_spec: Any, *, 
     if type(plan) is str:
         _STATS["fallback"] += 1
         _STATS["reasons"][plan] += 1
+        if torch.compiler.is_compiling():  # traced once: say so, rather than fall back silently
+            warnings.warn(f"shardc's DTensor engine leaves {current_spec} -> {target_spec} to DTensor's own path: "
+                          f"{REASONS[plan]} ({plan})", stacklevel=2)
         return _STATE["original"](local_tensor, current_spec, target_spec, async_op=async_op,
                                   use_graph_based_transform=use_graph_based_transform, is_explicit=is_explicit)
     _STATS["taken"] += 1
