@@ -103,7 +103,12 @@ def _apply() -> None:
 def _engine(local_tensor: torch.Tensor, current_spec: Any, target_spec: Any, *, async_op: bool = False,
             use_graph_based_transform: bool | None = None, is_explicit: bool = False) -> torch.Tensor:
     """DTensor's ``redistribute_local_tensor``, planned and run by shardc where it can."""
-    plan = _plan(current_spec, target_spec)
+    plan, reorderable = _plan(current_spec, target_spec)
+    if reorderable and not torch.compiler.is_compiling():
+        source = _true_source(current_spec)
+        if source is not None:
+            current_spec = source
+            plan, _ = _plan(current_spec, target_spec)
     if type(plan) is str:
         _STATS["fallback"] += 1
         _STATS["reasons"][plan] += 1
@@ -140,8 +145,44 @@ def _plan(src: Any, dst: Any) -> Any:
             plan = _made(src, dst, lm)
     else:
         plan = _made(src, dst, lm)
-    anchored_put(_PLANS, key, anchor, plan, _PLANS_MAX)
-    return plan
+    entry = (plan, _reorderable(src))
+    anchored_put(_PLANS, key, anchor, entry, _PLANS_MAX)
+    return entry
+
+
+def _reorderable(spec: Any) -> bool:
+    """Whether some tensor dim of ``spec`` is split over several mesh dims in a shard_order
+    of its own (none with _StridedShard placements, which carry their order)."""
+    if spec.use_strided_shard_as_shard_order:
+        return False
+    dims = [p.dim for p in spec.placements if type(p).__name__ == "Shard"]
+    return len(dims) != len(set(dims))
+
+
+def _true_source(spec: Any) -> Any | None:
+    """The source spec with the shard_order DTensor dropped, where it dropped one.
+
+    With ``forward_dtype`` (``backward_dtype`` in the backward), DTensor casts the local
+    tensor and rebuilds its spec from the placements alone, so a DTensor whose shard_order
+    is not the default one reaches here described by the default order: its rows would be
+    read in the wrong order. The DTensor itself is the caller's (``Redistribute.forward``'s
+    ``input``, ``_redistribute_backward``'s ``grad_output``), and carries the order."""
+    from torch.distributed.tensor import _redistribute
+
+    frame = sys._getframe(2)
+    code = frame.f_code
+    if code is _redistribute.Redistribute.forward.__code__:
+        dt = frame.f_locals.get("input")
+    elif code is _redistribute._redistribute_backward.__code__:
+        dt = frame.f_locals.get("grad_output")
+    else:
+        return None
+    real = getattr(dt, "_spec", None)
+    if real is None or real.shard_order == spec.shard_order or tuple(real.placements) != tuple(spec.placements):
+        return None
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+
+    return DTensorSpec(spec.mesh, tuple(spec.placements), tensor_meta=spec.tensor_meta, shard_order=real.shard_order)
 
 
 def _made(src: Any, dst: Any, lm: Any) -> Any:
