@@ -1,4 +1,4 @@
-"""shardc as DTensor's redistribution engine (``torch_backend.dtensor_engine``): on a random
+"""shardc as DTensor's redistribution engine (``torch_backend.dtensor_engine()``): on a random
 corpus under LocalTensorMode (meshes of 1-3 dims up to 8 ranks, named and not, submeshes,
 flattened meshes, uneven dims, Partial of every op, _StridedShard), DTensor's own path is
 the oracle: values, placements, shapes, requires_grad and gradients equal with the
@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch_backend  # noqa: E402
-from torch_backend.dtensor_engine import dtensor_engine, dtensor_engine_stats  # noqa: E402
+from torch_backend.dtensor_switch import dtensor_engine, dtensor_engine_stats  # noqa: E402
 
 
 def _imports():
@@ -314,9 +314,9 @@ def test_fallback_has_a_named_reason(fake_pg):
 
 def test_stats_are_cumulative():
     a = dtensor_engine_stats()
-    with dtensor_engine():
+    with torch_backend.dtensor_engine():  # the package's names, once their module is imported
         pass
-    b = dtensor_engine_stats()
+    b = torch_backend.dtensor_engine_stats()
     assert a == b and set(a) == {"taken", "fallback", "reasons"}
 
 

@@ -22,7 +22,7 @@ def compiled_program(rank: int, world: int) -> dict:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
-    from torch_backend.dtensor_engine import dtensor_engine, dtensor_engine_stats
+    from torch_backend.dtensor_switch import dtensor_engine, dtensor_engine_stats
 
     dm = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
     torch.manual_seed(0)

@@ -19,7 +19,7 @@ def scenarios(rank: int, world: int) -> dict:
     from torch.distributed.tensor._redistribute import redistribute_local_tensor
     from torch.distributed.tensor.placement_types import _StridedShard
 
-    from torch_backend.dtensor_engine import dtensor_engine, dtensor_engine_stats
+    from torch_backend.dtensor_switch import dtensor_engine, dtensor_engine_stats
 
     rng = random.Random(36)
     torch.manual_seed(36)

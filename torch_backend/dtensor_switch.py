@@ -1,5 +1,5 @@
-"""shardc as DTensor's redistribution engine: one switch routes every redistribution
-DTensor performs to shardc's planner and runners.
+"""shardc as DTensor's redistribution engine (``torch_backend.dtensor_engine()``): one
+switch routes every redistribution DTensor performs to shardc's planner and runners.
 
 Every redistribution DTensor makes (``DTensor.redistribute``, ``full_tensor()``,
 ``to_local(grad_placements=...)``, the ones its op dispatch inserts for an op's
