@@ -283,6 +283,37 @@ def test_switch_restores_dtensor_and_nests(fake_pg):
     assert api.redistribute_local_tensor is original
 
 
+def test_a_module_importing_the_name_while_on_gets_dtensors_back():
+    import sys
+    import types
+
+    import torch.distributed.tensor._redistribute as redis
+
+    original = redis.redistribute_local_tensor
+    late = types.ModuleType("late_importer")
+    sys.modules["late_importer"] = late
+    try:
+        with dtensor_engine():
+            late.redistribute_local_tensor = redis.redistribute_local_tensor  # `from ... import` while on
+            assert late.redistribute_local_tensor is not original
+        assert late.redistribute_local_tensor is original
+    finally:
+        del sys.modules["late_importer"]
+
+
+def test_async_op_gives_dtensors_answer(fake_pg):
+    LocalTensorMode, init_device_mesh, _, _, Replicate, Shard, distribute_tensor, _ = _imports()
+    fake_pg(4)
+    with LocalTensorMode(4):
+        dm = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        x = distribute_tensor(torch.randn(7, 3), dm, [Shard(0), Shard(1)])
+        ref = x.redistribute(dm, [Replicate(), Shard(0)], async_op=True)
+        with dtensor_engine():
+            got = x.redistribute(dm, [Replicate(), Shard(0)], async_op=True)
+        assert tuple(got.placements) == tuple(ref.placements)
+        assert _same(_locals(got), _locals(ref))
+
+
 def test_fallback_has_a_named_reason(fake_pg):
     LocalTensorMode, init_device_mesh, DTensor, _, Replicate, Shard, distribute_tensor, _StridedShard = _imports()
     from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta

@@ -94,7 +94,8 @@ def _apply() -> None:
                 setattr(module, _NAME, _engine)
                 _STATE["patched"].append(module)
         return
-    for module in _STATE["patched"]:
+    # every module that holds the engine, also one that imported the name while it was on
+    for module in [*_STATE["patched"], *list(sys.modules.values())]:
         if getattr(module, _NAME, None) is _engine:
             setattr(module, _NAME, original)
     _STATE["patched"] = []
