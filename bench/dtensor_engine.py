@@ -151,18 +151,19 @@ def _overhead(rank: int, iters: int) -> dict[str, Any]:
     }
     out: dict[str, Any] = {}
     for name, fn in calls.items():
-        n = iters * 20
-        per: dict[str, float] = {}
-        for mode in ("off", "on", "off again"):
-            with dtensor_engine(mode == "on"):
-                for _ in range(5):
-                    fn()
-                torch.distributed.barrier()
-                t0 = time.perf_counter()
-                for _ in range(n):
-                    fn()
-                per[mode] = (time.perf_counter() - t0) / n
-        out[name] = per
+        n = iters * 10
+        runs: dict[str, list[float]] = {"off": [], "on": []}
+        for i in range(6):  # rounds of n calls, off and on in turn (which goes first alternating)
+            for mode in (("off", "on") if i % 2 else ("on", "off")):
+                with dtensor_engine(mode == "on"):
+                    for _ in range(3):
+                        fn()
+                    torch.distributed.barrier()
+                    t0 = time.perf_counter()
+                    for _ in range(n):
+                        fn()
+                    runs[mode].append((time.perf_counter() - t0) / n)
+        out[name] = {mode: statistics.median(ts) for mode, ts in runs.items()}
     return out
 
 
@@ -241,11 +242,9 @@ def print_cases(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def print_overhead(res: dict[str, Any]) -> None:
-    print("\nper call (median rank):            off          on     off again   on/off")
+    print("\nper call (median over rounds, median rank):    off          on   on/off")
     for name, per in res.items():
-        base = (per["off"] + per["off again"]) / 2
-        print(f"  {name:<36} {per['off'] * 1e6:8.1f}us {per['on'] * 1e6:8.1f}us {per['off again'] * 1e6:8.1f}us "
-              f"{per['on'] / base:7.2f}")
+        print(f"  {name:<40} {per['off'] * 1e6:8.1f}us {per['on'] * 1e6:8.1f}us {per['on'] / per['off']:7.2f}")
 
 
 def main() -> int:

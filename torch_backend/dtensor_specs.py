@@ -40,6 +40,7 @@ REASONS = {
     "strided_shard_order": "_StridedShard placements that decode to no shard order",
     "dtype": "a dtype shardc's types do not name",
     "flattened_uneven": "a dim Shard-ed over a flattened mesh dim that its axes' nested chunks would cut otherwise",
+    "refused": "shardc's planner or binding refuses the pair (e.g. a reduction of a dtype torch cannot add)",
     "layout": "placements or a shard_order shardc's checks refuse",
 }
 
@@ -248,7 +249,11 @@ def plan_pair(src: Any, dst: Any, lm: Any) -> SpecPair | str:
     ctx = _context(dm, g, lm)
     if isinstance(ctx, str):
         return ctx
-    return SpecPair(lowering.compile(s, d, g.root), ctx)
+    try:
+        program = lowering.compile(s, d, g.root)
+    except SpecError:
+        return "refused"
+    return SpecPair(program, ctx)
 
 
 def _context(dm: Any, g: Geometry, lm: Any) -> MeshContext | str:
