@@ -378,3 +378,31 @@ def test_dtype_options_keep_an_explicit_shard_order(fake_pg, forward_dtype, back
         # DTensor's convention: a Replicate result's gradient is the replicated gradient (not summed)
         assert g.dtype == x.dtype
         assert all(torch.equal(t, weights.to(x.dtype)) for t in _locals(g.full_tensor()))
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.float16, torch.bool, torch.uint8, torch.int8,
+                                   torch.float8_e4m3fn])
+def test_more_dtypes_equal_dtensor(fake_pg, dtype):
+    LocalTensorMode, init_device_mesh, _, Partial, Replicate, Shard, _, _ = _imports()
+    fake_pg(4)
+    with LocalTensorMode(4):
+        dm = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        full = (torch.randn(7, 5, dtype=torch.complex64) if dtype.is_complex
+                else torch.randint(0, 2 if dtype == torch.bool else 9, (7, 5)).to(dtype))
+        pairs = [([Shard(0), Shard(1)], [Replicate(), Shard(0)]), ([Shard(1), Shard(1)], [Shard(0), Replicate()]),
+                 ([Replicate(), Shard(0)], [Shard(1), Replicate()])]
+        if dtype.is_complex:
+            pairs.append(([Partial(), Shard(0)], [Replicate(), Replicate()]))
+        before = dtensor_engine_stats()
+        for src, dst in pairs:
+            x = _source(dm, full, src)
+            ref = x.redistribute(dm, dst)
+            with dtensor_engine():
+                got = x.redistribute(dm, dst)
+            assert tuple(got.placements) == tuple(ref.placements)
+            if dtype == torch.float8_e4m3fn:  # no equality kernel for float8: compare the bytes
+                assert _same([t.view(torch.uint8) for t in _locals(got)], [t.view(torch.uint8) for t in _locals(ref)])
+            else:
+                assert _same(_locals(got), _locals(ref), exact=not any(p.is_partial() for p in src))
+        after = dtensor_engine_stats()
+        assert after["taken"] - before["taken"] == len(pairs) and after["fallback"] == before["fallback"]
