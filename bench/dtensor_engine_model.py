@@ -115,8 +115,11 @@ def model_rows(rank: int, iters: int, backend: str) -> dict[str, Any]:
                     blocks[mode].zero_grad(set_to_none=True)
                     dist.barrier()
                     t0 = time.perf_counter()
-                    loss = steps[mode](x).pow(2).mean()
-                    loss.backward()
+                    try:
+                        loss = steps[mode](x).pow(2).mean()
+                        loss.backward()
+                    except Exception as e:
+                        raise RuntimeError(f"{'compiled' if compiled else 'eager'} step {i}, engine {mode}") from e
                     if i >= 2:
                         times[mode].append(time.perf_counter() - t0)
                 after = dtensor_engine_stats()
