@@ -111,8 +111,9 @@ def _read(dm: Any) -> Geometry | str:
     rsizes = tuple(m[0][0] for m in roots if m is not None)
     rstrides = tuple(m[0][1] for m in roots if m is not None)
     rnames = _names(root, len(rsizes), "d")
-    with _disable_current_modes():  # a root mesh's rank tensor, real even under the trace's modes
-        to_global = tuple(int(g) for g in root.mesh.flatten().tolist())
+    with _disable_current_modes():  # the root's rank map, real even under the trace's modes
+        rank_map = tuple(int(g) for g in root._rank_map.flatten().tolist())
+    to_global = _ranks([[(z, t)] for z, t in zip(rsizes, rstrides)], rank_map)
     axes: list[tuple[str, ...]] = []
     spans: list[list[tuple[int, int]]] = []
     for axis in dm._layout:
@@ -144,14 +145,14 @@ def _read(dm: Any) -> Geometry | str:
     return Geometry(sub, Mesh(rnames, rsizes), tuple(axes), varying, to_global)
 
 
-def _ranks(spans: list[list[tuple[int, int]]], root_ranks: tuple[int, ...]) -> tuple[int, ...]:
-    """The global rank of each of a DeviceMesh's coordinates (row-major), its dims' modes
-    (size, stride) indexing its root's ranks."""
+def _ranks(spans: list[list[tuple[int, int]]], rank_map: tuple[int, ...]) -> tuple[int, ...]:
+    """The global rank of each of a mesh's coordinates (row-major), its dims' modes (size,
+    stride, major first) indexing the root's rank map."""
     offsets = [0]
     for modes in spans:
         for size, stride in modes:
             offsets = [o + i * stride for o in offsets for i in range(size)]
-    return tuple(root_ranks[o] for o in offsets)
+    return tuple(rank_map[o] for o in offsets)
 
 
 def _run(size: int, stride: int, rsizes: tuple[int, ...], rstrides: tuple[int, ...]) -> list[int] | None:
