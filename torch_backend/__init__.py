@@ -18,6 +18,9 @@ if TYPE_CHECKING:  # what a type checker (and an IDE) sees of the lazy names
     from torch_backend.api import redistribute as redistribute
     from torch_backend.autograd import backward_program as backward_program
     from torch_backend.coalesce import redistribute_many as redistribute_many
+    from torch_backend.dtensor_switch import dtensor_engine as dtensor_engine
+    from torch_backend.dtensor_switch import dtensor_engine_stats as dtensor_engine_stats
+    from torch_backend.dtensor_switch import use_dtensor_engine as use_dtensor_engine
     from torch_backend.executor import execute as execute
     from torch_backend.faults import CollectiveError as CollectiveError
     from torch_backend.groups import MeshContext as MeshContext
@@ -41,6 +44,9 @@ _EXPORTS = {
     "clear_caches": "torch_backend.groups",
     "CollectiveError": "torch_backend.faults",
     "backward_program": "torch_backend.autograd",
+    "dtensor_engine": "torch_backend.dtensor_switch",
+    "use_dtensor_engine": "torch_backend.dtensor_switch",
+    "dtensor_engine_stats": "torch_backend.dtensor_switch",
 }
 
 __all__ = sorted([*_EXPORTS, "dual_type"])

@@ -1,0 +1,276 @@
+"""A pair of DTensor specs as shardc's program on the DeviceMesh's root mesh, or the named
+reason shardc does not take it (the engine then hands the call to DTensor's own path).
+
+A DeviceMesh may be a root mesh, a submesh (``mesh["tp"]``) or a flattened one
+(``mesh["dp", "tp"]._flatten()``), named or not. Each of its dims is a run of its root
+mesh's dims (read from the layouts: a dim's stride and size pick the run), so a spec on
+it is a shardc type on the root mesh: a dim ``Shard``-ed over a flattened dim is split
+over that run of axes, major to minor; a ``Partial`` over it is pending over each; a
+root dim the DeviceMesh does not span is Varying (V: each of its groups holds its own
+tensor), which every rank plays alike, under LocalTensorMode too. An unnamed mesh's
+dims get names here (``d0``, ``d1``, ...).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import torch.distributed as dist
+
+import lowering
+from lowering.placements import from_placements
+from spec_lang.errors import SpecError
+from spec_lang.ir import AxisType, Dim, Mesh, TensorType
+from spec_lang.local_type import REDUCE_OPS
+from torch_backend.groups import MeshContext, context
+
+# Every reason a redistribution goes DTensor's own way (docs/running.md lists them).
+REASONS = {
+    "cross_mesh": "the source and destination DeviceMeshes differ (DTensor refuses it too)",
+    "rank_off_mesh": "this rank is not on the DeviceMesh (DTensor returns the local tensor as it is)",
+    "mesh_layout": "the DeviceMesh's layout is no run of its root mesh's dims shardc can read",
+    "mesh_ranks": "under LocalTensorMode, the root mesh does not list the simulated ranks in order",
+    "placement": "a placement shardc has no type for (e.g. _MaskPartial, a custom Placement)",
+    "partial_op": "a Partial reduce op shardc does not reduce (product, bitwise ops)",
+    "mixed_partial": "Partials of different reduce ops in one spec, or a Partial changing op (DTensor refuses both)",
+    "strided_shard_view": "a _StridedShard in a spec that does not read _StridedShard as a shard order",
+    "strided_shard_order": "_StridedShard placements that decode to no shard order",
+    "dtype": "a dtype shardc's types do not name",
+    "flattened_uneven": "a dim Shard-ed over a flattened mesh dim that its axes' nested chunks would cut otherwise",
+    "refused": "shardc's planner or binding refuses the pair (e.g. a reduction of a dtype torch cannot add)",
+    "layout": "placements or a shard_order shardc's checks refuse",
+}
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """A DeviceMesh's dims as runs of its root mesh's axes: ``sub`` (the DeviceMesh's own
+    dims, named), ``root`` (shardc's mesh the programs run on), ``axes`` (each of ``sub``'s
+    dims' root axes, major to minor), ``varying`` (root axes the DeviceMesh does not span)."""
+
+    sub: Mesh
+    root: Mesh
+    axes: tuple[tuple[str, ...], ...]
+    varying: tuple[str, ...]
+    to_global: tuple[int, ...]  # root mesh rank (row-major) -> global rank
+
+
+@dataclass(frozen=True)
+class SpecPair:
+    program: Any  # lowering.Program
+    ctx: MeshContext
+
+
+# DeviceMesh (weakly) -> Geometry or a reason
+_GEOMETRY: weakref.WeakKeyDictionary[Any, Geometry | str] = weakref.WeakKeyDictionary()
+# DeviceMesh (weakly) -> MeshContext, for meshes over other ranks than the world's
+_CONTEXTS: weakref.WeakKeyDictionary[Any, MeshContext] = weakref.WeakKeyDictionary()
+
+
+def _names(dm: Any, n: int, stem: str) -> tuple[str, ...]:
+    names = tuple(getattr(dm, "mesh_dim_names", None) or ())
+    if len(names) == n:
+        try:
+            Mesh(names, (1,) * n)
+            return names
+        except (SpecError, TypeError, ValueError):
+            pass
+    return tuple(f"{stem}{i}" for i in range(n))
+
+
+def _modes(axis: Any) -> list[tuple[int, int]] | None:
+    shape, stride = axis.shape, axis.stride
+    if isinstance(shape, int):
+        shape, stride = (shape,), (stride,)
+    if not all(isinstance(v, int) for v in (*shape, *stride)):
+        return None
+    return list(zip(shape, stride))
+
+
+def geometry(dm: Any) -> Geometry | str:
+    """``dm``'s Geometry (read once per DeviceMesh), or ``"mesh_layout"``."""
+    try:
+        return _GEOMETRY[dm]
+    except KeyError:
+        pass
+    got = _read(dm)
+    _GEOMETRY[dm] = got
+    return got
+
+
+def _read(dm: Any) -> Geometry | str:
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    root = dm._get_root_mesh()
+    roots = [_modes(a) for a in root._layout]
+    if any(m is None or len(m) != 1 for m in roots):
+        return "mesh_layout"
+    rsizes = tuple(m[0][0] for m in roots if m is not None)
+    rstrides = tuple(m[0][1] for m in roots if m is not None)
+    rnames = _names(root, len(rsizes), "d")
+    with _disable_current_modes():  # the root's rank map, real even under the trace's modes
+        rank_map = tuple(int(g) for g in root._rank_map.flatten().tolist())
+    to_global = _ranks([[(z, t)] for z, t in zip(rsizes, rstrides)], rank_map)
+    axes: list[tuple[str, ...]] = []
+    spans: list[list[tuple[int, int]]] = []
+    for axis in dm._layout:
+        modes = _modes(axis)
+        if modes is None:
+            return "mesh_layout"
+        spans.append([m for m in modes if m[0] > 1])
+        run: list[int] = []
+        for size, stride in modes:
+            if size == 1:
+                continue
+            found = _run(size, stride, rsizes, rstrides)
+            if found is None:
+                return "mesh_layout"
+            run.extend(found)
+        if len(set(run)) != len(run):
+            return "mesh_layout"
+        axes.append(tuple(rnames[i] for i in run))
+    used = {a for run_ in axes for a in run_}
+    if len(used) != sum(len(r) for r in axes):
+        return "mesh_layout"
+    sizes = tuple(math.prod(rsizes[rnames.index(a)] for a in run_) for run_ in axes)
+    sub = Mesh(_names(dm, len(axes), "s"), sizes)
+    varying = tuple(a for a, z in zip(rnames, rsizes) if a not in used and z > 1)
+    if not varying:
+        # the DeviceMesh spans its root (a root, a flattened or a reordered one): its own dims
+        # are the mesh, each a group of ranks that torch.chunk's rule cuts as one
+        return Geometry(sub, sub, tuple((n,) for n in sub.names), (), _ranks(spans, to_global))
+    return Geometry(sub, Mesh(rnames, rsizes), tuple(axes), varying, to_global)
+
+
+def _ranks(spans: list[list[tuple[int, int]]], rank_map: tuple[int, ...]) -> tuple[int, ...]:
+    """The global rank of each of a mesh's coordinates (row-major), its dims' modes (size,
+    stride, major first) indexing the root's rank map."""
+    offsets = [0]
+    for modes in spans:
+        for size, stride in modes:
+            offsets = [o + i * stride for o in offsets for i in range(size)]
+    return tuple(rank_map[o] for o in offsets)
+
+
+def _run(size: int, stride: int, rsizes: tuple[int, ...], rstrides: tuple[int, ...]) -> list[int] | None:
+    """The root dims (major to minor) a mode of ``size`` elements at ``stride`` spans."""
+    for b, (z, t) in enumerate(zip(rsizes, rstrides)):
+        if z > 1 and t == stride:
+            run, prod, step = [b], z, t * z
+            k = b
+            while prod < size:
+                k -= 1
+                while k >= 0 and rsizes[k] == 1:
+                    k -= 1
+                if k < 0 or rstrides[k] != step:
+                    return None
+                run.insert(0, k)
+                prod *= rsizes[k]
+                step *= rsizes[k]
+            return run if prod == size else None
+    return None
+
+
+def spec_type(spec: Any, g: Geometry) -> TensorType | str:
+    """A DTensorSpec as shardc's type on the root mesh, or the reason it has none."""
+    placements = spec.placements
+    kinds = [type(p).__name__ for p in placements]
+    if any(k not in ("Shard", "Replicate", "Partial", "_StridedShard") for k in kinds):
+        return "placement"
+    ops = {str(p.reduce_op) for p, k in zip(placements, kinds) if k == "Partial"}
+    if ops - set(REDUCE_OPS):
+        return "partial_op"
+    if len(ops) > 1:
+        return "mixed_partial"
+    strided = "_StridedShard" in kinds
+    order: dict[int, list[int]] | None = None
+    if strided and not spec.use_strided_shard_as_shard_order:
+        return "strided_shard_view"
+    if not strided:
+        order = {int(e.tensor_dim): [int(i) for i in e.mesh_dims]
+                 for e in (spec.shard_order or ()) if len(e.mesh_dims) > 1}
+    meta = spec.tensor_meta
+    try:
+        t = from_placements(placements, g.sub, tuple(meta.shape), meta.dtype, shard_order=order or None)
+    except SpecError as e:
+        if "dtype" in str(e):
+            return "dtype"
+        return "strided_shard_order" if strided else "layout"
+    subs = g.sub.names
+    for d in t.dims:
+        runs = [g.axes[subs.index(s)] for s in d.axes]
+        if any(len(r) > 1 for r in runs) and _leaves(d.size, [_size(g, r) for r in runs]) != _leaves(
+                d.size, [_size(g, (a,)) for r in runs for a in r]):
+            return "flattened_uneven"
+    dims = tuple(Dim(d.size, tuple(a for s in d.axes for a in g.axes[subs.index(s)])) for d in t.dims)
+    annotated = [(a, at) for s, at in t.axis_types for a in g.axes[subs.index(s)]]
+    annotated += [(a, AxisType("V")) for a in g.varying]
+    return TensorType(t.dtype, dims, tuple(annotated))
+
+
+def _size(g: Geometry, run: tuple[str, ...]) -> int:
+    return math.prod(g.root.axis_size(a) for a in run)
+
+
+def _leaves(n: int, levels: list[int]) -> list[int]:
+    """Each rank's length of a dim of ``n`` cut by torch.chunk's rule over ``levels`` in turn
+    (each chunk cut again by the next), ranks in row-major order."""
+    sizes = [n]
+    for k in levels:
+        nxt: list[int] = []
+        for m in sizes:
+            c = -(-m // k) if m else 0
+            nxt.extend(max(0, min(c, m - i * c)) for i in range(k))
+        sizes = nxt
+    return sizes
+
+
+def plan_pair(src: Any, dst: Any, lm: Any) -> SpecPair | str:
+    """``src -> dst``'s program and the context it runs in, or the reason it goes DTensor's way."""
+    dm = src.mesh
+    if dst.mesh is not dm and dst.mesh != dm:
+        return "cross_mesh"
+    if not dm._is_current_rank_part_of_mesh():
+        return "rank_off_mesh"
+    g = geometry(dm)
+    if isinstance(g, str):
+        return g
+    s, d = spec_type(src, g), spec_type(dst, g)
+    if isinstance(s, str):
+        return s
+    if isinstance(d, str):
+        return d
+    sops = {at.op for _, at in s.axis_types if at.kind == "P"}
+    dops = {at.op for _, at in d.axis_types if at.kind == "P"}
+    if sops and dops and sops != dops:
+        return "mixed_partial"
+    ctx = _context(dm, g, lm)
+    if isinstance(ctx, str):
+        return ctx
+    try:
+        program = lowering.compile(s, d, g.root)
+    except SpecError:
+        return "refused"
+    return SpecPair(program, ctx)
+
+
+def _context(dm: Any, g: Geometry, lm: Any) -> MeshContext | str:
+    identity = g.to_global == tuple(range(len(g.to_global)))
+    if lm is not None:
+        if not identity or len(g.to_global) != len(lm.ranks):
+            return "mesh_ranks"
+        return context(g.root)
+    if identity and dist.get_world_size() == len(g.to_global):
+        return context(g.root)
+    ctx = _CONTEXTS.get(dm)
+    if ctx is None:
+        me = dist.get_rank()
+        if me not in g.to_global:
+            return "rank_off_mesh"
+        ctx = MeshContext(g.root, (g.to_global.index(me),), g.to_global, backend=str(dist.get_backend()))
+        _CONTEXTS[dm] = ctx
+    return ctx
+
