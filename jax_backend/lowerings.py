@@ -248,7 +248,10 @@ def boxes_or_tables(step: Step, mesh: Mesh) -> Lowered:
         calls: tuple[str, ...] = (f"lax.all_to_all(take(cells(x, {list(d.shape)}), send[me]), "
                                   f"{_text(d.axes)}, 0, 0, tiled=True)",)
     else:
-        calls = tuple(f"keep dynamic_slice(x, .., {list(rd.shape)})" if rd.local else
+        packed = plan.packed
+        calls = (f"lax.all_to_all(stack(dynamic_slice(x, .., {list(packed.shape)}) per member), "
+                 f"{_text(packed.axes)}, 0, 0, tiled=True)  # padded: one collective, not rounds",) if packed else ()
+        calls += tuple(f"keep dynamic_slice(x, .., {list(rd.shape)})" if rd.local else
                       f"lax.ppermute({'x' if rd.whole else f'dynamic_slice(x, .., {list(rd.shape)})'}, "
                       f"{_text(names)}, perm={[p for p in rd.pairs if p[0] != p[1]]})" for rd in plan.rounds)
     return Lowered(box_exchange(plan, names), calls)
