@@ -178,6 +178,9 @@ def colour_rounds(moves: list[Move]) -> list[list[Move]]:
     return [rounds[c] for c in sorted(rounds)]
 
 
+PAD_CAP = 2.0  # a padded all_to_all sends at most this many times the rounds' bytes (busiest rank)
+
+
 def _packed(plan: BoxPlan, step: Step, mesh: Mesh) -> BoxPlan | None:
     """The plan's rounds as one padded ``lax.all_to_all`` over the step's axes, where the JAX
     cost model prices that below the rounds: each ``ppermute`` round pays a collective's
@@ -193,6 +196,9 @@ def _packed(plan: BoxPlan, step: Step, mesh: Mesh) -> BoxPlan | None:
     piece = int(np.prod(sent[0].shape)) * step.src.itemsize
     alpha, beta = model.alpha_of(step.axes), model.beta_of(step.axes)
     if alpha + beta * (n - 1) * piece >= len(sent) * (alpha + beta * piece):
+        return None
+    ends = [e for rd in sent for q, r in rd.pairs if q != r for e in ((0, q), (1, r))]
+    if n - 1 > PAD_CAP * max(ends.count(e) for e in set(ends)):  # the busiest rank's pieces
         return None
     world, nd = mesh.size, len(plan.in_shape)
     send_at = np.zeros((world, n, nd), dtype=np.int32)
