@@ -98,12 +98,23 @@ def box_plan(step: Step, mesh: Mesh) -> BoxPlan | None:
     world = mesh.size
     moves: list[tuple[int, int, tuple[int, ...], np.ndarray, np.ndarray]] = []
     covered = np.zeros(world, dtype=np.int64)
+    # members with one source box hold the same values unless the type says they differ
+    # (a pending sum's addends, V): then one of them sends, the receiver itself where it is
+    # one, else the least loaded so far (the planner prices the exchange as one sender per piece)
+    copies = not src.partial_axes and not src.axes_of_kind("V")
+    load = np.zeros(world, dtype=np.int64)
     for r in range(world):
+        holders: dict[bytes | int, list[int]] = {}
         for q in group_ranks(mesh, step.axes, r):
-            lo = np.maximum(sb[q, :, 0], db[r, :, 0])
-            hi = np.minimum(sb[q, :, 1], db[r, :, 1])
+            holders.setdefault(sb[q].tobytes() if copies else q, []).append(q)
+        for same in holders.values():
+            lo = np.maximum(sb[same[0], :, 0], db[r, :, 0])
+            hi = np.minimum(sb[same[0], :, 1], db[r, :, 1])
             if (hi <= lo).any():
                 continue
+            q = r if r in same else min(same, key=lambda h: (int(load[h]), h))
+            if q != r:
+                load[q] += int(np.prod(hi - lo))
             moves.append((q, r, tuple(int(v) for v in hi - lo), lo - sb[q, :, 0], lo - db[r, :, 0]))
             covered[r] += int(np.prod(hi - lo))
     if (covered != np.prod(outs[0])).any():  # members' source boxes overlap or leave a gap
