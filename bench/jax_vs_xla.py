@@ -9,7 +9,8 @@ per device). For each, in the same process:
 * bytes: the collectives of both compiled HLOs, priced by one formula
   (``bench.xla_anchor.hlo_collectives``: the bytes each sends, busiest rank), each
   against the lower bound (``lowering.lower_bound``);
-* wall: the median of repeated calls of each compiled function, ``block_until_ready``;
+* wall: the median of repeated calls of each compiled function, ``block_until_ready``,
+  XLA's and shardc's calls interleaved;
 * first call: shardc's plan, trace, compile and first run of a new pair against XLA's
   jit compile and first run of ``reshard``;
 * outputs: equal to ``reshard``'s, block by block (a pending-sum destination: its sum);
@@ -94,12 +95,19 @@ blocks = jax_backend.blocks_of
 
 
 def wall(fn: Any, x: jax.Array, reps: int) -> float:
-    times = []
+    return walls([fn], x, reps)[0]
+
+
+def walls(fns: list[Any], x: jax.Array, reps: int) -> list[float]:
+    """The median time of each function, their calls interleaved (one of each per rep), so
+    the load of the shared machine falls on all of them alike."""
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(reps):
-        t0 = time.perf_counter()
-        fn(x).block_until_ready()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for fn, ts in zip(fns, times):
+            t0 = time.perf_counter()
+            fn(x).block_until_ready()
+            ts.append(time.perf_counter() - t0)
+    return [statistics.median(ts) for ts in times]
 
 
 def denoted(y: jax.Array, dst: str, mesh: Any) -> list[np.ndarray]:
@@ -139,8 +147,7 @@ def run_case(cid: str, mesh: str, src: str, dst: str, reps: int, rng: np.random.
             put = jax.device_put(x, dst_sh)
             put_equal = bool(np.array_equal(np.asarray(put), np.asarray(y))) if not parse(dst).partial_axes else None
             t_put = wall(lambda v: jax.device_put(v, dst_sh), x, reps)
-        t_xla = wall(xla_compiled, x, reps)
-        t_mine = wall(mine_compiled, x, reps)
+        t_xla, t_mine = walls([xla_compiled, mine_compiled], x, reps)
     program = lowering.compile(src, dst, mesh, cost_model=jax_backend.default_cost_model(lowering.resolve(src, mesh)[1]))
     return {
         "id": cid, "mesh": mesh, "src": src, "dst": dst, "per_device_bytes": per_device,

@@ -286,7 +286,7 @@ def box_exchange(plan: BoxPlan, names: tuple[str, ...]) -> Callable[[Block], Blo
         if plan.packed is not None:
             p = plan.packed
             send_at, recv_at = jnp.asarray(p.send_at)[me], jnp.asarray(p.recv_at)[me]
-            parts = jnp.stack([jax.lax.dynamic_slice(x, tuple(send_at[m]), p.shape) for m in range(len(p.send_at[0]))])
+            parts = jax.vmap(lambda at: jax.lax.dynamic_slice(x, tuple(at), p.shape))(send_at)  # one gather
             got = jax.lax.all_to_all(parts, p.axes if len(p.axes) > 1 else p.axes[0], 0, 0, tiled=True)
             for m in range(len(p.recv_at[0])):
                 y = jax.lax.dynamic_update_slice(y, got[m], tuple(recv_at[m]))
