@@ -180,7 +180,7 @@ def main() -> None:
         # a tiny case's call takes ~0.3 ms, where the shared machine's noise is +-30%: many
         # more calls, cheaply (--tiny-reps)
         t = lowering.resolve(src, mesh)[0]
-        tiny = t.numel() * t.itemsize < 2**20
+        tiny = t.numel * t.itemsize < 2**20
         r = run_case(cid, mesh, src, dst, max(3, args.reps // 4) if big else
                      max(args.reps, args.tiny_reps) if tiny else args.reps, rng)
         rows.append(r)
