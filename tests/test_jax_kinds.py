@@ -208,3 +208,19 @@ def test_replicated_sources_send_box_pieces(mesh: str, src: str, dst: str) -> No
     xs = [x.astype(np.float32) for x in random_arrays(program.steps[0].src, program.mesh, np.random.default_rng(2))]
     for a, b in zip(run_blocks(program, xs), lowering.simulate(program, xs), strict=True):
         assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("mesh,src,dst", [
+    ("dp=2,cp=2,tp=2", "i32[32,4@tp]", "i32[32@tp,4]"),
+    ("dp=2,cp=2,tp=2", "f32[4@cp,8]{U:(dp,tp)}", "f32[4,8@cp]{U:(dp,tp)}"),
+])
+def test_a_swap_within_pairs_is_one_all_to_all(mesh: str, src: str, dst: str) -> None:
+    # each member keeps half and swaps half with its one peer: lax.all_to_all over the pair
+    # (as XLA's reshard), not a ppermute plus the kept half's copy
+    program = lowering.compile(src, dst, mesh)
+    text = "\n".join(describe(program))
+    assert "ppermute" not in text and "lax.all_to_all(" in text, text
+    xs = random_arrays(program.steps[0].src, program.mesh, np.random.default_rng(3))
+    xs = [x.astype(np.int32 if program.src.dtype == "int32" else np.float32) for x in xs]
+    for a, b in zip(run_blocks(program, xs), lowering.simulate(program, xs), strict=True):
+        assert np.array_equal(a, b)
