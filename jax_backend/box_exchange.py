@@ -13,8 +13,8 @@ tables are as small as the mesh, whatever the blocks' size::
     rounds (else: each round one send and one receive a rank, pieces of one shape)
            y = dynamic_update_slice(y, ppermute(dynamic_slice(x, at[me], shape)), to[me])
 
-A rank with nothing to receive in a round writes past the end of its block (one spare
-slab on dim 0, cut off at the end). What a rank keeps is copied without a collective; a
+A rank with nothing to receive in a round writes where a later round overwrites, else past
+the end of its block (one spare slab on dim 0, cut off at the end). What a rank keeps is copied without a collective; a
 round that moves whole blocks is ``ppermute(x)``.
 """
 
@@ -132,16 +132,26 @@ def box_plan(step: Step, mesh: Mesh) -> BoxPlan | None:
         for shape in sorted({mv[2] for mv in kept}):
             rounds.append([mv for mv in kept if mv[2] == shape])
     out_rows = outs[0][0]
-    spare = max((rd[0][2][0] for rd in rounds if len(rd) < world), default=0)
+    spare = 0
     built = []
-    for rd in rounds:
+    for i, rd in enumerate(rounds):
         send_at = np.zeros((world, len(ins[0])), dtype=np.int32)
         recv_at = np.zeros((world, len(ins[0])), dtype=np.int32)
         recv_at[:, 0] = out_rows  # the spare slab
+        shape = rd[0][2]
         for q, r, _, at, to in rd:
             send_at[q] = at
             recv_at[r] = to
-        shape = rd[0][2]
+        # a rank with nothing to receive writes where a later round of its puts a piece of
+        # this shape (overwritten there); only where none does, into the spare slab, which
+        # costs a copy of the whole block at the end
+        receivers = {r for _, r, *_ in rd}
+        for r in set(range(world)) - receivers:
+            later = next((mv[4] for nxt in rounds[i + 1:] for mv in nxt if mv[1] == r and mv[2] == shape), None)
+            if later is None:
+                spare = max(spare, shape[0])
+            else:
+                recv_at[r] = later
         whole = len(rd) == world and shape == ins[0] == outs[0]
         local = all(q == r for q, r, *_ in rd)
         built.append(BoxRound(tuple((q, r) for q, r, *_ in rd), shape, send_at, recv_at, whole, local))
