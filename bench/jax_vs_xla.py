@@ -9,14 +9,15 @@ per device). For each, in the same process:
 * bytes: the collectives of both compiled HLOs, priced by one formula
   (``bench.xla_anchor.hlo_collectives``: the bytes each sends, busiest rank), each
   against the lower bound (``lowering.lower_bound``);
-* wall: the median of repeated calls of each compiled function, ``block_until_ready``;
+* wall: the median of repeated calls of each compiled function, ``block_until_ready``,
+  XLA's and shardc's calls interleaved;
 * first call: shardc's plan, trace, compile and first run of a new pair against XLA's
   jit compile and first run of ``reshard``;
 * outputs: equal to ``reshard``'s, block by block (a pending-sum destination: its sum);
   to ``device_put``'s where the source has no pending sum.
 
 Run from the repo root: ``python bench/jax_vs_xla.py`` (``--small`` for the recorded
-cases only, ``--reps N``, ``--json out.json``).
+cases only, ``--reps N``, ``--tiny-reps N`` for cases under 1 MiB, ``--json out.json``).
 """
 
 from __future__ import annotations
@@ -94,12 +95,19 @@ blocks = jax_backend.blocks_of
 
 
 def wall(fn: Any, x: jax.Array, reps: int) -> float:
-    times = []
+    return walls([fn], x, reps)[0]
+
+
+def walls(fns: list[Any], x: jax.Array, reps: int) -> list[float]:
+    """The median time of each function, their calls interleaved (one of each per rep), so
+    the load of the shared machine falls on all of them alike."""
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(reps):
-        t0 = time.perf_counter()
-        fn(x).block_until_ready()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for fn, ts in zip(fns, times):
+            t0 = time.perf_counter()
+            fn(x).block_until_ready()
+            ts.append(time.perf_counter() - t0)
+    return [statistics.median(ts) for ts in times]
 
 
 def denoted(y: jax.Array, dst: str, mesh: Any) -> list[np.ndarray]:
@@ -139,8 +147,7 @@ def run_case(cid: str, mesh: str, src: str, dst: str, reps: int, rng: np.random.
             put = jax.device_put(x, dst_sh)
             put_equal = bool(np.array_equal(np.asarray(put), np.asarray(y))) if not parse(dst).partial_axes else None
             t_put = wall(lambda v: jax.device_put(v, dst_sh), x, reps)
-        t_xla = wall(xla_compiled, x, reps)
-        t_mine = wall(mine_compiled, x, reps)
+        t_xla, t_mine = walls([xla_compiled, mine_compiled], x, reps)
     program = lowering.compile(src, dst, mesh, cost_model=jax_backend.default_cost_model(lowering.resolve(src, mesh)[1]))
     return {
         "id": cid, "mesh": mesh, "src": src, "dst": dst, "per_device_bytes": per_device,
@@ -157,6 +164,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--small", action="store_true", help="the recorded cases only")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--tiny-reps", type=int, default=200, help="calls timed for a case under 1 MiB in all")
     ap.add_argument("--only", nargs="*", help="case ids")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -169,7 +177,12 @@ def main() -> None:
         if args.only and cid not in args.only:
             continue
         big = cid.startswith("big") or "4096" in src
-        r = run_case(cid, mesh, src, dst, max(3, args.reps // 4) if big else args.reps, rng)
+        # a tiny case's call takes ~0.3 ms, where the shared machine's noise is +-30%: many
+        # more calls, cheaply (--tiny-reps)
+        t = lowering.resolve(src, mesh)[0]
+        tiny = t.numel * t.itemsize < 2**20
+        r = run_case(cid, mesh, src, dst, max(3, args.reps // 4) if big else
+                     max(args.reps, args.tiny_reps) if tiny else args.reps, rng)
         rows.append(r)
         put = f"{r['device_put_s'] * 1e3:8.3f}" if r["device_put_s"] is not None else f"{'-':>8}"
         print(f"{cid:22} {r['per_device_bytes'] / 2**20:7.2f} {r['bound']:9d} {r['xla_bytes']:9d} "

@@ -13,13 +13,14 @@ tables are as small as the mesh, whatever the blocks' size::
     rounds (else: each round one send and one receive a rank, pieces of one shape)
            y = dynamic_update_slice(y, ppermute(dynamic_slice(x, at[me], shape)), to[me])
 
-A rank with nothing to receive in a round writes past the end of its block (one spare
-slab on dim 0, cut off at the end). What a rank keeps is copied without a collective; a
+A rank with nothing to receive in a round writes where a later round overwrites, else past
+the end of its block (one spare slab on dim 0, cut off at the end). What a rank keeps is copied without a collective; a
 round that moves whole blocks is ``ppermute(x)``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -28,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax_backend.default_model import default_cost_model
 from lowering.layout import boxes, group_ranks, local_shapes
 from lowering.program import Step
 from spec_lang.ir import Mesh
@@ -58,12 +60,25 @@ class Dense:
 
 
 @dataclass(frozen=True)
+class Packed:
+    """The rounds' pieces (one shape) in one ``lax.all_to_all`` over the step's axes, row m
+    of a rank's tables its piece for (from) the m-th member; a member it has nothing for
+    gets an unread piece (the spare slab)."""
+
+    axes: tuple[str, ...]
+    shape: tuple[int, ...]
+    send_at: np.ndarray  # (world, members, ndim) int32
+    recv_at: np.ndarray  # (world, members, ndim) int32
+
+
+@dataclass(frozen=True)
 class BoxPlan:
     in_shape: tuple[int, ...]
     out_shape: tuple[int, ...]
-    rounds: tuple[BoxRound, ...]
+    rounds: tuple[BoxRound, ...]  # with ``packed``: only what ranks keep
     dense: Dense | None
     spare: int  # rows of the spare slab on dim 0 (0: every rank receives in every round)
+    packed: Packed | None = None
 
 
 def _uniform(shapes: tuple[tuple[int, ...], ...]) -> bool:
@@ -83,12 +98,23 @@ def box_plan(step: Step, mesh: Mesh) -> BoxPlan | None:
     world = mesh.size
     moves: list[tuple[int, int, tuple[int, ...], np.ndarray, np.ndarray]] = []
     covered = np.zeros(world, dtype=np.int64)
+    # members with one source box hold the same values unless the type says they differ
+    # (a pending sum's addends, V): then one of them sends, the receiver itself where it is
+    # one, else the least loaded so far (the planner prices the exchange as one sender per piece)
+    copies = not src.partial_axes and not src.axes_of_kind("V")
+    load = np.zeros(world, dtype=np.int64)
     for r in range(world):
+        holders: dict[bytes | int, list[int]] = {}
         for q in group_ranks(mesh, step.axes, r):
-            lo = np.maximum(sb[q, :, 0], db[r, :, 0])
-            hi = np.minimum(sb[q, :, 1], db[r, :, 1])
+            holders.setdefault(sb[q].tobytes() if copies else q, []).append(q)
+        for same in holders.values():
+            lo = np.maximum(sb[same[0], :, 0], db[r, :, 0])
+            hi = np.minimum(sb[same[0], :, 1], db[r, :, 1])
             if (hi <= lo).any():
                 continue
+            q = r if r in same else min(same, key=lambda h: (int(load[h]), h))
+            if q != r:
+                load[q] += int(np.prod(hi - lo))
             moves.append((q, r, tuple(int(v) for v in hi - lo), lo - sb[q, :, 0], lo - db[r, :, 0]))
             covered[r] += int(np.prod(hi - lo))
     if (covered != np.prod(outs[0])).any():  # members' source boxes overlap or leave a gap
@@ -100,35 +126,119 @@ def box_plan(step: Step, mesh: Mesh) -> BoxPlan | None:
         # what a rank keeps is copied locally (a round of its own, no collective), unless
         # every rank's block is one whole block: then one ppermute, self pairs included
         kept = [] if whole_blocks else [mv for mv in moves if mv[0] == mv[1]]
-        for mv in sorted((mv for mv in moves if whole_blocks or mv[0] != mv[1]), key=lambda mv: (mv[2], mv[0], mv[1])):
-            for rd in rounds:
-                if rd[0][2] == mv[2] and all(mv[0] != o[0] and mv[1] != o[1] for o in rd):
-                    rd.append(mv)
-                    break
-            else:
-                rounds.append([mv])
+        sent = [mv for mv in moves if whole_blocks or mv[0] != mv[1]]
+        for shape in sorted({mv[2] for mv in sent}):
+            rounds.extend(colour_rounds(sorted((mv for mv in sent if mv[2] == shape), key=lambda mv: mv[:2])))
         for shape in sorted({mv[2] for mv in kept}):
             rounds.append([mv for mv in kept if mv[2] == shape])
     out_rows = outs[0][0]
-    spare = max((rd[0][2][0] for rd in rounds if len(rd) < world), default=0)
+    spare = 0
     built = []
-    for rd in rounds:
+    for i, rd in enumerate(rounds):
         send_at = np.zeros((world, len(ins[0])), dtype=np.int32)
         recv_at = np.zeros((world, len(ins[0])), dtype=np.int32)
         recv_at[:, 0] = out_rows  # the spare slab
+        shape = rd[0][2]
         for q, r, _, at, to in rd:
             send_at[q] = at
             recv_at[r] = to
-        shape = rd[0][2]
+        # a rank with nothing to receive writes where a later round of its puts a piece of
+        # this shape (overwritten there); only where none does, into the spare slab, which
+        # costs a copy of the whole block at the end
+        receivers = {r for _, r, *_ in rd}
+        for r in set(range(world)) - receivers:
+            later = next((mv[4] for nxt in rounds[i + 1:] for mv in nxt if mv[1] == r and mv[2] == shape), None)
+            if later is None:
+                spare = max(spare, shape[0])
+            else:
+                recv_at[r] = later
         whole = len(rd) == world and shape == ins[0] == outs[0]
         local = all(q == r for q, r, *_ in rd)
         built.append(BoxRound(tuple((q, r) for q, r, *_ in rd), shape, send_at, recv_at, whole, local))
-    return BoxPlan(ins[0], outs[0], tuple(built), dense, spare)
+    plan = BoxPlan(ins[0], outs[0], tuple(built), dense, spare)
+    return _packed(plan, step, mesh) or plan
+
+
+Move = tuple[int, int, tuple[int, ...], np.ndarray, np.ndarray]
+
+
+def colour_rounds(moves: list[Move]) -> list[list[Move]]:
+    """The moves (sender, receiver, ...) in as few rounds of one send and one receive a rank
+    as there can be: the most moves any rank sends or receives (Konig's edge colouring of a
+    bipartite graph: where the free colours at the two ends differ, the alternating path
+    from the receiver is swapped first). Greedy first-fit took 5 rounds where 4 do."""
+    at_send: dict[tuple[int, int], int] = {}  # (sender, colour) -> move index
+    at_recv: dict[tuple[int, int], int] = {}  # (receiver, colour) -> move index
+    colour: dict[int, int] = {}
+
+    def free(table: dict[tuple[int, int], int], v: int) -> int:
+        c = 0
+        while (v, c) in table:
+            c += 1
+        return c
+
+    for i, (q, r, *_) in enumerate(moves):
+        a, b = free(at_send, q), free(at_recv, r)
+        if (r, a) in at_recv:  # a is taken at r: swap a and b along the path from r
+            path, v, c, recv_side = [], r, a, True
+            while (v, c) in (at_recv if recv_side else at_send):
+                j = (at_recv if recv_side else at_send)[(v, c)]
+                path.append(j)
+                v = moves[j][0] if recv_side else moves[j][1]
+                recv_side, c = not recv_side, b if c == a else a
+            for j in path:
+                del at_send[(moves[j][0], colour[j])], at_recv[(moves[j][1], colour[j])]
+            for j in path:
+                colour[j] = b if colour[j] == a else a
+                at_send[(moves[j][0], colour[j])] = at_recv[(moves[j][1], colour[j])] = j
+        colour[i] = a
+        at_send[(q, a)] = at_recv[(r, a)] = i
+    rounds: dict[int, list[Move]] = {}
+    for i, mv in enumerate(moves):
+        rounds.setdefault(colour[i], []).append(mv)
+    return [rounds[c] for c in sorted(rounds)]
+
+
+PAD_CAP = 2.0  # a padded all_to_all sends at most this many times the rounds' bytes (busiest rank)
+
+
+def _packed(plan: BoxPlan, step: Step, mesh: Mesh) -> BoxPlan | None:
+    """The plan's rounds as one padded ``lax.all_to_all`` over the step's axes, where the JAX
+    cost model prices that below the rounds: each ``ppermute`` round pays a collective's
+    latency (~0.15 ms on XLA:CPU, against ~1-2 ns a byte), so for small pieces one
+    collective that also sends the unused members a piece beats several rounds."""
+    sent = [rd for rd in plan.rounds if not rd.local]
+    if plan.dense is not None or len(sent) < 2 or len({rd.shape for rd in sent}) != 1 or not step.axes:
+        return None
+    n = mesh.group_size(step.axes)
+    if n < 3:
+        return None
+    model = default_cost_model(mesh)
+    piece = int(np.prod(sent[0].shape)) * step.src.itemsize
+    alpha, beta = model.alpha_of(step.axes), model.beta_of(step.axes)
+    if alpha + beta * (n - 1) * piece >= len(sent) * (alpha + beta * piece):
+        return None
+    ends = [e for rd in sent for q, r in rd.pairs if q != r for e in ((0, q), (1, r))]
+    if n - 1 > PAD_CAP * max(ends.count(e) for e in set(ends)):  # the busiest rank's pieces
+        return None
+    world, nd = mesh.size, len(plan.in_shape)
+    send_at = np.zeros((world, n, nd), dtype=np.int32)
+    recv_at = np.zeros((world, n, nd), dtype=np.int32)
+    recv_at[:, :, 0] = plan.out_shape[0]  # the spare slab
+    for rd in sent:
+        for q, r in rd.pairs:
+            send_at[q, group_ranks(mesh, step.axes, q).index(r)] = rd.send_at[q]
+            recv_at[r, group_ranks(mesh, step.axes, r).index(q)] = rd.recv_at[r]
+    spare = max(plan.spare, sent[0].shape[0])
+    return dataclasses.replace(plan, rounds=tuple(rd for rd in plan.rounds if rd.local), spare=spare,
+                               packed=Packed(step.axes, sent[0].shape, send_at, recv_at))
 
 
 def _dense(moves: list[tuple[int, int, tuple[int, ...], np.ndarray, np.ndarray]], mesh: Mesh,
            axes: tuple[str, ...], in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> Dense | None:
-    if not axes or mesh.group_size(axes) < 3 or len({mv[2] for mv in moves}) != 1:
+    # two members too: XLA:CPU's all_to_all of a pair ran ~1.3x faster than the ppermute
+    # swap, its kept half and its update (rd-pub-054, rd-pub-065: 1.31x XLA's time, then 1.0x)
+    if not axes or mesh.group_size(axes) < 2 or len({mv[2] for mv in moves}) != 1:
         return None
     n = mesh.group_size(axes)
     shape = moves[0][2]
@@ -185,6 +295,13 @@ def box_exchange(plan: BoxPlan, names: tuple[str, ...]) -> Callable[[Block], Blo
             return jax.lax.ppermute(x, names, perm=list(plan.rounds[0].pairs))
         rows = plan.out_shape[0] + plan.spare
         y = jnp.zeros((rows, *plan.out_shape[1:]), x.dtype)
+        if plan.packed is not None:
+            p = plan.packed
+            send_at, recv_at = jnp.asarray(p.send_at)[me], jnp.asarray(p.recv_at)[me]
+            parts = jax.vmap(lambda at: jax.lax.dynamic_slice(x, tuple(at), p.shape))(send_at)  # one gather
+            got = jax.lax.all_to_all(parts, p.axes if len(p.axes) > 1 else p.axes[0], 0, 0, tiled=True)
+            for m in range(len(p.recv_at[0])):
+                y = jax.lax.dynamic_update_slice(y, got[m], tuple(recv_at[m]))
         for rd in plan.rounds:
             piece = x if rd.shape == plan.in_shape else \
                 jax.lax.dynamic_slice(x, tuple(jnp.asarray(rd.send_at)[me]), rd.shape)

@@ -106,6 +106,7 @@ def exchange(step: Step, mesh: Mesh) -> Lowered:
                                   f"# {rd.send.shape[1]} pieces of {rd.send.shape[2]}",)
     else:
         calls = tuple(f"lax.ppermute(x, {_text(_world(mesh))}, perm={list(rd.perm)})" for rd in tables.rounds)
+        calls += tuple(f"lax.ppermute(fan out, {_text(_world(mesh))}, perm={list(rd.perm)})" for rd in tables.fan_out)
     return Lowered(table_exchange(tables, _world(mesh)), calls or ("(local gather)",), flat=True)
 
 
@@ -248,7 +249,10 @@ def boxes_or_tables(step: Step, mesh: Mesh) -> Lowered:
         calls: tuple[str, ...] = (f"lax.all_to_all(take(cells(x, {list(d.shape)}), send[me]), "
                                   f"{_text(d.axes)}, 0, 0, tiled=True)",)
     else:
-        calls = tuple(f"keep dynamic_slice(x, .., {list(rd.shape)})" if rd.local else
+        packed = plan.packed
+        calls = (f"lax.all_to_all(stack(dynamic_slice(x, .., {list(packed.shape)}) per member), "
+                 f"{_text(packed.axes)}, 0, 0, tiled=True)  # padded: one collective, not rounds",) if packed else ()
+        calls += tuple(f"keep dynamic_slice(x, .., {list(rd.shape)})" if rd.local else
                       f"lax.ppermute({'x' if rd.whole else f'dynamic_slice(x, .., {list(rd.shape)})'}, "
                       f"{_text(names)}, perm={[p for p in rd.pairs if p[0] != p[1]]})" for rd in plan.rounds)
     return Lowered(box_exchange(plan, names), calls)
@@ -336,5 +340,6 @@ def all_to_allv(step: Step, mesh: Mesh) -> Lowered:
 def uneven(step: Step, mesh: Mesh) -> Lowered:
     """Uneven pieces and the relay: the exact exchange (``ppermute`` rounds on every
     backend; on GPU ``lax.ragged_all_to_all`` could take an all_to_allv in one call, but
-    XLA:CPU has none, and one lowering for both keeps the outputs equal)."""
+    XLA:CPU has none, and one lowering for both keeps the outputs equal). The relay runs
+    its two phases, as planned and priced (``jax_backend.tables.relay_tables``)."""
     return exchange(step, mesh)

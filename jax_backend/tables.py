@@ -31,6 +31,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from lowering.kinds import kind_of, simulate_step
+from lowering.kinds.base import own_pieces
+from lowering.kinds.copies import Copy
+from lowering.kinds.relay import RelayPieces
+from lowering.kinds.uneven_exchange import apply_copies
 from lowering.layout import group_ranks, local_shapes
 from lowering.program import Step
 from spec_lang.ir import Mesh
@@ -63,6 +67,9 @@ class Tables:
     # where every member of each group over the step's axes sends every other a piece: the
     # axes, and one dense round whose tables hold a row per member (``lax.all_to_all``)
     dense: tuple[tuple[str, ...], Round] | None = None
+    # a relay's second phase (its owners fan out what the first brought): its ``send``
+    # tables index this rank's input (flat, below ``max(in_sizes)``) then its output so far
+    fan_out: tuple[Round, ...] = ()
 
     @property
     def out_max(self) -> int:
@@ -79,6 +86,8 @@ def _codes(sizes: Sequence[int], only: int | None) -> list[np.ndarray]:
 @lru_cache(maxsize=256)
 def step_tables(step: Step, mesh: Mesh) -> Tables:
     """The tables of ``step`` on ``mesh`` (cached: a step is hashable IR)."""
+    if step.kind == "relay":
+        return relay_tables(step, mesh)
     world = mesh.size
     in_shapes = local_shapes(step.src, mesh)
     out_shapes = tuple(tuple(int(n) for n in s) for s in local_shapes(step.dst, mesh))
@@ -112,6 +121,67 @@ def step_tables(step: Step, mesh: Mesh) -> Tables:
         group = max(1, mesh.group_size(step.axes))
     return Tables(world, in_sizes, out_shapes, step.op if reduces else None, group, keep,
                   _rounds(moves, world, out_max), _dense(moves, mesh, step.axes, out_max))
+
+
+def relay_tables(step: Step, mesh: Mesh) -> Tables:
+    """The relay in its two phases, as planned and priced (``lowering.kinds.relay``): each
+    piece once to its owner, then each owner fans it out. Read off the kind's own per-rank
+    pieces (its pack and unpack copies, expanded on numbered elements), so the rounds send
+    what the plan prices, never a holder's piece to every needer::
+
+        phase 1: holder -> owner          (x -> y)
+        phase 2: owner  -> other needers  ([x, y] -> y)
+    """
+    world = mesh.size
+    kind = kind_of(step.kind)
+    pieces = own_pieces(RelayPieces, [kind.pieces(step, mesh, r, group_ranks(mesh, step.axes, r)) for r in range(world)])
+    in_shapes = local_shapes(step.src, mesh)
+    out_shapes = tuple(tuple(int(n) for n in s) for s in local_shapes(step.dst, mesh))
+    in_sizes = tuple(int(np.prod(s)) for s in in_shapes)
+    out_max = max((int(np.prod(s)) for s in out_shapes), default=0)
+    in_max = max(in_sizes, default=0)
+
+    def expand(copies: Sequence[Copy], n_src: int, n_dst: int, base: int = 0) -> np.ndarray:
+        """Each destination element's source element + 1 (0: none) under ``copies``."""
+        out = np.zeros(n_dst, dtype=np.int64)
+        apply_copies(copies, np.arange(base + 1, base + n_src + 1, dtype=np.int64), out, None)
+        return out
+
+    keep = np.full((world, out_max), -1, dtype=np.int32)
+    phases: list[dict[tuple[int, int], list[tuple[int, int]]]] = [{}, {}]
+    for r, p in enumerate(pieces):
+        n_out = int(np.prod(p.out_shape))
+        kept = expand(p.keep, in_sizes[r], n_out)
+        keep[r, np.nonzero(kept)[0]] = kept[kept > 0] - 1
+    for phase in (1, 2):
+        for r, p in enumerate(pieces):
+            sends = p.send1 if phase == 1 else p.send2
+            n_buf = sum(sends)
+            if phase == 1:
+                buf = expand(p.pack1, in_sizes[r], n_buf)
+            else:  # from the input, or from what phase 1 brought (the output, after the input)
+                buf = expand(p.pack2_in, in_sizes[r], n_buf)
+                buf += expand(p.pack2_out, out_max, n_buf, base=in_max)
+            off = 0
+            for q, k in zip(p.members, sends):
+                if k:
+                    phases[phase - 1].setdefault((r, q), []).extend(
+                        (int(buf[off + j]) - 1, -1) for j in range(k))
+                off += k
+        for r, p in enumerate(pieces):  # where each received element lands, peer by peer
+            recvs = p.recv1 if phase == 1 else p.recv2
+            n_buf = sum(recvs)
+            landing = np.zeros(n_buf, dtype=np.int64)
+            inv = expand(p.unpack1 if phase == 1 else p.unpack2, n_buf, out_max)
+            landing[inv[inv > 0] - 1] = np.nonzero(inv)[0]
+            off = 0
+            for q, k in zip(p.members, recvs):
+                if k:
+                    sent = phases[phase - 1][(q, r)]
+                    phases[phase - 1][(q, r)] = [(a, int(landing[off + j])) for j, (a, _) in enumerate(sent)]
+                off += k
+    return Tables(world, in_sizes, out_shapes, None, 1, keep, _rounds(phases[0], world, out_max),
+                  fan_out=_rounds(phases[1], world, out_max))
 
 
 def _dense(moves: dict[tuple[int, int], list[tuple[int, int]]], mesh: Mesh, axes: tuple[str, ...],
@@ -198,6 +268,11 @@ def table_exchange(tables: Tables, names: tuple[str, ...]) -> Callable[[Block], 
             sent = jnp.take(x, jnp.asarray(rd.send)[me], mode="clip")
             got = jax.lax.ppermute(sent, names, perm=list(rd.perm))
             acc = combine(acc, got, jnp.asarray(rd.recv)[me])
+        if tables.fan_out:  # a relay's owners send on what the first phase brought
+            both = jnp.concatenate([x[: max(tables.in_sizes)], acc])
+            for rd in tables.fan_out:
+                got = jax.lax.ppermute(jnp.take(both, jnp.asarray(rd.send)[me], mode="clip"), names, perm=list(rd.perm))
+                acc = combine(acc, got, jnp.asarray(rd.recv)[me])
         if op == "avg":
             acc = _divide(acc, tables.group)
         return acc
