@@ -199,7 +199,7 @@ def colour_rounds(moves: list[Move]) -> list[list[Move]]:
     return [rounds[c] for c in sorted(rounds)]
 
 
-PAD_CAP = 2.0  # a padded all_to_all sends at most this many times the rounds' bytes (busiest rank)
+PAD_CAP = 1.5  # a padded all_to_all sends at most this many times the rounds' bytes (busiest rank)
 
 
 def _packed(plan: BoxPlan, step: Step, mesh: Mesh) -> BoxPlan | None:

@@ -16,7 +16,7 @@ jax = pytest.importorskip("jax")
 from typed_data import random_arrays  # noqa: E402
 
 import lowering  # noqa: E402
-from jax_backend import LOWERINGS, describe  # noqa: E402
+from jax_backend import LOWERINGS, box_exchange, describe  # noqa: E402
 from jax_backend.engine import run_blocks  # noqa: E402
 from lowering.kinds.base import KINDS  # noqa: E402
 from lowering.program import Step  # noqa: E402
@@ -130,14 +130,27 @@ def test_sparse_exchanges_become_ppermute_rounds(src: str, dst: str, mesh: str, 
     assert ("lax.ppermute(x," in text) == (calls == 1), text
 
 
+def _forget_lowerings() -> None:
+    box_exchange.box_plan.cache_clear()
+
+
 @pytest.mark.parametrize("src,dst,mesh", [
     ("f32[8@(dp,tp),12]", "f32[8@tp,12@dp]", "dp=4,tp=2"),
     ("f32[4@dp,8@tp,8]", "f32[4,8@dp,8@tp]", "dp=2,tp=4"),
 ])
-def test_small_sparse_exchanges_are_one_padded_all_to_all(src: str, dst: str, mesh: str) -> None:
+def test_small_sparse_exchanges_are_one_padded_all_to_all(src: str, dst: str, mesh: str,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          request: pytest.FixtureRequest) -> None:
     # each ppermute round pays a collective's latency (~0.15 ms on XLA:CPU): 4 rounds of tiny
-    # pieces move in one all_to_all (1.75x their bytes), the values still the kind's
+    # pieces could move in one all_to_all, but it sends 1.75x their bytes, more than the
+    # shipped cap allows (which keeps shardc at or below XLA's bytes): rounds by default
     program = lowering.compile(src, dst, mesh)
+    assert box_exchange.PAD_CAP < 1.75
+    assert "lax.ppermute(" in "\n".join(describe(program))
+    # with a looser cap the padded all_to_all runs, its values still the kind's
+    monkeypatch.setattr(box_exchange, "PAD_CAP", 2.0)
+    request.addfinalizer(_forget_lowerings)  # later tests lower these steps under the shipped cap
+    _forget_lowerings()
     text = "\n".join(describe(program))
     assert "ppermute" not in text and text.count("lax.all_to_all(") == 1, text
     xs = [x.astype(np.float32) for x in random_arrays(program.steps[0].src, program.mesh, np.random.default_rng(0))]
