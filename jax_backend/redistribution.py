@@ -113,7 +113,7 @@ def _jitted(src: TensorType, dst: TensorType, jax_mesh: Any) -> Callable[[jax.Ar
     return jax.jit(_prepared(src, dst, jax_mesh))
 
 
-def redistributor(src: Any, dst: Any, mesh: Any) -> Callable[[jax.Array], jax.Array]:
+def redistributor(src: Any, dst: Any, mesh: Any) -> Prepared:
     """The prepared form: a jittable function of one array laid out as ``src`` (a type
     string, PartitionSpec or NamedSharding) that returns it laid out as ``dst``; planned
     once, here. Call it eagerly (jitted once) or inside your own ``jax.jit``."""
@@ -124,20 +124,7 @@ def redistributor(src: Any, dst: Any, mesh: Any) -> Callable[[jax.Array], jax.Ar
     d = as_type(dst, shape, s.dtype, mesh, "destination")
     if d.dtype != s.dtype:
         raise SpecError(f"the source is {s.dtype}, the destination {d.dtype}", hint="a redistribution keeps the dtype")
-    run = _jitted(s, d, mesh)
-
-    def redistributed(x: jax.Array) -> jax.Array:
-        # checked here, where JAX would answer a wrong array with shard_map's own error
-        if not isinstance(x, (jax.Array, jax.core.Tracer)):
-            raise SpecError(f"the redistributor takes a jax.Array, got {type(x).__name__}",
-                            hint=f"pass the array laid out as {s}")
-        aval = jax.typeof(x)
-        if tuple(aval.shape) != s.shape or canonical_dtype(str(aval.dtype)) != s.dtype:
-            raise SpecError(f"the redistributor was prepared for {s}, got an array of shape {list(aval.shape)} "
-                            f"and dtype {aval.dtype}", hint="prepare one redistributor per source type")
-        return run(x)
-
-    return redistributed
+    return Prepared(s, _jitted(s, d, mesh))
 
 
 def _shape_of(src: Any, dst: Any) -> tuple[int, ...]:
@@ -146,3 +133,26 @@ def _shape_of(src: Any, dst: Any) -> tuple[int, ...]:
             return parse(t).shape
     raise SpecError("redistributor needs the global shape: give src or dst as a type string",
                     hint="e.g. redistributor('f32[8@dp,4]', PartitionSpec(None, 'dp'), mesh)")
+
+
+class Prepared:
+    """A prepared redistribution: called on an array laid out as ``src`` (eagerly or under an
+    outer ``jax.jit``), it checks the array, then runs the jitted program. The jitted
+    function's own methods (``lower``, ``trace``, ``eval_shape``) are reached through it."""
+
+    def __init__(self, src: TensorType, run: Callable[[jax.Array], jax.Array]) -> None:
+        self.src, self.run = src, run
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        # checked here, where JAX would answer a wrong array with shard_map's own error
+        if not isinstance(x, (jax.Array, jax.core.Tracer)):
+            raise SpecError(f"the redistributor takes a jax.Array, got {type(x).__name__}",
+                            hint=f"pass the array laid out as {self.src}")
+        aval = jax.typeof(x)
+        if tuple(aval.shape) != self.src.shape or canonical_dtype(str(aval.dtype)) != self.src.dtype:
+            raise SpecError(f"the redistributor was prepared for {self.src}, got an array of shape "
+                            f"{list(aval.shape)} and dtype {aval.dtype}", hint="prepare one redistributor per source type")
+        return self.run(x)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.run, name)
