@@ -116,7 +116,7 @@ class Door:
 
 
 def through_door(door: Door, x: Any, src: Any, dst: Any, mesh: Any, timeout: timedelta | float | None,
-                 agree: bool | None, async_op: bool, *, dst_mesh: Any = None, bound: BoundCall | None = None) -> Any:
+                 agree: bool | None, async_op: bool, dst_mesh: Any = None, bound: BoundCall | None = None) -> Any:
     """The one door sequence of ``redistribute``, ``redistribute_many`` and a
     ``Redistributor``'s call: another mesh, compile time or eager, the fast path, the
     inputs resolved, this rank's checks (agreed with the other ranks where the call

@@ -48,7 +48,7 @@ class Redistributor:
     def __call__(self, x: torch.Tensor, *, async_op: bool = False) -> Any:
         """This rank's block of the destination (with ``async_op``, a handle whose ``wait()``
         gives it, as ``redistribute(..., async_op=True)``)."""
-        return through_door(PREPARED, x, self, None, None, None, self._agree, async_op, bound=self._bound)
+        return through_door(PREPARED, x, self, None, None, None, self._agree, async_op, None, self._bound)
 
     # a constant of a compiled region (``torch_backend.traced``), guarded on identity
     def __eq__(self, other: object) -> bool:
