@@ -77,10 +77,10 @@ __all__ = sorted([*_EXPORTS, *_DOORS])
 def check_type(t: TensorType | str, mesh: Mesh | str, text: str | None = None) -> None:
     """Every axis the type names exists on the mesh; otherwise a SpecError at that axis,
     its caret in ``text`` (the type as written; a type string is its own text)."""
-    from lowering.checks import check_type
+    from lowering.checks import check_type_once
     from spec_lang.parser import parse, parse_mesh
 
-    check_type(parse(t), parse_mesh(mesh), t if isinstance(t, str) and text is None else text)
+    check_type_once(parse(t), parse_mesh(mesh), t if isinstance(t, str) and text is None else text)
 
 
 def boxes(t: TensorType | str, mesh: Mesh | str) -> np.ndarray:

@@ -6,6 +6,7 @@ import math
 import numbers
 import operator
 
+from lowering.caching import on_clear
 from lowering.layout.ranges import dim_ranges
 from spec_lang.errors import SpecError, locate, value_text
 from spec_lang.ir import Dim, Mesh, TensorType
@@ -18,7 +19,7 @@ def resolve(t: TensorType | str, mesh: Mesh | str) -> tuple[TensorType, Mesh]:
     first, so every function below them takes IR."""
     m = parse_mesh(mesh)
     tt = parse(t)
-    check_type(tt, m, text=t if isinstance(t, str) else None)
+    check_type_once(tt, m, text=t if isinstance(t, str) else None)
     return tt, m
 
 
@@ -51,6 +52,25 @@ def check_type(t: TensorType, mesh: Mesh, text: str | None = None) -> None:
     for d in t.dims:
         if d.split is not None:
             _check_split(t, d, mesh, text)
+
+
+# (type, mesh) pairs check_type accepted: the check is a pure function of the two, and a
+# first call meets the same pair at its door, in the planner's door, in the layout
+# algebra and in each step's pieces; only the first of them needs to run it
+_CHECKED: set[tuple[TensorType, Mesh]] = set()
+_CHECKED_MAX = 1 << 16
+on_clear(_CHECKED.clear)
+
+
+def check_type_once(t: TensorType, mesh: Mesh, text: str | None = None) -> None:
+    """``check_type``, skipped for a pair it accepted before (a refused pair is checked
+    again, so its error is the one ``text`` gives)."""
+    if (t, mesh) in _CHECKED:
+        return
+    check_type(t, mesh, text)
+    if len(_CHECKED) >= _CHECKED_MAX:
+        _CHECKED.clear()
+    _CHECKED.add((t, mesh))
 
 
 def _check_split(t: TensorType, d: Dim, mesh: Mesh, text: str | None) -> None:

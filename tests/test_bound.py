@@ -153,18 +153,21 @@ def test_a_repeated_local_tensor_mode_call_hits_the_cache_and_a_new_mode_gets_it
         np.testing.assert_array_equal(from_local(y)[r].numpy(), g)
 
 
-def _first_agreeing_call_counts(call: Callable[[], object]) -> tuple[list[str], int, int]:
-    """The types ``lowering.check_type`` (the public door) checked, and how many times
+def _first_call_counts(call: Callable[[], object]) -> tuple[list[str], list[str], int, int]:
+    """The types ``lowering.check_type`` (the public door) and ``lowering.checks.check_type``
+    (the check itself, wherever it is asked for) checked, and how many times
     ``api.checked_program`` and the planner's ``compile`` ran, in ``call()``."""
     import sys
 
     import lowering
-    from lowering import planner
+    from lowering import checks, planner
 
-    codes = {lowering.check_type.__code__: "check", api.checked_program.__code__: "program"}
+    codes = {lowering.check_type.__code__: "check", checks.check_type.__code__: "inner",
+             api.checked_program.__code__: "program"}
     compiles = {f.__code__ for f in vars(planner).values() if callable(f) and getattr(f, "__name__", "") == "compile"
                 and hasattr(f, "__code__")} | {getattr(planner.compile, "__wrapped__", planner.compile).__code__}
     seen: list[str] = []
+    inner: list[str] = []
     counts = {"program": 0, "compile": 0}
 
     def profile(frame: Any, event: str, arg: object) -> None:
@@ -173,6 +176,8 @@ def _first_agreeing_call_counts(call: Callable[[], object]) -> tuple[list[str], 
         what = codes.get(frame.f_code)
         if what == "check":
             seen.append(str(frame.f_locals["t"]))
+        elif what == "inner":
+            inner.append(str(frame.f_locals["t"]))
         elif what == "program":
             counts["program"] += 1
         elif frame.f_code in compiles:
@@ -184,13 +189,15 @@ def _first_agreeing_call_counts(call: Callable[[], object]) -> tuple[list[str], 
         call()
     finally:
         sys.setprofile(None)
-    return seen, counts["program"], counts["compile"]
+    return seen, inner, counts["program"], counts["compile"]
 
 
-@pytest.mark.parametrize("door", ["redistribute", "redistribute_many", "redistributor"])
-def test_a_first_agreeing_call_checks_and_compiles_each_type_once(fake_pg: Callable[[int], None], door: str) -> None:
+@pytest.mark.parametrize("door", ["redistribute", "redistribute_many", "redistributor", "redistribute, no agree"])
+def test_a_first_call_checks_and_compiles_each_type_once(fake_pg: Callable[[int], None], door: str) -> None:
     # one door sequence: the checks the agreement runs are the checks the call keeps (it was
-    # four check_type and two checked_program calls: the bound call checked again after it)
+    # four check_type and two checked_program calls: the bound call checked again after it);
+    # and the check itself runs once per type, not again in the planner's door, the layout
+    # algebra and each rank's step pieces (it ran 10 times here: 2 + 2 + 2 + 4 ranks)
     g, blocks = _blocks(np.random.default_rng(1))
     with local_mode(fake_pg, 4) as lm:
         x = to_local(lm, blocks)
@@ -198,12 +205,26 @@ def test_a_first_agreeing_call_checks_and_compiles_each_type_once(fake_pg: Calla
             "redistribute": lambda: torch_backend.redistribute(x, SRC, DST, MESH, agree=True),
             "redistribute_many": lambda: torch_backend.redistribute_many([x], [SRC], [DST], MESH, agree=True),
             "redistributor": lambda: torch_backend.redistributor(SRC, DST, MESH, agree=True),
+            "redistribute, no agree": lambda: torch_backend.redistribute(x, SRC, DST, MESH),
         }
-        seen, programs, compiles = _first_agreeing_call_counts(calls[door])
+        seen, inner, programs, compiles = _first_call_counts(calls[door])
     from spec_lang import parse
 
     assert seen == [str(parse(SRC)), str(parse(DST))], seen
+    assert inner == seen, inner
     assert programs == 1 and compiles >= 1, (programs, compiles)
+
+
+def test_a_type_refused_once_is_refused_again_with_its_own_text() -> None:
+    # the check is remembered only for pairs it accepted: a bad type fails every time, its
+    # caret in the text it was written as
+    import lowering
+    from spec_lang.errors import SpecError
+
+    for text in ("f32[8@tp]", "f32[ 8@tp]"):
+        with pytest.raises(SpecError) as e:
+            lowering.check_type(text, "dp=2")
+        assert text in str(e.value) and "'tp' is not on the mesh" in str(e.value), str(e.value)
 
 
 def test_shardc_run_bench_times_the_bound_call_a_user_runs(fake_pg: Callable[[int], None],

@@ -21,6 +21,7 @@ import math
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -45,7 +46,7 @@ from torch_backend.dtypes import check_reductions, dtype_name, short_name, to_to
 from torch_backend.groups import MeshContext, context, real_world
 from torch_backend.tensor_checks import check_all, check_strided, check_tensor, is_dtensor
 
-__all__ = ["bound_for", "bound_program", "distribute", "hot_bound", "redistribute", "text_key"]
+__all__ = ["Door", "bound_for", "bound_program", "distribute", "hot_bound", "redistribute", "text_key", "through_door"]
 
 
 def _type(t: TensorType | str, what: str) -> TensorType:
@@ -96,36 +97,91 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
     None off ``mesh``, the result None off ``dst_mesh`` (``torch_backend.mesh_transfer``,
     docs/cross_mesh.md). The ranks always agree on their checks there first.
     """
+    return through_door(REDISTRIBUTE, x, src, dst, mesh, timeout, agree, async_op, dst_mesh=dst_mesh)
+
+
+@dataclass(frozen=True)
+class Door:
+    """What one public call brings to the one door sequence (``through_door``); every other
+    step is the sequence's own. Each callable takes the call's ``(x, src, dst, mesh)`` as
+    the door was given them (a list of tensors and of types for many; for a
+    ``Redistributor``, itself as ``src`` and its bound call as ``bound``)."""
+
+    compiled: Callable[..., Any]  # inside torch.compile: its traced entry (None: refused eagerly)
+    fast: Callable[..., Any]  # the fast path's result, or None where the call does not take it
+    resolve: Callable[..., tuple[list[Any], tuple[Any, ...], tuple[Any, ...], Any]]  # tensors, types, mesh
+    one: bool = True  # one tensor in and out, else a list
+    elsewhere: Callable[..., Any] | None = None  # a call whose inputs another sequence takes (a DTensor's)
+    across: Callable[..., Any] | None = None  # dst_mesh=: the cross-mesh door (torch_backend.mesh_transfer)
+
+
+def through_door(door: Door, x: Any, src: Any, dst: Any, mesh: Any, timeout: timedelta | float | None,
+                 agree: bool | None, async_op: bool, dst_mesh: Any = None, bound: BoundCall | None = None) -> Any:
+    """The one door sequence of ``redistribute``, ``redistribute_many`` and a
+    ``Redistributor``'s call: another mesh, compile time or eager, the fast path, the
+    inputs resolved, this rank's checks (agreed with the other ranks where the call
+    agrees: ``agreed_bound``), sync or async, the run."""
     if type(async_op) is not bool:  # its truthiness would decide silently
         check_flag(async_op, "async_op", "async_op=True returns a handle whose wait() gives the result")
-    if dst_mesh is not None:
+    if dst_mesh is not None and door.across is not None:
         if async_op:
             raise SpecError("async_op=True is not supported with dst_mesh=", hint="drop async_op")
-        from torch_backend import mesh_transfer
-
-        return mesh_transfer.redistribute(x, src, dst, mesh, dst_mesh, timeout=timeout)
+        return door.across(x, src, dst, mesh, dst_mesh, timeout)
     if torch.compiler.is_dynamo_compiling():
-        if is_dtensor(x):
-            return _compiled_dtensor(x, src, dst, mesh, async_op=async_op, timeout=timeout, agree=agree)
-        from torch_backend import trace_marks
-
-        return trace_marks.call("redistribute", x, src, dst=dst, mesh=mesh, async_op=async_op, timeout=timeout,
-                                agree=agree)
+        y = door.compiled(x, src, dst, mesh, async_op=async_op, timeout=timeout, agree=agree)
+        if y is not None:
+            return y
     if agree is not None:
         check_agree(agree)
+    agrees = agree if agree is not None else _AGREE[0] if _AGREE else agree_default()
+    if timeout is None and not async_op and not agrees:
+        y = door.fast(x, src, dst, mesh, bound)
+        if y is not None:
+            return y
+    if door.elsewhere is not None:
+        y = door.elsewhere(x, src, dst, mesh, timeout=timeout, agree=agree, async_op=async_op)
+        if y is not None:
+            return y
+    xs, srcs, dsts, mesh = door.resolve(x, src, dst, mesh, bound)
+    if agrees:
+        bound, xs = agreed_bound(xs, srcs, dsts, mesh, timeout, bound=bound)
+    else:
+        bound = bound if bound is not None else bound_for(srcs, dsts, mesh, timeout)
+        xs = [bound.check(xs[0])] if door.one else check_all(xs, [p.src for p in bound.programs], bound.ctx,
+                                                             bound.expect)
+    if async_op:
+        return bound.start(xs, one=door.one)
+    return bound.call_one(xs[0]) if door.one else bound.call(xs)
+
+
+def _compiled(x: Any, src: Any, dst: Any, mesh: Any, *, async_op: bool, timeout: Any, agree: Any) -> Any:
+    if is_dtensor(x):
+        return _compiled_dtensor(x, src, dst, mesh, async_op=async_op, timeout=timeout, agree=agree)
+    from torch_backend import trace_marks
+
+    return trace_marks.call("redistribute", x, src, dst=dst, mesh=mesh, async_op=async_op, timeout=timeout,
+                            agree=agree)
+
+
+def _fast(x: Any, src: Any, dst: Any, mesh: Any, _: Any) -> Any:
     if type(x) is torch.Tensor and type(src) is str and type(dst) is str and type(mesh) is str:
         hot = hot_bound(src, dst, mesh)
-        if (hot is not None and timeout is None and not async_op
-                and not (agree if agree is not None else _AGREE[0] if _AGREE else agree_default())):
-            y = hot.hot(x)
-            if y is not None:
-                return y
-    if is_dtensor(x):
-        if async_op:
-            raise SpecError("async_op=True takes a local tensor, not a DTensor",
-                            hint="pass dt.to_local() with its source type and mesh, or drop async_op")
-        stated, dst = (None, src) if dst is None else (src, dst)
-        return _redistribute_dtensor(x, stated, dst, mesh, timeout=timeout, agree=agree)
+        if hot is not None:
+            return hot.hot(x)
+    return None
+
+
+def _of_dtensor(x: Any, src: Any, dst: Any, mesh: Any, *, timeout: Any, agree: bool | None, async_op: bool) -> Any:
+    if not is_dtensor(x):
+        return None
+    if async_op:
+        raise SpecError("async_op=True takes a local tensor, not a DTensor",
+                        hint="pass dt.to_local() with its source type and mesh, or drop async_op")
+    stated, dst = (None, src) if dst is None else (src, dst)
+    return _redistribute_dtensor(x, stated, dst, mesh, timeout=timeout, agree=agree)
+
+
+def _resolve(x: Any, src: Any, dst: Any, mesh: Any, _: Any) -> tuple[list[Any], tuple[Any, ...], tuple[Any, ...], Any]:
     if dst is None:
         raise SpecError("redistribute(x, src, dst, mesh) needs a destination type for a local tensor",
                         hint="pass both types, e.g. redistribute(x, 'f32[8@dp]', 'f32[8]', 'dp=2')")
@@ -135,14 +191,16 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
     if not isinstance(x, torch.Tensor):
         raise SpecError(f"expected a torch.Tensor, got {type(x).__name__}",
                         hint="pass this rank's local block as a tensor")
-    if agreeing(agree):
-        bound, (x,) = agreed_bound([x], (src,), (dst,), mesh, timeout)
-    else:
-        bound = bound_for((src,), (dst,), mesh, timeout)
-        x = bound.check(x)
-    if async_op:
-        return bound.start([x], one=True)
-    return bound.call_one(x)
+    return [x], (src,), (dst,), mesh
+
+
+def _across(x: Any, src: Any, dst: Any, mesh: Any, dst_mesh: Any, timeout: Any) -> Any:
+    from torch_backend import mesh_transfer
+
+    return mesh_transfer.redistribute(x, src, dst, mesh, dst_mesh, timeout=timeout)
+
+
+REDISTRIBUTE = Door(_compiled, _fast, _resolve, elsewhere=_of_dtensor, across=_across)
 
 
 traced.entry("redistribute")(redistribute)
@@ -268,18 +326,19 @@ def agreed_program(src: TensorType | str, dst: TensorType | str, ctx: MeshContex
 
 
 def agreed_bound(xs: Sequence[Any] | None, srcs: tuple[TensorType | str, ...], dsts: tuple[TensorType | str, ...],
-                 mesh: Mesh | str | Any, timeout: timedelta | float | None) -> tuple[BoundCall, list[torch.Tensor]]:
-    """The agreement's part of every door that agrees (``redistribute``,
-    ``redistribute_many``, ``redistributor``): this rank's checks (each type parsed,
-    checked and compiled once, or the bound call of an earlier call), the agreement
+                 mesh: Mesh | str | Any, timeout: timedelta | float | None, *,
+                 bound: BoundCall | None = None) -> tuple[BoundCall, list[torch.Tensor]]:
+    """The agreement's part of every door that agrees (``through_door``, ``redistributor``):
+    this rank's checks (each type parsed, checked and compiled once, or the bound call of
+    an earlier call, or ``bound``: a prepared call's), the agreement
     (``torch_backend.agree``), and only then the bound call of those programs, whose
     groups are made now that every rank runs the same programs. ``xs``: the call's
     tensors, checked (None: a prepared call, no tensor yet)."""
     got: list[Any] = []
 
     def run(found: Checks) -> list[torch.Tensor]:
-        found.ctx = ctx = context(mesh, timeout=timeout)
-        before = _bound_before(srcs, dsts, ctx)
+        found.ctx = ctx = bound.ctx if bound is not None else context(mesh, timeout=timeout)
+        before = bound if bound is not None else _bound_before(srcs, dsts, ctx)
         programs = before.programs if before is not None else \
             tuple(agreed_program(s, d, ctx) for s, d in zip(srcs, dsts))
         got[:] = [ctx, programs]
@@ -292,7 +351,9 @@ def agreed_bound(xs: Sequence[Any] | None, srcs: tuple[TensorType | str, ...], d
         return check_all(xs, [p.src for p in programs], ctx, wants)
 
     checked = agreed(mesh, run)
-    return bound_for(srcs, dsts, mesh, timeout, ctx=got[0], programs=got[1]), checked
+    if bound is None:
+        bound = bound_for(srcs, dsts, mesh, timeout, ctx=got[0], programs=got[1])
+    return bound, checked
 
 
 _AGREE: list[bool] = []  # SHARDC_AGREE as read at the first call of this process

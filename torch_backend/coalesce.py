@@ -17,14 +17,12 @@ from typing import Any
 
 import torch
 
-from lowering.checks import check_flag
 from lowering.joint import check_type_lists
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from torch_backend import traced
-from torch_backend.api import agreed_bound, agreeing, bound_for, check_agree, hot_bound, text_key
+from torch_backend.api import Door, bound_for, hot_bound, text_key, through_door
 from torch_backend.bound import BoundCall
-from torch_backend.tensor_checks import check_all
 
 
 def redistribute_many(xs: Sequence[torch.Tensor], srcs: Sequence[TensorType | str],
@@ -40,44 +38,50 @@ def redistribute_many(xs: Sequence[torch.Tensor], srcs: Sequence[TensorType | st
     ``dst_mesh=``: every ``dsts[i]`` on another mesh, one joint cross-mesh program
     (``torch_backend.mesh_transfer``; None for the tensors off ``mesh``).
     """
-    if type(async_op) is not bool:  # its truthiness would decide silently
-        check_flag(async_op, "async_op", "async_op=True returns a handle whose wait() gives the result")
-    if dst_mesh is not None:
-        if async_op:
-            raise SpecError("async_op=True is not supported with dst_mesh=", hint="drop async_op")
-        from torch_backend import mesh_transfer
+    return through_door(MANY, xs, srcs, dsts, mesh, timeout, agree, async_op, dst_mesh=dst_mesh)
 
-        return mesh_transfer.redistribute_many(xs, srcs, dsts, mesh, dst_mesh=dst_mesh, timeout=timeout)
-    if torch.compiler.is_dynamo_compiling() and isinstance(xs, (list, tuple)):
-        from torch_backend import trace_marks
 
-        return trace_marks.call("redistribute_many", list(xs), list(srcs), list(dsts), mesh, async_op=async_op,
-                                timeout=timeout, agree=agree)
-    if type(mesh) is str and timeout is None and not async_op and type(xs) in (list, tuple):
-        try:
-            hot = hot_bound(*text_key(tuple(srcs), tuple(dsts), mesh)) if xs else None
-        except Exception:  # not lists of types (unhashable, a DTensor, ...): refused below
-            hot = None
-        if (hot is not None and len(xs) == len(hot.programs) and all(hot.fits(x, j) for j, x in enumerate(xs))
-                and not agreeing(check_agree(agree))):
-            return hot.call(xs)
+def _compiled(xs: Any, srcs: Any, dsts: Any, mesh: Any, *, async_op: bool, timeout: Any, agree: Any) -> Any:
+    if not isinstance(xs, (list, tuple)):
+        return None  # refused eagerly
+    from torch_backend import trace_marks
+
+    return trace_marks.call("redistribute_many", list(xs), list(srcs), list(dsts), mesh, async_op=async_op,
+                            timeout=timeout, agree=agree)
+
+
+def _fast(xs: Any, srcs: Any, dsts: Any, mesh: Any, _: Any) -> Any:
+    if type(mesh) is not str or type(xs) not in (list, tuple) or not xs:
+        return None
+    try:
+        hot = hot_bound(*text_key(tuple(srcs), tuple(dsts), mesh))
+    except Exception:  # not lists of types (unhashable, a DTensor, ...): refused by _resolve
+        return None
+    if hot is not None and len(xs) == len(hot.programs) and all(hot.fits(x, j) for j, x in enumerate(xs)):
+        return hot.call(xs)
+    return None
+
+
+def _resolve(xs: Any, srcs: Any, dsts: Any, mesh: Any,
+             _: Any) -> tuple[list[Any], tuple[Any, ...], tuple[Any, ...], Any]:
     if isinstance(xs, torch.Tensor) or not isinstance(xs, Sequence):
         raise SpecError("redistribute_many takes a sequence of tensors",
                         hint="pass a list, e.g. redistribute_many([x, y], [src_x, src_y], [dst_x, dst_y], mesh)")
-    check_agree(agree)
     check_type_lists("redistribute_many", srcs, dsts,
                      "redistribute_many([x], ['f32[8@dp]'], ['f32[8]'], 'dp=2'); for one tensor, redistribute")
     if not (len(xs) == len(srcs) == len(dsts)) or not xs:
         raise SpecError(f"got {len(xs)} tensors, {len(srcs)} source types and {len(dsts)} destination types",
                         hint="pass one source and one destination type per tensor (at least one)")
-    if agreeing(agree):
-        bound, checked = agreed_bound(xs, tuple(srcs), tuple(dsts), mesh, timeout)
-    else:
-        bound = prepare_many(srcs, dsts, mesh, timeout=timeout)
-        checked = check_all(xs, [p.src for p in bound.programs], bound.ctx, bound.expect)
-    if async_op:
-        return bound.start(checked, one=False)
-    return bound.call(checked)
+    return list(xs), tuple(srcs), tuple(dsts), mesh
+
+
+def _across(xs: Any, srcs: Any, dsts: Any, mesh: Any, dst_mesh: Any, timeout: Any) -> Any:
+    from torch_backend import mesh_transfer
+
+    return mesh_transfer.redistribute_many(xs, srcs, dsts, mesh, dst_mesh=dst_mesh, timeout=timeout)
+
+
+MANY = Door(_compiled, _fast, _resolve, one=False, across=_across)
 
 
 traced.entry("redistribute_many")(redistribute_many)

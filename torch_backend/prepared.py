@@ -18,13 +18,11 @@ from typing import Any
 
 import torch
 
-from lowering.checks import check_flag
 from lowering.program import Program
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from torch_backend import traced
-from torch_backend.agree import Checks, agreed, describe
-from torch_backend.api import agree_default, agreed_bound, agreeing, bound_for, check_agree
+from torch_backend.api import Door, agreed_bound, agreeing, bound_for, check_agree, through_door
 from torch_backend.bound import BoundCall
 
 
@@ -50,29 +48,7 @@ class Redistributor:
     def __call__(self, x: torch.Tensor, *, async_op: bool = False) -> Any:
         """This rank's block of the destination (with ``async_op``, a handle whose ``wait()``
         gives it, as ``redistribute(..., async_op=True)``)."""
-        if type(async_op) is not bool:  # its truthiness would decide silently
-            check_flag(async_op, "async_op", "async_op=True returns a handle whose wait() gives the result")
-        if torch.compiler.is_dynamo_compiling():
-            from torch_backend import trace_marks
-
-            return trace_marks.call("prepared", self, x, async_op=async_op)
-        b = self._bound
-        if not async_op and not (self._agree if self._agree is not None else agree_default()):
-            y = b.hot(x)  # the fast path (api.redistribute's, without the lookup)
-            if y is not None:
-                return y
-        if agreeing(self._agree):
-            def run(found: Checks) -> torch.Tensor:
-                found.ctx = b.ctx
-                found.call = describe([(b.program.src, b.program.dst)], b.ctx, [x])
-                return b.check(x)
-
-            x = agreed(b.program.mesh, run)
-        else:
-            x = b.check(x)
-        if async_op:
-            return b.start([x], one=True)
-        return b.call_one(x)
+        return through_door(PREPARED, x, self, None, None, None, self._agree, async_op, None, self._bound)
 
     # a constant of a compiled region (``torch_backend.traced``), guarded on identity
     def __eq__(self, other: object) -> bool:
@@ -107,6 +83,25 @@ def _async_finish(x: Any, got: torch.Tensor, prepared: Redistributor) -> torch.T
 
 
 torch.utils._pytree.register_constant(Redistributor)
+
+
+def _compiled(x: Any, prepared: Redistributor, _: None, __: None, *, async_op: bool, **___: Any) -> Any:
+    from torch_backend import trace_marks
+
+    return trace_marks.call("prepared", prepared, x, async_op=async_op)
+
+
+def _fast(x: Any, prepared: Redistributor, _: None, __: None, bound: BoundCall) -> Any:
+    return bound.hot(x)  # the fast path (api.redistribute's, without the lookup)
+
+
+def _resolve(x: Any, prepared: Redistributor, _: None, __: None,
+             bound: BoundCall) -> tuple[list[Any], tuple[Any, ...], tuple[Any, ...], Any]:
+    return [x], (bound.program.src,), (bound.program.dst,), bound.program.mesh
+
+
+# a Redistributor stands as its own source type (its bound call holds the types and the mesh)
+PREPARED = Door(_compiled, _fast, _resolve)
 
 
 def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any, *,

@@ -133,12 +133,12 @@ def _rank_pieces(step: Step, mesh: Mesh, rank: int, members: tuple[int, ...] | N
 
 
 def _checked_rank(step: Step, mesh: Mesh, rank: object) -> int:
-    from lowering.checks import check_rank, check_type
+    from lowering.checks import check_rank, check_type_once
 
     if not isinstance(step, Step):
         raise SpecError(f"expected a Step, got {type(step).__name__}",
                         hint="take a step from a compiled program, or build one with lowering.make_step")
-    check_type(step.src, mesh)
+    check_type_once(step.src, mesh)
     return check_rank(rank, mesh)
 
 

@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from lowering.caching import MIB, cached, on_clear
-from lowering.checks import check_rank, check_type
+from lowering.checks import check_rank, check_type_once
 from lowering.layout.ranges import (
     box_slices,
     chunk_range,
@@ -65,7 +65,7 @@ def boxes(t: TensorType, mesh: Mesh) -> np.ndarray:
     key = (t.dims, mesh)
     out = _BOXES_BY_DIMS.get(key)
     if out is None:
-        check_type(t, mesh)  # a type built in code may name an axis its mesh lacks
+        check_type_once(t, mesh)  # a type built in code may name an axis its mesh lacks
         out = np.empty((mesh.size, t.ndim, 2), dtype=np.int64)
         for d, dim in enumerate(t.dims):
             out[:, d, :] = dim_ranges(dim.size, dim.axes, mesh)
@@ -173,7 +173,7 @@ def local_shapes(t: TensorType, mesh: Mesh) -> tuple[tuple[int, ...], ...]:
     if t.ndim == 0:
         return ((),) * mesh.size
     if t.is_uneven:
-        check_type(t, mesh)
+        check_type_once(t, mesh)
         return tuple(lay.shape for lay in layouts(t, mesh))
     b = boxes(t, mesh)
     sizes = b[:, :, 1] - b[:, :, 0]
@@ -250,7 +250,7 @@ def block_indices(lay: LocalLayout, shape: tuple[int, ...]) -> np.ndarray:
 def local_indices(t: TensorType, mesh: Mesh) -> list[np.ndarray]:
     """For each rank, the row-major flat global index of every element of its local tensor,
     in the local tensor's order (its blocks, flattened)."""
-    check_type(t, mesh)
+    check_type_once(t, mesh)
     return [block_indices(lay, t.shape) for lay in layouts(t, mesh)]
 
 
@@ -258,7 +258,7 @@ def local_slices(t: TensorType, mesh: Mesh) -> list[tuple[slice, ...]]:
     """One entry per rank, in rank order: the global index range that rank holds, so its
     local tensor is ``global[s]``. An uneven type where some rank's local tensor is not
     one slice of the global tensor (several runs, or a flattened run) is a SpecError."""
-    check_type(t, mesh)
+    check_type_once(t, mesh)
     if not t.is_uneven:
         return [box_slices(b) for b in boxes(t, mesh)]
     return [box_slices(_one_box(t, mesh, r)) for r in range(mesh.size)]
