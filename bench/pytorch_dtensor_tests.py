@@ -90,9 +90,9 @@ def _first_line(text: str) -> str:
 
 
 def _failing_source(folder: Path, name: str, text: str) -> str:
-    """The statement of the test file the failure points at (a rank's traceback names the
-    file and line; the assertion spans a few lines)."""
-    hits = re.findall(rf'{re.escape(name)}", line (\d+)', text)
+    """The statement of the test file the failure points at (a rank's traceback says
+    ``FILE", line N``, pytest's report ``FILE:N:``; the assertion spans a few lines)."""
+    hits = re.findall(rf'{re.escape(name)}(?:", line |:)(\d+)', text)
     if not hits:
         return ""
     lines = (folder / name).read_text().splitlines()
