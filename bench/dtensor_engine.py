@@ -41,62 +41,47 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.exec_vs_dtensor import CASES, MEDIUM, _flatten_all, load_cases, scaled
+from bench.exec_vs_dtensor import CASES, case_blocks
 from bench.gloo_world import report, run_world
-from spec_lang.parser import parse, parse_mesh
 
 WORLD = 8
 
 
 def _cases(rank: int, iters: int, sizes: list[str]) -> list[dict[str, Any]]:
     import torch
-    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
 
     from lowering.placements import to_placements
-    from torch_backend.data import block, expected_block, global_tensor
+    from torch_backend.data import expected_block
     from torch_backend.dtensor_switch import dtensor_engine, dtensor_engine_stats
 
-    meshes: dict[str, Any] = {}
     rows = []
-    for c in load_cases():
-        m = parse_mesh(c["mesh"])
-        if c["mesh"] not in meshes:
-            dm = init_device_mesh("cpu", m.sizes, mesh_dim_names=m.names)
-            _flatten_all(dm, m.names)
-            meshes[c["mesh"]] = dm
-        dm = meshes[c["mesh"]]
-        for size in sizes:
-            s, d = parse(c["src"]), parse(c["dst"])
-            if size == "medium":
-                s, d = scaled(s, d, MEDIUM)
-            g = global_tensor(s)
-            x = block(s, m, g, rank)
-            row: dict[str, Any] = {"id": c["id"], "size": size, "src": str(s), "dst": str(d),
-                                   "dtensor_bytes": c["dtensor_default"]["bytes_sent_max"],
-                                   "lower_bound": c["lower_bound"]["bytes"]}
-            sp, _ = to_placements(s, m, strided=True)
-            dp, _ = to_placements(d, m, strided=True)
-            shape = tuple(s.shape)
-            stride = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
-            dt = DTensor.from_local(x, dm, sp, run_check=False, shape=torch.Size(shape), stride=stride)
-            want = None if d.partial_axes else expected_block(d, m, g, rank)
+    for c, size, s, d, m, dm, g, x in case_blocks(sizes, rank):
+        row: dict[str, Any] = {"id": c["id"], "size": size, "src": str(s), "dst": str(d),
+                               "dtensor_bytes": c["dtensor_default"]["bytes_sent_max"],
+                               "lower_bound": c["lower_bound"]["bytes"]}
+        sp, _ = to_placements(s, m, strided=True)
+        dp, _ = to_placements(d, m, strided=True)
+        shape = tuple(s.shape)
+        stride = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
+        dt = DTensor.from_local(x, dm, sp, run_check=False, shape=torch.Size(shape), stride=stride)
+        want = None if d.partial_axes else expected_block(d, m, g, rank)
 
-            def call(dt: Any = dt, dm: Any = dm, dp: Any = dp) -> Any:
-                return dt.redistribute(dm, dp).to_local()
+        def call(dt: Any = dt, dm: Any = dm, dp: Any = dp) -> Any:
+            return dt.redistribute(dm, dp).to_local()
 
-            try:
+        try:
+            out = call()
+            row["off_correct"] = None if want is None else bool(torch.equal(out, want))
+            before = dtensor_engine_stats()
+            with dtensor_engine():
                 out = call()
-                row["off_correct"] = None if want is None else bool(torch.equal(out, want))
-                before = dtensor_engine_stats()
-                with dtensor_engine():
-                    out = call()
-                row["taken"] = dtensor_engine_stats()["taken"] > before["taken"]
-                row["on_correct"] = None if want is None else bool(torch.equal(out, want))
-                row["off_s"], row["on_s"] = _paired(call, iters)
-            except Exception as e:  # DTensor's own path refuses some pairs
-                row["error"] = f"{type(e).__name__}: {str(e)[:100]}"
-            rows.append(row)
+            row["taken"] = dtensor_engine_stats()["taken"] > before["taken"]
+            row["on_correct"] = None if want is None else bool(torch.equal(out, want))
+            row["off_s"], row["on_s"] = _paired(call, iters)
+        except Exception as e:  # DTensor's own path refuses some pairs
+            row["error"] = f"{type(e).__name__}: {str(e)[:100]}"
+        rows.append(row)
     return rows
 
 

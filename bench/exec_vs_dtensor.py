@@ -31,6 +31,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -89,55 +90,63 @@ def _flatten_all(dm: Any, names: tuple[str, ...]) -> None:
             dm[names[i:j]]._flatten()
 
 
+def case_blocks(sizes: list[str], rank: int) -> Iterator[tuple[Any, ...]]:
+    """Each public case at each size, on this rank of a gloo world: (case, size, src type,
+    dst type, Mesh, DeviceMesh, global tensor, this rank's block). One DeviceMesh per mesh,
+    with every contiguous axis group flattened (what DTensor's best plans need)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from torch_backend.data import block, global_tensor
+
+    meshes: dict[str, Any] = {}
+    for c in load_cases():
+        m = parse_mesh(c["mesh"])
+        if c["mesh"] not in meshes:
+            meshes[c["mesh"]] = init_device_mesh("cpu", m.sizes, mesh_dim_names=m.names)
+            _flatten_all(meshes[c["mesh"]], m.names)
+        for size in sizes:
+            s, d = parse(c["src"]), parse(c["dst"])
+            if size == "medium":
+                s, d = scaled(s, d, MEDIUM)
+            g = global_tensor(s)
+            yield c, size, s, d, m, meshes[c["mesh"]], g, block(s, m, g, rank)
+
+
 def rank_main(rank: int, store_path: str, iters: int, sizes: list[str], out_path: str) -> None:
     import logging
     from datetime import timedelta
 
     import torch
     import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
 
     import lowering
     from lowering.placements import to_placements
     from torch_backend import redistribute
-    from torch_backend.data import block, expected_block, global_tensor
+    from torch_backend.data import expected_block
 
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)  # its "suboptimal" notes
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=WORLD,
                             timeout=timedelta(seconds=120))
-    meshes: dict[str, Any] = {}
     rows = []
-    for c in load_cases():
-        m = parse_mesh(c["mesh"])
-        if c["mesh"] not in meshes:
-            dm = init_device_mesh("cpu", m.sizes, mesh_dim_names=m.names)
-            _flatten_all(dm, m.names)
-            meshes[c["mesh"]] = dm
-        dm = meshes[c["mesh"]]
-        for size in sizes:
-            s, d = parse(c["src"]), parse(c["dst"])
-            if size == "medium":
-                s, d = scaled(s, d, MEDIUM)
-            g = global_tensor(s)
-            x = block(s, m, g, rank)
-            row = {"id": c["id"], "size": size, "src": str(s), "dst": str(d), "numel": s.numel,
-                   "dtensor_bytes": c["dtensor_default"]["bytes_sent_max"], "lower_bound": c["lower_bound"]["bytes"]}
-            lowering.compile(s, d, m)
-            row["shardc_s"] = _time(lambda x=x, s=s, d=d, mt=c["mesh"]: redistribute(x, s, d, mt), iters)
-            try:
-                sp, _ = to_placements(s, m, strided=True)
-                dp, _ = to_placements(d, m, strided=True)
-                shape = tuple(s.shape)
-                stride = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
-                dt = DTensor.from_local(x, dm, sp, run_check=False, shape=torch.Size(shape), stride=stride)
-                out = dt.redistribute(dm, dp)
-                row["dtensor_correct"] = (None if d.partial_axes else
-                                          bool(torch.equal(out.to_local(), expected_block(d, m, g, rank))))
-                row["dtensor_s"] = _time(lambda dt=dt, dm=dm, dp=dp: dt.redistribute(dm, dp).to_local(), iters)
-            except Exception as e:
-                row["dtensor_error"] = f"{type(e).__name__}: {str(e)[:120]}"
-            rows.append(row)
+    for c, size, s, d, m, dm, g, x in case_blocks(sizes, rank):
+        row = {"id": c["id"], "size": size, "src": str(s), "dst": str(d), "numel": s.numel,
+               "dtensor_bytes": c["dtensor_default"]["bytes_sent_max"], "lower_bound": c["lower_bound"]["bytes"]}
+        lowering.compile(s, d, m)
+        row["shardc_s"] = _time(lambda x=x, s=s, d=d, mt=c["mesh"]: redistribute(x, s, d, mt), iters)
+        try:
+            sp, _ = to_placements(s, m, strided=True)
+            dp, _ = to_placements(d, m, strided=True)
+            shape = tuple(s.shape)
+            stride = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
+            dt = DTensor.from_local(x, dm, sp, run_check=False, shape=torch.Size(shape), stride=stride)
+            out = dt.redistribute(dm, dp)
+            row["dtensor_correct"] = (None if d.partial_axes else
+                                      bool(torch.equal(out.to_local(), expected_block(d, m, g, rank))))
+            row["dtensor_s"] = _time(lambda dt=dt, dm=dm, dp=dp: dt.redistribute(dm, dp).to_local(), iters)
+        except Exception as e:
+            row["dtensor_error"] = f"{type(e).__name__}: {str(e)[:120]}"
+        rows.append(row)
     gathered: list[Any] = [None] * WORLD
     dist.all_gather_object(gathered, rows)
     if rank == 0:
