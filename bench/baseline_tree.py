@@ -14,3 +14,12 @@ def archive(rev: str, into: str) -> Path:
     data = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", into], input=data, check=True)
     return Path(into)
+
+
+def trees(baseline: str | None, into: str) -> dict[str, Path]:
+    """The trees a ``--baseline`` benchmark measures, by name: this one, and ``baseline``'s
+    unpacked into ``into`` where one is given."""
+    found = {"this tree": ROOT}
+    if baseline:
+        found[baseline] = archive(baseline, into)
+    return found

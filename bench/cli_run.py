@@ -27,7 +27,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.baseline_tree import ROOT, archive
+from bench.baseline_tree import trees as baseline_trees
 
 ARGV = ["run", "--mesh", "dp=2", "f32[8@dp]", "f32[8]"]
 
@@ -64,9 +64,7 @@ def main() -> int:
     ap.add_argument("--baseline", default=None, help="a git revision to measure beside this tree")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        trees = {"this tree": ROOT}
-        if args.baseline:
-            trees[args.baseline] = archive(args.baseline, tmp)
+        trees = baseline_trees(args.baseline, tmp)
         rows: dict[tuple[str, str], list[dict[str, float]]] = {}
         for _ in range(args.rounds):
             for name, tree in trees.items():

@@ -30,7 +30,8 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.baseline_tree import ROOT, archive
+from bench.baseline_tree import ROOT
+from bench.baseline_tree import trees as baseline_trees
 
 _CHILD = r"""
 import gc, json, sys, tempfile, time
@@ -66,9 +67,7 @@ def main() -> int:
     ap.add_argument("--baseline", default=None, help="a git revision to measure beside this tree")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        trees = {"this tree": ROOT}
-        if args.baseline:
-            trees[args.baseline] = archive(args.baseline, tmp)
+        trees = baseline_trees(args.baseline, tmp)
         rows: dict[str, list[dict]] = {name: [] for name in trees}
         bare: list[float] = []
         for _ in range(args.rounds):
