@@ -227,17 +227,9 @@ def test_a_type_refused_once_is_refused_again_with_its_own_text() -> None:
         assert text in str(e.value) and "'tp' is not on the mesh" in str(e.value), str(e.value)
 
 
-def test_shardc_run_bench_times_the_bound_call_a_user_runs(fake_pg: Callable[[int], None],
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    # `shardc run --bench`'s total is what a user's redistribute runs (its bound call, the
-    # fast runner where the program has one), not the interpreter alone
-    import lowering
-    from torch_backend import worker
-    from torch_backend.bound import BoundCall
-    from torch_backend.groups import context
-    from torch_backend.run_spec import RunSpec
-
-    fake_pg(1)
+@pytest.fixture
+def bound_calls(monkeypatch: pytest.MonkeyPatch) -> list[BoundCall]:
+    """Every BoundCall whose ``call_one`` runs during the test, in order."""
     calls: list[BoundCall] = []
     real = BoundCall.call_one
 
@@ -246,6 +238,19 @@ def test_shardc_run_bench_times_the_bound_call_a_user_runs(fake_pg: Callable[[in
         return real(self, x)
 
     monkeypatch.setattr(BoundCall, "call_one", counted)
+    return calls
+
+
+def test_shardc_run_bench_times_the_bound_call_a_user_runs(fake_pg: Callable[[int], None],
+                                                          bound_calls: list[BoundCall]) -> None:
+    # `shardc run --bench`'s total is what a user's redistribute runs (its bound call, the
+    # fast runner where the program has one), not the interpreter alone
+    import lowering
+    from torch_backend import worker
+    from torch_backend.groups import context
+    from torch_backend.run_spec import RunSpec
+
+    fake_pg(1)
 
     class Quiet:
         def _set(self, key: str, value: str) -> None:
@@ -257,30 +262,21 @@ def test_shardc_run_bench_times_the_bound_call_a_user_runs(fake_pg: Callable[[in
     spec = RunSpec("dp=1", "f32[4@dp,2]", "f32[4,2]", bench=3)
     program = lowering.compile(spec.src, spec.dst, spec.mesh)
     out = worker.bench(program, context(spec.mesh), torch.ones(4, 2), spec, 0, Quiet())  # type: ignore[arg-type]  # a stand-in Monitor
-    assert len(calls) == 3 and all(b.program is program for b in calls), calls
+    assert len(bound_calls) == 3 and all(b.program is program for b in bound_calls), bound_calls
     assert out["bench_total_s"] > 0 and len(out["bench_steps_s"]) == len(program.steps)
 
 
 def test_calibrate_times_the_bound_call_a_user_runs(fake_pg: Callable[[int], None],
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+                                                   bound_calls: list[BoundCall]) -> None:
     # every calibration probe is one collective: timed as a user's call runs it (its bound
     # call), not by the interpreter alone
     from lowering.calibration import probes
     from spec_lang import parse_mesh
     from torch_backend import calibrate
-    from torch_backend.bound import BoundCall
 
     fake_pg(2)
-    calls: list[BoundCall] = []
-    real = BoundCall.call_one
-
-    def counted(self: BoundCall, x: torch.Tensor) -> torch.Tensor:
-        calls.append(self)
-        return real(self, x)
-
-    monkeypatch.setattr(BoundCall, "call_one", counted)
     mesh = parse_mesh("dp=2")
     samples = calibrate.measure(mesh, (64,), 2)
     n = len(probes(mesh, (64,)))
     assert n and len(samples) == n and all(s.seconds > 0 for s in samples), samples
-    assert len(calls) == 3 * n, len(calls)  # a warm-up and 2 timed calls a probe
+    assert len(bound_calls) == 3 * n, len(bound_calls)  # a warm-up and 2 timed calls a probe
