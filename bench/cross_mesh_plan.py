@@ -109,18 +109,19 @@ def run(n: int, runs: int, parts: int, only: Sequence[str] = ()) -> list[dict[st
         for _ in range(runs):
             ms, prog = _ms(lambda: lowering.compile(src, dst, mesh, dst_mesh=dst_mesh))  # noqa: B023
             compiles.append(ms)
-        world = prog.world
+        view = lowering.CrossProgram(prog)  # the crossing's terms: its world, one rank's messages
+        world = view.world
         part_ms, part_msgs = [], []
         for rank in [0, world - 1, world // 2 + 1][:parts]:
-            ms, part = _ms(lambda: prog.rank_part(rank))  # noqa: B023
+            ms, part = _ms(lambda: view.rank_part(rank))  # noqa: B023
             part_ms.append(ms)
             part_msgs.append(sum(len(x) for step in part for x in step))
         bound = cross_bound(parse(src), parse(dst), parse_mesh(mesh), parse_mesh(dst_mesh))
         rows.append({
             "case": name, "ranks": n, "src": src, "dst": dst, "mesh": mesh, "dst_mesh": dst_mesh,
-            "messages": sum(s.messages() for s in prog.steps),
-            "steps": [s.kind for s in prog.finish.steps] if prog.finish else [],
-            "rounds": [s.kind for s in prog.steps],
+            "messages": sum(s.messages() for s in view.steps),
+            "steps": [s.kind for s in view.finish.steps] if view.finish else [],
+            "rounds": [s.kind for s in view.steps],
             "compile_ms": statistics.median(compiles), "compile_ms_all": compiles,
             "rank_part_ms": statistics.median(part_ms), "rank_part_ms_all": part_ms,
             "rank_part_messages": part_msgs,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -32,7 +32,7 @@ import numpy as np
 from lowering.cost import CostModel
 from lowering.layout import boxes as even_boxes
 from lowering.layout import local_shapes, mesh_coords, rank_layout
-from lowering.program import Cost, Program
+from lowering.program import Cost, Program, Step
 from spec_lang.errors import SpecError, locate
 from spec_lang.ir import Dim, Mesh, TensorType
 
@@ -48,8 +48,8 @@ class Transfer(NamedTuple):
 
 
 @dataclass(frozen=True, eq=False)
-class CrossStep:
-    """One round of point-to-point messages over the world (batched sends and receives):
+class CrossRound:
+    """One round of a crossing's point-to-point messages over the world (batched sends and receives):
     message i sends the global box ``boxes[i]`` from ``senders[i]`` to ``receivers[i]``
     (read-only arrays: a 1,024-rank all-to-all is a million of them)."""
 
@@ -62,7 +62,7 @@ class CrossStep:
 
     @property
     def transfers(self) -> tuple[Transfer, ...]:
-        return tuple(Transfer(s, r, _as_box(b))
+        return tuple(Transfer(s, r, as_box(b))
                      for s, r, b in zip(self.senders.tolist(), self.receivers.tolist(), self.boxes, strict=True))
 
     @property
@@ -84,41 +84,93 @@ class CrossStep:
         """(what ``rank`` sends, what it receives) in this round."""
         out = []
         for mask in (self.senders == rank, self.receivers == rank):
-            out.append(tuple(Transfer(s, r, _as_box(b)) for s, r, b in
+            out.append(tuple(Transfer(s, r, as_box(b)) for s, r, b in
                              zip(self.senders[mask].tolist(), self.receivers[mask].tolist(), self.boxes[mask],
                                  strict=True)))
         return out[0], out[1]
 
 
+@dataclass(frozen=True, kw_only=True)
+class CrossStep(Step):
+    """The step of a cross-mesh Program that crosses from its mesh to ``dst_mesh``: a
+    ``send_across`` (one round of messages, or none) or a ``fan_out`` (two: across, then
+    among the ranks that want the same piece), priced over the world ``0 .. world-1``.
+    ``rounds`` are every message of the world (the simulator's and the price's); a rank
+    rebuilds its own from the plan chosen (``split``, ``fanned``: ``rank_part``)."""
+
+    rounds: tuple[CrossRound, ...] = field(compare=False)
+    split: bool = False  # pieces cut among their holders
+    fanned: tuple[int, ...] = ()  # the source classes (of ``src``'s distinct boxes, sorted) whose shared pieces fan out
+    bound: int = field(compare=False)  # bytes: no program moving the program's src to dst costs less
+    finish: Program | None = field(compare=False)  # the source mesh's steps before this one, as their own Program
+
+
+def crossing_of(program: Program) -> CrossStep | None:
+    """The step of ``program`` that crosses to another mesh (its last), None for a program
+    on one mesh."""
+    last = program.steps[-1] if program.steps else None
+    return last if isinstance(last, CrossStep) else None
+
+
 @dataclass(frozen=True)
 class CrossProgram:
-    """``src`` on ``src_mesh`` -> ``dst`` on ``dst_mesh``: ``finish`` (pending sums finished
-    on the source mesh, or None) then ``steps`` over the world ``0 .. world-1``."""
+    """A view of a cross-mesh ``Program`` (``lowering.compile(..., dst_mesh=)``) in the
+    crossing's terms: ``src`` on ``src_mesh`` -> ``dst`` on ``dst_mesh``, ``finish`` (pending
+    sums finished on the source mesh, or None) then the crossing's rounds (``steps``) over
+    the world ``0 .. world-1``."""
 
-    src_mesh: Mesh
-    dst_mesh: Mesh
-    src: TensorType
-    dst: TensorType
-    finish: Program | None
-    steps: tuple[CrossStep, ...]
-    cost: Cost
-    bound: int  # bytes: no program moving src to dst between these meshes costs less
-    world: int
-    # the plan chosen, which each rank's part is rebuilt from (``rank_part``): pieces cut
-    # among their holders, and the source classes (of ``sent``'s distinct boxes, sorted)
-    # whose shared pieces fan out
-    split: bool = False
-    fanned: tuple[int, ...] = ()
+    program: Program
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.program, Program) or not isinstance(crossing_of(self.program), CrossStep):
+            raise SpecError(f"expected a cross-mesh Program, got {type(self.program).__name__}",
+                            hint="compile one with lowering.compile(src, dst, mesh, dst_mesh=...)")
+
+    @property
+    def crossing(self) -> CrossStep:
+        step = crossing_of(self.program)
+        assert step is not None
+        return step
+
+    src_mesh = property(lambda self: self.program.mesh)
+    dst_mesh = property(lambda self: self.program.dst_mesh)
+    src = property(lambda self: self.program.src)
+    dst = property(lambda self: self.program.dst)
+    cost = property(lambda self: self.program.cost)
+
+    @property
+    def finish(self) -> Program | None:
+        return self.crossing.finish
+
+    @property
+    def steps(self) -> tuple[CrossRound, ...]:
+        return self.crossing.rounds
+
+    @property
+    def bound(self) -> int:
+        return self.crossing.bound
+
+    @property
+    def world(self) -> int:
+        return world_of(self.src_mesh, self.dst_mesh)
+
+    @property
+    def split(self) -> bool:
+        return self.crossing.split
+
+    @property
+    def fanned(self) -> tuple[int, ...]:
+        return self.crossing.fanned
 
     def rank_part(self, rank: int) -> tuple[tuple[tuple[Transfer, ...], tuple[Transfer, ...]], ...]:
-        """Per step, (what ``rank`` sends, what it receives), from the pieces of its own
+        """Per round, (what ``rank`` sends, what it receives), from the pieces of its own
         blocks alone: work linear in the world, not in the program's messages."""
-        return rank_part(self, rank)
+        return rank_part(self.crossing, self.src_mesh, rank)
 
     @property
     def sent(self) -> TensorType:
         """What the crossing starts from on the source mesh: ``src`` with its sums finished."""
-        return self.src if self.finish is None else self.finish.dst
+        return self.crossing.src
 
     @property
     def optimal(self) -> bool:
@@ -311,7 +363,7 @@ def _numel(bx: np.ndarray) -> np.ndarray:
     return out
 
 
-def _as_box(b: np.ndarray) -> Box:
+def as_box(b: np.ndarray) -> Box:
     return tuple((int(lo), int(hi)) for lo, hi in b.tolist())
 
 
@@ -427,14 +479,14 @@ def _own_pieces(src: _Classes, dst: _Classes, i_r: int, j_r: int,
 
 
 def _step(kind: str, senders: np.ndarray, receivers: np.ndarray, bx: np.ndarray, world: int,
-          item: int, numel: np.ndarray | None = None) -> CrossStep:
+          item: int, numel: np.ndarray | None = None) -> CrossRound:
     """``numel``: the boxes' elements, where the caller has them."""
     numel = (_numel(bx) if numel is None else numel) * item
     sent = np.bincount(senders, weights=numel, minlength=world).astype(np.int64)
     recv = np.bincount(receivers, weights=numel, minlength=world).astype(np.int64)
     for a in (senders, receivers, bx):
         a.setflags(write=False)
-    return CrossStep(kind, senders, receivers, bx, tuple(sent.tolist()), tuple(recv.tolist()))
+    return CrossRound(kind, senders, receivers, bx, tuple(sent.tolist()), tuple(recv.tolist()))
 
 
 def _cut_rows(bx: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -469,7 +521,7 @@ def _from_holders(src: _Classes, holder: np.ndarray, receiver: np.ndarray, bx: n
     return src.members[src.start[holder[row]] + at], receiver[row], parts
 
 
-def _plan(src: _Classes, need: _Need, fan: np.ndarray, split: bool, world: int, item: int) -> list[CrossStep]:
+def _plan(src: _Classes, need: _Need, fan: np.ndarray, split: bool, world: int, item: int) -> list[CrossRound]:
     """One round sending each piece to every rank that lacks it, except the pieces marked in
     ``fan``: those cross once, cut in one part per rank that wants them, and a second round
     sends each part on to the others (the scatter across, then the all_gather)."""
@@ -502,7 +554,7 @@ def _plan(src: _Classes, need: _Need, fan: np.ndarray, split: bool, world: int, 
     return steps
 
 
-def _moved(steps: Sequence[CrossStep], finish: Program | None, src_mesh: Mesh, world: int) -> tuple[np.ndarray, np.ndarray]:
+def _moved(steps: Sequence[CrossRound], finish: Program | None, src_mesh: Mesh, world: int) -> tuple[np.ndarray, np.ndarray]:
     moved = np.zeros(world, dtype=np.int64)
     sent = np.zeros(world, dtype=np.int64)
     at = np.asarray(src_mesh.global_ranks)
@@ -520,7 +572,7 @@ def _fan_mask(need: _Need, fanned: np.ndarray) -> np.ndarray:
 
 
 def _cheapest(src: _Classes, need: _Need, finish: Program | None, src_mesh: Mesh, world: int, item: int,
-              bound: int) -> tuple[list[CrossStep], bool, tuple[int, ...]]:
+              bound: int) -> tuple[list[CrossRound], bool, tuple[int, ...]]:
     """The cheapest of a few plans, in order of fewer rounds and messages, the first at the
     bound taken at once (nothing is cheaper): every piece sent directly; the pieces of the
     holder classes that direct sending overloads fanned out; every shared piece fanned
@@ -529,7 +581,7 @@ def _cheapest(src: _Classes, need: _Need, finish: Program | None, src_mesh: Mesh
     load = np.bincount(need.holder, weights=numel, minlength=len(src.sizes)) * item / np.maximum(src.sizes, 1)
     classes = np.arange(len(src.sizes))
     choices = [classes[:0], classes[load > bound], classes]
-    best: tuple[int, int, list[CrossStep], bool, tuple[int, ...]] | None = None
+    best: tuple[int, int, list[CrossRound], bool, tuple[int, ...]] | None = None
     for split in (False, True):
         for k, fanned in enumerate(choices):
             fan = _fan_mask(need, fanned)
@@ -545,7 +597,7 @@ def _cheapest(src: _Classes, need: _Need, finish: Program | None, src_mesh: Mesh
     return best[2], best[3], best[4]
 
 
-def _world(src_mesh: Mesh, dst_mesh: Mesh) -> int:
+def world_of(src_mesh: Mesh, dst_mesh: Mesh) -> int:
     return max(max(src_mesh.global_ranks), max(dst_mesh.global_ranks)) + 1
 
 
@@ -575,7 +627,7 @@ def _lack(full: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh, wor
 def _bound(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh,
            known: tuple[_Classes, _Need] | None) -> int:
     """``cross_bound``, reusing the classes and needs of ``src`` where the caller has them."""
-    world = _world(src_mesh, dst_mesh)
+    world = world_of(src_mesh, dst_mesh)
     full = full_type(src)
     pending = any(src_mesh.axis_size(a) > 1 for a in src.partial_axes)
     if pending:  # a partial value is not the value: it is no part of what a rank holds
@@ -620,12 +672,12 @@ def _wanted_of(src: _Classes, dst: _Classes) -> np.ndarray:
 
 
 def cross_best(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh, finishes: Sequence[Program],
-               model: CostModel) -> CrossProgram:
+               model: CostModel) -> Program:
     """The cheapest program (bytes, then rounds, then the earlier finish) over the ways
     ``finishes`` of finishing ``src``'s pending sums. A finish whose floor (the bound, and
     per rank what the finish moves plus what the rank then lacks) cannot beat the best so
     far is not planned: the million-message crossings are the time of a compile."""
-    world = _world(src_mesh, dst_mesh)
+    world = world_of(src_mesh, dst_mesh)
     bound = cross_bound(src, dst, src_mesh, dst_mesh)
     floors = []
     for k, f in enumerate(finishes):
@@ -634,7 +686,7 @@ def cross_best(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh,
         floors.append((max(bound, int((moved + lack * src.itemsize).max())),
                        f.cost.collectives + int(bool(lack.any())), k))
     best: tuple[int, int, int] | None = None
-    chosen: CrossProgram | None = None
+    chosen: Program | None = None
     for floor in sorted(floors):
         if best is not None and floor >= best:
             break
@@ -647,11 +699,11 @@ def cross_best(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh,
 
 
 def cross_program(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Mesh, finish: Program | None,
-                  model: CostModel, bound: int | None = None) -> CrossProgram:
+                  model: CostModel, bound: int | None = None) -> Program:
     """The cheaper of the direct and the fan-out plan after ``finish`` (checked types);
     ``bound``: ``cross_bound`` where the caller has it."""
     full = src if finish is None else finish.dst
-    world = _world(src_mesh, dst_mesh)
+    world = world_of(src_mesh, dst_mesh)
     item = src.itemsize
     src_c = _classes(one_block_each(full, src_mesh), src_mesh, world)
     need = _needs(src_c, _classes(one_block_each(dst, dst_mesh), dst_mesh, world))
@@ -668,63 +720,33 @@ def cross_program(src: TensorType, dst: TensorType, src_mesh: Mesh, dst_mesh: Me
         time_s=(finish.cost.time_s if finish else 0.0) + sum(model.step_time((), s.bytes_max, True) for s in steps),
         bytes_max=int(moved.max()),
     )
-    return CrossProgram(src_mesh, dst_mesh, src, dst, finish, tuple(steps), cost, bound, world, split, fanned)
+    kind = "fan_out" if len(steps) > 1 else "send_across"
+    phased = tuple(sum(s.bytes_moved[r] for s in steps) for r in range(world)) if len(steps) > 1 else ()
+    crossing = CrossStep(
+        kind, (), (), full, dst, None, local_shapes(full, src_mesh), local_shapes(dst, dst_mesh),
+        tuple(map(sum, zip(*(s.bytes_sent for s in steps)))) if steps else (0,) * world,
+        collective=True, bytes_recv=tuple(map(sum, zip(*(s.bytes_recv for s in steps)))) if steps else (0,) * world,
+        bytes_phased=phased, launches=len(steps), dst_mesh=dst_mesh,
+        rounds=tuple(steps), split=split, fanned=fanned, bound=bound, finish=finish)
+    gap = cost.bytes_max - bound  # what a cheaper crossing could save, at most
+    return Program(src_mesh, src, dst, (*(finish.steps if finish else ()), crossing), cost, gap == 0, gap)
 
 
-def rank_part(p: CrossProgram, rank: int) -> tuple[tuple[tuple[Transfer, ...], tuple[Transfer, ...]], ...]:
-    """``CrossProgram.rank_part``: the plan's rules (turns, cuts, fan-out) depend on each
-    piece alone, so the pieces of ``rank``'s own blocks (its destination block met with
-    every source class, its source block met with every destination class) rebuild
-    exactly its messages."""
-    world, item = p.world, p.src.itemsize
-    src_c = _classes(one_block_each(p.sent, p.src_mesh), p.src_mesh, world)
-    dst_c = _classes(one_block_each(p.dst, p.dst_mesh), p.dst_mesh, world)
+def rank_part(step: CrossStep, src_mesh: Mesh, rank: int) -> tuple[tuple[tuple[Transfer, ...], tuple[Transfer, ...]], ...]:
+    """Per round of the crossing ``step`` from ``src_mesh``, (what ``rank`` sends, what it
+    receives). The plan's rules (turns, cuts, fan-out) depend on each piece alone, so the
+    pieces of ``rank``'s own blocks (its destination block met with every source class, its
+    source block met with every destination class) rebuild exactly its messages."""
+    dst_mesh = step.dst_mesh
+    assert dst_mesh is not None
+    world, item = world_of(src_mesh, dst_mesh), step.src.itemsize
+    src_c = _classes(one_block_each(step.src, src_mesh), src_mesh, world)
+    dst_c = _classes(one_block_each(step.dst, dst_mesh), dst_mesh, world)
     i_r, j_r = (int(c.of_rank[rank]) if 0 <= rank < world else -1 for c in (dst_c, src_c))
-    need = _needs(src_c, dst_c, _own_pieces(src_c, dst_c, i_r, j_r, p.src.ndim))
-    steps = {s.kind: s for s in _plan(src_c, need, _fan_mask(need, np.asarray(p.fanned, dtype=np.int64)), p.split,
-                                      world, item)}
-    return tuple(steps[s.kind].rank_transfers(rank) if s.kind in steps else ((), ()) for s in p.steps)
-
-
-def simulate_cross(program: CrossProgram, inputs: Sequence[np.ndarray | None],
-                   finish_sim: Any) -> list[np.ndarray | None]:
-    """The numpy semantics: ``inputs`` one per world rank (None off the source mesh);
-    one output per world rank (None off the destination mesh). ``finish_sim`` runs the
-    source mesh's program (``lowering.simulate``)."""
-    p = program
-    if isinstance(inputs, (str, bytes, bytearray)) or not hasattr(inputs, "__len__"):
-        raise SpecError(f"simulate takes one array (or None) per world rank, got {type(inputs).__name__}",
-                        hint=f"pass a list of {p.world} entries, None off the source mesh {p.src_mesh}")
-    if len(inputs) != p.world:
-        raise SpecError(f"simulate got {len(inputs)} inputs for a cross-mesh program over {p.world} ranks",
-                        hint=f"pass one entry per rank 0..{p.world - 1}, None off the source mesh {p.src_mesh}")
-    on_src = set(p.src_mesh.global_ranks)
-    for r, x in enumerate(inputs):
-        if (x is None) == (r in on_src):
-            raise SpecError(f"rank {r}'s input is {'missing' if x is None else 'given'}, but rank {r} is "
-                            f"{'on' if r in on_src else 'off'} the source mesh {p.src_mesh}",
-                            hint="give each rank of the source mesh its block and every other rank None")
-    xs = [np.asarray(inputs[r]) for r in p.src_mesh.global_ranks]
-    shapes = local_shapes(p.src, p.src_mesh)
-    for r, x, want in zip(p.src_mesh.global_ranks, xs, shapes, strict=True):
-        if x.shape != want:
-            raise SpecError(f"rank {r}'s input has shape {list(x.shape)}, the source type says {list(want)}",
-                            hint=f"give each rank of the source mesh its block of {p.src}")
-    if p.finish is not None:
-        xs = finish_sim(p.finish, xs)
-    full = p.sent
-    held: list[list[tuple[Box, np.ndarray]]] = [[] for _ in range(p.world)]
-    for r, b, x in zip(p.src_mesh.global_ranks, one_block_each(full, p.src_mesh), xs, strict=True):
-        held[r].append((_as_box(b), x))
-    for step in p.steps:
-        arrived = [(t.receiver, t.box, cut(held[t.sender], t.box)) for t in step.transfers]  # all first
-        for r, b, x in arrived:
-            held[r].append((b, x))
-    out: list[np.ndarray | None] = [None] * p.world
-    for r, b, shape in zip(p.dst_mesh.global_ranks, one_block_each(p.dst, p.dst_mesh),
-                           local_shapes(p.dst, p.dst_mesh), strict=True):
-        out[r] = _dst_block(held[r], _as_box(b), shape, p.src.dtype, xs[0].dtype if xs else np.float32)
-    return out
+    need = _needs(src_c, dst_c, _own_pieces(src_c, dst_c, i_r, j_r, step.src.ndim))
+    steps = {s.kind: s for s in _plan(src_c, need, _fan_mask(need, np.asarray(step.fanned, dtype=np.int64)),
+                                      step.split, world, item)}
+    return tuple(steps[s.kind].rank_transfers(rank) if s.kind in steps else ((), ()) for s in step.rounds)
 
 
 def cut(held: Sequence[tuple[Box, Any]], box: Box) -> Any:
@@ -754,7 +776,7 @@ def fill(out: Any, box: Box, held: Sequence[tuple[Box, Any]], skip: Collection[B
     return written
 
 
-def _dst_block(held: list[tuple[Box, np.ndarray]], box: Box, shape: tuple[int, ...], dtype: str,
+def dst_block(held: list[tuple[Box, np.ndarray]], box: Box, shape: tuple[int, ...], dtype: str,
               np_dtype: Any) -> np.ndarray:
     out = np.zeros(shape, dtype=np_dtype)
     filled = np.zeros(shape, dtype=bool)

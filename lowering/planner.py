@@ -49,7 +49,7 @@ from lowering.checks import (
     resolve,
 )
 from lowering.cost import DEFAULT_COST_MODEL, SPARE_AXIS_BYTES, CostModel, as_cost_model
-from lowering.cross_mesh import CrossProgram, check_cross_types, cross_best, cross_program, finished_types
+from lowering.cross_mesh import check_cross_types, cross_best, cross_program, finished_types
 from lowering.fallback import fallback_routes
 from lowering.kinds import COLLECTIVE_KINDS, LAUNCHES, dual_kind, kind_of, make_step, priced_step
 from lowering.kinds.base import drop_unit_axes, replicated_axes, splits_integer_average
@@ -103,7 +103,7 @@ def compile(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str, *,
 def compile(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str, *,
             cost_model: CostModel | Mapping[str, Any] | str | os.PathLike[str] | None = None,
             budget_s: float = DEFAULT_BUDGET_S, gap_bytes: int | None = None,
-            dst_mesh: Mesh | str) -> CrossProgram: ...
+            dst_mesh: Mesh | str) -> Program: ...
 
 
 def compile(
@@ -115,12 +115,14 @@ def compile(
     budget_s: float = DEFAULT_BUDGET_S,
     gap_bytes: int | None = None,
     dst_mesh: Mesh | str | None = None,
-) -> Program | CrossProgram:
+) -> Program:
     """Compile ``src -> dst`` on ``mesh`` into the cheapest Program found within ``budget_s``.
 
     With ``dst_mesh``, ``dst`` is laid out on ``dst_mesh`` instead, and the result is a
-    ``CrossProgram`` over the union of the two meshes' global ranks (``Mesh.ranks``):
-    pending sums finished on ``mesh``, then point-to-point rounds (docs/cross_mesh.md).
+    Program over the union of the two meshes' global ranks (``Mesh.ranks``): pending sums
+    finished on ``mesh``, then a step that crosses to ``dst_mesh`` in point-to-point rounds
+    (``send_across`` or ``fan_out``; docs/cross_mesh.md; ``lowering.CrossProgram`` views it
+    in the crossing's terms).
 
     Always answers for a pair the checks accept: where the search runs out of its budget,
     the cheapest program found so far (at worst a constructive route through the normal
@@ -168,15 +170,21 @@ def compile_gradient(program: Program, cost_model: CostModel | None = None) -> P
     gradient of a redistribution another redistribution, planned like any other; every
     engine (torch's autograd, JAX's ``custom_vjp``) binds this one rule. A pending max/min
     has no gradient (a SpecError: it needs the arg-max, which no type carries).
+
+    A cross-mesh program's gradient crosses back: from ``dual(dst)`` on its destination
+    mesh to ``dual(src)`` on its source mesh.
     """
     check_program(program)
     check_differentiable(program.src, program.dst)
+    if program.crosses_meshes:
+        return compile(dual_type(program.dst), dual_type(program.src), program.dst_mesh, cost_model=cost_model,
+                       dst_mesh=program.mesh)
     return compile(dual_type(program.dst), dual_type(program.src), program.mesh, cost_model=cost_model)
 
 
 @cached(maxsize=1024, max_bytes=32 * MIB)
 def _compile_cross(src: TensorType, dst: TensorType, mesh: Mesh, dst_mesh: Mesh, model: CostModel,
-                   budget_s: float, gap_bytes: int) -> CrossProgram:
+                   budget_s: float, gap_bytes: int) -> Program:
     """Pending sums finished on the source mesh by an ordinary program, then the crossing."""
     if not src.partial_axes:
         return cross_program(src, dst, mesh, dst_mesh, None, model)

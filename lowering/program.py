@@ -1,5 +1,9 @@
 """A Program: the flat, immutable list of Steps that turns src shards into dst shards.
 
+A cross-mesh program (``lowering.compile(..., dst_mesh=)``) is a Program too: its steps
+live on its source mesh but the last, which crosses to the destination mesh
+(``Step.dst_mesh``; ``lowering.cross_mesh``).
+
 Every Step is a typed transition ``src -> dst`` between two TensorTypes on the same
 mesh, over a group of mesh axes: the ranks that share every other mesh coordinate,
 ordered row-major over ``axes`` *as listed* (a flattened group when there are several).
@@ -50,6 +54,10 @@ class Step:
     # summed: more than the larger of its totals; per rank, empty for a one-phase step
     bytes_phased: tuple[int, ...] = field(default=(), kw_only=True, repr=False, compare=False)
     launches: int = field(default=1, kw_only=True, repr=False, compare=False)  # collectives it runs
+    # the mesh ``dst`` lives on, where it is not the program's: the step that crosses to
+    # another mesh (``lowering.cross_mesh``; its ranks are global ranks, ``Mesh.ranks``, and
+    # a rank off a mesh holds nothing of a type on it)
+    dst_mesh: Mesh | None = field(default=None, kw_only=True, repr=False)
 
     @property
     def is_collective(self) -> bool:
@@ -148,6 +156,17 @@ class Program:
             raise SpecError(f"a Program proven optimal cannot have gap_bytes={self.gap_bytes}",
                             hint="optimal means proven cheapest: gap_bytes 0")
 
+    @property
+    def dst_mesh(self) -> Mesh:
+        """The mesh ``dst`` lives on: the program's own, or the one its last step crosses to
+        (a cross-mesh program runs over the union of the two meshes' global ranks)."""
+        last = self.steps[-1].dst_mesh if self.steps else None
+        return self.mesh if last is None else last
+
+    @property
+    def crosses_meshes(self) -> bool:
+        return bool(self.steps) and self.steps[-1].dst_mesh is not None
+
     def __iter__(self) -> Iterator[Step]:
         return iter(self.steps)
 
@@ -155,7 +174,8 @@ class Program:
         return len(self.steps)
 
     def __str__(self) -> str:
-        lines = [f"program on mesh {self.mesh}: {self.src}  ->  {self.dst}"]
+        where = f"from mesh {self.mesh} to mesh {self.dst_mesh}" if self.crosses_meshes else f"on mesh {self.mesh}"
+        lines = [f"program {where}: {self.src}  ->  {self.dst}"]
         if not self.steps:
             lines.append("  (no steps: every rank already holds its destination block)")
         width = max((len(s.describe()) for s in self.steps), default=0)

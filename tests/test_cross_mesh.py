@@ -19,6 +19,12 @@ import spec_lang
 from lowering.cost import CostModel
 from spec_lang import Mesh, SpecError, parse, parse_mesh
 
+
+def _across(*args, **kwargs):
+    """A cross-mesh compile (a Program) seen in the crossing's terms."""
+    return lowering.CrossProgram(lowering.compile(*args, **kwargs))
+
+
 # ---- the IR: meshes name their ranks ------------------------------------------------------
 
 
@@ -138,11 +144,11 @@ CORPUS = [
 
 
 def _run(src, dst, m1, m2, seed=0):
-    p = lowering.compile(src, dst, m1, dst_mesh=m2)
+    p = _across(src, dst, m1, dst_mesh=m2)
     s, d, sm, dm = parse(src), parse(dst), parse_mesh(m1), parse_mesh(m2)
     g = np.random.default_rng(seed).standard_normal(s.shape)
     assert p.world == max(sm.global_ranks + dm.global_ranks) + 1
-    outs = lowering.simulate(p, oracle_inputs(s, sm, g, p.world))
+    outs = lowering.simulate(p.program, oracle_inputs(s, sm, g, p.world))
     want = oracle_blocks(d, dm)
     for r in range(p.world):
         if r in want:
@@ -159,13 +165,13 @@ def test_corpus_exact_and_at_the_bound(what, src, dst, m1, m2):
 
 
 def test_replicated_source_balances_senders():
-    p = lowering.compile("f32[16@dp,8]", "f32[16,8@tp]", "dp=2,r=2", dst_mesh="tp=4@[4-7]")
+    p = _across("f32[16@dp,8]", "f32[16,8@tp]", "dp=2,r=2", dst_mesh="tp=4@[4-7]")
     sent = p.steps[0].bytes_sent
     assert all(sent[r] == sent[0] > 0 for r in range(4)), sent  # each receiver pulls from another replica
 
 
 def test_replicated_destination_crosses_once():
-    p = lowering.compile("f32[16@dp,8]", "f32[16,8]", "dp=2", dst_mesh="r=8@[2-9]")
+    p = _across("f32[16@dp,8]", "f32[16,8]", "dp=2", dst_mesh="r=8@[2-9]")
     assert [s.kind for s in p.steps] == ["send_across", "fan_out"]
     across = p.steps[0]
     assert sum(across.bytes_sent) == 16 * 8 * 4  # every element crosses the boundary once
@@ -175,48 +181,48 @@ def test_replicated_destination_crosses_once():
 def test_bound_by_hand():
     # 2 sole holders of 8 rows each; 4 receivers want everything: each lacks 16 rows (512 B),
     # each holder must get its 8 rows out once (256 B): the bound is the receivers' 512 B
-    assert lowering.compile("f32[16@dp,8]", "f32[16,8]", "dp=2", dst_mesh="r=4@[2-5]").bound == 512
+    assert _across("f32[16@dp,8]", "f32[16,8]", "dp=2", dst_mesh="r=4@[2-5]").bound == 512
     # one holder of everything, two receivers elsewhere: its 128 elements leave it at least
     # once (512 B) though each receiver lacks only 256 B
-    assert lowering.compile("f32[16,8]", "f32[16,8@tp]", "r=1", dst_mesh="tp=2@[1,2]").bound == 512
+    assert _across("f32[16,8]", "f32[16,8@tp]", "r=1", dst_mesh="tp=2@[1,2]").bound == 512
     # the same holder also on the destination mesh keeps its half: 64 elements leave it
-    assert lowering.compile("f32[16,8]", "f32[16,8@tp]", "r=1", dst_mesh="tp=2@[0,1]").bound == 256
+    assert _across("f32[16,8]", "f32[16,8@tp]", "r=1", dst_mesh="tp=2@[0,1]").bound == 256
 
 
 def test_bound_of_a_pending_sum_counts_each_addend_leaving_its_holder():
     # ranks 7 and 6 hold different addends of all 32 elements; 7 wants a quarter, 6 none: each
     # addend is wanted off its rank, so 32 elements leave each (128 B), above any rank's lack
-    p = lowering.compile("f32[4,8]{U:a0}", "f32[4@b0,8@b1]", "a0=2@[7,6]", dst_mesh="b0=2,b1=2@[4,9,7,5]")
+    p = _across("f32[4,8]{U:a0}", "f32[4@b0,8@b1]", "a0=2@[7,6]", dst_mesh="b0=2,b1=2@[4,9,7,5]")
     assert p.bound == 128 and p.cost.bytes_max == 128
     assert [s.kind for s in p.finish.steps] == ["reduce_scatter"]
 
 
 def test_reshape_in_place_moves_only_what_changes_hands():
-    p = lowering.compile("f32[16@dp,8]", "f32[16@dp,8]", "dp=4", dst_mesh="dp=4@[0,1,2,3]")
+    p = _across("f32[16@dp,8]", "f32[16@dp,8]", "dp=4", dst_mesh="dp=4@[0,1,2,3]")
     assert p.steps == () and p.cost.bytes_max == 0 and p.bound == 0
 
 
 def test_bad_cross_mesh_input():
     with pytest.raises(SpecError, match="not on the mesh|not an axis|axis"):
-        lowering.compile("f32[16@dp,8]", "f32[16@xx,8]", "dp=2", dst_mesh="tp=2@[2,3]")
+        _across("f32[16@dp,8]", "f32[16@xx,8]", "dp=2", dst_mesh="tp=2@[2,3]")
     with pytest.raises(SpecError, match="destination type"):
-        lowering.compile("f32[16@dp,8]", "f32[16,8]{U:tp}", "dp=2", dst_mesh="tp=2@[2,3]")
+        _across("f32[16@dp,8]", "f32[16,8]{U:tp}", "dp=2", dst_mesh="tp=2@[2,3]")
     with pytest.raises(SpecError, match="source type .* has V on 'tp'") as e:
-        lowering.compile("f32[16@dp,8]{V:tp}", "f32[16,8]", "dp=2,tp=2", dst_mesh="r=2@[4,5]")
+        _across("f32[16@dp,8]{V:tp}", "f32[16,8]", "dp=2,tp=2", dst_mesh="r=2@[4,5]")
     assert e.value.pos == 15 and e.value.hint  # at the axis in the annotation
     with pytest.raises(SpecError, match="ends too early"):
-        lowering.compile("f32[16@dp,8]", "f32[16,8]", "dp=2", dst_mesh="tp=2@[2,")
-    p = lowering.compile("f32[16@dp,8]", "f32[16,8]", "dp=2", dst_mesh="tp=2@[2,3]")
+        _across("f32[16@dp,8]", "f32[16,8]", "dp=2", dst_mesh="tp=2@[2,")
+    p = _across("f32[16@dp,8]", "f32[16,8]", "dp=2", dst_mesh="tp=2@[2,3]")
     with pytest.raises(SpecError, match="2 inputs for a cross-mesh program over 4 ranks"):
-        lowering.simulate(p, [np.zeros((8, 8))] * 2)
+        lowering.simulate(p.program, [np.zeros((8, 8))] * 2)
     with pytest.raises(SpecError, match="off the source mesh"):
-        lowering.simulate(p, [np.zeros((8, 8))] * 4)
+        lowering.simulate(p.program, [np.zeros((8, 8))] * 4)
     with pytest.raises(SpecError, match="shape"):
-        lowering.simulate(p, [np.zeros((8, 7)), np.zeros((8, 8)), None, None])
+        lowering.simulate(p.program, [np.zeros((8, 7)), np.zeros((8, 8)), None, None])
 
 
 def test_text_and_json():
-    p = lowering.compile("f32[16@dp,8]", "f32[16,8@tp]", "dp=2", dst_mesh="tp=2@[2,3]")
+    p = _across("f32[16@dp,8]", "f32[16,8@tp]", "dp=2", dst_mesh="tp=2@[2,3]")
     text = str(p)
     assert "dp=2" in text and "tp=2@[2,3]" in text and "lower bound" in text
     j = p.to_json()
@@ -232,7 +238,7 @@ def test_big_meshes_are_at_the_bound_and_a_rank_part_is_the_whole_programs():
         ("f32[4096@dp,64]", "f32[4096@dp,64]", "dp=1024", "dp=1000@[24-1023]"),
     ]:
         lowering.clear_caches()
-        p = lowering.compile(src, dst, m1, dst_mesh=m2)
+        p = _across(src, dst, m1, dst_mesh=m2)
         assert p.cost.bytes_max == p.bound
         part = p.rank_part(1500)
         assert [tuple(sorted(x)) for step in part for x in step] == _global_part(p, 1500)
@@ -258,7 +264,7 @@ def test_cli_plan_to_mesh(capsys):
 
 
 def test_pending_sum_finished_where_the_replicas_then_send_disjoint_parts():
-    p = lowering.compile("f32[64,64@dp]{U:tp}", "f32[64,64@tp]", "dp=2,tp=2", dst_mesh="tp=2@[4,5]")
+    p = _across("f32[64,64@dp]{U:tp}", "f32[64,64@tp]", "dp=2,tp=2", dst_mesh="tp=2@[4,5]")
     assert [s.kind for s in p.finish.steps] == ["reduce_scatter"]  # not an all_reduce: half the bytes
     assert p.cost.bytes_max == p.bound == 64 * 32 * 4
 
@@ -282,8 +288,8 @@ def test_pending_sum_plans_only_the_finishes_that_can_win(monkeypatch, src, dst,
     for module in (cross_mesh, planner):  # wherever the compile looks it up
         monkeypatch.setattr(module, "cross_program", lambda *a, **k: calls.append(a) or real(*a, **k))
     lowering.clear_caches()
-    p = lowering.compile(src, dst, m1, dst_mesh=m2)
-    assert str(p) == str(plans[best]) and p.to_json() == plans[best].to_json()
+    p = _across(src, dst, m1, dst_mesh=m2)
+    assert str(p.program) == str(plans[best]) and p.program.to_json() == plans[best].to_json()
     # a finish whose floor (the bound; what it moves plus what a rank then lacks) cannot beat
     # the best so far is not planned: each crossing is up to a message per pair of ranks
     assert 1 <= len(calls) < len(plans)
@@ -291,7 +297,7 @@ def test_pending_sum_plans_only_the_finishes_that_can_win(monkeypatch, src, dst,
 
 def test_no_message_carries_an_empty_block():
     # the middle rank holds no rows: it meets nothing and sends nothing
-    p = lowering.compile("f32[10@dp<3,0,7>,4]", "f32[10@tp,4]", "dp=3", dst_mesh="tp=2@[3,4]")
+    p = _across("f32[10@dp<3,0,7>,4]", "f32[10@tp,4]", "dp=3", dst_mesh="tp=2@[3,4]")
     sent = [(t.sender, t.box) for s in p.steps for t in s.transfers]
     assert sorted(sent) == [(0, ((0, 3), (0, 4))), (2, ((3, 5), (0, 4))), (2, ((5, 10), (0, 4)))]
     assert p.rank_part(1) == (((), ()),)
@@ -305,7 +311,7 @@ def test_no_message_carries_an_empty_block():
 ])
 def test_sole_holders_send_each_receiver_the_overlap_of_their_blocks(src, dst, m1, m2):
     # big enough that the pairs of blocks are found on the source's grid, not by testing all
-    p = lowering.compile(src, dst, m1, dst_mesh=m2)
+    p = _across(src, dst, m1, dst_mesh=m2)
     s, d, sm, dm = parse(src), parse(dst), parse_mesh(m1), parse_mesh(m2)
     held, want = oracle_blocks(s, sm), oracle_blocks(d, dm)
     hs, ws = list(held), list(want)
@@ -328,7 +334,7 @@ def test_million_message_plans_are_at_the_bound_and_a_rank_part_is_the_whole_pro
         ("f32[4096@dp,4096]{U:tp}", "f32[4096,4096@x]", "dp=8,tp=128", "x=1024@[1024-2047]"),  # and a sum first
     ]:
         lowering.clear_caches()
-        p = lowering.compile(src, dst, m1, dst_mesh=m2)
+        p = _across(src, dst, m1, dst_mesh=m2)
         assert sum(s.messages() for s in p.steps) == 1024 * 1024 and p.cost.bytes_max == p.bound
         part = p.rank_part(1500)
         assert [tuple(sorted(x)) for step in part for x in step] == _global_part(p, 1500)
@@ -382,7 +388,7 @@ def _global_part(p, rank):
 
 @pytest.mark.parametrize("what, src, dst, m1, m2", CORPUS, ids=[c[0] for c in CORPUS])
 def test_rank_part_from_own_pieces(what, src, dst, m1, m2):
-    p = lowering.compile(src, dst, m1, dst_mesh=m2)
+    p = _across(src, dst, m1, dst_mesh=m2)
     for r in range(p.world + 1):  # and one rank in neither mesh
         part = p.rank_part(r)
         assert [tuple(sorted(x)) for step in part for x in step] == _global_part(p, r), r
@@ -399,7 +405,7 @@ def test_rank_part_of_random_and_fanned_plans():
                       m1, m2))
     kinds = set()
     for src, dst, m1, m2 in cases:
-        p = lowering.compile(src, dst, m1, dst_mesh=m2)
+        p = _across(src, dst, m1, dst_mesh=m2)
         kinds |= {(s.kind, p.split) for s in p.steps}
         for r in range(p.world):
             assert [tuple(sorted(x)) for step in p.rank_part(r) for x in step] == _global_part(p, r), (src, m1, m2, r)

@@ -103,8 +103,8 @@ def gloo_cross(gloo_pool) -> dict:
 
 def _expected(src: str, mesh: str, dst: str, dst_mesh: str, seed: int) -> tuple[list, list]:
     g, xs, world = inputs(src, mesh, seed)
-    p = lowering.compile(src, dst, mesh, dst_mesh=dst_mesh)
-    sim = lowering.simulate(p, xs[:p.world]) + [None] * (world - p.world)
+    p = lowering.CrossProgram(lowering.compile(src, dst, mesh, dst_mesh=dst_mesh))
+    sim = lowering.simulate(p.program, xs[:p.world]) + [None] * (world - p.world)
     d, dm = parse(dst), parse_mesh(dst_mesh)
     oracle: list = [None] * world
     for r, sl in zip(dm.global_ranks, lowering.local_slices(d, dm), strict=True):
@@ -302,7 +302,8 @@ def test_a_different_call_on_one_rank_fails_everywhere(gloo_many):
 def test_one_message_per_pair_of_ranks_and_round():
     from torch_backend.cross_rounds import rounds
 
-    programs = [lowering.compile(s, d, "fsdp=4@[0-3]", dst_mesh="rep=2,tp=2@[4-7]") for s, d in MANY]
+    programs = [lowering.CrossProgram(lowering.compile(s, d, "fsdp=4@[0-3]", dst_mesh="rep=2,tp=2@[4-7]"))
+                for s, d in MANY]
     for me in range(8):
         joint = rounds(programs, me)
         alone = [rounds([p], me) for p in programs]
@@ -506,8 +507,8 @@ def _grad_oracle(src: str, mesh: str, dst: str, dst_mesh: str, seed: int, wseed:
     want: list = [None] * 8
     for r, sl in zip(m.global_ranks, lowering.local_slices(s, m), strict=True):
         want[r] = grad[sl]
-    back = lowering.compile(dual_type(d), dual_type(s), dm, dst_mesh=m)
-    sim = lowering.simulate(back, w[:back.world]) + [None] * (8 - back.world)
+    back = lowering.CrossProgram(lowering.compile(dual_type(d), dual_type(s), dm, dst_mesh=m))
+    sim = lowering.simulate(back.program, w[:back.world]) + [None] * (8 - back.world)
     return w, want, sim
 
 

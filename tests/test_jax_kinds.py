@@ -86,8 +86,9 @@ STEPS = _steps()
 
 
 def test_every_kind_is_lowered_and_exercised() -> None:
-    assert set(LOWERINGS) == set(KINDS)
-    assert {s.kind for _, _, s in STEPS} == set(KINDS)
+    one_mesh = {k for k, v in KINDS.items() if not v.crosses}  # the JAX engine runs programs on one mesh
+    assert set(LOWERINGS) == one_mesh
+    assert {s.kind for _, _, s in STEPS} == one_mesh
 
 
 @pytest.mark.parametrize("name,mesh,step", STEPS, ids=[n for n, _, _ in STEPS])

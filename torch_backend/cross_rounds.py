@@ -28,7 +28,7 @@ from lowering.cross_mesh import Box, CrossProgram, Transfer, cut, fill, one_bloc
 from lowering.kinds import rank_pieces
 from lowering.kinds.base import numel
 from lowering.layout import local_shapes
-from spec_lang.dual import check_differentiable, dual_type
+from lowering.planner import compile_gradient
 from spec_lang.ir import Mesh
 from torch_backend import collectives, comm, local_steps, uneven_steps  # noqa: F401 - each registers its runners
 from torch_backend.bound import on_tape
@@ -43,8 +43,7 @@ Held = list[tuple[Box, torch.Tensor]]
 def cross_backward_program(p: CrossProgram) -> CrossProgram:
     """The gradient's move: ``dual(dst)`` on the destination mesh back to ``dual(src)`` on
     the source mesh (compiled alike on every rank, cached)."""
-    check_differentiable(p.src, p.dst)
-    back = lowering.compile(dual_type(p.dst), dual_type(p.src), p.dst_mesh, dst_mesh=p.src_mesh)
+    back = CrossProgram(compile_gradient(p.program))
     if back.finish is not None:
         check_reductions(back.finish)
     return back

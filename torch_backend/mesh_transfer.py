@@ -71,7 +71,7 @@ def plan(src: TensorType | str, dst: TensorType | str | None, mesh: Any, dst_mes
     """The CrossProgram every rank runs (compiled alike on every rank, cached), with every
     check that does not depend on the tensor (a rank may have given no ``dst``)."""
     m, dm = mesh_over_ranks(mesh, "mesh"), mesh_over_ranks(dst_mesh, "dst_mesh")
-    p = lowering.compile(_type_arg(src, "src"), _type_arg(dst, "dst"), m, dst_mesh=dm)
+    p = CrossProgram(lowering.compile(_type_arg(src, "src"), _type_arg(dst, "dst"), m, dst_mesh=dm))
     if p.finish is not None:
         check_reductions(p.finish)
     return p

@@ -44,10 +44,10 @@ def compile_spec(spec: RunSpec) -> Program | CrossProgram:
     if spec.dtype is not None and name is None:
         raise SpecError(f"unknown dtype {spec.dtype!r}", text=spec.dtype, pos=0, hint=DTYPE_HINT)
     if spec.to_mesh is not None:
-        cross = lowering.compile(spec.src, spec.dst, spec.mesh, dst_mesh=spec.to_mesh)
+        cross = CrossProgram(lowering.compile(spec.src, spec.dst, spec.mesh, dst_mesh=spec.to_mesh))
         if name is not None and name != cross.src.dtype:
-            cross = lowering.compile(cross.src.replace(dtype=name), cross.dst.replace(dtype=name), cross.src_mesh,
-                                     dst_mesh=cross.dst_mesh)
+            cross = CrossProgram(lowering.compile(cross.src.replace(dtype=name), cross.dst.replace(dtype=name),
+                                                  cross.src_mesh, dst_mesh=cross.dst_mesh))
         _check_held(cross.src.dtype, spec)
         if cross.finish is not None:
             _check_reductions(cross.finish)

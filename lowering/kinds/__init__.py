@@ -21,6 +21,7 @@ import numpy as np
 
 from lowering.caching import MIB, cached
 from lowering.kinds import (  # noqa: F401 - each registers its kinds
+    across,
     exchange,
     gather,
     local,
@@ -139,6 +140,8 @@ def _checked_rank(step: Step, mesh: Mesh, rank: object) -> int:
         raise SpecError(f"expected a Step, got {type(step).__name__}",
                         hint="take a step from a compiled program, or build one with lowering.make_step")
     check_type_once(step.src, mesh)
+    if step.dst_mesh is not None:  # a crossing: its ranks are the world's
+        return check_rank(rank, Mesh(("world",), (across.world_ranks(step, mesh),)))
     return check_rank(rank, mesh)
 
 
@@ -167,8 +170,10 @@ def _collector_paused() -> Iterator[None]:
 
 
 def simulate_step(step: Step, mesh: Mesh, xs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Run one step on every rank's numpy block (the step kind's numpy semantics)."""
+    """Run one step on every rank's numpy block (the step kind's numpy semantics); a
+    crossing to another mesh on every world rank's (an empty block off a mesh)."""
+    ranks = mesh.size if step.dst_mesh is None else across.world_ranks(step, mesh)
     with _collector_paused():
-        pieces = [rank_pieces(step, mesh, r) for r in range(mesh.size)]
+        pieces = [rank_pieces(step, mesh, r) for r in range(ranks)]
     return kind_of(step.kind).simulate(step, pieces, xs)
 

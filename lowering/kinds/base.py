@@ -118,6 +118,7 @@ class StepKind:
     reduces: ClassVar[bool] = False  # finishes a pending P(op): the step carries the op
     launches: ClassVar[int] = 1  # collectives it runs (a relay's two phases: 2)
     planned: ClassVar[bool] = True  # the planner emits it (False: only the typed SPMD API builds it)
+    crosses: ClassVar[bool] = False  # a step to another mesh (lowering.kinds.across), over two meshes' ranks
     # the kind of the gradient's step, per mesh axis of the step: (local type before, after)
     # -> kind, a sharded axis written S (the SPMD type system's forward/backward table in
     # step kinds); a pair it lacks, or axes that disagree, leave the gradient to the planner

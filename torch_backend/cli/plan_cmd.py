@@ -175,11 +175,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_cross(args: argparse.Namespace, mesh: Mesh, model: CostModel, budget: float, gap: int | None) -> int:
     """``--to-mesh``: the cross-mesh program, its cost and the cross-mesh lower bound."""
-    from lowering import compile
+    from lowering import CrossProgram, compile
     from spec_lang import parse_mesh
 
-    prog = compile(args.src, args.dst, mesh, cost_model=model, budget_s=budget, gap_bytes=gap,
-                   dst_mesh=parse_mesh(args.to_mesh))
+    prog = CrossProgram(compile(args.src, args.dst, mesh, cost_model=model, budget_s=budget, gap_bytes=gap,
+                                dst_mesh=parse_mesh(args.to_mesh)))
     lb = prog.bound
     ratio = (prog.cost.bytes_max / lb) if lb else (1.0 if prog.cost.bytes_max == 0 else None)
     if args.json:
