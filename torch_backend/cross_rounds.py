@@ -24,18 +24,19 @@ import torch
 import torch.distributed as dist
 
 import lowering
-from lowering.cross_mesh import Box, CrossProgram, Transfer, cut, fill, one_block_each
+from lowering.cross_mesh import Box, CrossProgram, Transfer, cut, fill
 from lowering.kinds import rank_pieces
+from lowering.kinds.across import CrossPieces
 from lowering.kinds.base import numel
-from lowering.layout import local_shapes
 from lowering.planner import compile_gradient
+from lowering.program import Step
 from spec_lang.ir import Mesh
 from torch_backend import collectives, comm, local_steps, uneven_steps  # noqa: F401 - each registers its runners
 from torch_backend.bound import on_tape
 from torch_backend.dtypes import check_reductions, to_torch_dtype
 from torch_backend.groups import MeshContext, context, subset_context
 from torch_backend.lean import collective_error
-from torch_backend.runners import RUNNERS
+from torch_backend.runners import RUNNERS, Pieces, pieces_as, runs
 
 Held = list[tuple[Box, torch.Tensor]]
 
@@ -219,55 +220,78 @@ def _messages(per_tensor: Sequence[tuple[Transfer, ...]], peer_of: Any, items: S
 
 
 def rounds(programs: Sequence[CrossProgram], me: int) -> tuple[Round, ...]:
-    """This rank's rounds of a joint run: round k holds every program's k-th step."""
-    key = (tuple(id(p) for p in programs), me)
+    """This rank's rounds of a joint run of ``programs``' crossings."""
+    return _rounds([crossing_pieces(p.crossing, p.src_mesh, me) for p in programs],
+                   [to_torch_dtype(p.src.dtype).itemsize for p in programs])
+
+
+def crossing_pieces(step: Step, src_mesh: Mesh, me: int) -> CrossPieces:
+    pieces = rank_pieces(step, src_mesh, me)
+    assert isinstance(pieces, CrossPieces)  # the crossing kinds' pieces
+    return pieces
+
+
+def _rounds(pieces: Sequence[CrossPieces], items: Sequence[int]) -> tuple[Round, ...]:
+    """Round k holds every crossing's k-th round: one message per peer (cached by the
+    pieces, which the lowering caches per step and rank)."""
+    key = tuple(id(p) for p in pieces)
     hit = _ROUNDS.get(key)
-    if hit is not None and all(a is b for a, b in zip(hit[0], programs, strict=True)):
+    if hit is not None and all(a is b for a, b in zip(hit[0], pieces, strict=True)):
         return hit[1]
-    parts = [p.rank_part(me) for p in programs]
-    items = [p.src.itemsize for p in programs]
     out = []
-    for k in range(max(len(part) for part in parts)):
-        step = [part[k] if k < len(part) else ((), ()) for part in parts]
+    for k in range(max(len(p.rounds) for p in pieces)):
+        step = [p.rounds[k] if k < len(p.rounds) else ((), ()) for p in pieces]
         out.append(Round(_messages([s for s, _ in step], lambda t: t.receiver, items),
                          _messages([r for _, r in step], lambda t: t.sender, items)))
     if len(_ROUNDS) > 256:
         _ROUNDS.clear()
-    _ROUNDS[key] = (tuple(programs), tuple(out))
+    _ROUNDS[key] = (tuple(pieces), tuple(out))
     return tuple(out)
 
 
-_ROUNDS: dict[tuple[tuple[int, ...], int], tuple[tuple[CrossProgram, ...], tuple[Round, ...]]] = {}
+_ROUNDS: dict[tuple[int, ...], tuple[tuple[CrossPieces, ...], tuple[Round, ...]]] = {}
 
 
-def run_many(programs: Sequence[CrossProgram], xs: Sequence[torch.Tensor | None], me: int, device: torch.device,
-             timeout: timedelta | None, backend: str) -> list[torch.Tensor | None]:
-    """The checked programs on this rank: each one's finish on its source mesh, then the
-    joint rounds; this rank's block of each destination (None off its mesh)."""
-    held: list[Held] = []
-    outs: list[tuple[Box, torch.Tensor] | None] = []
-    dtypes = [to_torch_dtype(p.src.dtype) for p in programs]
-    for p, x, dtype in zip(programs, xs, dtypes, strict=True):
-        x = _finish(p, x, me, timeout, backend)
-        on_src, on_dst = p.src_mesh.global_ranks, p.dst_mesh.global_ranks
-        held.append([(_box(one_block_each(p.sent, p.src_mesh)[on_src.index(me)]), x)] if x is not None else [])
-        if me in on_dst:
-            j = on_dst.index(me)
-            shape = local_shapes(p.dst, p.dst_mesh)[j]
-            outs.append((_box(one_block_each(p.dst, p.dst_mesh)[j]), torch.empty(shape, dtype=dtype, device=device)))
-        else:
-            outs.append(None)
-    placed: list[set[Box]] = [set() for _ in programs]
-    ctx = world(timeout)
-    for k, rnd in enumerate(rounds(programs, me)):
-        for i, piece, in_place in _round(ctx, k, held, outs, rnd, dtypes, device):
+@runs("send_across", "fan_out")
+def run_crossing(ctx: MeshContext, step: Step, pieces: Pieces, x: torch.Tensor) -> torch.Tensor:
+    """The crossing kinds' runner: this world rank's block of ``step.dst`` (empty off its
+    mesh) from its block ``x`` of ``step.src`` (empty off that mesh); ``ctx`` the world's."""
+    return cross(ctx, [pieces_as(CrossPieces, pieces)[ctx.rank]], [x])[0]
+
+
+def cross(ctx: MeshContext, pieces: Sequence[CrossPieces], xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Crossings of several tensors jointly (``pieces``: each one's on this rank, ``ctx``
+    the world's): each round one batch of messages through ``comm``, one per peer, every
+    tensor's pieces for it packed; each output filled from the pieces held (those
+    received in place are there). A rank off a mesh passes, or gets, an empty tensor."""
+    held: list[Held] = [[(p.src_box, x)] if p.src_box is not None else [] for p, x in zip(pieces, xs, strict=True)]
+    outs = [None if p.dst_box is None else (p.dst_box, torch.empty(p.out_shape, dtype=x.dtype, device=x.device))
+            for p, x in zip(pieces, xs, strict=True)]
+    placed: list[set[Box]] = [set() for _ in pieces]
+    dtypes = [x.dtype for x in xs]
+    for k, rnd in enumerate(_rounds(pieces, [x.element_size() for x in xs])):
+        for i, piece, in_place in _round(ctx, k, held, outs, rnd, dtypes, xs[0].device):
             held[i].append(piece)
             if in_place:
                 placed[i].add(piece[0])
     for h, out, done in zip(held, outs, placed, strict=True):
-        if out is not None:  # the rest of the output from the pieces held (those received in place are there)
+        if out is not None:
             fill(out[1], out[0], h, done)
-    return [None if out is None else out[1] for out in outs]
+    return [x.new_empty(0) if out is None else out[1] for x, out in zip(xs, outs, strict=True)]
+
+
+def run_many(programs: Sequence[CrossProgram], xs: Sequence[torch.Tensor | None], me: int, device: torch.device,
+             timeout: timedelta | None, backend: str) -> list[torch.Tensor | None]:
+    """The checked programs on this rank: each one's steps on its source mesh, then their
+    crossings jointly; this rank's block of each destination (None off its mesh)."""
+    ins = []
+    for p, x in zip(programs, xs, strict=True):
+        y = _finish(p, x, me, timeout, backend)
+        ins.append(torch.empty(0, dtype=to_torch_dtype(p.src.dtype), device=device) if y is None else y)
+    if me >= programs[0].world:  # past both meshes' ranks: no message to or from this rank
+        return [None] * len(programs)
+    ys = cross(world(timeout), [crossing_pieces(p.crossing, p.src_mesh, me) for p in programs], ins)
+    return [y if me in p.dst_mesh.global_ranks else None for p, y in zip(programs, ys, strict=True)]
 
 
 def _finish(p: CrossProgram, x: torch.Tensor | None, me: int, timeout: timedelta | None,
@@ -293,10 +317,6 @@ def _run_steps(f: lowering.Program, ctx: MeshContext, x: torch.Tensor) -> torch.
                 raise
             raise collective_error(ctx, f, k, step, e) from e
     return y
-
-
-def _box(b: Any) -> Box:
-    return tuple((int(lo), int(hi)) for lo, hi in b)
 
 
 def _round(ctx: MeshContext, k: int, held: list[Held], outs: Sequence[tuple[Box, torch.Tensor] | None], rnd: Round,
