@@ -1,29 +1,32 @@
-"""Running a ``lowering.CrossProgram`` on this rank: its pending sums finished on the
-source mesh, then its rounds of point-to-point messages, through the one network module
-(``comm``: each wait bounded by the call's timeout, a failure naming the rank at fault),
-and a cross-mesh move on the one autograd Function (``bound.on_tape``; ``CrossCall``: its
-backward is the move of the duals back, ``cross_backward_program``). ``torch_backend.mesh_transfer`` handles the arguments,
-the checks and the agreement, and calls ``run_many`` or ``run_with_grad``.
+"""The crossing kinds' torch runner, and a cross-mesh Program run on this rank.
 
-Each round runs as one batch of messages on the default group, which needs no group of
-its own: one byte buffer per pair of ranks, its pieces packed in an order both sides
-derive from their own ``CrossProgram.rank_part``; a joint call packs every tensor's pieces
-for the same peer into that one buffer (a state dict is one message per pair of ranks and
-round, not one per tensor).
+``send_across`` and ``fan_out`` (``lowering.kinds.across``) run here (``@runs``): each
+round one batch of point-to-point messages on the default group (the world's context, no
+group of its own), through the one network module (``comm``: each wait bounded by the
+call's timeout, a failure naming the rank at fault): one byte buffer per pair of ranks,
+its pieces packed in an order both sides derive from their own ``CrossPieces``; a joint
+call (``cross``) packs every tensor's pieces for the same peer into that one buffer (a
+state dict is one message per pair of ranks and round, not one per tensor).
+
+``run_many`` runs cross-mesh Programs (``lowering.CrossProgram`` views): each one's steps
+on its source mesh (the executor, on groups made alike on every rank of the world), then
+their crossings jointly. A move that carries gradients runs on the one autograd Function
+(``bound.on_tape``; ``CrossCall``, whose dual moves the gradients back: the program that
+``lowering.planner.compile_gradient`` plans). ``torch_backend.mesh_transfer`` handles the
+arguments, the checks and the agreement, and calls ``run_many`` or ``run_with_grad``.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-import lowering
 from lowering.cross_mesh import Box, CrossProgram, Transfer, cut, fill
 from lowering.kinds import rank_pieces
 from lowering.kinds.across import CrossPieces
@@ -34,9 +37,9 @@ from spec_lang.ir import Mesh
 from torch_backend import collectives, comm, local_steps, uneven_steps  # noqa: F401 - each registers its runners
 from torch_backend.bound import on_tape
 from torch_backend.dtypes import check_reductions, to_torch_dtype
+from torch_backend.executor import execute
 from torch_backend.groups import MeshContext, context, subset_context
-from torch_backend.lean import collective_error
-from torch_backend.runners import RUNNERS, Pieces, pieces_as, runs
+from torch_backend.runners import Pieces, pieces_as, runs
 
 Held = list[tuple[Box, torch.Tensor]]
 
@@ -62,71 +65,43 @@ def finish_groups(p: CrossProgram, timeout: timedelta | None, backend: str) -> M
 
 @dataclass(frozen=True)
 class CrossCall:
-    """An agreed joint call that carries gradients, as the one autograd Function records
-    it (``bound.on_tape``, the one every bound call runs on): which tensors carry one, and
-    their backward programs (None for the others). The backward of ``src`` on ``mesh`` ->
-    ``dst`` on ``dst_mesh`` is the cross-mesh program from ``dual(dst)`` on ``dst_mesh``
-    back to ``dual(src)`` on ``mesh`` (the SPMD type system's duals), run by the ranks of
-    the two meshes; a joint call's gradients move back as one joint program (``dual``)."""
+    """An agreed joint cross-mesh move as the one autograd Function records it
+    (``bound.on_tape``): ``programs`` moves tensor i (None: not moved, its result None),
+    ``backs`` the move of its gradient back (None: it carries none): the cross-mesh
+    program from ``dual(dst)`` on ``dst_mesh`` back to ``dual(src)`` on ``mesh`` (the SPMD
+    type system's duals), run by the ranks of the two meshes. Its dual is the same call
+    with the two swapped, so a joint call's gradients move back jointly; the forward's
+    ranks off the destination get an empty stand-in (``stand_ins``) that a carrying
+    tensor's backward starts from."""
 
-    programs: tuple[CrossProgram, ...]
-    carries: tuple[bool, ...]
+    programs: tuple[CrossProgram | None, ...]
     backs: tuple[CrossProgram | None, ...]
     me: int
     device: torch.device
     timeout: timedelta | None
     backend: str
+    stand_ins: bool = True
 
     def run(self, held: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
-        on_src = self.me in self.programs[0].src_mesh.global_ranks
-        ys = run_many(self.programs, [x if on_src else None for x in held], self.me, self.device, self.timeout,
-                      self.backend)
-        # off the destination: the stand-in a tensor's backward starts from
-        return [x.new_empty(0) if y is None and c and x is not None else y
-                for x, y, c in zip(held, ys, self.carries, strict=True)]
+        moved = [(i, p) for i, p in enumerate(self.programs) if p is not None]
+        on_src = self.me in moved[0][1].src_mesh.global_ranks  # every tensor between the same two meshes
+        ys = run_many([p for _, p in moved], [x.contiguous() if on_src and (x := held[i]) is not None else None
+                                              for i, _ in moved], self.me, self.device, self.timeout, self.backend)
+        out: list[torch.Tensor | None] = [None] * len(self.programs)
+        for (i, _), y in zip(moved, ys, strict=True):
+            x = held[i]
+            out[i] = x.new_empty(0) if y is None and self.stand_ins and self.backs[i] is not None and x is not None else y
+        return out
 
     def fixed(self, ys: Sequence[torch.Tensor | None]) -> list[torch.Tensor]:
         """The outputs that carry no gradient."""
-        return [y for y, c in zip(ys, self.carries, strict=True) if y is not None and not c]
+        return [y for y, b in zip(ys, self.backs, strict=True) if y is not None and b is None]
 
     def zeros(self, j: int) -> None:
         return None  # autograd gives a zero gradient (or None off both meshes): nothing to fill
 
-    def dual(self) -> CrossDual:
-        return CrossDual(self)
-
-
-@dataclass(frozen=True)
-class CrossDual:
-    """The gradients' move back: the carrying tensors' backward programs, jointly."""
-
-    call: CrossCall
-
-    def run(self, gs: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
-        c = self.call
-        which = [i for i, carries in enumerate(c.carries) if carries]
-        backs: list[CrossProgram] = []
-        for i in which:
-            back = c.backs[i]
-            assert back is not None  # a tensor that carries a gradient has its backward program
-            backs.append(back)
-        on_dst = c.me in c.programs[0].dst_mesh.global_ranks
-        ins = [g.contiguous() if on_dst and g is not None else None for g in (gs[i] for i in which)]
-        with torch.no_grad():
-            dxs = run_many(backs, ins, c.me, c.device, c.timeout, c.backend)
-        grads: list[torch.Tensor | None] = [None] * len(c.carries)
-        for i, dx in zip(which, dxs, strict=True):
-            grads[i] = dx
-        return grads
-
-    def fixed(self, ys: Sequence[torch.Tensor | None]) -> list[torch.Tensor]:
-        return []
-
-    def zeros(self, j: int) -> None:
-        return None
-
     def dual(self) -> CrossCall:
-        return self.call
+        return replace(self, programs=self.backs, backs=self.programs, stand_ins=not self.stand_ins)
 
 
 def run_with_grad(xs: Sequence[torch.Tensor | None], programs: Sequence[CrossProgram], carries: Sequence[bool],
@@ -150,8 +125,7 @@ def run_with_grad(xs: Sequence[torch.Tensor | None], programs: Sequence[CrossPro
             return run_many(programs, xs, me, device, timeout, backend)
     held = [torch.empty(0, device=device, requires_grad=True) if x is None and c else x
             for x, c in zip(xs, carries, strict=True)]
-    return list(on_tape(CrossCall(tuple(programs), tuple(carries), tuple(backs), me, device, timeout, backend),
-                        *held))
+    return list(on_tape(CrossCall(tuple(programs), tuple(backs), me, device, timeout, backend), *held))
 
 
 def world(timeout: timedelta | None) -> MeshContext:
@@ -302,21 +276,7 @@ def _finish(p: CrossProgram, x: torch.Tensor | None, me: int, timeout: timedelta
     if ctx is None or x is None:
         return x
     assert p.finish is not None  # a context only where there is a finish
-    return _run_steps(p.finish, ctx, x)
-
-
-def _run_steps(f: lowering.Program, ctx: MeshContext, x: torch.Tensor) -> torch.Tensor:
-    y = x
-    for k, step in enumerate(f.steps):
-        collective = step.is_collective and f.mesh.group_size(step.axes) > 1
-        members = ctx.group(step.axes, ctx.rank).members if collective else (ctx.rank,)
-        try:
-            y = RUNNERS[step.kind](ctx, step, {ctx.rank: rank_pieces(step, f.mesh, ctx.rank, members)}, y)
-        except RuntimeError as e:
-            if not collective:
-                raise
-            raise collective_error(ctx, f, k, step, e) from e
-    return y
+    return execute(p.finish, x, ctx=ctx)
 
 
 def _round(ctx: MeshContext, k: int, held: list[Held], outs: Sequence[tuple[Box, torch.Tensor] | None], rnd: Round,
