@@ -423,3 +423,28 @@ def test_jax_mesh_names_its_devices_as_ranks():
         spec_lang.to_jax("f32[8@dp]", "dp=2@[3,99]")
     with pytest.raises(SpecError, match="expected a jax Mesh"):
         spec_lang.mesh_from_jax("dp=2")
+
+
+def test_a_crossing_is_a_step_kind_of_a_program():
+    from lowering.kinds import KINDS
+    from lowering.planner import compile_gradient
+    from spec_lang.dual import dual_type
+
+    p = lowering.compile("f32[16@dp,8]{U:tp}", "f32[16,8@x]", "dp=2,tp=2", dst_mesh="x=2@[4,5]")
+    assert isinstance(p, lowering.Program) and p.crosses_meshes and p.dst_mesh == parse_mesh("x=2@[4,5]")
+    assert [s.kind for s in p.steps[:-1]] == [s.kind for s in lowering.CrossProgram(p).finish.steps]
+    crossing = p.steps[-1]
+    assert KINDS[crossing.kind].crosses and crossing.dst_mesh == p.dst_mesh and crossing.src == p.steps[-2].dst
+    # the type rule: a crossing takes finished values, one block a rank
+    with pytest.raises(SpecError, match="pending a sum"):
+        KINDS["send_across"].infer(parse("f32[16,8]{U:tp}"), parse("f32[16,8]"), parse_mesh("tp=2"), None)
+    with pytest.raises(SpecError, match="dtype and global shape"):
+        KINDS["fan_out"].infer(parse("f32[16,8]"), parse("f32[16,4]"), parse_mesh("tp=2"), None)
+    with pytest.raises(SpecError, match="crosses to another mesh") as e:
+        lowering.make_step("send_across", "f32[16@tp,8]", "f32[16,8]", "tp=2")
+    assert "dst_mesh" in e.value.hint
+    # its gradient crosses back, planned by the one rule
+    g = compile_gradient(lowering.compile("f32[16@dp,8]", "f32[16,8]", "dp=2", dst_mesh="r=4@[2-5]"))
+    assert g == lowering.compile(dual_type(parse("f32[16,8]")), dual_type(parse("f32[16@dp,8]")), "r=4@[2-5]",
+                                 dst_mesh="dp=2")
+    assert g.mesh == parse_mesh("r=4@[2-5]") and g.dst_mesh == parse_mesh("dp=2") and KINDS[g.steps[-1].kind].crosses

@@ -84,6 +84,9 @@ def make_step(kind: str, src: TensorType | str, dst: TensorType | str, mesh: Mes
     if isinstance(axes, str):
         axes = (axes,)
     spec = kind_of(kind)
+    if spec.crosses:
+        raise SpecError(f"a {kind} step crosses to another mesh: its messages depend on both meshes",
+                        hint="plan it with lowering.compile(src, dst, mesh, dst_mesh=...)")
     if axes is not None:
         if not isinstance(axes, (tuple, list)) or not all(isinstance(a, str) for a in axes):
             raise SpecError(f"axes must be mesh axis names, got {value_text(axes)}",
