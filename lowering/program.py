@@ -105,6 +105,7 @@ class Step:
             "bytes_max": self.bytes_max,
             "bytes_sent_max": self.bytes_sent_max,
             "padded": self.padded,
+            **({} if self.dst_mesh is None else {"dst_mesh": str(self.dst_mesh)}),
         }
 
 
@@ -199,6 +200,7 @@ class Program:
     def to_json(self) -> dict[str, Any]:
         return {
             "mesh": str(self.mesh),
+            **({"dst_mesh": str(self.dst_mesh)} if self.crosses_meshes else {}),
             "src": str(self.src),
             "dst": str(self.dst),
             "steps": [s.to_json() for s in self.steps],

@@ -432,6 +432,7 @@ def test_a_crossing_is_a_step_kind_of_a_program():
 
     p = lowering.compile("f32[16@dp,8]{U:tp}", "f32[16,8@x]", "dp=2,tp=2", dst_mesh="x=2@[4,5]")
     assert isinstance(p, lowering.Program) and p.crosses_meshes and p.dst_mesh == parse_mesh("x=2@[4,5]")
+    assert p.to_json()["dst_mesh"] == "x=2@[4,5]" and p.to_json()["steps"][-1]["dst_mesh"] == "x=2@[4,5]"
     assert [s.kind for s in p.steps[:-1]] == [s.kind for s in lowering.CrossProgram(p).finish.steps]
     crossing = p.steps[-1]
     assert KINDS[crossing.kind].crosses and crossing.dst_mesh == p.dst_mesh and crossing.src == p.steps[-2].dst
