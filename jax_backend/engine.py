@@ -26,7 +26,7 @@ from jax_backend.default_model import default_cost_model
 from jax_backend.lowerings import Lowered, lower_step
 from lowering.layout import local_shapes
 from lowering.planner import compile_gradient
-from lowering.program import Program, check_program
+from lowering.program import Program, check_one_mesh
 from spec_lang.ir import Mesh, TensorType
 from spec_lang.jax_interop import to_jax
 
@@ -35,13 +35,13 @@ Block = jax.Array
 
 def lower_program(program: Program) -> tuple[Lowered, ...]:
     """Each step's lowering, in order."""
-    program = check_program(program)
+    program = check_one_mesh(program)
     return tuple(lower_step(s, program.mesh) for s in program.steps)
 
 
 def describe(program: Program) -> list[str]:
     """The lowered program as text: one line per ``lax`` call, under its step."""
-    program = check_program(program)
+    program = check_one_mesh(program)
     lines = []
     for step, low in zip(program.steps, lower_program(program)):
         lines.append(f"{step.describe()}: {step.src} -> {step.dst}")

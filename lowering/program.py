@@ -222,6 +222,17 @@ def check_program(program: object) -> Program:
     return program
 
 
+def check_one_mesh(program: object) -> Program:
+    """``check_program``, refusing a cross-mesh program: what an engine that runs a program
+    on one mesh's ranks takes."""
+    p = check_program(program)
+    if p.crosses_meshes:
+        raise SpecError(f"the program from mesh {p.mesh} to mesh {p.dst_mesh} runs across two meshes, not on one",
+                        hint="run it with torch_backend.redistribute(x, src, dst, mesh, dst_mesh=...) on every rank "
+                             "of the world, or simulate it with lowering.simulate")
+    return p
+
+
 def make_program(steps: Sequence[Step] | Step, mesh: Mesh | str, *, cost_model: CostModel | None = None,
                  src: TensorType | str | None = None) -> Program:
     """A Program of ``steps`` (each step's src is the previous step's dst), with its cost.

@@ -449,3 +449,17 @@ def test_a_crossing_is_a_step_kind_of_a_program():
     assert g == lowering.compile(dual_type(parse("f32[16,8]")), dual_type(parse("f32[16@dp,8]")), "r=4@[2-5]",
                                  dst_mesh="dp=2")
     assert g.mesh == parse_mesh("r=4@[2-5]") and g.dst_mesh == parse_mesh("dp=2") and KINDS[g.steps[-1].kind].crosses
+
+
+def test_one_mesh_engines_refuse_a_cross_mesh_program():
+    import torch
+
+    import jax_backend
+    import torch_backend
+
+    p = lowering.compile("f32[16@dp,8]", "f32[16,8]", "dp=2", dst_mesh="r=4@[2-5]")
+    with pytest.raises(SpecError, match="runs across two meshes") as e:
+        torch_backend.execute(p, torch.zeros(8, 8))
+    assert "dst_mesh=" in e.value.hint
+    with pytest.raises(SpecError, match="runs across two meshes"):
+        jax_backend.describe(p)

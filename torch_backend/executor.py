@@ -42,7 +42,7 @@ from collections.abc import Callable
 import torch
 
 from lowering.kinds import rank_pieces
-from lowering.program import Program, Step, check_program
+from lowering.program import Program, Step, check_one_mesh
 from spec_lang.errors import SpecError
 from torch_backend import collectives, comm, local_steps, relay_steps, typed_steps, uneven_steps  # noqa: F401 - each registers its runners
 from torch_backend.comm import rank_map
@@ -64,6 +64,7 @@ def build_pieces(program: Program, ctx: MeshContext) -> list[Pieces]:
     Runs before the first collective, so a malformed program, or a reduction of a dtype
     torch cannot add, fails on every rank alike.
     """
+    check_one_mesh(program)
     check_reductions(program)
     out: list[Pieces] = []
     prev = program.src
@@ -103,7 +104,7 @@ def execute(program: Program, x: torch.Tensor, *, ctx: MeshContext | None = None
     has checked them).
     """
     if pieces is None:
-        check_program(program)
+        check_one_mesh(program)
         if not isinstance(x, torch.Tensor):
             raise SpecError(f"expected a torch.Tensor, got {type(x).__name__}",
                             hint="pass this rank's local block as a tensor")
