@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import lowering
+import lowering.kinds
 from lowering.kinds.across import CrossPieces
 
 RECORDED = json.loads((Path(__file__).parent / "data" / "cross_transfers.json").read_text())
@@ -34,6 +35,9 @@ def test_cross_mesh_plans_move_the_recorded_messages(case):
     # the crossing is a step kind of the Program: its per-rank pieces are these messages
     crossing = program.steps[-1]
     assert crossing.kind == ("fan_out" if len(rounds) > 1 else "send_across") and crossing.launches == len(rounds)
+    if p.world <= 64:  # every rank's pieces put on the wire, and take off it, exactly the price
+        assert lowering.kinds.wire_bytes(crossing, program.mesh) == crossing.bytes_sent
+        assert lowering.kinds.wire_bytes(crossing, program.mesh, received=True) == crossing.bytes_recv
     for rank in {0, p.world - 1, int(np.argmax(crossing.bytes_moved))}:
         pieces = lowering.rank_pieces(crossing, program.mesh, rank)
         assert isinstance(pieces, CrossPieces) and pieces.rounds == p.rank_part(rank)

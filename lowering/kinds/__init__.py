@@ -152,7 +152,8 @@ def wire_bytes(step: Step, mesh: Mesh, received: bool = False) -> tuple[int, ...
     """Per rank, the bytes its pieces put on the wire, or take off it (``received``; computes
     every rank's pieces: for checks that the executor moves exactly the price, not for the hot
     path)."""
-    pieces = [rank_pieces(step, mesh, r) for r in range(mesh.size)]
+    ranks = mesh.size if step.dst_mesh is None else across.world_ranks(step, mesh)
+    pieces = [rank_pieces(step, mesh, r) for r in range(ranks)]
     return tuple((p.wire_in_elems if received else p.wire_elems) * step.src.itemsize for p in pieces)
 
 
