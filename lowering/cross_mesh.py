@@ -1,9 +1,11 @@
 """Cross-mesh programs: a tensor laid out on one mesh moved to a layout on another.
 
 The two meshes name their global ranks (``Mesh.ranks``); the program runs over the
-*world* ``0 .. max rank`` of their union (ranks in neither do nothing). Pending sums
-on the source are finished on the source mesh first by an ordinary program
-(``finish``); then one or two rounds of exact point-to-point messages over the world::
+*world* ``0 .. max rank`` of their union (ranks in neither do nothing). It is a
+``Program``: pending sums on the source are finished on the source mesh first by its
+ordinary steps (``finish``); then its last step, a ``CrossStep`` of a crossing kind
+(``lowering.kinds.across``), crosses in one or two rounds of exact point-to-point messages
+over the world::
 
     send_across  each piece a destination rank lacks, from one holder of it; the holders
                  of a replicated source take turns (each receiver pulls from a different
@@ -12,6 +14,8 @@ on the source are finished on the source mesh first by an ordinary program
                  parts, one to each; then each of them sends its part to the other k-1:
                  the scatter across the boundary, then the all_gather among replicas
 
+This module plans the crossing (``cross_program``, ``cross_best``) and rebuilds one rank's
+messages (``rank_part``); ``CrossProgram`` views such a Program in the crossing's terms.
 Every element is a global box; a rank's data is the boxes it holds, so the numpy
 semantics need no layout beyond the two sides' ``boxes``. The price counts every rank
 of the world; ``cross_bound`` is the bytes no program can undercut: what the neediest
