@@ -260,8 +260,7 @@ def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Any, dst_m
     a gradient, every source block must then require grad, and the backward's groups are
     made now; a rank off the destination mesh gets the stand-in its backward starts from,
     as ``redistribute`` gives it."""
-    programs, backs, timeout = _prepared([src], [dst], mesh, dst_mesh, timeout, requires_grad)
-    return CrossRedistributor(programs[0], timeout, backs[0])
+    return CrossRedistributor(*_prepared([src], [dst], mesh, dst_mesh, timeout, requires_grad))
 
 
 def _prepared(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Any, dst_mesh: Any,
@@ -299,29 +298,39 @@ def _prepared(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str]
 
 
 class CrossRedistributor:
-    """A compiled cross-mesh move; call it on this rank's block (None off the source mesh)."""
+    """Compiled cross-mesh moves (one tensor, or a joint move of several where ``many``);
+    call it on this rank's block(s) (None off the source mesh). ``backs``: the backward
+    programs where prepared with requires_grad=True."""
 
-    def __init__(self, program: CrossProgram, timeout: timedelta | None, back: CrossProgram | None = None) -> None:
-        self.program = program
-        self.timeout = timeout
-        self.back = back  # the backward program where prepared with requires_grad=True
+    def __init__(self, programs: tuple[CrossProgram, ...], backs: tuple[CrossProgram | None, ...],
+                 timeout: timedelta | None, many: bool = False) -> None:
+        self.programs, self.backs, self.timeout, self.many = programs, backs, timeout, many
 
-    def __call__(self, x: torch.Tensor | None) -> torch.Tensor | None:
-        # the call was agreed when it was prepared; each call checks its block on its own
+    @property
+    def program(self) -> CrossProgram:
+        return self.programs[0]
+
+    def __call__(self, x: Any) -> Any:
+        # the call was agreed when it was prepared; each call checks its blocks on its own
         # rank before any message, as a prepared one-mesh call does: an all_reduce over
         # the world per call would cost more than the move (8 ranks on 2 cores: 20 ms)
-        p, timeout = self.program, self.timeout
-        me = dist.get_rank()
-        carries = self.back is not None and torch.is_grad_enabled()
-        error = check_cross_block(x, p, me, None) or self._check_grad(x, carries, me)
-        if error is not None:
-            raise error
-        device = _device(x)
-        backend = str(dist.get_backend())
+        me, n = dist.get_rank(), len(self.programs)
+        if self.many and (isinstance(x, torch.Tensor) or not isinstance(x, Sequence) or len(x) != n):
+            raise SpecError(f"expected a sequence of {n} blocks (None off the source mesh)",
+                            hint="pass one block per tensor the redistributor was prepared for")
+        xs = list(x) if self.many else [x]
+        carries = self.backs[0] is not None and torch.is_grad_enabled()
+        for i, (p, block) in enumerate(zip(self.programs, xs, strict=True)):
+            error = check_cross_block(block, p, me, i if self.many else None) or self._check_grad(block, carries, me)
+            if error is not None:
+                raise error
+        device, backend = _device(next((b for b in xs if b is not None), None)), str(dist.get_backend())
         if carries:
-            return run_with_grad([x], [p], [True], me, device, timeout, backend, [self.back])[0]
-        with torch.no_grad():
-            return run_many([p], [x], me, device, timeout, backend)[0]
+            ys = run_with_grad(xs, self.programs, [True] * n, me, device, self.timeout, backend, self.backs)
+        else:
+            with torch.no_grad():
+                ys = run_many(self.programs, xs, me, device, self.timeout, backend)
+        return ys if self.many else ys[0]
 
     def _check_grad(self, x: object, carries: bool, me: int) -> SpecError | None:
         if me not in self.program.src_mesh.global_ranks or _wants_grad(x) == carries:
@@ -331,47 +340,24 @@ class CrossRedistributor:
                              "with requires_grad=True and runs in grad mode",
                              hint="call x.requires_grad_() on every source rank, or make the call under "
                                   "torch.no_grad() on every rank")
+        if self.many:
+            return SpecError("a prepared joint cross-mesh move does not carry gradients yet",
+                             hint="detach the tensors or run under torch.no_grad(), or move them with "
+                                  "redistribute_many(..., dst_mesh=), which carries them")
         return SpecError(f"rank {me}'s block requires grad, but the cross-mesh call was prepared without "
                          "requires_grad", hint="prepare it with redistributor(..., dst_mesh=, requires_grad=True) "
                                                "on every rank, or detach the block")
 
     def __repr__(self) -> str:
-        p = self.program
-        return f"CrossRedistributor({p.src} on {p.src_mesh} -> {p.dst} on {p.dst_mesh})"
+        moves = ", ".join(f"{p.src} on {p.src_mesh} -> {p.dst} on {p.dst_mesh}" for p in self.programs)
+        return f"CrossRedistributor({moves})"
 
 
 def redistributor_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Any,
-                       dst_mesh: Any, *, timeout: timedelta | float | None = None) -> CrossManyRedistributor:
+                       dst_mesh: Any, *, timeout: timedelta | float | None = None) -> CrossRedistributor:
     """``redistribute_many(..., dst_mesh=)`` prepared for many calls (a weight sync after
     every update): the programs compiled and the world agreed now, every rank alike."""
-    programs, _, timeout = _prepared(srcs, dsts, mesh, dst_mesh, timeout, False)
-    return CrossManyRedistributor(programs, timeout)
-
-
-class CrossManyRedistributor:
-    """Compiled joint cross-mesh moves; call it on this rank's blocks (None off the source
-    mesh). Each call checks its blocks on its own rank, as ``CrossRedistributor`` does."""
-
-    def __init__(self, programs: tuple[CrossProgram, ...], timeout: timedelta | None) -> None:
-        self.programs = programs
-        self.timeout = timeout
-
-    def __call__(self, xs: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
-        me = dist.get_rank()
-        if isinstance(xs, torch.Tensor) or not isinstance(xs, Sequence) or len(xs) != len(self.programs):
-            raise SpecError(f"expected a sequence of {len(self.programs)} blocks (None off the source mesh)",
-                            hint="pass one block per tensor the redistributor was prepared for")
-        for i, (p, x) in enumerate(zip(self.programs, xs, strict=True)):
-            error = check_cross_block(x, p, me, i)
-            if error is None and _wants_grad(x):
-                error = SpecError("a prepared joint cross-mesh move does not carry gradients yet",
-                                  hint="detach the tensors or run under torch.no_grad(), or move them with "
-                                       "redistribute_many(..., dst_mesh=), which carries them")
-            if error is not None:
-                raise error
-        with torch.no_grad():
-            return run_many(self.programs, xs, me, _device(next((x for x in xs if x is not None), None)),
-                            self.timeout, str(dist.get_backend()))
+    return CrossRedistributor(*_prepared(srcs, dsts, mesh, dst_mesh, timeout, False), many=True)
 
 
 def _wants_grad(x: object) -> bool:
