@@ -11,11 +11,13 @@ tables are as small as the mesh, whatever the blocks' size::
            got = lax.all_to_all(pieces, axes, 0, 0, tiled=True)
            y = uncells(take(got, place[me]))          # each received piece to its cell
     rounds (else: each round one send and one receive a rank, pieces of one shape)
-           y = dynamic_update_slice(y, ppermute(dynamic_slice(x, at[me], shape)), to[me])
+           got_i = ppermute(take(cells(x), send[i, me]))  # pieces on one grid of both blocks
+           y = uncells(take(stack(got), place[me]))      # one transpose, no per-piece writes
+      or   y = dynamic_update_slice(y, ppermute(dynamic_slice(x, at[me], shape)), to[me])
 
-A rank with nothing to receive in a round writes where a later round overwrites, else past
-the end of its block (one spare slab on dim 0, cut off at the end). What a rank keeps is copied without a collective; a
-round that moves whole blocks is ``ppermute(x)``.
+In the second form a rank with nothing to receive in a round writes where a later round
+overwrites, else past the end of its block (one spare slab on dim 0, cut off at the end).
+What a rank keeps is copied without a collective; a round that moves whole blocks is ``ppermute(x)``.
 """
 
 from __future__ import annotations
@@ -72,6 +74,19 @@ class Packed:
 
 
 @dataclass(frozen=True)
+class Grid:
+    """Every round's piece is a cell of one grid of ``shape`` on both blocks: round i sends
+    cell ``send[i, r]`` of r's source block, and cell k of r's output comes from round
+    ``place[r, k]``. The output is then the received pieces stacked, taken in cell order
+    and laid out by one transpose, not written piece by piece at per-rank offsets (XLA:CPU's
+    ``dynamic_update_slice`` chain at 4 MiB pieces: big-transpose 1.3-1.6x XLA's time)."""
+
+    shape: tuple[int, ...]
+    send: np.ndarray  # (rounds, world) int32
+    place: np.ndarray  # (world, cells) int32
+
+
+@dataclass(frozen=True)
 class BoxPlan:
     in_shape: tuple[int, ...]
     out_shape: tuple[int, ...]
@@ -79,6 +94,7 @@ class BoxPlan:
     dense: Dense | None
     spare: int  # rows of the spare slab on dim 0 (0: every rank receives in every round)
     packed: Packed | None = None
+    grid: Grid | None = None
 
 
 def _uniform(shapes: tuple[tuple[int, ...], ...]) -> bool:
@@ -156,7 +172,34 @@ def box_plan(step: Step, mesh: Mesh) -> BoxPlan | None:
         local = all(q == r for q, r, *_ in rd)
         built.append(BoxRound(tuple((q, r) for q, r, *_ in rd), shape, send_at, recv_at, whole, local))
     plan = BoxPlan(ins[0], outs[0], tuple(built), dense, spare)
-    return _packed(plan, step, mesh) or plan
+    packed = _packed(plan, step, mesh)
+    if packed is not None:
+        return packed
+    grid = _grid(rounds, ins[0], outs[0], world)
+    return plan if grid is None else dataclasses.replace(plan, grid=grid, spare=0)
+
+
+def _grid(rounds: list[list[Move]], in_shape: tuple[int, ...], out_shape: tuple[int, ...], world: int) -> Grid | None:
+    """The rounds as cells of one grid (``Grid``), where their pieces have one shape that
+    tiles both blocks at corners on the grid; None otherwise (or for one round of whole blocks)."""
+    if not rounds or len({mv[2] for rd in rounds for mv in rd}) != 1:
+        return None
+    shape = rounds[0][0][2]
+    if shape == in_shape == out_shape and len(rounds) == 1:
+        return None  # one ppermute of the block itself
+    if any(a % s or b % s for a, b, s in zip(in_shape, out_shape, shape)):
+        return None
+    if any((mv[3] % shape).any() or (mv[4] % shape).any() for rd in rounds for mv in rd):
+        return None
+    grid_in = tuple(int(a // s) for a, s in zip(in_shape, shape))
+    grid_out = tuple(int(a // s) for a, s in zip(out_shape, shape))
+    send = np.zeros((len(rounds), world), dtype=np.int32)
+    place = np.zeros((world, int(np.prod(grid_out))), dtype=np.int32)
+    for i, rd in enumerate(rounds):
+        for q, r, _, at, to in rd:
+            send[i, q] = np.ravel_multi_index(tuple(at // shape), grid_in)
+            place[r, np.ravel_multi_index(tuple(to // shape), grid_out)] = i
+    return Grid(shape, send, place)
 
 
 Move = tuple[int, int, tuple[int, ...], np.ndarray, np.ndarray]
@@ -293,6 +336,14 @@ def box_exchange(plan: BoxPlan, names: tuple[str, ...]) -> Callable[[Block], Blo
             return from_cells(jnp.take(got, jnp.asarray(d.place)[me], axis=0), plan.out_shape)
         if len(plan.rounds) == 1 and plan.rounds[0].whole:
             return jax.lax.ppermute(x, names, perm=list(plan.rounds[0].pairs))
+        if plan.grid is not None:
+            g = plan.grid
+            cells = to_cells(x, g.shape)
+            got = []
+            for i, rd in enumerate(plan.rounds):
+                piece = jnp.take(cells, jnp.asarray(g.send[i])[me], axis=0)
+                got.append(piece if rd.local else jax.lax.ppermute(piece, names, perm=list(rd.pairs)))
+            return from_cells(jnp.take(jnp.stack(got), jnp.asarray(g.place)[me], axis=0), plan.out_shape)
         rows = plan.out_shape[0] + plan.spare
         y = jnp.zeros((rows, *plan.out_shape[1:]), x.dtype)
         if plan.packed is not None:
