@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_backend.default_model import default_cost_model
+from jax_backend.default_model import call_alpha, default_cost_model
 from lowering.layout import boxes, group_ranks, local_shapes
 from lowering.program import Step
 from spec_lang.ir import Mesh
@@ -101,7 +101,7 @@ def _uniform(shapes: tuple[tuple[int, ...], ...]) -> bool:
     return len(set(shapes)) == 1
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=4096)  # the JAX cost model asks for every exchange a search prices
 def box_plan(step: Step, mesh: Mesh) -> BoxPlan | None:
     """The step as box pieces, or None where it is no even box exchange."""
     src, dst = step.src, step.dst
@@ -249,7 +249,8 @@ def _packed(plan: BoxPlan, step: Step, mesh: Mesh) -> BoxPlan | None:
     """The plan's rounds as one padded ``lax.all_to_all`` over the step's axes, where the JAX
     cost model prices that below the rounds: each ``ppermute`` round pays a collective's
     latency (~0.15 ms on XLA:CPU, against ~1-2 ns a byte), so for small pieces one
-    collective that also sends the unused members a piece beats several rounds."""
+    collective that also sends the unused members a piece beats several rounds (priced by
+    ``call_alpha``, as the planner prices the step), within ``PAD_CAP``."""
     sent = [rd for rd in plan.rounds if not rd.local]
     if plan.dense is not None or len(sent) < 2 or len({rd.shape for rd in sent}) != 1 or not step.axes:
         return None
@@ -258,8 +259,9 @@ def _packed(plan: BoxPlan, step: Step, mesh: Mesh) -> BoxPlan | None:
         return None
     model = default_cost_model(mesh)
     piece = int(np.prod(sent[0].shape)) * step.src.itemsize
-    alpha, beta = model.alpha_of(step.axes), model.beta_of(step.axes)
-    if alpha + beta * (n - 1) * piece >= len(sent) * (alpha + beta * piece):
+    beta = model.beta_of(step.axes)
+    padded = call_alpha(model, step.axes, "all_to_all", n, mesh.size) + beta * (n - 1) * piece
+    if padded >= len(sent) * (call_alpha(model, step.axes, "ppermute", n, mesh.size) + beta * piece):
         return None
     ends = [e for rd in sent for q, r in rd.pairs if q != r for e in ((0, q), (1, r))]
     if n - 1 > PAD_CAP * max(ends.count(e) for e in set(ends)):  # the busiest rank's pieces
