@@ -23,6 +23,8 @@ What a rank keeps is copied without a collective; a round that moves whole block
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -37,6 +39,7 @@ from lowering.program import Step
 from spec_lang.ir import Mesh
 
 Block = jax.Array
+Move = tuple[int, int, tuple[int, ...], np.ndarray, np.ndarray]  # sender, receiver, shape, corners
 
 
 @dataclass(frozen=True)
@@ -102,8 +105,9 @@ def _uniform(shapes: tuple[tuple[int, ...], ...]) -> bool:
 
 
 @lru_cache(maxsize=4096)  # the JAX cost model asks for every exchange a search prices
-def box_plan(step: Step, mesh: Mesh) -> BoxPlan | None:
-    """The step as box pieces, or None where it is no even box exchange."""
+def box_moves(step: Step, mesh: Mesh) -> tuple[list[Move], tuple[int, ...], tuple[int, ...]] | None:
+    """The step's box pieces (sender, receiver, shape, corner in the sender's block, corner
+    in the receiver's) and the two block shapes, or None where it is no even box exchange."""
     src, dst = step.src, step.dst
     if src.is_uneven or dst.is_uneven or not src.dims:
         return None
@@ -120,24 +124,72 @@ def box_plan(step: Step, mesh: Mesh) -> BoxPlan | None:
     copies = not src.partial_axes and not src.axes_of_kind("V")
     load = np.zeros(world, dtype=np.int64)
     for r in range(world):
+        # the members whose source box meets r's destination box, all at once (the JAX cost
+        # model asks for a plan of every exchange a search prices)
+        group = np.asarray(group_ranks(mesh, step.axes, r))
+        lo_all = np.maximum(sb[group, :, 0], db[r, :, 0])
+        hi_all = np.minimum(sb[group, :, 1], db[r, :, 1])
+        hit = (hi_all > lo_all).all(axis=1)
         holders: dict[bytes | int, list[int]] = {}
-        for q in group_ranks(mesh, step.axes, r):
-            holders.setdefault(sb[q].tobytes() if copies else q, []).append(q)
-        for same in holders.values():
-            lo = np.maximum(sb[same[0], :, 0], db[r, :, 0])
-            hi = np.minimum(sb[same[0], :, 1], db[r, :, 1])
-            if (hi <= lo).any():
-                continue
+        box: dict[bytes | int, tuple[np.ndarray, np.ndarray]] = {}
+        for q, lo, hi in zip(group[hit].tolist(), lo_all[hit], hi_all[hit]):
+            key = sb[q].tobytes() if copies else q
+            holders.setdefault(key, []).append(q)
+            box.setdefault(key, (lo, hi))
+        for key, same in holders.items():
+            lo, hi = box[key]
             q = r if r in same else min(same, key=lambda h: (int(load[h]), h))
+            shape = tuple((hi - lo).tolist())
             if q != r:
-                load[q] += int(np.prod(hi - lo))
-            moves.append((q, r, tuple(int(v) for v in hi - lo), lo - sb[q, :, 0], lo - db[r, :, 0]))
-            covered[r] += int(np.prod(hi - lo))
+                load[q] += math.prod(shape)
+            moves.append((q, r, shape, lo - sb[q, :, 0], lo - db[r, :, 0]))
+            covered[r] += math.prod(shape)
     if (covered != np.prod(outs[0])).any():  # members' source boxes overlap or leave a gap
         return None
+    return moves, ins[0], outs[0]
+
+
+def _whole_blocks(moves: list[Move], in_shape: tuple[int, ...], out_shape: tuple[int, ...], world: int) -> bool:
+    return len(moves) == world and all(mv[2] == in_shape == out_shape for mv in moves)
+
+
+@lru_cache(maxsize=4096)
+def box_calls(step: Step, mesh: Mesh) -> tuple[str, int, int] | None:
+    """What ``box_plan``'s lowering runs, without building its tables (the JAX cost model
+    prices every exchange a search meets): ``("all_to_all", members, bytes the busiest rank
+    sends, padding included)`` for a dense or a padded one, ``("ppermute", rounds, 0)`` for
+    rounds (0 rounds: only copies); None where ``box_plan`` is None."""
+    got = box_moves(step, mesh)
+    if got is None:
+        return None
+    moves, in_shape, out_shape = got
+    n = mesh.group_size(step.axes) if step.axes else 1
+    if _dense_fits(moves, mesh, step.axes, in_shape, out_shape):
+        return "all_to_all", n, (n - 1) * int(np.prod(moves[0][2])) * step.src.itemsize
+    whole = _whole_blocks(moves, in_shape, out_shape, mesh.size)
+    sent = [mv for mv in moves if whole or mv[0] != mv[1]]
+    rounds, busiest = 0, 0
+    for shape in {mv[2] for mv in sent}:
+        ends = Counter(e for mv in sent if mv[2] == shape for e in ((0, mv[0]), (1, mv[1])))
+        rounds += max(ends.values())  # Konig: as many rounds as the busiest end's moves
+        busiest = max(ends.values())
+    shapes = {mv[2] for mv in sent}
+    if len(shapes) == 1 and _packs(step, mesh, rounds, int(np.prod(next(iter(shapes)))), busiest):
+        return "all_to_all", n, (n - 1) * int(np.prod(next(iter(shapes)))) * step.src.itemsize
+    return "ppermute", rounds, 0
+
+
+@lru_cache(maxsize=1024)
+def box_plan(step: Step, mesh: Mesh) -> BoxPlan | None:
+    """The step as box pieces, or None where it is no even box exchange."""
+    got = box_moves(step, mesh)
+    if got is None:
+        return None
+    moves, in_shape, out_shape = got
+    ins, outs, world = (in_shape,), (out_shape,), mesh.size
     dense = _dense(moves, mesh, step.axes, ins[0], outs[0])
     rounds: list[list[tuple[int, int, tuple[int, ...], np.ndarray, np.ndarray]]] = []
-    whole_blocks = all(mv[2] == ins[0] == outs[0] for mv in moves) and len(moves) == world
+    whole_blocks = _whole_blocks(moves, in_shape, out_shape, world)
     if dense is None:
         # what a rank keeps is copied locally (a round of its own, no collective), unless
         # every rank's block is one whole block: then one ppermute, self pairs included
@@ -202,8 +254,6 @@ def _grid(rounds: list[list[Move]], in_shape: tuple[int, ...], out_shape: tuple[
     return Grid(shape, send, place)
 
 
-Move = tuple[int, int, tuple[int, ...], np.ndarray, np.ndarray]
-
 
 def colour_rounds(moves: list[Move]) -> list[list[Move]]:
     """The moves (sender, receiver, ...) in as few rounds of one send and one receive a rank
@@ -245,6 +295,19 @@ def colour_rounds(moves: list[Move]) -> list[list[Move]]:
 PAD_CAP = 1.5  # a padded all_to_all sends at most this many times the rounds' bytes (busiest rank)
 
 
+def _packs(step: Step, mesh: Mesh, rounds: int, piece: int, busiest: int) -> bool:
+    """Whether ``rounds`` ppermute rounds of ``piece`` elements, the busiest rank in
+    ``busiest`` of them, run as one padded all_to_all over the step's axes (``_packed``)."""
+    n = mesh.group_size(step.axes) if step.axes else 1
+    if rounds < 2 or n < 3 or n - 1 > PAD_CAP * busiest:
+        return False
+    model = default_cost_model(mesh)
+    piece *= step.src.itemsize
+    beta = model.beta_of(step.axes)
+    padded = call_alpha(model, step.axes, "all_to_all", n, mesh.size) + beta * (n - 1) * piece
+    return padded < rounds * (call_alpha(model, step.axes, "ppermute", n, mesh.size) + beta * piece)
+
+
 def _packed(plan: BoxPlan, step: Step, mesh: Mesh) -> BoxPlan | None:
     """The plan's rounds as one padded ``lax.all_to_all`` over the step's axes, where the JAX
     cost model prices that below the rounds: each ``ppermute`` round pays a collective's
@@ -254,18 +317,10 @@ def _packed(plan: BoxPlan, step: Step, mesh: Mesh) -> BoxPlan | None:
     sent = [rd for rd in plan.rounds if not rd.local]
     if plan.dense is not None or len(sent) < 2 or len({rd.shape for rd in sent}) != 1 or not step.axes:
         return None
+    ends = Counter(e for rd in sent for q, r in rd.pairs if q != r for e in ((0, q), (1, r)))
+    if not _packs(step, mesh, len(sent), int(np.prod(sent[0].shape)), max(ends.values(), default=0)):
+        return None
     n = mesh.group_size(step.axes)
-    if n < 3:
-        return None
-    model = default_cost_model(mesh)
-    piece = int(np.prod(sent[0].shape)) * step.src.itemsize
-    beta = model.beta_of(step.axes)
-    padded = call_alpha(model, step.axes, "all_to_all", n, mesh.size) + beta * (n - 1) * piece
-    if padded >= len(sent) * (call_alpha(model, step.axes, "ppermute", n, mesh.size) + beta * piece):
-        return None
-    ends = [e for rd in sent for q, r in rd.pairs if q != r for e in ((0, q), (1, r))]
-    if n - 1 > PAD_CAP * max(ends.count(e) for e in set(ends)):  # the busiest rank's pieces
-        return None
     world, nd = mesh.size, len(plan.in_shape)
     send_at = np.zeros((world, n, nd), dtype=np.int32)
     recv_at = np.zeros((world, n, nd), dtype=np.int32)
@@ -279,23 +334,33 @@ def _packed(plan: BoxPlan, step: Step, mesh: Mesh) -> BoxPlan | None:
                                packed=Packed(step.axes, sent[0].shape, send_at, recv_at))
 
 
-def _dense(moves: list[tuple[int, int, tuple[int, ...], np.ndarray, np.ndarray]], mesh: Mesh,
-           axes: tuple[str, ...], in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> Dense | None:
+def _dense_fits(moves: list[Move], mesh: Mesh, axes: tuple[str, ...], in_shape: tuple[int, ...],
+                out_shape: tuple[int, ...]) -> bool:
+    """Every member sends every member a piece of one shape, cells of one grid on both blocks."""
     # two members too: XLA:CPU's all_to_all of a pair ran ~1.3x faster than the ppermute
     # swap, its kept half and its update (rd-pub-054, rd-pub-065: 1.31x XLA's time, then 1.0x)
     if not axes or mesh.group_size(axes) < 2 or len({mv[2] for mv in moves}) != 1:
-        return None
+        return False
     n = mesh.group_size(axes)
     shape = moves[0][2]
     if len(moves) != mesh.size * n:  # some member sends some other nothing: rounds send less
-        return None
+        return False
     if any(a % s or b % s for a, b, s in zip(in_shape, out_shape, shape)):
+        return False
+    if int(np.prod(np.asarray(out_shape) // shape)) != n:
+        return False
+    return not (np.array([np.concatenate([mv[3], mv[4]]) for mv in moves]) % np.tile(shape, 2)).any()
+
+
+def _dense(moves: list[Move], mesh: Mesh, axes: tuple[str, ...], in_shape: tuple[int, ...],
+           out_shape: tuple[int, ...]) -> Dense | None:
+    if not _dense_fits(moves, mesh, axes, in_shape, out_shape):
         return None
+    n = mesh.group_size(axes)
+    shape = moves[0][2]
     grid_in = np.asarray(in_shape) // shape
     grid_out = np.asarray(out_shape) // shape
     cells = int(np.prod(grid_out))
-    if cells != n or any((mv[3] % shape).any() or (mv[4] % shape).any() for mv in moves):
-        return None
     send = np.zeros((mesh.size, n), dtype=np.int32)
     place = np.zeros((mesh.size, cells), dtype=np.int32)
     for q, r, _, at, to in moves:

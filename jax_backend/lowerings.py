@@ -33,9 +33,8 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from jax_backend.box_exchange import as_bits, box_exchange, box_plan
+from jax_backend.box_exchange import as_bits, box_calls, box_exchange, box_plan
 from jax_backend.tables import step_tables, table_exchange
 from lowering.program import Step
 from spec_lang.ir import Mesh, TensorType
@@ -371,14 +370,10 @@ def lowered_collectives(step: Step, mesh: Mesh) -> tuple[Calls, int | None] | No
         return None
     if kind == "all_to_all" and _dense_swap(step) is not None:
         return (("all_to_all", mesh.group_size(step.axes)),), None
-    plan = box_plan(step, mesh)
-    if plan is None:
+    calls = box_calls(step, mesh)
+    if calls is None:
         return None
-    if plan.dense is not None:
-        return (("all_to_all", mesh.group_size(plan.dense.axes)),), None
-    rounds: Calls = tuple(("ppermute", mesh.size) for rd in plan.rounds if not rd.local)
-    if plan.packed is None:
-        return rounds, None
-    p = plan.packed
-    n = mesh.group_size(p.axes)
-    return (("all_to_all", n), *rounds), (n - 1) * int(np.prod(p.shape)) * step.src.itemsize
+    call, count, sent = calls
+    if call == "all_to_all":
+        return (("all_to_all", count),), sent
+    return tuple(("ppermute", mesh.size) for _ in range(count)), None

@@ -257,3 +257,28 @@ def test_rounds_on_one_grid_assemble_by_cells(mesh: str, src: str, dst: str) -> 
         xs = [x.astype(np.float32) for x in random_arrays(program.src, program.mesh, np.random.default_rng(4))]
         for a, b in zip(run_blocks(program, xs), lowering.simulate(program, xs), strict=True):
             assert np.array_equal(a, b)
+
+
+def test_the_cost_model_prices_what_the_box_lowering_runs() -> None:
+    # box_calls (what the JAX cost model reads, without tables) agrees with box_plan (what runs)
+    from jax_backend.box_exchange import box_calls, box_plan
+
+    pairs = [("dp=2,tp=4", "f32[16@dp,16@tp]", "f32[16@tp,16@dp]"),
+             ("dp=4,tp=2", "f32[8@(dp,tp),12]", "f32[8@tp,12@dp]"),
+             ("dp=2,tp=4", "f32[4@dp,8@tp,8]", "f32[4,8@dp,8@tp]"),
+             ("dp=2,cp=2,tp=2", "f32[8@(cp,tp),16@dp]", "f32[8@tp,16@(dp,cp)]"),
+             ("dp=4,tp=2", "f32[16@(tp,dp),16]", "f32[16,16@dp]"),
+             ("dp=4,tp=2", "f32[8@dp]", "f32[8@tp]"),
+             ("dp=2,tp=4", "f32[16@(dp,tp),8]", "f32[16@(tp,dp),8]")]
+    for mesh, src, dst in pairs:
+        m = parse_mesh(mesh)
+        for step in lowering.compile(src, dst, mesh).steps:
+            plan, calls = box_plan(step, m), box_calls(step, m)
+            if plan is None:
+                assert calls is None
+                continue
+            assert calls is not None
+            if plan.dense is not None or plan.packed is not None:
+                assert calls[0] == "all_to_all", (src, dst, calls)
+            else:
+                assert calls == ("ppermute", sum(1 for rd in plan.rounds if not rd.local), 0), (src, dst, calls)
