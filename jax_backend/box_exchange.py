@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_backend.default_model import call_alpha, default_cost_model
+from jax_backend.fits import call_alpha, fitted_model
 from lowering.layout import boxes, group_ranks, local_shapes
 from lowering.program import Step
 from spec_lang.ir import Mesh
@@ -301,7 +301,7 @@ def _packs(step: Step, mesh: Mesh, rounds: int, piece: int, busiest: int) -> boo
     n = mesh.group_size(step.axes) if step.axes else 1
     if rounds < 2 or n < 3 or n - 1 > PAD_CAP * busiest:
         return False
-    model = default_cost_model(mesh)
+    model = fitted_model(mesh)
     piece *= step.src.itemsize
     beta = model.beta_of(step.axes)
     padded = call_alpha(model, step.axes, "all_to_all", n, mesh.size) + beta * (n - 1) * piece

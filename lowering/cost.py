@@ -37,13 +37,9 @@ import operator
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import Any, TypeGuard
 
 from spec_lang.errors import SpecError, value_text
-
-if TYPE_CHECKING:
-    from lowering.program import Step
-    from spec_lang.ir import Mesh
 
 SPARE_AXIS_BYTES = 65536  # the bytes-first model's charge per collective over a spare axis
 
@@ -104,7 +100,8 @@ class CostModel:
     # makes) and the bound itself otherwise: an exchange moves no more than it must, and its
     # time chooses among the plans that reach the bound. Bytes-first models ignore it.
     bytes_cap: float = 0.0
-    engine_time: Callable[[CostModel, Step, Mesh, int], float | None] | None = field(default=None, repr=False)
+    # (model, Step, Mesh, bytes_max) -> seconds or None (Any: lowering.program imports this module)
+    engine_time: Callable[[CostModel, Any, Any, int], float | None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         for what in ("alpha", "beta"):
@@ -199,9 +196,10 @@ class CostModel:
             return self.local_beta * local_bytes
         return launches * self.alpha_of(axes) + self.beta_of(axes) * bytes_max
 
-    def collective_time(self, step: Step, mesh: Mesh, bytes_max: int) -> float:
-        """A collective step's time: the engine's price (``engine_time``) where it gives one,
-        else ``step_time``'s alpha per launch and beta per byte."""
+    def collective_time(self, step: Any, mesh: Any, bytes_max: int) -> float:
+        """A collective ``lowering.Step``'s time on ``mesh``: the engine's price
+        (``engine_time``) where it gives one, else ``step_time``'s alpha per launch and beta
+        per byte."""
         if self.engine_time is not None:
             t = self.engine_time(self, step, mesh, bytes_max)
             if t is not None:
