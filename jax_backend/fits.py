@@ -36,13 +36,14 @@ def fitted_model(mesh: Mesh) -> CostModel:
 
 def call_alpha(model: CostModel, axes: tuple[str, ...], call: str, members: int, world: int) -> float:
     """The latency of one ``lax`` collective: the model's alpha for a collective over the
-    whole mesh, times (1 + members) / (1 + world) for a group collective; a ``ppermute``
-    spans every device (its rendezvous), whatever pairs it names. Measured on 8 CPU devices
-    (shard_map of one call on 64 B blocks, the time above an empty shard_map, two runs):
-    all_to_all over 2 / 4 / 8 devices +0.06-0.12 / +0.11-0.14 / +0.16-0.26 ms, ppermute of 6
-    or 8 pairs, or within pairs of one axis, +0.15-0.18 ms."""
+    whole mesh, times (world/2 + members) / (world/2 + world) for a group collective (a fixed
+    part and one growing with the group: two collectives over 2 and 4 members cost more than
+    one over 8); a ``ppermute`` spans every device (its rendezvous), whatever pairs it names.
+    Measured on 8 CPU devices (shard_map of one call on 64 B blocks, the time above an empty
+    shard_map, two runs): all_to_all over 2 / 4 / 8 devices +0.06-0.12 / +0.11-0.14 /
+    +0.16-0.26 ms, ppermute of 6 or 8 pairs, or within pairs of one axis, +0.15-0.18 ms."""
     alpha = model.alpha_of(axes)
-    return alpha if call == "ppermute" else alpha * (1 + members) / (1 + world)
+    return alpha if call == "ppermute" else alpha * (world / 2 + members) / (world / 2 + world)
 
 
 def one_alpha(model: CostModel) -> CostModel:

@@ -340,7 +340,14 @@ def all_to_allv(step: Step, mesh: Mesh) -> Lowered:
     return boxes_or_tables(step, mesh) if _even_pair(step, mesh) else exchange(step, mesh)
 
 
-@lowers("reduce_scatterv", "all_gatherv", "slicev", "relay", "pcast", "stack")
+@lowers("slicev")
+def slicev(step: Step, mesh: Mesh) -> Lowered:
+    """Between even layouts a slice is ``slice``'s ``dynamic_slice`` at ``axis_index``
+    (the planner may name it either kind); else the exact exchange (a local gather)."""
+    return slice_(step, mesh) if _even_pair(step, mesh) else exchange(step, mesh)
+
+
+@lowers("reduce_scatterv", "all_gatherv", "relay", "pcast", "stack")
 def uneven(step: Step, mesh: Mesh) -> Lowered:
     """Uneven pieces and the relay: the exact exchange (``ppermute`` rounds on every
     backend; on GPU ``lax.ragged_all_to_all`` could take an all_to_allv in one call, but

@@ -282,3 +282,20 @@ def test_the_cost_model_prices_what_the_box_lowering_runs() -> None:
                 assert calls[0] == "all_to_all", (src, dst, calls)
             else:
                 assert calls == ("ppermute", sum(1 for rd in plan.rounds if not rd.local), 0), (src, dst, calls)
+
+
+@pytest.mark.parametrize("mesh,src,dst", [
+    ("x=8", "f32[16,8]", "f32[16@x,8]"),
+    ("dp=2,tp=4", "f32[8,16]", "f32[8@(tp,dp),16]"),
+    ("dp=2,tp=4", "f16[32@tp]", "f16[32@(tp,dp)]"),
+])
+def test_an_even_slicev_is_a_dynamic_slice(mesh: str, src: str, dst: str) -> None:
+    # the JAX planner may name an even slice slicev: it runs as slice's dynamic_slice, not a
+    # per-element local gather
+    m = parse_mesh(mesh)
+    program = lowering.make_program([lowering.make_step("slicev", src, dst, m)], m)
+    text = "\n".join(describe(program))
+    assert "lax.dynamic_slice_in_dim" in text and "local gather" not in text, text
+    xs = [x.astype(np.float32) for x in random_arrays(program.src, m, np.random.default_rng(5))]
+    for a, b in zip(run_blocks(program, xs), lowering.simulate(program, xs), strict=True):
+        assert a.shape == b.shape and np.array_equal(a, b)
