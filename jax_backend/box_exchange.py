@@ -11,16 +11,20 @@ tables are as small as the mesh, whatever the blocks' size::
            got = lax.all_to_all(pieces, axes, 0, 0, tiled=True)
            y = uncells(take(got, place[me]))          # each received piece to its cell
     rounds (else: each round one send and one receive a rank, pieces of one shape)
-           y = dynamic_update_slice(y, ppermute(dynamic_slice(x, at[me], shape)), to[me])
+           got_i = ppermute(take(cells(x), send[i, me]))  # pieces on one grid of both blocks
+           y = uncells(take(stack(got), place[me]))      # one transpose, no per-piece writes
+      or   y = dynamic_update_slice(y, ppermute(dynamic_slice(x, at[me], shape)), to[me])
 
-A rank with nothing to receive in a round writes where a later round overwrites, else past
-the end of its block (one spare slab on dim 0, cut off at the end). What a rank keeps is copied without a collective; a
-round that moves whole blocks is ``ppermute(x)``.
+In the second form a rank with nothing to receive in a round writes where a later round
+overwrites, else past the end of its block (one spare slab on dim 0, cut off at the end).
+What a rank keeps is copied without a collective; a round that moves whole blocks is ``ppermute(x)``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -29,12 +33,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_backend.default_model import default_cost_model
+from jax_backend.fits import call_alpha, fitted_model
 from lowering.layout import boxes, group_ranks, local_shapes
 from lowering.program import Step
 from spec_lang.ir import Mesh
 
 Block = jax.Array
+Move = tuple[int, int, tuple[int, ...], np.ndarray, np.ndarray]  # sender, receiver, shape, corners
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,19 @@ class Packed:
 
 
 @dataclass(frozen=True)
+class Grid:
+    """Every round's piece is a cell of one grid of ``shape`` on both blocks: round i sends
+    cell ``send[i, r]`` of r's source block, and cell k of r's output comes from round
+    ``place[r, k]``. The output is then the received pieces stacked, taken in cell order
+    and laid out by one transpose, not written piece by piece at per-rank offsets (XLA:CPU's
+    ``dynamic_update_slice`` chain at 4 MiB pieces: big-transpose 1.3-1.6x XLA's time)."""
+
+    shape: tuple[int, ...]
+    send: np.ndarray  # (rounds, world) int32
+    place: np.ndarray  # (world, cells) int32
+
+
+@dataclass(frozen=True)
 class BoxPlan:
     in_shape: tuple[int, ...]
     out_shape: tuple[int, ...]
@@ -79,15 +97,17 @@ class BoxPlan:
     dense: Dense | None
     spare: int  # rows of the spare slab on dim 0 (0: every rank receives in every round)
     packed: Packed | None = None
+    grid: Grid | None = None
 
 
 def _uniform(shapes: tuple[tuple[int, ...], ...]) -> bool:
     return len(set(shapes)) == 1
 
 
-@lru_cache(maxsize=256)
-def box_plan(step: Step, mesh: Mesh) -> BoxPlan | None:
-    """The step as box pieces, or None where it is no even box exchange."""
+@lru_cache(maxsize=4096)  # the JAX cost model asks for every exchange a search prices
+def box_moves(step: Step, mesh: Mesh) -> tuple[list[Move], tuple[int, ...], tuple[int, ...]] | None:
+    """The step's box pieces (sender, receiver, shape, corner in the sender's block, corner
+    in the receiver's) and the two block shapes, or None where it is no even box exchange."""
     src, dst = step.src, step.dst
     if src.is_uneven or dst.is_uneven or not src.dims:
         return None
@@ -104,24 +124,72 @@ def box_plan(step: Step, mesh: Mesh) -> BoxPlan | None:
     copies = not src.partial_axes and not src.axes_of_kind("V")
     load = np.zeros(world, dtype=np.int64)
     for r in range(world):
+        # the members whose source box meets r's destination box, all at once (the JAX cost
+        # model asks for a plan of every exchange a search prices)
+        group = np.asarray(group_ranks(mesh, step.axes, r))
+        lo_all = np.maximum(sb[group, :, 0], db[r, :, 0])
+        hi_all = np.minimum(sb[group, :, 1], db[r, :, 1])
+        hit = (hi_all > lo_all).all(axis=1)
         holders: dict[bytes | int, list[int]] = {}
-        for q in group_ranks(mesh, step.axes, r):
-            holders.setdefault(sb[q].tobytes() if copies else q, []).append(q)
-        for same in holders.values():
-            lo = np.maximum(sb[same[0], :, 0], db[r, :, 0])
-            hi = np.minimum(sb[same[0], :, 1], db[r, :, 1])
-            if (hi <= lo).any():
-                continue
+        box: dict[bytes | int, tuple[np.ndarray, np.ndarray]] = {}
+        for q, lo, hi in zip(group[hit].tolist(), lo_all[hit], hi_all[hit]):
+            key = sb[q].tobytes() if copies else q
+            holders.setdefault(key, []).append(q)
+            box.setdefault(key, (lo, hi))
+        for key, same in holders.items():
+            lo, hi = box[key]
             q = r if r in same else min(same, key=lambda h: (int(load[h]), h))
+            shape = tuple((hi - lo).tolist())
             if q != r:
-                load[q] += int(np.prod(hi - lo))
-            moves.append((q, r, tuple(int(v) for v in hi - lo), lo - sb[q, :, 0], lo - db[r, :, 0]))
-            covered[r] += int(np.prod(hi - lo))
+                load[q] += math.prod(shape)
+            moves.append((q, r, shape, lo - sb[q, :, 0], lo - db[r, :, 0]))
+            covered[r] += math.prod(shape)
     if (covered != np.prod(outs[0])).any():  # members' source boxes overlap or leave a gap
         return None
+    return moves, ins[0], outs[0]
+
+
+def _whole_blocks(moves: list[Move], in_shape: tuple[int, ...], out_shape: tuple[int, ...], world: int) -> bool:
+    return len(moves) == world and all(mv[2] == in_shape == out_shape for mv in moves)
+
+
+@lru_cache(maxsize=4096)
+def box_calls(step: Step, mesh: Mesh) -> tuple[str, int, int] | None:
+    """What ``box_plan``'s lowering runs, without building its tables (the JAX cost model
+    prices every exchange a search meets): ``("all_to_all", members, bytes the busiest rank
+    sends, padding included)`` for a dense or a padded one, ``("ppermute", rounds, 0)`` for
+    rounds (0 rounds: only copies); None where ``box_plan`` is None."""
+    got = box_moves(step, mesh)
+    if got is None:
+        return None
+    moves, in_shape, out_shape = got
+    n = mesh.group_size(step.axes) if step.axes else 1
+    if _dense_fits(moves, mesh, step.axes, in_shape, out_shape):
+        return "all_to_all", n, (n - 1) * int(np.prod(moves[0][2])) * step.src.itemsize
+    whole = _whole_blocks(moves, in_shape, out_shape, mesh.size)
+    sent = [mv for mv in moves if whole or mv[0] != mv[1]]
+    rounds, busiest = 0, 0
+    for shape in {mv[2] for mv in sent}:
+        ends = Counter(e for mv in sent if mv[2] == shape for e in ((0, mv[0]), (1, mv[1])))
+        rounds += max(ends.values())  # Konig: as many rounds as the busiest end's moves
+        busiest = max(ends.values())
+    shapes = {mv[2] for mv in sent}
+    if len(shapes) == 1 and _packs(step, mesh, rounds, int(np.prod(next(iter(shapes)))), busiest):
+        return "all_to_all", n, (n - 1) * int(np.prod(next(iter(shapes)))) * step.src.itemsize
+    return "ppermute", rounds, 0
+
+
+@lru_cache(maxsize=1024)
+def box_plan(step: Step, mesh: Mesh) -> BoxPlan | None:
+    """The step as box pieces, or None where it is no even box exchange."""
+    got = box_moves(step, mesh)
+    if got is None:
+        return None
+    moves, in_shape, out_shape = got
+    ins, outs, world = (in_shape,), (out_shape,), mesh.size
     dense = _dense(moves, mesh, step.axes, ins[0], outs[0])
     rounds: list[list[tuple[int, int, tuple[int, ...], np.ndarray, np.ndarray]]] = []
-    whole_blocks = all(mv[2] == ins[0] == outs[0] for mv in moves) and len(moves) == world
+    whole_blocks = _whole_blocks(moves, in_shape, out_shape, world)
     if dense is None:
         # what a rank keeps is copied locally (a round of its own, no collective), unless
         # every rank's block is one whole block: then one ppermute, self pairs included
@@ -156,10 +224,35 @@ def box_plan(step: Step, mesh: Mesh) -> BoxPlan | None:
         local = all(q == r for q, r, *_ in rd)
         built.append(BoxRound(tuple((q, r) for q, r, *_ in rd), shape, send_at, recv_at, whole, local))
     plan = BoxPlan(ins[0], outs[0], tuple(built), dense, spare)
-    return _packed(plan, step, mesh) or plan
+    packed = _packed(plan, step, mesh)
+    if packed is not None:
+        return packed
+    grid = _grid(rounds, ins[0], outs[0], world)
+    return plan if grid is None else dataclasses.replace(plan, grid=grid, spare=0)
 
 
-Move = tuple[int, int, tuple[int, ...], np.ndarray, np.ndarray]
+def _grid(rounds: list[list[Move]], in_shape: tuple[int, ...], out_shape: tuple[int, ...], world: int) -> Grid | None:
+    """The rounds as cells of one grid (``Grid``), where their pieces have one shape that
+    tiles both blocks at corners on the grid; None otherwise (or for one round of whole blocks)."""
+    if not rounds or len({mv[2] for rd in rounds for mv in rd}) != 1:
+        return None
+    shape = rounds[0][0][2]
+    if shape == in_shape == out_shape and len(rounds) == 1:
+        return None  # one ppermute of the block itself
+    if any(a % s or b % s for a, b, s in zip(in_shape, out_shape, shape)):
+        return None
+    if any((mv[3] % shape).any() or (mv[4] % shape).any() for rd in rounds for mv in rd):
+        return None
+    grid_in = tuple(int(a // s) for a, s in zip(in_shape, shape))
+    grid_out = tuple(int(a // s) for a, s in zip(out_shape, shape))
+    send = np.zeros((len(rounds), world), dtype=np.int32)
+    place = np.zeros((world, int(np.prod(grid_out))), dtype=np.int32)
+    for i, rd in enumerate(rounds):
+        for q, r, _, at, to in rd:
+            send[i, q] = np.ravel_multi_index(tuple(at // shape), grid_in)
+            place[r, np.ravel_multi_index(tuple(to // shape), grid_out)] = i
+    return Grid(shape, send, place)
+
 
 
 def colour_rounds(moves: list[Move]) -> list[list[Move]]:
@@ -202,25 +295,32 @@ def colour_rounds(moves: list[Move]) -> list[list[Move]]:
 PAD_CAP = 1.5  # a padded all_to_all sends at most this many times the rounds' bytes (busiest rank)
 
 
+def _packs(step: Step, mesh: Mesh, rounds: int, piece: int, busiest: int) -> bool:
+    """Whether ``rounds`` ppermute rounds of ``piece`` elements, the busiest rank in
+    ``busiest`` of them, run as one padded all_to_all over the step's axes (``_packed``)."""
+    n = mesh.group_size(step.axes) if step.axes else 1
+    if rounds < 2 or n < 3 or n - 1 > PAD_CAP * busiest:
+        return False
+    model = fitted_model(mesh)
+    piece *= step.src.itemsize
+    beta = model.beta_of(step.axes)
+    padded = call_alpha(model, step.axes, "all_to_all", n, mesh.size) + beta * (n - 1) * piece
+    return padded < rounds * (call_alpha(model, step.axes, "ppermute", n, mesh.size) + beta * piece)
+
+
 def _packed(plan: BoxPlan, step: Step, mesh: Mesh) -> BoxPlan | None:
     """The plan's rounds as one padded ``lax.all_to_all`` over the step's axes, where the JAX
     cost model prices that below the rounds: each ``ppermute`` round pays a collective's
     latency (~0.15 ms on XLA:CPU, against ~1-2 ns a byte), so for small pieces one
-    collective that also sends the unused members a piece beats several rounds."""
+    collective that also sends the unused members a piece beats several rounds (priced by
+    ``call_alpha``, as the planner prices the step), within ``PAD_CAP``."""
     sent = [rd for rd in plan.rounds if not rd.local]
     if plan.dense is not None or len(sent) < 2 or len({rd.shape for rd in sent}) != 1 or not step.axes:
         return None
+    ends = Counter(e for rd in sent for q, r in rd.pairs if q != r for e in ((0, q), (1, r)))
+    if not _packs(step, mesh, len(sent), int(np.prod(sent[0].shape)), max(ends.values(), default=0)):
+        return None
     n = mesh.group_size(step.axes)
-    if n < 3:
-        return None
-    model = default_cost_model(mesh)
-    piece = int(np.prod(sent[0].shape)) * step.src.itemsize
-    alpha, beta = model.alpha_of(step.axes), model.beta_of(step.axes)
-    if alpha + beta * (n - 1) * piece >= len(sent) * (alpha + beta * piece):
-        return None
-    ends = [e for rd in sent for q, r in rd.pairs if q != r for e in ((0, q), (1, r))]
-    if n - 1 > PAD_CAP * max(ends.count(e) for e in set(ends)):  # the busiest rank's pieces
-        return None
     world, nd = mesh.size, len(plan.in_shape)
     send_at = np.zeros((world, n, nd), dtype=np.int32)
     recv_at = np.zeros((world, n, nd), dtype=np.int32)
@@ -234,23 +334,33 @@ def _packed(plan: BoxPlan, step: Step, mesh: Mesh) -> BoxPlan | None:
                                packed=Packed(step.axes, sent[0].shape, send_at, recv_at))
 
 
-def _dense(moves: list[tuple[int, int, tuple[int, ...], np.ndarray, np.ndarray]], mesh: Mesh,
-           axes: tuple[str, ...], in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> Dense | None:
+def _dense_fits(moves: list[Move], mesh: Mesh, axes: tuple[str, ...], in_shape: tuple[int, ...],
+                out_shape: tuple[int, ...]) -> bool:
+    """Every member sends every member a piece of one shape, cells of one grid on both blocks."""
     # two members too: XLA:CPU's all_to_all of a pair ran ~1.3x faster than the ppermute
     # swap, its kept half and its update (rd-pub-054, rd-pub-065: 1.31x XLA's time, then 1.0x)
     if not axes or mesh.group_size(axes) < 2 or len({mv[2] for mv in moves}) != 1:
-        return None
+        return False
     n = mesh.group_size(axes)
     shape = moves[0][2]
     if len(moves) != mesh.size * n:  # some member sends some other nothing: rounds send less
-        return None
+        return False
     if any(a % s or b % s for a, b, s in zip(in_shape, out_shape, shape)):
+        return False
+    if int(np.prod(np.asarray(out_shape) // shape)) != n:
+        return False
+    return not (np.array([np.concatenate([mv[3], mv[4]]) for mv in moves]) % np.tile(shape, 2)).any()
+
+
+def _dense(moves: list[Move], mesh: Mesh, axes: tuple[str, ...], in_shape: tuple[int, ...],
+           out_shape: tuple[int, ...]) -> Dense | None:
+    if not _dense_fits(moves, mesh, axes, in_shape, out_shape):
         return None
+    n = mesh.group_size(axes)
+    shape = moves[0][2]
     grid_in = np.asarray(in_shape) // shape
     grid_out = np.asarray(out_shape) // shape
     cells = int(np.prod(grid_out))
-    if cells != n or any((mv[3] % shape).any() or (mv[4] % shape).any() for mv in moves):
-        return None
     send = np.zeros((mesh.size, n), dtype=np.int32)
     place = np.zeros((mesh.size, cells), dtype=np.int32)
     for q, r, _, at, to in moves:
@@ -293,6 +403,14 @@ def box_exchange(plan: BoxPlan, names: tuple[str, ...]) -> Callable[[Block], Blo
             return from_cells(jnp.take(got, jnp.asarray(d.place)[me], axis=0), plan.out_shape)
         if len(plan.rounds) == 1 and plan.rounds[0].whole:
             return jax.lax.ppermute(x, names, perm=list(plan.rounds[0].pairs))
+        if plan.grid is not None:
+            g = plan.grid
+            cells = to_cells(x, g.shape)
+            got = []
+            for i, rd in enumerate(plan.rounds):
+                piece = jnp.take(cells, jnp.asarray(g.send[i])[me], axis=0)
+                got.append(piece if rd.local else jax.lax.ppermute(piece, names, perm=list(rd.pairs)))
+            return from_cells(jnp.take(jnp.stack(got), jnp.asarray(g.place)[me], axis=0), plan.out_shape)
         rows = plan.out_shape[0] + plan.spare
         y = jnp.zeros((rows, *plan.out_shape[1:]), x.dtype)
         if plan.packed is not None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
-from jax_backend.box_exchange import as_bits, box_exchange, box_plan
+from jax_backend.box_exchange import as_bits, box_calls, box_exchange, box_plan
 from jax_backend.tables import step_tables, table_exchange
 from lowering.program import Step
 from spec_lang.ir import Mesh, TensorType
@@ -252,9 +252,13 @@ def boxes_or_tables(step: Step, mesh: Mesh) -> Lowered:
         packed = plan.packed
         calls = (f"lax.all_to_all(stack(dynamic_slice(x, .., {list(packed.shape)}) per member), "
                  f"{_text(packed.axes)}, 0, 0, tiled=True)  # padded: one collective, not rounds",) if packed else ()
-        calls += tuple(f"keep dynamic_slice(x, .., {list(rd.shape)})" if rd.local else
-                      f"lax.ppermute({'x' if rd.whole else f'dynamic_slice(x, .., {list(rd.shape)})'}, "
-                      f"{_text(names)}, perm={[p for p in rd.pairs if p[0] != p[1]]})" for rd in plan.rounds)
+        piece = (lambda rd: f"take(cells(x, {list(rd.shape)}), send[me])") if plan.grid is not None else \
+            (lambda rd: "x" if rd.whole else f"dynamic_slice(x, .., {list(rd.shape)})")
+        calls += tuple(f"keep {piece(rd)}" if rd.local else
+                       f"lax.ppermute({piece(rd)}, {_text(names)}, perm={[p for p in rd.pairs if p[0] != p[1]]})"
+                       for rd in plan.rounds)
+        if plan.grid is not None:
+            calls += ("uncells(take(stack(pieces), place[me]))",)
     return Lowered(box_exchange(plan, names), calls)
 
 
@@ -336,10 +340,47 @@ def all_to_allv(step: Step, mesh: Mesh) -> Lowered:
     return boxes_or_tables(step, mesh) if _even_pair(step, mesh) else exchange(step, mesh)
 
 
-@lowers("reduce_scatterv", "all_gatherv", "slicev", "relay", "pcast", "stack")
+@lowers("slicev")
+def slicev(step: Step, mesh: Mesh) -> Lowered:
+    """Between even layouts a slice is ``slice``'s ``dynamic_slice`` at ``axis_index``
+    (the planner may name it either kind); else the exact exchange (a local gather)."""
+    return slice_(step, mesh) if _even_pair(step, mesh) else exchange(step, mesh)
+
+
+@lowers("reduce_scatterv", "all_gatherv", "relay", "pcast", "stack")
 def uneven(step: Step, mesh: Mesh) -> Lowered:
     """Uneven pieces and the relay: the exact exchange (``ppermute`` rounds on every
     backend; on GPU ``lax.ragged_all_to_all`` could take an all_to_allv in one call, but
     XLA:CPU has none, and one lowering for both keeps the outputs equal). The relay runs
     its two phases, as planned and priced (``jax_backend.tables.relay_tables``)."""
     return exchange(step, mesh)
+
+
+Calls = tuple[tuple[str, int], ...]  # (lax collective, members of its group), in order
+
+
+def lowered_collectives(step: Step, mesh: Mesh) -> tuple[Calls, int | None] | None:
+    """The ``lax`` collectives ``lower_step`` runs for a collective step, each with its
+    group's size (a ``ppermute`` over the whole mesh: it spans every device), and the bytes
+    the busiest rank sends where the lowering sends more than the kind's price (a padded
+    all_to_all), else None. None for the table exchanges (priced by their kind): this walks
+    the same choices as the lowerings above, so the JAX cost model prices what runs."""
+    kind = step.kind
+    if kind in ("all_gather", "reduce_scatter", "all_reduce") and _even_pair(step, mesh) \
+            and (kind == "all_gather" or step.dst.dtype != "bool"):
+        if kind == "all_gather":
+            return tuple(("all_gather", mesh.group_size(a)) for _, a in _grown(step.dst, step.src)), None
+        if kind == "all_reduce" or step.op in ("max", "min"):
+            return (("psum", mesh.group_size(step.axes)),), None
+        return tuple(("psum_scatter", mesh.group_size(a)) for _, a in _grown(step.src, step.dst)), None
+    if kind not in ("all_to_all", "permute", "all_to_allv") or not _even_pair(step, mesh):
+        return None
+    if kind == "all_to_all" and _dense_swap(step) is not None:
+        return (("all_to_all", mesh.group_size(step.axes)),), None
+    calls = box_calls(step, mesh)
+    if calls is None:
+        return None
+    call, count, sent = calls
+    if call == "all_to_all":
+        return (("all_to_all", count),), sent
+    return tuple(("ppermute", mesh.size) for _ in range(count)), None

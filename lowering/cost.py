@@ -35,7 +35,7 @@ import math
 import numbers
 import operator
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
@@ -86,6 +86,22 @@ class CostModel:
     # 0 where copies are free beside the wire (torch's executor: views); an engine whose
     # local steps are real copies as slow as its collectives' bytes (XLA:CPU) measures it
     local_beta: float = 0.0
+    # an engine's own price (seconds) of a collective step as it runs it, given this model,
+    # the step, the mesh and the step's priced bytes (busiest rank), where one latency per
+    # launch of the kind does not describe its lowering: the JAX engine runs a merged
+    # exchange as several ppermute rounds or one padded all_to_all, and a collective over
+    # 2 devices costs XLA:CPU less than one over 8. None (the default, and where the engine
+    # returns None): ``step_time``. Not saved in JSON: the engine sets it on its own model.
+    # a timed model's limit on trading bytes for latency, as a multiple of the pair's lower
+    # bound; 0: no limit. With a limit, a plan whose busiest rank moves more than the cap
+    # ranks after every plan within it (by its excess, then time), where the cap is this
+    # multiple for a source with a pending sum (one psum_scatter where a reduction split over
+    # a spare axis reaches the bound: the trade the bytes-first model's spare-axis charge
+    # makes) and the bound itself otherwise: an exchange moves no more than it must, and its
+    # time chooses among the plans that reach the bound. Bytes-first models ignore it.
+    bytes_cap: float = 0.0
+    # (model, Step, Mesh, bytes_max) -> seconds or None (Any: lowering.program imports this module)
+    engine_time: Callable[[CostModel, Any, Any, int], float | None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         for what in ("alpha", "beta"):
@@ -121,6 +137,10 @@ class CostModel:
         object.__setattr__(self, "groups", _check_groups(self.groups))
         object.__setattr__(self, "mesh", _check_mesh(self.mesh))
         object.__setattr__(self, "local_beta", _seconds(self.local_beta, "local_beta"))
+        object.__setattr__(self, "bytes_cap", _seconds(self.bytes_cap, "bytes_cap"))
+        if self.engine_time is not None and not callable(self.engine_time):
+            raise SpecError(f"CostModel.engine_time must be a function or None, got {type(self.engine_time).__name__}",
+                            hint="give fn(model, step, mesh, bytes_max) -> seconds or None")
 
     @staticmethod
     def make(alpha: Mapping[str, float] | float | None = None, beta: Mapping[str, float] | float | None = None,
@@ -176,12 +196,23 @@ class CostModel:
             return self.local_beta * local_bytes
         return launches * self.alpha_of(axes) + self.beta_of(axes) * bytes_max
 
+    def collective_time(self, step: Any, mesh: Any, bytes_max: int) -> float:
+        """A collective ``lowering.Step``'s time on ``mesh``: the engine's price
+        (``engine_time``) where it gives one, else ``step_time``'s alpha per launch and beta
+        per byte."""
+        if self.engine_time is not None:
+            t = self.engine_time(self, step, mesh, bytes_max)
+            if t is not None:
+                return t
+        return self.step_time(step.axes, bytes_max, True, step.launches)
+
     @property
     def bytes_first(self) -> bool:
         """True when time is a fixed multiple of bytes (no latency, one bandwidth)."""
         return (
             self.default_alpha == 0.0
             and self.local_beta == 0.0
+            and self.engine_time is None
             and all(v == 0.0 for _, v in self.alpha)
             and all(v == self.default_beta for _, v in self.beta)
             and all(a == 0.0 and b == self.default_beta for _, a, b in self.groups)
@@ -199,6 +230,7 @@ class CostModel:
             "groups": [{"axes": list(axes), "alpha": a, "beta": b} for axes, a, b in self.groups],
             **({"mesh": self.mesh} if self.mesh is not None else {}),
             **({"local_beta": self.local_beta} if self.local_beta else {}),
+            **({"bytes_cap": self.bytes_cap} if self.bytes_cap else {}),
         }
 
     @staticmethod
@@ -240,6 +272,7 @@ class CostModel:
             tuple((tuple(g["axes"]), g["alpha"], g["beta"]) for g in groups),
             data.get("mesh"),
             data.get("local_beta", 0.0),
+            data.get("bytes_cap", 0.0),
         )
 
     @staticmethod
@@ -280,7 +313,7 @@ def _read(path: str | os.PathLike[str]) -> str:
 
 FORMAT = "shardc-cost-model/1"
 _JSON_KEYS = {"format", "alpha", "beta", "default_alpha", "default_beta", "spare_axis_bytes", "groups",
-              "backend", "mesh", "fit", "local_beta"}
+              "backend", "mesh", "fit", "local_beta", "bytes_cap"}
 _JSON_HINT = ("write it as {\"alpha\": {\"dp\": 5e-6}, \"beta\": {\"dp\": 1e-10}, \"groups\": "
               "[{\"axes\": [\"dp\", \"tp\"], \"alpha\": 8e-6, \"beta\": 2e-10}]}, as shardc calibrate does")
 

@@ -20,13 +20,13 @@ from typing import NamedTuple, overload
 
 import numpy as np
 
-from lowering.bounds import receive_needs
+from lowering.bounds import bound_bytes, receive_needs
 from lowering.caching import MIB, cached
 from lowering.cost import CostModel
 from lowering.kinds import LAUNCHES, kind_of
 from lowering.layout import local_numel
 from lowering.moves import Move
-from lowering.program import Program
+from lowering.program import Program, Step
 from spec_lang.ir import Mesh, TensorType
 
 
@@ -66,6 +66,12 @@ class SearchContext:
         self._need_of: dict[TensorType, tuple[np.ndarray | None, np.ndarray]] | None = (
             {} if self.bytes_first else None)
         self._classes_of: dict[TensorType, tuple[np.ndarray | None, np.ndarray] | None] = {}
+        # a timed model that limits the bytes it trades for latency (``CostModel.bytes_cap``:
+        # a pending sum's reduction up to that multiple of the bound, anything else the bound):
+        # the key leads with a path's bytes above the cap (0 within it), so time decides
+        # among the plans within the cap, and only the fewest bytes above it
+        self.cap = int((model.bytes_cap if start.partial_axes else 1.0) * bound_bytes(start, goal, mesh)) \
+            if model.bytes_cap and not self.bytes_first else None
 
     def extend(self, lab: Label, state: TensorType, mv: Move, bound: tuple | None = None) -> Label | None:
         """``lab`` after ``mv``; None where ``bound`` is given and the bytes and collectives
@@ -82,11 +88,20 @@ class SearchContext:
         if bound is not None and self.bytes_first and (moved_max + charge, colls) > bound[:2]:
             return None  # every term of the key is at least its counterpart here
         # bytes-first: time is a multiple of bytes, which the label already holds
-        time = lab.time if self.bytes_first else lab.time + self.model.step_time(
-            mv.axes, int(step.max(initial=0)) * item, coll > 0, coll,
-            0 if coll or not self.model.local_beta else int(local_numel(mv.dst, mesh).max()) * item)
+        time = lab.time if self.bytes_first else lab.time + self._step_time(state, mv, int(step.max(initial=0)) * item,
+                                                                             coll)
         return Label(moved, time, colls, max(lab.peak, _live_max(state, mv.dst, mesh)), charge, n_spare, sliced,
                       moved_max, lab.moved_sum + int(step.sum()) * item)
+
+    def _step_time(self, state: TensorType, mv: Move, bytes_max: int, coll: int) -> float:
+        """``mv``'s time under a timed model: a collective at the engine's price where the
+        model has one (``CostModel.engine_time``), else alpha per launch and beta per byte."""
+        model = self.model
+        if coll and model.engine_time is not None:
+            step = Step(mv.kind, mv.axes, mv.dims, state, mv.dst, state.partial_op, collective=True, launches=coll)
+            return model.collective_time(step, self.mesh, bytes_max)
+        return model.step_time(mv.axes, bytes_max, coll > 0, coll,
+                               0 if coll or not model.local_beta else int(local_numel(mv.dst, self.mesh).max()) * self.item)
 
     def _charge_after(self, lab: Label, mv: Move, coll: int) -> tuple[int, int, bool]:
         """The spare-axis charge due after ``mv`` (which runs ``coll`` collectives), its spare
@@ -171,7 +186,9 @@ class SearchContext:
         fewer collectives is left. Other models: (time, bytes, collectives, peak).
         """
         if not self.bytes_first:
-            k = (lab.time, lab.moved_max, lab.colls, lab.peak)
+            k: tuple = (lab.time, lab.moved_max, lab.colls, lab.peak)
+            if self.cap is not None:
+                k = (max(0, lab.moved_max - self.cap), *k)
             return None if cutoff is not None and k >= cutoff else (k, k)
         goal, mesh = self.goal, self.mesh
         future = self.future(state)

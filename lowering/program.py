@@ -282,8 +282,8 @@ def program_cost(steps: list[Step], src: TensorType, mesh: Mesh, model: Any) -> 
         moved += np.asarray(s.bytes_moved, dtype=np.int64)
         live = (local_numel(s.src, mesh) + local_numel(s.dst, mesh)) * src.itemsize
         peak = max(peak, int(live.max()))
-        time += model.step_time(s.axes, s.bytes_max, s.is_collective, s.launches,
-                                int(local_numel(s.dst, mesh).max()) * src.itemsize)
+        time += model.collective_time(s, mesh, s.bytes_max) if s.is_collective else \
+            model.step_time(s.axes, 0, False, 0, int(local_numel(s.dst, mesh).max()) * src.itemsize)
     return Cost(
         bytes_sent_max=int(sent.max()) if steps else 0,
         collectives=sum(s.launches for s in steps if s.is_collective),
