@@ -23,7 +23,7 @@ import torch.distributed as dist
 import lowering
 from lowering.placements import from_placements
 from spec_lang.errors import SpecError
-from spec_lang.ir import AxisType, Dim, Mesh, TensorType
+from spec_lang.ir import INTEGER_DTYPES, AxisType, Dim, Mesh, TensorType
 from spec_lang.local_type import REDUCE_OPS
 from torch_backend.groups import MeshContext, context
 
@@ -106,10 +106,11 @@ def _read(dm: Any) -> Geometry | str:
 
     root = dm._get_root_mesh()
     roots = [_modes(a) for a in root._layout]
-    if any(m is None or len(m) != 1 for m in roots):
+    if any(m is None or len(m) > 1 for m in roots):
         return "mesh_layout"
-    rsizes = tuple(m[0][0] for m in roots if m is not None)
-    rstrides = tuple(m[0][1] for m in roots if m is not None)
+    # a size-1 dim's layout has no mode (torch drops it): size 1, at no stride
+    rsizes = tuple(m[0][0] if m else 1 for m in roots if m is not None)
+    rstrides = tuple(m[0][1] if m else 0 for m in roots if m is not None)
     rnames = _names(root, len(rsizes), "d")
     with _disable_current_modes():  # the root's rank map, real even under the trace's modes
         rank_map = tuple(int(g) for g in root._rank_map.flatten().tolist())
@@ -251,10 +252,43 @@ def plan_pair(src: Any, dst: Any, lm: Any) -> SpecPair | str:
     if isinstance(ctx, str):
         return ctx
     try:
-        program = lowering.compile(s, d, g.root)
+        program = _program(s, d, g, _shared_dims(src, dst, d))
     except SpecError:
         return "refused"
     return SpecPair(program, ctx)
+
+
+def _shared_dims(src: Any, dst: Any, d: TensorType) -> list[int]:
+    """The DeviceMesh dims where DTensor partitions a Replicate value into a pending sum,
+    giving each rank its share ``v/n`` (``Partial._partition_value``): a dtype that holds
+    the share only (DTensor's own answer for an integer changes the dtype: the engine keeps
+    the value on one rank, exact)."""
+    if d.partial_op != "sum" or d.dtype in INTEGER_DTYPES or d.dtype == "bool":
+        return []
+    return [i for i, (p, q) in enumerate(zip(src.placements, dst.placements))
+            if p.is_replicate() and q.is_partial()]
+
+
+def _program(s: TensorType, d: TensorType, g: Geometry, shared: list[int]) -> Any:
+    """``s -> d`` planned by shardc; a Replicate DTensor dim that becomes a pending sum ends
+    as DTensor's ``divide`` step (each rank ``v/n``), one per DeviceMesh dim in its order,
+    where shardc's own plan would keep the value on one rank (``zero_fill``)."""
+    runs = [g.axes[i] for i in shared if g.axes[i]]  # a size-1 dim's share is the value
+    if not runs:
+        return lowering.compile(s, d, g.root)
+
+    def short_of(pending: set[str]) -> TensorType:  # ``d`` with the axes still to divide R
+        return TensorType(d.dtype, d.dims, tuple((a, AxisType("R") if a in pending else at) for a, at in d.axis_types))
+
+    pending = {a for run in runs for a in run}
+    mid = short_of(pending)
+    steps = list(lowering.compile(s, mid, g.root).steps)
+    for run in runs:
+        pending -= set(run)
+        nxt = short_of(pending)
+        steps.append(lowering.make_step("divide", mid, nxt, g.root, axes=run))
+        mid = nxt
+    return lowering.make_program(steps, g.root, src=s)
 
 
 def _context(dm: Any, g: Geometry, lm: Any) -> MeshContext | str:
