@@ -39,7 +39,8 @@ REASONS = {
     "strided_shard_view": "a _StridedShard in a spec that does not read _StridedShard as a shard order",
     "strided_shard_order": "_StridedShard placements that decode to no shard order",
     "dtype": "a dtype shardc's types do not name",
-    "flattened_uneven": "a dim Shard-ed over a flattened mesh dim that its axes' nested chunks would cut otherwise",
+    "flattened_uneven": "a dim Shard-ed over a flattened mesh dim of root dims that are not adjacent, "
+                        "which its axes' nested chunks would cut otherwise",
     "refused": "shardc's planner or binding refuses the pair (e.g. a reduction of a dtype torch cannot add)",
     "layout": "placements or a shard_order shardc's checks refuse",
 }
@@ -143,7 +144,32 @@ def _read(dm: Any) -> Geometry | str:
         # the DeviceMesh spans its root (a root, a flattened or a reordered one): its own dims
         # are the mesh, each a group of ranks that torch.chunk's rule cuts as one
         return Geometry(sub, sub, tuple((n,) for n in sub.names), (), _ranks(spans, to_global))
+    rnames, rsizes, axes = _merged(rnames, rsizes, axes)
     return Geometry(sub, Mesh(rnames, rsizes), tuple(axes), varying, to_global)
+
+
+def _merged(rnames: tuple[str, ...], rsizes: tuple[int, ...], axes: list[tuple[str, ...]]
+            ) -> tuple[tuple[str, ...], tuple[int, ...], list[tuple[str, ...]]]:
+    """The root mesh with each flattened dim's run of adjacent root dims as one axis (the
+    same ranks in the same row-major order), so a dim Shard-ed over it is cut by
+    torch.chunk's rule over the whole group, as DTensor cuts it, not chunk by chunk over
+    its axes. A run over dims that are not adjacent stays a run of axes."""
+    names, sizes = list(rnames), list(rsizes)
+    out = list(axes)
+    for k, run in enumerate(axes):
+        at = [names.index(a) for a in run]
+        between = range(at[0], at[-1] + 1) if at else range(0)
+        if len(run) < 2 or at != sorted(at) or any(sizes[i] != 1 for i in between if names[i] not in run):
+            continue
+        name = "_".join(run)
+        if name in names:
+            continue
+        sizes[at[0]] = math.prod(sizes[i] for i in at)
+        names[at[0]] = name
+        for i in reversed(at[1:]):
+            del names[i], sizes[i]
+        out[k] = (name,)
+    return tuple(names), tuple(sizes), out
 
 
 def _ranks(spans: list[list[tuple[int, int]]], rank_map: tuple[int, ...]) -> tuple[int, ...]:
