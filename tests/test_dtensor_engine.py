@@ -104,6 +104,8 @@ def _meshes(init_device_mesh, world):
         out += [("flattened (u,v) of u,v,w", flat3["u", "v"]._flatten())]
         unit = init_device_mesh("cpu", (2, 1, 4), mesh_dim_names=("e", "f", "g"))
         out += [("e=2,f=1,g=4", unit), ("(e,f) of e,f=1,g", unit["e", "f"])]
+        # a flattened dim of root dims that are not adjacent: uneven dims over it fall back
+        out += [("flattened (u,w) of u,v,w", flat3["u", "w"]._flatten())]
     elif world == 4:
         out += [("p=2,q=2", init_device_mesh("cpu", (2, 2), mesh_dim_names=("p", "q"))),
                 ("unnamed 4", init_device_mesh("cpu", (4,))), ("unnamed 4x1", init_device_mesh("cpu", (4, 1))),
