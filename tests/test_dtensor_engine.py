@@ -524,3 +524,22 @@ def test_flattened_dim_of_part_of_the_root_is_cut_as_dtensor_cuts_it(fake_pg, fl
                     assert (after["taken"] - before["taken"], after["fallback"] - before["fallback"]) == (1, 0)
                 elif n in (5, 6, 9) and (src[0] == Shard(0) or dst[0] == Shard(0)):
                     assert fell == 1  # 2,2,1,0 (5) over (a, c) is no nested cut shardc's types name
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (5, 3)])
+def test_shares_are_divided_in_dtensors_order(fake_pg, shape):
+    """``[R, R] -> [P, P]`` on a 3x5 mesh: DTensor divides by each mesh dim's size in turn,
+    mesh dim 0 first ((v/3)/5 rounds otherwise than (v/5)/3); the engine's divide steps
+    follow, bit for bit."""
+    LocalTensorMode, init_device_mesh, _, Partial, Replicate, _, distribute_tensor, _ = _imports()
+    fake_pg(15)
+    with LocalTensorMode(15):
+        dm = init_device_mesh("cpu", shape)
+        v = torch.randn(2000)
+        x = distribute_tensor(v, dm, [Replicate(), Replicate()])
+        ref = _redistribute(x, [Partial(), Partial()])
+        with dtensor_engine():
+            got = _redistribute(x, [Partial(), Partial()])
+        a, b = shape
+        assert torch.equal(_locals(ref)[0], (v / a) / b) and not torch.equal(_locals(ref)[0], (v / b) / a)
+        assert _same(_locals(got), _locals(ref))
