@@ -157,12 +157,12 @@ def _merged(rnames: tuple[str, ...], rsizes: tuple[int, ...], axes: list[tuple[s
     names, sizes = list(rnames), list(rsizes)
     out = list(axes)
     for k, run in enumerate(axes):
-        at = [names.index(a) for a in run]
-        between = range(at[0], at[-1] + 1) if at else range(0)
-        if len(run) < 2 or at != sorted(at) or any(sizes[i] != 1 for i in between if names[i] not in run):
+        if len(run) < 2:
             continue
+        at = [names.index(a) for a in run]
+        gaps = [i for i in range(at[0], at[-1] + 1) if names[i] not in run]  # size 1 only: no rank between
         name = "_".join(run)
-        if name in names:
+        if at != sorted(at) or any(sizes[i] != 1 for i in gaps) or name in names:
             continue
         sizes[at[0]] = math.prod(sizes[i] for i in at)
         names[at[0]] = name

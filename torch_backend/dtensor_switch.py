@@ -31,7 +31,7 @@ import torch
 from lowering.caching import anchored_get, anchored_put, on_clear
 from lowering.layout import local_shapes
 from spec_lang.errors import SpecError
-from torch_backend.bound import BoundCall, bind
+from torch_backend.bound import BoundCall, Handle, bind
 from torch_backend.dtensor_specs import REASONS, plan_pair
 from torch_backend.groups import local_tensor_mode
 
@@ -135,24 +135,31 @@ def _in_flight(bound: BoundCall, x: torch.Tensor) -> torch.Tensor:
     on first use (a view of it too: torch's registry of in-flight work keys the wait by
     storage). The waited result is copied into the buffer handed out now. Under
     LocalTensorMode and in a trace DTensor's own answer is synchronous, and so is this."""
-    import torch.distributed as dist
     from torch.distributed._functional_collectives import AsyncCollectiveTensor
 
     if bound.last_collective() < 0:
         return bound.run_one(x)
-    pending = [bound.start([x], one=True)]
     program, ctx = bound.program, bound.ctx
     out = torch.empty(local_shapes(program.dst, program.mesh)[ctx.rank], dtype=x.dtype, device=x.device)
-
-    class Landing(dist.Work):
-        def wait(self, timeout: Any = None) -> bool:
-            if pending:
-                with torch.no_grad():
-                    out.copy_(pending.pop().wait())
-            return True
-
-    torch._C._distributed_c10d._register_work(out, Landing())
+    torch._C._distributed_c10d._register_work(out, _Landing(bound.start([x], one=True), out))
     return AsyncCollectiveTensor(out)
+
+
+class _Landing(torch.distributed.Work):
+    """The in-flight work of an async engine call: its wait (torch's ``wait_tensor`` on the
+    result's first use) finishes the call and lands the result in ``out``, once."""
+
+    def __init__(self, handle: Handle, out: torch.Tensor) -> None:
+        super().__init__()
+        self._handle: Handle | None = handle
+        self._out = out
+
+    def wait(self, timeout: Any = None) -> bool:
+        if self._handle is not None:
+            with torch.no_grad():
+                self._out.copy_(self._handle.wait())
+            self._handle = None
+        return True
 
 
 _UNMOVED: Any = object()  # the pair moves nothing: DTensor's own answer is its input
