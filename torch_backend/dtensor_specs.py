@@ -303,8 +303,8 @@ def _program(s: TensorType, d: TensorType, g: Geometry, shared: list[int]) -> An
     if not runs:
         return lowering.compile(s, d, g.root)
 
-    def short_of(pending: set[str]) -> TensorType:  # ``d`` with the axes still to divide R
-        return TensorType(d.dtype, d.dims, tuple((a, AxisType("R") if a in pending else at) for a, at in d.axis_types))
+    def short_of(pending: set[str]) -> TensorType:  # ``d`` with the axes still to divide replicated (I)
+        return TensorType(d.dtype, d.dims, tuple((a, at) for a, at in d.axis_types if a not in pending))
 
     pending = {a for run in runs for a in run}
     mid = short_of(pending)
