@@ -17,6 +17,7 @@ An even step becomes the ``lax`` collective of its kind::
     slice           lax.dynamic_slice_in_dim at lax.axis_index
     zero_fill       zeros off coordinate 0 (lax.axis_index)
     zero_pad        lax.dynamic_update_slice_in_dim into zeros
+    divide          x / n (n: the group's size)
     reinterpret     nothing
 
 Everything else (the uneven kinds, the relay, an all_to_all whose members talk to one or
@@ -307,6 +308,16 @@ def zero_fill(step: Step, mesh: Mesh) -> Lowered:
         return jnp.where(jax.lax.axis_index(_name(names)) == 0, x, jnp.zeros_like(x))
 
     return Lowered(run, (f"where(axis_index({_text(names)}) == 0, x, 0)",))
+
+
+@lowers("divide")
+def divide(step: Step, mesh: Mesh) -> Lowered:
+    n = mesh.group_size(step.axes)  # elementwise: a padded uneven block divides alike
+
+    def run(x: Block) -> Block:
+        return (x / n).astype(x.dtype)
+
+    return Lowered(run, (f"x / {n}",))
 
 
 @lowers("zero_pad")

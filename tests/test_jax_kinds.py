@@ -67,6 +67,8 @@ TYPED = [  # the SPMD API's kinds (not planned: built by hand)
     ("pcast", "dp=2,tp=3", "f32[4,2]{V:(dp,tp)}", "f32[4,2]{U:(dp,tp)}"),
     ("stack", "dp=2,tp=3", "f32[4]{V:tp}", "f32[3@tp,4]"),
     ("stack", "dp=2,tp=3", "f32[3@tp,4]{R:dp}", "f32[4]{V:tp, R:dp}"),
+    ("divide", "dp=2,tp=3", "f32[4,3@tp]{R:dp}", "f32[4,3@tp]{U:dp}"),
+    ("divide", "dp=2,tp=4", "f32[5@tp,2]", "f32[5@tp,2]{U:dp}"),
 ]
 
 

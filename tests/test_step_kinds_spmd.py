@@ -26,11 +26,15 @@ PAIRS = [
     ("stack", "dp=2,tp=3", "f64[4]{V:tp}", "f64[3@tp,4]"),
     ("stack", "dp=2,tp=3", "f64[3@tp,4]{R:dp}", "f64[4]{V:tp, R:dp}"),
     ("stack", "dp=2,tp=3", "f64[2,5]{V:(tp,dp)}", "f64[2,6@(tp,dp),5]"),
+    ("divide", "dp=2,tp=4", "f64[4,3@dp]{R:tp}", "f64[4,3@dp]{U:tp}"),
+    ("divide", "dp=2,tp=4", "f64[5@tp,2]", "f64[5@tp,2]{U:dp}"),
+    ("divide", "dp=2,tp=4", "f64[6]{R:(dp,tp)}", "f64[6]{U:(dp,tp)}"),
+    ("divide", "dp=2,tp=4", "f64[6]{U:dp, R:tp}", "f64[6]{U:(dp,tp)}"),
 ]
 
 
 def test_the_new_kinds_are_not_planned() -> None:
-    assert not KINDS["pcast"].planned and not KINDS["stack"].planned
+    assert not KINDS["pcast"].planned and not KINDS["stack"].planned and not KINDS["divide"].planned
 
 
 @pytest.mark.parametrize("kind,mesh,src,dst", PAIRS)
@@ -65,6 +69,9 @@ def test_rule_dual_and_runner(fake_pg, kind: str, mesh: str, src: str, dst: str)
     ("stack", "f64[4]{R:tp}", "f64[3@tp,4]", "V axes stacked"),
     ("stack", "f64[4]{V:tp}", "f64[4@tp,4]", "V axes stacked"),
     ("stack", "f64[4]{V:tp}", "f64[3@dp,4]", "V axes stacked"),
+    ("divide", "i64[4]{R:tp}", "i64[4]{U:tp}", "cannot hold a share"),
+    ("divide", "f64[4]{R:tp}", "f64[4]{P(max):tp}", "not a pending max"),
+    ("divide", "f64[4@tp]", "f64[4]{U:tp}", "dims' sharding must stay"),
 ])
 def test_refused_pairs_name_the_rule(kind: str, src: str, dst: str, rule: str) -> None:
     with pytest.raises(SpecError, match=f"{kind} cannot take .*{rule}"):

@@ -23,7 +23,7 @@ import torch.distributed as dist
 import lowering
 from lowering.placements import from_placements
 from spec_lang.errors import SpecError
-from spec_lang.ir import AxisType, Dim, Mesh, TensorType
+from spec_lang.ir import INTEGER_DTYPES, AxisType, Dim, Mesh, TensorType
 from spec_lang.local_type import REDUCE_OPS
 from torch_backend.groups import MeshContext, context
 
@@ -39,7 +39,8 @@ REASONS = {
     "strided_shard_view": "a _StridedShard in a spec that does not read _StridedShard as a shard order",
     "strided_shard_order": "_StridedShard placements that decode to no shard order",
     "dtype": "a dtype shardc's types do not name",
-    "flattened_uneven": "a dim Shard-ed over a flattened mesh dim that its axes' nested chunks would cut otherwise",
+    "flattened_uneven": "a dim Shard-ed over a flattened mesh dim of root dims that are not adjacent, "
+                        "which its axes' nested chunks would cut otherwise",
     "refused": "shardc's planner or binding refuses the pair (e.g. a reduction of a dtype torch cannot add)",
     "layout": "placements or a shard_order shardc's checks refuse",
 }
@@ -106,10 +107,11 @@ def _read(dm: Any) -> Geometry | str:
 
     root = dm._get_root_mesh()
     roots = [_modes(a) for a in root._layout]
-    if any(m is None or len(m) != 1 for m in roots):
+    if any(m is None or len(m) > 1 for m in roots):
         return "mesh_layout"
-    rsizes = tuple(m[0][0] for m in roots if m is not None)
-    rstrides = tuple(m[0][1] for m in roots if m is not None)
+    # a size-1 dim's layout has no mode (torch drops it): size 1, at no stride
+    rsizes = tuple(m[0][0] if m else 1 for m in roots if m is not None)
+    rstrides = tuple(m[0][1] if m else 0 for m in roots if m is not None)
     rnames = _names(root, len(rsizes), "d")
     with _disable_current_modes():  # the root's rank map, real even under the trace's modes
         rank_map = tuple(int(g) for g in root._rank_map.flatten().tolist())
@@ -142,7 +144,32 @@ def _read(dm: Any) -> Geometry | str:
         # the DeviceMesh spans its root (a root, a flattened or a reordered one): its own dims
         # are the mesh, each a group of ranks that torch.chunk's rule cuts as one
         return Geometry(sub, sub, tuple((n,) for n in sub.names), (), _ranks(spans, to_global))
+    rnames, rsizes, axes = _merged(rnames, rsizes, axes)
     return Geometry(sub, Mesh(rnames, rsizes), tuple(axes), varying, to_global)
+
+
+def _merged(rnames: tuple[str, ...], rsizes: tuple[int, ...], axes: list[tuple[str, ...]]
+            ) -> tuple[tuple[str, ...], tuple[int, ...], list[tuple[str, ...]]]:
+    """The root mesh with each flattened dim's run of adjacent root dims as one axis (the
+    same ranks in the same row-major order), so a dim Shard-ed over it is cut by
+    torch.chunk's rule over the whole group, as DTensor cuts it, not chunk by chunk over
+    its axes. A run over dims that are not adjacent stays a run of axes."""
+    names, sizes = list(rnames), list(rsizes)
+    out = list(axes)
+    for k, run in enumerate(axes):
+        if len(run) < 2:
+            continue
+        at = [names.index(a) for a in run]
+        gaps = [i for i in range(at[0], at[-1] + 1) if names[i] not in run]  # size 1 only: no rank between
+        name = "_".join(run)
+        if at != sorted(at) or any(sizes[i] != 1 for i in gaps) or name in names:
+            continue
+        sizes[at[0]] = math.prod(sizes[i] for i in at)
+        names[at[0]] = name
+        for i in reversed(at[1:]):
+            del names[i], sizes[i]
+        out[k] = (name,)
+    return tuple(names), tuple(sizes), out
 
 
 def _ranks(spans: list[list[tuple[int, int]]], rank_map: tuple[int, ...]) -> tuple[int, ...]:
@@ -251,10 +278,43 @@ def plan_pair(src: Any, dst: Any, lm: Any) -> SpecPair | str:
     if isinstance(ctx, str):
         return ctx
     try:
-        program = lowering.compile(s, d, g.root)
+        program = _program(s, d, g, _shared_dims(src, dst, d))
     except SpecError:
         return "refused"
     return SpecPair(program, ctx)
+
+
+def _shared_dims(src: Any, dst: Any, d: TensorType) -> list[int]:
+    """The DeviceMesh dims where DTensor partitions a Replicate value into a pending sum,
+    giving each rank its share ``v/n`` (``Partial._partition_value``): a dtype that holds
+    the share only (DTensor's own answer for an integer changes the dtype: the engine keeps
+    the value on one rank, exact)."""
+    if d.partial_op != "sum" or d.dtype in INTEGER_DTYPES or d.dtype == "bool":
+        return []
+    return [i for i, (p, q) in enumerate(zip(src.placements, dst.placements))
+            if p.is_replicate() and q.is_partial()]
+
+
+def _program(s: TensorType, d: TensorType, g: Geometry, shared: list[int]) -> Any:
+    """``s -> d`` planned by shardc; a Replicate DTensor dim that becomes a pending sum ends
+    as DTensor's ``divide`` step (each rank ``v/n``), one per DeviceMesh dim in its order,
+    where shardc's own plan would keep the value on one rank (``zero_fill``)."""
+    runs = [g.axes[i] for i in shared if g.axes[i]]  # a size-1 dim's share is the value
+    if not runs:
+        return lowering.compile(s, d, g.root)
+
+    def short_of(pending: set[str]) -> TensorType:  # ``d`` with the axes still to divide replicated (I)
+        return TensorType(d.dtype, d.dims, tuple((a, at) for a, at in d.axis_types if a not in pending))
+
+    pending = {a for run in runs for a in run}
+    mid = short_of(pending)
+    steps = list(lowering.compile(s, mid, g.root).steps)
+    for run in runs:
+        pending -= set(run)
+        nxt = short_of(pending)
+        steps.append(lowering.make_step("divide", mid, nxt, g.root, axes=run))
+        mid = nxt
+    return lowering.make_program(steps, g.root, src=s)
 
 
 def _context(dm: Any, g: Geometry, lm: Any) -> MeshContext | str:

@@ -29,8 +29,9 @@ from typing import Any
 import torch
 
 from lowering.caching import anchored_get, anchored_put, on_clear
+from lowering.layout import local_shapes
 from spec_lang.errors import SpecError
-from torch_backend.bound import BoundCall, bind
+from torch_backend.bound import BoundCall, Handle, bind
 from torch_backend.dtensor_specs import REASONS, plan_pair
 from torch_backend.groups import local_tensor_mode
 
@@ -123,7 +124,42 @@ def _engine(local_tensor: torch.Tensor, current_spec: Any, target_spec: Any, *, 
     if plan is _UNMOVED:
         return local_tensor
     bound: BoundCall = plan
+    if async_op and local_tensor_mode() is None and not torch.compiler.is_compiling():
+        return _in_flight(bound, local_tensor)
     return bound.run_one(local_tensor)
+
+
+def _in_flight(bound: BoundCall, x: torch.Tensor) -> torch.Tensor:
+    """``async_op=True`` as DTensor answers it: the program's last collective left on the
+    wire (``BoundCall.start``), the result an ``AsyncCollectiveTensor`` that waits for it
+    on first use (a view of it too: torch's registry of in-flight work keys the wait by
+    storage). The waited result is copied into the buffer handed out now. Under
+    LocalTensorMode and in a trace DTensor's own answer is synchronous, and so is this."""
+    from torch.distributed._functional_collectives import AsyncCollectiveTensor
+
+    if bound.last_collective() < 0:
+        return bound.run_one(x)
+    program, ctx = bound.program, bound.ctx
+    out = torch.empty(local_shapes(program.dst, program.mesh)[ctx.rank], dtype=x.dtype, device=x.device)
+    torch._C._distributed_c10d._register_work(out, _Landing(bound.start([x], one=True), out))
+    return AsyncCollectiveTensor(out)
+
+
+class _Landing(torch.distributed.Work):
+    """The in-flight work of an async engine call: its wait (torch's ``wait_tensor`` on the
+    result's first use) finishes the call and lands the result in ``out``, once."""
+
+    def __init__(self, handle: Handle, out: torch.Tensor) -> None:
+        super().__init__()
+        self._handle: Handle | None = handle
+        self._out = out
+
+    def wait(self, timeout: Any = None) -> bool:
+        if self._handle is not None:
+            with torch.no_grad():
+                self._out.copy_(self._handle.wait())
+            self._handle = None
+        return True
 
 
 _UNMOVED: Any = object()  # the pair moves nothing: DTensor's own answer is its input

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from lowering.kinds import RankPieces
-from lowering.kinds.local import FillPieces, RegionPieces
+from lowering.kinds.local import FillPieces, RegionPieces, SharePieces
 from lowering.program import Step
 from torch_backend.comm import rank_map, tied
 from torch_backend.groups import MeshContext
@@ -36,6 +36,12 @@ def slice_fast(ctx: MeshContext, step: Step, p: RankPieces, failed: Failed) -> F
 def zero_fill(ctx: MeshContext, step: Step, pieces: Pieces, x: torch.Tensor) -> torch.Tensor:
     fills = pieces_as(FillPieces, pieces)
     return rank_map(ctx, lambda r, t: t if fills[r].keep else tied(ctx, torch.zeros_like(t), t), x)
+
+
+@runs("divide")
+def divide(ctx: MeshContext, step: Step, pieces: Pieces, x: torch.Tensor) -> torch.Tensor:
+    shares = pieces_as(SharePieces, pieces)
+    return rank_map(ctx, lambda r, t: t / shares[r].divisor, x)  # DTensor's Partial._partition_value
 
 
 @runs("zero_pad")

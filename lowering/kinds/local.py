@@ -19,6 +19,14 @@
                 [B]  =>  +[0, B, 0]
                 [C]      +[0, 0, C]
 
+``divide``       convert(R|I, P(sum)) as DTensor's ``Partial`` partitions a value: every
+                 rank holds its share ``v/n`` (``n`` the size of ``axes``' group); not
+                 planned, the DTensor engine builds it to give DTensor's local values::
+
+                        +[A/3]
+                [A]  => +[A/3]
+                        +[A/3]
+
 ``reinterpret``  no local tensor changes (R <-> I, and R|I -> P(avg|max|min), whose
                  reduction of equal copies is the copy itself).
 """
@@ -46,7 +54,7 @@ from lowering.kinds.base import (
     same_except,
 )
 from lowering.layout import boxes, local_shapes
-from spec_lang.ir import Mesh, TensorType
+from spec_lang.ir import INTEGER_DTYPES, Mesh, TensorType
 
 if TYPE_CHECKING:
     from lowering.program import Step
@@ -139,6 +147,37 @@ class ZeroFill(StepKind):
     def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return [np.array(x, copy=True) if p.keep else np.zeros_like(x)
                 for p, x in zip(own_pieces(FillPieces, pieces), xs)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharePieces(RankPieces):
+    divisor: int  # divide: the group's size, each rank's share of the value
+
+
+@register
+class Divide(StepKind):
+    name = "divide"
+    planned = False
+    # convert(R, P) <- convert(R, P) (the gradient's share of each rank); convert(I, P) <- reinterpret(R, I)
+    duals = {("R", "P"): "divide", ("I", "P"): "reinterpret"}
+
+    def infer(self, src: TensorType, dst: TensorType, mesh: Mesh, axes: tuple[str, ...] | None) -> Signature:
+        new = _new_partial(self.name, src, dst, mesh)
+        if dst.partial_op != "sum":
+            raise refuse(self.name, src, dst, f"dividing makes a pending sum, not a pending {dst.partial_op}",
+                         "use reinterpret for P(avg|max|min): equal copies reduce to the copy")
+        if dst.dtype in INTEGER_DTYPES or dst.dtype == "bool":
+            raise refuse(self.name, src, dst, f"{dst.dtype} cannot hold a share v/n exactly",
+                         "use zero_fill, which keeps the value on one rank")
+        return Signature(_given(axes, new, self.name, src, dst), ())
+
+    def pieces(self, step: Step, mesh: Mesh, rank: int, members: tuple[int, ...]) -> RankPieces:
+        shape = box_shape(boxes(step.src, mesh)[rank])
+        return SharePieces(kind=self.name, rank=rank, in_shape=shape, out_shape=shape, members=(rank,),
+                           divisor=mesh.group_size(step.axes))
+
+    def simulate(self, step: Step, pieces: Sequence[RankPieces], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return [(x / p.divisor).astype(x.dtype) for p, x in zip(own_pieces(SharePieces, pieces), xs)]
 
 
 def _new_partial(kind: str, src: TensorType, dst: TensorType, mesh: Mesh) -> tuple[str, ...]:
