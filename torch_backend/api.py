@@ -46,7 +46,7 @@ from torch_backend.dtypes import check_reductions, dtype_name, short_name, to_to
 from torch_backend.groups import MeshContext, context, real_world
 from torch_backend.tensor_checks import check_all, check_strided, check_tensor, is_dtensor
 
-__all__ = ["Door", "bound_for", "bound_program", "distribute", "hot_bound", "redistribute", "text_key", "through_door"]
+__all__ = ["Door", "async_entries", "bound_for", "bound_program", "distribute", "hot_bound", "redistribute", "text_key", "through_door"]
 
 
 def _type(t: TensorType | str, what: str) -> TensorType:
@@ -206,21 +206,30 @@ REDISTRIBUTE = Door(_compiled, _fast, _resolve, elsewhere=_of_dtensor, across=_a
 traced.entry("redistribute")(redistribute)
 
 
-# async_op=True inside torch.compile, in two regions around the user's wait (trace_marks.Waiting)
-@traced.entry("redistribute.splits")
-def _async_splits(src: TensorType | str, dst: TensorType | str, mesh: Any, **_: Any) -> bool:
-    return bound_for((src,), (dst,), mesh).issues()
+def async_entries(name: str, bound_of: Callable[..., BoundCall]) -> None:
+    """``async_op=True`` of the traced call ``name`` inside torch.compile, in two regions
+    around the user's wait (``trace_marks.Waiting``): ``name.splits`` (whether the call
+    splits), ``name.start`` (``BoundCall.issue``) and ``name.finish`` (``land``), each on the
+    bound call ``bound_of`` gives for the call's arguments but its tensor (``x``: one
+    tensor, or a list of them)."""
+    def checked(bound: BoundCall, x: Any) -> list[torch.Tensor]:
+        return [bound.check(x)] if isinstance(x, torch.Tensor) else bound.check_all(x)
+
+    def start(x: Any, *args: Any, **kwargs: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        bound = bound_of(*args, **kwargs)
+        return bound.issue(checked(bound, x))
+
+    def finish(x: Any, got: Any, *args: Any, **kwargs: Any) -> Any:
+        bound = bound_of(*args, **kwargs)
+        ys = bound.land(checked(bound, x), got)
+        return ys[0] if isinstance(x, torch.Tensor) else ys
+
+    traced.entry(name + ".splits")(lambda *args, **kwargs: bound_of(*args, **kwargs).issues())
+    traced.entry(name + ".start")(start)
+    traced.entry(name + ".finish")(finish)
 
 
-@traced.entry("redistribute.start")
-def _async_start(x: Any, src: TensorType | str, dst: TensorType | str, mesh: Any, **_: Any) -> torch.Tensor:
-    return bound_for((src,), (dst,), mesh).issue(x)
-
-
-@traced.entry("redistribute.finish")
-def _async_finish(x: Any, got: torch.Tensor, src: TensorType | str, dst: TensorType | str, mesh: Any,
-                  **_: Any) -> torch.Tensor:
-    return bound_for((src,), (dst,), mesh).land(x, got)
+async_entries("redistribute", lambda src, dst, mesh, **_: bound_for((src,), (dst,), mesh))
 
 
 # The one cache of bound calls, least recently used evicted first. Two kinds of key:
