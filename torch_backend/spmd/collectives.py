@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from lowering.layout import local_shape
-from lowering.spmd.programs import gradient_program, program_for, stack_dim
+from lowering.spmd.programs import gradient_program, routed_program, stack_dim
 from lowering.spmd.rules import backward_of, check_pair, check_whole_average
 from lowering.spmd.types import resolve
 from spec_lang.errors import SpecError
@@ -196,7 +196,7 @@ def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: Loca
     n_src = _src_size(x, s, group, ctx, shapes, size)
     shape = shapes[ctx.ranks[0]]
     wire = wire_dtype(routed, x.dtype, op_dt, out_dt)
-    program = program_for(routed, s, d, group, shape, dtype_name(wire), ctx.mesh, n_src, at)
+    program = routed_program(routed, s, d, group, shape, dtype_name(wire), ctx.mesh, n_src, at)
     for r in ctx.ranks:
         want = local_shape(program.src, ctx.mesh, r)
         if shapes[r] != want:
