@@ -108,19 +108,23 @@ class Door:
     ``Redistributor``, itself as ``src`` and its bound call as ``bound``)."""
 
     compiled: Callable[..., Any]  # inside torch.compile: its traced entry (None: refused eagerly)
-    fast: Callable[..., Any]  # the fast path's result, or None where the call does not take it
-    resolve: Callable[..., tuple[list[Any], tuple[Any, ...], tuple[Any, ...], Any]]  # tensors, types, mesh
+    fast: Callable[..., Any] | None  # the fast path's result, or None where the call does not take it
+    resolve: Callable[..., tuple[list[Any], tuple[Any, ...], tuple[Any, ...], Any]] | None  # tensors, types, mesh
     one: bool = True  # one tensor in and out, else a list
     elsewhere: Callable[..., Any] | None = None  # a call whose inputs another sequence takes (a DTensor's)
     across: Callable[..., Any] | None = None  # dst_mesh=: the cross-mesh door (torch_backend.mesh_transfer)
+    own: Callable[..., Any] | None = None  # a call with no fast path, agreement or async form, whose program
+    # is planned from its own arguments: its checks and run after compile time (a typed SPMD collective's)
 
 
 def through_door(door: Door, x: Any, src: Any, dst: Any, mesh: Any, timeout: timedelta | float | None,
                  agree: bool | None, async_op: bool, dst_mesh: Any = None, bound: BoundCall | None = None) -> Any:
-    """The one door sequence of ``redistribute``, ``redistribute_many`` and a
-    ``Redistributor``'s call: another mesh, compile time or eager, the fast path, the
-    inputs resolved, this rank's checks (agreed with the other ranks where the call
-    agrees: ``agreed_bound``), sync or async, the run."""
+    """The one door sequence of ``redistribute``, ``redistribute_many``, a
+    ``Redistributor``'s call and the typed SPMD collectives: another mesh, compile time or
+    eager, the fast path, the inputs resolved, this rank's checks (agreed with the other
+    ranks where the call agrees: ``agreed_bound``), sync or async, the run. A typed SPMD
+    collective (``door.own``) takes the sequence to compile time or eager, then checks
+    and runs its program its own way (it has no fast path, agreement or async form)."""
     if type(async_op) is not bool:  # its truthiness would decide silently
         check_flag(async_op, "async_op", "async_op=True returns a handle whose wait() gives the result")
     if dst_mesh is not None and door.across is not None:
@@ -131,10 +135,12 @@ def through_door(door: Door, x: Any, src: Any, dst: Any, mesh: Any, timeout: tim
         y = door.compiled(x, src, dst, mesh, async_op=async_op, timeout=timeout, agree=agree)
         if y is not None:
             return y
+    if door.own is not None:
+        return door.own(x, src, dst, mesh)
     if agree is not None:
         check_agree(agree)
     agrees = agree if agree is not None else _AGREE[0] if _AGREE else agree_default()
-    if timeout is None and not async_op and not agrees:
+    if timeout is None and not async_op and not agrees and door.fast is not None:
         y = door.fast(x, src, dst, mesh, bound)
         if y is not None:
             return y
@@ -142,13 +148,13 @@ def through_door(door: Door, x: Any, src: Any, dst: Any, mesh: Any, timeout: tim
         y = door.elsewhere(x, src, dst, mesh, timeout=timeout, agree=agree, async_op=async_op)
         if y is not None:
             return y
+    assert door.resolve is not None  # every door but an own one resolves its inputs
     xs, srcs, dsts, mesh = door.resolve(x, src, dst, mesh, bound)
     if agrees:
         bound, xs = agreed_bound(xs, srcs, dsts, mesh, timeout, bound=bound)
     else:
         bound = bound if bound is not None else bound_for(srcs, dsts, mesh, timeout)
-        xs = [bound.check(xs[0])] if door.one else check_all(xs, [p.src for p in bound.programs], bound.ctx,
-                                                             bound.expect)
+        xs = [bound.check(xs[0])] if door.one else bound.check_all(xs)
     if async_op:
         return bound.start(xs, one=door.one)
     return bound.call_one(xs[0]) if door.one else bound.call(xs)
