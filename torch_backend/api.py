@@ -180,11 +180,19 @@ def _fast(x: Any, src: Any, dst: Any, mesh: Any, _: Any) -> Any:
 def _of_dtensor(x: Any, src: Any, dst: Any, mesh: Any, *, timeout: Any, agree: bool | None, async_op: bool) -> Any:
     if not is_dtensor(x):
         return None
+    stated, dst = (None, src) if dst is None else (src, dst)
+    return _redistribute_dtensor(x, stated, _check_dtensor_call(dst, async_op), mesh, timeout=timeout, agree=agree)
+
+
+def _check_dtensor_call(dst: TensorType | str | None, async_op: bool) -> TensorType | str:
+    """The destination type, after what ``redistribute(dtensor, ...)`` refuses first, eagerly
+    and at trace time."""
     if async_op:
         raise SpecError("async_op=True takes a local tensor, not a DTensor",
                         hint="pass dt.to_local() with its source type and mesh, or drop async_op")
-    stated, dst = (None, src) if dst is None else (src, dst)
-    return _redistribute_dtensor(x, stated, dst, mesh, timeout=timeout, agree=agree)
+    if dst is None:
+        raise SpecError("redistribute(dtensor, dst) needs a destination type", hint="e.g. 'f32[8,16@dp]'")
+    return dst
 
 
 def _resolve(x: Any, src: Any, dst: Any, mesh: Any, _: Any) -> tuple[list[Any], tuple[Any, ...], tuple[Any, ...], Any]:
@@ -440,13 +448,11 @@ def distribute(tensor: torch.Tensor, mesh: Mesh | str | Any, t: TensorType | str
     return rank_map(ctx, lambda r: piece(r))
 
 
-def _redistribute_dtensor(x: Any, src: TensorType | str | None, dst: TensorType | str | None,
+def _redistribute_dtensor(x: Any, src: TensorType | str | None, dst: TensorType | str,
                           mesh: Mesh | str | Any | None, *, timeout: timedelta | float | None,
                           agree: bool | None) -> Any:
     from lowering.placements import to_placements
 
-    if dst is None:
-        raise SpecError("redistribute(dtensor, dst) needs a destination type", hint="e.g. 'f32[8,16@dp]'")
     dm = x.device_mesh
 
     def types() -> tuple[TensorType, TensorType, Mesh]:
@@ -525,12 +531,7 @@ def _compiled_dtensor_plan(dm: Any, placements: tuple[Any, ...], shape: tuple[in
     from lowering.placements import to_placements
 
     traced.check_compiled_flags(agree, timeout)
-    if async_op:
-        raise SpecError("async_op=True takes a local tensor, not a DTensor",
-                        hint="pass dt.to_local() with its source type and mesh, or drop async_op")
-    if dst is None:
-        raise SpecError("redistribute(dtensor, dst) needs a destination type", hint="e.g. 'f32[8,16@dp]'")
-    s, d, m = _dtensor_types(dm, placements, shape, dtype, None, src, dst, mesh)
+    s, d, m = _dtensor_types(dm, placements, shape, dtype, None, src, _check_dtensor_call(dst, async_op), mesh)
     key = "plan_" + hashlib.sha1(repr((id(dm), placements, shape, dtype, s, d)).encode()).hexdigest()
     held = _COMPILED_PLANS.__dict__
     if key not in held:
