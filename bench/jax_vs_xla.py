@@ -12,7 +12,8 @@ same process:
 * wall: the median of repeated calls of each compiled function, ``block_until_ready``,
   XLA's and shardc's calls interleaved;
 * first call: shardc's plan, trace, compile and first run of a new pair against XLA's
-  jit compile and first run of ``reshard``;
+  jit compile and first run of ``reshard``, the median of ``--first-reps`` tries of each
+  (interleaved; shardc's caches emptied before each, XLA's jit a new function each time);
 * outputs: equal to ``reshard``'s, block by block (a pending-sum destination: its sum);
   to ``device_put``'s where the source has no pending sum.
 
@@ -62,6 +63,7 @@ from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
 import jax_backend  # noqa: E402
 import lowering  # noqa: E402
 from bench.xla_anchor import hlo_collectives  # noqa: E402
+from lowering.caching import clear_caches  # noqa: E402
 from spec_lang import parse, parse_mesh, to_jax  # noqa: E402
 from spec_lang.jax_interop import jax_refusal  # noqa: E402
 
@@ -150,25 +152,43 @@ def denoted(y: jax.Array, dst: str, mesh: Any) -> list[np.ndarray]:
         return blocks(jax.jit(lambda v: jax.sharding.reshard(v, plain))(y))
 
 
-def run_case(cid: str, mesh: str, src: str, dst: str, reps: int, rng: np.random.Generator) -> dict[str, Any]:
+def forget() -> None:
+    """Empty shardc's caches (plans, tables, jitted programs: every ``cache_clear`` in
+    ``lowering`` and ``jax_backend``, but the mesh's cost model, which a new pair on a known
+    mesh finds loaded), so the next call of a pair is its first."""
+    clear_caches()
+    for name, module in list(sys.modules.items()):
+        if name.startswith("jax_backend") and name != "jax_backend.default_model":
+            for value in list(vars(module).values()):
+                if callable(getattr(value, "cache_clear", None)):
+                    value.cache_clear()
+
+
+def run_case(cid: str, mesh: str, src: str, dst: str, reps: int, rng: np.random.Generator,
+             first_reps: int = 1) -> dict[str, Any]:
     x = make_input(src, mesh, rng)
     jm = x.sharding.mesh
     dst_sh = to_jax(dst, jm)
     s, _ = lowering.resolve(src, mesh)
     per_device = max(x.addressable_shards[0].data.nbytes, int(np.prod(lowering.local_shapes(dst, mesh)[0])) * s.itemsize)
+    xla_firsts, mine_firsts = [], []
     with jax.set_mesh(jm):
-        t0 = time.perf_counter()
-        xla = jax.jit(lambda v: jax.sharding.reshard(v, dst_sh))
-        xla_compiled = xla.lower(x).compile()
-        ref = xla_compiled(x)
-        ref.block_until_ready()
-        xla_first = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        mine = jax_backend.redistributor(src, dst, jm)
-        mine_compiled = mine.lower(x).compile()
-        y = mine_compiled(x)
-        y.block_until_ready()
-        mine_first = time.perf_counter() - t0
+        for i in range(first_reps):  # interleaved: the machine's load falls on both alike
+            t0 = time.perf_counter()
+            xla = jax.jit(lambda v: jax.sharding.reshard(v, dst_sh))
+            xla_compiled = xla.lower(x).compile()
+            ref = xla_compiled(x)
+            ref.block_until_ready()
+            xla_firsts.append(time.perf_counter() - t0)
+            if i:
+                forget()
+            t0 = time.perf_counter()
+            mine = jax_backend.redistributor(src, dst, jm)
+            mine_compiled = mine.lower(x).compile()
+            y = mine_compiled(x)
+            y.block_until_ready()
+            mine_firsts.append(time.perf_counter() - t0)
+        xla_first, mine_first = statistics.median(xla_firsts), statistics.median(mine_firsts)
         equal = all(np.array_equal(a, b) for a, b in zip(denoted(y, dst, jm), denoted(ref, dst, jm)))
         equal = equal and y.sharding.is_equivalent_to(dst_sh, len(x.shape))
         put_equal = None
@@ -197,6 +217,7 @@ def main() -> None:
     ap.add_argument("--tiny-reps", type=int, default=200, help="calls timed for a case under 1 MiB in all")
     ap.add_argument("--only", nargs="*", help="case ids")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--first-reps", type=int, default=3, help="first calls timed per case (the median)")
     ap.add_argument("--devices", type=int, default=8, help="16: only the recorded 16-device cases, on 16 host devices")
     ap.add_argument("--no-wide", action="store_true", help="leave out the 16-device cases (a second process)")
     args = ap.parse_args()
@@ -215,7 +236,7 @@ def main() -> None:
         t = lowering.resolve(src, mesh)[0]
         tiny = t.numel * t.itemsize < 2**20
         r = run_case(cid, mesh, src, dst, max(3, args.reps // 4) if big else
-                     max(args.reps, args.tiny_reps) if tiny else args.reps, rng)
+                     max(args.reps, args.tiny_reps) if tiny else args.reps, rng, 1 if big else args.first_reps)
         rows.append(r)
         put = f"{r['device_put_s'] * 1e3:8.3f}" if r["device_put_s"] is not None else f"{'-':>8}"
         print(f"{cid:22} {r['per_device_bytes'] / 2**20:7.2f} {r['bound']:9d} {r['xla_bytes']:9d} "
@@ -235,7 +256,7 @@ def wide(args: argparse.Namespace) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "wide.json"
         cmd = [sys.executable, __file__, "--devices", "16", "--reps", str(args.reps), "--tiny-reps",
-               str(args.tiny_reps), "--json", str(out)] + (["--only", *args.only] if args.only else [])
+               str(args.tiny_reps), "--first-reps", str(args.first_reps), "--json", str(out)] + (["--only", *args.only] if args.only else [])
         flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", _FLAGS).strip()
         env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | {"XLA_FLAGS": flags}
         print("\nthe 16-device cases, in a second process:", flush=True)
