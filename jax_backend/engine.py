@@ -112,7 +112,7 @@ def _differentiable(program: Program, jax_mesh: Any) -> Callable[[Block], Block]
     return run
 
 
-SMALL_BLOCK = 64 * 1024  # bytes: a program whose every block is this small compiles cheaply on CPU
+SMALL_BLOCK = 4096  # bytes: a program whose every block is this small compiles cheaply on CPU
 CHEAP_CPU_CODEGEN = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
 
 
