@@ -1,8 +1,8 @@
 """shardc's programs in JAX against XLA's own resharding, on 8 CPU devices in one run.
 
 Cases: every case of ``cases/redistribute.jsonl`` that JAX can express on 8 devices (even
-types, a pending sum only a sum; the 16-device meshes left out), plus large ones (>= 4 MiB
-per device). For each, in the same process:
+types, a pending sum only a sum), plus large ones (>= 4 MiB per device). For each, in the
+same process:
 
 * shardc (``jax_backend.redistributor``: one ``shard_map`` of ``lax`` collectives) against
   ``jax.jit(jax.sharding.reshard)`` and ``jax.device_put`` to the destination sharding;
@@ -12,9 +12,14 @@ per device). For each, in the same process:
 * wall: the median of repeated calls of each compiled function, ``block_until_ready``,
   XLA's and shardc's calls interleaved;
 * first call: shardc's plan, trace, compile and first run of a new pair against XLA's
-  jit compile and first run of ``reshard``;
+  jit compile and first run of ``reshard``, the median of ``--first-reps`` tries of each
+  (interleaved; shardc's caches emptied before each, XLA's jit a new function each time);
 * outputs: equal to ``reshard``'s, block by block (a pending-sum destination: its sum);
   to ``device_put``'s where the source has no pending sum.
+
+The recorded cases on 16-device meshes run after them in a second process with 16 host
+devices (XLA fixes the device count when it loads, once a process): ``--devices 16`` runs
+only those, ``--no-wide`` leaves them out.
 
 Run from the repo root: ``python bench/jax_vs_xla.py`` (``--small`` for the recorded
 cases only, ``--reps N``, ``--tiny-reps N`` for cases under 1 MiB, ``--json out.json``).
@@ -23,15 +28,28 @@ cases only, ``--reps N``, ``--tiny-reps N`` for cases under 1 MiB, ``--json out.
 from __future__ import annotations
 
 import os
+import re
+import sys
 
+
+def _devices(argv: list[str]) -> int:
+    """``--devices N`` from the command line, read before jax loads (it fixes the count)."""
+    for i, a in enumerate(argv):
+        if a.startswith("--devices"):
+            return int(a.split("=", 1)[1] if "=" in a else argv[i + 1])
+    return 8
+
+
+DEVICES = _devices(sys.argv[1:]) if __name__ == "__main__" else 8
 _FLAGS = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _FLAGS:  # before jax is imported anywhere
-    os.environ["XLA_FLAGS"] = (_FLAGS + " --xla_force_host_platform_device_count=8").strip()
+    os.environ["XLA_FLAGS"] = (_FLAGS + f" --xla_force_host_platform_device_count={DEVICES}").strip()
 
 import argparse  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
-import sys  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -45,6 +63,7 @@ from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
 import jax_backend  # noqa: E402
 import lowering  # noqa: E402
 from bench.xla_anchor import hlo_collectives  # noqa: E402
+from lowering.caching import clear_caches  # noqa: E402
 from spec_lang import parse, parse_mesh, to_jax  # noqa: E402
 from spec_lang.jax_interop import jax_refusal  # noqa: E402
 
@@ -59,16 +78,18 @@ LARGE = [  # (id, mesh, src, dst): >= 4 MiB per device
 ]
 
 
-def cases(small: bool) -> list[tuple[str, str, str, str]]:
+def cases(small: bool, devices: int = 8) -> list[tuple[str, str, str, str]]:
+    """The recorded cases JAX can express on meshes of up to 8 devices (and the large ones
+    unless ``small``), or with ``devices`` > 8 those on meshes of 9 to ``devices``."""
     out = []
     for line in CASES.read_text().splitlines():
         c = json.loads(line)
         m = parse_mesh(c["mesh"])
         s, d = parse(c["src"]), parse(c["dst"])
-        if m.size > 8 or jax_refusal(s, m) or jax_refusal(d, m):
+        if not (m.size <= 8 if devices <= 8 else 8 < m.size <= devices) or jax_refusal(s, m) or jax_refusal(d, m):
             continue
         out.append((c["id"], c["mesh"], c["src"], c["dst"]))
-    return out if small else out + LARGE
+    return out if small or devices > 8 else out + LARGE
 
 
 def make_input(src: str, mesh: str, rng: np.random.Generator) -> jax.Array:
@@ -85,6 +106,17 @@ def make_input(src: str, mesh: str, rng: np.random.Generator) -> jax.Array:
         addends.setdefault(key, rng.integers(-4, 5, size=t.shape).astype(dtype))
         blocks.append(addends[key][sl])
     return jax_backend.from_blocks(blocks, t, to_jax(t, m).mesh)
+
+
+def warm_up() -> None:
+    """One reshard and one shard_map compiled and run before the cases, so the first case's
+    first call times neither side's loading of XLA's backend."""
+    mesh = jax.make_mesh((len(jax.devices()),), ("w",), axis_types=(jax.sharding.AxisType.Explicit,))
+    x = jax.device_put(np.zeros(len(jax.devices()), np.float32), NamedSharding(mesh, PartitionSpec("w")))
+    with jax.set_mesh(mesh):
+        jax.jit(lambda v: jax.sharding.reshard(v, NamedSharding(mesh, PartitionSpec()))).lower(x).compile()(x)
+        n = x.shape[0]
+        jax_backend.redistributor(f"f32[{n}@w]", f"f32[{n}]", mesh)(x).block_until_ready()
 
 
 def hlo_bytes(compiled: Any, itemsize: int) -> int:
@@ -120,25 +152,43 @@ def denoted(y: jax.Array, dst: str, mesh: Any) -> list[np.ndarray]:
         return blocks(jax.jit(lambda v: jax.sharding.reshard(v, plain))(y))
 
 
-def run_case(cid: str, mesh: str, src: str, dst: str, reps: int, rng: np.random.Generator) -> dict[str, Any]:
+def forget() -> None:
+    """Empty shardc's caches (plans, tables, jitted programs: every ``cache_clear`` in
+    ``lowering`` and ``jax_backend``, but the mesh's cost model, which a new pair on a known
+    mesh finds loaded), so the next call of a pair is its first."""
+    clear_caches()
+    for name, module in list(sys.modules.items()):
+        if name.startswith("jax_backend") and name != "jax_backend.default_model":
+            for value in list(vars(module).values()):
+                if callable(getattr(value, "cache_clear", None)):
+                    value.cache_clear()
+
+
+def run_case(cid: str, mesh: str, src: str, dst: str, reps: int, rng: np.random.Generator,
+             first_reps: int = 1) -> dict[str, Any]:
     x = make_input(src, mesh, rng)
     jm = x.sharding.mesh
     dst_sh = to_jax(dst, jm)
     s, _ = lowering.resolve(src, mesh)
     per_device = max(x.addressable_shards[0].data.nbytes, int(np.prod(lowering.local_shapes(dst, mesh)[0])) * s.itemsize)
+    xla_firsts, mine_firsts = [], []
     with jax.set_mesh(jm):
-        t0 = time.perf_counter()
-        xla = jax.jit(lambda v: jax.sharding.reshard(v, dst_sh))
-        xla_compiled = xla.lower(x).compile()
-        ref = xla_compiled(x)
-        ref.block_until_ready()
-        xla_first = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        mine = jax_backend.redistributor(src, dst, jm)
-        mine_compiled = mine.lower(x).compile()
-        y = mine_compiled(x)
-        y.block_until_ready()
-        mine_first = time.perf_counter() - t0
+        for i in range(first_reps):  # interleaved: the machine's load falls on both alike
+            t0 = time.perf_counter()
+            xla = jax.jit(lambda v: jax.sharding.reshard(v, dst_sh))
+            xla_compiled = xla.lower(x).compile()
+            ref = xla_compiled(x)
+            ref.block_until_ready()
+            xla_firsts.append(time.perf_counter() - t0)
+            if i:
+                forget()
+            t0 = time.perf_counter()
+            mine = jax_backend.redistributor(src, dst, jm)
+            mine_compiled = mine.lower(x).compile()
+            y = mine_compiled(x)
+            y.block_until_ready()
+            mine_firsts.append(time.perf_counter() - t0)
+        xla_first, mine_first = statistics.median(xla_firsts), statistics.median(mine_firsts)
         equal = all(np.array_equal(a, b) for a, b in zip(denoted(y, dst, jm), denoted(ref, dst, jm)))
         equal = equal and y.sharding.is_equivalent_to(dst_sh, len(x.shape))
         put_equal = None
@@ -167,13 +217,17 @@ def main() -> None:
     ap.add_argument("--tiny-reps", type=int, default=200, help="calls timed for a case under 1 MiB in all")
     ap.add_argument("--only", nargs="*", help="case ids")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--first-reps", type=int, default=3, help="first calls timed per case (the median)")
+    ap.add_argument("--devices", type=int, default=8, help="16: only the recorded 16-device cases, on 16 host devices")
+    ap.add_argument("--no-wide", action="store_true", help="leave out the 16-device cases (a second process)")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     rows = []
     print(f"jax {jax.__version__}, {len(jax.devices())} {jax.devices()[0].platform} devices")
+    warm_up()
     print(f"{'case':22} {'MiB/dev':>7} {'bound':>9} {'xla B':>9} {'shardc B':>9} {'xla ms':>8} {'shardc':>8} "
           f"{'ratio':>6} {'put ms':>8} {'1st x':>6} {'1st s':>6} eq")
-    for cid, mesh, src, dst in cases(args.small):
+    for cid, mesh, src, dst in cases(args.small, args.devices):
         if args.only and cid not in args.only:
             continue
         big = cid.startswith("big") or "4096" in src
@@ -182,7 +236,7 @@ def main() -> None:
         t = lowering.resolve(src, mesh)[0]
         tiny = t.numel * t.itemsize < 2**20
         r = run_case(cid, mesh, src, dst, max(3, args.reps // 4) if big else
-                     max(args.reps, args.tiny_reps) if tiny else args.reps, rng)
+                     max(args.reps, args.tiny_reps) if tiny else args.reps, rng, 1 if big else args.first_reps)
         rows.append(r)
         put = f"{r['device_put_s'] * 1e3:8.3f}" if r["device_put_s"] is not None else f"{'-':>8}"
         print(f"{cid:22} {r['per_device_bytes'] / 2**20:7.2f} {r['bound']:9d} {r['xla_bytes']:9d} "
@@ -191,8 +245,23 @@ def main() -> None:
               f"{'ok' if r['equal'] and r['device_put_equal'] is not False else 'DIFF'}  {'; '.join(r['program'])}",
               flush=True)
     summary(rows)
+    if args.devices <= 8 and not args.no_wide:
+        rows += wide(args)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
+
+
+def wide(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The 16-device cases, in a second process with 16 host devices; its rows."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "wide.json"
+        cmd = [sys.executable, __file__, "--devices", "16", "--reps", str(args.reps), "--tiny-reps",
+               str(args.tiny_reps), "--first-reps", str(args.first_reps), "--json", str(out)] + (["--only", *args.only] if args.only else [])
+        flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", _FLAGS).strip()
+        env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | {"XLA_FLAGS": flags}
+        print("\nthe 16-device cases, in a second process:", flush=True)
+        subprocess.run(cmd, check=True, env=env)
+        return json.loads(out.read_text()) if out.exists() else []
 
 
 def summary(rows: list[dict[str, Any]]) -> None:

@@ -104,7 +104,7 @@ def exchange(step: Step, mesh: Mesh) -> Lowered:
     if tables.dense is not None:
         axes, rd = tables.dense
         calls: tuple[str, ...] = (f"lax.all_to_all(packed, {_text(axes)}, 0, 0, tiled=True)  "
-                                  f"# {rd.send.shape[1]} pieces of {rd.send.shape[2]}",)
+                                  f"# {rd.send.shape[1]} pieces of {rd.width}",)
     else:
         calls = tuple(f"lax.ppermute(x, {_text(_world(mesh))}, perm={list(rd.perm)})" for rd in tables.rounds)
         calls += tuple(f"lax.ppermute(fan out, {_text(_world(mesh))}, perm={list(rd.perm)})" for rd in tables.fan_out)

@@ -16,7 +16,7 @@ import jax
 
 import lowering
 from jax_backend.default_model import default_cost_model
-from jax_backend.engine import shard_mapped
+from jax_backend.engine import jitted, shard_mapped
 from lowering.program import Program
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType, canonical_dtype
@@ -99,18 +99,17 @@ def redistribute(x: Any, dst: Any, mesh: Any = None, *, src: Any = None) -> jax.
     d = as_type(dst, shape, aval.dtype, jax_mesh, "destination")
     if s.dtype != d.dtype:
         raise SpecError(f"the array is {s.dtype}, the destination {d}", hint="a redistribution keeps the dtype")
-    return _jitted(s, d, jax_mesh)(x)  # under an outer jit (or grad) it is inlined
-
-
-def _prepared(src: TensorType, dst: TensorType, jax_mesh: Any) -> Callable[[jax.Array], jax.Array]:
-    for t in (src, dst):  # a type JAX cannot hold (uneven, V, P(avg)) is refused before planning
-        to_jax(t, jax_mesh)
-    return shard_mapped(plan(src, dst, _plain_mesh(jax_mesh)), jax_mesh)
+    return _jitted(s, d, jax_mesh, isinstance(x, jax.core.Tracer))(x)  # under an outer jit (or grad) it is inlined
 
 
 @lru_cache(maxsize=1024)
-def _jitted(src: TensorType, dst: TensorType, jax_mesh: Any) -> Callable[[jax.Array], jax.Array]:
-    return jax.jit(_prepared(src, dst, jax_mesh))
+def _jitted(src: TensorType, dst: TensorType, jax_mesh: Any, nested: bool = False) -> Callable[[jax.Array], jax.Array]:
+    """The jitted program; ``nested``: for a traced value (inside the caller's jit or grad),
+    where JAX takes no compiler options."""
+    for t in (src, dst):  # a type JAX cannot hold (uneven, V, P(avg)) is refused before planning
+        to_jax(t, jax_mesh)
+    program = plan(src, dst, _plain_mesh(jax_mesh))
+    return jax.jit(shard_mapped(program, jax_mesh)) if nested else jitted(program, jax_mesh)
 
 
 def redistributor(src: Any, dst: Any, mesh: Any) -> Prepared:
@@ -124,7 +123,7 @@ def redistributor(src: Any, dst: Any, mesh: Any) -> Prepared:
     d = as_type(dst, shape, s.dtype, mesh, "destination")
     if d.dtype != s.dtype:
         raise SpecError(f"the source is {s.dtype}, the destination {d.dtype}", hint="a redistribution keeps the dtype")
-    return Prepared(s, _jitted(s, d, mesh))
+    return Prepared(s, _jitted(s, d, mesh), _jitted(s, d, mesh, True))
 
 
 def _shape_of(src: Any, dst: Any) -> tuple[int, ...]:
@@ -140,8 +139,9 @@ class Prepared:
     outer ``jax.jit``), it checks the array, then runs the jitted program. The jitted
     function's own methods (``lower``, ``trace``, ``eval_shape``) are reached through it."""
 
-    def __init__(self, src: TensorType, run: Callable[[jax.Array], jax.Array]) -> None:
-        self.src, self.run = src, run
+    def __init__(self, src: TensorType, run: Callable[[jax.Array], jax.Array],
+                 nested: Callable[[jax.Array], jax.Array]) -> None:
+        self.src, self.run, self.nested = src, run, nested
 
     def __call__(self, x: jax.Array) -> jax.Array:
         # checked here, where JAX would answer a wrong array with shard_map's own error
@@ -152,7 +152,7 @@ class Prepared:
         if tuple(aval.shape) != self.src.shape or canonical_dtype(str(aval.dtype)) != self.src.dtype:
             raise SpecError(f"the redistributor was prepared for {self.src}, got an array of shape "
                             f"{list(aval.shape)} and dtype {aval.dtype}", hint="prepare one redistributor per source type")
-        return self.run(x)
+        return (self.nested if isinstance(x, jax.core.Tracer) else self.run)(x)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.run, name)

@@ -15,8 +15,18 @@ round's largest, never the world's::
 
 This runs on every backend XLA has (CPU included: XLA:CPU has no ``ragged_all_to_all``),
 and is the lowering of the uneven kinds and the relay, and of a collective whose layout the
-``lax`` collective cannot express. Its tables hold one entry per element of every rank's
-block, so it is for small or uneven blocks, never the hot path of a large even step.
+``lax`` collective cannot express.
+
+The tables hold one entry per piece, not per element: what one rank sends another (and
+what it keeps) is a few strided runs, ``(start, step, length, count)``: ``count`` runs of
+``length`` consecutive elements, ``step`` apart (a box of a row-major block is one entry
+per 2-D slab of it), the same runs read on both sides (``runs_of``). Inside the
+``shard_map`` a rank expands its row of runs into element indices (an iota, a search over
+its few runs, a multiply-add: ``indices``), so the tables, the traced constants and what
+XLA compiles grow with the pieces, not with the blocks::
+
+    rank 1's piece for rank 2, rows 3..5 of its 3x8 block, columns 2..5 of rank 2's 6x4:
+        runs (start 2, step 8, length 4, count 3) -> (start 2, step 4, length 4, count 3)
 """
 
 from __future__ import annotations
@@ -42,15 +52,25 @@ from spec_lang.ir import Mesh
 Block = jax.Array
 
 
+RUN = 4  # a run table's last axis: start, step, length, count
+
+
 @dataclass(frozen=True)
 class Round:
     """One ``ppermute``: the (source, destination) rank pairs and, per rank, which of its
-    flat input elements it sends (``send``, padded with 0) and where the received ones land
-    in its flat output (``recv``, padded with the output's size: dropped)."""
+    flat input elements it sends (``send``) and where the received ones land in its flat
+    output (``recv``), as runs (``runs_of``; padded with empty runs), ``width`` elements
+    at most (the pieces are padded to it: an unused receive is dropped)."""
 
     perm: tuple[tuple[int, int], ...]
-    send: np.ndarray  # (world, width) int32; a dense round's (world, members, width)
+    send: np.ndarray  # (world, runs, 4) int32; a dense round's (world, members, runs, 4)
     recv: np.ndarray  # the same shape
+    width: int
+
+    def received(self, r: int) -> int:
+        """How many elements rank ``r`` receives in this round (from every member of a dense one)."""
+        runs = self.recv[r].reshape(-1, RUN)
+        return int(np.sum(runs[:, 2].astype(np.int64) * runs[:, 3]))
 
 
 @dataclass(frozen=True)
@@ -62,7 +82,7 @@ class Tables:
     out_shapes: tuple[tuple[int, ...], ...]
     op: str | None  # the reduction of a reducing kind, else None (a copy)
     group: int  # the reducing group's size (an average divides once by it)
-    keep_src: np.ndarray  # (world, out_max) int32: own element that lands there, or -1
+    keep: Round  # what each rank keeps: its own input elements (send) to its output (recv)
     rounds: tuple[Round, ...]
     # where every member of each group over the step's axes sends every other a piece: the
     # axes, and one dense round whose tables hold a row per member (``lax.all_to_all``)
@@ -102,9 +122,8 @@ def step_tables(step: Step, mesh: Mesh) -> Tables:
         return [np.asarray(y).reshape(-1) for y in simulate_step(sim, mesh, xs)]
 
     layers = [run(q) for q in range(world)] if reduces else [run(None)]
-    out_max = max((int(np.prod(s)) for s in out_shapes), default=0)
-    keep = np.full((world, out_max), -1, dtype=np.int32)
-    moves: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (src, dst) -> [(src elem, dst elem)]
+    kept: dict[tuple[int, int], list[Pairs]] = {}
+    moves: dict[tuple[int, int], list[Pairs]] = {}  # (src, dst) -> [(src elems, dst elems)]
     group = 1
     for layer in layers:
         for r, y in enumerate(layer):
@@ -112,15 +131,74 @@ def step_tables(step: Step, mesh: Mesh) -> Tables:
             code = y[hit] - 1
             src = np.searchsorted(offsets, code, side="right") - 1
             elem = code - offsets[src]
-            own = src == r
-            keep[r, hit[own]] = elem[own]
-            for q in np.unique(src[~own]).tolist():
+            for q in np.unique(src).tolist():
                 at = src == q
-                moves.setdefault((q, r), []).extend(zip(elem[at].tolist(), hit[at].tolist()))
+                (kept if q == r else moves).setdefault((q, r), []).append((elem[at], hit[at]))
     if reduces:
         group = max(1, mesh.group_size(step.axes))
-    return Tables(world, in_sizes, out_shapes, step.op if reduces else None, group, keep,
-                  _rounds(moves, world, out_max), _dense(moves, mesh, step.axes, out_max))
+    joined, own = _joined(moves), _joined(kept)
+    return Tables(world, in_sizes, out_shapes, step.op if reduces else None, group, _keep(own, world),
+                  _rounds(joined, world), _dense(joined, mesh, step.axes))
+
+
+Pairs = tuple[np.ndarray, np.ndarray]  # (source elements, destination elements), in one order
+
+
+def _joined(moves: dict[tuple[int, int], list[Pairs]]) -> dict[tuple[int, int], Pairs]:
+    """Each transfer's element pairs in one pair of arrays, ordered by destination element."""
+    out = {}
+    for key, parts in moves.items():
+        src = np.concatenate([p[0] for p in parts]).astype(np.int64)
+        dst = np.concatenate([p[1] for p in parts]).astype(np.int64)
+        order = np.argsort(dst, kind="stable")
+        out[key] = (src[order], dst[order])
+    return out
+
+
+def runs_of(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Element pairs (``src[i]`` lands at ``dst[i]``) as strided runs, ``(k, 6)`` rows of
+    (src start, src step, dst start, dst step, length, count): ``count`` runs of ``length``
+    consecutive elements on both sides, ``step`` apart on each; in order, so the two sides
+    read one buffer alike. Consecutive pairs join a run; runs of one length at one pair of
+    strides join an entry (greedily), so a box piece of a row-major block is an entry per
+    2-D slab."""
+    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    if not len(src):
+        return np.zeros((0, 6), dtype=np.int64)
+    starts = np.concatenate(([0], np.nonzero((np.diff(src) != 1) | (np.diff(dst) != 1))[0] + 1))
+    lens = np.diff(np.concatenate((starts, [len(src)])))
+    s0, d0 = src[starts], dst[starts]
+    same = np.concatenate((lens[1:] == lens[:-1], [False]))  # run i+1 has run i's length
+    ss, ds = np.diff(s0, append=0), np.diff(d0, append=0)  # strides from run i to run i+1
+    out = []
+    i, n = 0, len(starts)
+    while i < n:
+        j = i + 1
+        while j < n and same[j - 1] and ss[j - 1] == ss[i] and ds[j - 1] == ds[i]:
+            j += 1
+        step_s, step_d = (int(ss[i]), int(ds[i])) if j > i + 1 else (0, 0)
+        out.append((int(s0[i]), step_s, int(d0[i]), step_d, int(lens[i]), j - i))
+        i = j
+    return np.asarray(out, dtype=np.int64)
+
+
+def expand_runs(runs: np.ndarray) -> np.ndarray:
+    """The elements a run table ``(k, 4)`` names, in buffer order (``indices`` in numpy)."""
+    runs = np.asarray(runs, dtype=np.int64).reshape(-1, RUN)
+    parts = [(start + step * np.arange(count)[:, None] + np.arange(length)[None, :]).reshape(-1)
+             for start, step, length, count in runs.tolist() if length and count]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _keep(kept: dict[tuple[int, int], Pairs], world: int) -> Round:
+    runs = {r: runs_of(*pairs) for (_, r), pairs in kept.items()}
+    k = max((len(v) for v in runs.values()), default=0)
+    send = np.zeros((world, max(k, 1), RUN), dtype=np.int32)
+    recv = np.zeros_like(send)
+    for r, rr in runs.items():
+        send[r, : len(rr)] = rr[:, [0, 1, 4, 5]]
+        recv[r, : len(rr)] = rr[:, [2, 3, 4, 5]]
+    return Round((), send, recv, max((len(p[0]) for p in kept.values()), default=0))
 
 
 def relay_tables(step: Step, mesh: Mesh) -> Tables:
@@ -147,13 +225,15 @@ def relay_tables(step: Step, mesh: Mesh) -> Tables:
         apply_copies(copies, np.arange(base + 1, base + n_src + 1, dtype=np.int64), out, None)
         return out
 
-    keep = np.full((world, out_max), -1, dtype=np.int32)
-    phases: list[dict[tuple[int, int], list[tuple[int, int]]]] = [{}, {}]
+    kept: dict[tuple[int, int], Pairs] = {}
+    phases: list[dict[tuple[int, int], Pairs]] = [{}, {}]
     for r, p in enumerate(pieces):
-        n_out = int(np.prod(p.out_shape))
-        kept = expand(p.keep, in_sizes[r], n_out)
-        keep[r, np.nonzero(kept)[0]] = kept[kept > 0] - 1
+        own = expand(p.keep, in_sizes[r], int(np.prod(p.out_shape)))
+        at = np.nonzero(own)[0]
+        if len(at):
+            kept[(r, r)] = (own[at] - 1, at)
     for phase in (1, 2):
+        sources: dict[tuple[int, int], np.ndarray] = {}
         for r, p in enumerate(pieces):
             sends = p.send1 if phase == 1 else p.send2
             n_buf = sum(sends)
@@ -165,8 +245,7 @@ def relay_tables(step: Step, mesh: Mesh) -> Tables:
             off = 0
             for q, k in zip(p.members, sends):
                 if k:
-                    phases[phase - 1].setdefault((r, q), []).extend(
-                        (int(buf[off + j]) - 1, -1) for j in range(k))
+                    sources[(r, q)] = buf[off: off + k] - 1
                 off += k
         for r, p in enumerate(pieces):  # where each received element lands, peer by peer
             recvs = p.recv1 if phase == 1 else p.recv2
@@ -177,15 +256,14 @@ def relay_tables(step: Step, mesh: Mesh) -> Tables:
             off = 0
             for q, k in zip(p.members, recvs):
                 if k:
-                    sent = phases[phase - 1][(q, r)]
-                    phases[phase - 1][(q, r)] = [(a, int(landing[off + j])) for j, (a, _) in enumerate(sent)]
+                    phases[phase - 1][(q, r)] = (sources[(q, r)], landing[off: off + k])
                 off += k
-    return Tables(world, in_sizes, out_shapes, None, 1, keep, _rounds(phases[0], world, out_max),
-                  fan_out=_rounds(phases[1], world, out_max))
+    first, second = (_joined({key: [v] for key, v in ph.items()}) for ph in phases)
+    return Tables(world, in_sizes, out_shapes, None, 1, _keep(kept, world), _rounds(first, world),
+                  fan_out=_rounds(second, world))
 
 
-def _dense(moves: dict[tuple[int, int], list[tuple[int, int]]], mesh: Mesh, axes: tuple[str, ...],
-           out_max: int) -> tuple[tuple[str, ...], Round] | None:
+def _dense(moves: dict[tuple[int, int], Pairs], mesh: Mesh, axes: tuple[str, ...]) -> tuple[tuple[str, ...], Round] | None:
     """One ``lax.all_to_all`` over ``axes`` where the transfers are exactly every ordered pair
     of distinct members of each group: row m of a rank's tables is its piece for (from)
     the m-th member, row-major over ``axes`` as listed (the collective's member order)."""
@@ -196,20 +274,20 @@ def _dense(moves: dict[tuple[int, int], list[tuple[int, int]]], mesh: Mesh, axes
     want = {(q, r) for q in range(mesh.size) for r in groups[q] if r != q}
     if n < 3 or set(moves) != want:  # two members: one ppermute is the same exchange
         return None
-    width = max(len(v) for v in moves.values())
-    send = np.zeros((mesh.size, n, width), dtype=np.int32)
-    recv = np.full((mesh.size, n, width), out_max, dtype=np.int32)
-    for (q, r), pairs in moves.items():
-        got = np.asarray(pairs, dtype=np.int64)
-        send[q, groups[q].index(r), : len(got)] = got[:, 0]
-        recv[r, groups[r].index(q), : len(got)] = got[:, 1]
-    return axes, Round((), send, recv)
+    runs = {key: runs_of(*pairs) for key, pairs in moves.items()}
+    k = max(len(v) for v in runs.values())
+    send = np.zeros((mesh.size, n, k, RUN), dtype=np.int32)
+    recv = np.zeros_like(send)
+    for (q, r), rr in runs.items():
+        send[q, groups[q].index(r), : len(rr)] = rr[:, [0, 1, 4, 5]]
+        recv[r, groups[r].index(q), : len(rr)] = rr[:, [2, 3, 4, 5]]
+    return axes, Round((), send, recv, max(len(p[0]) for p in moves.values()))
 
 
-def _rounds(moves: dict[tuple[int, int], list[tuple[int, int]]], world: int, out_max: int) -> tuple[Round, ...]:
+def _rounds(moves: dict[tuple[int, int], Pairs], world: int) -> tuple[Round, ...]:
     """Colour the transfers greedily, largest first, into rounds of one send and one receive
     per rank."""
-    pending = sorted(moves, key=lambda k: -len(moves[k]))
+    pending = sorted(moves, key=lambda k: -len(moves[k][0]))
     rounds: list[list[tuple[int, int]]] = []
     for pair in pending:
         for rd in rounds:
@@ -220,14 +298,14 @@ def _rounds(moves: dict[tuple[int, int], list[tuple[int, int]]], world: int, out
             rounds.append([pair])
     out = []
     for rd in rounds:
-        width = max(len(moves[p]) for p in rd)
-        send = np.zeros((world, width), dtype=np.int32)
-        recv = np.full((world, width), out_max, dtype=np.int32)
-        for q, r in rd:
-            pairs = np.asarray(moves[(q, r)], dtype=np.int64)
-            send[q, : len(pairs)] = pairs[:, 0]
-            recv[r, : len(pairs)] = pairs[:, 1]
-        out.append(Round(tuple(sorted(rd)), send, recv))
+        runs = {pair: runs_of(*moves[pair]) for pair in rd}
+        k = max(len(v) for v in runs.values())
+        send = np.zeros((world, k, RUN), dtype=np.int32)
+        recv = np.zeros_like(send)
+        for (q, r), rr in runs.items():
+            send[q, : len(rr)] = rr[:, [0, 1, 4, 5]]
+            recv[r, : len(rr)] = rr[:, [2, 3, 4, 5]]
+        out.append(Round(tuple(sorted(rd)), send, recv, max(len(moves[p][0]) for p in rd)))
     return tuple(out)
 
 
@@ -239,45 +317,157 @@ def _identity(op: str | None, dtype: jnp.dtype) -> jax.Array:
     return jnp.zeros((), dtype)
 
 
+SMALL = 1 << 14  # a round of at most this many elements (all ranks) expands its runs to an index table
+MAX_SLOTS = 16  # more runs a rank than this: an index table too (each run is a slice to compile)
+
+
+def _element_table(runs: np.ndarray, width: int, outside: int) -> np.ndarray:
+    """Runs ``(..., k, 4)`` expanded to the element indices they name, ``(..., width)``,
+    padded with ``outside``: the gather a small round compiles fastest to."""
+    lead = runs.shape[:-2]
+    out = np.full((*lead, width), outside, dtype=np.int32)
+    for at in np.ndindex(*lead):
+        idx = expand_runs(runs[at])
+        out[at][: len(idx)] = idx
+    return out
+
+
+@dataclass(frozen=True)
+class _Side:
+    """One side of a round as XLA runs it: an element table (small rounds, or too many runs),
+    else per run slot the static longest run and most rows over the ranks (slices)."""
+
+    runs: np.ndarray  # (world, ..., k, 4)
+    width: int
+    lengths: tuple[int, ...]
+    counts: tuple[int, ...]
+    elements: np.ndarray | None  # (world, ..., width) or None: slices
+
+    @staticmethod
+    def of(runs: np.ndarray, width: int, outside: int) -> _Side:
+        k = runs.shape[-2]
+        flat = runs.reshape(-1, k, RUN)
+        lengths = tuple(int(v) for v in flat[:, :, 2].max(axis=0))
+        counts = tuple(int(v) for v in flat[:, :, 3].max(axis=0))
+        small = flat.shape[0] * width <= SMALL or k > MAX_SLOTS
+        return _Side(runs, width, lengths, counts, _element_table(runs, width, outside) if small else None)
+
+    @property
+    def pad(self) -> int:
+        return max((*self.lengths, 1))
+
+
+def _pack(xpad: Block, side: _Side, me: Block) -> Block:
+    """The ``width`` elements this rank's runs name in ``xpad`` (its input, followed by at
+    least ``side.pad`` junk elements), in buffer order (padding: junk, never read). Slices:
+    each run ``lax.dynamic_slice``d at its longest length over the ranks into the buffer at
+    its offset (a later run overwrites the junk past a shorter one; the rows of a strided
+    run in a ``fori_loop``)."""
+    if side.elements is not None:
+        return jnp.take(xpad, jnp.asarray(side.elements)[me], mode="clip")
+    runs = jnp.asarray(side.runs)[me]
+    buf = jnp.zeros((side.width + side.pad,), xpad.dtype)
+    off = jnp.zeros((), runs.dtype)
+    for i, (n, c) in enumerate(zip(side.lengths, side.counts)):
+        start, step, length, count = (runs[i, j] for j in range(RUN))
+        if not n or not c:
+            continue
+
+        def row(r: Block, b: Block, start: Block = start, step: Block = step, length: Block = length,
+                off: Block = off, n: int = n) -> Block:
+            return jax.lax.dynamic_update_slice(b, jax.lax.dynamic_slice(xpad, (start + r * step,), (n,)),
+                                                (off + r * length,))
+
+        buf = row(jnp.zeros((), runs.dtype), buf) if c == 1 else jax.lax.fori_loop(0, count, row, buf)
+        off = off + length * count
+    return buf[: side.width]
+
+
+def _unpack(acc: Block, got: Block, side: _Side, me: Block, op: str | None) -> Block:
+    """``got`` (a buffer in this rank's run order) into ``acc`` (the output followed by at
+    least ``side.pad`` junk elements) where the runs say: set, or combined by ``op``; past
+    a run's length a slice writes back what was there."""
+    if side.elements is not None:
+        # a receive past the output lands in the junk after it (cut off at the end)
+        return _combine(op, acc, got.reshape(-1), jnp.asarray(side.elements)[me].reshape(-1))
+    runs = jnp.asarray(side.runs)[me]
+    gpad = jnp.pad(got, (0, side.pad))
+    off = jnp.zeros((), runs.dtype)
+    for i, (n, c) in enumerate(zip(side.lengths, side.counts)):
+        start, step, length, count = (runs[i, j] for j in range(RUN))
+        if not n or not c:
+            continue
+
+        def row(r: Block, a: Block, start: Block = start, step: Block = step, length: Block = length,
+                off: Block = off, n: int = n) -> Block:
+            at = (start + r * step,)
+            cur = jax.lax.dynamic_slice(a, at, (n,))
+            new = jax.lax.dynamic_slice(gpad, (off + r * length,), (n,))
+            new = new if op is None else new + cur if op in ("sum", "avg") else \
+                jnp.maximum(cur, new) if op == "max" else jnp.minimum(cur, new)
+            return jax.lax.dynamic_update_slice(a, jnp.where(jax.lax.iota(runs.dtype, n) < length, new, cur), at)
+
+        acc = row(jnp.zeros((), runs.dtype), acc) if c == 1 else jax.lax.fori_loop(0, count, row, acc)
+        off = off + length * count
+    return acc
+
+
+def _combine(op: str | None, acc: Block, vals: Block, at: Block) -> Block:
+    # a receive past the output's end is padding: dropped
+    if op is None or op in ("sum", "avg"):
+        return acc.at[at].add(vals, mode="drop") if op else acc.at[at].set(vals, mode="drop")
+    return acc.at[at].max(vals, mode="drop") if op == "max" else acc.at[at].min(vals, mode="drop")
+
+
 def table_exchange(tables: Tables, names: tuple[str, ...]) -> Callable[[Block], Block]:
     """The step as a function of this rank's flat (padded) input inside ``shard_map`` over
     every mesh axis ``names``: returns its flat output, padded to the largest rank's."""
     op = tables.op
+    out_max = tables.out_max
+    in_max = max(tables.in_sizes, default=0)
 
-    def combine(acc: Block, vals: Block, at: Block) -> Block:
-        # a receive past the output's end is padding: dropped
-        if op is None or op in ("sum", "avg"):
-            return acc.at[at].add(vals, mode="drop") if op else acc.at[at].set(vals, mode="drop")
-        return acc.at[at].max(vals, mode="drop") if op == "max" else acc.at[at].min(vals, mode="drop")
+    def sides(rd: Round) -> tuple[_Side, _Side]:
+        return _Side.of(rd.send, rd.width, 0), _Side.of(rd.recv, rd.width, out_max)
+
+    keep = sides(tables.keep)
+    dense = (tables.dense[0], tables.dense[1].send.shape[1], sides(tables.dense[1])) if tables.dense else None
+    rounds = [(rd.perm, sides(rd)) for rd in (tables.rounds if dense is None else ())]
+    fan_out = [(rd.perm, sides(rd)) for rd in tables.fan_out]
+
+    every = [*keep, *(dense[2] if dense else ()), *(sd for _, two in rounds + fan_out for sd in two)]
+    pad = max(sd.pad for sd in every)  # junk past the input and the output: no slice clamps
 
     def run(x: Block) -> Block:
         me = jax.lax.axis_index(names)
-        keep = jnp.asarray(tables.keep_src)[me]
-        mine = jnp.take(x, jnp.maximum(keep, 0), mode="clip") if x.size else jnp.zeros(keep.shape, x.dtype)
         base = _identity(op, x.dtype) if op is not None else jnp.zeros((), x.dtype)
-        acc = jnp.where(keep >= 0, mine, base)
-        if tables.dense is not None:
-            axes, rd = tables.dense
-            sent = jnp.take(x, jnp.asarray(rd.send)[me], mode="clip")  # (members, width)
+        acc = jnp.full((out_max + pad,), base, x.dtype)
+        x = jnp.pad(x, (0, pad))
+        if tables.keep.width:  # what a rank keeps: a local copy (a reduction's own addend)
+            acc = _unpack(acc, _pack(x, keep[0], me), keep[1], me, None)
+        if dense is not None:
+            axes, members, (send, recv) = dense
+            sent = jnp.stack([_pack(x, _member(send, m), me) for m in range(members)])
             got = jax.lax.all_to_all(sent, axes if len(axes) > 1 else axes[0], 0, 0, tiled=True)
-            acc = combine(acc, got.reshape(-1), jnp.asarray(rd.recv)[me].reshape(-1))
-            rounds: tuple[Round, ...] = ()
-        else:
-            rounds = tables.rounds
-        for rd in rounds:
-            sent = jnp.take(x, jnp.asarray(rd.send)[me], mode="clip")
-            got = jax.lax.ppermute(sent, names, perm=list(rd.perm))
-            acc = combine(acc, got, jnp.asarray(rd.recv)[me])
-        if tables.fan_out:  # a relay's owners send on what the first phase brought
-            both = jnp.concatenate([x[: max(tables.in_sizes)], acc])
-            for rd in tables.fan_out:
-                got = jax.lax.ppermute(jnp.take(both, jnp.asarray(rd.send)[me], mode="clip"), names, perm=list(rd.perm))
-                acc = combine(acc, got, jnp.asarray(rd.recv)[me])
+            for m in range(members):
+                acc = _unpack(acc, got[m], _member(recv, m), me, op)
+        for perm, (send, recv) in rounds:
+            acc = _unpack(acc, jax.lax.ppermute(_pack(x, send, me), names, perm=list(perm)), recv, me, op)
+        if fan_out:  # a relay's owners send on what the first phase brought
+            both = jnp.concatenate([x[:in_max], acc])
+            for perm, (send, recv) in fan_out:
+                acc = _unpack(acc, jax.lax.ppermute(_pack(both, send, me), names, perm=list(perm)), recv, me, op)
+        acc = acc[:out_max]
         if op == "avg":
             acc = _divide(acc, tables.group)
         return acc
 
     return run
+
+
+def _member(side: _Side, m: int) -> _Side:
+    """A dense round's side toward its m-th member (the tables' second axis)."""
+    return dataclasses.replace(side, runs=side.runs[:, m],
+                               elements=None if side.elements is None else side.elements[:, m])
 
 
 def _divide(total: Block, n: int) -> Block:

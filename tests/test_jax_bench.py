@@ -28,3 +28,20 @@ def test_jax_vs_xla_cases_and_one_run() -> None:
         assert r["equal"] and r["device_put_equal"] is not False
         assert r["bound"] <= r["shardc_bytes"] < r["xla_bytes"], r
         assert r["shardc_s"] > 0 and r["xla_s"] > 0 and r["shardc_first_s"] > 0
+
+
+def test_the_16_device_cases_run_in_a_second_process() -> None:
+    import os
+    import subprocess
+
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    bench = importlib.import_module("bench.jax_vs_xla")
+    wide = {c[0]: c for c in bench.cases(small=True, devices=16)}
+    assert len(wide) >= 8 and all(c[1] == "a=2,b=2,c=2,d=2" for c in wide.values())
+    assert not set(wide) & {c[0] for c in bench.cases(small=False)}
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | {"PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "jax_vs_xla.py"), "--devices", "16", "--only",
+                          "rd-pub-044", "--reps", "2", "--tiny-reps", "2"], env=env, capture_output=True, text=True,
+                         timeout=300, check=True).stdout
+    assert "16 cpu devices" in out and "outputs equal to reshard's: 1/1" in out, out

@@ -17,7 +17,8 @@ from typed_data import random_arrays  # noqa: E402
 
 import lowering  # noqa: E402
 from jax_backend import LOWERINGS, box_exchange, describe  # noqa: E402
-from jax_backend.engine import run_blocks  # noqa: E402
+from jax_backend.engine import blocks_call, blocks_out, run_blocks  # noqa: E402
+from jax_backend.lowerings import lower_step  # noqa: E402
 from lowering.kinds.base import KINDS  # noqa: E402
 from lowering.program import Step  # noqa: E402
 from spec_lang.ir import Mesh  # noqa: E402
@@ -193,7 +194,7 @@ def test_relay_sends_what_its_plan_prices(mesh: str, src: str, dst: str) -> None
     sent = np.zeros(m.size, dtype=np.int64)
     for rd in (*tables.rounds, *getattr(tables, "fan_out", ())):
         for q, r in rd.perm:
-            sent[q] += int(np.count_nonzero(rd.recv[r] < tables.out_max))  # what r receives from q
+            sent[q] += rd.received(r)  # what r receives from q
     assert sent.tolist() == KINDS["relay"].price(step.src, step.dst, m, step.axes).tolist()
     program = lowering.make_program([step], m)
     xs = [x.astype(np.float32) for x in random_arrays(step.src, m, np.random.default_rng(1))]
@@ -302,3 +303,79 @@ def test_an_even_slicev_is_a_dynamic_slice(mesh: str, src: str, dst: str) -> Non
     xs = [x.astype(np.float32) for x in random_arrays(program.src, m, np.random.default_rng(5))]
     for a, b in zip(run_blocks(program, xs), lowering.simulate(program, xs), strict=True):
         assert a.shape == b.shape and np.array_equal(a, b)
+
+
+def _table_entries(tables: object) -> int:
+    """Every index-table entry a step's tables hold (arrays inside dataclasses and tuples)."""
+    import dataclasses
+
+    if isinstance(tables, np.ndarray):
+        return int(tables.size)
+    if isinstance(tables, (tuple, list)):
+        return sum(_table_entries(v) for v in tables)
+    if dataclasses.is_dataclass(tables):
+        return sum(_table_entries(getattr(tables, f.name)) for f in dataclasses.fields(tables))
+    return 0
+
+
+@pytest.mark.parametrize("mesh,src,dst", [
+    ("dp=3", "f32[3000@dp<1000,400,1600>,8]", "f32[3000@dp<400,1600,1000>,8]"),  # runs
+    ("dp=3", "f32[6,3000@dp<1000,400,1600>]", "f32[6,3000@dp<400,1600,1000>]"),  # 2-D boxes
+    ("dp=3,tp=2", "f32[8,2400]{U:dp}", "f32[8,2400@dp<1000,400,1000>]"),  # a reduction
+])
+def test_uneven_tables_hold_pieces_not_elements(mesh: str, src: str, dst: str) -> None:
+    # the exact exchange's tables grow with the pieces: one large uneven block compiles as
+    # fast as a small one, and still gives simulate's blocks
+    from jax_backend.tables import step_tables
+
+    m = parse_mesh(mesh)
+    program = lowering.compile(src, dst, m)
+    for step in program.steps:
+        elements = sum(int(np.prod(s)) for s in lowering.local_shapes(step.src, m))
+        assert _table_entries(step_tables(step, m)) < 400 <= elements // 25
+    xs = [x.astype(np.float32) for x in random_arrays(program.src, m, np.random.default_rng(2))]
+    for a, b in zip(run_blocks(program, xs), lowering.simulate(program, xs), strict=True):
+        assert a.shape == b.shape and np.array_equal(a, b)
+
+
+def test_runs_name_the_pairs_in_order() -> None:
+    from jax_backend.tables import expand_runs, runs_of
+
+    rng = np.random.default_rng(3)
+    box = np.arange(7 * 9).reshape(7, 9)[2:6, 3:8].reshape(-1)  # a box of a row-major block
+    cases = [(box, np.arange(box.size) + 5), (rng.permutation(40), np.arange(40)), (np.arange(0), np.arange(0)),
+             (np.concatenate([box, box + 100]), np.arange(2 * box.size) * 2)]
+    for src, dst in cases:
+        runs = runs_of(src, dst)
+        assert np.array_equal(expand_runs(runs[:, [0, 1, 4, 5]]), src)
+        assert np.array_equal(expand_runs(runs[:, [2, 3, 4, 5]]), dst)
+    assert len(runs_of(box, np.arange(box.size))) == 1  # a box: one entry, 4 runs of 5
+
+
+TABLE_STEPS = [(n, m, s) for n, m, s in STEPS if lower_step(s, m).flat]  # the exact exchange's
+
+
+@pytest.mark.parametrize("name,mesh,step", TABLE_STEPS, ids=[n for n, _, _ in TABLE_STEPS])
+def test_runs_as_slices_match_simulate(monkeypatch: pytest.MonkeyPatch, name: str, mesh: Mesh, step: Step) -> None:
+    # every round as slices of runs (what a large round runs), not an element table
+    import jax.numpy as jnp
+    from jax.sharding import PartitionSpec
+
+    from jax_backend import tables
+
+    monkeypatch.setattr(tables, "SMALL", 0)
+    program = lowering.make_program([step], mesh)
+    xs = [x.astype(np.int32 if step.src.dtype == "int32" else np.float32)
+          for x in random_arrays(step.src, mesh, np.random.default_rng(len(name)))]
+    _, x = blocks_call(program, xs)
+    width = x.shape[0] // mesh.size
+    run = tables.table_exchange(tables.step_tables(step, mesh), mesh.names)
+
+    def body(b: jax.Array) -> jax.Array:
+        y = run(b)
+        return jnp.pad(y, (0, width - y.shape[0]))
+
+    spec = PartitionSpec(mesh.names)
+    fn = jax.jit(jax.shard_map(body, mesh=x.sharding.mesh, in_specs=spec, out_specs=spec, check_vma=False))
+    for r, (a, b) in enumerate(zip(blocks_out(program, fn(x)), lowering.simulate(program, xs), strict=True)):
+        assert a.shape == b.shape and np.array_equal(a, b), f"rank {r}: {a} != {b}"

@@ -157,3 +157,33 @@ def test_from_jax_and_to_jax_take_a_traced_values_abstract_mesh() -> None:
     t, sharding, m = seen[0]
     assert t == parse("f32[16@tp,8]{U:dp}") and m.names == ("dp", "tp") and m.ranks is None
     assert isinstance(sharding, NamedSharding) and sharding.spec == x.sharding.spec
+
+
+@pytest.mark.parametrize("dtype,bits", [("f32", False), ("i32", False), ("bf16", True)])
+def test_only_narrow_floats_move_as_bits(dtype: str, bits: bool) -> None:
+    # a bitcast is a kernel more for XLA to compile (a tiny exchange's first call); only bf16
+    # and f16 gain from moving as unsigned integers (XLA:CPU widens them in its copies)
+    t, m = lowering.resolve(f"{dtype}[8@(dp,tp),16]", "dp=2,tp=4")
+    x = jax_backend.from_blocks([b.astype(jnp.dtype(t.dtype)) for b in _blocks(_array("f32[8@(dp,tp),16]", "dp=2,tp=4"))],
+                                t, to_jax(t, m).mesh)
+    move = jax_backend.redistributor(f"{dtype}[8@(dp,tp),16]", f"{dtype}[8@tp,16]", x.sharding.mesh)
+    assert ("bitcast_convert" in move.lower(x).as_text()) is bits
+    dst = to_jax(f"{dtype}[8@tp,16]", x.sharding.mesh)
+    with jax.set_mesh(x.sharding.mesh):
+        assert _same(move(x), jax.sharding.reshard(x, dst))
+
+
+def test_small_programs_compile_with_cheap_cpu_codegen() -> None:
+    # a small program's first call is mostly XLA compiling its copies; a large one keeps
+    # XLA's optimised code
+    from jax_backend.engine import CHEAP_CPU_CODEGEN, compile_options, device_mesh
+
+    m = lowering.resolve("f32[8]", "dp=2,tp=4")[1]
+    small = lowering.compile("f32[8@(dp,tp),16]", "f32[8@tp,16]", m)
+    large = lowering.compile("f32[2048@(dp,tp),2048]", "f32[2048@dp,2048]", m)
+    assert compile_options(small, device_mesh(m)) == CHEAP_CPU_CODEGEN
+    assert compile_options(large, device_mesh(m)) == {}
+    x = _array("f32[8@(dp,tp),16]", "dp=2,tp=4")
+    with jax.set_mesh(x.sharding.mesh):
+        want = jax.sharding.reshard(x, to_jax("f32[8@tp,16]", x.sharding.mesh))
+    assert _same(jax_backend.redistribute(x, "f32[8@tp,16]"), want)
