@@ -60,3 +60,33 @@ def test_a_plan_with_no_merged_collective_is_shardcs_own(fake_pg):
     own = lowering.compile(parse("f32[64,32@tp]"), parse("f32[64,32]"), parse_mesh("dp=2,tp=4"))
     assert not isinstance(pair, str)
     assert pair.program.steps == own.steps
+
+
+def test_on_gloo_a_reduction_is_not_split_over_a_spare_axis_for_256_kib(fake_pg, monkeypatch):
+    """``{U:tp} -> 8@tp`` on 2x4: shardc's own plan slices over dp (which both ends
+    replicate), reduce_scatters half the data over tp and all_gathers it back over dp,
+    saving 256 KiB for one more collective; on gloo, where a collective costs a
+    millisecond or more, the engine runs DTensor's one reduce_scatter over tp."""
+    import torch.distributed as dist
+    from torch.distributed._local_tensor import LocalTensorMode
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Partial, Replicate, Shard
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+
+    from torch_backend.dtensor_specs import plan_pair
+
+    fake_pg(8)
+    own = lowering.compile(parse("f32[8,32768]{U:tp}"), parse("f32[8@tp,32768]"), parse_mesh("dp=2,tp=4"))
+    assert [s.kind for s in own.steps] == ["slice", "reduce_scatter", "all_gather"]
+    meta = TensorMeta(torch.Size((8, 32768)), (32768, 1), torch.float32)
+    kinds = {}
+    for backend in ("fake", "gloo"):
+        monkeypatch.setattr(dist, "get_backend", lambda *a, backend=backend, **k: backend)
+        with LocalTensorMode(8) as lm:
+            dm = init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
+            pair = plan_pair(DTensorSpec(dm, (Replicate(), Partial()), tensor_meta=meta),
+                             DTensorSpec(dm, (Replicate(), Shard(0)), tensor_meta=meta), lm)
+        assert not isinstance(pair, str), pair
+        kinds[backend] = [(s.kind, s.axes) for s in pair.program.steps]
+    assert kinds["fake"] == [(s.kind, s.axes) for s in own.steps]
+    assert kinds["gloo"] == [("reduce_scatter", ("tp",))]

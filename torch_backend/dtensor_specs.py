@@ -253,10 +253,27 @@ def plan_pair(src: Any, dst: Any, lm: Any) -> SpecPair | str:
     if isinstance(ctx, str):
         return ctx
     try:
-        program = _fewer_ring_steps(s, d, g.root, lowering.compile(s, d, g.root))
+        program = _fewer_ring_steps(s, d, g.root, lowering.compile(s, d, g.root, cost_model=_engine_model()))
     except SpecError:
         return "refused"
     return SpecPair(program, ctx)
+
+
+# a collective's latency in bytes, per backend, where shardc's default (64 KiB: a few us at
+# NVLink-class bandwidth) undercharges it: a gloo collective costs ms on CPU
+_SPARE_AXIS_BYTES = {"gloo": 1 << 20}
+
+
+def _engine_model() -> CostModel | None:
+    """The bytes-first model with a spare-axis charge for this world's backend.
+
+    shardc splits a pending reduction over an axis both ends replicate (slice, reduce on
+    part of the data, all_gather back) where the bytes saved pay for the collective added,
+    priced ``spare_axis_bytes``. On gloo a collective costs a millisecond or more, so a
+    split that saves 256 KiB for one more collective is slower there than DTensor's one
+    reduce_scatter."""
+    charge = _SPARE_AXIS_BYTES.get(str(dist.get_backend())) if dist.is_initialized() else None
+    return None if charge is None else CostModel(spare_axis_bytes=charge)
 
 
 def _ring_steps(program: Any) -> int:
