@@ -13,6 +13,7 @@ dims get names here (``d0``, ``d1``, ...).
 
 from __future__ import annotations
 
+import itertools
 import math
 import weakref
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from typing import Any
 import torch.distributed as dist
 
 import lowering
+from lowering.cost import CostModel
 from lowering.placements import from_placements
 from spec_lang.errors import SpecError
 from spec_lang.ir import INTEGER_DTYPES, AxisType, Dim, Mesh, TensorType
@@ -301,20 +303,81 @@ def _program(s: TensorType, d: TensorType, g: Geometry, shared: list[int]) -> An
     where shardc's own plan would keep the value on one rank (``zero_fill``)."""
     runs = [g.axes[i] for i in shared if g.axes[i]]  # a size-1 dim's share is the value
     if not runs:
-        return lowering.compile(s, d, g.root)
+        return _planned(s, d, g.root)
 
     def short_of(pending: set[str]) -> TensorType:  # ``d`` with the axes still to divide replicated (I)
         return TensorType(d.dtype, d.dims, tuple((a, at) for a, at in d.axis_types if a not in pending))
 
     pending = {a for run in runs for a in run}
     mid = short_of(pending)
-    steps = list(lowering.compile(s, mid, g.root).steps)
+    steps = list(_planned(s, mid, g.root).steps)
     for run in runs:
         pending -= set(run)
         nxt = short_of(pending)
         steps.append(lowering.make_step("divide", mid, nxt, g.root, axes=run))
         mid = nxt
     return lowering.make_program(steps, g.root, src=s)
+
+
+# a collective's latency in bytes, per backend, where shardc's default (64 KiB: a few us at
+# NVLink-class bandwidth) undercharges it: a gloo collective costs ms on CPU
+_SPARE_AXIS_BYTES = {"gloo": 1 << 20}
+
+
+def _engine_model() -> CostModel | None:
+    """The bytes-first model with a spare-axis charge for this world's backend.
+
+    shardc splits a pending reduction over an axis both ends replicate (slice, reduce on
+    part of the data, all_gather back) where the bytes saved pay for the collective added,
+    priced ``spare_axis_bytes``. On gloo a collective costs a millisecond or more, so a
+    split that saves 256 KiB for one more collective is slower there than DTensor's one
+    reduce_scatter."""
+    charge = _SPARE_AXIS_BYTES.get(str(dist.get_backend())) if dist.is_initialized() else None
+    return None if charge is None else CostModel(spare_axis_bytes=charge)
+
+
+def _ring_steps(program: Any) -> int:
+    """``program``'s latency in ring steps: a collective over a group of n ranks passes its
+    data on n-1 times (an all_gather's ring), a permute once."""
+    mesh = program.mesh
+    return sum(s.launches * (1 if s.kind == "permute" else math.prod(mesh.axis_size(a) for a in s.axes) - 1)
+               for s in program.steps if s.is_collective)
+
+
+def _ring_model(mesh: Mesh) -> CostModel:
+    """Bytes first, then ring steps: an alpha per ring step far below one byte's beta."""
+    names, sizes = mesh.names, mesh.sizes
+    groups = tuple((tuple(names[i] for i in comb), (math.prod(sizes[i] for i in comb) - 1) * _STEP_ALPHA, 1e-10)
+                   for k in range(2, len(names) + 1) for comb in itertools.combinations(range(len(names)), k))
+    return CostModel(tuple((n, (z - 1) * _STEP_ALPHA) for n, z in sorted(zip(names, sizes))), (), 0.0, 1e-10,
+                     groups=groups)
+
+
+_STEP_ALPHA = 1e-16  # a ring step's latency in the engine's tie-break: below any byte's 1e-10 s
+
+
+def _fewer_ring_steps(s: TensorType, d: TensorType, mesh: Mesh, program: Any) -> Any:
+    """``program``, or the plan that moves the same bytes in fewer ring steps.
+
+    shardc's bytes-first planner merges a collective over several mesh axes into one over
+    their flattened group where the bytes tie (one collective fewer). A ring over all n
+    ranks of the group takes n-1 steps, where one ring per axis takes the sum of each
+    axis's size less one: on 2x4, ``all_gather(tp,dp)`` passes 7 times, ``all_gather(dp)``
+    then ``all_gather(tp)`` 1 + 3 times, the same bytes. Where latency is paid per step (a
+    small tensor, gloo), the per-axis rings are faster, so the engine takes them; the bytes
+    never grow."""
+    if not any(st.is_collective and len(st.axes) > 1 for st in program.steps):
+        return program
+    other = lowering.compile(s, d, mesh, cost_model=_ring_model(mesh))
+    if other.cost.bytes_max == program.cost.bytes_max and _ring_steps(other) < _ring_steps(program):
+        return other
+    return program
+
+
+def _planned(s: TensorType, d: TensorType, mesh: Mesh) -> Any:
+    """``s -> d`` as the engine plans it: shardc's planner under this backend's model, then
+    the plan of the same bytes in fewer ring steps."""
+    return _fewer_ring_steps(s, d, mesh, lowering.compile(s, d, mesh, cost_model=_engine_model()))
 
 
 def _context(dm: Any, g: Geometry, lm: Any) -> MeshContext | str:
