@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from lowering.checks import check_type, resolve
+from lowering.checks import check_type_once, resolve
 from lowering.cost import DEFAULT_COST_MODEL, CostModel
 from lowering.layout import local_numel
 from spec_lang.errors import SpecError
@@ -246,8 +246,8 @@ def make_program(steps: Sequence[Step] | Step, mesh: Mesh | str, *, cost_model: 
         if not isinstance(s, Step):
             raise SpecError(f"step {i + 1} is a {type(s).__name__}, not a Step",
                             hint="build steps with lowering.make_step(kind, src, dst, mesh)")
-        check_type(s.src, m)
-        check_type(s.dst, m)
+        check_type_once(s.src, m)  # a step's types, checked when it was made: not again
+        check_type_once(s.dst, m)
         if len(s.bytes_sent) != m.size:
             raise SpecError(f"step {i + 1} ({s.describe()}) was priced on a mesh of {len(s.bytes_sent)} ranks, "
                             f"not on {m} ({m.size} ranks)", hint="build every step on the program's mesh")

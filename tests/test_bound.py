@@ -17,7 +17,8 @@ torch = pytest.importorskip("torch")
 from torch_utils import from_local, local_mode, to_local  # noqa: E402
 
 import torch_backend  # noqa: E402
-from torch_backend import api  # noqa: E402
+from spec_lang.local_type import P, R, S  # noqa: E402
+from torch_backend import api, spmd  # noqa: E402
 from torch_backend.bound import BoundCall  # noqa: E402
 
 MESH, SRC, DST = "dp=4", "f64[8@dp,3]", "f64[8,3]"
@@ -213,6 +214,57 @@ def test_a_first_call_checks_and_compiles_each_type_once(fake_pg: Callable[[int]
     assert seen == [str(parse(SRC)), str(parse(DST))], seen
     assert inner == seen, inner
     assert programs == 1 and compiles >= 1, (programs, compiles)
+
+
+SPMD_DOORS = {
+    "all_gather": lambda x: spmd.all_gather(x, "x", src=S(0), dst=R),
+    "reduce_scatter": lambda x: spmd.reduce_scatter(x, "x", src=P, dst=S(0)),
+    "all_to_all": lambda x: spmd.all_to_all(x, "x", src=S(0), dst=S(1)),
+    "redistribute": lambda x: spmd.redistribute(x, "x", src=S(0), dst=R),
+    "all_reduce with op_dtype": lambda x: spmd.all_reduce(x.float(), "x", src=P, dst=R, op_dtype=torch.float64),
+}
+
+
+@pytest.mark.parametrize("door", SPMD_DOORS)
+def test_a_first_typed_spmd_call_checks_and_compiles_each_type_once(fake_pg: Callable[[int], None],
+                                                                      door: str) -> None:
+    # the typed SPMD collectives' doors: each local type resolved once, the pair checked
+    # once (it was twice: the call's check and program_for's), each type of the program
+    # checked once (it was twice: make_step's and make_program's), one program compiled
+    # and bound (with op_dtype: the plain program, and the all_to_all and all_gather the
+    # wider reduction runs)
+    import sys
+    from collections import Counter
+
+    import lowering
+    from lowering import checks
+    from lowering.spmd import programs, rules, types
+
+    codes = {types.resolve.__code__: "resolve", rules.check_pair.__code__: "pair",
+             checks.check_type.__code__: "check", programs.routed_program.__wrapped__.__code__: "program",
+             api.bound_program.__code__: "bound"}
+    counts: Counter[str] = Counter()
+    checked: Counter[str] = Counter()
+
+    def profile(frame: Any, event: str, arg: object) -> None:
+        what = codes.get(frame.f_code) if event == "call" else None
+        if what is not None:
+            counts[what] += 1
+            if what == "check":
+                checked[str(frame.f_locals["t"])] += 1
+
+    with local_mode(fake_pg, 4) as lm, spmd.use_mesh("x=4"):
+        x = to_local(lm, [torch.ones(8, 4, dtype=torch.float64)] * 4)
+        lowering.clear_caches()
+        sys.setprofile(profile)
+        try:
+            SPMD_DOORS[door](x)
+        finally:
+            sys.setprofile(None)
+    n = 3 if "op_dtype" in door else 1
+    assert counts["resolve"] == 2 and counts["pair"] == 1, counts
+    assert counts["program"] == counts["bound"] == n, counts
+    assert checked and max(checked.values()) == 1, checked
 
 
 def test_a_type_refused_once_is_refused_again_with_its_own_text() -> None:

@@ -46,7 +46,7 @@ from torch_backend.dtypes import check_reductions, dtype_name, short_name, to_to
 from torch_backend.groups import MeshContext, context, real_world
 from torch_backend.tensor_checks import check_all, check_strided, check_tensor, is_dtensor
 
-__all__ = ["Door", "bound_for", "bound_program", "distribute", "hot_bound", "redistribute", "text_key", "through_door"]
+__all__ = ["Door", "async_entries", "bound_for", "bound_program", "distribute", "hot_bound", "redistribute", "text_key", "through_door"]
 
 
 def _type(t: TensorType | str, what: str) -> TensorType:
@@ -108,19 +108,23 @@ class Door:
     ``Redistributor``, itself as ``src`` and its bound call as ``bound``)."""
 
     compiled: Callable[..., Any]  # inside torch.compile: its traced entry (None: refused eagerly)
-    fast: Callable[..., Any]  # the fast path's result, or None where the call does not take it
-    resolve: Callable[..., tuple[list[Any], tuple[Any, ...], tuple[Any, ...], Any]]  # tensors, types, mesh
+    fast: Callable[..., Any] | None  # the fast path's result, or None where the call does not take it
+    resolve: Callable[..., tuple[list[Any], tuple[Any, ...], tuple[Any, ...], Any]] | None  # tensors, types, mesh
     one: bool = True  # one tensor in and out, else a list
     elsewhere: Callable[..., Any] | None = None  # a call whose inputs another sequence takes (a DTensor's)
     across: Callable[..., Any] | None = None  # dst_mesh=: the cross-mesh door (torch_backend.mesh_transfer)
+    own: Callable[..., Any] | None = None  # a call with no fast path, agreement or async form, whose program
+    # is planned from its own arguments: its checks and run after compile time (a typed SPMD collective's)
 
 
 def through_door(door: Door, x: Any, src: Any, dst: Any, mesh: Any, timeout: timedelta | float | None,
                  agree: bool | None, async_op: bool, dst_mesh: Any = None, bound: BoundCall | None = None) -> Any:
-    """The one door sequence of ``redistribute``, ``redistribute_many`` and a
-    ``Redistributor``'s call: another mesh, compile time or eager, the fast path, the
-    inputs resolved, this rank's checks (agreed with the other ranks where the call
-    agrees: ``agreed_bound``), sync or async, the run."""
+    """The one door sequence of ``redistribute``, ``redistribute_many``, a
+    ``Redistributor``'s call and the typed SPMD collectives: another mesh, compile time or
+    eager, the fast path, the inputs resolved, this rank's checks (agreed with the other
+    ranks where the call agrees: ``agreed_bound``), sync or async, the run. A typed SPMD
+    collective (``door.own``) takes the sequence to compile time or eager, then checks
+    and runs its program its own way (it has no fast path, agreement or async form)."""
     if type(async_op) is not bool:  # its truthiness would decide silently
         check_flag(async_op, "async_op", "async_op=True returns a handle whose wait() gives the result")
     if dst_mesh is not None and door.across is not None:
@@ -131,10 +135,12 @@ def through_door(door: Door, x: Any, src: Any, dst: Any, mesh: Any, timeout: tim
         y = door.compiled(x, src, dst, mesh, async_op=async_op, timeout=timeout, agree=agree)
         if y is not None:
             return y
+    if door.own is not None:
+        return door.own(x, src, dst, mesh)
     if agree is not None:
         check_agree(agree)
     agrees = agree if agree is not None else _AGREE[0] if _AGREE else agree_default()
-    if timeout is None and not async_op and not agrees:
+    if timeout is None and not async_op and not agrees and door.fast is not None:
         y = door.fast(x, src, dst, mesh, bound)
         if y is not None:
             return y
@@ -142,13 +148,13 @@ def through_door(door: Door, x: Any, src: Any, dst: Any, mesh: Any, timeout: tim
         y = door.elsewhere(x, src, dst, mesh, timeout=timeout, agree=agree, async_op=async_op)
         if y is not None:
             return y
+    assert door.resolve is not None  # every door but an own one resolves its inputs
     xs, srcs, dsts, mesh = door.resolve(x, src, dst, mesh, bound)
     if agrees:
         bound, xs = agreed_bound(xs, srcs, dsts, mesh, timeout, bound=bound)
     else:
         bound = bound if bound is not None else bound_for(srcs, dsts, mesh, timeout)
-        xs = [bound.check(xs[0])] if door.one else check_all(xs, [p.src for p in bound.programs], bound.ctx,
-                                                             bound.expect)
+        xs = [bound.check(xs[0])] if door.one else bound.check_all(xs)
     if async_op:
         return bound.start(xs, one=door.one)
     return bound.call_one(xs[0]) if door.one else bound.call(xs)
@@ -174,11 +180,19 @@ def _fast(x: Any, src: Any, dst: Any, mesh: Any, _: Any) -> Any:
 def _of_dtensor(x: Any, src: Any, dst: Any, mesh: Any, *, timeout: Any, agree: bool | None, async_op: bool) -> Any:
     if not is_dtensor(x):
         return None
+    stated, dst = (None, src) if dst is None else (src, dst)
+    return _redistribute_dtensor(x, stated, _check_dtensor_call(dst, async_op), mesh, timeout=timeout, agree=agree)
+
+
+def _check_dtensor_call(dst: TensorType | str | None, async_op: bool) -> TensorType | str:
+    """The destination type, after what ``redistribute(dtensor, ...)`` refuses first, eagerly
+    and at trace time."""
     if async_op:
         raise SpecError("async_op=True takes a local tensor, not a DTensor",
                         hint="pass dt.to_local() with its source type and mesh, or drop async_op")
-    stated, dst = (None, src) if dst is None else (src, dst)
-    return _redistribute_dtensor(x, stated, dst, mesh, timeout=timeout, agree=agree)
+    if dst is None:
+        raise SpecError("redistribute(dtensor, dst) needs a destination type", hint="e.g. 'f32[8,16@dp]'")
+    return dst
 
 
 def _resolve(x: Any, src: Any, dst: Any, mesh: Any, _: Any) -> tuple[list[Any], tuple[Any, ...], tuple[Any, ...], Any]:
@@ -206,21 +220,30 @@ REDISTRIBUTE = Door(_compiled, _fast, _resolve, elsewhere=_of_dtensor, across=_a
 traced.entry("redistribute")(redistribute)
 
 
-# async_op=True inside torch.compile, in two regions around the user's wait (trace_marks.Waiting)
-@traced.entry("redistribute.splits")
-def _async_splits(src: TensorType | str, dst: TensorType | str, mesh: Any, **_: Any) -> bool:
-    return bound_for((src,), (dst,), mesh).issues()
+def async_entries(name: str, bound_of: Callable[..., BoundCall]) -> None:
+    """``async_op=True`` of the traced call ``name`` inside torch.compile, in two regions
+    around the user's wait (``trace_marks.Waiting``): ``name.splits`` (whether the call
+    splits), ``name.start`` (``BoundCall.issue``) and ``name.finish`` (``land``), each on the
+    bound call ``bound_of`` gives for the call's arguments but its tensor (``x``: one
+    tensor, or a list of them)."""
+    def checked(bound: BoundCall, x: Any) -> list[torch.Tensor]:
+        return [bound.check(x)] if isinstance(x, torch.Tensor) else bound.check_all(x)
+
+    def start(x: Any, *args: Any, **kwargs: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        bound = bound_of(*args, **kwargs)
+        return bound.issue(checked(bound, x))
+
+    def finish(x: Any, got: Any, *args: Any, **kwargs: Any) -> Any:
+        bound = bound_of(*args, **kwargs)
+        ys = bound.land(checked(bound, x), got)
+        return ys[0] if isinstance(x, torch.Tensor) else ys
+
+    traced.entry(name + ".splits")(lambda *args, **kwargs: bound_of(*args, **kwargs).issues())
+    traced.entry(name + ".start")(start)
+    traced.entry(name + ".finish")(finish)
 
 
-@traced.entry("redistribute.start")
-def _async_start(x: Any, src: TensorType | str, dst: TensorType | str, mesh: Any, **_: Any) -> torch.Tensor:
-    return bound_for((src,), (dst,), mesh).issue(x)
-
-
-@traced.entry("redistribute.finish")
-def _async_finish(x: Any, got: torch.Tensor, src: TensorType | str, dst: TensorType | str, mesh: Any,
-                  **_: Any) -> torch.Tensor:
-    return bound_for((src,), (dst,), mesh).land(x, got)
+async_entries("redistribute", lambda src, dst, mesh, **_: bound_for((src,), (dst,), mesh))
 
 
 # The one cache of bound calls, least recently used evicted first. Two kinds of key:
@@ -425,13 +448,11 @@ def distribute(tensor: torch.Tensor, mesh: Mesh | str | Any, t: TensorType | str
     return rank_map(ctx, lambda r: piece(r))
 
 
-def _redistribute_dtensor(x: Any, src: TensorType | str | None, dst: TensorType | str | None,
+def _redistribute_dtensor(x: Any, src: TensorType | str | None, dst: TensorType | str,
                           mesh: Mesh | str | Any | None, *, timeout: timedelta | float | None,
                           agree: bool | None) -> Any:
     from lowering.placements import to_placements
 
-    if dst is None:
-        raise SpecError("redistribute(dtensor, dst) needs a destination type", hint="e.g. 'f32[8,16@dp]'")
     dm = x.device_mesh
 
     def types() -> tuple[TensorType, TensorType, Mesh]:
@@ -510,12 +531,7 @@ def _compiled_dtensor_plan(dm: Any, placements: tuple[Any, ...], shape: tuple[in
     from lowering.placements import to_placements
 
     traced.check_compiled_flags(agree, timeout)
-    if async_op:
-        raise SpecError("async_op=True takes a local tensor, not a DTensor",
-                        hint="pass dt.to_local() with its source type and mesh, or drop async_op")
-    if dst is None:
-        raise SpecError("redistribute(dtensor, dst) needs a destination type", hint="e.g. 'f32[8,16@dp]'")
-    s, d, m = _dtensor_types(dm, placements, shape, dtype, None, src, dst, mesh)
+    s, d, m = _dtensor_types(dm, placements, shape, dtype, None, src, _check_dtensor_call(dst, async_op), mesh)
     key = "plan_" + hashlib.sha1(repr((id(dm), placements, shape, dtype, s, d)).encode()).hexdigest()
     held = _COMPILED_PLANS.__dict__
     if key not in held:

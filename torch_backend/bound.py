@@ -41,6 +41,7 @@ from torch_backend.tensor_checks import check_all, check_tensor, expected_block,
 from torch_backend.type_tags import Tags, output_tags, typed_output
 
 _UNSET: Any = object()
+Flying = tuple[Merged, tuple[int, ...], Any, Callable[[], Any]]  # a group in flight: members, work, finish
 
 
 @dataclass(eq=False)
@@ -197,7 +198,8 @@ class BoundCall:
 
     def start(self, xs: Sequence[torch.Tensor], one: bool) -> Handle:
         """The async call: its handle (``one``: ``wait()`` gives a tensor, else a list)."""
-        return Handle(Pending(self, [x.detach() if x.requires_grad else x for x in xs]), xs, one)
+        plain = [x.detach() if x.requires_grad else x for x in xs]
+        return Handle(Pending(self, plain, *self.split(plain, self.scratch), self.scratch), xs, one)
 
     def last_collective(self) -> int:
         """The last round holding a collective that sends anything (-1: none): where an
@@ -236,45 +238,59 @@ class BoundCall:
         k = self.last_collective()
         return k >= 0 and any(self.launches(g) for g in self.joint.rounds[k])
 
-    def issue(self, x: Any) -> torch.Tensor:
-        """``x`` checked, the steps before the last collective, and that collective issued:
-        its result before its wait (``comm.in_flight``), for the user's code to wait on."""
-        k = self.last_collective()
-        y = self.run_rounds([self.check(x).detach()], self.joint.rounds[:k])[0]
-        launched = collectives.launch(self.ctx, self.program.steps[k], self.pieces[0][k], y)
-        assert launched is not None  # issues() said so
-        return comm.in_flight(launched[0])
+    def split(self, xs: Sequence[torch.Tensor], scratch: Scratch | None = None) -> tuple[list[torch.Tensor], list[Flying]]:
+        """The first half of every async call: the rounds before the last one holding a
+        collective, then that round, its launchable groups left on the wire (``launch``),
+        its others run (collectives go out in call order on every rank): every tensor as
+        that round left it (a launched group's members still its inputs), and the groups in flight."""
+        k, rounds = self.last_collective(), self.joint.rounds
+        flying: list[Flying] = []
+        with using(scratch):
+            ys = self.run_rounds(list(xs), rounds[:k])
+            for g in rounds[k] if k >= 0 else ():
+                launched = self.launch(g, ys)
+                if launched is None:
+                    self.run_group(g, ys)
+                else:
+                    flying.append((g, *launched))
+        return ys, flying
 
-    def land(self, x: Any, got: torch.Tensor) -> torch.Tensor:
-        """The rest of ``issue``'s call: ``got`` (waited) landed as the last collective's
-        result, the steps after it run; differentiable in ``x`` like the sync call."""
-        x = self.check(x)
-        k = self.last_collective()
-        like = x.new_empty(self.pieces[0][k][self.ctx.rank].in_shape)  # the step's input: only its shape counts
-        landed = Landed(self, [x], [got], [like])
-        y = _Run.apply(self, landed, x)[0] if x.requires_grad and torch.is_grad_enabled() else landed.result()[0]
-        return typed_output(y, x, self.tags[0])
+    def landing(self, xs: Sequence[torch.Tensor], ys: list[torch.Tensor], flying: Sequence[Flying],
+                scratch: Scratch | None = None) -> list[torch.Tensor]:
+        """The second half: each group in flight waited (a failure named) and its results
+        landed, in launch order, then the rounds after; the results never alias the inputs."""
+        for g, members, work, finish in flying:
+            try:
+                comm.wait(self.ctx, work)
+            except RuntimeError as e:
+                self.raise_failed(g, e)
+            for j, y in zip(members, finish()):
+                ys[j] = y
+        with using(scratch):
+            ys = self.run_rounds(ys, self.joint.rounds[self.last_collective() + 1:])
+        return self.unaliased(xs, ys)
 
-    def issue_all(self, xs: Sequence[Any]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """``issue`` of many programs: the rounds before the last holding a collective, then
-        that round, its launchable groups issued: their results before their waits, and
-        every tensor as that round left it (a launched group's members still its inputs)."""
-        k = self.last_collective()
-        ys = self.run_rounds([x.detach() for x in self.check_all(xs)], self.joint.rounds[:k])
-        flying = []
-        for g in self.joint.rounds[k]:
-            launched = self.launch(g, ys) if self.launches(g) else None
-            if launched is None:
-                self.run_group(g, ys)
-            else:
-                flying.append(comm.in_flight(launched[1]))
-        return flying, ys
+    def issue(self, xs: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The first region of a compiled async call (``trace_marks.Waiting``), on the checked
+        tensors: ``split``, each collective in flight as its result before its wait
+        (``comm.in_flight``), for the user's code to wait on, and every tensor as ``split`` left it."""
+        ys, flying = self.split([x.detach() for x in xs])
+        return [comm.in_flight(work) for _, _, work, _ in flying], ys
 
-    def land_all(self, xs: Sequence[Any], got: tuple[list[torch.Tensor], list[torch.Tensor]]) -> list[torch.Tensor]:
-        """The rest of ``issue_all``'s call, ``got`` its results (the in-flight ones waited):
+    def land(self, xs: Sequence[torch.Tensor], got: tuple[list[torch.Tensor], list[torch.Tensor]]) -> list[torch.Tensor]:
+        """The second region: ``issue``'s collectives replayed, each landing its waited result
+        (``got``, in order; ``comm.landed``) in place of issuing it, then the rest (``Pending``);
         differentiable in ``xs`` like the sync call, the outputs typed."""
-        xs = self.check_all(xs)
-        landed = Landed(self, xs, *got)
+        waited, ys = iter(got[0]), list(got[1])
+        flying: list[Flying] = []
+        for g in self.joint.rounds[self.last_collective()]:
+            if self.launches(g):  # the others ran in the first region
+                with comm.landed(next(waited)):
+                    launched = self.launch(g, ys)
+                assert launched is not None
+                flying.append((g, *launched))
+        # no scratch buffers: this runs only in a trace, whose tensors a later eager call must not reuse
+        landed = Pending(self, list(xs), ys, flying, None)
         if torch.is_grad_enabled() and any(x.requires_grad for x in xs):
             return self.typed(list(_Run.apply(self, landed, *xs)), xs)
         return self.typed(landed.result(), xs)
@@ -324,72 +340,27 @@ def joined(bounds: Sequence[BoundCall]) -> BoundCall:
 
 
 class Pending:
-    """An async call in flight: the rounds before the last one holding a collective ran,
-    that round's collectives are on the wire where their kind can be launched
-    (``collectives.launch``; packed all_gathers, reduce_scatters, all_reduces), its other
-    steps ran; ``result()`` waits for them in launch order and runs what follows (once).
-    Do not modify the inputs before it."""
+    """An async call between its two halves (``BoundCall.split``, ``landing``): the rounds
+    before the last one holding a collective ran, that round's collectives are on the wire
+    where their kind can be launched (``collectives.launch``; packed all_gathers,
+    reduce_scatters, all_reduces), its other steps ran; ``result()`` waits for them in
+    launch order and runs what follows (once). Eager (``start``: ``scratch`` its buffers)
+    or the end of a compiled one (``land``: the collectives replayed with their waited
+    results). Do not modify the inputs before it."""
 
-    def __init__(self, bound: BoundCall, xs: list[torch.Tensor]) -> None:
-        self.bound, self._xs = bound, xs
-        rounds, last = bound.joint.rounds, bound.last_collective()
-        self._inflight: list[tuple[Merged, tuple[int, ...], Any, Callable[[], Any]]] = []
-        self._rest = rounds[last + 1:]
+    def __init__(self, bound: BoundCall, xs: list[torch.Tensor], ys: list[torch.Tensor], flying: list[Flying],
+                 scratch: Scratch | None) -> None:
+        self.bound, self._xs, self._ys, self._inflight, self._scratch = bound, xs, ys, flying, scratch
         self._result: list[torch.Tensor] | None = None
-        with using(bound.scratch):
-            ys = bound.run_rounds(list(xs), rounds[:last])
-            for g in rounds[last] if last >= 0 else ():
-                launched = bound.launch(g, ys)
-                if launched is None:  # run it now: collectives go out in call order on every rank
-                    bound.run_group(g, ys)
-                else:
-                    self._inflight.append((g, *launched))
-        self._ys = ys
-        if not self._inflight:
+        if not flying:
             self.result()
 
     def result(self) -> list[torch.Tensor]:
         """The results (the same list on every call)."""
         if self._result is None:
-            b, ys = self.bound, self._ys
-            for g, members, work, unpack in self._inflight:
-                try:
-                    comm.wait(b.ctx, work)
-                except RuntimeError as e:
-                    b.raise_failed(g, e)
-                for j, y in zip(members, unpack()):
-                    ys[j] = y
-            with using(b.scratch):
-                ys = b.run_rounds(ys, self._rest)
-            self._result, self._inflight, self._ys = b.unaliased(self._xs, ys), [], []
+            self._result = self.bound.landing(self._xs, self._ys, self._inflight, self._scratch)
+            self._inflight, self._ys = [], []
         return self._result
-
-
-class Landed:
-    """The end of a compiled async call (``BoundCall.land``, ``land_all``): the last round's
-    launchable collectives replayed, each with its waited result (``got``, in order) landed
-    in place of issuing it (``comm.landed``), on ``ys`` (every tensor as the first region
-    left it), then the rest."""
-
-    def __init__(self, bound: BoundCall, xs: list[torch.Tensor], got: list[torch.Tensor],
-                 ys: list[torch.Tensor]) -> None:
-        self.bound, self._xs, self._got, self._ys = bound, xs, got, ys
-
-    def result(self) -> list[torch.Tensor]:
-        b, ys, got = self.bound, list(self._ys), iter(self._got)
-        k = b.last_collective()
-        for g in b.joint.rounds[k]:
-            if not b.launches(g):
-                continue  # ran in the first region
-            with comm.landed(next(got)):
-                launched = b.launch(g, ys)
-            assert launched is not None
-            members, work, finish = launched
-            comm.wait(b.ctx, work)
-            for j, y in zip(members, finish()):
-                ys[j] = y
-        # no scratch buffers: this runs only in a trace, whose tensors a later eager call must not reuse
-        return b.unaliased(self._xs, b.run_rounds(ys, b.joint.rounds[k + 1:]))
 
 
 class Handle:
@@ -431,7 +402,7 @@ class _Run(torch.autograd.Function):
     on one mesh or across two."""
 
     @staticmethod
-    def forward(ctx: Any, bound: Taped, pending: Pending | Landed | None,
+    def forward(ctx: Any, bound: Taped, pending: Pending | None,
                 *xs: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
         ctx.bound = bound
         ys = tuple(pending.result() if pending is not None else bound.run(xs))

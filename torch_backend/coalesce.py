@@ -21,7 +21,7 @@ from lowering.joint import check_type_lists
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from torch_backend import traced
-from torch_backend.api import Door, bound_for, hot_bound, text_key, through_door
+from torch_backend.api import Door, async_entries, bound_for, hot_bound, text_key, through_door
 from torch_backend.bound import BoundCall
 
 
@@ -87,23 +87,7 @@ MANY = Door(_compiled, _fast, _resolve, one=False, across=_across)
 traced.entry("redistribute_many")(redistribute_many)
 
 
-# async_op=True inside torch.compile, in two regions around the user's wait (trace_marks.Waiting)
-@traced.entry("redistribute_many.splits")
-def _async_splits(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Any, **_: Any) -> bool:
-    return prepare_many(srcs, dsts, mesh).issues()
-
-
-@traced.entry("redistribute_many.start")
-def _async_start(xs: Sequence[Any], srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Any,
-                 **_: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    return prepare_many(srcs, dsts, mesh).issue_all(xs)
-
-
-@traced.entry("redistribute_many.finish")
-def _async_finish(xs: Sequence[Any], got: tuple[list[torch.Tensor], list[torch.Tensor]],
-                  srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Any,
-                  **_: Any) -> list[torch.Tensor]:
-    return prepare_many(srcs, dsts, mesh).land_all(xs, got)
+async_entries("redistribute_many", lambda srcs, dsts, mesh, **_: prepare_many(srcs, dsts, mesh))
 
 
 def prepare_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Mesh | str | Any, *,

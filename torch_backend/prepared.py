@@ -22,7 +22,15 @@ from lowering.program import Program
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from torch_backend import traced
-from torch_backend.api import Door, agreed_bound, agreeing, bound_for, check_agree, through_door
+from torch_backend.api import (
+    Door,
+    agreed_bound,
+    agreeing,
+    async_entries,
+    bound_for,
+    check_agree,
+    through_door,
+)
 from torch_backend.bound import BoundCall
 
 
@@ -66,20 +74,7 @@ def _call_prepared(prepared: Redistributor, x: torch.Tensor) -> Any:
     return prepared(x)
 
 
-# async_op=True inside torch.compile, in two regions around the user's wait (trace_marks.Waiting)
-@traced.entry("prepared.splits")
-def _async_splits(prepared: Redistributor) -> bool:
-    return prepared._bound.issues()
-
-
-@traced.entry("prepared.start")
-def _async_start(prepared: Redistributor, x: Any) -> torch.Tensor:
-    return prepared._bound.issue(x)
-
-
-@traced.entry("prepared.finish")
-def _async_finish(x: Any, got: torch.Tensor, prepared: Redistributor) -> torch.Tensor:
-    return prepared._bound.land(x, got)
+async_entries("prepared", lambda prepared: prepared._bound)
 
 
 torch.utils._pytree.register_constant(Redistributor)

@@ -23,13 +23,13 @@ class Waiting:
     up to the last collective and issued it (``name.start``); ``wait()`` is the functional
     ``wait_tensor`` on its result, where the user put it (compute between the call and
     ``wait()`` stands between the collective and its wait in the graph), then the second
-    region (``name.finish``): the step's result landed and the steps after it. For many
-    tensors (``redistribute_many``) ``x`` is their list and ``got`` the pair (the last
-    round's collectives in flight, every tensor as the first region left it): each
-    collective gets its own wait."""
+    region (``name.finish``): the step's result landed and the steps after it. ``x`` is the
+    call's tensor (a list for ``redistribute_many``), ``got`` what the first region left
+    (``BoundCall.issue``: the last round's collectives in flight, each getting its own
+    wait, and every tensor as that region left it)."""
 
-    def __init__(self, name: str, x: torch.Tensor, got: torch.Tensor, args: tuple[Any, ...],
-                 kwargs: dict[str, Any]) -> None:
+    def __init__(self, name: str, x: Any, got: tuple[list[torch.Tensor], list[torch.Tensor]],
+                 args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.name, self.x, self.got, self.args, self.kwargs = name, x, got, args, kwargs
         self.out: Any = None
 
@@ -37,12 +37,8 @@ class Waiting:
         if self.out is None:
             from torch_backend import comm
 
-            wait = comm.wait_functional
-            if isinstance(self.got, torch.Tensor):
-                done: Any = wait(self.got)
-            else:
-                flying, carried = self.got
-                done = ([wait(t) for t in flying], carried)
+            flying, carried = self.got
+            done = ([comm.wait_functional(t) for t in flying], carried)
             self.out = region(self.name + ".finish", (self.x, done, *self.args), self.kwargs)
         return self.out
 
@@ -59,7 +55,7 @@ def call(name: str, *args: Any, async_op: bool = False, **kwargs: Any) -> Any:
         rest = args[:i] + args[i + 1:]
         plain = {k: v for k, v in kw.items() if k not in ("agree", "timeout")}
         if traced.splits(name, rest, plain):
-            got = region(name + ".start", args, kw)
+            got = region(name + ".start", (args[i], *rest), kw)
             return Waiting(name, args[i], got, rest, kw)
     out = region(name, args, kw)
     return traced.Ready(out) if async_op else out

@@ -143,7 +143,6 @@ def stack_dim(op: str, src: LocalType, dst: LocalType, ndim: int, at: int | None
     return at % bound
 
 
-@cached(maxsize=4096, max_bytes=16 * MIB)
 def program_for(op: str, src: LocalType, dst: LocalType, group: tuple[str, ...], shape: Shape, dtype: str,
                 mesh: Mesh, size: int | None = None, at: int = 0) -> Program:
     """The checked Program of ``op(src, dst)`` over ``group`` for a block of ``shape``
@@ -152,7 +151,14 @@ def program_for(op: str, src: LocalType, dst: LocalType, group: tuple[str, ...],
     The pair is checked first (a SpecError names the rule and the fix); the steps then go
     through ``make_step``, so each kind's type rule checks them too.
     """
-    routed = check_pair(op, src, dst) or op
+    return routed_program(check_pair(op, src, dst) or op, src, dst, group, shape, dtype, mesh, size, at)
+
+
+@cached(maxsize=4096, max_bytes=16 * MIB)
+def routed_program(routed: str, src: LocalType, dst: LocalType, group: tuple[str, ...], shape: Shape, dtype: str,
+                   mesh: Mesh, size: int | None = None, at: int = 0) -> Program:
+    """``program_for`` of a pair its caller checked already: ``routed`` is ``check_pair``'s
+    answer (a typed collective checks the pair first, before anything else, once)."""
     for a in group:
         if a not in mesh:
             raise SpecError(f"mesh axis {a!r} is not on the mesh {mesh}", hint=f"use one of {', '.join(mesh.names)}")

@@ -10,18 +10,19 @@ against the program's source type, so a refused call sends nothing.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from lowering.layout import local_shape
-from lowering.spmd.programs import gradient_program, program_for, stack_dim
+from lowering.spmd.programs import gradient_program, routed_program, stack_dim
 from lowering.spmd.rules import backward_of, check_pair, check_whole_average
 from lowering.spmd.types import resolve
 from spec_lang.errors import SpecError
 from spec_lang.local_type import LocalType
 from torch_backend import comm, traced
-from torch_backend.api import bound_program
+from torch_backend.api import Door, bound_program, through_door
 from torch_backend.bound import BoundCall
 from torch_backend.collectives import all_reduce_into
 from torch_backend.comm import local_of
@@ -70,45 +71,76 @@ def _src_size(x: torch.Tensor, src: LocalType, group: tuple[str, ...], ctx: Mesh
     return ctx.mesh.group_size(group) * shapes[r0][i]
 
 
+@dataclass(frozen=True)
+class Typed:
+    """What a typed collective's call brings to the door sequence besides its tensor and mesh
+    (``api.through_door``'s ``src``): ``typed_call``'s arguments."""
+
+    op: str
+    axis: Any
+    src: Any
+    dst: Any
+    size: int | None = None
+    inplace: bool = False
+    at: int | None = None
+    op_dtype: Any = None
+    out_dtype: Any = None
+    splits: tuple | None = None
+    backward_options: Any = None
+
+
 def typed_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: Any = None,
                size: int | None = None, inplace: bool = False, at: int | None = None,
                op_dtype: Any = None, out_dtype: Any = None, splits: tuple | None = None,
                backward_options: Any = None) -> torch.Tensor:
-    """Check, build and run ``op(x, axis, src, dst)``; the result carries its type. ``at``:
-    the dim V stacks on (``gather_dim``/``scatter_dim``); ``op_dtype``/``out_dtype``: the
+    """Check, build and run ``op(x, axis, src, dst)`` through the door sequence
+    (``api.through_door``: compile time or eager, then ``_checked_run``; a typed collective
+    has no fast path, agreement or async form); the result carries its type. ``at``: the
+    dim V stacks on (``gather_dim``/``scatter_dim``); ``op_dtype``/``out_dtype``: the
     dtypes it runs in and returns (``torch_backend.spmd.precision``); ``backward_options``:
     those of its backward collective; ``splits``: split sizes, the ragged collectives
     (``torch_backend.spmd.ragged``)."""
-    if torch.compiler.is_dynamo_compiling():
-        if splits is not None:
-            raise SpecError(f"spmd.{op} with split sizes cannot run inside torch.compile (its sizes are data)",
-                            hint="call it outside the compiled region")
-        if backward_options is not None:
-            raise SpecError(f"spmd.{op}(..., backward_options=...) cannot run inside torch.compile",
-                            hint="call it outside the compiled region, or drop backward_options (the backward "
-                            "then runs in the forward's dtypes)")
-        from torch_backend import trace_marks
+    call = Typed(op, axis, src, dst, size, inplace, at, op_dtype, out_dtype, splits, backward_options)
+    return through_door(TYPED, x, call, None, mesh, None, None, False)
 
-        return trace_marks.call("spmd", op, x, axis, src, dst, mesh=traced_mesh(mesh), size=size, inplace=inplace, at=at,
-                                op_dtype=op_dtype, out_dtype=out_dtype)
+
+def _compiled(x: torch.Tensor, call: Typed, _: None, mesh: Any, **__: Any) -> torch.Tensor:
+    op = call.op
+    if call.splits is not None:
+        raise SpecError(f"spmd.{op} with split sizes cannot run inside torch.compile (its sizes are data)",
+                        hint="call it outside the compiled region")
+    if call.backward_options is not None:
+        raise SpecError(f"spmd.{op}(..., backward_options=...) cannot run inside torch.compile",
+                        hint="call it outside the compiled region, or drop backward_options (the backward "
+                        "then runs in the forward's dtypes)")
+    from torch_backend import trace_marks
+
+    return trace_marks.call("spmd", op, x, call.axis, call.src, call.dst, mesh=traced_mesh(mesh), size=call.size,
+                            inplace=call.inplace, at=call.at, op_dtype=call.op_dtype, out_dtype=call.out_dtype)
+
+
+def _checked_run(x: torch.Tensor, call: Typed, _: None, mesh: Any) -> torch.Tensor:
+    """The typed collective's own checks (the pair against the SPMD type system's tables,
+    the options, strict mode; then the axes, shapes and program in ``_run``) and run."""
+    op, axis, inplace, at, splits = call.op, call.axis, call.inplace, call.at, call.splits
     if not isinstance(x, torch.Tensor):
         raise SpecError(f"spmd.{op} needs a tensor, got {type(x).__name__}")
     if is_dtensor(x):  # its collectives are DTensor's to run (a DTensor has no sharding rule for c10d's ops)
         raise SpecError(f"spmd.{op} takes this rank's local tensor, got a DTensor",
                         hint="pass dt.to_local() (typed with spmd.assert_type), or use dt.redistribute")
     # S(-1) counts from x's last dim (an S dim is a dim of the input and of the output alike)
-    s, d = resolve(src, x.ndim, "src"), resolve(dst, x.ndim, "dst")
+    s, d = resolve(call.src, x.ndim, "src"), resolve(call.dst, x.ndim, "dst")
     if splits is not None and op == "all_to_all":
         routed = op  # the ragged exchange: V or S(d) -> V or S(d) on one dim (checked in _ragged)
     else:
         routed = check_pair(op, s, d) or op  # refuses a bad pair before anything else
     dim = stack_dim(routed, s, d, x.ndim, at)
     dtypes = None
-    if op_dtype is not None or out_dtype is not None:
-        dtypes = as_dtype(op_dtype, "op_dtype"), as_dtype(out_dtype, "out_dtype")
+    if call.op_dtype is not None or call.out_dtype is not None:
+        dtypes = as_dtype(call.op_dtype, "op_dtype"), as_dtype(call.out_dtype, "out_dtype")
         check_options(op, routed, s, x, dtypes[0], inplace)
-    bw = None if backward_options is None else backward_dtypes(op, routed, s, d, backward_options, inplace,
-                                                               splits is not None)
+    bw = None if call.backward_options is None else backward_dtypes(op, routed, s, d, call.backward_options,
+                                                                    inplace, splits is not None)
     if STRICT.get() and not UNCHECKED[0]:  # under typecheck(strict=True): src must be x's type, not a claim
         _check_typed(op, x, axis, mesh)
     with unchecked():
@@ -117,8 +149,11 @@ def typed_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: An
                 raise SpecError(f"spmd.{op} with split sizes takes no op_dtype, out_dtype or gather/scatter dim",
                                 hint="cast the tensor before or after the call")
             return _ragged(op, routed, x, axis, s, d, mesh, splits)
-        return _run(op, routed, x, axis, s, d, mesh, size, inplace, dim, dtypes,
+        return _run(op, routed, x, axis, s, d, mesh, call.size, inplace, dim, dtypes,
                     None if bw is None else (bw, at))
+
+
+TYPED = Door(_compiled, None, None, own=_checked_run)
 
 
 def _check_typed(op: str, x: torch.Tensor, axis: Any, mesh: Any) -> None:
@@ -196,7 +231,7 @@ def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: Loca
     n_src = _src_size(x, s, group, ctx, shapes, size)
     shape = shapes[ctx.ranks[0]]
     wire = wire_dtype(routed, x.dtype, op_dt, out_dt)
-    program = program_for(routed, s, d, group, shape, dtype_name(wire), ctx.mesh, n_src, at)
+    program = routed_program(routed, s, d, group, shape, dtype_name(wire), ctx.mesh, n_src, at)
     for r in ctx.ranks:
         want = local_shape(program.src, ctx.mesh, r)
         if shapes[r] != want:

@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 from lowering.program import Program
-from lowering.spmd.programs import gradient_program, program_for
+from lowering.spmd.programs import gradient_program, routed_program
 from lowering.spmd.rules import BACKWARD
 from spec_lang.dual import check_differentiable
 from spec_lang.errors import SpecError
@@ -90,34 +90,31 @@ def check_options(op: str, routed: str, src: LocalType, x: torch.Tensor, op_dtyp
                         hint="pass a floating op_dtype (e.g. op_dtype=torch.float32)")
 
 
-class _Accumulated(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, how: tuple, program: Program) -> torch.Tensor:
-        ctx.how, ctx.program = how, program
-        return _reduce(x, *how)
+def _accumulated(x: torch.Tensor, how: tuple, program: Program) -> torch.Tensor:
+    """``_reduce(x, *how)``, differentiable (``with_backward``): its gradient is the table's
+    backward collective with the options mirrored."""
+    if torch.is_grad_enabled() and x.requires_grad:
+        return with_backward(x, lambda t: _reduce(t, *how), lambda g: _gradient(g, how, program))
+    return _reduce(x, *how)
 
-    @staticmethod
-    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        check_differentiable(ctx.program.src, ctx.program.dst)  # no gradient through a pending max/min
-        routed, src, dst, group, mesh_ctx, at, op_dtype, out_dtype, in_dtype = ctx.how
-        g = g.to(in_dtype).contiguous()
-        if routed == "all_reduce" and dst.kind == "I":  # backward reinterpret(I, R): nothing sent
-            return g, None, None
-        if routed == "all_reduce":  # backward all_reduce(P, R) (a sum, as the plain call's), options mirrored
-            back = (routed, LocalType("P"), R, group, mesh_ctx, at, op_dtype, in_dtype, in_dtype)
-            if g.requires_grad and torch.is_grad_enabled():
-                return _Accumulated.apply(g, back, ctx.program), None, None
-            return _reduce(g, *back), None, None
-        # backward of reduce_scatter: all_gather(V|S(i), R) in x's dtype (nothing to add)
-        shape = tuple(g.shape)
-        if dst.dim is not None:  # S(dim), the one local type with a tensor dim
-            full = list(shape)
-            full[dst.dim] *= mesh_ctx.mesh.group_size(group)
-            program = program_for("all_gather", dst, R, group, shape, dtype_name(in_dtype), mesh_ctx.mesh,
-                                  full[dst.dim])
-        else:
-            program = program_for("all_gather", V, R, group, shape, dtype_name(in_dtype), mesh_ctx.mesh, None, at)
-        return bound_program(program, mesh_ctx, gradient_program).run_one(g), None, None
+
+def _gradient(g: torch.Tensor, how: tuple, program: Program) -> torch.Tensor:
+    check_differentiable(program.src, program.dst)  # no gradient through a pending max/min
+    routed, src, dst, group, mesh_ctx, at, op_dtype, out_dtype, in_dtype = how
+    g = g.to(in_dtype).contiguous()
+    if routed == "all_reduce" and dst.kind == "I":  # backward reinterpret(I, R): nothing sent
+        return g
+    if routed == "all_reduce":  # backward all_reduce(P, R) (a sum, as the plain call's), options mirrored
+        return _accumulated(g, (routed, LocalType("P"), R, group, mesh_ctx, at, op_dtype, in_dtype, in_dtype), program)
+    # backward of reduce_scatter: all_gather(V|S(i), R) in x's dtype (nothing to add)
+    shape = tuple(g.shape)
+    if dst.dim is not None:  # S(dim), the one local type with a tensor dim
+        full = list(shape)
+        full[dst.dim] *= mesh_ctx.mesh.group_size(group)
+        gather = routed_program("all_gather", dst, R, group, shape, dtype_name(in_dtype), mesh_ctx.mesh, full[dst.dim])
+    else:
+        gather = routed_program("all_gather", V, R, group, shape, dtype_name(in_dtype), mesh_ctx.mesh, None, at)
+    return bound_program(gather, mesh_ctx, gradient_program).run_one(g)
 
 
 def _reduce(x: torch.Tensor, routed: str, src: LocalType, dst: LocalType, group: tuple[str, ...],
@@ -135,7 +132,7 @@ def _reduce(x: torch.Tensor, routed: str, src: LocalType, dst: LocalType, group:
     else:
         pieces = x.movedim(at, 0)
     pieces = pieces.contiguous()
-    a2a = program_for("all_to_all", V, V, group, tuple(pieces.shape), dtype_name(x.dtype), ctx.mesh)
+    a2a = routed_program("all_to_all", V, V, group, tuple(pieces.shape), dtype_name(x.dtype), ctx.mesh)
     got = bound_program(a2a, ctx, gradient_program).run_one(pieces).to(op_dtype)  # row j: the piece rank j sent here
     op = src.op
     acc = got.sum(0) if op in ("sum", "avg") else got.amax(0) if op == "max" else got.amin(0)
@@ -144,7 +141,7 @@ def _reduce(x: torch.Tensor, routed: str, src: LocalType, dst: LocalType, group:
     mine = acc.to(out_dtype)
     if routed == "reduce_scatter":
         return mine
-    gather = program_for("all_gather", V, R, group, tuple(mine.shape), dtype_name(out_dtype), ctx.mesh)
+    gather = routed_program("all_gather", V, R, group, tuple(mine.shape), dtype_name(out_dtype), ctx.mesh)
     whole = bound_program(gather, ctx, gradient_program).run_one(mine.contiguous()).reshape(-1)
     return whole[: x.numel()].view(shape)
 
@@ -162,10 +159,8 @@ def reduce_in(routed: str, x: torch.Tensor, src: LocalType, dst: LocalType, grou
             raise SpecError(f"spmd.reduce_scatter with op_dtype: dim {d} of the local tensor ({list(x.shape)}) "
                             f"must split into {n} equal pieces", hint="pad that dim to a multiple of the group's "
                             "size, or drop op_dtype (an uneven reduce_scatter then follows torch.chunk)")
-    how = (routed, src, dst, group, ctx, at, op_dtype or x.dtype, out_dtype or x.dtype, x.dtype)
-    if torch.is_grad_enabled() and x.requires_grad:
-        return _Accumulated.apply(x, how, program)
-    return _reduce(x, *how)
+    return _accumulated(x, (routed, src, dst, group, ctx, at, op_dtype or x.dtype, out_dtype or x.dtype, x.dtype),
+                        program)
 
 
 def backward_dtypes(op: str, routed: str, src: LocalType, dst: LocalType, options: Any, inplace: bool,
