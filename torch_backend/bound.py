@@ -26,7 +26,7 @@ import torch
 
 from lowering.joint import JointProgram, Merged, plan_jointly
 from lowering.layout import group_ranks, local_shapes
-from lowering.program import Program
+from lowering.program import Program, Step
 from torch_backend import collectives, comm
 from torch_backend.autograd import backward_program
 from torch_backend.dtypes import to_torch_dtype
@@ -55,6 +55,9 @@ class BoundCall:
     pieces: tuple[list[Pieces], ...]
     scratch: Scratch | None = None
     backward: Callable[[Program], Program] = backward_program
+    # a cross-mesh bound's (``cross_rounds.bind_across``): each program's context on its
+    # source mesh (None on a rank off it); its crossing runs on ``ctx``, the world's
+    on_src: tuple[MeshContext | None, ...] = ()
     tags: list[Tags] = field(init=False, repr=False)  # each output's SPMD types (type_tags.typed_output)
     expect: list[tuple[Any, ...]] = field(init=False, repr=False)  # what a fitting tensor has (fits_block)
     _joint: JointProgram | None = field(default=None, repr=False)
@@ -62,6 +65,9 @@ class BoundCall:
     _dual: BoundCall | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        if self.on_src:  # the cross-mesh doors check the blocks and type the outputs themselves
+            self.tags, self.expect = [], []
+            return
         self.tags = [output_tags(p) for p in self.programs]
         self.expect = [expected_block(p.src, self.ctx) for p in self.programs]
 
@@ -104,7 +110,12 @@ class BoundCall:
         return typed_output(y, x, self.tags[0])
 
     def run(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Every program on its (checked) tensor; the results never alias the inputs."""
+        """Every program on its (checked) tensor; the results never alias the inputs (a
+        crossing fills new blocks). Off a mesh a tensor is empty: a rank off the source mesh
+        runs none of its steps there."""
+        if self.on_src:
+            with using(self.scratch):
+                return self.run_rounds(list(xs), self.joint.rounds)
         if len(self.programs) == 1:
             return [self.run_one(xs[0])]
         with using(self.scratch):
@@ -141,7 +152,9 @@ class BoundCall:
             if not g.packed:
                 j, i = g.members[0]
                 step = self.programs[j].steps[i]
-                ys[j] = RUNNERS[step.kind](self.ctx, step, self.pieces[j][i], ys[j])
+                ctx = self.ctx_of(j, step)
+                if ctx is not None:  # None: a source-mesh step, this rank off that mesh
+                    ys[j] = RUNNERS[step.kind](ctx, step, self.pieces[j][i], ys[j])
                 return
             steps = [self.joint.step(ref) for ref in g.members]
             outs = PACKED[g.kind](self.ctx, steps, [self.pieces[j][i] for j, i in g.members],
@@ -151,6 +164,10 @@ class BoundCall:
         for (j, _), y in zip(g.members, outs):
             ys[j] = y
 
+    def ctx_of(self, j: int, step: Step) -> MeshContext | None:
+        """Where program ``j``'s ``step`` runs: ``ctx``, or a cross-mesh program's source mesh."""
+        return self.on_src[j] if self.on_src and step.dst_mesh is None else self.ctx
+
     def raise_failed(self, g: Merged, e: RuntimeError) -> NoReturn:
         """Raise the error of a failed group: a CollectiveError naming the step, the tensors,
         the group and who is at fault (a local step's error as it is)."""
@@ -158,7 +175,8 @@ class BoundCall:
         step = self.programs[j].steps[i]
         if not step.is_collective or isinstance(e, CollectiveError):
             raise e
-        ctx = self.ctx
+        ctx = self.ctx_of(j, step)
+        assert ctx is not None  # the step ran here
         if len(self.programs) == 1:
             raise collective_error(ctx, self.program, i, step, e) from e
         members = group_ranks(self.program.mesh, step.axes, ctx.ranks[0])
@@ -311,7 +329,8 @@ class BoundCall:
 
     def prepared(self) -> BoundCall:
         """These programs with buffers of their own that every call reuses (``scratch``)."""
-        return BoundCall(self.programs, self.ctx, self.pieces, Scratch(), self.backward, _joint=self._joint)
+        return BoundCall(self.programs, self.ctx, self.pieces, Scratch(), self.backward, self.on_src,
+                         _joint=self._joint)
 
     def fixed(self, ys: Any) -> list[torch.Tensor]:
         """The outputs that carry no gradient: none (autograd's rules decide)."""

@@ -35,10 +35,11 @@ from lowering.planner import compile_gradient
 from lowering.program import Step
 from spec_lang.ir import Mesh
 from torch_backend import collectives, comm, local_steps, uneven_steps  # noqa: F401 - each registers its runners
-from torch_backend.bound import on_tape
+from torch_backend.bound import BoundCall, on_tape
 from torch_backend.dtypes import check_reductions, to_torch_dtype
-from torch_backend.executor import execute
+from torch_backend.executor import build_pieces
 from torch_backend.groups import MeshContext, context, subset_context
+from torch_backend.packed import PACKED
 from torch_backend.runners import Pieces, pieces_as, runs
 
 Held = list[tuple[Box, torch.Tensor]]
@@ -254,29 +255,43 @@ def cross(ctx: MeshContext, pieces: Sequence[CrossPieces], xs: Sequence[torch.Te
     return [x.new_empty(0) if out is None else out[1] for x, out in zip(xs, outs, strict=True)]
 
 
+def _across(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces], xs: Sequence[torch.Tensor],
+            launch_only: bool = False) -> list[torch.Tensor]:
+    """A joint call's crossings as ``BoundCall`` runs a packed group (``lowering.joint``'s
+    last round of cross-mesh programs): ``cross``, on the world's ``ctx``."""
+    return cross(ctx, [pieces_as(CrossPieces, p)[ctx.rank] for p in pieces], xs)
+
+
+PACKED["across"] = _across
+
+
+def bind_across(programs: Sequence[CrossProgram], timeout: timedelta | None, backend: str) -> BoundCall:
+    """Cross-mesh programs bound on this rank of the world (which every rank calls alike):
+    each one's source-mesh groups made (``finish_groups``) and its pieces there, the
+    crossing's pieces of this world rank (none past both meshes' ranks)."""
+    me = dist.get_rank()
+    on_src, pieces = [], []
+    for p in programs:
+        ctx = finish_groups(p, timeout, backend)
+        finish: list[Pieces] = build_pieces(p.finish, ctx) if ctx is not None and p.finish is not None \
+            else [{} for _ in p.program.steps[:-1]]
+        cross_pieces: Pieces = {me: crossing_pieces(p.crossing, p.src_mesh, me)} if me < p.world else {}
+        on_src.append(ctx)
+        pieces.append([*finish, cross_pieces])
+    return BoundCall(tuple(p.program for p in programs), world(timeout), tuple(pieces), on_src=tuple(on_src))
+
+
 def run_many(programs: Sequence[CrossProgram], xs: Sequence[torch.Tensor | None], me: int, device: torch.device,
              timeout: timedelta | None, backend: str) -> list[torch.Tensor | None]:
-    """The checked programs on this rank: each one's steps on its source mesh, then their
-    crossings jointly; this rank's block of each destination (None off its mesh)."""
-    ins = []
-    for p, x in zip(programs, xs, strict=True):
-        y = _finish(p, x, me, timeout, backend)
-        ins.append(torch.empty(0, dtype=to_torch_dtype(p.src.dtype), device=device) if y is None else y)
+    """The checked programs on this rank (``bind_across``, run): each one's steps on its
+    source mesh, then their crossings jointly; this rank's block of each destination (None
+    off its mesh)."""
+    bound = bind_across(programs, timeout, backend)
     if me >= programs[0].world:  # past both meshes' ranks: no message to or from this rank
         return [None] * len(programs)
-    ys = cross(world(timeout), [crossing_pieces(p.crossing, p.src_mesh, me) for p in programs], ins)
+    ys = bound.run([torch.empty(0, dtype=to_torch_dtype(p.src.dtype), device=device) if x is None else x
+                    for p, x in zip(programs, xs, strict=True)])
     return [y if me in p.dst_mesh.global_ranks else None for p, y in zip(programs, ys, strict=True)]
-
-
-def _finish(p: CrossProgram, x: torch.Tensor | None, me: int, timeout: timedelta | None,
-            backend: str) -> torch.Tensor | None:
-    """The pending sums finished on the source mesh. Every rank of the world makes the
-    source mesh's groups alike (``subset_context``); only its ranks run the steps."""
-    ctx = finish_groups(p, timeout, backend)
-    if ctx is None or x is None:
-        return x
-    assert p.finish is not None  # a context only where there is a finish
-    return execute(p.finish, x, ctx=ctx)
 
 
 def _round(ctx: MeshContext, k: int, held: list[Held], outs: Sequence[tuple[Box, torch.Tensor] | None], rnd: Round,
