@@ -1,4 +1,5 @@
-"""The one bound object: N >= 1 programs on one mesh, bound to where they run.
+"""The one bound object: N >= 1 programs on one mesh (or between two: ``bind_across``),
+bound to where they run.
 
 ``redistribute``, a ``Redistributor``'s call and ``redistribute_many`` all run a
 ``BoundCall``: its programs, their context and this process's pieces of every step (groups
@@ -14,21 +15,29 @@ created), built once and replayed by every call. The same object runs them:
 * ``dual``: the gradient's ``BoundCall`` (``backward`` of each program: ``autograd.backward_program``,
   or the typed SPMD collectives' kind-by-kind duals), the same type, built on first use and kept here; one autograd Function (``_Run``) records
   both the sync run and the async finish, with the dual as its backward.
+
+Cross-mesh programs (``bind_across``, the ``dst_mesh=`` doors) run on the world's context:
+each program's steps on its source mesh's groups, then the crossings jointly in one last
+round (``cross_rounds``); a tensor is None off a mesh (``run_across``), and their dual
+moves the carried gradients back on the same ``_Run``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, Protocol
+from datetime import timedelta
+from typing import Any, NoReturn
 
 import torch
 
+from lowering.cross_mesh import CrossProgram
 from lowering.joint import JointProgram, Merged, plan_jointly
 from lowering.layout import group_ranks, local_shapes
 from lowering.program import Program, Step
 from torch_backend import collectives, comm
 from torch_backend.autograd import backward_program
+from torch_backend.cross_rounds import crossing_pieces, finish_groups, world
 from torch_backend.dtypes import to_torch_dtype
 from torch_backend.executor import aliases, build_pieces, execute
 from torch_backend.faults import CollectiveError
@@ -55,9 +64,7 @@ class BoundCall:
     pieces: tuple[list[Pieces], ...]
     scratch: Scratch | None = None
     backward: Callable[[Program], Program] = backward_program
-    # a cross-mesh bound's (``cross_rounds.bind_across``): each program's context on its
-    # source mesh (None on a rank off it); its crossing runs on ``ctx``, the world's
-    on_src: tuple[MeshContext | None, ...] = ()
+    across: Across | None = None  # a cross-mesh bound's (``bind_across``); ``ctx`` is then the world's
     tags: list[Tags] = field(init=False, repr=False)  # each output's SPMD types (type_tags.typed_output)
     expect: list[tuple[Any, ...]] = field(init=False, repr=False)  # what a fitting tensor has (fits_block)
     _joint: JointProgram | None = field(default=None, repr=False)
@@ -65,7 +72,7 @@ class BoundCall:
     _dual: BoundCall | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        if self.on_src:  # the cross-mesh doors check the blocks and type the outputs themselves
+        if self.across is not None:  # the cross-mesh doors check the blocks and type the outputs themselves
             self.tags, self.expect = [], []
             return
         self.tags = [output_tags(p) for p in self.programs]
@@ -109,17 +116,38 @@ class BoundCall:
             y = (run if run is not _UNSET else self.runner())(x)
         return typed_output(y, x, self.tags[0])
 
-    def run(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    def run(self, xs: Sequence[Any]) -> list[Any]:
         """Every program on its (checked) tensor; the results never alias the inputs (a
-        crossing fills new blocks). Off a mesh a tensor is empty: a rank off the source mesh
-        runs none of its steps there."""
-        if self.on_src:
-            with using(self.scratch):
-                return self.run_rounds(list(xs), self.joint.rounds)
+        crossing fills new blocks: ``run_across``)."""
+        if self.across is not None:
+            return self.run_across(xs)
         if len(self.programs) == 1:
             return [self.run_one(xs[0])]
         with using(self.scratch):
             return self.unaliased(xs, self.run_rounds(list(xs), self.joint.rounds))
+
+    def run_across(self, xs: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
+        """A cross-mesh bound on the call's tensors (None off the source mesh): each
+        program's steps on its source mesh, then the crossings jointly (``lowering.joint``);
+        this rank's block of each destination, None off its mesh (or, where its gradient
+        moves back, the forward's empty stand-in its backward starts from)."""
+        a = self.across
+        assert a is not None
+        me = self.ctx.rank
+        out: list[torch.Tensor | None] = [None] * a.width
+        if not self.pieces[0][-1]:  # past both meshes' ranks: no message to or from this rank
+            return out
+        ins = [x.contiguous() if (x := xs[s]) is not None and me in p.mesh.global_ranks
+               else torch.empty(0, dtype=to_torch_dtype(p.src.dtype), device=a.device)
+               for s, p in zip(a.slots, self.programs, strict=True)]
+        with using(self.scratch):
+            ys = self.run_rounds(ins, self.joint.rounds)
+        for k, (s, p) in enumerate(zip(a.slots, self.programs, strict=True)):
+            x = xs[s]
+            on_dst = p.dst_mesh is not None and me in p.dst_mesh.global_ranks
+            stand_in = a.stand_ins and a.backs[k] is not None and x is not None
+            out[s] = ys[k] if on_dst else x.new_empty(0) if stand_in and x is not None else None
+        return out
 
     def run_one(self, x: torch.Tensor) -> torch.Tensor:
         """A one-program bound on its tensor."""
@@ -166,7 +194,7 @@ class BoundCall:
 
     def ctx_of(self, j: int, step: Step) -> MeshContext | None:
         """Where program ``j``'s ``step`` runs: ``ctx``, or a cross-mesh program's source mesh."""
-        return self.on_src[j] if self.on_src and step.dst_mesh is None else self.ctx
+        return self.across.on_src[j] if self.across is not None and step.dst_mesh is None else self.ctx
 
     def raise_failed(self, g: Merged, e: RuntimeError) -> NoReturn:
         """Raise the error of a failed group: a CollectiveError naming the step, the tensors,
@@ -322,6 +350,12 @@ class BoundCall:
     def dual(self) -> BoundCall:
         """The bound gradient programs (the SPMD type system's duals), a prepared call's
         with buffers of their own; built once."""
+        if self._dual is None and self.across is not None:
+            a = self.across
+            carried = [(k, b) for k, b in enumerate(a.backs) if b is not None]  # the dual moves only these
+            self._dual = bind_across([b for _, b in carried], [self.programs[k] for k, _ in carried], a.width,
+                                     a.device, a.timeout, a.backend, [a.slots[k] for k, _ in carried],
+                                     not a.stand_ins)
         if self._dual is None:
             dual = bind([self.backward(p) for p in self.programs], self.ctx, self.backward)
             self._dual = dual.prepared() if self.scratch is not None else dual
@@ -329,15 +363,21 @@ class BoundCall:
 
     def prepared(self) -> BoundCall:
         """These programs with buffers of their own that every call reuses (``scratch``)."""
-        return BoundCall(self.programs, self.ctx, self.pieces, Scratch(), self.backward, self.on_src,
+        return BoundCall(self.programs, self.ctx, self.pieces, Scratch(), self.backward, self.across,
                          _joint=self._joint)
 
     def fixed(self, ys: Any) -> list[torch.Tensor]:
-        """The outputs that carry no gradient: none (autograd's rules decide)."""
-        return []
+        """The outputs that carry no gradient: none (autograd's rules decide), or a
+        cross-mesh move's whose gradient does not move back."""
+        a = self.across
+        return [] if a is None else [ys[s] for s, b in zip(a.slots, a.backs, strict=True)
+                                     if ys[s] is not None and b is None]
 
-    def zeros(self, j: int) -> torch.Tensor:
-        """A zero gradient for output ``j`` that autograd did not use (its dual type's blocks)."""
+    def zeros(self, j: int) -> torch.Tensor | None:
+        """A zero gradient for output ``j`` that autograd did not use (its dual type's
+        blocks); none across meshes, whose run takes None (autograd's zero, or off both meshes)."""
+        if self.across is not None:
+            return None
         p = self.programs[j]
         shapes = local_shapes(p.dst, p.mesh)
         dt = to_torch_dtype(p.dst.dtype)
@@ -350,6 +390,49 @@ def bind(programs: Program | Sequence[Program], ctx: MeshContext | None = None,
     ps = (programs,) if isinstance(programs, Program) else tuple(programs)
     ctx = ctx if ctx is not None else context(ps[0].mesh)
     return BoundCall(ps, ctx, tuple(build_pieces(p, ctx) for p in ps), backward=backward)
+
+
+@dataclass(frozen=True)
+class Across:
+    """What a cross-mesh bound adds (``bind_across``): each program's context on its source
+    mesh (None on a rank off it), its gradient's move back (None: it carries none), the
+    call's tensor it moves (``slots``, of ``width``: a dual moves only those that carry a
+    gradient), where an empty block lives, the groups' timeout and backend, and whether a
+    rank off the destination gets an empty stand-in (the forward's, whose backward starts there)."""
+
+    on_src: tuple[MeshContext | None, ...]
+    backs: tuple[Program | None, ...]
+    slots: tuple[int, ...]
+    width: int
+    device: torch.device
+    timeout: timedelta | None
+    backend: str
+    stand_ins: bool
+
+
+def bind_across(programs: Sequence[Program], backs: Sequence[Program | None], width: int, device: torch.device,
+                timeout: timedelta | None, backend: str, slots: Sequence[int] | None = None,
+                stand_ins: bool = True) -> BoundCall:
+    """Cross-mesh programs (``lowering.compile(..., dst_mesh=)``, every one between the same
+    two meshes) bound on this rank of the world, which every rank calls alike (a dual only
+    on the two meshes' ranks, whose groups the forward made): each one's source-mesh groups
+    (``cross_rounds.finish_groups``) and pieces there, its crossing's pieces of this world
+    rank (none past both meshes' ranks)."""
+    ctx = world(timeout)
+    on_src: list[MeshContext | None] = []
+    pieces: list[list[Pieces]] = []
+    for p in programs:
+        view = CrossProgram(p)
+        src_ctx = finish_groups(view, timeout, backend)
+        finish = build_pieces(view.finish, src_ctx) if src_ctx is not None and view.finish is not None \
+            else [{} for _ in p.steps[:-1]]
+        crossing: Pieces = {ctx.rank: crossing_pieces(view.crossing, p.mesh, ctx.rank)} if ctx.rank < view.world \
+            else {}
+        on_src.append(src_ctx)
+        pieces.append([*finish, crossing])
+    across = Across(tuple(on_src), tuple(backs), tuple(range(width)) if slots is None else tuple(slots), width,
+                    device, timeout, backend, stand_ins)
+    return BoundCall(tuple(programs), ctx, tuple(pieces), backward=lambda p: p, across=across)
 
 
 def joined(bounds: Sequence[BoundCall]) -> BoundCall:
@@ -402,26 +485,13 @@ class Handle:
         return self._out[0] if self._one else self._out
 
 
-class Taped(Protocol):
-    """What the one autograd Function runs: a ``BoundCall``, or a cross-mesh move
-    (``cross_rounds.CrossCall``) whose tensors may be None off its meshes."""
-
-    def run(self, xs: Any) -> Sequence[torch.Tensor | None]: ...
-
-    def fixed(self, ys: Any) -> list[torch.Tensor]: ...
-
-    def zeros(self, j: int) -> torch.Tensor | None: ...
-
-    def dual(self) -> Taped: ...
-
-
 class _Run(torch.autograd.Function):
     """A bound call on autograd's tape (its run, or the finish of its ``Pending``), with
     the bound dual as its backward: the one autograd Function of every redistribution,
     on one mesh or across two."""
 
     @staticmethod
-    def forward(ctx: Any, bound: Taped, pending: Pending | None,
+    def forward(ctx: Any, bound: BoundCall, pending: Pending | None,
                 *xs: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
         ctx.bound = bound
         ys = tuple(pending.result() if pending is not None else bound.run(xs))
@@ -432,7 +502,7 @@ class _Run(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
-        bound: Taped = ctx.bound
+        bound: BoundCall = ctx.bound
         filled = [g if g is not None else bound.zeros(j) for j, g in enumerate(grads)]
         dual = bound.dual()
         # where autograd records the backward itself (create_graph=True: a gradient penalty,
@@ -443,7 +513,7 @@ class _Run(torch.autograd.Function):
         return (None, None, *dual.run(filled))
 
 
-def on_tape(taped: Taped, *xs: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+def on_tape(taped: BoundCall, *xs: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
     """``taped`` run on the one autograd Function (a cross-mesh move's door to it)."""
     out: tuple[torch.Tensor | None, ...] = _Run.apply(taped, None, *xs)
     return out

@@ -38,14 +38,8 @@ from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from spec_lang.parser import parse, parse_mesh
 from torch_backend.agree import compare_gathering
-from torch_backend.cross_rounds import (
-    cross_backward_program,
-    finish_groups,
-    run_many,
-    run_with_grad,
-    world,
-    world_sum,
-)
+from torch_backend.bound import bind_across, on_tape
+from torch_backend.cross_rounds import cross_backward_program, finish_groups, world, world_sum
 from torch_backend.dtypes import check_reductions
 from torch_backend.groups import (
     check_timeout,
@@ -175,15 +169,36 @@ def redistribute_many(xs: Sequence[Any], srcs: Sequence[TensorType | str | None]
     wants = [_wants_grad(t) for t in locals_] if error is None else []
     codes = _agree(error, "; ".join(c.describe() for c in calls), timeout, _grad_code(wants))
     assert error is None  # _agree raised it
-    backend = str(dist.get_backend())
     programs = [c.program for c in calls]
     carries = _carries_grad(codes, wants, programs[0], me, device, timeout)
-    if any(carries):
-        ys = run_with_grad(locals_, programs, carries, me, device, timeout, backend)
-    else:
-        with torch.no_grad():
-            ys = run_many(programs, locals_, me, device, timeout, backend)
+    backs = [cross_backward_program(p) if c else None for p, c in zip(programs, carries, strict=True)]
+    ys = _run(programs, backs, locals_, me, device, timeout)
     return [_output(y, c, me) for y, c in zip(ys, calls, strict=True)]
+
+
+def _run(programs: Sequence[CrossProgram], backs: Sequence[CrossProgram | None], xs: Sequence[torch.Tensor | None],
+         me: int, device: torch.device, timeout: timedelta | None) -> list[torch.Tensor | None]:
+    """An agreed (or prepared) call bound and run on this rank of the world (``bound.bind_across``).
+    Where some tensors carry a gradient (``backs``: the move of each one's gradient back),
+    the backward's groups are made first, while every rank takes part (a backward runs
+    only on the two meshes' ranks, and makes none), and a rank on either mesh records the
+    move on the one autograd Function: its outputs off the source mesh hang on empty
+    leaves, and off the destination it gets the empty stand-in its backward starts from.
+    A rank on neither mesh gets None and takes no part in the backward."""
+    backend = str(dist.get_backend())
+    for back in backs:
+        if back is not None:
+            finish_groups(back, timeout, backend)
+    bound = bind_across([p.program for p in programs], [b.program if b is not None else None for b in backs],
+                        len(programs), device, timeout, backend)
+    p = programs[0]  # every tensor of a joint call moves between the same two meshes
+    if not any(b is not None for b in backs) or (me not in p.src_mesh.global_ranks
+                                                 and me not in p.dst_mesh.global_ranks):
+        with torch.no_grad():
+            return bound.run_across(xs)
+    held = [torch.empty(0, device=device, requires_grad=True) if x is None and b is not None else x
+            for x, b in zip(xs, backs, strict=True)]
+    return list(on_tape(bound, *held))
 
 
 def _resolve(x: Any, src: TensorType | str | None, dst: TensorType | str | None, mesh: Any, dst_mesh: Any,
@@ -324,12 +339,8 @@ class CrossRedistributor:
             error = check_cross_block(block, p, me, i if self.many else None) or self._check_grad(block, carries, me)
             if error is not None:
                 raise error
-        device, backend = _device(next((b for b in xs if b is not None), None)), str(dist.get_backend())
-        if carries:
-            ys = run_with_grad(xs, self.programs, [True] * n, me, device, self.timeout, backend, self.backs)
-        else:
-            with torch.no_grad():
-                ys = run_many(self.programs, xs, me, device, self.timeout, backend)
+        ys = _run(self.programs, self.backs if carries else [None] * n, xs, me,
+                  _device(next((b for b in xs if b is not None), None)), self.timeout)
         return ys if self.many else ys[0]
 
     def _check_grad(self, x: object, carries: bool, me: int) -> SpecError | None:
