@@ -46,7 +46,7 @@ from torch_backend.lean import collective_error, lean_run
 from torch_backend.packed import LAUNCHABLE, PACKED
 from torch_backend.runners import RUNNERS, Pieces
 from torch_backend.scratch import Scratch, using
-from torch_backend.tensor_checks import check_all, check_tensor, expected_block, fits_block
+from torch_backend.tensor_checks import check_all, check_cross_block, check_tensor, expected_block, fits_block
 from torch_backend.type_tags import Tags, output_tags, typed_output
 
 _UNSET: Any = object()
@@ -94,7 +94,18 @@ class BoundCall:
 
     def check(self, x: Any) -> torch.Tensor:
         """A one-program call's tensor against its source type (``tensor_checks``)."""
+        if self.across is not None:
+            return self.check_across([x], False)[0]
         return check_tensor(x, self.program.src, self.ctx, self.expect[0])
+
+    def check_across(self, xs: Sequence[Any], many: bool) -> list[Any]:
+        """A cross-mesh call's blocks on this rank: None off the source mesh, else its block
+        (``many``: the error names the tensor)."""
+        for i, (p, x) in enumerate(zip(self.programs, xs, strict=True)):
+            error = check_cross_block(x, CrossProgram(p), self.ctx.rank, i if many else None)
+            if error is not None:
+                raise error
+        return list(xs)
 
     def fits(self, x: Any, j: int = 0) -> bool:
         """The fast path's test: ``x`` is a plain tensor with what program ``j`` expects."""
@@ -229,15 +240,34 @@ class BoundCall:
 
     def call_one(self, x: torch.Tensor) -> torch.Tensor:
         """A one-program call on its checked tensor: differentiable, its output typed."""
+        if self.across is not None:
+            return self.call_across([x])[0]
         return typed_output(self.apply(x), x, self.tags[0])
 
     def call(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Every program on its checked tensor: differentiable, the outputs typed."""
+        if self.across is not None:
+            return self.call_across(xs)
         if torch.is_grad_enabled() and any(x.requires_grad for x in xs):
             ys = list(_Run.apply(self, None, *xs))
         else:
             ys = self.run(xs)
         return self.typed(ys, xs)
+
+    def call_across(self, xs: Sequence[Any]) -> list[Any]:
+        """A cross-mesh call on its checked blocks. Where a gradient moves back (in grad
+        mode), a rank on either mesh records the move on the one autograd Function, its
+        outputs off the source mesh hanging on empty leaves; a rank on neither mesh takes
+        no part in the backward."""
+        a, me, p = self.across, self.ctx.rank, self.program
+        assert a is not None and p.dst_mesh is not None
+        if not (torch.is_grad_enabled() and any(b is not None for b in a.backs)) or \
+                me not in p.mesh.global_ranks and me not in p.dst_mesh.global_ranks:
+            with torch.no_grad():
+                return self.run_across(xs)
+        held = [torch.empty(0, device=a.device, requires_grad=True) if x is None and b is not None else x
+                for x, b in zip(xs, a.backs, strict=True)]
+        return list(_Run.apply(self, None, *held))
 
     def typed(self, ys: list[torch.Tensor], xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         return [typed_output(y, x, t) for y, x, t in zip(ys, xs, self.tags)]
@@ -343,6 +373,8 @@ class BoundCall:
 
     def check_all(self, xs: Sequence[Any]) -> list[torch.Tensor]:
         """Every program's tensor against its source type (``tensor_checks``)."""
+        if self.across is not None:
+            return self.check_across(xs, True)
         return check_all(xs, [p.src for p in self.programs], self.ctx, self.expect)
 
     # ---- the gradient ----------------------------------------------------------------
@@ -511,9 +543,3 @@ class _Run(torch.autograd.Function):
         if torch.is_grad_enabled() and any(g is not None and g.requires_grad for g in filled):
             return (None, None, *_Run.apply(dual, None, *filled))
         return (None, None, *dual.run(filled))
-
-
-def on_tape(taped: BoundCall, *xs: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
-    """``taped`` run on the one autograd Function (a cross-mesh move's door to it)."""
-    out: tuple[torch.Tensor | None, ...] = _Run.apply(taped, None, *xs)
-    return out

@@ -38,7 +38,7 @@ from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from spec_lang.parser import parse, parse_mesh
 from torch_backend.agree import compare_gathering
-from torch_backend.bound import bind_across, on_tape
+from torch_backend.bound import bind_across
 from torch_backend.cross_rounds import cross_backward_program, finish_groups, world, world_sum
 from torch_backend.dtypes import check_reductions
 from torch_backend.groups import (
@@ -172,33 +172,22 @@ def redistribute_many(xs: Sequence[Any], srcs: Sequence[TensorType | str | None]
     programs = [c.program for c in calls]
     carries = _carries_grad(codes, wants, programs[0], me, device, timeout)
     backs = [cross_backward_program(p) if c else None for p, c in zip(programs, carries, strict=True)]
-    ys = _run(programs, backs, locals_, me, device, timeout)
+    ys = _run(programs, backs, locals_, device, timeout)
     return [_output(y, c, me) for y, c in zip(ys, calls, strict=True)]
 
 
 def _run(programs: Sequence[CrossProgram], backs: Sequence[CrossProgram | None], xs: Sequence[torch.Tensor | None],
-         me: int, device: torch.device, timeout: timedelta | None) -> list[torch.Tensor | None]:
-    """An agreed (or prepared) call bound and run on this rank of the world (``bound.bind_across``).
+         device: torch.device, timeout: timedelta | None) -> list[torch.Tensor | None]:
+    """An agreed call bound (``bound.bind_across``) and called on this rank of the world.
     Where some tensors carry a gradient (``backs``: the move of each one's gradient back),
     the backward's groups are made first, while every rank takes part (a backward runs
-    only on the two meshes' ranks, and makes none), and a rank on either mesh records the
-    move on the one autograd Function: its outputs off the source mesh hang on empty
-    leaves, and off the destination it gets the empty stand-in its backward starts from.
-    A rank on neither mesh gets None and takes no part in the backward."""
+    only on the two meshes' ranks, and makes none)."""
     backend = str(dist.get_backend())
     for back in backs:
         if back is not None:
             finish_groups(back, timeout, backend)
-    bound = bind_across([p.program for p in programs], [b.program if b is not None else None for b in backs],
-                        len(programs), device, timeout, backend)
-    p = programs[0]  # every tensor of a joint call moves between the same two meshes
-    if not any(b is not None for b in backs) or (me not in p.src_mesh.global_ranks
-                                                 and me not in p.dst_mesh.global_ranks):
-        with torch.no_grad():
-            return bound.run_across(xs)
-    held = [torch.empty(0, device=device, requires_grad=True) if x is None and b is not None else x
-            for x, b in zip(xs, backs, strict=True)]
-    return list(on_tape(bound, *held))
+    return bind_across([p.program for p in programs], [b.program if b is not None else None for b in backs],
+                       len(programs), device, timeout, backend).call_across(xs)
 
 
 def _resolve(x: Any, src: TensorType | str | None, dst: TensorType | str | None, mesh: Any, dst_mesh: Any,
@@ -320,6 +309,14 @@ class CrossRedistributor:
     def __init__(self, programs: tuple[CrossProgram, ...], backs: tuple[CrossProgram | None, ...],
                  timeout: timedelta | None, many: bool = False) -> None:
         self.programs, self.backs, self.timeout, self.many = programs, backs, timeout, many
+        # bound once, every rank alike (the groups made now), and replayed by every call:
+        # without a gradient, and (prepared with requires_grad) with one
+        n, device, backend = len(programs), _device(None), str(dist.get_backend())
+        moves = [p.program for p in programs]
+        self._bounds = [bind_across(moves, [None] * n, n, device, timeout, backend)]
+        if backs[0] is not None:
+            self._bounds.append(bind_across(moves, [b.program if b is not None else None for b in backs], n,
+                                            device, timeout, backend))
 
     @property
     def program(self) -> CrossProgram:
@@ -335,12 +332,13 @@ class CrossRedistributor:
                             hint="pass one block per tensor the redistributor was prepared for")
         xs = list(x) if self.many else [x]
         carries = self.backs[0] is not None and torch.is_grad_enabled()
-        for i, (p, block) in enumerate(zip(self.programs, xs, strict=True)):
-            error = check_cross_block(block, p, me, i if self.many else None) or self._check_grad(block, carries, me)
+        bound = self._bounds[-1 if carries else 0]
+        xs = bound.check_all(xs) if self.many else [bound.check(x)]
+        for block in xs:
+            error = self._check_grad(block, carries, me)
             if error is not None:
                 raise error
-        ys = _run(self.programs, self.backs if carries else [None] * n, xs, me,
-                  _device(next((b for b in xs if b is not None), None)), self.timeout)
+        ys = bound.call(xs)
         return ys if self.many else ys[0]
 
     def _check_grad(self, x: object, carries: bool, me: int) -> SpecError | None:
