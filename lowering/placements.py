@@ -176,9 +176,9 @@ def placement_specs(
     tt: TensorType, m: Mesh, *, strided: bool = False
 ) -> tuple[list[PlacementSpec], dict[int, list[str]]]:
     """The torch-free core of ``to_placements`` (same results, as PlacementSpecs)."""
-    from lowering.checks import check_type
+    from lowering.checks import check_type_once
 
-    check_type(tt, m)
+    check_type_once(tt, m)  # a call's types are checked by then: not again
     out: list[PlacementSpec] = []
     for name in m.names:
         d = tt.dim_of(name)

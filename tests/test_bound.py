@@ -267,6 +267,22 @@ def test_a_first_typed_spmd_call_checks_and_compiles_each_type_once(fake_pg: Cal
     assert checked and max(checked.values()) == 1, checked
 
 
+def test_a_first_agreeing_dtensor_call_compiles_once(fake_pg: Callable[[int], None]) -> None:
+    # the DTensor door's agreement compiles its program; the bound call after it binds that
+    # program (it compiled it again: checked_program ran twice)
+    from torch.distributed._local_tensor import LocalTensorMode
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    fake_pg(4)
+    with LocalTensorMode(4):
+        dm = init_device_mesh("cpu", (4,), mesh_dim_names=("dp",))
+        dt = distribute_tensor(torch.arange(24.0, dtype=torch.float64).reshape(8, 3), dm, [Shard(0)])
+        _, inner, programs, _ = _first_call_counts(lambda: torch_backend.redistribute(dt, DST, agree=True))
+    assert programs == 1, programs
+    assert inner and max(inner.count(t) for t in inner) == 1, inner
+
+
 def test_a_type_refused_once_is_refused_again_with_its_own_text() -> None:
     # the check is remembered only for pairs it accepted: a bad type fails every time, its
     # caret in the text it was written as

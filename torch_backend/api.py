@@ -460,15 +460,17 @@ def _redistribute_dtensor(x: Any, src: TensorType | str | None, dst: TensorType 
 
     # the input's gradient has dual(src)'s layout: a P(sum) where src says R
     if agreeing(agree):
-        def run(found: Checks) -> tuple[TensorType, TensorType, Mesh, torch.Tensor]:
+        def run(found: Checks) -> tuple[TensorType, TensorType, Mesh, MeshContext, Program, torch.Tensor]:
             found.ctx = ctx = context(dm, timeout=timeout)
             s, d, m = types()
             program = agreed_program(s, d, ctx)
             found.call = describe([(program.src, program.dst)], ctx, [x])
-            return s, d, m, check_tensor(x.to_local(grad_placements=_grad_placements(s, m)), program.src, ctx)
+            local = check_tensor(x.to_local(grad_placements=_grad_placements(s, m)), program.src, ctx)
+            return s, d, m, ctx, program, local
 
-        s, d, m, local = agreed(dm, run)
-        bound = bound_for((s,), (d,), dm, timeout)
+        # the bound call of the program the agreement checked and compiled (not compiled again)
+        s, d, m, ctx, program, local = agreed(dm, run)
+        bound = bound_for((s,), (d,), dm, timeout, ctx=ctx, programs=(program,))
     else:
         s, d, m = types()
         bound = bound_for((s,), (d,), dm, timeout)
