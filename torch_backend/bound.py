@@ -464,7 +464,7 @@ def bind_across(programs: Sequence[Program], backs: Sequence[Program | None], wi
         pieces.append([*finish, crossing])
     across = Across(tuple(on_src), tuple(backs), tuple(range(width)) if slots is None else tuple(slots), width,
                     device, timeout, backend, stand_ins)
-    return BoundCall(tuple(programs), ctx, tuple(pieces), backward=lambda p: p, across=across)
+    return BoundCall(tuple(programs), ctx, tuple(pieces), across=across)
 
 
 def joined(bounds: Sequence[BoundCall]) -> BoundCall:
