@@ -7,12 +7,13 @@ block, and the ranks agree in one small all_reduce over the world (each rank's v
 and a hash of the call it made) before the first message, so a call wrong on one rank, or
 different on one rank, fails on every rank, each naming the ranks at fault.
 
-Then ``torch_backend.cross_rounds`` runs it: the pending sums finished on the source mesh
-(its groups made alike on every rank of the world: ``groups.subset_context``), then each
-round of point-to-point messages as one batch on the default group, through ``comm`` like
-the agreement (each wait bounded by the call's ``timeout``, a failure naming the rank at
-fault). This module is the doors: the arguments, the checks, the agreement (the one
-protocol, ``torch_backend.agree``) and the DTensor output.
+Then a ``BoundCall`` runs it (``bound.bind_across``), as it runs a call on one mesh: the
+pending sums finished on the source mesh (its groups made alike on every rank of the
+world: ``groups.subset_context``), then each round of point-to-point messages as one
+batch on the default group (``cross_rounds``), through ``comm`` like the agreement (each
+wait bounded by the call's ``timeout``, a failure naming the rank at fault). This module
+is the doors: the arguments, the checks, the agreement (the one protocol,
+``torch_backend.agree``) and the DTensor output.
 
 Gradients: where the source blocks require grad (the agreement carries which, so the
 ranks only on the destination mesh learn it), the backward is the move from ``dual(dst)``
