@@ -97,6 +97,8 @@ def plan_jointly(programs: Sequence[Program], cost_model: CostModel | None = Non
     if any(p.mesh != mesh for p in programs):
         raise SpecError("every redistribution of a joint program must be on the same mesh",
                         hint="call redistribute_many once per mesh")
+    if programs[0].crosses_meshes:
+        return _crossings_jointly(programs)
     model = cost_model or DEFAULT_COST_MODEL
     rounds = []
     sent = np.zeros(mesh.size, dtype=np.int64)
@@ -132,6 +134,23 @@ def plan_jointly(programs: Sequence[Program], cost_model: CostModel | None = Non
     peak = max(p.cost.peak_bytes_max for p in programs)
     cost = Cost(int(sent.max()), colls, peak, time, int(moved.max()))
     return JointProgram(mesh, tuple(programs), tuple(rounds), cost)
+
+
+def _crossings_jointly(programs: Sequence[Program]) -> JointProgram:
+    """Cross-mesh programs (all between the same two meshes) run jointly: their steps on
+    the source mesh in lockstep, each on its own, then every crossing in one last round as
+    one group (each round of messages one per pair of ranks, every tensor's pieces packed:
+    ``torch_backend.cross_rounds``). The cost is the programs' costs added: their busiest
+    ranks may differ, so it bounds the joint cost from above."""
+    finishes = max(len(p.steps) for p in programs) - 1  # every program ends in its crossing
+    rounds = [tuple(Merged(p.steps[i].kind, ((j, i),)) for j, p in enumerate(programs) if i < len(p.steps) - 1)
+              for i in range(finishes)]
+    last = tuple((j, len(p.steps) - 1) for j, p in enumerate(programs))
+    rounds.append((Merged("across" if len(last) > 1 else programs[0].steps[-1].kind, last),))
+    costs = [p.cost for p in programs]
+    cost = Cost(sum(c.bytes_sent_max for c in costs), sum(c.collectives for c in costs),
+                max(c.peak_bytes_max for c in costs), sum(c.time_s for c in costs), sum(c.bytes_max for c in costs))
+    return JointProgram(programs[0].mesh, tuple(programs), tuple(rounds), cost)
 
 
 def check_type_lists(entry: str, srcs: object, dsts: object, example: str) -> None:

@@ -463,3 +463,18 @@ def test_one_mesh_engines_refuse_a_cross_mesh_program():
     assert "dst_mesh=" in e.value.hint
     with pytest.raises(SpecError, match="runs across two meshes"):
         jax_backend.describe(p)
+
+
+def test_a_joint_cross_mesh_call_runs_its_crossings_together_after_every_finish():
+    # what BoundCall runs for redistribute_many(..., dst_mesh=): each program's source-mesh
+    # steps, each on its own, then every crossing in one group (one message per pair of ranks)
+    from lowering.joint import plan_jointly
+
+    finished = lowering.compile("f32[16@dp,8]{U:tp}", "f32[16,8@x]", "dp=2,tp=2", dst_mesh="x=2@[4,5]")
+    plain = lowering.compile("f32[16@dp,8]", "f32[16,8@x]", "dp=2,tp=2", dst_mesh="x=2@[4,5]")
+    assert len(finished.steps) > len(plain.steps) == 1
+    joint = plan_jointly([plain, finished])
+    *finishes, last = joint.rounds
+    assert [g.members for rnd in finishes for g in rnd] == [((1, i),) for i in range(len(finished.steps) - 1)]
+    assert last == (lowering.joint.Merged("across", ((0, 0), (1, len(finished.steps) - 1))),)
+    assert joint.cost.bytes_max == plain.cost.bytes_max + finished.cost.bytes_max

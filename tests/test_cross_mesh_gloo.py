@@ -542,7 +542,7 @@ def test_gradient_across_meshes_over_different_ranks(gloo_across, k):
 
 
 def test_a_move_across_meshes_records_the_one_autograd_function(gloo_across, fake_pg):
-    # the same Function as every call on one mesh (bound.on_tape), not one of its own
+    # the same Function as every call on one mesh (bound._Run, through BoundCall.call_across), not one of its own
     from torch_utils import local_mode, to_local
 
     import torch_backend

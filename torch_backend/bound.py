@@ -1,4 +1,5 @@
-"""The one bound object: N >= 1 programs on one mesh, bound to where they run.
+"""The one bound object: N >= 1 programs on one mesh (or between two: ``bind_across``),
+bound to where they run.
 
 ``redistribute``, a ``Redistributor``'s call and ``redistribute_many`` all run a
 ``BoundCall``: its programs, their context and this process's pieces of every step (groups
@@ -14,21 +15,29 @@ created), built once and replayed by every call. The same object runs them:
 * ``dual``: the gradient's ``BoundCall`` (``backward`` of each program: ``autograd.backward_program``,
   or the typed SPMD collectives' kind-by-kind duals), the same type, built on first use and kept here; one autograd Function (``_Run``) records
   both the sync run and the async finish, with the dual as its backward.
+
+Cross-mesh programs (``bind_across``, the ``dst_mesh=`` doors) run on the world's context:
+each program's steps on its source mesh's groups, then the crossings jointly in one last
+round (``cross_rounds``); a tensor is None off a mesh (``run_across``), and their dual
+moves the carried gradients back on the same ``_Run``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, Protocol
+from datetime import timedelta
+from typing import Any, NoReturn
 
 import torch
 
+from lowering.cross_mesh import CrossProgram
 from lowering.joint import JointProgram, Merged, plan_jointly
 from lowering.layout import group_ranks, local_shapes
-from lowering.program import Program
+from lowering.program import Program, Step
 from torch_backend import collectives, comm
 from torch_backend.autograd import backward_program
+from torch_backend.cross_rounds import crossing_pieces, finish_groups, world
 from torch_backend.dtypes import to_torch_dtype
 from torch_backend.executor import aliases, build_pieces, execute
 from torch_backend.faults import CollectiveError
@@ -37,7 +46,7 @@ from torch_backend.lean import collective_error, lean_run
 from torch_backend.packed import LAUNCHABLE, PACKED
 from torch_backend.runners import RUNNERS, Pieces
 from torch_backend.scratch import Scratch, using
-from torch_backend.tensor_checks import check_all, check_tensor, expected_block, fits_block
+from torch_backend.tensor_checks import check_all, check_cross_block, check_tensor, expected_block, fits_block
 from torch_backend.type_tags import Tags, output_tags, typed_output
 
 _UNSET: Any = object()
@@ -55,6 +64,7 @@ class BoundCall:
     pieces: tuple[list[Pieces], ...]
     scratch: Scratch | None = None
     backward: Callable[[Program], Program] = backward_program
+    across: Across | None = None  # a cross-mesh bound's (``bind_across``); ``ctx`` is then the world's
     tags: list[Tags] = field(init=False, repr=False)  # each output's SPMD types (type_tags.typed_output)
     expect: list[tuple[Any, ...]] = field(init=False, repr=False)  # what a fitting tensor has (fits_block)
     _joint: JointProgram | None = field(default=None, repr=False)
@@ -62,6 +72,9 @@ class BoundCall:
     _dual: BoundCall | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        if self.across is not None:  # the cross-mesh doors check the blocks and type the outputs themselves
+            self.tags, self.expect = [], []
+            return
         self.tags = [output_tags(p) for p in self.programs]
         self.expect = [expected_block(p.src, self.ctx) for p in self.programs]
 
@@ -81,7 +94,18 @@ class BoundCall:
 
     def check(self, x: Any) -> torch.Tensor:
         """A one-program call's tensor against its source type (``tensor_checks``)."""
+        if self.across is not None:
+            return self.check_across([x], False)[0]
         return check_tensor(x, self.program.src, self.ctx, self.expect[0])
+
+    def check_across(self, xs: Sequence[Any], many: bool) -> list[Any]:
+        """A cross-mesh call's blocks on this rank: None off the source mesh, else its block
+        (``many``: the error names the tensor)."""
+        for i, (p, x) in enumerate(zip(self.programs, xs, strict=True)):
+            error = check_cross_block(x, CrossProgram(p), self.ctx.rank, i if many else None)
+            if error is not None:
+                raise error
+        return list(xs)
 
     def fits(self, x: Any, j: int = 0) -> bool:
         """The fast path's test: ``x`` is a plain tensor with what program ``j`` expects."""
@@ -103,12 +127,38 @@ class BoundCall:
             y = (run if run is not _UNSET else self.runner())(x)
         return typed_output(y, x, self.tags[0])
 
-    def run(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Every program on its (checked) tensor; the results never alias the inputs."""
+    def run(self, xs: Sequence[Any]) -> list[Any]:
+        """Every program on its (checked) tensor; the results never alias the inputs (a
+        crossing fills new blocks: ``run_across``)."""
+        if self.across is not None:
+            return self.run_across(xs)
         if len(self.programs) == 1:
             return [self.run_one(xs[0])]
         with using(self.scratch):
             return self.unaliased(xs, self.run_rounds(list(xs), self.joint.rounds))
+
+    def run_across(self, xs: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
+        """A cross-mesh bound on the call's tensors (None off the source mesh): each
+        program's steps on its source mesh, then the crossings jointly (``lowering.joint``);
+        this rank's block of each destination, None off its mesh (or, where its gradient
+        moves back, the forward's empty stand-in its backward starts from)."""
+        a = self.across
+        assert a is not None
+        me = self.ctx.rank
+        out: list[torch.Tensor | None] = [None] * a.width
+        if not self.pieces[0][-1]:  # past both meshes' ranks: no message to or from this rank
+            return out
+        ins = [x.contiguous() if (x := xs[s]) is not None and me in p.mesh.global_ranks
+               else torch.empty(0, dtype=to_torch_dtype(p.src.dtype), device=a.device)
+               for s, p in zip(a.slots, self.programs, strict=True)]
+        with using(self.scratch):
+            ys = self.run_rounds(ins, self.joint.rounds)
+        for k, (s, p) in enumerate(zip(a.slots, self.programs, strict=True)):
+            x = xs[s]
+            on_dst = p.dst_mesh is not None and me in p.dst_mesh.global_ranks
+            stand_in = a.stand_ins and a.backs[k] is not None and x is not None
+            out[s] = ys[k] if on_dst else x.new_empty(0) if stand_in and x is not None else None
+        return out
 
     def run_one(self, x: torch.Tensor) -> torch.Tensor:
         """A one-program bound on its tensor."""
@@ -141,7 +191,9 @@ class BoundCall:
             if not g.packed:
                 j, i = g.members[0]
                 step = self.programs[j].steps[i]
-                ys[j] = RUNNERS[step.kind](self.ctx, step, self.pieces[j][i], ys[j])
+                ctx = self.ctx_of(j, step)
+                if ctx is not None:  # None: a source-mesh step, this rank off that mesh
+                    ys[j] = RUNNERS[step.kind](ctx, step, self.pieces[j][i], ys[j])
                 return
             steps = [self.joint.step(ref) for ref in g.members]
             outs = PACKED[g.kind](self.ctx, steps, [self.pieces[j][i] for j, i in g.members],
@@ -151,6 +203,10 @@ class BoundCall:
         for (j, _), y in zip(g.members, outs):
             ys[j] = y
 
+    def ctx_of(self, j: int, step: Step) -> MeshContext | None:
+        """Where program ``j``'s ``step`` runs: ``ctx``, or a cross-mesh program's source mesh."""
+        return self.across.on_src[j] if self.across is not None and step.dst_mesh is None else self.ctx
+
     def raise_failed(self, g: Merged, e: RuntimeError) -> NoReturn:
         """Raise the error of a failed group: a CollectiveError naming the step, the tensors,
         the group and who is at fault (a local step's error as it is)."""
@@ -158,7 +214,8 @@ class BoundCall:
         step = self.programs[j].steps[i]
         if not step.is_collective or isinstance(e, CollectiveError):
             raise e
-        ctx = self.ctx
+        ctx = self.ctx_of(j, step)
+        assert ctx is not None  # the step ran here
         if len(self.programs) == 1:
             raise collective_error(ctx, self.program, i, step, e) from e
         members = group_ranks(self.program.mesh, step.axes, ctx.ranks[0])
@@ -183,15 +240,34 @@ class BoundCall:
 
     def call_one(self, x: torch.Tensor) -> torch.Tensor:
         """A one-program call on its checked tensor: differentiable, its output typed."""
+        if self.across is not None:
+            return self.call_across([x])[0]
         return typed_output(self.apply(x), x, self.tags[0])
 
     def call(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Every program on its checked tensor: differentiable, the outputs typed."""
+        if self.across is not None:
+            return self.call_across(xs)
         if torch.is_grad_enabled() and any(x.requires_grad for x in xs):
             ys = list(_Run.apply(self, None, *xs))
         else:
             ys = self.run(xs)
         return self.typed(ys, xs)
+
+    def call_across(self, xs: Sequence[Any]) -> list[Any]:
+        """A cross-mesh call on its checked blocks. Where a gradient moves back (in grad
+        mode), a rank on either mesh records the move on the one autograd Function, its
+        outputs off the source mesh hanging on empty leaves; a rank on neither mesh takes
+        no part in the backward."""
+        a, me, p = self.across, self.ctx.rank, self.program
+        assert a is not None and p.dst_mesh is not None
+        if not (torch.is_grad_enabled() and any(b is not None for b in a.backs)) or \
+                me not in p.mesh.global_ranks and me not in p.dst_mesh.global_ranks:
+            with torch.no_grad():
+                return self.run_across(xs)
+        held = [torch.empty(0, device=a.device, requires_grad=True) if x is None and b is not None else x
+                for x, b in zip(xs, a.backs, strict=True)]
+        return list(_Run.apply(self, None, *held))
 
     def typed(self, ys: list[torch.Tensor], xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         return [typed_output(y, x, t) for y, x, t in zip(ys, xs, self.tags)]
@@ -297,6 +373,8 @@ class BoundCall:
 
     def check_all(self, xs: Sequence[Any]) -> list[torch.Tensor]:
         """Every program's tensor against its source type (``tensor_checks``)."""
+        if self.across is not None:
+            return self.check_across(xs, True)
         return check_all(xs, [p.src for p in self.programs], self.ctx, self.expect)
 
     # ---- the gradient ----------------------------------------------------------------
@@ -304,6 +382,12 @@ class BoundCall:
     def dual(self) -> BoundCall:
         """The bound gradient programs (the SPMD type system's duals), a prepared call's
         with buffers of their own; built once."""
+        if self._dual is None and self.across is not None:
+            a = self.across
+            carried = [(k, b) for k, b in enumerate(a.backs) if b is not None]  # the dual moves only these
+            self._dual = bind_across([b for _, b in carried], [self.programs[k] for k, _ in carried], a.width,
+                                     a.device, a.timeout, a.backend, [a.slots[k] for k, _ in carried],
+                                     not a.stand_ins)
         if self._dual is None:
             dual = bind([self.backward(p) for p in self.programs], self.ctx, self.backward)
             self._dual = dual.prepared() if self.scratch is not None else dual
@@ -311,14 +395,21 @@ class BoundCall:
 
     def prepared(self) -> BoundCall:
         """These programs with buffers of their own that every call reuses (``scratch``)."""
-        return BoundCall(self.programs, self.ctx, self.pieces, Scratch(), self.backward, _joint=self._joint)
+        return BoundCall(self.programs, self.ctx, self.pieces, Scratch(), self.backward, self.across,
+                         _joint=self._joint)
 
     def fixed(self, ys: Any) -> list[torch.Tensor]:
-        """The outputs that carry no gradient: none (autograd's rules decide)."""
-        return []
+        """The outputs that carry no gradient: none (autograd's rules decide), or a
+        cross-mesh move's whose gradient does not move back."""
+        a = self.across
+        return [] if a is None else [ys[s] for s, b in zip(a.slots, a.backs, strict=True)
+                                     if ys[s] is not None and b is None]
 
-    def zeros(self, j: int) -> torch.Tensor:
-        """A zero gradient for output ``j`` that autograd did not use (its dual type's blocks)."""
+    def zeros(self, j: int) -> torch.Tensor | None:
+        """A zero gradient for output ``j`` that autograd did not use (its dual type's
+        blocks); none across meshes, whose run takes None (autograd's zero, or off both meshes)."""
+        if self.across is not None:
+            return None
         p = self.programs[j]
         shapes = local_shapes(p.dst, p.mesh)
         dt = to_torch_dtype(p.dst.dtype)
@@ -331,6 +422,49 @@ def bind(programs: Program | Sequence[Program], ctx: MeshContext | None = None,
     ps = (programs,) if isinstance(programs, Program) else tuple(programs)
     ctx = ctx if ctx is not None else context(ps[0].mesh)
     return BoundCall(ps, ctx, tuple(build_pieces(p, ctx) for p in ps), backward=backward)
+
+
+@dataclass(frozen=True)
+class Across:
+    """What a cross-mesh bound adds (``bind_across``): each program's context on its source
+    mesh (None on a rank off it), its gradient's move back (None: it carries none), the
+    call's tensor it moves (``slots``, of ``width``: a dual moves only those that carry a
+    gradient), where an empty block lives, the groups' timeout and backend, and whether a
+    rank off the destination gets an empty stand-in (the forward's, whose backward starts there)."""
+
+    on_src: tuple[MeshContext | None, ...]
+    backs: tuple[Program | None, ...]
+    slots: tuple[int, ...]
+    width: int
+    device: torch.device
+    timeout: timedelta | None
+    backend: str
+    stand_ins: bool
+
+
+def bind_across(programs: Sequence[Program], backs: Sequence[Program | None], width: int, device: torch.device,
+                timeout: timedelta | None, backend: str, slots: Sequence[int] | None = None,
+                stand_ins: bool = True) -> BoundCall:
+    """Cross-mesh programs (``lowering.compile(..., dst_mesh=)``, every one between the same
+    two meshes) bound on this rank of the world, which every rank calls alike (a dual only
+    on the two meshes' ranks, whose groups the forward made): each one's source-mesh groups
+    (``cross_rounds.finish_groups``) and pieces there, its crossing's pieces of this world
+    rank (none past both meshes' ranks)."""
+    ctx = world(timeout)
+    on_src: list[MeshContext | None] = []
+    pieces: list[list[Pieces]] = []
+    for p in programs:
+        view = CrossProgram(p)
+        src_ctx = finish_groups(view, timeout, backend)
+        finish = build_pieces(view.finish, src_ctx) if src_ctx is not None and view.finish is not None \
+            else [{} for _ in p.steps[:-1]]
+        crossing: Pieces = {ctx.rank: crossing_pieces(view.crossing, p.mesh, ctx.rank)} if ctx.rank < view.world \
+            else {}
+        on_src.append(src_ctx)
+        pieces.append([*finish, crossing])
+    across = Across(tuple(on_src), tuple(backs), tuple(range(width)) if slots is None else tuple(slots), width,
+                    device, timeout, backend, stand_ins)
+    return BoundCall(tuple(programs), ctx, tuple(pieces), across=across)
 
 
 def joined(bounds: Sequence[BoundCall]) -> BoundCall:
@@ -383,26 +517,13 @@ class Handle:
         return self._out[0] if self._one else self._out
 
 
-class Taped(Protocol):
-    """What the one autograd Function runs: a ``BoundCall``, or a cross-mesh move
-    (``cross_rounds.CrossCall``) whose tensors may be None off its meshes."""
-
-    def run(self, xs: Any) -> Sequence[torch.Tensor | None]: ...
-
-    def fixed(self, ys: Any) -> list[torch.Tensor]: ...
-
-    def zeros(self, j: int) -> torch.Tensor | None: ...
-
-    def dual(self) -> Taped: ...
-
-
 class _Run(torch.autograd.Function):
     """A bound call on autograd's tape (its run, or the finish of its ``Pending``), with
     the bound dual as its backward: the one autograd Function of every redistribution,
     on one mesh or across two."""
 
     @staticmethod
-    def forward(ctx: Any, bound: Taped, pending: Pending | None,
+    def forward(ctx: Any, bound: BoundCall, pending: Pending | None,
                 *xs: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
         ctx.bound = bound
         ys = tuple(pending.result() if pending is not None else bound.run(xs))
@@ -413,7 +534,7 @@ class _Run(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
-        bound: Taped = ctx.bound
+        bound: BoundCall = ctx.bound
         filled = [g if g is not None else bound.zeros(j) for j, g in enumerate(grads)]
         dual = bound.dual()
         # where autograd records the backward itself (create_graph=True: a gradient penalty,
@@ -422,9 +543,3 @@ class _Run(torch.autograd.Function):
         if torch.is_grad_enabled() and any(g is not None and g.requires_grad for g in filled):
             return (None, None, *_Run.apply(dual, None, *filled))
         return (None, None, *dual.run(filled))
-
-
-def on_tape(taped: Taped, *xs: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
-    """``taped`` run on the one autograd Function (a cross-mesh move's door to it)."""
-    out: tuple[torch.Tensor | None, ...] = _Run.apply(taped, None, *xs)
-    return out

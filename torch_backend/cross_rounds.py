@@ -8,19 +8,17 @@ its pieces packed in an order both sides derive from their own ``CrossPieces``; 
 call (``cross``) packs every tensor's pieces for the same peer into that one buffer (a
 state dict is one message per pair of ranks and round, not one per tensor).
 
-``run_many`` runs cross-mesh Programs (``lowering.CrossProgram`` views): each one's steps
-on its source mesh (the executor, on groups made alike on every rank of the world), then
-their crossings jointly. A move that carries gradients runs on the one autograd Function
-(``bound.on_tape``; ``CrossCall``, whose dual moves the gradients back: the program that
-``lowering.planner.compile_gradient`` plans). ``torch_backend.mesh_transfer`` handles the
-arguments, the checks and the agreement, and calls ``run_many`` or ``run_with_grad``.
+A joint call's crossings are one packed group (``PACKED["across"]``: ``lowering.joint``
+puts every crossing of cross-mesh programs in their last round), which ``BoundCall`` runs
+like any other (``bound.bind_across``). Here too: the world's context (``world``), the
+source mesh's groups (``finish_groups``), the gradient's move (``cross_backward_program``).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -35,10 +33,9 @@ from lowering.planner import compile_gradient
 from lowering.program import Step
 from spec_lang.ir import Mesh
 from torch_backend import collectives, comm, local_steps, uneven_steps  # noqa: F401 - each registers its runners
-from torch_backend.bound import on_tape
 from torch_backend.dtypes import check_reductions, to_torch_dtype
-from torch_backend.executor import execute
 from torch_backend.groups import MeshContext, context, subset_context
+from torch_backend.packed import PACKED
 from torch_backend.runners import Pieces, pieces_as, runs
 
 Held = list[tuple[Box, torch.Tensor]]
@@ -61,71 +58,6 @@ def finish_groups(p: CrossProgram, timeout: timedelta | None, backend: str) -> M
         return None
     axes = [s.axes for s in f.steps if s.is_collective]
     return subset_context(f.mesh, p.src_mesh.global_ranks, axes, timeout=timeout, backend=backend)
-
-
-@dataclass(frozen=True)
-class CrossCall:
-    """An agreed joint cross-mesh move as the one autograd Function records it
-    (``bound.on_tape``): ``programs`` moves tensor i (None: not moved, its result None),
-    ``backs`` the move of its gradient back (None: it carries none): the cross-mesh
-    program from ``dual(dst)`` on ``dst_mesh`` back to ``dual(src)`` on ``mesh`` (the SPMD
-    type system's duals), run by the ranks of the two meshes. Its dual is the same call
-    with the two swapped, so a joint call's gradients move back jointly; the forward's
-    ranks off the destination get an empty stand-in (``stand_ins``) that a carrying
-    tensor's backward starts from."""
-
-    programs: tuple[CrossProgram | None, ...]
-    backs: tuple[CrossProgram | None, ...]
-    me: int
-    device: torch.device
-    timeout: timedelta | None
-    backend: str
-    stand_ins: bool = True
-
-    def run(self, held: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
-        moved = [(i, p) for i, p in enumerate(self.programs) if p is not None]
-        on_src = self.me in moved[0][1].src_mesh.global_ranks  # every tensor between the same two meshes
-        ys = run_many([p for _, p in moved], [x.contiguous() if on_src and (x := held[i]) is not None else None
-                                              for i, _ in moved], self.me, self.device, self.timeout, self.backend)
-        out: list[torch.Tensor | None] = [None] * len(self.programs)
-        for (i, _), y in zip(moved, ys, strict=True):
-            x = held[i]
-            out[i] = x.new_empty(0) if y is None and self.stand_ins and self.backs[i] is not None and x is not None else y
-        return out
-
-    def fixed(self, ys: Sequence[torch.Tensor | None]) -> list[torch.Tensor]:
-        """The outputs that carry no gradient."""
-        return [y for y, b in zip(ys, self.backs, strict=True) if y is not None and b is None]
-
-    def zeros(self, j: int) -> None:
-        return None  # autograd gives a zero gradient (or None off both meshes): nothing to fill
-
-    def dual(self) -> CrossCall:
-        return replace(self, programs=self.backs, backs=self.programs, stand_ins=not self.stand_ins)
-
-
-def run_with_grad(xs: Sequence[torch.Tensor | None], programs: Sequence[CrossProgram], carries: Sequence[bool],
-                  me: int, device: torch.device, timeout: timedelta | None, backend: str,
-                  backs: Sequence[CrossProgram | None] | None = None) -> list[torch.Tensor | None]:
-    """An agreed call some of whose tensors carry a gradient, run on every rank of the
-    world. The backward's groups are made first, while every rank takes part (a backward
-    runs only on the ranks of the two meshes, and makes no group). A rank on either mesh
-    records the move on the autograd graph: off the destination it gets an empty
-    stand-in per tensor that carries a gradient, whose backward receives the gradient
-    blocks; off the source its outputs hang on empty leaves. A rank on neither mesh gets
-    None and takes no part in the backward."""
-    if backs is None:
-        backs = [cross_backward_program(p) if c else None for p, c in zip(programs, carries, strict=True)]
-    for back in backs:
-        if back is not None:
-            finish_groups(back, timeout, backend)
-    p = programs[0]  # every tensor of a joint call moves between the same two meshes
-    if me not in p.src_mesh.global_ranks and me not in p.dst_mesh.global_ranks:
-        with torch.no_grad():
-            return run_many(programs, xs, me, device, timeout, backend)
-    held = [torch.empty(0, device=device, requires_grad=True) if x is None and c else x
-            for x, c in zip(xs, carries, strict=True)]
-    return list(on_tape(CrossCall(tuple(programs), tuple(backs), me, device, timeout, backend), *held))
 
 
 def world(timeout: timedelta | None) -> MeshContext:
@@ -254,29 +186,14 @@ def cross(ctx: MeshContext, pieces: Sequence[CrossPieces], xs: Sequence[torch.Te
     return [x.new_empty(0) if out is None else out[1] for x, out in zip(xs, outs, strict=True)]
 
 
-def run_many(programs: Sequence[CrossProgram], xs: Sequence[torch.Tensor | None], me: int, device: torch.device,
-             timeout: timedelta | None, backend: str) -> list[torch.Tensor | None]:
-    """The checked programs on this rank: each one's steps on its source mesh, then their
-    crossings jointly; this rank's block of each destination (None off its mesh)."""
-    ins = []
-    for p, x in zip(programs, xs, strict=True):
-        y = _finish(p, x, me, timeout, backend)
-        ins.append(torch.empty(0, dtype=to_torch_dtype(p.src.dtype), device=device) if y is None else y)
-    if me >= programs[0].world:  # past both meshes' ranks: no message to or from this rank
-        return [None] * len(programs)
-    ys = cross(world(timeout), [crossing_pieces(p.crossing, p.src_mesh, me) for p in programs], ins)
-    return [y if me in p.dst_mesh.global_ranks else None for p, y in zip(programs, ys, strict=True)]
+def _across(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces], xs: Sequence[torch.Tensor],
+            launch_only: bool = False) -> list[torch.Tensor]:
+    """A joint call's crossings as ``BoundCall`` runs a packed group (``lowering.joint``'s
+    last round of cross-mesh programs): ``cross``, on the world's ``ctx``."""
+    return cross(ctx, [pieces_as(CrossPieces, p)[ctx.rank] for p in pieces], xs)
 
 
-def _finish(p: CrossProgram, x: torch.Tensor | None, me: int, timeout: timedelta | None,
-            backend: str) -> torch.Tensor | None:
-    """The pending sums finished on the source mesh. Every rank of the world makes the
-    source mesh's groups alike (``subset_context``); only its ranks run the steps."""
-    ctx = finish_groups(p, timeout, backend)
-    if ctx is None or x is None:
-        return x
-    assert p.finish is not None  # a context only where there is a finish
-    return execute(p.finish, x, ctx=ctx)
+PACKED["across"] = _across
 
 
 def _round(ctx: MeshContext, k: int, held: list[Held], outs: Sequence[tuple[Box, torch.Tensor] | None], rnd: Round,

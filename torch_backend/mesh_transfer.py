@@ -7,12 +7,13 @@ block, and the ranks agree in one small all_reduce over the world (each rank's v
 and a hash of the call it made) before the first message, so a call wrong on one rank, or
 different on one rank, fails on every rank, each naming the ranks at fault.
 
-Then ``torch_backend.cross_rounds`` runs it: the pending sums finished on the source mesh
-(its groups made alike on every rank of the world: ``groups.subset_context``), then each
-round of point-to-point messages as one batch on the default group, through ``comm`` like
-the agreement (each wait bounded by the call's ``timeout``, a failure naming the rank at
-fault). This module is the doors: the arguments, the checks, the agreement (the one
-protocol, ``torch_backend.agree``) and the DTensor output.
+Then a ``BoundCall`` runs it (``bound.bind_across``), as it runs a call on one mesh: the
+pending sums finished on the source mesh (its groups made alike on every rank of the
+world: ``groups.subset_context``), then each round of point-to-point messages as one
+batch on the default group (``cross_rounds``), through ``comm`` like the agreement (each
+wait bounded by the call's ``timeout``, a failure naming the rank at fault). This module
+is the doors: the arguments, the checks, the agreement (the one protocol,
+``torch_backend.agree``) and the DTensor output.
 
 Gradients: where the source blocks require grad (the agreement carries which, so the
 ranks only on the destination mesh learn it), the backward is the move from ``dual(dst)``
@@ -38,14 +39,8 @@ from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from spec_lang.parser import parse, parse_mesh
 from torch_backend.agree import compare_gathering
-from torch_backend.cross_rounds import (
-    cross_backward_program,
-    finish_groups,
-    run_many,
-    run_with_grad,
-    world,
-    world_sum,
-)
+from torch_backend.bound import bind_across
+from torch_backend.cross_rounds import cross_backward_program, finish_groups, world, world_sum
 from torch_backend.dtypes import check_reductions
 from torch_backend.groups import (
     check_timeout,
@@ -175,15 +170,25 @@ def redistribute_many(xs: Sequence[Any], srcs: Sequence[TensorType | str | None]
     wants = [_wants_grad(t) for t in locals_] if error is None else []
     codes = _agree(error, "; ".join(c.describe() for c in calls), timeout, _grad_code(wants))
     assert error is None  # _agree raised it
-    backend = str(dist.get_backend())
     programs = [c.program for c in calls]
     carries = _carries_grad(codes, wants, programs[0], me, device, timeout)
-    if any(carries):
-        ys = run_with_grad(locals_, programs, carries, me, device, timeout, backend)
-    else:
-        with torch.no_grad():
-            ys = run_many(programs, locals_, me, device, timeout, backend)
+    backs = [cross_backward_program(p) if c else None for p, c in zip(programs, carries, strict=True)]
+    ys = _run(programs, backs, locals_, device, timeout)
     return [_output(y, c, me) for y, c in zip(ys, calls, strict=True)]
+
+
+def _run(programs: Sequence[CrossProgram], backs: Sequence[CrossProgram | None], xs: Sequence[torch.Tensor | None],
+         device: torch.device, timeout: timedelta | None) -> list[torch.Tensor | None]:
+    """An agreed call bound (``bound.bind_across``) and called on this rank of the world.
+    Where some tensors carry a gradient (``backs``: the move of each one's gradient back),
+    the backward's groups are made first, while every rank takes part (a backward runs
+    only on the two meshes' ranks, and makes none)."""
+    backend = str(dist.get_backend())
+    for back in backs:
+        if back is not None:
+            finish_groups(back, timeout, backend)
+    return bind_across([p.program for p in programs], [b.program if b is not None else None for b in backs],
+                       len(programs), device, timeout, backend).call_across(xs)
 
 
 def _resolve(x: Any, src: TensorType | str | None, dst: TensorType | str | None, mesh: Any, dst_mesh: Any,
@@ -305,6 +310,14 @@ class CrossRedistributor:
     def __init__(self, programs: tuple[CrossProgram, ...], backs: tuple[CrossProgram | None, ...],
                  timeout: timedelta | None, many: bool = False) -> None:
         self.programs, self.backs, self.timeout, self.many = programs, backs, timeout, many
+        # bound once, every rank alike (the groups made now), and replayed by every call:
+        # without a gradient, and (prepared with requires_grad) with one
+        n, device, backend = len(programs), _device(None), str(dist.get_backend())
+        moves = [p.program for p in programs]
+        self._bounds = [bind_across(moves, [None] * n, n, device, timeout, backend)]
+        if backs[0] is not None:
+            self._bounds.append(bind_across(moves, [b.program if b is not None else None for b in backs], n,
+                                            device, timeout, backend))
 
     @property
     def program(self) -> CrossProgram:
@@ -320,16 +333,13 @@ class CrossRedistributor:
                             hint="pass one block per tensor the redistributor was prepared for")
         xs = list(x) if self.many else [x]
         carries = self.backs[0] is not None and torch.is_grad_enabled()
-        for i, (p, block) in enumerate(zip(self.programs, xs, strict=True)):
-            error = check_cross_block(block, p, me, i if self.many else None) or self._check_grad(block, carries, me)
+        bound = self._bounds[-1 if carries else 0]
+        xs = bound.check_all(xs) if self.many else [bound.check(x)]
+        for block in xs:
+            error = self._check_grad(block, carries, me)
             if error is not None:
                 raise error
-        device, backend = _device(next((b for b in xs if b is not None), None)), str(dist.get_backend())
-        if carries:
-            ys = run_with_grad(xs, self.programs, [True] * n, me, device, self.timeout, backend, self.backs)
-        else:
-            with torch.no_grad():
-                ys = run_many(self.programs, xs, me, device, self.timeout, backend)
+        ys = bound.call(xs)
         return ys if self.many else ys[0]
 
     def _check_grad(self, x: object, carries: bool, me: int) -> SpecError | None:
