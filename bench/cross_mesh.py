@@ -10,7 +10,7 @@
   loop of shardc calls, and against the workaround per tensor.
 
 Each as shardc (a prepared call, ``redistributor(..., dst_mesh=)``; the state dict with
-``mesh_transfer.redistributor_many``, and the one-shot ``redistribute_many``, which agrees
+``prepared.redistributor_many``, and the one-shot ``redistribute_many``, which agrees
 over the world on every call) against the workaround users write (gather the full tensor on
 the source, broadcast it, slice each block). A time is the median over calls of the
 slowest rank, after 2 warm-up calls and a barrier per call. Bytes are the busiest rank's
@@ -86,7 +86,7 @@ def rank_main(rank: int, store: str, iters: int, rows: int, out_path: str) -> No
     import lowering
     import torch_backend
     from spec_lang import parse, parse_mesh
-    from torch_backend import cross_rounds, mesh_transfer
+    from torch_backend import cross_rounds, prepared
     from torch_backend.dtypes import to_torch_dtype
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD,
@@ -128,7 +128,7 @@ def rank_main(rank: int, store: str, iters: int, rows: int, out_path: str) -> No
     xs = [block(s, TRAINER, g) for (s, _), g in zip(pairs, fulls, strict=True)]
     wants = [block(d, REPLICAS, g) for (_, d), g in zip(pairs, fulls, strict=True)]
     srcs, dsts = [s for s, _ in pairs], [d for _, d in pairs]
-    joint = mesh_transfer.redistributor_many(srcs, dsts, TRAINER, REPLICAS)
+    joint = prepared.redistributor_many(srcs, dsts, TRAINER, REPLICAS)
     loop = [torch_backend.redistributor(s, d, TRAINER, dst_mesh=REPLICAS) for s, d in pairs]
 
     def one_shot() -> Any:

@@ -221,7 +221,7 @@ def _many_cases(rank: int, world: int) -> dict:
     ys = redistribute_many(xs, [s for s, _ in MANY], [d for _, d in MANY], "fsdp=4@[0-3]",
                            dst_mesh="rep=2,tp=2@[4-7]", timeout=20)
     out["many"] = [None if y is None else y.double().numpy() for y in ys]
-    from torch_backend.mesh_transfer import redistributor_many
+    from torch_backend.prepared import redistributor_many
 
     joint = redistributor_many([s for s, _ in MANY], [d for _, d in MANY], "fsdp=4@[0-3]", "rep=2,tp=2@[4-7]",
                                timeout=20)

@@ -23,6 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import torch
@@ -37,7 +38,7 @@ from spec_lang.dual import dual_type
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from spec_lang.parser import parse
-from torch_backend import traced
+from torch_backend import mesh_transfer, traced
 from torch_backend.agree import Checks, agreed, describe
 from torch_backend.blocks import local_part
 from torch_backend.bound import BoundCall, bind, joined
@@ -46,7 +47,7 @@ from torch_backend.dtypes import check_reductions, dtype_name, short_name, to_to
 from torch_backend.groups import MeshContext, context, real_world
 from torch_backend.tensor_checks import check_all, check_strided, check_tensor, is_dtensor
 
-__all__ = ["Door", "async_entries", "bound_for", "bound_program", "distribute", "hot_bound", "redistribute", "text_key", "through_door"]
+__all__ = ["ACROSS", "Door", "async_entries", "bound_for", "bound_program", "distribute", "hot_bound", "redistribute", "text_key", "through_door"]
 
 
 def _type(t: TensorType | str, what: str) -> TensorType:
@@ -104,15 +105,21 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
 class Door:
     """What one public call brings to the one door sequence (``through_door``); every other
     step is the sequence's own. Each callable takes the call's ``(x, src, dst, mesh)`` as
-    the door was given them (a list of tensors and of types for many; for a
-    ``Redistributor``, itself as ``src`` and its bound call as ``bound``)."""
+    the door was given them (a list of tensors and of types for many; for a prepared call,
+    itself as ``src`` and its bound call as ``bound``; for a cross-mesh call, the pair
+    ``(mesh, dst_mesh)`` as ``mesh``)."""
 
-    compiled: Callable[..., Any]  # inside torch.compile: its traced entry (None: refused eagerly)
+    compiled: Callable[..., Any] | None  # inside torch.compile: its traced entry (None, or it gives None: eager)
     fast: Callable[..., Any] | None  # the fast path's result, or None where the call does not take it
     resolve: Callable[..., tuple[list[Any], tuple[Any, ...], tuple[Any, ...], Any]] | None  # tensors, types, mesh
     one: bool = True  # one tensor in and out, else a list
     elsewhere: Callable[..., Any] | None = None  # a call whose inputs another sequence takes (a DTensor's)
-    across: Callable[..., Any] | None = None  # dst_mesh=: the cross-mesh door (torch_backend.mesh_transfer)
+    across: Door | None = None  # dst_mesh=: the door of the call to another mesh (its parts: mesh_transfer's)
+    agreement: Callable[..., tuple[BoundCall, list[Any]]] | None = None  # its own agreement, on every call
+    # that binds (a cross-mesh call's, over the world; else ``agreed_bound`` where the call agrees)
+    check: Callable[[BoundCall, list[Any]], None] | None = None  # its own check after the tensors' (a prepared
+    # cross-mesh call's gradient)
+    out: Callable[[BoundCall, list[Any]], list[Any]] | None = None  # the results as the caller gets them
     own: Callable[..., Any] | None = None  # a call with no fast path, agreement or async form, whose program
     # is planned from its own arguments: its checks and run after compile time (a typed SPMD collective's)
 
@@ -120,9 +127,10 @@ class Door:
 def through_door(door: Door, x: Any, src: Any, dst: Any, mesh: Any, timeout: timedelta | float | None,
                  agree: bool | None, async_op: bool, dst_mesh: Any = None, bound: BoundCall | None = None) -> Any:
     """The one door sequence of ``redistribute``, ``redistribute_many``, a
-    ``Redistributor``'s call and the typed SPMD collectives: another mesh, compile time or
-    eager, the fast path, the inputs resolved, this rank's checks (agreed with the other
-    ranks where the call agrees: ``agreed_bound``), sync or async, the run. A typed SPMD
+    ``Redistributor``'s call, the cross-mesh calls (``dst_mesh=``, prepared or not) and the
+    typed SPMD collectives: another mesh, compile time or eager, the fast path, the inputs
+    resolved, this rank's checks (agreed with the other ranks where the call agrees:
+    ``agreed_bound``, or the door's own agreement), sync or async, the run. A typed SPMD
     collective (``door.own``) takes the sequence to compile time or eager, then checks
     and runs its program its own way (it has no fast path, agreement or async form)."""
     if type(async_op) is not bool:  # its truthiness would decide silently
@@ -130,14 +138,14 @@ def through_door(door: Door, x: Any, src: Any, dst: Any, mesh: Any, timeout: tim
     if dst_mesh is not None and door.across is not None:
         if async_op:
             raise SpecError("async_op=True is not supported with dst_mesh=", hint="drop async_op")
-        return door.across(x, src, dst, mesh, dst_mesh, timeout)
-    if torch.compiler.is_dynamo_compiling():
+        door, mesh = door.across, (mesh, dst_mesh)
+    if torch.compiler.is_dynamo_compiling() and door.compiled is not None:
         y = door.compiled(x, src, dst, mesh, async_op=async_op, timeout=timeout, agree=agree)
         if y is not None:
             return y
     if door.own is not None:
         return door.own(x, src, dst, mesh)
-    if agree is not None:
+    if agree is not None and door.agreement is None:  # a door with its own agreement always agrees
         check_agree(agree)
     agrees = agree if agree is not None else _AGREE[0] if _AGREE else agree_default()
     if timeout is None and not async_op and not agrees and door.fast is not None:
@@ -150,13 +158,20 @@ def through_door(door: Door, x: Any, src: Any, dst: Any, mesh: Any, timeout: tim
             return y
     assert door.resolve is not None  # every door but an own one resolves its inputs
     xs, srcs, dsts, mesh = door.resolve(x, src, dst, mesh, bound)
-    if agrees:
+    if door.agreement is not None:  # a cross-mesh call's, over the world (never a prepared one)
+        bound, xs = door.agreement(xs, srcs, dsts, mesh, timeout)
+    elif agrees:
         bound, xs = agreed_bound(xs, srcs, dsts, mesh, timeout, bound=bound)
     else:
         bound = bound if bound is not None else bound_for(srcs, dsts, mesh, timeout)
         xs = [bound.check(xs[0])] if door.one else bound.check_all(xs)
+    if door.check is not None:
+        door.check(bound, xs)
     if async_op:
         return bound.start(xs, one=door.one)
+    if door.out is not None:
+        ys = door.out(bound, bound.call(xs))
+        return ys[0] if door.one else ys
     return bound.call_one(xs[0]) if door.one else bound.call(xs)
 
 
@@ -208,13 +223,10 @@ def _resolve(x: Any, src: Any, dst: Any, mesh: Any, _: Any) -> tuple[list[Any], 
     return [x], (src,), (dst,), mesh
 
 
-def _across(x: Any, src: Any, dst: Any, mesh: Any, dst_mesh: Any, timeout: Any) -> Any:
-    from torch_backend import mesh_transfer
-
-    return mesh_transfer.redistribute(x, src, dst, mesh, dst_mesh, timeout=timeout)
-
-
-REDISTRIBUTE = Door(_compiled, _fast, _resolve, elsewhere=_of_dtensor, across=_across)
+# dst_mesh=: each rank's checks and the agreement over the world, then the move bound and run
+ACROSS = Door(None, None, mesh_transfer.resolve, agreement=partial(mesh_transfer.agreed_across, one=True),
+               out=mesh_transfer.outputs)
+REDISTRIBUTE = Door(_compiled, _fast, _resolve, elsewhere=_of_dtensor, across=ACROSS)
 
 
 traced.entry("redistribute")(redistribute)

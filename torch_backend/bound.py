@@ -429,8 +429,9 @@ class Across:
     """What a cross-mesh bound adds (``bind_across``): each program's context on its source
     mesh (None on a rank off it), its gradient's move back (None: it carries none), the
     call's tensor it moves (``slots``, of ``width``: a dual moves only those that carry a
-    gradient), where an empty block lives, the groups' timeout and backend, and whether a
-    rank off the destination gets an empty stand-in (the forward's, whose backward starts there)."""
+    gradient), where an empty block lives, the groups' timeout and backend, whether a
+    rank off the destination gets an empty stand-in (the forward's, whose backward starts there),
+    and the DeviceMesh each result is laid on as a DTensor (``outs``; None or none: a local tensor)."""
 
     on_src: tuple[MeshContext | None, ...]
     backs: tuple[Program | None, ...]
@@ -440,11 +441,12 @@ class Across:
     timeout: timedelta | None
     backend: str
     stand_ins: bool
+    outs: tuple[Any, ...] = ()
 
 
 def bind_across(programs: Sequence[Program], backs: Sequence[Program | None], width: int, device: torch.device,
                 timeout: timedelta | None, backend: str, slots: Sequence[int] | None = None,
-                stand_ins: bool = True) -> BoundCall:
+                stand_ins: bool = True, outs: Sequence[Any] = ()) -> BoundCall:
     """Cross-mesh programs (``lowering.compile(..., dst_mesh=)``, every one between the same
     two meshes) bound on this rank of the world, which every rank calls alike (a dual only
     on the two meshes' ranks, whose groups the forward made): each one's source-mesh groups
@@ -463,7 +465,7 @@ def bind_across(programs: Sequence[Program], backs: Sequence[Program | None], wi
         on_src.append(src_ctx)
         pieces.append([*finish, crossing])
     across = Across(tuple(on_src), tuple(backs), tuple(range(width)) if slots is None else tuple(slots), width,
-                    device, timeout, backend, stand_ins)
+                    device, timeout, backend, stand_ins, tuple(outs))
     return BoundCall(tuple(programs), ctx, tuple(pieces), across=across)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import torch
@@ -20,7 +21,7 @@ import torch
 from lowering.joint import check_type_lists
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
-from torch_backend import traced
+from torch_backend import mesh_transfer, traced
 from torch_backend.api import Door, async_entries, bound_for, hot_bound, text_key, through_door
 from torch_backend.bound import BoundCall
 
@@ -75,13 +76,10 @@ def _resolve(xs: Any, srcs: Any, dsts: Any, mesh: Any,
     return list(xs), tuple(srcs), tuple(dsts), mesh
 
 
-def _across(xs: Any, srcs: Any, dsts: Any, mesh: Any, dst_mesh: Any, timeout: Any) -> Any:
-    from torch_backend import mesh_transfer
-
-    return mesh_transfer.redistribute_many(xs, srcs, dsts, mesh, dst_mesh=dst_mesh, timeout=timeout)
-
-
-MANY = Door(_compiled, _fast, _resolve, one=False, across=_across)
+# dst_mesh=: as api.ACROSS, the inputs checked in the agreement (a wrong list fails on every rank)
+MANY = Door(_compiled, _fast, _resolve, one=False,
+            across=Door(None, None, mesh_transfer.as_given, one=False,
+                        agreement=partial(mesh_transfer.agreed_across, one=False), out=mesh_transfer.outputs))
 
 
 traced.entry("redistribute_many")(redistribute_many)

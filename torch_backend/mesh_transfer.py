@@ -12,8 +12,12 @@ pending sums finished on the source mesh (its groups made alike on every rank of
 world: ``groups.subset_context``), then each round of point-to-point messages as one
 batch on the default group (``cross_rounds``), through ``comm`` like the agreement (each
 wait bounded by the call's ``timeout``, a failure naming the rank at fault). This module
-is the doors: the arguments, the checks, the agreement (the one protocol,
-``torch_backend.agree``) and the DTensor output.
+holds the cross-mesh doors' parts, which ``api.through_door`` runs in its one order (the
+doors: ``api.ACROSS``, ``coalesce.MANY``'s ``across``, ``prepared.CrossRedistributor``):
+the inputs (``resolve``, ``as_given``), each rank's checks and the agreement (the one
+protocol, ``torch_backend.agree``) with the binding (``agreed_across``), the DTensor
+output (``outputs``), and a prepared move's agreement and binding (``prepare``) and its
+gradient check (``check_prepared_grad``).
 
 Gradients: where the source blocks require grad (the agreement carries which, so the
 ranks only on the destination mesh learn it), the backward is the move from ``dual(dst)``
@@ -35,11 +39,12 @@ import torch.distributed as dist
 
 import lowering
 from lowering.cross_mesh import CrossProgram
+from lowering.program import Program
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from spec_lang.parser import parse, parse_mesh
 from torch_backend.agree import compare_gathering
-from torch_backend.bound import bind_across
+from torch_backend.bound import BoundCall, bind_across
 from torch_backend.cross_rounds import cross_backward_program, finish_groups, world, world_sum
 from torch_backend.dtypes import check_reductions
 from torch_backend.groups import (
@@ -120,27 +125,34 @@ class CrossMove:
             (" as a DTensor" if self.out_mesh is not None else "")
 
 
-def redistribute(x: Any, src: TensorType | str | None, dst: TensorType | str | None, mesh: Any, dst_mesh: Any,
-                 *, timeout: timedelta | float | None = None) -> Any:
-    """This rank's block of ``dst`` on ``dst_mesh`` (None off it), from its block ``x`` of
-    ``src`` on ``mesh`` (None off it). Every rank of the default group calls it (the ranks
-    off both meshes get None): the ranks agree on their checks over the whole world first.
-
-    A DTensor ``x`` gives its source type (``src`` may be None on its ranks, or must agree
-    with it) and its mesh (``mesh`` may be None on its ranks). Where ``mesh`` (or ``x``'s)
-    and ``dst_mesh`` are DeviceMeshes, the result is a DTensor on ``dst_mesh``.
-    ``redistribute(dtensor, dst, dst_mesh=...)`` (no ``dst``) reads ``src`` as the
+def resolve(x: Any, src: TensorType | str | None, dst: TensorType | str | None, meshes: tuple[Any, Any],
+            _: None) -> tuple[list[Any], tuple[Any, ...], tuple[Any, ...], tuple[Any, Any]]:
+    """``redistribute(..., dst_mesh=)``'s inputs as a joint call's (``api.ACROSS``'s resolve
+    step); ``redistribute(dtensor, dst, dst_mesh=)`` (no ``dst``) reads ``src`` as the
     destination, as the one-mesh call does."""
     if dst is None:
         src, dst = None, src
-    return redistribute_many([x], [src], [dst], mesh, dst_mesh=dst_mesh, timeout=timeout, one=True)[0]
+    return [x], (src,), (dst,), meshes
 
 
-def redistribute_many(xs: Sequence[Any], srcs: Sequence[TensorType | str | None],
-                      dsts: Sequence[TensorType | str | None], mesh: Any, *, dst_mesh: Any,
-                      timeout: timedelta | float | None = None, one: bool = False) -> list[Any]:
-    """``redistribute(xs[i], srcs[i], dsts[i], mesh, dst_mesh=)`` for every i as one joint
-    program: each round one message per pair of ranks, every tensor's pieces packed in it."""
+def as_given(xs: Any, srcs: Any, dsts: Any, meshes: tuple[Any, Any], _: None) -> tuple[Any, Any, Any, tuple[Any, Any]]:
+    """``redistribute_many(..., dst_mesh=)``'s inputs as given (its resolve step): the
+    agreement checks them, so that a wrong one fails on every rank."""
+    return xs, srcs, dsts, meshes
+
+
+def agreed_across(xs: Sequence[Any], srcs: Sequence[TensorType | str | None],
+                  dsts: Sequence[TensorType | str | None], meshes: tuple[Any, Any],
+                  timeout: timedelta | float | None, *, one: bool) -> tuple[BoundCall, list[Any]]:
+    """The cross-mesh doors' agreement step (``api.through_door``'s): each rank's program
+    and checks of its block (``x`` None off the source mesh; a DTensor taken apart), the
+    agreement over the world with each rank's grad code before any message, then the
+    agreed call bound (``bound.bind_across``) with this rank's blocks. Where some tensors
+    carry a gradient (the move of each one's gradient back), the backward's groups are
+    made now, while every rank takes part (a backward runs only on the two meshes' ranks,
+    and makes none). ``one``: ``redistribute``'s (``api.ACROSS``; its errors name no
+    tensor), else ``redistribute_many``'s."""
+    mesh, dst_mesh = meshes
     timeout = check_timeout(timeout)
     _world_checks()
     me = dist.get_rank()
@@ -173,22 +185,13 @@ def redistribute_many(xs: Sequence[Any], srcs: Sequence[TensorType | str | None]
     programs = [c.program for c in calls]
     carries = _carries_grad(codes, wants, programs[0], me, device, timeout)
     backs = [cross_backward_program(p) if c else None for p, c in zip(programs, carries, strict=True)]
-    ys = _run(programs, backs, locals_, device, timeout)
-    return [_output(y, c, me) for y, c in zip(ys, calls, strict=True)]
-
-
-def _run(programs: Sequence[CrossProgram], backs: Sequence[CrossProgram | None], xs: Sequence[torch.Tensor | None],
-         device: torch.device, timeout: timedelta | None) -> list[torch.Tensor | None]:
-    """An agreed call bound (``bound.bind_across``) and called on this rank of the world.
-    Where some tensors carry a gradient (``backs``: the move of each one's gradient back),
-    the backward's groups are made first, while every rank takes part (a backward runs
-    only on the two meshes' ranks, and makes none)."""
     backend = str(dist.get_backend())
     for back in backs:
         if back is not None:
             finish_groups(back, timeout, backend)
-    return bind_across([p.program for p in programs], [b.program if b is not None else None for b in backs],
-                       len(programs), device, timeout, backend).call_across(xs)
+    bound = bind_across([p.program for p in programs], [b.program if b is not None else None for b in backs],
+                        len(programs), device, timeout, backend, outs=[c.out_mesh for c in calls])
+    return bound, locals_
 
 
 def _resolve(x: Any, src: TensorType | str | None, dst: TensorType | str | None, mesh: Any, dst_mesh: Any,
@@ -241,39 +244,35 @@ def _same_layout(stated: TensorType | str, actual: TensorType, mesh: Mesh) -> bo
             and bool((lowering.boxes(s, plain) == lowering.boxes(actual, plain)).all()))
 
 
-def _output(y: torch.Tensor | None, call: CrossMove, me: int) -> Any:
-    # a rank off the destination mesh gets None, or the stand-in its backward starts from
-    if y is None or call.out_mesh is None or me not in call.program.dst_mesh.global_ranks:
+def outputs(bound: BoundCall, ys: list[Any]) -> list[Any]:
+    """The cross-mesh doors' results (their ``out`` step): None off the destination mesh
+    (or the stand-in its backward starts from), a DTensor where the call was given
+    DeviceMeshes (``Across.outs``), else the local block."""
+    assert bound.across is not None
+    me, outs = bound.ctx.rank, bound.across.outs
+    return [_output(y, p, out, me) for y, p, out in zip(ys, bound.programs, outs or [None] * len(ys), strict=True)]
+
+
+def _output(y: torch.Tensor | None, p: Program, out_mesh: Any, me: int) -> Any:
+    if y is None or out_mesh is None or p.dst_mesh is None or me not in p.dst_mesh.global_ranks:
         return y
     from torch.distributed.tensor import DTensor
 
     from lowering.placements import to_placements
 
-    d, m = call.program.dst, call.program.dst_mesh
+    d, m = p.dst, p.dst_mesh
     placements, _ = to_placements(d, Mesh(m.names, m.sizes), strided=True)
     shape = d.shape
     stride = tuple(int(torch.Size(shape[i + 1:]).numel()) for i in range(len(shape)))
-    return DTensor.from_local(y, call.out_mesh, placements, run_check=False, shape=torch.Size(shape), stride=stride)
+    return DTensor.from_local(y, out_mesh, placements, run_check=False, shape=torch.Size(shape), stride=stride)
 
 
-def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Any, dst_mesh: Any, *,
-                  timeout: timedelta | float | None = None, requires_grad: bool = False) -> CrossRedistributor:
-    """``redistribute(..., dst_mesh=)`` prepared for many calls: the program compiled and
-    the world agreed now, every rank alike, before any message.
-
-    ``requires_grad=True`` (passed alike on every rank): the calls made in grad mode carry
-    a gradient, every source block must then require grad, and the backward's groups are
-    made now; a rank off the destination mesh gets the stand-in its backward starts from,
-    as ``redistribute`` gives it."""
-    return CrossRedistributor(*_prepared([src], [dst], mesh, dst_mesh, timeout, requires_grad))
-
-
-def _prepared(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Any, dst_mesh: Any,
-              timeout: timedelta | float | None,
-              requires_grad: bool) -> tuple[tuple[CrossProgram, ...], tuple[CrossProgram | None, ...], timedelta | None]:
-    """What preparing a cross-mesh call does, for one tensor or many: every program
-    compiled and checked, and the world agreed, every rank alike, before any message; the
-    backward's programs (``requires_grad``) with their groups made now."""
+def prepare(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Any, dst_mesh: Any,
+            timeout: timedelta | float | None, requires_grad: bool) -> list[BoundCall]:
+    """What preparing a cross-mesh call does (``prepared.CrossRedistributor``), for one
+    tensor or many: every program compiled and checked, and the world agreed, every rank
+    alike, before any message; then the move bound, every rank alike (its groups made now),
+    without a gradient and, with ``requires_grad``, with one (the backward's groups made now)."""
     timeout = check_timeout(timeout)
     _world_checks()
     programs: list[CrossProgram] = []
@@ -296,78 +295,37 @@ def _prepared(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str]
         error = _bad_argument(e)
     _agree(error, "; ".join(CrossMove(p).describe() for p in programs) + (", requires_grad=True" if requires_grad else ""),
            timeout)
+    n, device, backend = len(programs), _device(None), str(dist.get_backend())
     for back in backs:
         if back is not None:
-            finish_groups(back, timeout, str(dist.get_backend()))
-    return tuple(programs), tuple(backs), timeout
+            finish_groups(back, timeout, backend)
+    moves = [p.program for p in programs]
+    bounds = [bind_across(moves, [None] * n, n, device, timeout, backend)]
+    if requires_grad:
+        bounds.append(bind_across(moves, [b.program if b is not None else None for b in backs], n, device, timeout,
+                                  backend))
+    return bounds
 
 
-class CrossRedistributor:
-    """Compiled cross-mesh moves (one tensor, or a joint move of several where ``many``);
-    call it on this rank's block(s) (None off the source mesh). ``backs``: the backward
-    programs where prepared with requires_grad=True."""
-
-    def __init__(self, programs: tuple[CrossProgram, ...], backs: tuple[CrossProgram | None, ...],
-                 timeout: timedelta | None, many: bool = False) -> None:
-        self.programs, self.backs, self.timeout, self.many = programs, backs, timeout, many
-        # bound once, every rank alike (the groups made now), and replayed by every call:
-        # without a gradient, and (prepared with requires_grad) with one
-        n, device, backend = len(programs), _device(None), str(dist.get_backend())
-        moves = [p.program for p in programs]
-        self._bounds = [bind_across(moves, [None] * n, n, device, timeout, backend)]
-        if backs[0] is not None:
-            self._bounds.append(bind_across(moves, [b.program if b is not None else None for b in backs], n,
-                                            device, timeout, backend))
-
-    @property
-    def program(self) -> CrossProgram:
-        return self.programs[0]
-
-    def __call__(self, x: Any) -> Any:
-        # the call was agreed when it was prepared; each call checks its blocks on its own
-        # rank before any message, as a prepared one-mesh call does: an all_reduce over
-        # the world per call would cost more than the move (8 ranks on 2 cores: 20 ms)
-        me, n = dist.get_rank(), len(self.programs)
-        if self.many and (isinstance(x, torch.Tensor) or not isinstance(x, Sequence) or len(x) != n):
-            raise SpecError(f"expected a sequence of {n} blocks (None off the source mesh)",
-                            hint="pass one block per tensor the redistributor was prepared for")
-        xs = list(x) if self.many else [x]
-        carries = self.backs[0] is not None and torch.is_grad_enabled()
-        bound = self._bounds[-1 if carries else 0]
-        xs = bound.check_all(xs) if self.many else [bound.check(x)]
-        for block in xs:
-            error = self._check_grad(block, carries, me)
-            if error is not None:
-                raise error
-        ys = bound.call(xs)
-        return ys if self.many else ys[0]
-
-    def _check_grad(self, x: object, carries: bool, me: int) -> SpecError | None:
-        if me not in self.program.src_mesh.global_ranks or _wants_grad(x) == carries:
-            return None
-        if carries:
-            return SpecError(f"rank {me}'s block does not require grad, but the cross-mesh call was prepared "
-                             "with requires_grad=True and runs in grad mode",
-                             hint="call x.requires_grad_() on every source rank, or make the call under "
-                                  "torch.no_grad() on every rank")
-        if self.many:
-            return SpecError("a prepared joint cross-mesh move does not carry gradients yet",
-                             hint="detach the tensors or run under torch.no_grad(), or move them with "
-                                  "redistribute_many(..., dst_mesh=), which carries them")
-        return SpecError(f"rank {me}'s block requires grad, but the cross-mesh call was prepared without "
-                         "requires_grad", hint="prepare it with redistributor(..., dst_mesh=, requires_grad=True) "
-                                               "on every rank, or detach the block")
-
-    def __repr__(self) -> str:
-        moves = ", ".join(f"{p.src} on {p.src_mesh} -> {p.dst} on {p.dst_mesh}" for p in self.programs)
-        return f"CrossRedistributor({moves})"
-
-
-def redistributor_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Any,
-                       dst_mesh: Any, *, timeout: timedelta | float | None = None) -> CrossRedistributor:
-    """``redistribute_many(..., dst_mesh=)`` prepared for many calls (a weight sync after
-    every update): the programs compiled and the world agreed now, every rank alike."""
-    return CrossRedistributor(*_prepared(srcs, dsts, mesh, dst_mesh, timeout, False), many=True)
+def check_prepared_grad(bound: BoundCall, xs: list[Any], many: bool) -> None:
+    """A prepared call's blocks against the bound it runs (with a gradient or without): on
+    the source mesh, each requires grad exactly where the call carries one."""
+    assert bound.across is not None
+    carries, me, p = any(b is not None for b in bound.across.backs), bound.ctx.rank, bound.program
+    if me not in p.mesh.global_ranks or all(_wants_grad(x) == carries for x in xs):
+        return
+    if carries:
+        raise SpecError(f"rank {me}'s block does not require grad, but the cross-mesh call was prepared "
+                        "with requires_grad=True and runs in grad mode",
+                        hint="call x.requires_grad_() on every source rank, or make the call under "
+                             "torch.no_grad() on every rank")
+    if many:
+        raise SpecError("a prepared joint cross-mesh move does not carry gradients yet",
+                        hint="detach the tensors or run under torch.no_grad(), or move them with "
+                             "redistribute_many(..., dst_mesh=), which carries them")
+    raise SpecError(f"rank {me}'s block requires grad, but the cross-mesh call was prepared without "
+                    "requires_grad", hint="prepare it with redistributor(..., dst_mesh=, requires_grad=True) "
+                                          "on every rank, or detach the block")
 
 
 def _wants_grad(x: object) -> bool:

@@ -13,15 +13,18 @@ backward program is bound on the first backward.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import torch
 
+from lowering.cross_mesh import CrossProgram
 from lowering.program import Program
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
-from torch_backend import traced
+from torch_backend import mesh_transfer, traced
 from torch_backend.api import (
     Door,
     agreed_bound,
@@ -109,15 +112,13 @@ def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str
     (or ``SHARDC_AGREE=1``) the ranks agree on the call here, before its groups are made,
     and on each call's tensor when it is called (``torch_backend.agree``).
 
-    ``dst_mesh=``: a ``torch_backend.mesh_transfer.CrossRedistributor`` moving the tensor to
-    ``dst`` on another mesh (``redistribute(..., dst_mesh=)``; its ranks always agree).
+    ``dst_mesh=``: a ``CrossRedistributor`` moving the tensor to ``dst`` on another mesh
+    (``redistribute(..., dst_mesh=)``; its ranks always agree, here, over the world).
     ``requires_grad=True`` (alike on every rank; cross-mesh only): its calls in grad mode
-    carry a gradient, whose groups are made now (see ``mesh_transfer.redistributor``).
+    carry a gradient, whose groups are made now (see ``mesh_transfer.prepare``).
     """
     if dst_mesh is not None:
-        from torch_backend import mesh_transfer
-
-        return mesh_transfer.redistributor(src, dst, mesh, dst_mesh, timeout=timeout, requires_grad=requires_grad)
+        return CrossRedistributor(mesh_transfer.prepare([src], [dst], mesh, dst_mesh, timeout, requires_grad))
     if requires_grad is not False:
         raise SpecError("requires_grad= is for a move across meshes (with dst_mesh=)",
                         hint="drop it: a call on one mesh carries a gradient whenever its tensor requires grad")
@@ -125,3 +126,52 @@ def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str
     bound = agreed_bound(None, (src,), (dst,), mesh, timeout)[0] if agreeing(agree) else \
         bound_for((src,), (dst,), mesh, timeout)
     return Redistributor(bound.prepared(), agree)
+
+
+class CrossRedistributor:
+    """Compiled cross-mesh moves (``redistributor(..., dst_mesh=)``: one tensor, or a joint
+    move of several where ``many``), bound once (``mesh_transfer.prepare``); call it on this
+    rank's block(s), None off the source mesh. The call was agreed when it was prepared:
+    each call checks its blocks on its own rank before any message, through the one door
+    sequence, as a prepared one-mesh call does (an all_reduce over the world per call would
+    cost more than the move: 8 ranks on 2 cores, 20 ms)."""
+
+    def __init__(self, bounds: list[BoundCall], many: bool = False) -> None:
+        self._bounds, self.many = bounds, many  # without a gradient, and (requires_grad) with one
+
+    @property
+    def programs(self) -> tuple[CrossProgram, ...]:
+        return tuple(CrossProgram(p) for p in self._bounds[0].programs)
+
+    @property
+    def program(self) -> CrossProgram:
+        return self.programs[0]
+
+    def __call__(self, x: Any) -> Any:
+        bound = self._bounds[-1] if torch.is_grad_enabled() else self._bounds[0]
+        return through_door(CROSS_MANY if self.many else CROSS, x, self, None, None, None, False, False, None, bound)
+
+    def __repr__(self) -> str:
+        moves = ", ".join(f"{p.src} on {p.src_mesh} -> {p.dst} on {p.dst_mesh}" for p in self.programs)
+        return f"CrossRedistributor({moves})"
+
+
+def _cross_many(xs: Any, prepared: CrossRedistributor, _: None, __: None,
+                bound: BoundCall) -> tuple[list[Any], tuple[Any, ...], tuple[Any, ...], Any]:
+    n = len(bound.programs)
+    if isinstance(xs, torch.Tensor) or not isinstance(xs, Sequence) or len(xs) != n:
+        raise SpecError(f"expected a sequence of {n} blocks (None off the source mesh)",
+                        hint="pass one block per tensor the redistributor was prepared for")
+    return list(xs), (), (), None
+
+
+# a prepared cross-mesh call: its bound chosen by grad mode, the blocks checked, then their gradient
+CROSS = Door(None, None, lambda x, *_: ([x], (), (), None), check=partial(mesh_transfer.check_prepared_grad, many=False))
+CROSS_MANY = Door(None, None, _cross_many, one=False, check=partial(mesh_transfer.check_prepared_grad, many=True))
+
+
+def redistributor_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Mesh | str | Any,
+                       dst_mesh: Mesh | str | Any, *, timeout: timedelta | float | None = None) -> CrossRedistributor:
+    """``redistribute_many(..., dst_mesh=)`` prepared for many calls (a weight sync after
+    every update): the programs compiled and the world agreed now, every rank alike."""
+    return CrossRedistributor(mesh_transfer.prepare(srcs, dsts, mesh, dst_mesh, timeout, False), many=True)

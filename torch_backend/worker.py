@@ -191,7 +191,7 @@ def run_cross_rank(program: CrossProgram, spec: RunSpec, store: Any, device: tor
     """``shardc run --to-mesh``: this rank's part of the cross-mesh move (its block of the
     source where it is on the source mesh, None elsewhere), checked against the
     destination's block of the same global tensor (None off the destination mesh)."""
-    from torch_backend.mesh_transfer import redistributor
+    from torch_backend.prepared import redistributor
 
     rank, world = dist.get_rank(), dist.get_world_size()
     mon = Monitor(store, rank, world, None)
@@ -200,7 +200,7 @@ def run_cross_rank(program: CrossProgram, spec: RunSpec, store: Any, device: tor
     try:
         g = global_tensor(program.src, device=device)
         x = block(program.src, program.src_mesh, g, on_src.index(rank)) if rank in on_src else None
-        f = redistributor(program.src, program.dst, program.src_mesh, program.dst_mesh, timeout=spec.timeout)
+        f = redistributor(program.src, program.dst, program.src_mesh, dst_mesh=program.dst_mesh, timeout=spec.timeout)
         t0 = time.perf_counter()
         y = f(x)
         if device.type == "cuda":
