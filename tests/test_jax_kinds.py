@@ -20,7 +20,7 @@ from jax_backend import LOWERINGS, box_exchange, describe  # noqa: E402
 from jax_backend.engine import blocks_call, blocks_out, run_blocks  # noqa: E402
 from jax_backend.lowerings import lower_step  # noqa: E402
 from lowering.kinds.base import KINDS  # noqa: E402
-from lowering.program import Step  # noqa: E402
+from lowering.program import Program, Step  # noqa: E402
 from spec_lang.ir import Mesh  # noqa: E402
 from spec_lang.parser import parse_mesh  # noqa: E402
 
@@ -86,6 +86,12 @@ def _steps() -> list[tuple[str, Mesh, Step]]:
 
 
 STEPS = _steps()
+
+
+def _assert_runs_as_simulated(program: Program, xs: list[np.ndarray]) -> None:
+    """The JAX run of ``program`` gives ``lowering.simulate``'s blocks, shape and values."""
+    for a, b in zip(run_blocks(program, xs), lowering.simulate(program, xs), strict=True):
+        assert a.shape == b.shape and np.array_equal(a, b)
 
 
 def test_every_kind_is_lowered_and_exercised() -> None:
@@ -158,8 +164,7 @@ def test_small_sparse_exchanges_are_one_padded_all_to_all(src: str, dst: str, me
     text = "\n".join(describe(program))
     assert "ppermute" not in text and text.count("lax.all_to_all(") == 1, text
     xs = [x.astype(np.float32) for x in random_arrays(program.steps[0].src, program.mesh, np.random.default_rng(0))]
-    for a, b in zip(run_blocks(program, xs), lowering.simulate(program, xs), strict=True):
-        assert a.shape == b.shape and np.array_equal(a, b)
+    _assert_runs_as_simulated(program, xs)
 
 
 @pytest.mark.parametrize("src,dst,mesh", [
@@ -198,8 +203,7 @@ def test_relay_sends_what_its_plan_prices(mesh: str, src: str, dst: str) -> None
     assert sent.tolist() == KINDS["relay"].price(step.src, step.dst, m, step.axes).tolist()
     program = lowering.make_program([step], m)
     xs = [x.astype(np.float32) for x in random_arrays(step.src, m, np.random.default_rng(1))]
-    for a, b in zip(run_blocks(program, xs), lowering.simulate(program, xs), strict=True):
-        assert np.array_equal(a, b)
+    _assert_runs_as_simulated(program, xs)
 
 
 @pytest.mark.parametrize("mesh,src,dst", [
@@ -223,8 +227,7 @@ def test_replicated_sources_send_box_pieces(mesh: str, src: str, dst: str) -> No
             sent[q] += int(np.prod(rd.shape)) if q != r else 0
     assert sent.max() * 4 <= program.cost.bytes_sent_max
     xs = [x.astype(np.float32) for x in random_arrays(program.steps[0].src, program.mesh, np.random.default_rng(2))]
-    for a, b in zip(run_blocks(program, xs), lowering.simulate(program, xs), strict=True):
-        assert np.array_equal(a, b)
+    _assert_runs_as_simulated(program, xs)
 
 
 @pytest.mark.parametrize("mesh,src,dst", [
@@ -239,8 +242,7 @@ def test_a_swap_within_pairs_is_one_all_to_all(mesh: str, src: str, dst: str) ->
     assert "ppermute" not in text and "lax.all_to_all(" in text, text
     xs = random_arrays(program.steps[0].src, program.mesh, np.random.default_rng(3))
     xs = [x.astype(np.int32 if program.src.dtype == "int32" else np.float32) for x in xs]
-    for a, b in zip(run_blocks(program, xs), lowering.simulate(program, xs), strict=True):
-        assert np.array_equal(a, b)
+    _assert_runs_as_simulated(program, xs)
 
 
 @pytest.mark.parametrize("mesh,src,dst", [
@@ -259,8 +261,7 @@ def test_rounds_on_one_grid_assemble_by_cells(mesh: str, src: str, dst: str) -> 
     assert "uncells(take(stack(pieces), place[me]))" in "\n".join(describe(program))
     if program.src.numel <= 4096:
         xs = [x.astype(np.float32) for x in random_arrays(program.src, program.mesh, np.random.default_rng(4))]
-        for a, b in zip(run_blocks(program, xs), lowering.simulate(program, xs), strict=True):
-            assert np.array_equal(a, b)
+        _assert_runs_as_simulated(program, xs)
 
 
 def test_the_cost_model_prices_what_the_box_lowering_runs() -> None:
@@ -301,8 +302,7 @@ def test_an_even_slicev_is_a_dynamic_slice(mesh: str, src: str, dst: str) -> Non
     text = "\n".join(describe(program))
     assert "lax.dynamic_slice_in_dim" in text and "local gather" not in text, text
     xs = [x.astype(np.float32) for x in random_arrays(program.src, m, np.random.default_rng(5))]
-    for a, b in zip(run_blocks(program, xs), lowering.simulate(program, xs), strict=True):
-        assert a.shape == b.shape and np.array_equal(a, b)
+    _assert_runs_as_simulated(program, xs)
 
 
 def _table_entries(tables: object) -> int:
@@ -334,8 +334,7 @@ def test_uneven_tables_hold_pieces_not_elements(mesh: str, src: str, dst: str) -
         elements = sum(int(np.prod(s)) for s in lowering.local_shapes(step.src, m))
         assert _table_entries(step_tables(step, m)) < 400 <= elements // 25
     xs = [x.astype(np.float32) for x in random_arrays(program.src, m, np.random.default_rng(2))]
-    for a, b in zip(run_blocks(program, xs), lowering.simulate(program, xs), strict=True):
-        assert a.shape == b.shape and np.array_equal(a, b)
+    _assert_runs_as_simulated(program, xs)
 
 
 def test_runs_name_the_pairs_in_order() -> None:
