@@ -128,7 +128,7 @@ def _gloo_many_async(rank: int, world: int) -> list[str]:
     xs = [random_blocks(parse(s), mesh, np.random.default_rng(i))[rank].clone().requires_grad_(True)
           for i, s in enumerate(MANY_SRCS)]
     h = torch_backend.redistribute_many(xs, MANY_SRCS, MANY_DSTS, mesh, async_op=True, timeout=30)
-    inflight = len(h._pending._inflight)
+    inflight = len(h._inflight)
     ys = h.wait()
     want = torch_backend.redistribute_many(xs, MANY_SRCS, MANY_DSTS, mesh, timeout=30)
     bad = [] if inflight >= 2 else [f"only {inflight} collectives in flight"]

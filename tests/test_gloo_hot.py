@@ -151,15 +151,15 @@ def test_hot_path_gradient(hot8):
 
 def test_agree_setting_is_read_once_until_caches_are_cleared(monkeypatch):
     import torch_backend
-    from torch_backend.api import agree_default
+    from torch_backend.api import agreeing
 
     monkeypatch.delenv("SHARDC_AGREE", raising=False)
     torch_backend.clear_caches()
-    assert agree_default() is False
+    assert agreeing() is False
     monkeypatch.setenv("SHARDC_AGREE", "1")
-    assert agree_default() is False  # read once per process
+    assert agreeing() is False  # read once per process
     torch_backend.clear_caches()
-    assert agree_default() is True
+    assert agreeing() is True
     monkeypatch.setenv("SHARDC_AGREE", "0")
     torch_backend.clear_caches()
-    assert agree_default() is False
+    assert agreeing() is False

@@ -89,7 +89,7 @@ def agreed(mesh: Any, run: Callable[[Checks], T]) -> T:
     where = found.ctx if found.ctx is not None else _world_context(mesh)
     # where this process plays every rank (LocalTensorMode) there is no one to compare with
     if where is not None and len(where.ranks) == 1 and where.mesh.size > 1:
-        error = compare(where, found.call, error)
+        error = compare_gathering(where, found.call, error, None)[0]
     if error is not None:
         raise error
     return out
@@ -106,21 +106,14 @@ def _world_context(mesh: Any) -> MeshContext | None:
         return None
 
 
-def compare(ctx: MeshContext, call: str | None, error: BaseException | None, *, lead: str = "agree=True",
-            hint: str = HINT) -> BaseException | None:
-    """One gather of (hash of ``call``, failed?) over the mesh; on any difference a
-    second of each rank's description, and an error on every rank: a SpecError naming
-    the ranks at fault, or, on a rank that failed its checks, the ``error`` to raise
-    (with what the others passed where the calls differ). ``lead`` and ``hint``: what
-    the messages call the agreement, and how to fix a difference."""
-    return compare_gathering(ctx, call, error, None, lead=lead, hint=hint)[0]
-
-
 def compare_gathering(ctx: MeshContext, call: str | None, error: BaseException | None, extra: int | None, *,
-             lead: str = "agree=True", hint: str = HINT) -> tuple[BaseException | None, dict[int, int]]:
-    """``compare``, which also gathers each rank's ``extra`` (an int64; None: nothing more
-    is gathered) in the same exchange: the error to raise (None: every rank agrees) and
-    each member's extra."""
+                      lead: str = "agree=True", hint: str = HINT) -> tuple[BaseException | None, dict[int, int]]:
+    """One gather of (hash of ``call``, failed?, and ``extra``, an int64 where not None) over
+    the mesh; on any difference a second of each rank's description, and an error on
+    every rank: a SpecError naming the ranks at fault, or, on a rank that failed its
+    checks, the ``error`` to raise (with what the others passed where the calls differ).
+    Returns the error to raise (None: every rank agrees) and each member's extra.
+    ``lead`` and ``hint``: what the messages call the agreement, and how to fix it."""
     group = ctx.group(ctx.mesh.names, ctx.rank)
     device = torch.device("cuda", torch.cuda.current_device()) if ctx.backend == "nccl" else torch.device("cpu")
     # one int64 a rank: the call's hash, shifted, and whether the rank's checks failed
@@ -134,7 +127,7 @@ def compare_gathering(ctx: MeshContext, call: str | None, error: BaseException |
         return None, extras
     first = str(error).splitlines()[0] if error is not None and str(error) else type(error).__name__
     texts = _gather_texts(ctx, group, (call or "") + "\0" + (first if error is not None else ""), device)
-    disagree = _disagreement(ctx.rank, digests, texts)
+    disagree, odd = _disagreement(digests, texts)
     if error is not None:
         return (_with_note(error, disagree, lead) if disagree else error), extras
     others = [q for q in failed if q != ctx.rank]
@@ -145,7 +138,7 @@ def compare_gathering(ctx: MeshContext, call: str | None, error: BaseException |
                      f"{'; ...' if len(others) > SHOWN else ''})")
     if disagree:
         parts.append(disagree)
-    at_fault = sorted(set(others) | set(_odd(digests)))
+    at_fault = sorted(set(others) | set(odd))
     return SpecError(
         f"{lead}: the ranks do not agree on this call: " + "; ".join(parts),
         hint=f"{hint}; see the error on {_ranks(at_fault)}" if at_fault else "see the error on each rank",
@@ -186,21 +179,12 @@ def _gather_texts(ctx: MeshContext, group: GroupHandle, text: str, device: torch
     return out
 
 
-def _odd(digests: dict[int, int]) -> list[int]:
-    """The ranks whose call differs from the majority's (every rank if there is none)."""
+def _disagreement(digests: dict[int, int], texts: dict[int, tuple[str, str]]) -> tuple[str, list[int]]:
+    """A sentence on who passed what, where the described calls differ ('' where they do
+    not), and the ranks whose call differs from the majority's (every rank if there is none)."""
     counts = Counter(digests.values()).most_common()
     if len(counts) < 2:
-        return []
-    if counts[0][1] == counts[1][1]:
-        return sorted(digests)
-    return sorted(q for q, d in digests.items() if d != counts[0][0])
-
-
-def _disagreement(me: int, digests: dict[int, int], texts: dict[int, tuple[str, str]]) -> str:
-    """A sentence on who passed what, where the described calls differ ('' where they do not)."""
-    counts = Counter(digests.values()).most_common()
-    if len(counts) < 2:
-        return ""
+        return "", []
     by_call: dict[int, list[int]] = {}
     for q, d in sorted(digests.items()):
         by_call.setdefault(d, []).append(q)
@@ -211,7 +195,7 @@ def _disagreement(me: int, digests: dict[int, int], texts: dict[int, tuple[str, 
         parts.append(f"the other {n} rank{'s' if n > 1 else ''} passed {texts[by_call[major][0]][0]}")
     else:
         parts.insert(0, "no call has a majority")
-    return "; ".join(parts)
+    return "; ".join(parts), sorted(q for q, d in digests.items() if d != major)
 
 
 def _ranks(qs: Sequence[int]) -> str:

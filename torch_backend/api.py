@@ -33,6 +33,7 @@ from lowering.caching import anchored_get, anchored_put, on_clear
 from lowering.checks import check_flag, check_same_global
 from lowering.kinds.local import keeps_values
 from lowering.layout import boxes
+from lowering.placements import as_mesh, from_placements, placement_specs, to_placements
 from lowering.program import Program
 from spec_lang.dual import dual_type
 from spec_lang.errors import SpecError
@@ -47,7 +48,8 @@ from torch_backend.dtypes import check_reductions, dtype_name, short_name, to_to
 from torch_backend.groups import MeshContext, context, real_world
 from torch_backend.tensor_checks import check_all, check_strided, check_tensor, is_dtensor
 
-__all__ = ["ACROSS", "Door", "async_entries", "bound_for", "bound_program", "distribute", "hot_bound", "redistribute", "text_key", "through_door"]
+__all__ = ["ACROSS", "Door", "async_entries", "bound_for", "bound_program", "distribute", "hot_bound", "redistribute",
+           "text_key", "through_door"]
 
 
 def _type(t: TensorType | str, what: str) -> TensorType:
@@ -77,16 +79,12 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
     Differentiable (see ``torch_backend.autograd``). ``timeout`` bounds each collective of
     the groups this call creates (seconds or a timedelta).
 
-    ``agree=True`` (or ``SHARDC_AGREE=1`` in the environment) adds one small all_reduce
-    over the mesh before the program (``torch_backend.agree``): the ranks compare what
-    decides it (the types, the mesh, the tensors' device kind) and whether each passed its
-    checks, so that a call that is wrong on *some* ranks only (a tensor of the wrong shape,
-    other types, another mesh) fails on every rank at once, each naming the ranks at
-    fault. It is off by default because a call that is wrong the same way everywhere
-    already fails everywhere without it, and the extra collective costs a latency on
-    every call. Without it, ranks that pass different types or meshes run different
-    programs: they fail at the collective timeout, or, where the collectives happen to
-    match, return wrong data (see docs/running.md).
+    ``agree=True`` (or ``SHARDC_AGREE=1``) adds one small all_reduce before the program
+    (``torch_backend.agree``), so that a call wrong on *some* ranks only fails on every rank
+    at once, each naming the ranks at fault. It is off by default: a call wrong the same
+    way everywhere fails everywhere without it, and it costs a latency on every call.
+    Without it, ranks that pass different types or meshes fail at the collective timeout,
+    or, where the collectives happen to match, return wrong data (see docs/running.md).
 
     ``async_op=True`` (local tensors) returns a handle at once, its last collective on the
     wire where the kind allows (an even all_gather or reduce_scatter into its output, an
@@ -103,36 +101,28 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
 
 @dataclass(frozen=True)
 class Door:
-    """What one public call brings to the one door sequence (``through_door``); every other
-    step is the sequence's own. Each callable takes the call's ``(x, src, dst, mesh)`` as
-    the door was given them (a list of tensors and of types for many; for a prepared call,
-    itself as ``src`` and its bound call as ``bound``; for a cross-mesh call, the pair
-    ``(mesh, dst_mesh)`` as ``mesh``)."""
+    """What one public call brings to the one door sequence (``through_door``). Each
+    callable takes the call's ``(x, src, dst, mesh)`` as given (lists for many; for a
+    prepared call, itself as ``src`` and its bound call as ``bound``; for a cross-mesh
+    call, ``(mesh, dst_mesh)`` as ``mesh``)."""
 
-    compiled: Callable[..., Any] | None  # inside torch.compile: its traced entry (None, or it gives None: eager)
+    compiled: Callable[..., Any] | None  # inside torch.compile: its traced entry (or None: eager)
     fast: Callable[..., Any] | None  # the fast path's result, or None where the call does not take it
     resolve: Callable[..., tuple[list[Any], tuple[Any, ...], tuple[Any, ...], Any]] | None  # tensors, types, mesh
     one: bool = True  # one tensor in and out, else a list
     elsewhere: Callable[..., Any] | None = None  # a call whose inputs another sequence takes (a DTensor's)
-    across: Door | None = None  # dst_mesh=: the door of the call to another mesh (its parts: mesh_transfer's)
-    agreement: Callable[..., tuple[BoundCall, list[Any]]] | None = None  # its own agreement, on every call
-    # that binds (a cross-mesh call's, over the world; else ``agreed_bound`` where the call agrees)
-    check: Callable[[BoundCall, list[Any]], None] | None = None  # its own check after the tensors' (a prepared
-    # cross-mesh call's gradient)
+    across: Door | None = None  # dst_mesh=: the door of the call to another mesh (parts from mesh_transfer)
+    agreement: Callable[..., tuple[BoundCall, list[Any]]] | None = None  # its own, on every call (cross-mesh)
+    check: Callable[[BoundCall, list[Any]], None] | None = None  # after the tensors' (a cross-mesh gradient's)
     out: Callable[[BoundCall, list[Any]], list[Any]] | None = None  # the results as the caller gets them
-    own: Callable[..., Any] | None = None  # a call with no fast path, agreement or async form, whose program
-    # is planned from its own arguments: its checks and run after compile time (a typed SPMD collective's)
+    own: Callable[..., Any] | None = None  # checks and runs a call after compile time (a typed SPMD collective)
 
 
 def through_door(door: Door, x: Any, src: Any, dst: Any, mesh: Any, timeout: timedelta | float | None,
                  agree: bool | None, async_op: bool, dst_mesh: Any = None, bound: BoundCall | None = None) -> Any:
-    """The one door sequence of ``redistribute``, ``redistribute_many``, a
-    ``Redistributor``'s call, the cross-mesh calls (``dst_mesh=``, prepared or not) and the
-    typed SPMD collectives: another mesh, compile time or eager, the fast path, the inputs
-    resolved, this rank's checks (agreed with the other ranks where the call agrees:
-    ``agreed_bound``, or the door's own agreement), sync or async, the run. A typed SPMD
-    collective (``door.own``) takes the sequence to compile time or eager, then checks
-    and runs its program its own way (it has no fast path, agreement or async form)."""
+    """The one door sequence of every public call: another mesh, compile time or eager, the
+    fast path, the inputs resolved, this rank's checks (agreed with the other ranks where
+    the call agrees), sync or async, the run."""
     if type(async_op) is not bool:  # its truthiness would decide silently
         check_flag(async_op, "async_op", "async_op=True returns a handle whose wait() gives the result")
     if dst_mesh is not None and door.across is not None:
@@ -147,7 +137,7 @@ def through_door(door: Door, x: Any, src: Any, dst: Any, mesh: Any, timeout: tim
         return door.own(x, src, dst, mesh)
     if agree is not None and door.agreement is None:  # a door with its own agreement always agrees
         check_agree(agree)
-    agrees = agree if agree is not None else _AGREE[0] if _AGREE else agree_default()
+    agrees = agreeing(agree)
     if timeout is None and not async_op and not agrees and door.fast is not None:
         y = door.fast(x, src, dst, mesh, bound)
         if y is not None:
@@ -164,7 +154,7 @@ def through_door(door: Door, x: Any, src: Any, dst: Any, mesh: Any, timeout: tim
         bound, xs = agreed_bound(xs, srcs, dsts, mesh, timeout, bound=bound)
     else:
         bound = bound if bound is not None else bound_for(srcs, dsts, mesh, timeout)
-        xs = [bound.check(xs[0])] if door.one else bound.check_all(xs)
+        xs = bound.checked(xs, door.one)
     if door.check is not None:
         door.check(bound, xs)
     if async_op:
@@ -195,19 +185,19 @@ def _fast(x: Any, src: Any, dst: Any, mesh: Any, _: Any) -> Any:
 def _of_dtensor(x: Any, src: Any, dst: Any, mesh: Any, *, timeout: Any, agree: bool | None, async_op: bool) -> Any:
     if not is_dtensor(x):
         return None
-    stated, dst = (None, src) if dst is None else (src, dst)
-    return _redistribute_dtensor(x, stated, _check_dtensor_call(dst, async_op), mesh, timeout=timeout, agree=agree)
+    return _redistribute_dtensor(x, *_dtensor_call(src, dst, async_op), mesh, timeout=timeout, agree=agree)
 
 
-def _check_dtensor_call(dst: TensorType | str | None, async_op: bool) -> TensorType | str:
-    """The destination type, after what ``redistribute(dtensor, ...)`` refuses first, eagerly
-    and at trace time."""
+def _dtensor_call(src: Any, dst: Any, async_op: bool) -> tuple[TensorType | str | None, TensorType | str]:
+    """The stated source type (or None) and the destination type of ``redistribute(dtensor,
+    ...)``, after what it refuses first, eagerly and at trace time."""
     if async_op:
         raise SpecError("async_op=True takes a local tensor, not a DTensor",
                         hint="pass dt.to_local() with its source type and mesh, or drop async_op")
+    stated, dst = (None, src) if dst is None else (src, dst)
     if dst is None:
         raise SpecError("redistribute(dtensor, dst) needs a destination type", hint="e.g. 'f32[8,16@dp]'")
-    return dst
+    return stated, dst
 
 
 def _resolve(x: Any, src: Any, dst: Any, mesh: Any, _: Any) -> tuple[list[Any], tuple[Any, ...], tuple[Any, ...], Any]:
@@ -239,16 +229,16 @@ def async_entries(name: str, bound_of: Callable[..., BoundCall]) -> None:
     bound call ``bound_of`` gives for the call's arguments but its tensor (``x``: one
     tensor, or a list of them)."""
     def checked(bound: BoundCall, x: Any) -> list[torch.Tensor]:
-        return [bound.check(x)] if isinstance(x, torch.Tensor) else bound.check_all(x)
-
-    def start(x: Any, *args: Any, **kwargs: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        bound = bound_of(*args, **kwargs)
-        return bound.issue(checked(bound, x))
+        return bound.checked([x] if isinstance(x, torch.Tensor) else x, isinstance(x, torch.Tensor))
 
     def finish(x: Any, got: Any, *args: Any, **kwargs: Any) -> Any:
         bound = bound_of(*args, **kwargs)
         ys = bound.land(checked(bound, x), got)
         return ys[0] if isinstance(x, torch.Tensor) else ys
+
+    def start(x: Any, *args: Any, **kwargs: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        bound = bound_of(*args, **kwargs)
+        return bound.issue(checked(bound, x))
 
     traced.entry(name + ".splits")(lambda *args, **kwargs: bound_of(*args, **kwargs).issues())
     traced.entry(name + ".start")(start)
@@ -270,19 +260,14 @@ on_clear(_BOUND.clear)  # lowering.clear_caches() and torch_backend.clear_caches
 
 
 def hot_bound(src: Any, dst: Any, mesh: str) -> BoundCall | None:
-    """The fast path's one lookup (``redistribute``'s and ``redistribute_many``'s): the
-    bound call of these strings on the default group, if one was made. One call's types
-    are its strings, many calls' the tuples of theirs (``text_key``)."""
+    """The fast path's one lookup: the bound call of these strings on the default group, if
+    one was made. One call's types are its strings, many calls' the tuples of theirs."""
     return anchored_get(_BOUND, (src, dst, mesh), real_world())
 
 
 def text_key(srcs: tuple[Any, ...], dsts: tuple[Any, ...], mesh: str) -> tuple[Any, Any, str]:
     """``hot_bound``'s key: a one-program call's strings as they are, many calls' as tuples."""
     return (srcs[0], dsts[0], mesh) if len(srcs) == len(dsts) == 1 else (srcs, dsts, mesh)
-
-
-def _remember(key: tuple[Any, Any, Any], anchor: Any, bound: BoundCall) -> None:
-    anchored_put(_BOUND, key, anchor, bound, _BOUND_MAX)
 
 
 def bound_for(srcs: tuple[TensorType | str, ...], dsts: tuple[TensorType | str, ...], mesh: Mesh | str | Any,
@@ -292,22 +277,21 @@ def bound_for(srcs: tuple[TensorType | str, ...], dsts: tuple[TensorType | str, 
     the programs, their pieces and groups; from the cache where an earlier call made it.
     ``ctx`` and ``programs``: the mesh's context and the checked programs, where the
     caller has them already (an agreeing call: each type is checked and compiled once)."""
-    text = timeout is None and type(mesh) is str and all(type(t) is str for t in (*srcs, *dsts))
-    world = real_world() if text else None
-    if world is not None and isinstance(mesh, str):
-        hot = hot_bound(*text_key(srcs, dsts, mesh))
-        if hot is not None:
-            return hot
-    ctx = ctx if ctx is not None else context(mesh, timeout=timeout)
-    bound = _bound_on(srcs, dsts, ctx, programs)
-    if world is not None and isinstance(mesh, str):
-        _remember(text_key(srcs, dsts, mesh), world, bound)
+    text = timeout is None and isinstance(mesh, str) and all(type(t) is str for t in (*srcs, *dsts))
+    key = text_key(srcs, dsts, mesh) if text and isinstance(mesh, str) else None
+    world = real_world() if key is not None else None
+    hot = anchored_get(_BOUND, key, world) if world is not None else None
+    if hot is not None:
+        return hot
+    bound = _bound_on(srcs, dsts, ctx if ctx is not None else context(mesh, timeout=timeout), programs)
+    if world is not None:
+        anchored_put(_BOUND, key, world, bound, _BOUND_MAX)
     return bound
 
 
 def _bound_on(srcs: tuple[Any, ...], dsts: tuple[Any, ...], ctx: MeshContext,
               programs: tuple[Program, ...] | None = None) -> BoundCall:
-    hit = _bound_before(srcs, dsts, ctx)
+    hit = anchored_get(_BOUND, (srcs, dsts, id(ctx)), ctx)
     if hit is not None:
         return hit
     if len(srcs) == 1:
@@ -316,16 +300,10 @@ def _bound_on(srcs: tuple[Any, ...], dsts: tuple[Any, ...], ctx: MeshContext,
         bound = joined([_bound_on((s,), (d,), ctx, None if programs is None else (programs[i],))
                         for i, (s, d) in enumerate(zip(srcs, dsts))])
     try:
-        _remember((srcs, dsts, id(ctx)), ctx, bound)
+        anchored_put(_BOUND, (srcs, dsts, id(ctx)), ctx, bound, _BOUND_MAX)
     except TypeError:  # an unhashable type argument (refused by the checks; never cached)
         pass
     return bound
-
-
-def _bound_before(srcs: tuple[Any, ...], dsts: tuple[Any, ...], ctx: MeshContext) -> BoundCall | None:
-    """The bound call of an earlier call with these arguments on ``ctx`` (checked and bound
-    already: an agreeing call in a loop skips its checks), else None."""
-    return anchored_get(_BOUND, (srcs, dsts, id(ctx)), ctx)
 
 
 def bound_program(program: Program, ctx: MeshContext, backward: Callable[[Program], Program]) -> BoundCall:
@@ -336,46 +314,43 @@ def bound_program(program: Program, ctx: MeshContext, backward: Callable[[Progra
     bound = anchored_get(_BOUND, key, ctx)
     if bound is None:
         bound = bind(program, ctx, backward)
-        _remember(key, ctx, bound)
+        anchored_put(_BOUND, key, ctx, bound, _BOUND_MAX)
     return bound
 
 
-def checked_program(src: TensorType | str, dst: TensorType | str, ctx: MeshContext) -> Program:
+def checked_program(src: TensorType | str, dst: TensorType | str, ctx: MeshContext, *,
+                    bindable: bool = False) -> Program:
     """Both types parsed and checked against the mesh and each other, and their program:
-    every tensor-independent check of a call but the binding's (pure: no communication)."""
+    every tensor-independent check of a call but the binding's (pure: no communication);
+    ``bindable``: the binding's too (a reduction torch cannot add), as a call that agrees
+    runs them all before the agreement."""
     s, d = _type(src, "source"), _type(dst, "destination")
     s_text = src if isinstance(src, str) else None
     d_text = dst if isinstance(dst, str) else None
     lowering.check_type(s, ctx.mesh, text=s_text)
     lowering.check_type(d, ctx.mesh, text=d_text)
     check_same_global(s, d, s_text, d_text)
-    return lowering.compile(s, d, ctx.mesh)
-
-
-def agreed_program(src: TensorType | str, dst: TensorType | str, ctx: MeshContext) -> Program:
-    """``checked_program`` and the binding's own check (a reduction torch cannot add), as a
-    call that agrees runs them before the agreement."""
-    program = checked_program(src, dst, ctx)
-    check_reductions(program)
+    program = lowering.compile(s, d, ctx.mesh)
+    if bindable:
+        check_reductions(program)
     return program
 
 
 def agreed_bound(xs: Sequence[Any] | None, srcs: tuple[TensorType | str, ...], dsts: tuple[TensorType | str, ...],
                  mesh: Mesh | str | Any, timeout: timedelta | float | None, *,
                  bound: BoundCall | None = None) -> tuple[BoundCall, list[torch.Tensor]]:
-    """The agreement's part of every door that agrees (``through_door``, ``redistributor``):
-    this rank's checks (each type parsed, checked and compiled once, or the bound call of
-    an earlier call, or ``bound``: a prepared call's), the agreement
-    (``torch_backend.agree``), and only then the bound call of those programs, whose
-    groups are made now that every rank runs the same programs. ``xs``: the call's
-    tensors, checked (None: a prepared call, no tensor yet)."""
+    """The agreement's part of every door that agrees: this rank's checks (each type
+    parsed, checked and compiled once, or the bound call of an earlier call, or ``bound``:
+    a prepared call's), the agreement (``torch_backend.agree``), and only then the bound
+    call of those programs, whose groups are made now that every rank runs the same
+    programs. ``xs``: the call's tensors, checked (None: a prepared call, no tensor yet)."""
     got: list[Any] = []
 
     def run(found: Checks) -> list[torch.Tensor]:
         found.ctx = ctx = bound.ctx if bound is not None else context(mesh, timeout=timeout)
-        before = bound if bound is not None else _bound_before(srcs, dsts, ctx)
+        before = bound if bound is not None else anchored_get(_BOUND, (srcs, dsts, id(ctx)), ctx)
         programs = before.programs if before is not None else \
-            tuple(agreed_program(s, d, ctx) for s, d in zip(srcs, dsts))
+            tuple(checked_program(s, d, ctx, bindable=True) for s, d in zip(srcs, dsts))
         got[:] = [ctx, programs]
         found.call = describe([(p.src, p.dst) for p in programs], ctx, xs or ())
         if xs is None:
@@ -392,33 +367,28 @@ def agreed_bound(xs: Sequence[Any] | None, srcs: tuple[TensorType | str, ...], d
 
 
 _AGREE: list[bool] = []  # SHARDC_AGREE as read at the first call of this process
+on_clear(_AGREE.clear)
 
 
-def agree_default() -> bool:
-    """``SHARDC_AGREE`` (not empty, not ``0``): whether a call without ``agree=`` agrees.
+def agreeing(agree: bool | None = None) -> bool:
+    """Whether a call agrees: ``agree`` as given, else ``SHARDC_AGREE`` (not empty, not ``0``).
 
-    Read once per process, at the first call (an environment lookup on every call costs
-    more than the rest of the check); after changing the variable in a running process,
-    call ``torch_backend.clear_caches()`` to have it read again.
+    The variable is read once per process, at the first call (an environment lookup on
+    every call costs more than the rest of the check); after changing it in a running
+    process, call ``torch_backend.clear_caches()`` to have it read again.
     """
+    if agree is not None:
+        return agree
     if not _AGREE:
         _AGREE.append(os.environ.get("SHARDC_AGREE", "") not in ("", "0"))
     return _AGREE[0]
 
 
-on_clear(_AGREE.clear)
-
-
-def check_agree(agree: object) -> bool | None:
+def check_agree(agree: object) -> None:
     """``agree=`` as given, where it is None, True or False (else a SpecError naming it)."""
-    return check_flag(agree, "agree", "pass agree=True for the ranks to compare their calls before any "
-                      "collective (a call that differs on some ranks fails on all of them), False to skip it, "
-                      "or None for SHARDC_AGREE's setting")
-
-
-def agreeing(agree: bool | None) -> bool:
-    """Whether a call agrees: ``agree`` as given, else ``SHARDC_AGREE``."""
-    return agree if agree is not None else _AGREE[0] if _AGREE else agree_default()
+    check_flag(agree, "agree", "pass agree=True for the ranks to compare their calls before any collective (a "
+               "call that differs on some ranks fails on all of them), False to skip it, or None for SHARDC_AGREE's "
+               "setting")
 
 
 def distribute(tensor: torch.Tensor, mesh: Mesh | str | Any, t: TensorType | str) -> torch.Tensor:
@@ -463,8 +433,6 @@ def distribute(tensor: torch.Tensor, mesh: Mesh | str | Any, t: TensorType | str
 def _redistribute_dtensor(x: Any, src: TensorType | str | None, dst: TensorType | str,
                           mesh: Mesh | str | Any | None, *, timeout: timedelta | float | None,
                           agree: bool | None) -> Any:
-    from lowering.placements import to_placements
-
     dm = x.device_mesh
 
     def types() -> tuple[TensorType, TensorType, Mesh]:
@@ -475,7 +443,7 @@ def _redistribute_dtensor(x: Any, src: TensorType | str | None, dst: TensorType 
         def run(found: Checks) -> tuple[TensorType, TensorType, Mesh, MeshContext, Program, torch.Tensor]:
             found.ctx = ctx = context(dm, timeout=timeout)
             s, d, m = types()
-            program = agreed_program(s, d, ctx)
+            program = checked_program(s, d, ctx, bindable=True)
             found.call = describe([(program.src, program.dst)], ctx, [x])
             local = check_tensor(x.to_local(grad_placements=_grad_placements(s, m)), program.src, ctx)
             return s, d, m, ctx, program, local
@@ -508,12 +476,10 @@ def _dtensor_types(dm: Any, placements: tuple[Any, ...], shape: tuple[int, ...],
                    ) -> tuple[TensorType, TensorType, Mesh]:
     """The source type (read from the DTensor's placements, or the stated one if it agrees),
     the destination type and the mesh of ``redistribute(dtensor, ...)``."""
-    from lowering.placements import as_mesh, from_placements
-
     m = as_mesh(dm)
     if mesh is not None:
         _check_dtensor_mesh(mesh, dm, m)
-    order = _shard_order(x, m) if x is not None else {}
+    order = _shard_order(x) if x is not None else {}
     s = from_placements(placements, m, shape, dtype, shard_order=order or None)
     if src is not None:
         s = _check_dtensor_source(src, s, m)
@@ -542,10 +508,8 @@ def _compiled_dtensor_plan(dm: Any, placements: tuple[Any, ...], shape: tuple[in
     eager call's checks and types, and the placements of the input's gradient, of the
     result and of the result's gradient, stored in ``_COMPILED_PLANS`` under the key
     returned."""
-    from lowering.placements import to_placements
-
     traced.check_compiled_flags(agree, timeout)
-    s, d, m = _dtensor_types(dm, placements, shape, dtype, None, src, _check_dtensor_call(dst, async_op), mesh)
+    s, d, m = _dtensor_types(dm, placements, shape, dtype, None, *_dtensor_call(src, dst, async_op), mesh)
     key = "plan_" + hashlib.sha1(repr((id(dm), placements, shape, dtype, s, d)).encode()).hexdigest()
     held = _COMPILED_PLANS.__dict__
     if key not in held:
@@ -553,7 +517,7 @@ def _compiled_dtensor_plan(dm: Any, placements: tuple[Any, ...], shape: tuple[in
             del held[next(iter(held))]
         # the types as their canonical text, which a traced region takes as a constant
         held[key] = (s.format(), d.format(), _grad_placements(s, m), to_placements(d, m, strided=True)[0],
-                                _grad_placements(d, m))
+                     _grad_placements(d, m))
     return key
 
 
@@ -562,8 +526,7 @@ def _compiled_dtensor(x: Any, src: TensorType | str | None, dst: TensorType | st
     """``redistribute(dtensor, ...)`` inside torch.compile: a DTensor cannot leave a traced
     region, so the region runs on the local tensor, and the DTensor is taken apart before
     it and rebuilt after it from constants (as DTensor's own compiled redistribute does)."""
-    stated, dst = (None, src) if dst is None else (src, dst)
-    key = _compiled_dtensor_plan(x.device_mesh, tuple(x.placements), tuple(x.shape), x.dtype, stated, dst, mesh,
+    key = _compiled_dtensor_plan(x.device_mesh, tuple(x.placements), tuple(x.shape), x.dtype, src, dst, mesh,
                                  async_op, timeout, agree)
     s, d, src_grad, placements, dst_grad = getattr(_COMPILED_PLANS, key)
     from torch_backend import trace_marks
@@ -574,8 +537,6 @@ def _compiled_dtensor(x: Any, src: TensorType | str | None, dst: TensorType | st
 
 def _grad_placements(t: TensorType, m: Mesh) -> Any:
     """DTensor placements of ``t``'s gradient (its dual type), or None where DTensor's default is right."""
-    from lowering.placements import to_placements
-
     if t.partial_op and t.partial_op != "sum":
         return None  # P(avg): the gradient is R, DTensor's own convention; P(max/min) has none
     if not any(at.kind in ("R", "P") for _, at in t.axis_types):
@@ -585,8 +546,6 @@ def _grad_placements(t: TensorType, m: Mesh) -> Any:
 
 def _check_dtensor_mesh(mesh: Mesh | str | Any, dm: Any, m: Mesh) -> None:
     """A mesh passed with a DTensor must be the DTensor's own."""
-    from lowering.placements import as_mesh
-
     stated = as_mesh(mesh)
     same_device_mesh = not hasattr(mesh, "mesh") or mesh is dm or mesh == dm
     if stated != m or not same_device_mesh:
@@ -618,29 +577,19 @@ def _check_dtensor_source(src: TensorType | str, actual: TensorType, m: Mesh) ->
         shown = text if text is not None else str(stated)
         raise SpecError(
             f"the source type {stated} does not match the DTensor, which is {actual} "
-            f"(placements {','.join(_placements_text(actual, m))} on mesh {m})",
+            f"(placements {','.join(str(p) for p in placement_specs(actual, m, strided=True)[0])} on mesh {m})",
             text=shown, pos=shown.find("[") if "[" in shown else 0,
             hint=f"drop the source type (redistribute(dtensor, dst) reads it from the DTensor) or write {actual}",
         )
     return stated
 
 
-def _placements_text(t: TensorType, m: Mesh) -> list[str]:
-    from lowering.placements import placement_specs
-
-    return [str(p) for p in placement_specs(t, m, strided=True)[0]]
-
-
-def _shard_order(x: Any, m: Mesh) -> dict[int, list[int]]:
+def _shard_order(x: Any) -> dict[int, list[int]]:
     """A DTensor's explicit shard_order ({dim: [mesh dims]}) where it is not mesh order.
 
     DTensorSpec.shard_order is None when the placements use _StridedShard instead
     (from_placements reads those directly).
     """
     order = getattr(getattr(x, "_spec", None), "shard_order", None) or ()
-    out: dict[int, list[int]] = {}
-    for entry in order:
-        mdims = [int(i) for i in entry.mesh_dims]
-        if len(mdims) > 1 and mdims != sorted(mdims):
-            out[int(entry.tensor_dim)] = mdims
-    return out
+    dims = {int(entry.tensor_dim): [int(i) for i in entry.mesh_dims] for entry in order}
+    return {d: mdims for d, mdims in dims.items() if len(mdims) > 1 and mdims != sorted(mdims)}

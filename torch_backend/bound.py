@@ -1,25 +1,18 @@
 """The one bound object: N >= 1 programs on one mesh (or between two: ``bind_across``),
-bound to where they run.
+with this process's pieces of every step (groups created), built once and replayed by
+every call of every door.
 
-``redistribute``, a ``Redistributor``'s call and ``redistribute_many`` all run a
-``BoundCall``: its programs, their context and this process's pieces of every step (groups
-created), built once and replayed by every call. The same object runs them:
+* ``run``: one program through its runner (a one-step program on a real group is one
+  closure, ``torch_backend.lean``; otherwise ``executor.execute``); many programs jointly,
+  in rounds whose same-kind collectives are packed into one (``lowering.joint``, ``packed``);
+* ``start``: the async form (``Handle``): the rounds before the last that holds a
+  collective run, that round's collectives go on the wire, the rest runs at ``wait()``;
+* ``dual``: the gradient's ``BoundCall``, built on first use; one autograd Function
+  (``_Run``) records both the sync run and the async finish, with the dual as its backward.
 
-* ``run``: one program through its own runner (a one-step program on a real group is one
-  closure, ``torch_backend.lean``; otherwise the interpreter, ``executor.execute``); many
-  programs jointly, in rounds whose same-kind collectives are packed into one
-  (``lowering.joint``, ``torch_backend.packed``);
-* ``start``: the async form (``Pending``): every round before the last that holds a
-  collective runs, that round's collectives go on the wire where their kind allows,
-  the rest runs at ``wait()``;
-* ``dual``: the gradient's ``BoundCall`` (``backward`` of each program: ``autograd.backward_program``,
-  or the typed SPMD collectives' kind-by-kind duals), the same type, built on first use and kept here; one autograd Function (``_Run``) records
-  both the sync run and the async finish, with the dual as its backward.
-
-Cross-mesh programs (``bind_across``, the ``dst_mesh=`` doors) run on the world's context:
-each program's steps on its source mesh's groups, then the crossings jointly in one last
-round (``cross_rounds``); a tensor is None off a mesh (``run_across``), and their dual
-moves the carried gradients back on the same ``_Run``.
+Cross-mesh programs run on the world's context: each program's steps on its source mesh's
+groups, then the crossings jointly in one last round (``cross_rounds``); a tensor is None
+off a mesh, and the dual moves the carried gradients back on the same ``_Run``.
 """
 
 from __future__ import annotations
@@ -49,7 +42,6 @@ from torch_backend.scratch import Scratch, using
 from torch_backend.tensor_checks import check_all, check_cross_block, check_tensor, expected_block, fits_block
 from torch_backend.type_tags import Tags, output_tags, typed_output
 
-_UNSET: Any = object()
 Flying = tuple[Merged, tuple[int, ...], Any, Callable[[], Any]]  # a group in flight: members, work, finish
 
 
@@ -68,7 +60,7 @@ class BoundCall:
     tags: list[Tags] = field(init=False, repr=False)  # each output's SPMD types (type_tags.typed_output)
     expect: list[tuple[Any, ...]] = field(init=False, repr=False)  # what a fitting tensor has (fits_block)
     _joint: JointProgram | None = field(default=None, repr=False)
-    _one: Any = field(default=_UNSET, repr=False)  # the runner of one program, once made
+    _one: Callable[[torch.Tensor], torch.Tensor] | None = field(default=None, repr=False)  # ``runner()``
     _dual: BoundCall | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -94,18 +86,21 @@ class BoundCall:
 
     def check(self, x: Any) -> torch.Tensor:
         """A one-program call's tensor against its source type (``tensor_checks``)."""
-        if self.across is not None:
-            return self.check_across([x], False)[0]
-        return check_tensor(x, self.program.src, self.ctx, self.expect[0])
+        return self.checked([x], one=True)[0]
 
-    def check_across(self, xs: Sequence[Any], many: bool) -> list[Any]:
-        """A cross-mesh call's blocks on this rank: None off the source mesh, else its block
-        (``many``: the error names the tensor)."""
-        for i, (p, x) in enumerate(zip(self.programs, xs, strict=True)):
-            error = check_cross_block(x, CrossProgram(p), self.ctx.rank, i if many else None)
-            if error is not None:
-                raise error
-        return list(xs)
+    def checked(self, xs: Sequence[Any], one: bool = False) -> list[Any]:
+        """Every program's tensor against its source type (``tensor_checks``; ``one``: a
+        one-tensor call, whose error names no tensor); a cross-mesh call's blocks on this
+        rank, None off the source mesh."""
+        if self.across is not None:
+            for i, (p, x) in enumerate(zip(self.programs, xs, strict=True)):
+                error = check_cross_block(x, CrossProgram(p), self.ctx.rank, None if one else i)
+                if error is not None:
+                    raise error
+            return list(xs)
+        if one:
+            return [check_tensor(xs[0], self.program.src, self.ctx, self.expect[0])]
+        return check_all(xs, [p.src for p in self.programs], self.ctx, self.expect)
 
     def fits(self, x: Any, j: int = 0) -> bool:
         """The fast path's test: ``x`` is a plain tensor with what program ``j`` expects."""
@@ -123,8 +118,7 @@ class BoundCall:
         if x.requires_grad and torch.is_grad_enabled():
             y = _Run.apply(self, None, x)[0]
         else:
-            run = self._one
-            y = (run if run is not _UNSET else self.runner())(x)
+            y = (self._one or self.runner())(x)
         return typed_output(y, x, self.tags[0])
 
     def run(self, xs: Sequence[Any]) -> list[Any]:
@@ -164,16 +158,13 @@ class BoundCall:
         """A one-program bound on its tensor."""
         if torch.compiler.is_compiling():  # traced: the interpreter, on functional collectives
             return execute(self.program, x, ctx=self.ctx, pieces=self.pieces[0])
-        run = self._one
-        return (run if run is not _UNSET else self.runner())(x)
+        return (self._one or self.runner())(x)
 
     def runner(self) -> Callable[[torch.Tensor], torch.Tensor]:
         """The function ``run_one`` calls: the program's lean closure where it has one."""
-        if self._one is _UNSET:
-            lean = lean_run(self.program, self.ctx, self.pieces[0], aliases, self.scratch)
-            self._one = lean if lean is not None else self._interpret
-        run: Callable[[torch.Tensor], torch.Tensor] = self._one
-        return run
+        if self._one is None:
+            self._one = lean_run(self.program, self.ctx, self.pieces[0], aliases, self.scratch) or self._interpret
+        return self._one
 
     def _interpret(self, x: torch.Tensor) -> torch.Tensor:
         with using(self.scratch):
@@ -240,9 +231,7 @@ class BoundCall:
 
     def call_one(self, x: torch.Tensor) -> torch.Tensor:
         """A one-program call on its checked tensor: differentiable, its output typed."""
-        if self.across is not None:
-            return self.call_across([x])[0]
-        return typed_output(self.apply(x), x, self.tags[0])
+        return self.call([x])[0]
 
     def call(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Every program on its checked tensor: differentiable, the outputs typed."""
@@ -275,7 +264,7 @@ class BoundCall:
     def start(self, xs: Sequence[torch.Tensor], one: bool) -> Handle:
         """The async call: its handle (``one``: ``wait()`` gives a tensor, else a list)."""
         plain = [x.detach() if x.requires_grad else x for x in xs]
-        return Handle(Pending(self, plain, *self.split(plain, self.scratch), self.scratch), xs, one)
+        return Handle(self, xs, *self.split(plain, self.scratch), self.scratch, one)
 
     def last_collective(self) -> int:
         """The last round holding a collective that sends anything (-1: none): where an
@@ -355,7 +344,7 @@ class BoundCall:
 
     def land(self, xs: Sequence[torch.Tensor], got: tuple[list[torch.Tensor], list[torch.Tensor]]) -> list[torch.Tensor]:
         """The second region: ``issue``'s collectives replayed, each landing its waited result
-        (``got``, in order; ``comm.landed``) in place of issuing it, then the rest (``Pending``);
+        (``got``, in order; ``comm.landed``) in place of issuing it, then the rest (``Handle``);
         differentiable in ``xs`` like the sync call, the outputs typed."""
         waited, ys = iter(got[0]), list(got[1])
         flying: list[Flying] = []
@@ -366,16 +355,8 @@ class BoundCall:
                 assert launched is not None
                 flying.append((g, *launched))
         # no scratch buffers: this runs only in a trace, whose tensors a later eager call must not reuse
-        landed = Pending(self, list(xs), ys, flying, None)
-        if torch.is_grad_enabled() and any(x.requires_grad for x in xs):
-            return self.typed(list(_Run.apply(self, landed, *xs)), xs)
-        return self.typed(landed.result(), xs)
-
-    def check_all(self, xs: Sequence[Any]) -> list[torch.Tensor]:
-        """Every program's tensor against its source type (``tensor_checks``)."""
-        if self.across is not None:
-            return self.check_across(xs, True)
-        return check_all(xs, [p.src for p in self.programs], self.ctx, self.expect)
+        out: list[torch.Tensor] = Handle(self, xs, ys, flying, None).wait()
+        return out
 
     # ---- the gradient ----------------------------------------------------------------
 
@@ -475,57 +456,49 @@ def joined(bounds: Sequence[BoundCall]) -> BoundCall:
                  backward=bounds[0].backward)
 
 
-class Pending:
-    """An async call between its two halves (``BoundCall.split``, ``landing``): the rounds
-    before the last one holding a collective ran, that round's collectives are on the wire
-    where their kind can be launched (``collectives.launch``; packed all_gathers,
-    reduce_scatters, all_reduces), its other steps ran; ``result()`` waits for them in
-    launch order and runs what follows (once). Eager (``start``: ``scratch`` its buffers)
+class Handle:
+    """What an ``async_op=True`` call returns, between its two halves (``BoundCall.split``,
+    ``landing``): the rounds before the last one holding a collective ran, that round's
+    collectives are on the wire where their kind can be launched (``collectives.launch``),
+    its other steps ran. ``wait()`` waits for them in launch order and runs what follows,
+    once: the result (a tensor for ``one``, else a list; the same object on every call),
+    differentiable when an input requires grad. Eager (``start``: ``scratch`` its buffers)
     or the end of a compiled one (``land``: the collectives replayed with their waited
     results). Do not modify the inputs before it."""
 
-    def __init__(self, bound: BoundCall, xs: list[torch.Tensor], ys: list[torch.Tensor], flying: list[Flying],
-                 scratch: Scratch | None) -> None:
-        self.bound, self._xs, self._ys, self._inflight, self._scratch = bound, xs, ys, flying, scratch
+    def __init__(self, bound: BoundCall, xs: Sequence[torch.Tensor], ys: list[torch.Tensor], flying: list[Flying],
+                 scratch: Scratch | None, one: bool = False) -> None:
+        self.bound, self._xs, self._ys, self._one = bound, list(xs), ys, one
+        self._inflight, self._scratch = flying, scratch
         self._result: list[torch.Tensor] | None = None
+        self._out: list[torch.Tensor] | None = None
         if not flying:
             self.result()
 
     def result(self) -> list[torch.Tensor]:
-        """The results (the same list on every call)."""
+        """The untyped results (``_Run``'s forward runs this)."""
         if self._result is None:
             self._result = self.bound.landing(self._xs, self._ys, self._inflight, self._scratch)
             self._inflight, self._ys = [], []
         return self._result
 
-
-class Handle:
-    """What an ``async_op=True`` call returns: ``wait()`` gives the result (a tensor for
-    one, a list for many; the same object on every call), differentiable when an input
-    requires grad."""
-
-    def __init__(self, pending: Pending, xs: Sequence[torch.Tensor], one: bool) -> None:
-        self._pending, self._xs, self._one = pending, list(xs), one
-        self._out: list[torch.Tensor] | None = None
-
     def wait(self) -> Any:
         if self._out is None:
-            p = self._pending
             if torch.is_grad_enabled() and any(x.requires_grad for x in self._xs):
-                ys = list(_Run.apply(p.bound, p, *self._xs))
+                ys = list(_Run.apply(self.bound, self, *self._xs))
             else:
-                ys = list(p.result())
-            self._out = p.bound.typed(ys, self._xs)
+                ys = list(self.result())
+            self._out = self.bound.typed(ys, self._xs)
         return self._out[0] if self._one else self._out
 
 
 class _Run(torch.autograd.Function):
-    """A bound call on autograd's tape (its run, or the finish of its ``Pending``), with
+    """A bound call on autograd's tape (its run, or the finish of its ``Handle``), with
     the bound dual as its backward: the one autograd Function of every redistribution,
     on one mesh or across two."""
 
     @staticmethod
-    def forward(ctx: Any, bound: BoundCall, pending: Pending | None,
+    def forward(ctx: Any, bound: BoundCall, pending: Handle | None,
                 *xs: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
         ctx.bound = bound
         ys = tuple(pending.result() if pending is not None else bound.run(xs))

@@ -1,21 +1,12 @@
 """One-step programs on a real process group, bound once into a plain function.
 
 Most calls in a training loop are one step: an even all_gather of a sharded parameter,
-a reduce_scatter of its gradient, an all_reduce, a local slice. For those the generic
-interpreter's per-call work (the step loop, the runner's dispatch on the pieces, the
-group lookup, the scratch context, the aliasing test) is the same on every call, so
-:func:`lean_run` does it once, when the program is bound, and returns a closure that
-holds the group handle, the output shape and the op. Per call it allocates the output
-and issues the collective (through ``torch_backend.comm``, as the runners do), nothing
-else; the result is bit for bit the runner's, since it runs the same collective on the
-same buffers.
-
-The closures are the kinds' fast runners (``runners.fast``, next to each kind's runner:
-even all_gather and reduce_scatter straight into the output, all_reduce, slice): only the
-forms whose result cannot alias the input and that need no scratch buffer have one; any
-other one-step program on a real group runs its registered runner directly (still
-skipping the step loop). Multi-step programs, LocalTensorMode
-and programs with no steps keep the interpreter (``executor.execute``).
+a reduce_scatter of its gradient, an all_reduce, a local slice. For those the
+interpreter's per-call work (the step loop, the dispatch on the pieces, the group lookup,
+the scratch context, the aliasing test) is the same on every call, so ``lean_run`` does
+it once, when the program is bound: the kind's fast runner (``runners.fast``) where it
+has one, else its registered runner without the step loop. Multi-step programs,
+LocalTensorMode and programs with no steps keep the interpreter (``executor.execute``).
 """
 
 from __future__ import annotations

@@ -72,14 +72,8 @@ class Redistributor:
         return f"Redistributor({self.src} -> {self.dst} on {self.program.mesh})"
 
 
-@traced.entry("prepared")
-def _call_prepared(prepared: Redistributor, x: torch.Tensor) -> Any:
-    return prepared(x)
-
-
+traced.entry("prepared")(lambda prepared, x: prepared(x))
 async_entries("prepared", lambda prepared: prepared._bound)
-
-
 torch.utils._pytree.register_constant(Redistributor)
 
 
@@ -132,9 +126,8 @@ class CrossRedistributor:
     """Compiled cross-mesh moves (``redistributor(..., dst_mesh=)``: one tensor, or a joint
     move of several where ``many``), bound once (``mesh_transfer.prepare``); call it on this
     rank's block(s), None off the source mesh. The call was agreed when it was prepared:
-    each call checks its blocks on its own rank before any message, through the one door
-    sequence, as a prepared one-mesh call does (an all_reduce over the world per call would
-    cost more than the move: 8 ranks on 2 cores, 20 ms)."""
+    each call checks its blocks on its own rank only (an all_reduce over the world per call
+    would cost more than the move: 8 ranks on 2 cores, 20 ms)."""
 
     def __init__(self, bounds: list[BoundCall], many: bool = False) -> None:
         self._bounds, self.many = bounds, many  # without a gradient, and (requires_grad) with one

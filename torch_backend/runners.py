@@ -9,6 +9,7 @@ A kind may also have a fast runner, registered with ``@fast("kind")``: made once
 one-step program is bound on a real group (``lean.lean_run``), it holds the group, the
 output shape and the op, and per call allocates the output and issues the collective,
 nothing else (bit for bit the runner's result: the same collective on the same buffers).
+Only forms whose result cannot alias the input and that need no scratch buffer have one.
 """
 
 from __future__ import annotations
@@ -31,12 +32,9 @@ RUNNERS: dict[str, Runner] = {}
 
 def runs(*kinds: str) -> Callable[[Runner], Runner]:
     """Register ``fn`` as the torch execution of ``kinds``."""
-
     def add(fn: Runner) -> Runner:
-        for k in kinds:
-            RUNNERS[k] = fn
+        RUNNERS.update(dict.fromkeys(kinds, fn))
         return fn
-
     return add
 
 
@@ -50,12 +48,9 @@ FAST: dict[str, FastMaker] = {}
 def fast(*kinds: str) -> Callable[[FastMaker], FastMaker]:
     """Register ``make(ctx, step, pieces, failed)`` as the fast runner of ``kinds``: this
     rank's one-step program as one function, or None where the kind's runner must run it."""
-
     def add(make: FastMaker) -> FastMaker:
-        for k in kinds:
-            FAST[k] = make
+        FAST.update(dict.fromkeys(kinds, make))
         return make
-
     return add
 
 

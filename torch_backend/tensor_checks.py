@@ -13,9 +13,9 @@ from typing import Any
 import torch
 
 from lowering.cross_mesh import CrossProgram
-from lowering.layout import local_shape, local_shapes
+from lowering.layout import local_shapes
 from spec_lang.errors import SpecError
-from spec_lang.ir import Mesh, TensorType
+from spec_lang.ir import TensorType
 from torch_backend import comm
 from torch_backend.dtypes import dtype_name, short_name, to_torch_dtype
 from torch_backend.faults import refused
@@ -104,10 +104,11 @@ def check_local(x: torch.Tensor, t: TensorType, ctx: MeshContext) -> torch.Tenso
     if ctx.backend == "gloo" and x.device.type != "cpu":
         raise SpecError(f"the process group uses gloo but the tensor is on {x.device}",
                         hint="gloo lacks all_to_all on GPU tensors: use an NCCL group, or move the tensor to CPU")
+    shapes = local_shapes(t, ctx.mesh)  # one cached lookup: this runs on every call
     blocks = comm.blocks(ctx, x)
     if blocks is None:  # one plain tensor standing for every simulated rank's block
-        shapes = {local_shape(t, ctx.mesh, r) for r in ctx.ranks}
-        if len(shapes) != 1 or tuple(x.shape) not in shapes:
+        each = {shapes[r] for r in ctx.ranks}
+        if len(each) != 1 or tuple(x.shape) not in each:
             raise SpecError(f"under LocalTensorMode, pass a LocalTensor: the blocks of {t} differ per rank",
                             hint="build it with LocalTensorMode.rank_map or torch_backend.distribute")
         base = x.detach()
@@ -117,19 +118,13 @@ def check_local(x: torch.Tensor, t: TensorType, ctx: MeshContext) -> torch.Tenso
     for r, b in blocks.items():
         if b is not x:
             check_strided(b)
-        check_shape(tuple(b.shape), t, ctx.mesh, r)
+        if tuple(b.shape) != shapes[r]:
+            hint = f"give rank {r} its block of {t}, of shape {list(shapes[r])}"
+            if tuple(b.shape) == t.shape and shapes[r] != t.shape:
+                hint += " (this looks like the global tensor: use torch_backend.distribute first)"
+            raise SpecError(f"rank {r}'s tensor has shape {list(b.shape)}, but {t} gives rank {r} the shape "
+                            f"{list(shapes[r])} on mesh {ctx.mesh}", text=str(t), pos=str(t).find("["), hint=hint)
     return x
-
-
-def check_shape(shape: tuple[int, ...], t: TensorType, mesh: Mesh, rank: int) -> None:
-    """``shape`` is rank ``rank``'s block of ``t`` on ``mesh``."""
-    want = local_shapes(t, mesh)[rank]  # one cached lookup: this runs on every call
-    if shape != want:
-        hint = f"give rank {rank} its block of {t}, of shape {list(want)}"
-        if shape == t.shape and want != t.shape:
-            hint += " (this looks like the global tensor: use torch_backend.distribute first)"
-        raise SpecError(f"rank {rank}'s tensor has shape {list(shape)}, but {t} gives rank {rank} "
-                        f"the shape {list(want)} on mesh {mesh}", text=str(t), pos=str(t).find("["), hint=hint)
 
 
 def check_cross_block(x: object, p: CrossProgram, me: int, i: int | None) -> SpecError | None:

@@ -1,9 +1,5 @@
-"""The regions of ``torch_backend.traced`` marked for dynamo, and the traced call.
-
-An entry point imports this module only where it finds a trace running (dynamo runs the
-import as Python does), so an eager call never imports ``torch._dynamo``: over a second,
-and it loads ``torch.distributed.tensor``; a trace has imported it already.
-"""
+"""The regions of ``torch_backend.traced`` marked for dynamo, and the traced call: imported
+only where a trace runs, which has imported ``torch._dynamo`` already (an eager call never does)."""
 
 from __future__ import annotations
 
@@ -23,10 +19,8 @@ class Waiting:
     up to the last collective and issued it (``name.start``); ``wait()`` is the functional
     ``wait_tensor`` on its result, where the user put it (compute between the call and
     ``wait()`` stands between the collective and its wait in the graph), then the second
-    region (``name.finish``): the step's result landed and the steps after it. ``x`` is the
-    call's tensor (a list for ``redistribute_many``), ``got`` what the first region left
-    (``BoundCall.issue``: the last round's collectives in flight, each getting its own
-    wait, and every tensor as that region left it)."""
+    region (``name.finish``): the results landed and the steps after them. ``got``: what
+    the first region left (``BoundCall.issue``)."""
 
     def __init__(self, name: str, x: Any, got: tuple[list[torch.Tensor], list[torch.Tensor]],
                  args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

@@ -1,30 +1,22 @@
 """torch.compile's door: shardc's calls as regions dynamo does not trace into, which
 AOTAutograd traces (``torch._dynamo.nonstrict_trace``).
 
-Dynamo sees each public call (``redistribute``, a ``Redistributor``'s call,
-``redistribute_many``, the typed ``torch_backend.spmd`` collectives) as one opaque call
-whose non-tensor arguments are constants of the trace (strings, ``Mesh``,
-``TensorType``, a DeviceMesh, a prepared ``Redistributor``). AOTAutograd then runs the
-ordinary eager code once on fake tensors: the parsing, planning and every tensor check
-happen at trace time, in plain Python, on static shapes, and the communication layer
-picks its functional implementation (``comm.of``: ``torch.compiler.is_compiling()``),
-so the graph holds ``_c10d_functional`` ops and their ``wait_tensor``; the backward is
-traced the same way from the same autograd Function. A call with another shape or
-dtype fails dynamo's guards and is traced again (recompiled), or refused by the same
-checks as an eager call.
+Dynamo sees each public call as one opaque call whose non-tensor arguments are constants
+of the trace (strings, ``Mesh``, ``TensorType``, a DeviceMesh, a prepared
+``Redistributor``). AOTAutograd then runs the ordinary eager code once on fake tensors:
+parsing, planning and every tensor check happen at trace time, on static shapes, and
+``comm`` picks its functional implementation, so the graph holds ``_c10d_functional`` ops
+and their ``wait_tensor``; the backward is traced the same way from the same autograd
+Function. A call with another shape or dtype fails dynamo's guards and is traced again.
 
-A DeviceMesh reaches the region as a ``FakeScriptObject`` (an opaque object of the
-trace); it is unwrapped to the real DeviceMesh here, before any check looks at it.
-
-Marking a region for dynamo imports ``torch._dynamo`` (over a second, and it loads
-``torch.distributed.tensor``), which an eager call never needs: the entry points reach
-the regions through ``torch_backend.trace_marks``, imported where they find a trace
-running (dynamo runs an import as Python does); this module imports no dynamo.
+A DeviceMesh reaches the region as a ``FakeScriptObject``; it is unwrapped here, before
+any check looks at it. This module imports no dynamo (over a second, and it loads
+``torch.distributed.tensor``): the entry points reach the regions through
+``torch_backend.trace_marks``, imported only where they find a trace running.
 
 A call refused at trace time raises its SpecError out of the compiled call itself, as a
-``TracedSpecError`` (see there): dynamo would otherwise show only its own error
-(``Unsupported output type for nonstrict_trace-ed function``), with shardc's message, caret
-and hint in its ``__cause__`` alone.
+``TracedSpecError``: dynamo would otherwise show only its own error, with shardc's
+message, caret and hint in its ``__cause__`` alone.
 """
 
 from __future__ import annotations
@@ -55,13 +47,6 @@ class TracedSpecError(SpecError, IndexError):
     ``InternalTorchDynamoError`` from an ``assume_constant_result`` one)."""
 
 
-def as_traced(e: SpecError) -> TracedSpecError:
-    """``e`` as the error a compiled call raises (``TracedSpecError``)."""
-    if isinstance(e, TracedSpecError):
-        return e
-    return TracedSpecError(e.message, text=e.text, pos=e.pos, hint=e.hint, subject=e.subject)
-
-
 def refusing(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` (run at trace time: a region, or an ``assume_constant_result`` function) with
     its SpecError raised as a ``TracedSpecError``, out of the compiled call."""
@@ -70,7 +55,8 @@ def refusing(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except SpecError as e:
-            raise as_traced(e) from None
+            raise e if isinstance(e, TracedSpecError) else \
+                TracedSpecError(e.message, text=e.text, pos=e.pos, hint=e.hint, subject=e.subject) from None
     return run
 
 
