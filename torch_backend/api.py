@@ -1,17 +1,15 @@
-"""The public entry points: ``redistribute`` and ``distribute``.
+"""The public entry points ``redistribute`` and ``distribute``, the one door sequence every
+public call runs (``through_door``), and the one cache of bound calls.
 
 Everything about a call is checked before the first collective: the types parse and
 fit the mesh, the program compiles, the world matches the mesh, and the tensor's dtype,
-device and local shape match the source type for this rank. A call that is wrong in
-the same way on every rank therefore fails on every rank at once, with a SpecError (a
-ValueError) that says how to fix it, and no rank is left waiting in a collective.
-A call that differs between ranks (a tensor whose shape is wrong on *some* ranks, a
-rank with other types or another mesh) fails only where it is wrong, and the others stop
-at the collective timeout (or wait to create a group the odd rank never joins), unless
-``agree=True`` (or ``SHARDC_AGREE=1``): then the ranks compare their calls before any
-collective of the program (``torch_backend.agree``: one all_reduce of 8 bytes per
-rank), and every rank fails at once, naming the ranks at fault. The input tensor is
-never modified.
+device and local shape match the source type for this rank. A call wrong in the same way
+on every rank therefore fails on every rank at once, with a SpecError that says how to
+fix it. A call that differs between ranks fails only where it is wrong, and the others
+stop at the collective timeout, unless ``agree=True`` (or ``SHARDC_AGREE=1``): then the
+ranks compare their calls before any collective (``torch_backend.agree``: one
+all_reduce of 8 bytes per rank), and every rank fails at once, naming the ranks at
+fault. The input tensor is never modified.
 """
 
 from __future__ import annotations
@@ -24,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -159,10 +158,8 @@ def through_door(door: Door, x: Any, src: Any, dst: Any, mesh: Any, timeout: tim
         door.check(bound, xs)
     if async_op:
         return bound.start(xs, one=door.one)
-    if door.out is not None:
-        ys = door.out(bound, bound.call(xs))
-        return ys[0] if door.one else ys
-    return bound.call_one(xs[0]) if door.one else bound.call(xs)
+    ys = bound.call(xs) if door.out is None else door.out(bound, bound.call(xs))
+    return ys[0] if door.one else ys
 
 
 def _compiled(x: Any, src: Any, dst: Any, mesh: Any, *, async_op: bool, timeout: Any, agree: Any) -> Any:
@@ -224,10 +221,9 @@ traced.entry("redistribute")(redistribute)
 
 def async_entries(name: str, bound_of: Callable[..., BoundCall]) -> None:
     """``async_op=True`` of the traced call ``name`` inside torch.compile, in two regions
-    around the user's wait (``trace_marks.Waiting``): ``name.splits`` (whether the call
-    splits), ``name.start`` (``BoundCall.issue``) and ``name.finish`` (``land``), each on the
-    bound call ``bound_of`` gives for the call's arguments but its tensor (``x``: one
-    tensor, or a list of them)."""
+    around the user's wait (``trace_marks.Waiting``): ``name.splits``, ``name.start``
+    (``BoundCall.issue``) and ``name.finish`` (``land``), each on the bound call
+    ``bound_of`` gives for the call's arguments but its tensor (one, or a list)."""
     def checked(bound: BoundCall, x: Any) -> list[torch.Tensor]:
         return bound.checked([x] if isinstance(x, torch.Tensor) else x, isinstance(x, torch.Tensor))
 
@@ -273,10 +269,9 @@ def text_key(srcs: tuple[Any, ...], dsts: tuple[Any, ...], mesh: str) -> tuple[A
 def bound_for(srcs: tuple[TensorType | str, ...], dsts: tuple[TensorType | str, ...], mesh: Mesh | str | Any,
               timeout: timedelta | float | None = None, *, ctx: MeshContext | None = None,
               programs: tuple[Program, ...] | None = None) -> BoundCall:
-    """The bound call of ``srcs[i] -> dsts[i]`` on ``mesh``: every tensor-independent check,
-    the programs, their pieces and groups; from the cache where an earlier call made it.
-    ``ctx`` and ``programs``: the mesh's context and the checked programs, where the
-    caller has them already (an agreeing call: each type is checked and compiled once)."""
+    """The bound call of ``srcs[i] -> dsts[i]`` on ``mesh`` (every tensor-independent check,
+    the programs, their pieces and groups), from the cache where an earlier call made it.
+    ``ctx`` and ``programs``: where the caller has them already (an agreeing call)."""
     text = timeout is None and isinstance(mesh, str) and all(type(t) is str for t in (*srcs, *dsts))
     key = text_key(srcs, dsts, mesh) if text and isinstance(mesh, str) else None
     world = real_world() if key is not None else None
@@ -309,7 +304,7 @@ def _bound_on(srcs: tuple[Any, ...], dsts: tuple[Any, ...], ctx: MeshContext,
 def bound_program(program: Program, ctx: MeshContext, backward: Callable[[Program], Program]) -> BoundCall:
     """A program planned elsewhere (a typed SPMD collective's), bound on ``ctx`` with its own
     gradient rule, from the one cache: keyed by the program's identity (its planner's cache
-    returns the same object for the same call; the entry holds it, so the id is not reused)."""
+    returns the same object; the entry holds it, so the id is not reused)."""
     key = (id(program), backward, id(ctx))
     bound = anchored_get(_BOUND, key, ctx)
     if bound is None:
@@ -340,10 +335,9 @@ def agreed_bound(xs: Sequence[Any] | None, srcs: tuple[TensorType | str, ...], d
                  mesh: Mesh | str | Any, timeout: timedelta | float | None, *,
                  bound: BoundCall | None = None) -> tuple[BoundCall, list[torch.Tensor]]:
     """The agreement's part of every door that agrees: this rank's checks (each type
-    parsed, checked and compiled once, or the bound call of an earlier call, or ``bound``:
-    a prepared call's), the agreement (``torch_backend.agree``), and only then the bound
-    call of those programs, whose groups are made now that every rank runs the same
-    programs. ``xs``: the call's tensors, checked (None: a prepared call, no tensor yet)."""
+    checked and compiled once, or the bound call of an earlier call, or ``bound``: a
+    prepared call's), the agreement, and only then the bound call, whose groups are made
+    now that every rank runs the same programs. ``xs``: the tensors (None: no tensor yet)."""
     got: list[Any] = []
 
     def run(found: Checks) -> list[torch.Tensor]:
@@ -355,10 +349,8 @@ def agreed_bound(xs: Sequence[Any] | None, srcs: tuple[TensorType | str, ...], d
         found.call = describe([(p.src, p.dst) for p in programs], ctx, xs or ())
         if xs is None:
             return []
-        wants = before.expect if before is not None else None
-        if len(xs) == 1:
-            return [check_tensor(xs[0], programs[0].src, ctx, wants[0] if wants is not None else ())]
-        return check_all(xs, [p.src for p in programs], ctx, wants)
+        return check_all(xs, [p.src for p in programs], ctx, before.expect if before is not None else None,
+                         one=len(xs) == 1)
 
     checked = agreed(mesh, run)
     if bound is None:
@@ -425,9 +417,8 @@ def distribute(tensor: torch.Tensor, mesh: Mesh | str | Any, t: TensorType | str
             x.zero_()
         return x
 
-    if getattr(tensor, "_local_tensors", None) is not None:
-        return rank_map(ctx, lambda r, g: piece(r, g), tensor.detach())
-    return rank_map(ctx, lambda r: piece(r))
+    local = getattr(tensor, "_local_tensors", None) is not None  # a LocalTensor: each rank's own copy
+    return rank_map(ctx, piece, *([tensor.detach()] if local else []))
 
 
 def _redistribute_dtensor(x: Any, src: TensorType | str | None, dst: TensorType | str,
@@ -491,11 +482,7 @@ def _dtensor_types(dm: Any, placements: tuple[Any, ...], shape: tuple[int, ...],
 # it is guarded by value; an evicted entry is computed again (a retrace), never wrong.
 # (A namespace, not a dict: dynamo reads a global dict once per trace, so an entry added by
 # a second DTensor call of the same trace would be missing; an attribute is read when used.)
-class _Plans:
-    pass
-
-
-_COMPILED_PLANS = _Plans()
+_COMPILED_PLANS = SimpleNamespace()
 on_clear(lambda: _COMPILED_PLANS.__dict__.clear())
 
 

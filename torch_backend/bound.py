@@ -39,7 +39,7 @@ from torch_backend.lean import collective_error, lean_run
 from torch_backend.packed import LAUNCHABLE, PACKED
 from torch_backend.runners import RUNNERS, Pieces
 from torch_backend.scratch import Scratch, using
-from torch_backend.tensor_checks import check_all, check_cross_block, check_tensor, expected_block, fits_block
+from torch_backend.tensor_checks import check_all, check_cross_block, expected_block, fits_block
 from torch_backend.type_tags import Tags, output_tags, typed_output
 
 Flying = tuple[Merged, tuple[int, ...], Any, Callable[[], Any]]  # a group in flight: members, work, finish
@@ -98,9 +98,7 @@ class BoundCall:
                 if error is not None:
                     raise error
             return list(xs)
-        if one:
-            return [check_tensor(xs[0], self.program.src, self.ctx, self.expect[0])]
-        return check_all(xs, [p.src for p in self.programs], self.ctx, self.expect)
+        return check_all(xs, [p.src for p in self.programs], self.ctx, self.expect, one)
 
     def fits(self, x: Any, j: int = 0) -> bool:
         """The fast path's test: ``x`` is a plain tensor with what program ``j`` expects."""
@@ -108,10 +106,9 @@ class BoundCall:
         return bool(want) and type(x) is torch.Tensor and fits_block(x, want)
 
     def hot(self, x: Any) -> torch.Tensor | None:
-        """The fast path of a one-program call (``redistribute``'s after its lookup, a
-        ``Redistributor``'s): a plain tensor that ``fits`` runs at once, differentiable and
-        typed; anything else is None (the caller checks it). A plain tensor is never a
-        traced one, so this never asks whether torch.compile traces."""
+        """The fast path of a one-program call: a plain tensor that ``fits`` runs at once,
+        differentiable and typed; anything else is None (the caller checks it). A plain
+        tensor is never a traced one, so this never asks whether torch.compile traces."""
         want = self.expect[0]
         if not want or type(x) is not torch.Tensor or not fits_block(x, want):
             return None
@@ -132,10 +129,9 @@ class BoundCall:
             return self.unaliased(xs, self.run_rounds(list(xs), self.joint.rounds))
 
     def run_across(self, xs: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
-        """A cross-mesh bound on the call's tensors (None off the source mesh): each
-        program's steps on its source mesh, then the crossings jointly (``lowering.joint``);
-        this rank's block of each destination, None off its mesh (or, where its gradient
-        moves back, the forward's empty stand-in its backward starts from)."""
+        """A cross-mesh bound on the call's tensors (None off the source mesh): this rank's
+        block of each destination, None off its mesh (or, where its gradient moves back,
+        the forward's empty stand-in its backward starts from)."""
         a = self.across
         assert a is not None
         me = self.ctx.rank
@@ -305,9 +301,9 @@ class BoundCall:
 
     def split(self, xs: Sequence[torch.Tensor], scratch: Scratch | None = None) -> tuple[list[torch.Tensor], list[Flying]]:
         """The first half of every async call: the rounds before the last one holding a
-        collective, then that round, its launchable groups left on the wire (``launch``),
-        its others run (collectives go out in call order on every rank): every tensor as
-        that round left it (a launched group's members still its inputs), and the groups in flight."""
+        collective, then that round, its launchable groups left on the wire, its others run
+        (collectives go out in call order on every rank): every tensor as that round left it
+        (a launched group's members still its inputs), and the groups in flight."""
         k, rounds = self.last_collective(), self.joint.rounds
         flying: list[Flying] = []
         with using(scratch):
@@ -336,16 +332,15 @@ class BoundCall:
         return self.unaliased(xs, ys)
 
     def issue(self, xs: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """The first region of a compiled async call (``trace_marks.Waiting``), on the checked
-        tensors: ``split``, each collective in flight as its result before its wait
-        (``comm.in_flight``), for the user's code to wait on, and every tensor as ``split`` left it."""
+        """The first region of a compiled async call (``trace_marks.Waiting``): ``split``, each
+        collective in flight as its result before its wait (``comm.in_flight``), for the
+        user's code to wait on, and every tensor as ``split`` left it."""
         ys, flying = self.split([x.detach() for x in xs])
         return [comm.in_flight(work) for _, _, work, _ in flying], ys
 
     def land(self, xs: Sequence[torch.Tensor], got: tuple[list[torch.Tensor], list[torch.Tensor]]) -> list[torch.Tensor]:
         """The second region: ``issue``'s collectives replayed, each landing its waited result
-        (``got``, in order; ``comm.landed``) in place of issuing it, then the rest (``Handle``);
-        differentiable in ``xs`` like the sync call, the outputs typed."""
+        (``got``, in order; ``comm.landed``) in place of issuing it, then the rest."""
         waited, ys = iter(got[0]), list(got[1])
         flying: list[Flying] = []
         for g in self.joint.rounds[self.last_collective()]:
@@ -407,22 +402,17 @@ def bind(programs: Program | Sequence[Program], ctx: MeshContext | None = None,
 
 @dataclass(frozen=True)
 class Across:
-    """What a cross-mesh bound adds (``bind_across``): each program's context on its source
-    mesh (None on a rank off it), its gradient's move back (None: it carries none), the
-    call's tensor it moves (``slots``, of ``width``: a dual moves only those that carry a
-    gradient), where an empty block lives, the groups' timeout and backend, whether a
-    rank off the destination gets an empty stand-in (the forward's, whose backward starts there),
-    and the DeviceMesh each result is laid on as a DTensor (``outs``; None or none: a local tensor)."""
+    """What a cross-mesh bound adds (``bind_across``)."""
 
-    on_src: tuple[MeshContext | None, ...]
-    backs: tuple[Program | None, ...]
-    slots: tuple[int, ...]
-    width: int
-    device: torch.device
+    on_src: tuple[MeshContext | None, ...]  # each program's context on its source mesh (None off it)
+    backs: tuple[Program | None, ...]  # its gradient's move back (None: it carries none)
+    slots: tuple[int, ...]  # the call's tensor it moves (a dual moves only those carrying a gradient)
+    width: int  # the call's tensors
+    device: torch.device  # where an empty block lives
     timeout: timedelta | None
     backend: str
-    stand_ins: bool
-    outs: tuple[Any, ...] = ()
+    stand_ins: bool  # a rank off the destination gets an empty stand-in (the forward's: its backward starts there)
+    outs: tuple[Any, ...] = ()  # the DeviceMesh each result is laid on as a DTensor (None or none: a local tensor)
 
 
 def bind_across(programs: Sequence[Program], backs: Sequence[Program | None], width: int, device: torch.device,
@@ -458,13 +448,10 @@ def joined(bounds: Sequence[BoundCall]) -> BoundCall:
 
 class Handle:
     """What an ``async_op=True`` call returns, between its two halves (``BoundCall.split``,
-    ``landing``): the rounds before the last one holding a collective ran, that round's
-    collectives are on the wire where their kind can be launched (``collectives.launch``),
-    its other steps ran. ``wait()`` waits for them in launch order and runs what follows,
-    once: the result (a tensor for ``one``, else a list; the same object on every call),
-    differentiable when an input requires grad. Eager (``start``: ``scratch`` its buffers)
-    or the end of a compiled one (``land``: the collectives replayed with their waited
-    results). Do not modify the inputs before it."""
+    ``landing``). ``wait()`` waits for the collectives in flight in launch order and runs
+    what follows, once: the result (a tensor for ``one``, else a list), differentiable when
+    an input requires grad. Eager (``start``) or the end of a compiled one (``land``: the
+    collectives replayed with their waited results). Do not modify the inputs before it."""
 
     def __init__(self, bound: BoundCall, xs: Sequence[torch.Tensor], ys: list[torch.Tensor], flying: list[Flying],
                  scratch: Scratch | None, one: bool = False) -> None:

@@ -83,17 +83,10 @@ def _compiled(x: Any, prepared: Redistributor, _: None, __: None, *, async_op: b
     return trace_marks.call("prepared", prepared, x, async_op=async_op)
 
 
-def _fast(x: Any, prepared: Redistributor, _: None, __: None, bound: BoundCall) -> Any:
-    return bound.hot(x)  # the fast path (api.redistribute's, without the lookup)
-
-
-def _resolve(x: Any, prepared: Redistributor, _: None, __: None,
-             bound: BoundCall) -> tuple[list[Any], tuple[Any, ...], tuple[Any, ...], Any]:
-    return [x], (bound.program.src,), (bound.program.dst,), bound.program.mesh
-
-
-# a Redistributor stands as its own source type (its bound call holds the types and the mesh)
-PREPARED = Door(_compiled, _fast, _resolve)
+# a Redistributor stands as its own source type (its bound call holds the types and the mesh);
+# its fast path is api.redistribute's without the lookup
+PREPARED = Door(_compiled, lambda x, _, __, ___, bound: bound.hot(x),
+                lambda x, _, __, ___, bound: ([x], (bound.program.src,), (bound.program.dst,), bound.program.mesh))
 
 
 def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any, *,

@@ -51,8 +51,11 @@ recorded (``faults.refused``), so the ranks left waiting in their collective nam
 
 
 def check_all(xs: Sequence[Any], types: Sequence[TensorType], ctx: MeshContext,
-              wants: Sequence[tuple[Any, ...]] | None = None) -> list[torch.Tensor]:
-    """Every tensor against its source type; the first that fails is the error, naming it."""
+              wants: Sequence[tuple[Any, ...]] | None = None, one: bool = False) -> list[torch.Tensor]:
+    """Every tensor against its source type; the first that fails is the error, naming it
+    (``one``: a one-tensor call's, whose error names none)."""
+    if one:
+        return [check_tensor(xs[0], types[0], ctx, wants[0] if wants is not None else ())]
     out = []
     for i, (x, t) in enumerate(zip(xs, types)):
         try:
