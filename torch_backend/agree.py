@@ -1,25 +1,19 @@
 """``agree=True``: before any collective of the program, the ranks compare what decides it.
 
-Each rank describes its call canonically (every source and destination type as the one
-printer writes it, which fixes dtype and global shape; the mesh, its names and sizes,
-and its ranks where a DeviceMesh maps them; the tensors' device kind) and hashes the
-description; one all_reduce over the group of the whole mesh (the world itself for a
-mesh of the default group: no group is made for it) gathers every rank's hash and
-whether its checks failed, 8 bytes a rank. A rank whose own checks failed (a type that
-does not parse, a tensor of the wrong shape, a mesh of another size) takes part too,
-marked as failed. When every rank passed its checks and every hash is equal, the call
-goes on. Otherwise every rank knows it, so all of them take a second gather, of a short
-description each, and every rank raises: a rank that failed its checks its own error,
-the others a SpecError that names the ranks at fault and what they passed (the ranks
-whose call differs from the majority's; without a majority, every group of ranks with
-its call).
+Each rank hashes the canonical text of its call (the types as the one printer writes
+them, the mesh and its global ranks, the tensors' device kind); one all_reduce over the
+whole mesh's group gathers every rank's hash and whether its own checks failed, 8 bytes
+a rank (a rank whose checks failed takes part too, marked as failed). When every rank
+passed and every hash is equal, the call goes on. Otherwise all of them take a second
+gather, of a short description each, and every rank raises: a rank that failed its
+checks its own error, the others a SpecError that names the ranks at fault (those whose
+call differs from the majority's; without a majority, every group of ranks with its
+call) and what they passed.
 
 The agreement runs before the program is bound: binding creates the process groups of
 the program's steps, and ranks with different programs would wait there for each other.
-
-A cross-mesh call (``torch_backend.mesh_transfer``) agrees the same way, over the whole
-world, every time (``lead`` names it in the messages); it also gathers one more int a
-rank in the same exchange (``extra``: which blocks require grad).
+A cross-mesh call agrees the same way, over the whole world (``lead`` names it in the
+messages), gathering one more int a rank (``extra``: which blocks require grad).
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ from torch_backend.bound import BoundCall, bind, joined
 from torch_backend.comm import rank_map
 from torch_backend.dtypes import check_reductions, dtype_name, short_name, to_torch_dtype
 from torch_backend.groups import MeshContext, context, real_world
-from torch_backend.tensor_checks import check_all, check_strided, check_tensor, is_dtensor
+from torch_backend.tensor_checks import check_all, check_strided, is_dtensor
 
 __all__ = ["ACROSS", "Door", "async_entries", "bound_for", "bound_program", "distribute", "hot_bound", "redistribute",
            "text_key", "through_door"]
@@ -332,16 +332,21 @@ def checked_program(src: TensorType | str, dst: TensorType | str, ctx: MeshConte
 
 
 def agreed_bound(xs: Sequence[Any] | None, srcs: tuple[TensorType | str, ...], dsts: tuple[TensorType | str, ...],
-                 mesh: Mesh | str | Any, timeout: timedelta | float | None, *,
-                 bound: BoundCall | None = None) -> tuple[BoundCall, list[torch.Tensor]]:
+                 mesh: Mesh | str | Any, timeout: timedelta | float | None, *, bound: BoundCall | None = None,
+                 resolve: Callable[[], tuple[list[Any], tuple[Any, ...], tuple[Any, ...]]] | None = None,
+                 ) -> tuple[BoundCall, list[torch.Tensor]]:
     """The agreement's part of every door that agrees: this rank's checks (each type
     checked and compiled once, or the bound call of an earlier call, or ``bound``: a
     prepared call's), the agreement, and only then the bound call, whose groups are made
-    now that every rank runs the same programs. ``xs``: the tensors (None: no tensor yet)."""
+    now that every rank runs the same programs. ``xs``: the tensors (None: no tensor yet);
+    ``resolve``: what gives the tensors and types instead, a check of the agreement (a DTensor's)."""
     got: list[Any] = []
 
     def run(found: Checks) -> list[torch.Tensor]:
+        nonlocal xs, srcs, dsts
         found.ctx = ctx = bound.ctx if bound is not None else context(mesh, timeout=timeout)
+        if resolve is not None:
+            xs, srcs, dsts = resolve()
         before = bound if bound is not None else anchored_get(_BOUND, (srcs, dsts, id(ctx)), ctx)
         programs = before.programs if before is not None else \
             tuple(checked_program(s, d, ctx, bindable=True) for s, d in zip(srcs, dsts))
@@ -425,27 +430,21 @@ def _redistribute_dtensor(x: Any, src: TensorType | str | None, dst: TensorType 
                           mesh: Mesh | str | Any | None, *, timeout: timedelta | float | None,
                           agree: bool | None) -> Any:
     dm = x.device_mesh
+    held: list[Any] = []  # the destination type and the mesh, once resolved
 
-    def types() -> tuple[TensorType, TensorType, Mesh]:
-        return _dtensor_types(dm, tuple(x.placements), tuple(x.shape), x.dtype, x, src, dst, mesh)
+    def resolve() -> tuple[list[Any], tuple[TensorType], tuple[TensorType]]:
+        s, d, m = _dtensor_types(dm, tuple(x.placements), tuple(x.shape), x.dtype, x, src, dst, mesh)
+        held[:] = [d, m]
+        # the input's gradient has dual(src)'s layout: a P(sum) where src says R
+        return [x.to_local(grad_placements=_grad_placements(s, m))], (s,), (d,)
 
-    # the input's gradient has dual(src)'s layout: a P(sum) where src says R
     if agreeing(agree):
-        def run(found: Checks) -> tuple[TensorType, TensorType, Mesh, MeshContext, Program, torch.Tensor]:
-            found.ctx = ctx = context(dm, timeout=timeout)
-            s, d, m = types()
-            program = checked_program(s, d, ctx, bindable=True)
-            found.call = describe([(program.src, program.dst)], ctx, [x])
-            local = check_tensor(x.to_local(grad_placements=_grad_placements(s, m)), program.src, ctx)
-            return s, d, m, ctx, program, local
-
-        # the bound call of the program the agreement checked and compiled (not compiled again)
-        s, d, m, ctx, program, local = agreed(dm, run)
-        bound = bound_for((s,), (d,), dm, timeout, ctx=ctx, programs=(program,))
+        bound, (local,) = agreed_bound(None, (), (), dm, timeout, resolve=resolve)
     else:
-        s, d, m = types()
-        bound = bound_for((s,), (d,), dm, timeout)
-        local = bound.check(x.to_local(grad_placements=_grad_placements(s, m)))
+        xs, srcs, dsts = resolve()
+        bound = bound_for(srcs, dsts, dm, timeout)
+        local = bound.check(xs[0])
+    d, m = held
     return _as_dtensor(bound.call_one(local), x, to_placements(d, m, strided=True)[0], _grad_placements(d, m))
 
 

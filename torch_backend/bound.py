@@ -1,6 +1,5 @@
-"""The one bound object: N >= 1 programs on one mesh (or between two: ``bind_across``),
-with this process's pieces of every step (groups created), built once and replayed by
-every call of every door.
+"""The one bound object: N >= 1 programs on one mesh (or between two: ``bind_across``) with
+this process's pieces of every step, built once and replayed by every call of every door.
 
 * ``run``: one program through its runner (a one-step program on a real group is one
   closure, ``torch_backend.lean``; otherwise ``executor.execute``); many programs jointly,

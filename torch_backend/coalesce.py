@@ -4,9 +4,8 @@
 
 The set is compiled jointly (``lowering.compile_many``): in each round, the steps of one
 kind over one axis set, reduce op and dtype run as one collective on one packed buffer
-(``torch_backend.packed``); the tensors may differ in shape and dtype (one collective per
-dtype). Every check runs before the first collective; differentiable, with the joint
-program of the gradients' programs as the backward.
+(``torch_backend.packed``); the tensors may differ in shape and dtype. Every check runs
+before the first collective; differentiable, the gradients' programs run jointly too.
 """
 
 from __future__ import annotations

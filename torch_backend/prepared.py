@@ -4,11 +4,9 @@ done once, so that a training loop's hundreds of calls per step pay only for the
     f = torch_backend.redistributor("f32[8@dp,16]", "f32[8,16]", "dp=2,tp=4")
     y = f(x)   # == redistribute(x, "f32[8@dp,16]", "f32[8,16]", "dp=2,tp=4"), bit for bit
 
-The types are parsed and checked against the mesh, the program compiled, the mesh
-context resolved and this rank's pieces of every step built (its process groups
-created) when the redistributor is made; each call checks only the tensor (dtype,
-device, this rank's shape) and runs. Autograd works as with ``redistribute``; the
-backward program is bound on the first backward.
+The types are checked, the program compiled and bound (its process groups created) when
+the redistributor is made; each call checks only the tensor and runs. Autograd works as
+with ``redistribute``; the backward program is bound on the first backward.
 """
 
 from __future__ import annotations
@@ -94,10 +92,9 @@ def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str
                   dst_mesh: Mesh | str | Any | None = None, requires_grad: bool = False) -> Any:
     """Prepare ``redistribute(x, src, dst, mesh)`` for many calls (see the module docstring).
 
-    Every check that does not depend on the tensor runs here, before any communication:
-    a bad type, mesh or world is a SpecError now, not at the first call. With ``agree``
-    (or ``SHARDC_AGREE=1``) the ranks agree on the call here, before its groups are made,
-    and on each call's tensor when it is called (``torch_backend.agree``).
+    Every check that does not depend on the tensor runs here: a bad type, mesh or world
+    is a SpecError now, not at the first call. With ``agree`` (or ``SHARDC_AGREE=1``) the
+    ranks agree on the call here, before its groups are made, and on each call's tensor.
 
     ``dst_mesh=``: a ``CrossRedistributor`` moving the tensor to ``dst`` on another mesh
     (``redistribute(..., dst_mesh=)``; its ranks always agree, here, over the world).
