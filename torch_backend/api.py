@@ -19,6 +19,7 @@ import math
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
@@ -272,44 +273,43 @@ def bound_for(srcs: tuple[TensorType | str, ...], dsts: tuple[TensorType | str, 
     """The bound call of ``srcs[i] -> dsts[i]`` on ``mesh`` (every tensor-independent check,
     the programs, their pieces and groups), from the cache where an earlier call made it.
     ``ctx`` and ``programs``: where the caller has them already (an agreeing call)."""
+    def bound() -> BoundCall:
+        return _bound_on(srcs, dsts, ctx if ctx is not None else context(mesh, timeout=timeout), programs)
+
     text = timeout is None and isinstance(mesh, str) and all(type(t) is str for t in (*srcs, *dsts))
-    key = text_key(srcs, dsts, mesh) if text and isinstance(mesh, str) else None
-    world = real_world() if key is not None else None
-    hot = anchored_get(_BOUND, key, world) if world is not None else None
-    if hot is not None:
-        return hot
-    bound = _bound_on(srcs, dsts, ctx if ctx is not None else context(mesh, timeout=timeout), programs)
-    if world is not None:
-        anchored_put(_BOUND, key, world, bound, _BOUND_MAX)
-    return bound
+    world = real_world() if text else None
+    if world is None or not isinstance(mesh, str):
+        return bound()
+    return _cached(text_key(srcs, dsts, mesh), world, bound)
 
 
 def _bound_on(srcs: tuple[Any, ...], dsts: tuple[Any, ...], ctx: MeshContext,
               programs: tuple[Program, ...] | None = None) -> BoundCall:
-    hit = anchored_get(_BOUND, (srcs, dsts, id(ctx)), ctx)
-    if hit is not None:
-        return hit
-    if len(srcs) == 1:
-        bound = bind(programs[0] if programs is not None else checked_program(srcs[0], dsts[0], ctx), ctx)
-    else:  # the one-program bounds' pieces, reused
-        bound = joined([_bound_on((s,), (d,), ctx, None if programs is None else (programs[i],))
-                        for i, (s, d) in enumerate(zip(srcs, dsts))])
-    try:
-        anchored_put(_BOUND, (srcs, dsts, id(ctx)), ctx, bound, _BOUND_MAX)
-    except TypeError:  # an unhashable type argument (refused by the checks; never cached)
-        pass
-    return bound
+    def bound() -> BoundCall:
+        if len(srcs) == 1:
+            return bind(programs[0] if programs is not None else checked_program(srcs[0], dsts[0], ctx), ctx)
+        # the one-program bounds' pieces, reused
+        return joined([_bound_on((s,), (d,), ctx, None if programs is None else (programs[i],))
+                       for i, (s, d) in enumerate(zip(srcs, dsts))])
+
+    return _cached((srcs, dsts, id(ctx)), ctx, bound)
 
 
 def bound_program(program: Program, ctx: MeshContext, backward: Callable[[Program], Program]) -> BoundCall:
     """A program planned elsewhere (a typed SPMD collective's), bound on ``ctx`` with its own
     gradient rule, from the one cache: keyed by the program's identity (its planner's cache
     returns the same object; the entry holds it, so the id is not reused)."""
-    key = (id(program), backward, id(ctx))
-    bound = anchored_get(_BOUND, key, ctx)
+    return _cached((id(program), backward, id(ctx)), ctx, lambda: bind(program, ctx, backward))
+
+
+def _cached(key: Any, anchor: Any, make: Callable[[], BoundCall]) -> BoundCall:
+    """The one cache's bound call under ``key`` for ``anchor``, made now where there is none
+    (a key with an unhashable type argument, which the checks refuse, is never stored)."""
+    bound: BoundCall | None = anchored_get(_BOUND, key, anchor)
     if bound is None:
-        bound = bind(program, ctx, backward)
-        anchored_put(_BOUND, key, ctx, bound, _BOUND_MAX)
+        bound = make()
+        with suppress(TypeError):
+            anchored_put(_BOUND, key, anchor, bound, _BOUND_MAX)
     return bound
 
 

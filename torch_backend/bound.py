@@ -181,13 +181,16 @@ class BoundCall:
                 if ctx is not None:  # None: a source-mesh step, this rank off that mesh
                     ys[j] = RUNNERS[step.kind](ctx, step, self.pieces[j][i], ys[j])
                 return
-            steps = [self.joint.step(ref) for ref in g.members]
-            outs = PACKED[g.kind](self.ctx, steps, [self.pieces[j][i] for j, i in g.members],
-                                  [ys[j] for j, _ in g.members])
+            outs = PACKED[g.kind](self.ctx, *self.packed(g, ys))
         except RuntimeError as e:
             self.raise_failed(g, e)
         for (j, _), y in zip(g.members, outs):
             ys[j] = y
+
+    def packed(self, g: Merged, ys: list[torch.Tensor]) -> tuple[list[Step], list[Pieces], list[torch.Tensor]]:
+        """A packed group's steps, pieces and inputs (``torch_backend.packed``'s arguments)."""
+        return ([self.joint.step(ref) for ref in g.members], [self.pieces[j][i] for j, i in g.members],
+                [ys[j] for j, _ in g.members])
 
     def ctx_of(self, j: int, step: Step) -> MeshContext | None:
         """Where program ``j``'s ``step`` runs: ``ctx``, or a cross-mesh program's source mesh."""
@@ -230,13 +233,13 @@ class BoundCall:
 
     def call(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Every program on its checked tensor: differentiable, the outputs typed."""
-        if self.across is not None:
-            return self.call_across(xs)
+        return self.call_across(xs) if self.across is not None else self.typed(self.taped(xs), xs)
+
+    def taped(self, xs: Sequence[torch.Tensor], handle: Handle | None = None) -> list[torch.Tensor]:
+        """The run (or ``handle``'s finish), on autograd's tape (``_Run``) where an input requires grad."""
         if torch.is_grad_enabled() and any(x.requires_grad for x in xs):
-            ys = list(_Run.apply(self, None, *xs))
-        else:
-            ys = self.run(xs)
-        return self.typed(ys, xs)
+            return list(_Run.apply(self, handle, *xs))
+        return handle.result() if handle is not None else self.run(xs)
 
     def call_across(self, xs: Sequence[Any]) -> list[Any]:
         """A cross-mesh call on its checked blocks. Where a gradient moves back (in grad
@@ -281,9 +284,7 @@ class BoundCall:
         """Group ``g``'s collective on the wire: the tensors it writes, its work and what
         finishes it (their results, in order); None where it must run synchronously."""
         if g.packed and g.kind in LAUNCHABLE:  # where nothing stays on the wire, the work is None
-            steps = [self.joint.step(ref) for ref in g.members]
-            work, unpack = PACKED[g.kind](self.ctx, steps, [self.pieces[j][i] for j, i in g.members],
-                                          [ys[j] for j, _ in g.members], launch_only=True)
+            work, unpack = PACKED[g.kind](self.ctx, *self.packed(g, ys), launch_only=True)
             return tuple(j for j, _ in g.members), work, unpack
         if not g.packed:
             j, i = g.members[0]
@@ -470,11 +471,7 @@ class Handle:
 
     def wait(self) -> Any:
         if self._out is None:
-            if torch.is_grad_enabled() and any(x.requires_grad for x in self._xs):
-                ys = list(_Run.apply(self.bound, self, *self._xs))
-            else:
-                ys = list(self.result())
-            self._out = self.bound.typed(ys, self._xs)
+            self._out = self.bound.typed(self.bound.taped(self._xs, self), self._xs)
         return self._out[0] if self._one else self._out
 
 

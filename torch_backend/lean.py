@@ -49,27 +49,26 @@ def lean_run(program: Program, ctx: MeshContext, pieces: list[Pieces],
         return None
     step = program.steps[0]
     p = pieces[0][ctx.rank]
-    make = FAST.get(step.kind)
-    if make is not None and (p.n > 1 or not step.is_collective):
-        def failed(e: RuntimeError) -> NoReturn:
-            if isinstance(e, CollectiveError):
-                raise e
-            raise collective_error(ctx, program, 0, step, e) from e
 
-        made = make(ctx, step, p, failed)
-        if made is not None:
-            return made
-    runner, plan = RUNNERS[step.kind], pieces[0]
-    collective = step.is_collective
+    def failed(e: RuntimeError) -> NoReturn:
+        if isinstance(e, CollectiveError):
+            raise e
+        raise collective_error(ctx, program, 0, step, e) from e
+
+    make = FAST.get(step.kind)
+    made = make(ctx, step, p, failed) if make is not None and (p.n > 1 or not step.is_collective) else None
+    if made is not None:
+        return made
+    runner, plan, collective = RUNNERS[step.kind], pieces[0], step.is_collective
 
     def run(x: torch.Tensor) -> torch.Tensor:
         try:
             with using(scratch):
                 y = runner(ctx, step, plan, x)
         except RuntimeError as e:
-            if not collective or isinstance(e, CollectiveError):
+            if not collective:
                 raise
-            raise collective_error(ctx, program, 0, step, e) from e
+            failed(e)
         if aliases(ctx, y, x):
             y = y.clone(memory_format=torch.contiguous_format)
         return y
