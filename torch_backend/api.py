@@ -180,10 +180,29 @@ def _fast(x: Any, src: Any, dst: Any, mesh: Any, _: Any) -> Any:
     return None
 
 
-def _of_dtensor(x: Any, src: Any, dst: Any, mesh: Any, *, timeout: Any, agree: bool | None, async_op: bool) -> Any:
+def _redistribute_dtensor(x: Any, src: Any, dst: Any, mesh: Mesh | str | Any | None, *,
+                          timeout: timedelta | float | None, agree: bool | None, async_op: bool) -> Any:
+    """``redistribute(dtensor, ...)`` (None for any other ``x``)."""
     if not is_dtensor(x):
         return None
-    return _redistribute_dtensor(x, *_dtensor_call(src, dst, async_op), mesh, timeout=timeout, agree=agree)
+    src, dst = _dtensor_call(src, dst, async_op)
+    dm = x.device_mesh
+    held: list[Any] = []  # the destination type and the mesh, once resolved
+
+    def resolve() -> tuple[list[Any], tuple[TensorType], tuple[TensorType]]:
+        s, d, m = _dtensor_types(dm, tuple(x.placements), tuple(x.shape), x.dtype, x, src, dst, mesh)
+        held[:] = [d, m]
+        # the input's gradient has dual(src)'s layout: a P(sum) where src says R
+        return [x.to_local(grad_placements=_grad_placements(s, m))], (s,), (d,)
+
+    if agreeing(agree):
+        bound, (local,) = agreed_bound(None, (), (), dm, timeout, resolve=resolve)
+    else:
+        xs, srcs, dsts = resolve()
+        bound = bound_for(srcs, dsts, dm, timeout)
+        local = bound.check(xs[0])
+    d, m = held
+    return _as_dtensor(bound.call_one(local), x, to_placements(d, m, strided=True)[0], _grad_placements(d, m))
 
 
 def _dtensor_call(src: Any, dst: Any, async_op: bool) -> tuple[TensorType | str | None, TensorType | str]:
@@ -214,7 +233,7 @@ def _resolve(x: Any, src: Any, dst: Any, mesh: Any, _: Any) -> tuple[list[Any], 
 # dst_mesh=: each rank's checks and the agreement over the world, then the move bound and run
 ACROSS = Door(None, None, mesh_transfer.resolve, agreement=partial(mesh_transfer.agreed_across, one=True),
                out=mesh_transfer.outputs)
-REDISTRIBUTE = Door(_compiled, _fast, _resolve, elsewhere=_of_dtensor, across=ACROSS)
+REDISTRIBUTE = Door(_compiled, _fast, _resolve, elsewhere=_redistribute_dtensor, across=ACROSS)
 
 
 traced.entry("redistribute")(redistribute)
@@ -424,28 +443,6 @@ def distribute(tensor: torch.Tensor, mesh: Mesh | str | Any, t: TensorType | str
 
     local = getattr(tensor, "_local_tensors", None) is not None  # a LocalTensor: each rank's own copy
     return rank_map(ctx, piece, *([tensor.detach()] if local else []))
-
-
-def _redistribute_dtensor(x: Any, src: TensorType | str | None, dst: TensorType | str,
-                          mesh: Mesh | str | Any | None, *, timeout: timedelta | float | None,
-                          agree: bool | None) -> Any:
-    dm = x.device_mesh
-    held: list[Any] = []  # the destination type and the mesh, once resolved
-
-    def resolve() -> tuple[list[Any], tuple[TensorType], tuple[TensorType]]:
-        s, d, m = _dtensor_types(dm, tuple(x.placements), tuple(x.shape), x.dtype, x, src, dst, mesh)
-        held[:] = [d, m]
-        # the input's gradient has dual(src)'s layout: a P(sum) where src says R
-        return [x.to_local(grad_placements=_grad_placements(s, m))], (s,), (d,)
-
-    if agreeing(agree):
-        bound, (local,) = agreed_bound(None, (), (), dm, timeout, resolve=resolve)
-    else:
-        xs, srcs, dsts = resolve()
-        bound = bound_for(srcs, dsts, dm, timeout)
-        local = bound.check(xs[0])
-    d, m = held
-    return _as_dtensor(bound.call_one(local), x, to_placements(d, m, strided=True)[0], _grad_placements(d, m))
 
 
 def _as_dtensor(y: torch.Tensor, x: Any, placements: Any, grad_placements: Any) -> Any:
