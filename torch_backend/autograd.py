@@ -36,10 +36,5 @@ Reduce ops other than sum:
 from __future__ import annotations
 
 from lowering.planner import compile_gradient
-from lowering.program import Program
 
-
-def backward_program(program: Program) -> Program:
-    """The program that computes ``program``'s gradient (``lowering.planner.compile_gradient``,
-    cached by the planner)."""
-    return compile_gradient(program)
+backward_program = compile_gradient  # the program that computes a program's gradient (cached by the planner)
