@@ -135,8 +135,6 @@ def through_door(door: Door, x: Any, src: Any, dst: Any, mesh: Any, timeout: tim
             return y
     if door.own is not None:
         return door.own(x, src, dst, mesh)
-    if agree is not None and door.agreement is None:  # a door with its own agreement always agrees
-        check_agree(agree)
     agrees = agreeing(agree)
     if timeout is None and not async_op and not agrees and door.fast is not None:
         y = door.fast(x, src, dst, mesh, bound)
@@ -386,25 +384,21 @@ _AGREE: list[bool] = []  # SHARDC_AGREE as read at the first call of this proces
 on_clear(_AGREE.clear)
 
 
-def agreeing(agree: bool | None = None) -> bool:
-    """Whether a call agrees: ``agree`` as given, else ``SHARDC_AGREE`` (not empty, not ``0``).
+def agreeing(agree: object = None) -> bool:
+    """Whether a call agrees: ``agree`` as given (None, True or False, else a SpecError naming
+    it), else ``SHARDC_AGREE`` (not empty, not ``0``).
 
     The variable is read once per process, at the first call (an environment lookup on
     every call costs more than the rest of the check); after changing it in a running
     process, call ``torch_backend.clear_caches()`` to have it read again.
     """
     if agree is not None:
-        return agree
+        return bool(check_flag(agree, "agree", "pass agree=True for the ranks to compare their calls before any "
+                               "collective (a call that differs on some ranks fails on all of them), False to skip "
+                               "it, or None for SHARDC_AGREE's setting"))
     if not _AGREE:
         _AGREE.append(os.environ.get("SHARDC_AGREE", "") not in ("", "0"))
     return _AGREE[0]
-
-
-def check_agree(agree: object) -> None:
-    """``agree=`` as given, where it is None, True or False (else a SpecError naming it)."""
-    check_flag(agree, "agree", "pass agree=True for the ranks to compare their calls before any collective (a "
-               "call that differs on some ranks fails on all of them), False to skip it, or None for SHARDC_AGREE's "
-               "setting")
 
 
 def distribute(tensor: torch.Tensor, mesh: Mesh | str | Any, t: TensorType | str) -> torch.Tensor:

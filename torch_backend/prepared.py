@@ -29,7 +29,6 @@ from torch_backend.api import (
     agreeing,
     async_entries,
     bound_for,
-    check_agree,
     through_door,
 )
 from torch_backend.bound import BoundCall
@@ -106,7 +105,6 @@ def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str
     if requires_grad is not False:
         raise SpecError("requires_grad= is for a move across meshes (with dst_mesh=)",
                         hint="drop it: a call on one mesh carries a gradient whenever its tensor requires grad")
-    check_agree(agree)
     bound = agreed_bound(None, (src,), (dst,), mesh, timeout)[0] if agreeing(agree) else \
         bound_for((src,), (dst,), mesh, timeout)
     return Redistributor(bound.prepared(), agree)
