@@ -36,7 +36,7 @@ def check_tensor(x: Any, t: TensorType, ctx: MeshContext, want: tuple[Any, ...] 
     """``x`` against the source type ``t``: returns ``x`` (under LocalTensorMode a plain
     tensor becomes a LocalTensor). ``want``: ``expected_block(t, ctx)``, where the caller
     keeps it; a tensor that fits it skips the rest. A refused tensor on a real group is
-recorded (``faults.refused``), so the ranks left waiting in their collective name this one."""
+    recorded (``faults.refused``), so the ranks left waiting in their collective name this one."""
     if want and isinstance(x, torch.Tensor) and fits_block(x, want):
         return x
     try:
