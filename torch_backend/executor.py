@@ -36,8 +36,8 @@ when every step was a view, e.g. a lone ``slice`` or ``reinterpret``).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -53,8 +53,23 @@ from torch_backend.lean import collective_error
 from torch_backend.runners import RUNNERS, Pieces
 from torch_backend.tensor_checks import check_local
 
-__all__ = ["Pieces", "aliases", "build_pieces", "execute"]
-StepHook = Callable[[int, Step], None]
+__all__ = ["Pieces", "aliases", "build_pieces", "execute", "watching"]
+StepHook = Callable[[int, torch.Tensor], None]
+_watch: StepHook | None = None
+
+
+@contextmanager
+def watching(hook: StepHook) -> Iterator[None]:
+    """Within it, ``execute`` calls ``hook(i, y)`` before each step i >= 1 (``y``: the block
+    the steps before made). The call's start and end are the caller's to mark: a one-step
+    program may run without this loop (its fast runner), so ``shardc run`` and ``calibrate``
+    time a user's call and get its steps' boundaries from the loop that call runs."""
+    global _watch
+    outer, _watch = _watch, hook
+    try:
+        yield
+    finally:
+        _watch = outer
 
 
 def build_pieces(program: Program, ctx: MeshContext) -> list[Pieces]:
@@ -93,16 +108,10 @@ def build_pieces(program: Program, ctx: MeshContext) -> list[Pieces]:
 
 
 def execute(program: Program, x: torch.Tensor, *, ctx: MeshContext | None = None,
-            timings: list[float] | None = None, on_step: StepHook | None = None,
             pieces: list[Pieces] | None = None) -> torch.Tensor:
-    """Run ``program`` on this rank's block ``x`` (a LocalTensor under LocalTensorMode).
-
-    ``timings``: if given, gets each step's wall time (device-synchronized).
-    ``on_step(i, step)``: called before step i (the launcher's progress/fault hooks).
-    ``pieces``: the pieces ``build_pieces(program, ctx)`` returned (a bound program's);
-    without them the program and the tensor are checked first (a bound program's caller
-    has checked them).
-    """
+    """Run ``program`` on this rank's block ``x`` (a LocalTensor under LocalTensorMode):
+    the runner loop. ``pieces``: a bound program's (``build_pieces``), whose caller checked
+    the program and the tensor; without them both are checked first."""
     if pieces is None:
         check_one_mesh(program)
         if not isinstance(x, torch.Tensor):
@@ -111,22 +120,17 @@ def execute(program: Program, x: torch.Tensor, *, ctx: MeshContext | None = None
     ctx = ctx if ctx is not None else context(program.mesh)
     if pieces is None:
         x = check_local(x, program.src, ctx)
-    plans = pieces if pieces is not None else build_pieces(program, ctx)
+        pieces = build_pieces(program, ctx)
     y = x
-    for i, (step, plan) in enumerate(zip(program.steps, plans)):
-        if on_step is not None:
-            on_step(i, step)
-        t0 = time.perf_counter()
+    for i, (step, plan) in enumerate(zip(program.steps, pieces)):
+        if i and _watch is not None:
+            _watch(i, y)
         try:
             y = RUNNERS[step.kind](ctx, step, plan, y)
         except RuntimeError as e:
             if not step.is_collective or isinstance(e, CollectiveError):
                 raise
             raise collective_error(ctx, program, i, step, e) from e
-        if timings is not None:
-            if y.is_cuda:
-                torch.cuda.synchronize(y.device)
-            timings.append(time.perf_counter() - t0)
     if aliases(ctx, y, x):
         y = rank_map(ctx, lambda r, t: t.clone(memory_format=torch.contiguous_format), y)
     return y

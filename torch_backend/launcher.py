@@ -95,7 +95,7 @@ def _child(rank: int, world: int, spec: RunSpec, port: int, q: Any, rank_fn: Ran
     """Entry point of a spawned rank (``rank_fn`` None: ``shardc run``'s own)."""
     import torch.distributed as dist
 
-    from torch_backend.worker import init, run_rank
+    from torch_backend.worker import count, init, run_rank
 
     report: dict[str, Any]
     try:
@@ -103,9 +103,9 @@ def _child(rank: int, world: int, spec: RunSpec, port: int, q: Any, rank_fn: Ran
         # which mypy's no_implicit_reexport does not count as an export (torch's typing, not ours)
         store = dist.TCPStore("127.0.0.1", port, world + 1, False,  # type: ignore[attr-defined]
                               timeout=timedelta(seconds=max(spec.timeout, STARTUP_S)))
-        _count(store, "up")
+        count(store, "up")
         init(spec, rank, world, store)
-        _count(store, "joined")
+        count(store, "joined")
         report = (rank_fn or run_rank)(spec, store)
     except BaseException as e:
         report = {"rank": rank, "ok": False, "error": f"{type(e).__name__}: {e}"}
@@ -117,14 +117,6 @@ def _child(rank: int, world: int, spec: RunSpec, port: int, q: Any, rank_fn: Ran
     if dist.is_initialized():
         dist.destroy_process_group()
     os._exit(0)
-
-
-def _count(store: Any, key: str) -> None:
-    """Add one to a progress counter in the store (advisory: never masks the real error)."""
-    try:
-        store.add(f"shardc/{key}", 1)
-    except Exception:
-        pass
 
 
 def _progress(store: Any, done: int, failed: int) -> dict[str, int]:
