@@ -42,7 +42,7 @@ from contextlib import contextmanager
 import torch
 
 from lowering.kinds import rank_pieces
-from lowering.program import Program, Step, check_one_mesh
+from lowering.program import Program, check_one_mesh
 from spec_lang.errors import SpecError
 from torch_backend import collectives, comm, local_steps, relay_steps, typed_steps, uneven_steps  # noqa: F401 - each registers its runners
 from torch_backend.comm import rank_map

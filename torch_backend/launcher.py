@@ -55,13 +55,15 @@ class RunResult:
 
 
 def choose_backend(requested: str, world: int) -> str:
-    if requested != "auto":
+    """``--backend``: auto is NCCL where every rank can have its own GPU, else gloo."""
+    if requested == "gloo":
         return requested
     import torch
 
-    if torch.cuda.is_available() and torch.cuda.device_count() >= world:
-        return "nccl"
-    return "gloo"
+    if requested == "nccl" and not torch.cuda.is_available():
+        raise SpecError("--backend nccl needs CUDA GPUs, and none is visible", hint="use --backend gloo")
+    auto = torch.cuda.is_available() and torch.cuda.device_count() >= world
+    return "nccl" if requested == "nccl" or auto else "gloo"
 
 
 def under_torchrun() -> bool:

@@ -59,30 +59,16 @@ def run(args: argparse.Namespace) -> int:
         return _run_jax(args, mesh, sizes)
 
     from torch_backend import launcher
+    from torch_backend.cli.run_cmd import launch
 
     launcher.prepare_local_ranks(mesh.size, mesh)
     from torch_backend.calibrate import CalibrateSpec, calibrate_rank, slowest
-    from torch_backend.cli.progress import RunProgress
 
     spec = CalibrateSpec(mesh=args.mesh, sizes=sizes, iters=args.iters, timeout=args.timeout)
-    spec.backend = launcher.choose_backend(args.backend, mesh.size)
-    if spec.backend == "nccl":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise SpecError("--backend nccl needs CUDA GPUs, and none is visible", hint="use --backend gloo")
-    n_probes = len(probes(mesh, sizes))
-    if launcher.under_torchrun():
-        result = launcher.launch_torchrun(spec, rank_fn=calibrate_rank)
-        if result is None:  # not rank 0
-            return 0
-    else:
-        progress = RunProgress(mesh.size, spec.backend, n_probes, rich=sys.stderr.isatty(), plain=not args.json,
-                               command="shardc calibrate", runs="probes", doing="timing the probes")
-        try:
-            result = launcher.launch_local(spec, mesh.size, on_progress=progress, rank_fn=calibrate_rank)
-        finally:
-            progress.close()
+    result = launch(spec, mesh.size, args, len(probes(mesh, sizes)), calibrate_rank, command="shardc calibrate",
+                    runs="probes", doing="timing the probes")
+    if result is None:  # a torchrun rank but 0
+        return 0
     if not result.ok:
         if args.json:
             print(json_text({"ok": False, "error": result.message, "failed_rank": result.failed_rank,
@@ -99,10 +85,9 @@ def run(args: argparse.Namespace) -> int:
 def _run_jax(args: argparse.Namespace, mesh: Any, sizes: tuple[int, ...]) -> int:
     """The probes on this process's JAX devices (``jax_backend.timing``)."""
     from lowering.calibration import calibration_json, fit_model
+    from torch_backend.cli.run_cmd import jax_devices
 
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_force_host_platform_device_count" not in flags:  # before jax loads: a CPU device per rank
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={mesh.size}".strip()
+    jax_devices(mesh)
     import dataclasses
 
     import jax
