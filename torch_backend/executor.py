@@ -4,31 +4,9 @@ Each step is *pack -> one collective on flat contiguous buffers -> unpack*, with
 pieces read off the layout boxes (``lowering.kinds``), so every step kind works on
 any dims, any group order and uneven blocks, with no padding on the wire except where
 ``step.padded`` says so. The same code runs on NCCL/CUDA, gloo/CPU and LocalTensorMode
-(there, one call simulates every rank; see ``torch_backend.comm``).
-
-What goes on the wire (per rank, in elements; equal to the planner's ``bytes_sent``):
-
-* ``all_gather`` equal blocks: ``all_gather_single`` ((n-1)*b). Uneven blocks: an exact
-  ring of ``batch_isend_irecv`` in the step's group order (n-1 rounds; total - b(succ)),
-  since gloo's and NCCL's gathers need equal sizes. Under LocalTensorMode (no p2p):
-  ``all_to_all_single`` with exact splits instead::
-
-      [A]                  rank i, round k: send piece (i-k), receive piece (i-k-1)
-      [B]  =>  [A, B, C]
-      [C]
-
-* ``reduce_scatter``: ``reduce_scatter_single``; uneven pieces are padded to the
-  largest when ``step.padded`` (the planner's cost), otherwise exchanged exactly with
-  ``all_to_all_single`` and reduced locally (total - own piece).
-* ``all_reduce``: ``all_reduce`` on a contiguous copy.
-* ``all_to_all``: pieces packed in process-group order into one send buffer (the
-  rank's own piece is copied locally, split size 0), ``all_to_all_single`` with exact
-  per-peer splits, unpacked into the output block. Packing and unpacking run the
-  pieces' copy plans (``lowering.kinds.copies``: a few folded strided copies); where
-  the pieces lie back to back, the send buffer is a view of the input and, on a real
-  group, the receive buffer a view of the output.
-* ``permute``: ``batch_isend_irecv`` straight from/into the blocks when a piece is one
-  contiguous run (``all_to_all_single`` under LocalTensorMode).
+(there, one call simulates every rank; see ``torch_backend.comm``). What each kind puts
+on the wire (per rank, the planner's ``bytes_sent``), and why: docs/running.md, "What
+goes on the wire".
 
 The input is never modified; the result never aliases it (a final copy is made only
 when every step was a view, e.g. a lone ``slice`` or ``reinterpret``).

@@ -1,22 +1,12 @@
 """``shardc run``'s launcher: one process per rank on this machine, or the torchrun world.
 
 Local launch: the parent hosts a TCPStore on 127.0.0.1 on a port the OS picks (port 0,
-then handed to the ranks, so no other process can take it in between), starts one
-process per rank (gloo on CPU, or NCCL with one GPU per rank when that many are
-visible; forked from a server that imported torch once, ``torch_backend.procs``), and
-collects each rank's report through a queue. The store belongs to the parent, so it
-survives any rank's death and the others can still read who failed.
-
-Under torchrun (RANK and WORLD_SIZE set) the existing world is used as is, and rank 0
-gathers the reports.
-
-Failure handling: every collective runs with the ``--timeout`` (joining the group, which
-waits for the slowest rank to import torch, gets ``STARTUP_S``); a rank that raises,
-dies or hangs makes its peers' collectives fail within that time (at once when a peer
-process dies, since gloo sees the connection close). The launcher waits at most the
-timeout plus a grace period after the first failure, kills what is left, and reports
-the culprit first: a rank that raised in its own code, else one that died, else one
-that hung (still running when the others had stopped).
+so no other process can take it in between), starts one process per rank (forked from a
+server that imported torch once, ``torch_backend.procs``) and collects each rank's report
+through a queue. The store belongs to the parent, so it survives any rank's death and the
+others can still read who failed. Under torchrun (RANK and WORLD_SIZE set) the existing
+world is used, and rank 0 gathers the reports. How a failed rank is found and named:
+docs/running.md, "Timeouts and failures".
 """
 
 from __future__ import annotations
@@ -136,15 +126,9 @@ def _progress(store: Any, done: int, failed: int) -> dict[str, int]:
 def launch_local(spec: RunSpec | Any, world: int,
                  on_progress: Callable[[dict[str, int]], None] | None = None,
                  rank_fn: RankFn | None = None) -> RunResult:
-    """Spawn ``world`` ranks on this machine and run ``spec``.
-
-    ``on_progress`` is called a few times a second with ``{up, joined, bench, done, failed}``
-    rank counts (read from the store the parent owns), for ``shardc run``'s progress display.
-    ``rank_fn(spec, store)`` is what each rank runs once it joined the process group
-    (a module-level function: it is pickled to the spawned ranks; None: ``worker.run_rank``);
-    ``spec`` needs the ``backend`` and ``timeout`` that ``init`` reads. ``shardc calibrate``
-    passes its own.
-    """
+    """Spawn ``world`` ranks on this machine and run ``spec``: ``rank_fn(spec, store)`` on
+    each once it joined the group (a module-level function; None: ``worker.run_rank``).
+    ``on_progress`` gets the ranks' counts (``_progress``) a few times a second."""
     import torch.distributed as dist
 
     from torch_backend.procs import rank_context, rank_process
@@ -200,8 +184,7 @@ def collect(procs: list[Any], q: Any, timeout: float, world: int,
             break
     # a rank the others named may have exited a moment ago (its exit status reaches this
     # process after their reports): it died, whatever the counters said, so look once more
-    if _reap(procs, q, reports, died, EXIT_WAIT_S) and first_failure is None:
-        first_failure = time.monotonic()
+    _reap(procs, q, reports, died, EXIT_WAIT_S)
     hung = [r for r in range(world) if r not in reports and r not in died]
     return reports, died, hung
 
@@ -249,27 +232,19 @@ def _all_named(pending: list[int], reports: dict[int, dict[str, Any]]) -> bool:
 
 def merge(reports: dict[int, dict[str, Any]], died: dict[int, int], hung: list[int], world: int,
           backend: str) -> RunResult:
-    """One verdict from every rank's report; names the rank that caused a failure."""
+    """One verdict from every rank's report, the culprit first: a rank that raised in its
+    own code, else one that died, else one that hung, else the first collective error."""
     res = RunResult(ok=False, world=world, backend=backend, reports=reports)
     own = [r for r, rep in sorted(reports.items()) if rep.get("error") and not rep.get("collective")]
     coll = [r for r, rep in sorted(reports.items()) if rep.get("error") and rep.get("collective")]
-    lines = []
-    if own:
-        res.failed_rank = own[0]
-        lines += [f"rank {r} failed: {reports[r]['error']}" for r in own]
-    if died:
-        res.failed_rank = res.failed_rank if res.failed_rank is not None else min(died)
-        lines += [f"rank {r} died (exit code {c}) without a report" for r, c in sorted(died.items())]
-    if hung:
-        res.failed_rank = res.failed_rank if res.failed_rank is not None else hung[0]
-        lines += [f"rank {r} hung: still running when the other ranks had stopped (killed)" for r in hung]
+    lines = [f"rank {r} failed: {reports[r]['error']}" for r in own]
+    lines += [f"rank {r} died (exit code {c}) without a report" for r, c in sorted(died.items())]
+    lines += [f"rank {r} hung: still running when the other ranks had stopped (killed)" for r in hung]
     if coll:
-        if res.failed_rank is None:
-            res.failed_rank = coll[0]
-        lines.append(f"ranks {coll} stopped with collective errors, e.g. rank {coll[0]}: "
-                     f"{reports[coll[0]]['error']}")
+        lines.append(f"ranks {coll} stopped with collective errors, e.g. rank {coll[0]}: {reports[coll[0]]['error']}")
+    culprits = [*own, *sorted(died), *hung, *coll]
     if lines:
-        res.message = "\n".join(lines)
+        res.failed_rank, res.message = culprits[0], "\n".join(lines)
         return res
     res.ok = all(rep.get("ok") for rep in reports.values()) and len(reports) == world
     if not res.ok:

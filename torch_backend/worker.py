@@ -32,12 +32,18 @@ from torch_backend.prepared import Redistributor, redistributor
 from torch_backend.run_spec import STARTUP_S, RunSpec, compile_spec
 
 
-def count(store: Any, key: str) -> None:
-    """One more on a progress counter the launcher reads (advisory: never masks the real error)."""
+def advise(store: Any, op: str, key: str, *args: Any) -> Any:
+    """``store.op("shardc/KEY", *args)``, advisory like every key there: None where it fails,
+    so that it never masks the real error."""
     try:
-        store.add(f"shardc/{key}", 1)
+        return getattr(store, op)(f"shardc/{key}", *args)
     except Exception:
-        pass
+        return None
+
+
+def count(store: Any, key: str) -> None:
+    """One more on a progress counter the launcher reads."""
+    advise(store, "add", key, 1)
 
 
 def prepared(program: Program, ctx: MeshContext) -> Callable[[torch.Tensor], Any]:
@@ -83,37 +89,28 @@ class Monitor(Clock):
         super().__init__(device)
         self.store, self.rank, self.world = store, rank, world
         self.step, self.step_started = -1, time.monotonic()
-        self.fault = _parse_fault(fault) if fault else None
+        self.fault = _parse_fault(fault) if fault else {}
         self.armed = True
-        self._set(f"progress/{rank}", "-1")
+        advise(store, "set", f"progress/{rank}", "-1")
 
     def __call__(self, i: int, y: Any) -> None:
         f = self.fault
         if self.armed:
-            if f and f["rank"] == self.rank and f["step"] == i:
-                if f.get("kind") == "sleep":
-                    time.sleep(float(f.get("seconds", 3600)))
-                elif f.get("kind") == "exit":
+            if f.get("rank") == self.rank and f.get("step") == i:
+                if f.get("kind") == "exit":
                     os._exit(17)
-                else:
+                if f.get("kind") != "sleep":
                     raise RuntimeError(f"injected fault before step {i + 1}")
+                time.sleep(float(f.get("seconds", 3600)))
             self.step, self.step_started = i, time.monotonic()
-            self._set(f"progress/{self.rank}", str(i))
+            advise(self.store, "set", f"progress/{self.rank}", str(i))
         self.mark()
 
-    def _set(self, key: str, value: str) -> None:
-        try:
-            self.store.set(f"shardc/{key}", value)
-        except Exception:
-            pass
-
     def _get(self, key: str) -> str | None:
-        try:
-            if self.store.check([f"shardc/{key}"]):
-                return self.store.get(f"shardc/{key}").decode()
+        try:  # ``get`` would wait for a key not set yet
+            return self.store.get(f"shardc/{key}").decode() if self.store.check([f"shardc/{key}"]) else None
         except Exception:
             return None
-        return None
 
     def diagnose(self) -> str:
         """Who else failed, or has not reached this rank's step (read from the store)."""
@@ -150,11 +147,8 @@ def _parse_fault(text: str) -> dict[str, Any]:
 
 def init(spec: RunSpec, rank: int | None = None, world: int | None = None, store: Any = None) -> Any:
     """Join (or, under torchrun, create) the default process group; returns the store.
-
-    Joining the launcher's group waits for the slowest rank to import torch, so it gets
-    ``STARTUP_S`` (or the collective timeout, if longer); then the group, and the store,
-    are held to the collective timeout. Under torchrun the ranks start together, after
-    torchrun's own rendezvous: the group gets the collective timeout from the start."""
+    Joining the launcher's group waits for the slowest rank to import torch: ``STARTUP_S``
+    (torchrun's ranks start together), then the collective timeout."""
     timeout = timedelta(seconds=spec.timeout)
     if spec.backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank or 0)) % torch.cuda.device_count())
@@ -213,7 +207,7 @@ def run_rank(spec: RunSpec, store: Any) -> dict[str, Any]:
             why = mon.diagnose()
             report["error"] = f"CollectiveError: {e}" + (f" [{why}]" if why else "")
             report["collective"] = True
-        mon._set(f"error/{rank}", report["error"][:500])
+        advise(store, "set", f"error/{rank}", report["error"][:500])
     return report
 
 
