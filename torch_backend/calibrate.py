@@ -1,16 +1,13 @@
 """The timing half of calibration: run ``lowering.calibration``'s probes on real ranks.
 
-Every rank runs the same probes in the same order (they are collectives): one warm-up
-run, then ``iters`` runs, each after a barrier, each a user's prepared call of the probe's
-program, timed step by step where its runner loop runs several (``worker.Clock``). A
-rank's sample is its median; the launcher keeps the slowest rank's (``slowest``), as
-``shardc run --bench`` and the benchmarks do. The fit is torch-free
-(``lowering.calibration.fit_model``).
+Every rank runs the same probes in the same order (they are collectives): a warm-up, then
+``iters`` runs after a barrier each, of a user's prepared call of the probe's program, as
+``shardc run --bench`` times them (``worker.Clock``). A rank's sample is its median; the
+slowest rank's is kept (``slowest``). The fit is torch-free (``lowering.calibration``).
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,10 +19,9 @@ import lowering
 from lowering.calibration import DEFAULT_SIZES, PROBE_MODEL, Sample, probes
 from spec_lang.ir import Mesh
 from spec_lang.parser import parse_mesh
-from torch_backend import comm
 from torch_backend.data import block, global_tensor
 from torch_backend.groups import MeshContext, context
-from torch_backend.worker import Clock, count, prepared
+from torch_backend.worker import Clock, count, prepared, rank_device, timed
 
 
 @dataclass
@@ -51,14 +47,8 @@ def measure(mesh: Mesh, sizes: Sequence[int], iters: int, *, ctx: MeshContext | 
         x = block(program.src, mesh, global_tensor(program.src, device=clock.device), ctx.ranks[0])
         call = prepared(program, ctx)
         clock.run(call, x)  # warm-up: groups, buffers, the first connection
-        runs: list[list[float]] = []
-        for _ in range(iters):
-            comm.barrier()
-            clock.run(call, x)
-            runs.append(clock.seconds)
-        for j, step in enumerate(program.steps):
-            if step.is_collective:
-                out.append(Sample(step.axes, step.kind, step.bytes_max, statistics.median(r[j] for r in runs)))
+        _, seconds = timed(clock, call, x, iters)
+        out += [Sample(s.axes, s.kind, s.bytes_max, t) for s, t in zip(program.steps, seconds) if s.is_collective]
         if on_probe is not None:
             on_probe(i)
     return out
@@ -73,7 +63,7 @@ def calibrate_rank(spec: CalibrateSpec, store: Any) -> dict[str, Any]:
     """One rank of ``shardc calibrate`` (the launcher's ``rank_fn``); returns its report."""
     rank = dist.get_rank()
     mesh = parse_mesh(spec.mesh)
-    device = torch.device("cuda", torch.cuda.current_device()) if spec.backend == "nccl" else torch.device("cpu")
+    device = rank_device(spec.backend)
     report: dict[str, Any] = {"rank": rank, "ok": False, "check": None, "error": None, "device": str(device)}
     try:  # rank 0 counts the probes done for the launcher's progress
         samples = measure(mesh, spec.sizes, spec.iters, ctx=context(mesh, timeout=spec.timeout), device=device,

@@ -11,6 +11,7 @@ docs/running.md, "Timeouts and failures".
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue as queue_mod
 import time
@@ -202,26 +203,14 @@ def _reap(procs: list[Any], q: Any, reports: dict[int, dict[str, Any]], died: di
             for sentinel in wait(list(running), timeout=left):
                 running.pop(sentinel)
     exited = [r for r in range(len(procs)) if r not in reports and r not in died and procs[r].exitcode is not None]
-    if not exited:
-        return False
-    _drain(q, reports, 0.5)  # a report sent just before the exit may still be in flight
-    new = False
-    for r in exited:
-        if r not in reports:
-            died[r] = procs[r].exitcode
-            new = True
-    return new
-
-
-def _drain(q: Any, reports: dict[int, dict[str, Any]], wait_s: float) -> None:
-    """Every report in the queue now, or arriving within ``wait_s``."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            rep = q.get(timeout=max(deadline - time.monotonic(), 0.01))
-        except queue_mod.Empty:
-            return
-        reports[rep["rank"]] = rep
+    if exited:  # a report sent just before the exit may still be in flight: take what comes within 0.5 s
+        deadline = time.monotonic() + 0.5
+        with contextlib.suppress(queue_mod.Empty):
+            while True:
+                rep = q.get(timeout=max(deadline - time.monotonic(), 0.01))
+                reports[rep["rank"]] = rep
+    died.update({r: procs[r].exitcode for r in exited if r not in reports})
+    return any(r in died for r in exited)
 
 
 def _all_named(pending: list[int], reports: dict[int, dict[str, Any]]) -> bool:

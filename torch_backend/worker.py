@@ -1,8 +1,8 @@
 """One rank of ``shardc run``: build data, run the program as a user's call, check it, time it.
 
-Progress and failures are published in the launcher's TCPStore (keys under
-``shardc/``), which outlives every rank: when a collective fails, the surviving ranks
-read who failed or never reached the step and name that rank in their error.
+Progress and failures go to the launcher's TCPStore (keys under ``shardc/``), which
+outlives every rank, so the survivors of a failed collective can name who failed or
+never reached the step.
 
 Fault injection for tests: ``SHARDC_FAULT="rank=2,step=1,kind=raise|sleep|exit[,seconds=30]"``
 makes that rank fail just before that step (0-based) of the first run.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -44,6 +44,10 @@ def advise(store: Any, op: str, key: str, *args: Any) -> Any:
 def count(store: Any, key: str) -> None:
     """One more on a progress counter the launcher reads."""
     advise(store, "add", key, 1)
+
+
+def rank_device(backend: str) -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
 
 
 def prepared(program: Program, ctx: MeshContext) -> Callable[[torch.Tensor], Any]:
@@ -174,7 +178,7 @@ def run_rank(spec: RunSpec, store: Any) -> dict[str, Any]:
     mesh); returns this rank's report."""
     rank, world = dist.get_rank(), dist.get_world_size()
     program = compile_spec(spec)
-    device = torch.device("cuda", torch.cuda.current_device()) if spec.backend == "nccl" else torch.device("cpu")
+    device = rank_device(spec.backend)
     mon = Monitor(store, rank, world, spec.fault, device)
     report: dict[str, Any] = {"rank": rank, "ok": False, "check": None, "error": None, "device": str(device)}
     try:
@@ -237,32 +241,35 @@ def check_output(program: Program, ctx: MeshContext, g: torch.Tensor, y: torch.T
     return _same(got, want)
 
 
-def bench(call: Callable[[Any], Any], x: Any, spec: RunSpec, mon: Monitor, n_steps: int) -> dict[str, Any]:
-    """Median times over ``spec.bench`` runs of the user's call (after the first run, its
-    warm-up), each after a barrier: in total, and per step where the call's runner loop
-    marked each step (``Clock``), else none."""
-    runs: list[list[float]] = []
-    bar = _progress(spec.bench) if spec.progress_bar and mon.rank == 0 else None
-    for _ in range(spec.bench):
+def timed(clock: Clock, call: Callable[[Any], Any], x: Any, runs: int,
+          done: Callable[[int], None] | None = None) -> tuple[float, list[float]]:
+    """Medians over ``runs`` calls, each after a barrier: the whole call's, and each of the
+    figures its ``clock`` marked (``Clock.seconds``). ``done(i)`` after run i."""
+    seconds: list[list[float]] = []
+    for i in range(runs):
         comm.barrier()
-        mon.run(call, x)
-        runs.append(mon.seconds)
+        clock.run(call, x)
+        seconds.append(clock.seconds)
+        if done is not None:
+            done(i)
+    return statistics.median(sum(s) for s in seconds), [statistics.median(s) for s in zip(*seconds)]
+
+
+def bench(call: Callable[[Any], Any], x: Any, spec: RunSpec, mon: Monitor, n_steps: int) -> dict[str, Any]:
+    """``shardc run --bench``: ``timed`` runs of the user's call after the first (its warm-up),
+    per step where the call's runner loop marked each step, else in total only."""
+    from torch_backend.cli.progress import RunProgress
+
+    bar = RunProgress(mon.world, spec.backend, spec.bench, rich=True, plain=False) \
+        if spec.progress_bar and mon.rank == 0 else None  # rank 0 under torchrun: no launcher shows it
+
+    def done(i: int) -> None:  # rank 0 counts the runs for the launcher's progress
         if mon.rank == 0:
             count(mon.store, "bench")
         if bar is not None:
-            bar[0].update(bar[1], advance=1)
+            bar({"up": mon.world, "joined": mon.world, "bench": i + 1, "done": 0, "failed": 0})
+
+    total, steps = timed(mon, call, x, spec.bench, done)
     if bar is not None:
-        bar[0].stop()
-    steps: Sequence[Sequence[float]] = list(zip(*runs)) if len(runs[0]) == n_steps else []
-    return {"bench_total_s": statistics.median(sum(r) for r in runs),
-            "bench_steps_s": [statistics.median(s) for s in steps]}
-
-
-def _progress(n: int) -> tuple[Any, Any]:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    p = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                 TimeElapsedColumn(), console=Console(stderr=True), transient=True)
-    p.start()
-    return p, p.add_task("bench", total=n)
+        bar.close()
+    return {"bench_total_s": total, "bench_steps_s": steps if len(steps) == n_steps else []}

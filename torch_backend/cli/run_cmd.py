@@ -2,11 +2,8 @@
 
     shardc run --mesh dp=2,tp=4 'f32[12@(dp,tp),10]' 'f32[12@tp,10]' --check --bench 20
 
-Spawns one process per rank on this machine (gloo on CPU; NCCL when at least that
-many GPUs are visible), or, under torchrun, runs on the existing world. The program is
-printed as soon as it compiles, then progress goes to stderr while the ranks start and
-run (a rich bar on a terminal, plain lines when piped; none with --json unless stderr is
-a terminal), then the report.
+One process per rank on this machine, or the torchrun world (docs/running.md). The
+program is printed as soon as it compiles, progress goes to stderr, then the report.
 """
 
 from __future__ import annotations
@@ -77,10 +74,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def launch(spec: Any, world: int, args: argparse.Namespace, counted: int, rank_fn: Any = None, **shown: Any) -> Any:
-    """``spec`` on ``world`` local ranks, progress shown on stderr (``counted``: the timed units
-    rank 0 counts; ``shown``: ``RunProgress``'s words), or on the torchrun world; the merged
-    result (None on a torchrun rank but 0). The backend is chosen after the program is shown:
-    choosing it imports torch (seconds) unless it is gloo."""
+    """``spec`` on ``world`` local ranks, progress on stderr (``counted`` units; ``shown``:
+    ``RunProgress``'s words), or on the torchrun world: the merged result (None on a torchrun
+    rank but 0). Called once the program is shown: choosing the backend may import torch."""
     from torch_backend import launcher
     from torch_backend.cli.progress import RunProgress
 
