@@ -38,10 +38,9 @@ _watch: StepHook | None = None
 
 @contextmanager
 def watching(hook: StepHook) -> Iterator[None]:
-    """Within it, ``execute`` calls ``hook(i, y)`` before each step i >= 1 (``y``: the block
-    the steps before made). The call's start and end are the caller's to mark: a one-step
-    program may run without this loop (its fast runner), so ``shardc run`` and ``calibrate``
-    time a user's call and get its steps' boundaries from the loop that call runs."""
+    """Within it, ``execute`` calls ``hook(i, y)`` before each step i >= 1 (``y``: the block so
+    far): the boundaries ``shardc run --bench`` and ``calibrate`` time a user's call by, whose
+    start and end they mark themselves (a one-step program's fast runner has no loop)."""
     global _watch
     outer, _watch = _watch, hook
     try:
@@ -51,12 +50,9 @@ def watching(hook: StepHook) -> Iterator[None]:
 
 
 def build_pieces(program: Program, ctx: MeshContext) -> list[Pieces]:
-    """Every step's pieces for the ranks this process plays (only those: per-rank work
-    scales with the rank's own pieces, not the world), and the groups they use.
-
-    Runs before the first collective, so a malformed program, or a reduction of a dtype
-    torch cannot add, fails on every rank alike.
-    """
+    """Every step's pieces for the ranks this process plays (per-rank work scales with the
+    rank's own pieces, not the world), its groups made; before the first collective, so a
+    malformed program, or a reduction torch cannot add, fails on every rank alike."""
     check_one_mesh(program)
     check_reductions(program)
     out: list[Pieces] = []

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue as queue_mod
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,11 +27,11 @@ from torch_backend.run_spec import STARTUP_S
 if TYPE_CHECKING:
     from torch_backend.run_spec import RunSpec
 
-# torch is imported where a rank (or the store) needs it, so ``shardc run`` refuses bad
-# input before paying for it
+# torch is imported where a rank (or the store) needs it: bad input is refused before that
 GRACE_S = 10.0  # after the first failure, on top of the collective timeout
 EXIT_WAIT_S = 3.0  # how long a rank the others gave up on gets to show that it exited (a loaded machine
 # delivers an exit status late: at 1 s a rank that had exited was once reported hung)
+_AT_FAULT = re.compile(r"at fault: ranks? (\d+|\[[\d, ]+\]) \(")  # ``faults.culprit_note``'s names
 
 
 @dataclass
@@ -63,13 +64,11 @@ def under_torchrun() -> bool:
 
 def prepare_local_ranks(world: int, mesh: Any) -> None:
     """For a local launch of ``world`` ranks on ``mesh``: refuse one far larger than the
-    machine, then start the ranks' fork server now, so that it imports torch while this
-    process goes on (``torch_backend.procs``); under torchrun the ranks exist already."""
+    machine (a typo, not a job: each rank is a process that imports torch), then start the
+    ranks' fork server now, so that it imports torch while this process goes on."""
     if under_torchrun():
         return
-    # one process per rank, each importing torch: a mesh far larger than the machine is a
-    # typo, not a job (torchrun, across machines, has no such cap)
-    most = max(64, 4 * (os.cpu_count() or 1))
+    most = max(64, 4 * (os.cpu_count() or 1))  # torchrun, across machines, has no such cap
     if world > most:
         raise SpecError(
             f"the mesh {mesh} has {world} ranks, and a local run starts one process per rank: at most "
@@ -114,12 +113,11 @@ def _child(rank: int, world: int, spec: RunSpec, port: int, q: Any, rank_fn: Ran
 
 def _progress(store: Any, done: int, failed: int) -> dict[str, int]:
     """Where the ranks are: started (torch imported, store reached), joined the process
-    group, benchmark runs finished by rank 0, reports in, failures."""
+    group, timed runs rank 0 finished, reports in, failures (counters that fail read 0)."""
     def read(key: str) -> int:
-        try:
+        with contextlib.suppress(Exception):
             return int(store.add(f"shardc/{key}", 0))
-        except Exception:
-            return 0
+        return 0
 
     return {"up": read("up"), "joined": read("joined"), "bench": read("bench"), "done": done, "failed": failed}
 
@@ -214,9 +212,10 @@ def _reap(procs: list[Any], q: Any, reports: dict[int, dict[str, Any]], died: di
 
 
 def _all_named(pending: list[int], reports: dict[int, dict[str, Any]]) -> bool:
-    """Every rank still running was named by a peer as not reaching its step: no need to wait."""
-    text = " ".join(str(rep.get("error") or "") for rep in reports.values())
-    return bool(pending) and all(f"rank {r} did not reach" in text for r in pending)
+    """Every rank still running was named at fault by a peer (``faults``): no need to wait."""
+    named = {int(r) for rep in reports.values() for group in _AT_FAULT.findall(str(rep.get("error") or ""))
+             for r in group.strip("[]").split(",")}
+    return bool(pending) and named.issuperset(pending)
 
 
 def merge(reports: dict[int, dict[str, Any]], died: dict[int, int], hung: list[int], world: int,

@@ -24,12 +24,10 @@ PRELOAD = ["__main__", "torch_backend.rank_preload"]
 
 
 def rank_context(preload: Sequence[str] = ()) -> Any:
-    """The multiprocessing context that starts ranks: forkserver with torch preloaded, or spawn.
-
-    Starts the server now (if it is not running), so that it imports torch while the caller
-    goes on; the ranks' ``OMP_NUM_THREADS`` defaults to 1 (one thread per rank). ``preload``:
-    more modules for the server to import, if this call starts it (the first caller's
-    list stays: ranks import what is missing themselves)."""
+    """The context that starts ranks: forkserver with torch preloaded (started now, so that it
+    imports torch while the caller goes on), or spawn; one thread per rank unless
+    ``OMP_NUM_THREADS`` says otherwise. ``preload``: more modules, if this call starts the
+    server (ranks import what is missing themselves)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")

@@ -1,8 +1,7 @@
 """One rank of ``shardc run``: build data, run the program as a user's call, check it, time it.
 
-Progress and failures go to the launcher's TCPStore (keys under ``shardc/``), which
-outlives every rank, so the survivors of a failed collective can name who failed or
-never reached the step.
+Progress counters go to the launcher's TCPStore (keys under ``shardc/``), which
+outlives every rank.
 
 Fault injection for tests: ``SHARDC_FAULT="rank=2,step=1,kind=raise|sleep|exit[,seconds=30]"``
 makes that rank fail just before that step (0-based) of the first run.
@@ -10,6 +9,7 @@ makes that rank fail just before that step (0-based) of the first run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
@@ -26,24 +26,16 @@ from torch_backend import comm
 from torch_backend.bound import bind
 from torch_backend.data import block, expected_block, global_tensor
 from torch_backend.executor import watching
-from torch_backend.faults import CollectiveError, default_store, failures
+from torch_backend.faults import CollectiveError
 from torch_backend.groups import MeshContext, context
 from torch_backend.prepared import Redistributor, redistributor
 from torch_backend.run_spec import STARTUP_S, RunSpec, compile_spec
 
 
-def advise(store: Any, op: str, key: str, *args: Any) -> Any:
-    """``store.op("shardc/KEY", *args)``, advisory like every key there: None where it fails,
-    so that it never masks the real error."""
-    try:
-        return getattr(store, op)(f"shardc/{key}", *args)
-    except Exception:
-        return None
-
-
 def count(store: Any, key: str) -> None:
-    """One more on a progress counter the launcher reads."""
-    advise(store, "add", key, 1)
+    """One more on a progress counter the launcher reads (advisory: never masks the real error)."""
+    with contextlib.suppress(Exception):
+        store.add(f"shardc/{key}", 1)
 
 
 def rank_device(backend: str) -> torch.device:
@@ -87,66 +79,29 @@ class Clock:
 
 
 class Monitor(Clock):
-    """The clock of a rank's runs, which also publishes the first run's progress and injects its fault."""
+    """The clock of a rank's runs. In the first, it notes when each step began (how long a
+    failed one was stuck) and injects ``SHARDC_FAULT``'s fault; which rank is at fault for a
+    failed collective, the error itself says (``torch_backend.faults``)."""
 
     def __init__(self, store: Any, rank: int, world: int, fault: str | None, device: torch.device) -> None:
         super().__init__(device)
         self.store, self.rank, self.world = store, rank, world
-        self.step, self.step_started = -1, time.monotonic()
-        self.fault = _parse_fault(fault) if fault else {}
+        self.step_started = time.monotonic()
+        parts = (part.partition("=") for part in (fault or "").split(",") if part)  # "rank=2,step=1,kind=exit"
+        self.fault = {k.strip(): int(v) if k.strip() in ("rank", "step") else v.strip() for k, _, v in parts}
         self.armed = True
-        advise(store, "set", f"progress/{rank}", "-1")
 
     def __call__(self, i: int, y: Any) -> None:
         f = self.fault
+        if self.armed and f.get("rank") == self.rank and f.get("step") == i:
+            if f.get("kind") == "exit":
+                os._exit(17)
+            if f.get("kind") != "sleep":
+                raise RuntimeError(f"injected fault before step {i + 1}")
+            time.sleep(float(f.get("seconds", 3600)))
         if self.armed:
-            if f.get("rank") == self.rank and f.get("step") == i:
-                if f.get("kind") == "exit":
-                    os._exit(17)
-                if f.get("kind") != "sleep":
-                    raise RuntimeError(f"injected fault before step {i + 1}")
-                time.sleep(float(f.get("seconds", 3600)))
-            self.step, self.step_started = i, time.monotonic()
-            advise(self.store, "set", f"progress/{self.rank}", str(i))
+            self.step_started = time.monotonic()
         self.mark()
-
-    def _get(self, key: str) -> str | None:
-        try:  # ``get`` would wait for a key not set yet
-            return self.store.get(f"shardc/{key}").decode() if self.store.check([f"shardc/{key}"]) else None
-        except Exception:
-            return None
-
-    def diagnose(self) -> str:
-        """Who else failed, or has not reached this rank's step (read from the store)."""
-        time.sleep(0.2)  # let a peer that raised publish its error first
-        notes = []
-        store = default_store()
-        for q in range(self.world):
-            if q == self.rank:
-                continue
-            err = self._get(f"error/{q}")
-            if err is not None and "CollectiveError" not in err:
-                notes.append(f"rank {q} failed: {err.splitlines()[0]}")
-                continue
-            try:  # a collective failed under it too (``faults``' count): a victim, like this rank
-                victim = err is not None or store is not None and failures(store, q) > 0
-            except Exception:
-                victim = False
-            if victim:
-                continue
-            at = self._get(f"progress/{q}")
-            if at is None or int(at) < self.step:
-                where = "it reported no progress" if at is None or int(at) < 0 else f"it last began step {int(at) + 1}"
-                notes.append(f"rank {q} did not reach step {self.step + 1} ({where})")
-        return "; ".join(notes)
-
-
-def _parse_fault(text: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for part in text.split(","):
-        k, _, v = part.partition("=")
-        out[k.strip()] = int(v) if k.strip() in ("rank", "step") else v.strip()
-    return out
 
 
 def init(spec: RunSpec, rank: int | None = None, world: int | None = None, store: Any = None) -> Any:
@@ -204,14 +159,9 @@ def run_rank(spec: RunSpec, store: Any) -> dict[str, Any]:
             report.update(bench(call, x, spec, mon, len(program.steps)))
         report["ok"] = report["check"] is not False
     except Exception as e:
-        if not isinstance(e, CollectiveError):
-            report["error"] = f"{type(e).__name__}: {e}"
-        else:
-            report["failed_after_s"] = time.monotonic() - mon.step_started  # stuck in the step this long
-            why = mon.diagnose()
-            report["error"] = f"CollectiveError: {e}" + (f" [{why}]" if why else "")
-            report["collective"] = True
-        advise(store, "set", f"error/{rank}", report["error"][:500])
+        report["error"] = f"{type(e).__name__}: {e}"
+        if isinstance(e, CollectiveError):  # stuck in the step this long
+            report["collective"], report["failed_after_s"] = True, time.monotonic() - mon.step_started
     return report
 
 
@@ -234,10 +184,8 @@ def check_output(program: Program, ctx: MeshContext, g: torch.Tensor, y: torch.T
         op = dst.partial_op or "sum"
         comm.all_reduce(ctx, got, op, ctx.group(p_axes, rank))
         comm.finish_avg(got, op, mesh.group_size(p_axes))
-        if y.dtype == torch.bool:
+        if y.dtype == torch.bool:  # a reduced bool is an or (a sum of 0/1 here)
             got = (got != 0).double()
-    if y.dtype == torch.bool:
-        want = (want != 0).double()
     return _same(got, want)
 
 
