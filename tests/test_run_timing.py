@@ -42,9 +42,9 @@ def test_shardc_run_bench_times_the_users_call_step_by_step_from_its_own_loop(
     assert len(program.steps) == steps
     ctx = context(program.mesh)
     boundaries: list[int] = []
-    mon = worker.Monitor(None, 0, 4, None, torch.device("cpu"))  # no store: its keys are advisory
+    clock = worker.Clock(torch.device("cpu"))
     out = worker.bench(worker.prepared(program, ctx), block(program.src, program.mesh, global_tensor(program.src), 0),
-                       spec, mon, len(program.steps))
+                       spec, clock, None)  # no store: its counters are advisory
     assert len(user_calls) == 3 and all(c.program is program for c in user_calls)  # type: ignore[attr-defined]
     assert out["bench_total_s"] > 0 and len(out["bench_steps_s"]) == steps and min(out["bench_steps_s"]) > 0
     # the boundaries between steps come from inside the user's call: the runner loop's hook

@@ -50,13 +50,28 @@ def prepared(program: Program, ctx: MeshContext) -> Callable[[torch.Tensor], Any
 class Clock:
     """A user's call timed at its step boundaries: its start, each boundary between two steps
     of the runner loop it runs (``executor.watching``; a one-step program's fast runner has
-    none), its end; each once the device has finished."""
+    none), its end; each once the device has finished. While ``armed`` (a rank's first run of
+    ``shardc run``) it notes when each step began (how long a failed one was stuck) and
+    injects ``SHARDC_FAULT``'s ``fault`` of this ``rank``; which rank is at fault for a failed
+    collective, the error itself says (``torch_backend.faults``)."""
 
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
+    def __init__(self, device: torch.device, rank: int = 0, fault: str | None = None) -> None:
+        self.device, self.rank, self.armed = device, rank, True
         self.marks: list[float] = []
+        self.step_started = time.monotonic()
+        parts = (part.partition("=") for part in (fault or "").split(",") if part)  # "rank=2,step=1,kind=exit"
+        self.fault = {k.strip(): int(v) if k.strip() in ("rank", "step") else v.strip() for k, _, v in parts}
 
     def __call__(self, i: int, y: Any) -> None:
+        f = self.fault
+        if self.armed and f.get("rank") == self.rank and f.get("step") == i:
+            if f.get("kind") == "exit":
+                os._exit(17)
+            if f.get("kind") != "sleep":
+                raise RuntimeError(f"injected fault before step {i + 1}")
+            time.sleep(float(f.get("seconds", 3600)))
+        if self.armed:
+            self.step_started = time.monotonic()
         self.mark()
 
     def mark(self) -> None:
@@ -78,32 +93,6 @@ class Clock:
         return [b - a for a, b in zip(self.marks, self.marks[1:])]
 
 
-class Monitor(Clock):
-    """The clock of a rank's runs. In the first, it notes when each step began (how long a
-    failed one was stuck) and injects ``SHARDC_FAULT``'s fault; which rank is at fault for a
-    failed collective, the error itself says (``torch_backend.faults``)."""
-
-    def __init__(self, store: Any, rank: int, world: int, fault: str | None, device: torch.device) -> None:
-        super().__init__(device)
-        self.store, self.rank, self.world = store, rank, world
-        self.step_started = time.monotonic()
-        parts = (part.partition("=") for part in (fault or "").split(",") if part)  # "rank=2,step=1,kind=exit"
-        self.fault = {k.strip(): int(v) if k.strip() in ("rank", "step") else v.strip() for k, _, v in parts}
-        self.armed = True
-
-    def __call__(self, i: int, y: Any) -> None:
-        f = self.fault
-        if self.armed and f.get("rank") == self.rank and f.get("step") == i:
-            if f.get("kind") == "exit":
-                os._exit(17)
-            if f.get("kind") != "sleep":
-                raise RuntimeError(f"injected fault before step {i + 1}")
-            time.sleep(float(f.get("seconds", 3600)))
-        if self.armed:
-            self.step_started = time.monotonic()
-        self.mark()
-
-
 def init(spec: RunSpec, rank: int | None = None, world: int | None = None, store: Any = None) -> Any:
     """Join (or, under torchrun, create) the default process group; returns the store.
     Joining the launcher's group waits for the slowest rank to import torch: ``STARTUP_S``
@@ -115,15 +104,10 @@ def init(spec: RunSpec, rank: int | None = None, world: int | None = None, store
         dist.init_process_group(spec.backend, timeout=timeout)
         return dist.distributed_c10d._get_default_store()
     assert rank is not None and world is not None  # the launcher passes its store with both
-    # torch's (private) way to change a live group's timeout; a torch without it keeps the
-    # collective timeout from the start, as before the allowance existed
-    set_pg_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
-    joining = max(spec.timeout, STARTUP_S) if set_pg_timeout is not None else spec.timeout
     dist.init_process_group(spec.backend, store=store, rank=rank, world_size=world,
-                            timeout=timedelta(seconds=joining))
-    if set_pg_timeout is not None:
-        store.set_timeout(timeout)
-        set_pg_timeout(timeout)
+                            timeout=timedelta(seconds=max(spec.timeout, STARTUP_S)))
+    store.set_timeout(timeout)
+    dist.distributed_c10d._set_pg_timeout(timeout)  # torch's (private) way to change a live group's timeout
     return store
 
 
@@ -131,10 +115,10 @@ def run_rank(spec: RunSpec, store: Any) -> dict[str, Any]:
     """Run ``spec`` on this rank of the initialized world as a user's prepared call
     (``torch_backend.redistributor``; with ``--to-mesh`` its cross-mesh form, None off a
     mesh); returns this rank's report."""
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     program = compile_spec(spec)
     device = rank_device(spec.backend)
-    mon = Monitor(store, rank, world, spec.fault, device)
+    clock = Clock(device, rank, spec.fault)
     report: dict[str, Any] = {"rank": rank, "ok": False, "check": None, "error": None, "device": str(device)}
     try:
         g = global_tensor(program.src, device=device)
@@ -147,21 +131,21 @@ def run_rank(spec: RunSpec, store: Any) -> dict[str, Any]:
             ctx = context(program.mesh, timeout=spec.timeout)
             x = block(program.src, program.mesh, g, rank)
             call = prepared(program, ctx)
-        y = mon.run(call, x)
-        report["time_s"] = mon.marks[-1] - mon.marks[0]
-        mon.armed = False
+        y = clock.run(call, x)
+        report["time_s"] = clock.marks[-1] - clock.marks[0]
+        clock.armed = False
         if spec.check and not isinstance(program, CrossProgram):
             report["check"] = check_output(program, ctx, g, y)
         elif spec.check:  # the destination's block, None off its mesh
             want = expected_block(program.dst, program.dst_mesh, g, on_dst.index(rank)) if rank in on_dst else None
             report["check"] = y is None if want is None else y is not None and _same(_widest(y), _widest(want))
         if spec.bench:
-            report.update(bench(call, x, spec, mon, len(program.steps)))
+            report.update(bench(call, x, spec, clock, store))
         report["ok"] = report["check"] is not False
     except Exception as e:
         report["error"] = f"{type(e).__name__}: {e}"
         if isinstance(e, CollectiveError):  # stuck in the step this long
-            report["collective"], report["failed_after_s"] = True, time.monotonic() - mon.step_started
+            report["collective"], report["failed_after_s"] = True, time.monotonic() - clock.step_started
     return report
 
 
@@ -203,21 +187,22 @@ def timed(clock: Clock, call: Callable[[Any], Any], x: Any, runs: int,
     return statistics.median(sum(s) for s in seconds), [statistics.median(s) for s in zip(*seconds)]
 
 
-def bench(call: Callable[[Any], Any], x: Any, spec: RunSpec, mon: Monitor, n_steps: int) -> dict[str, Any]:
-    """``shardc run --bench``: ``timed`` runs of the user's call after the first (its warm-up),
-    per step where the call's runner loop marked each step, else in total only."""
+def bench(call: Callable[[Any], Any], x: Any, spec: RunSpec, clock: Clock, store: Any) -> dict[str, Any]:
+    """``shardc run --bench``: ``timed`` runs of the user's call after the first (its warm-up):
+    in total, and each figure its clock marked (each step's where the runner loop ran them)."""
     from torch_backend.cli.progress import RunProgress
 
-    bar = RunProgress(mon.world, spec.backend, spec.bench, rich=True, plain=False) \
-        if spec.progress_bar and mon.rank == 0 else None  # rank 0 under torchrun: no launcher shows it
+    world = dist.get_world_size()
+    bar = RunProgress(world, spec.backend, spec.bench, rich=True, plain=False) \
+        if spec.progress_bar and clock.rank == 0 else None  # rank 0 under torchrun: no launcher shows it
 
     def done(i: int) -> None:  # rank 0 counts the runs for the launcher's progress
-        if mon.rank == 0:
-            count(mon.store, "bench")
+        if clock.rank == 0:
+            count(store, "bench")
         if bar is not None:
-            bar({"up": mon.world, "joined": mon.world, "bench": i + 1, "done": 0, "failed": 0})
+            bar({"up": world, "joined": world, "bench": i + 1, "done": 0, "failed": 0})
 
-    total, steps = timed(mon, call, x, spec.bench, done)
+    total, steps = timed(clock, call, x, spec.bench, done)
     if bar is not None:
         bar.close()
-    return {"bench_total_s": total, "bench_steps_s": steps if len(steps) == n_steps else []}
+    return {"bench_total_s": total, "bench_steps_s": steps}
