@@ -1,13 +1,8 @@
-"""``shardc calibrate``: fit a cost model to collective times measured on local ranks.
+"""``shardc calibrate``: fit a cost model (alpha and beta per group of mesh axes) to the
+collective times of probes run on local ranks, or on JAX devices (docs/running.md).
 
     shardc calibrate --backend gloo --mesh dp=2,tp=4 --out gloo-dp2-tp4.json
     shardc plan --mesh dp=2,tp=4 --cost-model gloo-dp2-tp4.json 'f32[64]{U:tp}' 'f32[64@tp]'
-
-Spawns the mesh's ranks on this machine (as ``shardc run`` does), times an all_gather,
-reduce_scatter, all_reduce and all_to_all over each mesh axis and each flattened group
-of axes at a few message sizes, fits alpha (latency) and beta (seconds per byte) per
-group (``lowering.calibration``), prints them with each fit's R^2, and writes the model
-as JSON for ``compile(..., cost_model=path)`` and ``shardc plan --cost-model``.
 """
 
 from __future__ import annotations
