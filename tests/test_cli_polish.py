@@ -161,7 +161,7 @@ def test_run_prints_the_program_before_the_ranks_start(capsys, monkeypatch) -> N
 
     seen: dict[str, str] = {}
 
-    def fake_launch(spec, world, on_progress=None):
+    def fake_launch(spec, world, on_progress=None, rank_fn=None):
         seen["stdout_before_launch"], seen["stderr_before_launch"] = capsys.readouterr()
         for state in ({"up": 3, "joined": 0}, {"up": 8, "joined": 8}, {"up": 8, "joined": 8, "done": 8}):
             on_progress({"up": 0, "joined": 0, "bench": 0, "done": 0, "failed": 0, **state})

@@ -110,7 +110,8 @@ def test_an_exit_seen_while_a_late_report_arrives_is_a_death():
 
     def report(r: int) -> dict:
         return {"rank": r, "ok": False, "collective": True,
-                "error": "CollectiveError: ... [rank 3 did not reach step 1 (it reported no progress)]"}
+                "error": "CollectiveError: ...\nat fault: rank 3 (it did not report this failure within 12 s: it died, "
+                         "hangs, or never reached this collective)"}
 
     procs = [_Proc(None), _Proc(None), _Proc(None), _Proc(17)]
     reports, died, hung = collect(procs, _Queue([report(0), report(1), None, report(2)]), TIMEOUT, 4)

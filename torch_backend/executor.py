@@ -4,31 +4,9 @@ Each step is *pack -> one collective on flat contiguous buffers -> unpack*, with
 pieces read off the layout boxes (``lowering.kinds``), so every step kind works on
 any dims, any group order and uneven blocks, with no padding on the wire except where
 ``step.padded`` says so. The same code runs on NCCL/CUDA, gloo/CPU and LocalTensorMode
-(there, one call simulates every rank; see ``torch_backend.comm``).
-
-What goes on the wire (per rank, in elements; equal to the planner's ``bytes_sent``):
-
-* ``all_gather`` equal blocks: ``all_gather_single`` ((n-1)*b). Uneven blocks: an exact
-  ring of ``batch_isend_irecv`` in the step's group order (n-1 rounds; total - b(succ)),
-  since gloo's and NCCL's gathers need equal sizes. Under LocalTensorMode (no p2p):
-  ``all_to_all_single`` with exact splits instead::
-
-      [A]                  rank i, round k: send piece (i-k), receive piece (i-k-1)
-      [B]  =>  [A, B, C]
-      [C]
-
-* ``reduce_scatter``: ``reduce_scatter_single``; uneven pieces are padded to the
-  largest when ``step.padded`` (the planner's cost), otherwise exchanged exactly with
-  ``all_to_all_single`` and reduced locally (total - own piece).
-* ``all_reduce``: ``all_reduce`` on a contiguous copy.
-* ``all_to_all``: pieces packed in process-group order into one send buffer (the
-  rank's own piece is copied locally, split size 0), ``all_to_all_single`` with exact
-  per-peer splits, unpacked into the output block. Packing and unpacking run the
-  pieces' copy plans (``lowering.kinds.copies``: a few folded strided copies); where
-  the pieces lie back to back, the send buffer is a view of the input and, on a real
-  group, the receive buffer a view of the output.
-* ``permute``: ``batch_isend_irecv`` straight from/into the blocks when a piece is one
-  contiguous run (``all_to_all_single`` under LocalTensorMode).
+(there, one call simulates every rank; see ``torch_backend.comm``). What each kind puts
+on the wire (per rank, the planner's ``bytes_sent``), and why: docs/running.md, "What
+goes on the wire".
 
 The input is never modified; the result never aliases it (a final copy is made only
 when every step was a view, e.g. a lone ``slice`` or ``reinterpret``).
@@ -36,13 +14,13 @@ when every step was a view, e.g. a lone ``slice`` or ``reinterpret``).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 
 from lowering.kinds import rank_pieces
-from lowering.program import Program, Step, check_one_mesh
+from lowering.program import Program, check_one_mesh
 from spec_lang.errors import SpecError
 from torch_backend import collectives, comm, local_steps, relay_steps, typed_steps, uneven_steps  # noqa: F401 - each registers its runners
 from torch_backend.comm import rank_map
@@ -53,17 +31,28 @@ from torch_backend.lean import collective_error
 from torch_backend.runners import RUNNERS, Pieces
 from torch_backend.tensor_checks import check_local
 
-__all__ = ["Pieces", "aliases", "build_pieces", "execute"]
-StepHook = Callable[[int, Step], None]
+__all__ = ["Pieces", "aliases", "build_pieces", "execute", "watching"]
+StepHook = Callable[[int, torch.Tensor], None]
+_watch: StepHook | None = None
+
+
+@contextmanager
+def watching(hook: StepHook) -> Iterator[None]:
+    """Within it, ``execute`` calls ``hook(i, y)`` before each step i >= 1 (``y``: the block so
+    far): the boundaries ``shardc run --bench`` and ``calibrate`` time a user's call by, whose
+    start and end they mark themselves (a one-step program's fast runner has no loop)."""
+    global _watch
+    outer, _watch = _watch, hook
+    try:
+        yield
+    finally:
+        _watch = outer
 
 
 def build_pieces(program: Program, ctx: MeshContext) -> list[Pieces]:
-    """Every step's pieces for the ranks this process plays (only those: per-rank work
-    scales with the rank's own pieces, not the world), and the groups they use.
-
-    Runs before the first collective, so a malformed program, or a reduction of a dtype
-    torch cannot add, fails on every rank alike.
-    """
+    """Every step's pieces for the ranks this process plays (per-rank work scales with the
+    rank's own pieces, not the world), its groups made; before the first collective, so a
+    malformed program, or a reduction torch cannot add, fails on every rank alike."""
     check_one_mesh(program)
     check_reductions(program)
     out: list[Pieces] = []
@@ -93,16 +82,10 @@ def build_pieces(program: Program, ctx: MeshContext) -> list[Pieces]:
 
 
 def execute(program: Program, x: torch.Tensor, *, ctx: MeshContext | None = None,
-            timings: list[float] | None = None, on_step: StepHook | None = None,
             pieces: list[Pieces] | None = None) -> torch.Tensor:
-    """Run ``program`` on this rank's block ``x`` (a LocalTensor under LocalTensorMode).
-
-    ``timings``: if given, gets each step's wall time (device-synchronized).
-    ``on_step(i, step)``: called before step i (the launcher's progress/fault hooks).
-    ``pieces``: the pieces ``build_pieces(program, ctx)`` returned (a bound program's);
-    without them the program and the tensor are checked first (a bound program's caller
-    has checked them).
-    """
+    """Run ``program`` on this rank's block ``x`` (a LocalTensor under LocalTensorMode):
+    the runner loop. ``pieces``: a bound program's (``build_pieces``), whose caller checked
+    the program and the tensor; without them both are checked first."""
     if pieces is None:
         check_one_mesh(program)
         if not isinstance(x, torch.Tensor):
@@ -111,22 +94,17 @@ def execute(program: Program, x: torch.Tensor, *, ctx: MeshContext | None = None
     ctx = ctx if ctx is not None else context(program.mesh)
     if pieces is None:
         x = check_local(x, program.src, ctx)
-    plans = pieces if pieces is not None else build_pieces(program, ctx)
+        pieces = build_pieces(program, ctx)
     y = x
-    for i, (step, plan) in enumerate(zip(program.steps, plans)):
-        if on_step is not None:
-            on_step(i, step)
-        t0 = time.perf_counter()
+    for i, (step, plan) in enumerate(zip(program.steps, pieces)):
+        if i and _watch is not None:
+            _watch(i, y)
         try:
             y = RUNNERS[step.kind](ctx, step, plan, y)
         except RuntimeError as e:
             if not step.is_collective or isinstance(e, CollectiveError):
                 raise
             raise collective_error(ctx, program, i, step, e) from e
-        if timings is not None:
-            if y.is_cuda:
-                torch.cuda.synchronize(y.device)
-            timings.append(time.perf_counter() - t0)
     if aliases(ctx, y, x):
         y = rank_map(ctx, lambda r, t: t.clone(memory_format=torch.contiguous_format), y)
     return y

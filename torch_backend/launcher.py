@@ -1,28 +1,20 @@
 """``shardc run``'s launcher: one process per rank on this machine, or the torchrun world.
 
 Local launch: the parent hosts a TCPStore on 127.0.0.1 on a port the OS picks (port 0,
-then handed to the ranks, so no other process can take it in between), starts one
-process per rank (gloo on CPU, or NCCL with one GPU per rank when that many are
-visible; forked from a server that imported torch once, ``torch_backend.procs``), and
-collects each rank's report through a queue. The store belongs to the parent, so it
-survives any rank's death and the others can still read who failed.
-
-Under torchrun (RANK and WORLD_SIZE set) the existing world is used as is, and rank 0
-gathers the reports.
-
-Failure handling: every collective runs with the ``--timeout`` (joining the group, which
-waits for the slowest rank to import torch, gets ``STARTUP_S``); a rank that raises,
-dies or hangs makes its peers' collectives fail within that time (at once when a peer
-process dies, since gloo sees the connection close). The launcher waits at most the
-timeout plus a grace period after the first failure, kills what is left, and reports
-the culprit first: a rank that raised in its own code, else one that died, else one
-that hung (still running when the others had stopped).
+so no other process can take it in between), starts one process per rank (forked from a
+server that imported torch once, ``torch_backend.procs``) and collects each rank's report
+through a queue. The store belongs to the parent, so it survives any rank's death and the
+others can still read who failed. Under torchrun (RANK and WORLD_SIZE set) the existing
+world is used, and rank 0 gathers the reports. How a failed rank is found and named:
+docs/running.md, "Timeouts and failures".
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue as queue_mod
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,11 +27,11 @@ from torch_backend.run_spec import STARTUP_S
 if TYPE_CHECKING:
     from torch_backend.run_spec import RunSpec
 
-# torch is imported where a rank (or the store) needs it, so ``shardc run`` refuses bad
-# input before paying for it
+# torch is imported where a rank (or the store) needs it: bad input is refused before that
 GRACE_S = 10.0  # after the first failure, on top of the collective timeout
 EXIT_WAIT_S = 3.0  # how long a rank the others gave up on gets to show that it exited (a loaded machine
 # delivers an exit status late: at 1 s a rank that had exited was once reported hung)
+_AT_FAULT = re.compile(r"at fault: ranks? (\d+|\[[\d, ]+\]) \(")  # ``faults.culprit_note``'s names
 
 
 @dataclass
@@ -55,13 +47,15 @@ class RunResult:
 
 
 def choose_backend(requested: str, world: int) -> str:
-    if requested != "auto":
+    """``--backend``: auto is NCCL where every rank can have its own GPU, else gloo."""
+    if requested == "gloo":
         return requested
     import torch
 
-    if torch.cuda.is_available() and torch.cuda.device_count() >= world:
-        return "nccl"
-    return "gloo"
+    if requested == "nccl" and not torch.cuda.is_available():
+        raise SpecError("--backend nccl needs CUDA GPUs, and none is visible", hint="use --backend gloo")
+    auto = torch.cuda.is_available() and torch.cuda.device_count() >= world
+    return "nccl" if requested == "nccl" or auto else "gloo"
 
 
 def under_torchrun() -> bool:
@@ -70,13 +64,11 @@ def under_torchrun() -> bool:
 
 def prepare_local_ranks(world: int, mesh: Any) -> None:
     """For a local launch of ``world`` ranks on ``mesh``: refuse one far larger than the
-    machine, then start the ranks' fork server now, so that it imports torch while this
-    process goes on (``torch_backend.procs``); under torchrun the ranks exist already."""
+    machine (a typo, not a job: each rank is a process that imports torch), then start the
+    ranks' fork server now, so that it imports torch while this process goes on."""
     if under_torchrun():
         return
-    # one process per rank, each importing torch: a mesh far larger than the machine is a
-    # typo, not a job (torchrun, across machines, has no such cap)
-    most = max(64, 4 * (os.cpu_count() or 1))
+    most = max(64, 4 * (os.cpu_count() or 1))  # torchrun, across machines, has no such cap
     if world > most:
         raise SpecError(
             f"the mesh {mesh} has {world} ranks, and a local run starts one process per rank: at most "
@@ -95,7 +87,7 @@ def _child(rank: int, world: int, spec: RunSpec, port: int, q: Any, rank_fn: Ran
     """Entry point of a spawned rank (``rank_fn`` None: ``shardc run``'s own)."""
     import torch.distributed as dist
 
-    from torch_backend.worker import init, run_rank
+    from torch_backend.worker import count, init, run_rank
 
     report: dict[str, Any]
     try:
@@ -103,9 +95,9 @@ def _child(rank: int, world: int, spec: RunSpec, port: int, q: Any, rank_fn: Ran
         # which mypy's no_implicit_reexport does not count as an export (torch's typing, not ours)
         store = dist.TCPStore("127.0.0.1", port, world + 1, False,  # type: ignore[attr-defined]
                               timeout=timedelta(seconds=max(spec.timeout, STARTUP_S)))
-        _count(store, "up")
+        count(store, "up")
         init(spec, rank, world, store)
-        _count(store, "joined")
+        count(store, "joined")
         report = (rank_fn or run_rank)(spec, store)
     except BaseException as e:
         report = {"rank": rank, "ok": False, "error": f"{type(e).__name__}: {e}"}
@@ -119,22 +111,13 @@ def _child(rank: int, world: int, spec: RunSpec, port: int, q: Any, rank_fn: Ran
     os._exit(0)
 
 
-def _count(store: Any, key: str) -> None:
-    """Add one to a progress counter in the store (advisory: never masks the real error)."""
-    try:
-        store.add(f"shardc/{key}", 1)
-    except Exception:
-        pass
-
-
 def _progress(store: Any, done: int, failed: int) -> dict[str, int]:
     """Where the ranks are: started (torch imported, store reached), joined the process
-    group, benchmark runs finished by rank 0, reports in, failures."""
+    group, timed runs rank 0 finished, reports in, failures (counters that fail read 0)."""
     def read(key: str) -> int:
-        try:
+        with contextlib.suppress(Exception):
             return int(store.add(f"shardc/{key}", 0))
-        except Exception:
-            return 0
+        return 0
 
     return {"up": read("up"), "joined": read("joined"), "bench": read("bench"), "done": done, "failed": failed}
 
@@ -142,15 +125,9 @@ def _progress(store: Any, done: int, failed: int) -> dict[str, int]:
 def launch_local(spec: RunSpec | Any, world: int,
                  on_progress: Callable[[dict[str, int]], None] | None = None,
                  rank_fn: RankFn | None = None) -> RunResult:
-    """Spawn ``world`` ranks on this machine and run ``spec``.
-
-    ``on_progress`` is called a few times a second with ``{up, joined, bench, done, failed}``
-    rank counts (read from the store the parent owns), for ``shardc run``'s progress display.
-    ``rank_fn(spec, store)`` is what each rank runs once it joined the process group
-    (a module-level function: it is pickled to the spawned ranks; None: ``worker.run_rank``);
-    ``spec`` needs the ``backend`` and ``timeout`` that ``init`` reads. ``shardc calibrate``
-    passes its own.
-    """
+    """Spawn ``world`` ranks on this machine and run ``spec``: ``rank_fn(spec, store)`` on
+    each once it joined the group (a module-level function; None: ``worker.run_rank``).
+    ``on_progress`` gets the ranks' counts (``_progress``) a few times a second."""
     import torch.distributed as dist
 
     from torch_backend.procs import rank_context, rank_process
@@ -206,8 +183,7 @@ def collect(procs: list[Any], q: Any, timeout: float, world: int,
             break
     # a rank the others named may have exited a moment ago (its exit status reaches this
     # process after their reports): it died, whatever the counters said, so look once more
-    if _reap(procs, q, reports, died, EXIT_WAIT_S) and first_failure is None:
-        first_failure = time.monotonic()
+    _reap(procs, q, reports, died, EXIT_WAIT_S)
     hung = [r for r in range(world) if r not in reports and r not in died]
     return reports, died, hung
 
@@ -225,57 +201,38 @@ def _reap(procs: list[Any], q: Any, reports: dict[int, dict[str, Any]], died: di
             for sentinel in wait(list(running), timeout=left):
                 running.pop(sentinel)
     exited = [r for r in range(len(procs)) if r not in reports and r not in died and procs[r].exitcode is not None]
-    if not exited:
-        return False
-    _drain(q, reports, 0.5)  # a report sent just before the exit may still be in flight
-    new = False
-    for r in exited:
-        if r not in reports:
-            died[r] = procs[r].exitcode
-            new = True
-    return new
-
-
-def _drain(q: Any, reports: dict[int, dict[str, Any]], wait_s: float) -> None:
-    """Every report in the queue now, or arriving within ``wait_s``."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            rep = q.get(timeout=max(deadline - time.monotonic(), 0.01))
-        except queue_mod.Empty:
-            return
-        reports[rep["rank"]] = rep
+    if exited:  # a report sent just before the exit may still be in flight: take what comes within 0.5 s
+        deadline = time.monotonic() + 0.5
+        with contextlib.suppress(queue_mod.Empty):
+            while True:
+                rep = q.get(timeout=max(deadline - time.monotonic(), 0.01))
+                reports[rep["rank"]] = rep
+    died.update({r: procs[r].exitcode for r in exited if r not in reports})
+    return any(r in died for r in exited)
 
 
 def _all_named(pending: list[int], reports: dict[int, dict[str, Any]]) -> bool:
-    """Every rank still running was named by a peer as not reaching its step: no need to wait."""
-    text = " ".join(str(rep.get("error") or "") for rep in reports.values())
-    return bool(pending) and all(f"rank {r} did not reach" in text for r in pending)
+    """Every rank still running was named at fault by a peer (``faults``): no need to wait."""
+    named = {int(r) for rep in reports.values() for group in _AT_FAULT.findall(str(rep.get("error") or ""))
+             for r in group.strip("[]").split(",")}
+    return bool(pending) and named.issuperset(pending)
 
 
 def merge(reports: dict[int, dict[str, Any]], died: dict[int, int], hung: list[int], world: int,
           backend: str) -> RunResult:
-    """One verdict from every rank's report; names the rank that caused a failure."""
+    """One verdict from every rank's report, the culprit first: a rank that raised in its
+    own code, else one that died, else one that hung, else the first collective error."""
     res = RunResult(ok=False, world=world, backend=backend, reports=reports)
     own = [r for r, rep in sorted(reports.items()) if rep.get("error") and not rep.get("collective")]
     coll = [r for r, rep in sorted(reports.items()) if rep.get("error") and rep.get("collective")]
-    lines = []
-    if own:
-        res.failed_rank = own[0]
-        lines += [f"rank {r} failed: {reports[r]['error']}" for r in own]
-    if died:
-        res.failed_rank = res.failed_rank if res.failed_rank is not None else min(died)
-        lines += [f"rank {r} died (exit code {c}) without a report" for r, c in sorted(died.items())]
-    if hung:
-        res.failed_rank = res.failed_rank if res.failed_rank is not None else hung[0]
-        lines += [f"rank {r} hung: still running when the other ranks had stopped (killed)" for r in hung]
+    lines = [f"rank {r} failed: {reports[r]['error']}" for r in own]
+    lines += [f"rank {r} died (exit code {c}) without a report" for r, c in sorted(died.items())]
+    lines += [f"rank {r} hung: still running when the other ranks had stopped (killed)" for r in hung]
     if coll:
-        if res.failed_rank is None:
-            res.failed_rank = coll[0]
-        lines.append(f"ranks {coll} stopped with collective errors, e.g. rank {coll[0]}: "
-                     f"{reports[coll[0]]['error']}")
+        lines.append(f"ranks {coll} stopped with collective errors, e.g. rank {coll[0]}: {reports[coll[0]]['error']}")
+    culprits = [*own, *sorted(died), *hung, *coll]
     if lines:
-        res.message = "\n".join(lines)
+        res.failed_rank, res.message = culprits[0], "\n".join(lines)
         return res
     res.ok = all(rep.get("ok") for rep in reports.values()) and len(reports) == world
     if not res.ok:

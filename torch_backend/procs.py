@@ -1,20 +1,13 @@
 """Starting rank processes on this machine quickly.
 
-Each rank needs torch, whose import dominates a rank's start-up (seconds each, and a
-machine with few cores imports them a few at a time). Ranks are therefore forked from
-a fork server that imported torch and shardc once (``multiprocessing``'s "forkserver"
-start method, preloaded); where that method does not exist they are spawned. Neither
-inherits the parent's state: the server is a fresh interpreter that has run nothing but
-imports (no CUDA, no thread pool), so a forked rank starts as clean as a spawned one.
-
-The server is one per parent process. It imports the parent's main script, as spawn
-does (so a function defined there can be a rank's entry point), then the preloads, with
-the parent's environment at its start: what torch reads as it loads (``OMP_NUM_THREADS``)
-must be set before :func:`rank_context`; each rank then gets the parent's environment as
-it is when the rank starts (CUDA, NCCL and shardc settings are read after that). Starting
-the server before the parent imports torch lets the two imports run side by side. Unlike
-a spawned process it does not get the parent's ``sys.path``, so a rank's entry point is
-named (module and function) and looked up only once the parent's path is in place.
+A rank's start-up is dominated by importing torch (seconds each, a few at a time on few
+cores), so ranks are forked from a fork server that imported torch and shardc once
+(``multiprocessing``'s "forkserver", preloaded), or spawned where that does not exist. The
+server is a fresh interpreter that has run nothing but imports (no CUDA, no thread pool),
+so a forked rank starts as clean as a spawned one. It starts with the parent's
+environment at that moment (what torch reads as it loads, ``OMP_NUM_THREADS``, must be set
+before :func:`rank_context`), and without the parent's ``sys.path``: a rank gets both from
+the parent when it starts, and its entry point is found by name after that.
 """
 
 from __future__ import annotations
@@ -31,12 +24,10 @@ PRELOAD = ["__main__", "torch_backend.rank_preload"]
 
 
 def rank_context(preload: Sequence[str] = ()) -> Any:
-    """The multiprocessing context that starts ranks: forkserver with torch preloaded, or spawn.
-
-    Starts the server now (if it is not running), so that it imports torch while the caller
-    goes on; the ranks' ``OMP_NUM_THREADS`` defaults to 1 (one thread per rank). ``preload``:
-    more modules for the server to import, if this call starts it (the first caller's
-    list stays: ranks import what is missing themselves)."""
+    """The context that starts ranks: forkserver with torch preloaded (started now, so that it
+    imports torch while the caller goes on), or spawn; one thread per rank unless
+    ``OMP_NUM_THREADS`` says otherwise. ``preload``: more modules, if this call starts the
+    server (ranks import what is missing themselves)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")

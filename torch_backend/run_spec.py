@@ -43,32 +43,16 @@ def compile_spec(spec: RunSpec) -> Program | CrossProgram:
     name = None if spec.dtype is None else canonical_dtype(spec.dtype)
     if spec.dtype is not None and name is None:
         raise SpecError(f"unknown dtype {spec.dtype!r}", text=spec.dtype, pos=0, hint=DTYPE_HINT)
-    if spec.to_mesh is not None:
-        cross = CrossProgram(lowering.compile(spec.src, spec.dst, spec.mesh, dst_mesh=spec.to_mesh))
-        if name is not None and name != cross.src.dtype:
-            cross = CrossProgram(lowering.compile(cross.src.replace(dtype=name), cross.dst.replace(dtype=name),
-                                                  cross.src_mesh, dst_mesh=cross.dst_mesh))
-        _check_held(cross.src.dtype, spec)
-        if cross.finish is not None:
-            _check_reductions(cross.finish)
-        return cross
-    program = lowering.compile(spec.src, spec.dst, spec.mesh)
+    program = lowering.compile(spec.src, spec.dst, spec.mesh, dst_mesh=spec.to_mesh)
     if name is not None and name != program.src.dtype:
         # the plan depends on the dtype (bytes against a fixed charge per collective)
-        program = lowering.compile(program.src.replace(dtype=name), program.dst.replace(dtype=name), program.mesh)
-    _check_held(program.src.dtype, spec)
-    _check_reductions(program)
-    return program
-
-
-def _check_held(dtype: str, spec: RunSpec) -> None:
-    if dtype not in TORCH_HELD:
+        program = lowering.compile(program.src.replace(dtype=name), program.dst.replace(dtype=name), program.mesh,
+                                   dst_mesh=spec.to_mesh)
+    if program.src.dtype not in TORCH_HELD:
         text = spec.dtype if spec.dtype is not None else spec.src
-        raise not_held(dtype, text=text, pos=len(text) - len(text.lstrip()))
-
-
-def _check_reductions(program: Program) -> None:
+        raise not_held(program.src.dtype, text=text, pos=len(text) - len(text.lstrip()))
     if any(step.op is not None for step in program.steps):
         from torch_backend.dtypes import check_reductions  # imports torch: only where it can matter
 
         check_reductions(program)
+    return CrossProgram(program) if spec.to_mesh is not None else program

@@ -1,26 +1,23 @@
-"""``shardc calibrate``: fit a cost model to collective times measured on local ranks.
+"""``shardc calibrate``: fit a cost model (alpha and beta per group of mesh axes) to the
+collective times of probes run on local ranks, or on JAX devices (docs/running.md).
 
     shardc calibrate --backend gloo --mesh dp=2,tp=4 --out gloo-dp2-tp4.json
     shardc plan --mesh dp=2,tp=4 --cost-model gloo-dp2-tp4.json 'f32[64]{U:tp}' 'f32[64@tp]'
-
-Spawns the mesh's ranks on this machine (as ``shardc run`` does), times an all_gather,
-reduce_scatter, all_reduce and all_to_all over each mesh axis and each flattened group
-of axes at a few message sizes, fits alpha (latency) and beta (seconds per byte) per
-group (``lowering.calibration``), prints them with each fit's R^2, and writes the model
-as JSON for ``compile(..., cost_model=path)`` and ``shardc plan --cost-model``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
-from collections.abc import Sequence
 from typing import Any
 
 from lowering.checks import check_timeout_s
 from spec_lang.errors import SpecError
 from torch_backend.cli.output import json_text, require_torch
+
+Timed = tuple[list[Any], int, str, float | None]  # samples, ranks, backend, XLA's local beta (JAX only)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lowering.calibration import Sample, calibration_json, fit_model, parse_sizes, probes
+    from lowering.calibration import calibration_json, fit_model, parse_sizes, probes
     from spec_lang import parse_mesh
 
     mesh = parse_mesh(args.mesh)
@@ -55,34 +52,51 @@ def run(args: argparse.Namespace) -> int:
                         hint="give a mesh with 2 or more ranks, e.g. --mesh dp=2,tp=4")
     if args.out is not None:
         _check_writable(args.out)
-    if args.engine == "jax":
-        return _run_jax(args, mesh, sizes)
+    timed = _timed_jax(args, mesh, sizes) if args.engine == "jax" else _timed_ranks(args, mesh, sizes)
+    if isinstance(timed, int):  # failed, or a torchrun rank but 0
+        return timed
+    samples, world, backend, local_beta = timed
+    model, fits = fit_model(samples, mesh)
+    if local_beta is not None:
+        model = dataclasses.replace(model, local_beta=local_beta)
+    data = calibration_json(model, fits, backend=backend, mesh=mesh, sizes=sizes, iters=args.iters)
+    if args.out is not None:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(json_text(data) + "\n")
+    if args.json:
+        print(json_text({"ok": True, "out": args.out, "model": data, "samples": [
+            {"axes": list(s.axes), "kind": s.kind, "bytes_max": s.bytes_max, "seconds": s.seconds} for s in samples]}))
+        return 0
+    fit = data["fit"]
+    print(f"calibrated {backend} on {world} ranks, mesh {data['mesh']}: {len(samples)} samples "
+          f"({len(fit['sizes'])} sizes x 4 collectives per group, median of {fit['iters']} runs, slowest rank)")
+    print(f"  {'axes':<12} {'ranks':>5} {'alpha':>10} {'beta':>12} {'bandwidth':>11} {'R^2':>6}")
+    for g in fit["groups"]:
+        bw = f"{1 / g['beta'] / 1e9:8.2f} GB/s" if g["beta"] > 0 else "       inf"
+        print(f"  {','.join(g['axes']):<12} {g['group_size']:>5} {g['alpha'] * 1e6:7.1f} us "
+              f"{g['beta'] * 1e9:8.4f} ns/B {bw:>11} {g['r2']:6.3f}")
+    if args.out is not None:
+        print(f"wrote {args.out}: use it with compile(..., cost_model={args.out!r}) or shardc plan --cost-model {args.out}")
+    else:
+        print("(not saved: pass --out model.json to keep it)")
+    return 0
 
+
+def _timed_ranks(args: argparse.Namespace, mesh: Any, sizes: tuple[int, ...]) -> Timed | int:
+    """The probes on the mesh's ranks (local ones, or the torchrun world): the slowest rank's
+    samples; else the exit code (1 where they failed, said here; 0 on a torchrun rank but 0)."""
+    from lowering.calibration import Sample, probes
     from torch_backend import launcher
+    from torch_backend.cli.run_cmd import launch
 
     launcher.prepare_local_ranks(mesh.size, mesh)
     from torch_backend.calibrate import CalibrateSpec, calibrate_rank, slowest
-    from torch_backend.cli.progress import RunProgress
 
     spec = CalibrateSpec(mesh=args.mesh, sizes=sizes, iters=args.iters, timeout=args.timeout)
-    spec.backend = launcher.choose_backend(args.backend, mesh.size)
-    if spec.backend == "nccl":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise SpecError("--backend nccl needs CUDA GPUs, and none is visible", hint="use --backend gloo")
-    n_probes = len(probes(mesh, sizes))
-    if launcher.under_torchrun():
-        result = launcher.launch_torchrun(spec, rank_fn=calibrate_rank)
-        if result is None:  # not rank 0
-            return 0
-    else:
-        progress = RunProgress(mesh.size, spec.backend, n_probes, rich=sys.stderr.isatty(), plain=not args.json,
-                               command="shardc calibrate", runs="probes", doing="timing the probes")
-        try:
-            result = launcher.launch_local(spec, mesh.size, on_progress=progress, rank_fn=calibrate_rank)
-        finally:
-            progress.close()
+    result = launch(spec, mesh.size, args, len(probes(mesh, sizes)), calibrate_rank, command="shardc calibrate",
+                    runs="probes", doing="timing the probes")
+    if result is None:
+        return 0
     if not result.ok:
         if args.json:
             print(json_text({"ok": False, "error": result.message, "failed_rank": result.failed_rank,
@@ -91,44 +105,21 @@ def run(args: argparse.Namespace) -> int:
         return 1
     samples = slowest([[Sample(tuple(a), k, b, t) for a, k, b, t in rep["samples"]]
                        for _, rep in sorted(result.reports.items())])
-    model, fits = fit_model(samples, mesh)
-    data = calibration_json(model, fits, backend=result.backend, mesh=mesh, sizes=sizes, iters=args.iters)
-    return _report(args, data, samples, result.world, result.backend)
+    return samples, result.world, result.backend, None
 
 
-def _run_jax(args: argparse.Namespace, mesh: Any, sizes: tuple[int, ...]) -> int:
-    """The probes on this process's JAX devices (``jax_backend.timing``)."""
-    from lowering.calibration import calibration_json, fit_model
+def _timed_jax(args: argparse.Namespace, mesh: Any, sizes: tuple[int, ...]) -> Timed:
+    """The probes on this process's JAX devices (``jax_backend.timing``), and XLA's copy of a
+    local step's block (about the speed of a collective's bytes on CPU)."""
+    from torch_backend.cli.run_cmd import jax_devices
 
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_force_host_platform_device_count" not in flags:  # before jax loads: a CPU device per rank
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={mesh.size}".strip()
-    import dataclasses
-
+    jax_devices(mesh)
     import jax
 
     from jax_backend.timing import measure, measure_local
 
     samples = measure(mesh, sizes, args.iters)
-    model, fits = fit_model(samples, mesh)
-    # XLA copies a local step's block, at about the speed of a collective's bytes on CPU
-    model = dataclasses.replace(model, local_beta=measure_local(mesh, sizes, args.iters))
-    backend = f"jax-{jax.devices()[0].platform}"
-    data = calibration_json(model, fits, backend=backend, mesh=mesh, sizes=sizes, iters=args.iters)
-    return _report(args, data, samples, mesh.size, backend)
-
-
-def _report(args: argparse.Namespace, data: dict[str, Any], samples: Sequence[Any], world: int, backend: str) -> int:
-    """The fit written to ``--out`` and shown (as JSON with ``--json``), whichever engine timed it."""
-    if args.out is not None:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(json_text(data) + "\n")
-    if args.json:
-        print(json_text({"ok": True, "out": args.out, "model": data,
-                         "samples": [_sample_json(s) for s in samples]}))
-        return 0
-    _print(data, world, backend, len(samples), args.out)
-    return 0
+    return samples, mesh.size, f"jax-{jax.devices()[0].platform}", measure_local(mesh, sizes, args.iters)
 
 
 def _check_writable(path: str) -> None:
@@ -137,23 +128,3 @@ def _check_writable(path: str) -> None:
     if os.path.isdir(path) or not os.path.isdir(parent) or not os.access(parent, os.W_OK):
         raise SpecError(f"cannot write the cost model to {path!r}", text=path, pos=0,
                         hint="give a file path in an existing, writable directory, e.g. --out model.json")
-
-
-def _sample_json(s: Any) -> dict[str, Any]:
-    return {"axes": list(s.axes), "kind": s.kind, "bytes_max": s.bytes_max, "seconds": s.seconds}
-
-
-def _print(data: dict[str, Any], world: int, backend: str, n: int, out: str | None) -> None:
-    fit = data["fit"]
-    print(f"calibrated {backend} on {world} ranks, mesh {data['mesh']}: {n} samples "
-          f"({len(fit['sizes'])} sizes x 4 collectives per group, median of {fit['iters']} runs, slowest rank)")
-    print(f"  {'axes':<12} {'ranks':>5} {'alpha':>10} {'beta':>12} {'bandwidth':>11} {'R^2':>6}")
-    for g in fit["groups"]:
-        axes = ",".join(g["axes"])
-        bw = f"{1 / g['beta'] / 1e9:8.2f} GB/s" if g["beta"] > 0 else "       inf"
-        print(f"  {axes:<12} {g['group_size']:>5} {g['alpha'] * 1e6:7.1f} us {g['beta'] * 1e9:8.4f} ns/B "
-              f"{bw:>11} {g['r2']:6.3f}")
-    if out is not None:
-        print(f"wrote {out}: use it with compile(..., cost_model={out!r}) or shardc plan --cost-model {out}")
-    else:
-        print("(not saved: pass --out model.json to keep it)")

@@ -2,11 +2,8 @@
 
     shardc run --mesh dp=2,tp=4 'f32[12@(dp,tp),10]' 'f32[12@tp,10]' --check --bench 20
 
-Spawns one process per rank on this machine (gloo on CPU; NCCL when at least that
-many GPUs are visible), or, under torchrun, runs on the existing world. The program is
-printed as soon as it compiles, then progress goes to stderr while the ranks start and
-run (a rich bar on a terminal, plain lines when piped; none with --json unless stderr is
-a terminal), then the report.
+One process per rank on this machine, or the torchrun world (docs/running.md). The
+program is printed as soon as it compiles, progress goes to stderr, then the report.
 """
 
 from __future__ import annotations
@@ -14,14 +11,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lowering.checks import check_timeout_s
 from spec_lang.errors import SpecError
 from torch_backend.cli.output import json_text, require_torch, time_text
-
-if TYPE_CHECKING:
-    from spec_lang.ir import Mesh
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -60,47 +54,54 @@ def run(args: argparse.Namespace) -> int:
     spec = RunSpec(mesh=args.mesh, src=args.src, dst=args.dst, dtype=args.dtype, check=args.check,
                    bench=args.bench, timeout=args.timeout, to_mesh=args.to_mesh)
     program = compile_spec(spec)  # every SpecError before any process starts
-    mesh: Mesh | str
+    mesh: Any
     if isinstance(program, CrossProgram):  # --to-mesh: the ranks of both meshes
         world, mesh = program.world, f"{program.src_mesh} and {program.dst_mesh}"
     else:
         world, mesh = program.mesh.size, program.mesh
-    if launcher.under_torchrun():
-        if int(os.environ["WORLD_SIZE"]) != world:
-            raise SpecError(f"torchrun started {os.environ['WORLD_SIZE']} ranks but the mesh {mesh} "
-                            f"has {world}", hint=f"use torchrun --nproc-per-node ... so that there are {world} ranks")
+    if launcher.under_torchrun() and int(os.environ["WORLD_SIZE"]) != world:
+        raise SpecError(f"torchrun started {os.environ['WORLD_SIZE']} ranks but the mesh {mesh} has {world}",
+                        hint=f"use torchrun --nproc-per-node ... so that there are {world} ranks")
     launcher.prepare_local_ranks(world, mesh)
     if not args.json and (not launcher.under_torchrun() or os.environ.get("RANK") == "0"):
         print(program, flush=True)  # compiled before any rank starts: show it while they do
-    # after the program is shown: choosing the backend imports torch (seconds) unless it is gloo
-    spec.backend = launcher.choose_backend(args.backend, world)
-    if spec.backend == "nccl":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise SpecError("--backend nccl needs CUDA GPUs, and none is visible", hint="use --backend gloo")
-    if launcher.under_torchrun():
-        spec.progress_bar = bool(spec.bench >= 20 and not args.json and sys.stderr.isatty())
-        result = launcher.launch_torchrun(spec)
-        if result is None:  # not rank 0
-            return 0
-    else:
-        from torch_backend.cli.progress import RunProgress
-
-        tty = sys.stderr.isatty()
-        progress = RunProgress(world, spec.backend, spec.bench, rich=tty, plain=not args.json)
-        try:
-            result = launcher.launch_local(spec, world, on_progress=progress)
-        finally:
-            progress.close()
+    spec.progress_bar = bool(spec.bench >= 20 and not args.json and sys.stderr.isatty())  # under torchrun
+    result = launch(spec, world, args, spec.bench)
+    if result is None:  # a torchrun rank but 0
+        return 0
     _print(args, program, result)
     return 0 if result.ok else 1
+
+
+def launch(spec: Any, world: int, args: argparse.Namespace, counted: int, rank_fn: Any = None, **shown: Any) -> Any:
+    """``spec`` on ``world`` local ranks, progress on stderr (``counted`` units; ``shown``:
+    ``RunProgress``'s words), or on the torchrun world: the merged result (None on a torchrun
+    rank but 0). Called once the program is shown: choosing the backend may import torch."""
+    from torch_backend import launcher
+    from torch_backend.cli.progress import RunProgress
+
+    spec.backend = launcher.choose_backend(args.backend, world)
+    if launcher.under_torchrun():
+        return launcher.launch_torchrun(spec, rank_fn)
+    progress = RunProgress(world, spec.backend, counted, rich=sys.stderr.isatty(), plain=not args.json, **shown)
+    try:
+        return launcher.launch_local(spec, world, on_progress=progress, rank_fn=rank_fn)
+    finally:
+        progress.close()
+
+
+def jax_devices(mesh: Any) -> None:
+    """Before jax loads: a CPU device per rank of ``mesh``, unless XLA_FLAGS names a count."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={mesh.size}".strip()
 
 
 def _run_jax(args: argparse.Namespace) -> int:
     """``--engine jax``: the program on this process's JAX devices (``jax_backend.local_run``)."""
     import lowering
     from spec_lang import parse_mesh
+    from spec_lang.ir import canonical_dtype
 
     if args.to_mesh is not None:
         raise SpecError("--engine jax runs on one mesh", text=args.to_mesh, pos=0,
@@ -108,15 +109,11 @@ def _run_jax(args: argparse.Namespace) -> int:
     mesh = parse_mesh(args.mesh)
     src, dst = lowering.resolve(args.src, mesh)[0], lowering.resolve(args.dst, mesh)[0]
     if args.dtype is not None:
-        from spec_lang.ir import canonical_dtype
-
         name = canonical_dtype(args.dtype)
         if name is None:
             raise SpecError(f"unknown dtype {args.dtype!r}", text=args.dtype, pos=0, hint="e.g. --dtype f32")
         src, dst = src.replace(dtype=name), dst.replace(dtype=name)
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_force_host_platform_device_count" not in flags:  # before jax loads: a CPU device per rank
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={mesh.size}".strip()
+    jax_devices(mesh)
     import jax
 
     if len(jax.devices()) < mesh.size:
@@ -149,29 +146,23 @@ def _run_jax(args: argparse.Namespace) -> int:
 
 
 def _print(args: argparse.Namespace, program: Any, result: Any) -> None:
-    reports = result.reports
-    cross = getattr(args, "to_mesh", None) is not None  # a CrossProgram: timed as a whole
-    bench_steps = [max(r.get("bench_steps_s", [0.0])[i] for r in reports.values())
-                   for i in range(len(program.steps))] if args.bench and result.ok and not cross else []
-    total = (max(r["bench_total_s"] for r in reports.values()) if args.bench and result.ok
-             else max((r.get("time_s", 0.0) for r in reports.values()), default=0.0))
-    device = next((r.get("device") for r in reports.values() if r.get("device")), "cpu")
+    """The report: a cross-mesh run is timed as a whole; one mesh's steps each (the slowest rank's)."""
+    reports = result.reports.values()
+    cross = args.to_mesh is not None
+    benched = bool(args.bench and result.ok)
+    steps = program.to_json()["steps"] if cross else [s.to_json() for s in program.steps]
+    times = [max(r["bench_steps_s"][i] for r in reports) for i in range(len(steps))] if benched and not cross else []
+    total = max((r["bench_total_s"] if benched else r.get("time_s", 0.0) for r in reports), default=0.0)
+    device = next((r.get("device") for r in reports if r.get("device")), "cpu")
     if args.json:
-        steps = []
-        for i, s in enumerate(program.to_json()["steps"] if cross else program.steps):
-            d = s if cross else s.to_json()
-            if bench_steps:
-                d["time_s"] = bench_steps[i]
-            steps.append(d)
-        out = {"ok": result.ok, "ranks": result.world, "backend": result.backend, "device": device,
-               "time_s": total, "steps": steps, "bench_runs": args.bench,
-               "check": (all(r.get("check") for r in reports.values()) if args.check and result.ok else None),
+        out = {"ok": result.ok, "ranks": result.world, "backend": result.backend, "device": device, "time_s": total,
+               "steps": [{**s, "time_s": t} for s, t in zip(steps, times)] or steps, "bench_runs": args.bench,
+               "check": all(r.get("check") for r in reports) if args.check and result.ok else None,
                "cost": program.cost.to_json()}
         if not result.ok:
-            out["failed_rank"] = result.failed_rank
-            out["error"] = result.message
-            out["rank_reports"] = [{k: v for k, v in r.items() if k in ("rank", "ok", "error", "failed_after_s")}
-                                   for _, r in sorted(reports.items())]
+            out.update(failed_rank=result.failed_rank, error=result.message, rank_reports=[
+                {k: v for k, v in r.items() if k in ("rank", "ok", "error", "failed_after_s")}
+                for _, r in sorted(result.reports.items())])
         print(json_text(out))
         return
     print(f"ran on {result.world} ranks ({result.backend}, {device}): {'ok' if result.ok else 'FAILED'}")
@@ -181,13 +172,12 @@ def _print(args: argparse.Namespace, program: Any, result: Any) -> None:
     if args.check:
         print(f"check: every rank holds its block of {program.dst}"
               + (f" on {program.dst_mesh}, the others None" if cross else ""))
-    if args.bench and cross:
-        print(f"time (median of {args.bench} runs, slowest rank): {time_text(total)}")
-    elif args.bench:
-        width = max((len(s.describe()) for s in program.steps), default=5)
-        print(f"time (median of {args.bench} runs, slowest rank):")
-        for i, s in enumerate(program.steps):
-            print(f"  {i + 1}. {s.describe():<{width}}  {time_text(bench_steps[i])}")
-        print(f"     {'total':<{width}}  {time_text(total)}")
-    else:
+    if not args.bench:
         print(f"time: {time_text(total)} (one cold run, slowest rank; use --bench N for steady-state times)")
+        return
+    print(f"time (median of {args.bench} runs, slowest rank):" + (f" {time_text(total)}" if cross else ""))
+    width = max((len(s.describe()) for s in program.steps), default=5)
+    for i, t in enumerate(times):
+        print(f"  {i + 1}. {program.steps[i].describe():<{width}}  {time_text(t)}")
+    if not cross:
+        print(f"     {'total':<{width}}  {time_text(total)}")
