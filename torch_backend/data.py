@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from lowering.layout import group_ranks
 from spec_lang.ir import Mesh, TensorType
 from torch_backend.blocks import local_part
 from torch_backend.dtypes import NO_ARITHMETIC, to_torch_dtype
@@ -46,13 +47,8 @@ def global_tensor(t: TensorType, *, seed: int = 0, device: torch.device | str = 
 
 def _coord_index(mesh: Mesh, rank: int, axes: tuple[str, ...]) -> tuple[int, int]:
     """(index of ``rank`` over ``axes`` in mesh order, group size)."""
-    c = mesh.coords(rank)
-    j, k = 0, 1
-    for a in mesh.names:
-        if a in axes:
-            s = mesh.axis_size(a)
-            j, k = j * s + c[mesh.index(a)], k * s
-    return j, k
+    members = group_ranks(mesh, tuple(a for a in mesh.names if a in axes), rank)
+    return members.index(rank), len(members)
 
 
 def block(t: TensorType, mesh: Mesh, g: torch.Tensor, rank: int) -> torch.Tensor:
