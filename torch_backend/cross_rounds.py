@@ -24,7 +24,7 @@ from lowering.kinds import rank_pieces
 from lowering.kinds.across import CrossPieces
 from lowering.kinds.base import numel
 from lowering.planner import compile_gradient
-from lowering.program import Step
+from lowering.program import Program, Step
 from spec_lang.ir import Mesh
 from torch_backend import collectives, comm, local_steps, uneven_steps  # noqa: F401 - each registers its runners
 from torch_backend.dtypes import check_reductions, to_torch_dtype
@@ -35,13 +35,18 @@ from torch_backend.runners import Pieces, pieces_as, runs
 Held = list[tuple[Box, torch.Tensor]]
 
 
+def crossing(program: Program) -> CrossProgram:
+    """A cross-mesh program's view, every reduction on its source mesh one torch can add."""
+    p = CrossProgram(program)
+    if p.finish is not None:
+        check_reductions(p.finish)
+    return p
+
+
 def cross_backward_program(p: CrossProgram) -> CrossProgram:
     """The gradient's move: ``dual(dst)`` on the destination mesh back to ``dual(src)`` on
     the source mesh (compiled alike on every rank, cached)."""
-    back = CrossProgram(compile_gradient(p.program))
-    if back.finish is not None:
-        check_reductions(back.finish)
-    return back
+    return crossing(compile_gradient(p.program))
 
 
 def finish_groups(p: CrossProgram, timeout: timedelta | None, backend: str) -> MeshContext | None:

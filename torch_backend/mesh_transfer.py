@@ -34,8 +34,7 @@ from spec_lang.ir import Mesh, TensorType
 from spec_lang.parser import parse, parse_mesh
 from torch_backend.agree import compare_gathering
 from torch_backend.bound import BoundCall, bind_across
-from torch_backend.cross_rounds import cross_backward_program, finish_groups, world, world_sum
-from torch_backend.dtypes import check_reductions
+from torch_backend.cross_rounds import cross_backward_program, crossing, finish_groups, world, world_sum
 from torch_backend.groups import (
     check_timeout,
     device_mesh_over_ranks,
@@ -60,9 +59,7 @@ def plan(src: TensorType | str, dst: TensorType | str | None, mesh: Any, dst_mes
     """The CrossProgram every rank runs (compiled alike on every rank, cached), with every
     check that does not depend on the tensor (a rank may have given no ``dst``)."""
     m, dm = mesh_over_ranks(mesh, "mesh"), mesh_over_ranks(dst_mesh, "dst_mesh")
-    p = CrossProgram(lowering.compile(_type_arg(src, "src"), _type_arg(dst, "dst"), m, dst_mesh=dm))
-    if p.finish is not None:
-        check_reductions(p.finish)
+    p = crossing(lowering.compile(_type_arg(src, "src"), _type_arg(dst, "dst"), m, dst_mesh=dm))
     world = dist.get_world_size()
     if world < p.world:
         raise SpecError(f"the program from mesh {p.src_mesh} to mesh {p.dst_mesh} runs over ranks "
@@ -319,7 +316,8 @@ GRAD_MODE = 1  # the bit of a rank's grad code (``_grad_code``) that says grad m
 
 def _pattern(wants: Sequence[bool]) -> int:
     """A hash of which blocks require grad (0: none does)."""
-    return _call_hash("".join("1" if w else "0" for w in wants)) if any(wants) else 0
+    key = "".join("1" if w else "0" for w in wants).encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=7).digest(), "big") if any(wants) else 0
 
 
 def _grad_code(wants: Sequence[bool]) -> int:
@@ -369,10 +367,6 @@ def _carries_grad(codes: Sequence[int], wants: Sequence[bool], p: CrossProgram, 
 
 def _device(x: torch.Tensor | None) -> torch.device:
     return x.device if x is not None else nccl_device(str(dist.get_backend())) or torch.device("cpu")
-
-
-def _call_hash(key: str) -> int:
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=7).digest(), "big")
 
 
 def _agree(error: SpecError | None, call: str, timeout: timedelta | None, grad: int = 0) -> list[int]:
