@@ -38,23 +38,6 @@ def step_group(ctx: MeshContext, step: Step) -> GroupHandle:
     return ctx.group(step.axes, ctx.ranks[0])
 
 
-def _alone(ctx: MeshContext, plans: Plans, x: torch.Tensor) -> torch.Tensor | None:
-    """A group of one rank: the collective is a local copy (None when the group is bigger; an
-    exchange's is ``all_to_all``'s own, since it sends nothing)."""
-    p = first_plan(plans)
-    if p.n != 1:
-        return None
-    if p.kind == "all_reduce":
-        return rank_map(ctx, lambda r, t: t.clone(), x)
-    if p.kind == "reduce_scatter":
-        sp = pieces_as(ScatterPieces, plans)
-        return rank_map(ctx, lambda r, t: t[sp[r].send[0].src].clone(), x)
-    if p.kind == "all_gather":
-        gp = pieces_as(GatherPieces, plans)
-        return rank_map(ctx, lambda r, t: _place(ctx, gp[r], [(gp[r].recv[0], t)]), x)
-    return None
-
-
 def _place(ctx: MeshContext, plan: GatherPieces, parts: list[tuple[Piece, torch.Tensor]]) -> torch.Tensor:
     """A new output block assembled from (piece, tensor of piece.shape) pairs."""
     y = parts[0][1].new_empty(plan.out_shape)
@@ -151,11 +134,10 @@ def all_gather(ctx: MeshContext, step: Step, pieces: Plans, x: torch.Tensor) -> 
     Equal blocks: one ``all_gather_single``. Uneven: the exact ring (where the implementation
     has point-to-point) or an exact all_to_all.
     """
-    alone = _alone(ctx, pieces, x)
-    if alone is not None:
-        return alone
     plans = pieces_as(GatherPieces, pieces)
     p0, g = first_plan(plans), step_group(ctx, step)
+    if p0.n == 1:  # a group of one: a local copy
+        return rank_map(ctx, lambda r, t: _place(ctx, plans[r], [(plans[r].recv[0], t)]), x)
     # under LocalTensorMode one call serves every group, and some may be even while
     # others are not: take the exact path unless all of them are even
     if not all(p.even for p in plans.values()):
@@ -250,11 +232,10 @@ def reduce_scatter(ctx: MeshContext, step: Step, pieces: Plans, x: torch.Tensor)
     ``step.padded``) for ``reduce_scatter_single``; with an even dim-0 layout the input
     and output tensors are the buffers themselves.
     """
-    alone = _alone(ctx, pieces, x)
-    if alone is not None:
-        return alone
     plans = pieces_as(ScatterPieces, pieces)
     p0 = first_plan(plans)
+    if p0.n == 1:  # a group of one: a local copy
+        return rank_map(ctx, lambda r, t: t[plans[r].send[0].src].clone(), x)
     op, g = step.op or "sum", step_group(ctx, step)
     if not (p0.even or step.padded):
         return _reduce_scatter_exact(ctx, step, g, plans, x)

@@ -420,14 +420,10 @@ def _per_rank_ints(ctx: MeshContext, splits: dict[int, list[int]]) -> list[Any]:
     """Split sizes that differ per simulated rank, as LocalIntNode SymInts."""
     from torch.distributed._local_tensor import LocalIntNode
 
-    n = len(next(iter(splits.values())))
     out: list[Any] = []
-    for i in range(n):
+    for i in range(len(splits[ctx.ranks[0]])):
         vals = {r: int(splits[r][i]) for r in ctx.ranks}
-        if len(set(vals.values())) == 1:
-            out.append(next(iter(vals.values())))
-        else:
-            out.append(torch.SymInt(LocalIntNode(vals)))
+        out.append(vals[ctx.ranks[0]] if len(set(vals.values())) == 1 else torch.SymInt(LocalIntNode(vals)))
     return out
 
 

@@ -77,25 +77,19 @@ def _share(x: torch.Tensor, op: str, j: int, k: int) -> torch.Tensor:
     if x.dtype in NO_ARITHMETIC:  # shares exist (no reduction can run on them: see wire_view)
         return _share(x.double(), op, j, k).to(x.dtype)
     if x.dtype == torch.bool:
-        if op == "min":
-            return x
-        return x if j == 0 else torch.zeros_like(x)
+        return x if op == "min" or j == 0 else torch.zeros_like(x)
     if op == "sum":
         small = [(i % 3) - 1 if x.dtype != torch.uint8 else i % 2 for i in range(1, k)]
-        if j == 0:
-            return x - sum(small)
-        return torch.full_like(x, small[j - 1])
+        return x - sum(small) if j == 0 else torch.full_like(x, small[j - 1])
     if op == "avg":
         # offsets that cancel in pairs: -1, +1, -1, +1, ... (0 for an odd one out)
         d = 0 if (k % 2 and j == k - 1) else (1 if j % 2 else -1)
         return x + d if x.dtype != torch.uint8 else x
+    if op in ("max", "min") and j == 0:
+        return x
     if op == "max":
-        if j == 0:
-            return x
         return torch.zeros_like(x) if x.dtype == torch.uint8 else x - 1
     if op == "min":
-        if j == 0:
-            return x
         return torch.full_like(x, 255) if x.dtype == torch.uint8 else x + 1
     raise ValueError(f"unknown reduce op {op!r}")
 

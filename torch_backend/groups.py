@@ -1,24 +1,18 @@
 """Process groups for the mesh axis sets a program uses, created on demand and cached.
 
-A step over ``axes`` runs on the ranks that share every other mesh coordinate. The
-flattened collective's *group order* is row-major over ``axes`` as listed
-(``lowering.layout.group_ranks``); ``(tp, dp)`` on ``dp=2,tp=2`` orders rank 0's group
-``0, 2, 1, 3``. torch's ``new_group`` sorts ranks by default (and LocalTensorMode only
-accepts sorted groups), so a process group's own rank order can differ from the group
-order. The executor never relies on either order: it reads every block off the layout
-boxes and asks a :class:`GroupHandle` which mesh rank sits at which process-group rank.
-One process group therefore serves every ordering of the same axis set.
+A step over ``axes`` runs on the ranks that share every other mesh coordinate, in *group
+order*: row-major over ``axes`` as listed (``lowering.layout.group_ranks``; ``(tp, dp)`` on
+``dp=2,tp=2`` orders rank 0's group ``0, 2, 1, 3``). torch's ``new_group`` sorts ranks
+(and LocalTensorMode only accepts sorted groups), so a process group's rank order can
+differ: the executor reads every block off the layout boxes and asks a :class:`GroupHandle`
+which mesh rank sits at which process-group rank, so one process group serves every
+ordering of an axis set.
 
-Three ways to get a :class:`MeshContext` (``context()`` picks):
-
-* **LocalTensorMode** (one process simulates every rank, a ``fake`` default group):
-  the context covers all ranks; a group is the process group of rank 0's group,
-  from which LocalTensorMode infers the others (its collectives run every fiber).
-* **A default process group** (torchrun, ``shardc run``, any ``init_process_group``):
-  mesh rank = global rank, and the world size must equal the mesh size.
-* **A named DeviceMesh**: mesh rank -> global rank comes from ``device_mesh.mesh``,
-  so the mesh may cover part of a bigger world; single-axis groups reuse the
-  DeviceMesh's own process groups.
+A :class:`MeshContext` (``context()``) covers every rank under **LocalTensorMode** (a
+group is rank 0's, from which LocalTensorMode infers the others); on a **default process
+group** mesh rank = global rank, the world as big as the mesh; a **named DeviceMesh** maps
+mesh ranks to global ones (``device_mesh.mesh``: part of a bigger world), and its
+single-axis groups are its own.
 
 New groups are made with ``use_local_synchronization=True``: only the members call
 ``new_group``, so groups can be created lazily by the ranks that need them. torch names
