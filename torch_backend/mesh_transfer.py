@@ -159,11 +159,10 @@ def agreed_across(xs: Sequence[Any], srcs: Sequence[TensorType | str | None],
         if not (len(xs) == len(srcs) == len(dsts)) or not xs:
             raise SpecError(f"got {len(xs)} tensors, {len(srcs)} source types and {len(dsts)} destination types",
                             hint="pass one source and one destination type per tensor (at least one)")
-        for x, s, d in zip(xs, srcs, dsts, strict=True):
-            call, local = _resolve(x, s, d, mesh, dst_mesh, me)
+        for i, (x, s, d) in enumerate(zip(xs, srcs, dsts, strict=True)):
+            call, local = _resolve(x, s, d, mesh, dst_mesh, me)  # its SpecError wins over a check's below
             calls.append(call)
             locals_.append(local)
-        for i, (call, local) in enumerate(zip(calls, locals_, strict=True)):
             error = error or check_cross_block(local, call.program, me, None if one else i) \
                 or _check_grad(local, call.program)
     except SpecError as e:
