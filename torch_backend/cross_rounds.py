@@ -22,7 +22,7 @@ import torch.distributed as dist
 from lowering.cross_mesh import Box, CrossProgram, Transfer, cut, fill
 from lowering.kinds import rank_pieces
 from lowering.kinds.across import CrossPieces
-from lowering.kinds.base import numel
+from lowering.kinds.base import flat_offset, numel
 from lowering.planner import compile_gradient
 from lowering.program import Program, Step
 from spec_lang.ir import Mesh
@@ -223,20 +223,15 @@ def _round(ctx: MeshContext, k: int, held: list[Held], outs: Sequence[tuple[Box,
 
 def output_run(out: tuple[Box, torch.Tensor] | None, box: Box) -> torch.Tensor | None:
     """The flat run of the output that the global ``box`` fills, where it is one run
-    (dims before the one it cuts of extent 1, dims after it whole), else None."""
+    (``flat_offset``), else None."""
     if out is None:
         return None
     at, t = out
     if not all(olo <= lo and hi <= ohi for (lo, hi), (olo, ohi) in zip(box, at, strict=True)):
         return None
-    k = next((k for k, (lo, hi) in enumerate(box) if hi - lo != 1), len(box))
-    if any(b != o for b, o in zip(box[k + 1:], at[k + 1:], strict=True)):
-        return None
-    flat, n = 0, 1
-    for (lo, _), (olo, ohi) in reversed(list(zip(box, at, strict=True))):
-        flat += (lo - olo) * n
-        n *= ohi - olo
-    return t.view(-1)[flat:flat + numel(_extent(box))]
+    off = flat_offset(tuple(slice(lo - olo, hi - olo) for (lo, hi), (olo, _) in zip(box, at, strict=True)),
+                      _extent(at))
+    return None if off is None else t.view(-1)[off:off + numel(_extent(box))]
 
 
 def _extent(box: Box) -> tuple[int, ...]:

@@ -10,7 +10,7 @@ accumulating each contribution into the output (``reduce_scatterv``)::
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
@@ -76,20 +76,19 @@ def _identity(op: str, like: torch.Tensor) -> float | int | bool:
     return info.min if op == "max" else info.max
 
 
+_ACCUMULATE: dict[str, Callable[..., torch.Tensor]] = {"sum": torch.add, "avg": torch.add, "max": torch.maximum,
+                                                       "min": torch.minimum}
+
+
 def _accumulate(copies: Sequence[Copy], src: torch.Tensor, dst: torch.Tensor, op: str) -> None:
     so, do = src.storage_offset(), dst.storage_offset()
     for c in copies:
         d = dst.as_strided(c.dst.size, c.dst.stride, do + c.dst.offset)
         s = src.as_strided(c.src.size, c.src.stride, so + c.src.offset)
-        if op in ("sum", "avg"):
-            if d.dtype == torch.bool:
-                d.logical_or_(s)
-            else:
-                d.add_(s)
-        elif op == "max":
-            torch.maximum(d, s, out=d)
+        if op in ("sum", "avg") and d.dtype == torch.bool:
+            d.logical_or_(s)
         else:
-            torch.minimum(d, s, out=d)
+            _ACCUMULATE[op](d, s, out=d)
 
 
 @runs("reduce_scatterv")
