@@ -59,18 +59,15 @@ def _straight(step: Step, p: RankPieces) -> bool:
             or step.kind == "all_reduce")
 
 
-def stacks(big: tuple[int, ...], small: tuple[int, ...], n: int) -> bool:
-    """``big`` is ``n`` blocks of ``small`` along dim 0: c10d takes the tensors as they are
-    (its concatenated form, the same bytes as the flat one), and no view is made per call."""
-    return len(big) == len(small) >= 1 and big[0] == n * small[0] and big[1:] == small[1:]
-
-
 def _issue(ctx: MeshContext, step: Step, p: RankPieces) -> Callable[[torch.Tensor, bool], Launched]:
     """A ``_straight`` step on one rank's block as ``issue(x, launch_only) -> (work, finish)``."""
     g, op, n = ctx.group(step.axes, ctx.ranks[0]), step.op or "sum", p.n
     if isinstance(p, (GatherPieces, ScatterPieces)):
         gather, shape = isinstance(p, GatherPieces), p.out_shape
-        stacked = stacks(shape, p.in_shape, n) if gather else stacks(p.in_shape, shape, n)
+        big, small = (shape, p.in_shape) if gather else (p.in_shape, shape)
+        # the whole block is n of the other along dim 0: c10d takes the tensors as they are
+        # (its concatenated form, the same bytes as the flat one), and no view is made per call
+        stacked = len(big) == len(small) >= 1 and big[0] == n * small[0] and big[1:] == small[1:]
 
         def issue(x: torch.Tensor, launch_only: bool) -> Launched:
             y = x.new_empty(shape)

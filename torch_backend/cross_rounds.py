@@ -22,7 +22,7 @@ import torch.distributed as dist
 from lowering.cross_mesh import Box, CrossProgram, Transfer, cut, fill
 from lowering.kinds import rank_pieces
 from lowering.kinds.across import CrossPieces
-from lowering.kinds.base import flat_offset, numel
+from lowering.kinds.base import flat_offset, numel, own_pieces
 from lowering.planner import compile_gradient
 from lowering.program import Program, Step
 from spec_lang.ir import Mesh
@@ -130,9 +130,7 @@ def rounds(programs: Sequence[CrossProgram], me: int) -> tuple[Round, ...]:
 
 
 def crossing_pieces(step: Step, src_mesh: Mesh, me: int) -> CrossPieces:
-    pieces = rank_pieces(step, src_mesh, me)
-    assert isinstance(pieces, CrossPieces)  # the crossing kinds' pieces
-    return pieces
+    return own_pieces(CrossPieces, [rank_pieces(step, src_mesh, me)])[0]
 
 
 def _rounds(pieces: Sequence[CrossPieces], items: Sequence[int]) -> tuple[Round, ...]:
