@@ -75,9 +75,14 @@ def _type_arg(t: object, what: str) -> TensorType | str:
     return t
 
 
-def _bad_argument(e: Exception) -> SpecError:
-    """A check that failed on an argument of the wrong kind, as a SpecError: it must reach
-    the agreement like any other, or the other ranks would wait for this one."""
+_REFUSED = (SpecError, TypeError, AttributeError, IndexError, KeyError)  # the last four: an argument of the wrong kind
+
+
+def _refusal(e: Exception) -> SpecError:
+    """A failed check as the SpecError the agreement carries (one on an argument of the wrong
+    kind too: it must reach the agreement like any other, or the other ranks would wait)."""
+    if isinstance(e, SpecError):
+        return e
     return SpecError(f"a cross-mesh call's argument is not what it should be ({type(e).__name__}: {e})",
                      hint="pass type strings or TensorTypes, meshes as strings, spec_lang Meshes or named "
                           "DeviceMeshes, and each rank's block as a tensor (None off the source mesh)")
@@ -165,10 +170,8 @@ def agreed_across(xs: Sequence[Any], srcs: Sequence[TensorType | str | None],
             locals_.append(local)
             error = error or check_cross_block(local, call.program, me, None if one else i) \
                 or _check_grad(local, call.program)
-    except SpecError as e:
-        error = e
-    except (TypeError, AttributeError, IndexError, KeyError) as e:  # an argument of the wrong kind
-        error = _bad_argument(e)
+    except _REFUSED as e:
+        error = _refusal(e)
     device = _device(next((t for t in locals_ if t is not None), None))
     wants = [_wants_grad(t) for t in locals_] if error is None else []
     codes = _agree(error, "; ".join(c.describe() for c in calls), timeout, _grad_code(wants))
@@ -263,10 +266,8 @@ def prepare(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], 
         for s, d in zip(srcs, dsts, strict=True):
             programs.append(plan(s, d, mesh, dst_mesh))
             backs.append(cross_backward_program(programs[-1]) if requires_grad else None)
-    except SpecError as e:
-        error = e
-    except (TypeError, AttributeError, IndexError, KeyError) as e:  # an argument of the wrong kind
-        error = _bad_argument(e)
+    except _REFUSED as e:
+        error = _refusal(e)
     _agree(error, "; ".join(CrossMove(p).describe() for p in programs) + (", requires_grad=True" if requires_grad else ""),
            timeout)
     bound = _bind(programs, backs, _device(None), timeout)  # the backward's groups made first, as everywhere
