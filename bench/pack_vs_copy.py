@@ -42,7 +42,7 @@ import lowering
 from bench.exec_vs_dtensor import CASES, scaled
 from lowering.kinds import RankPieces, rank_pieces
 from spec_lang.parser import parse, parse_mesh
-from torch_backend.collectives import _finish_into, _receive_into, _unpack_exchange, pack_exchange
+from torch_backend.collectives import _receive_into, _unpack_exchange, pack_exchange
 from torch_backend.dtypes import to_torch_dtype
 from torch_backend.scratch import Scratch, using
 
@@ -97,7 +97,7 @@ def timeit(fn, device: torch.device, iters: int) -> float:
 def unpack_real(plan: RankPieces, t: torch.Tensor) -> torch.Tensor:
     """A real group's unpack around its receive (which is not timed)."""
     y, recv = _receive_into(plan, t)
-    return _finish_into(plan, t, y, recv)
+    return _unpack_exchange(plan, t, recv, y)
 
 
 def _copy_time(elems: int, dt: torch.dtype, device: torch.device, iters: int) -> float:

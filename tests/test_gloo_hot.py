@@ -16,17 +16,17 @@ pytestmark = pytest.mark.skipif(not dist.is_gloo_available(), reason="torch buil
 
 MESH = "dp=2,tp=4"
 PAIRS = [  # (name, src, dst, the function a repeated call runs: torch_backend.lean's, or the interpreter)
-    ("gather-dim0", "f32[8@dp,6]", "f32[8,6]", "gather_stacked"),  # c10d takes the blocks as they are
-    ("gather-flat-group", "f32[16@(dp,tp),3]", "f32[16,3]", "gather_stacked"),
+    ("gather-dim0", "f32[8@dp,6]", "f32[8,6]", "collective"),  # c10d takes the blocks as they are
+    ("gather-flat-group", "f32[16@(dp,tp),3]", "f32[16,3]", "collective"),
     ("gather-dim1", "f32[3,8@tp]", "f32[3,8]", "run"),  # not back to back: the runner
-    ("gather-lead-1", "f32[1,8@tp]", "f32[1,8]", "gather"),  # back to back: flat buffers
-    ("rs-dim0", "f32[8,4]{U:tp}", "f32[8@tp,4]", "scatter_stacked"),
-    ("rs-avg", "f32[8,4]{P(avg):dp}", "f32[8@dp,4]", "scatter_stacked"),
+    ("gather-lead-1", "f32[1,8@tp]", "f32[1,8]", "collective"),  # back to back: flat buffers
+    ("rs-dim0", "f32[8,4]{U:tp}", "f32[8@tp,4]", "collective"),
+    ("rs-avg", "f32[8,4]{P(avg):dp}", "f32[8@dp,4]", "collective"),
     ("rs-dim1", "f32[4,8]{U:tp}", "f32[4,8@tp]", "run"),
-    ("all-reduce", "f32[5,3]{U:(dp,tp)}", "f32[5,3]", "reduce"),
+    ("all-reduce", "f32[5,3]{U:(dp,tp)}", "f32[5,3]", "collective"),
     ("slice", "f32[8,6]", "f32[8@tp,6]", "slice_"),
-    ("i32-gather", "i32[8@tp,2]", "i32[8,2]", "gather_stacked"),
-    ("bool-gather", "bool[8@dp]", "bool[8]", "gather_stacked"),
+    ("i32-gather", "i32[8@tp,2]", "i32[8,2]", "collective"),
+    ("bool-gather", "bool[8@dp]", "bool[8]", "collective"),
     ("gather-two-dims", "f32[8@dp,4@tp]", "f32[8,4]", "run"),  # one ring over (dp,tp)
     ("permute", "f32[8@dp,4]", "f32[8,4@dp]", "run"),
     ("two-steps", "f32[8@dp,4]{U:tp}", "f32[8,4]", "_interpret"),

@@ -26,7 +26,7 @@ from lowering.kinds import rank_pieces  # noqa: E402
 from lowering.kinds.copies import Copy, View, as_run, plan_copies  # noqa: E402
 from lowering.simulator import simulate  # noqa: E402
 from spec_lang import parse, parse_mesh  # noqa: E402
-from torch_backend.collectives import _finish_into, _receive_into, _unpack_exchange, pack_exchange  # noqa: E402
+from torch_backend.collectives import _receive_into, _unpack_exchange, pack_exchange  # noqa: E402
 from torch_backend.strided import run_copies  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,7 +73,7 @@ def test_exchange_copy_plans_match_per_piece(dtype: torch.dtype) -> None:
             assert torch.equal(_unpack_exchange(plan, x, recv), want), step.describe()
             y, landing = _receive_into(plan, x)  # a real group's receive: in place where it can
             landing.copy_(recv)
-            assert torch.equal(_finish_into(plan, x, y, landing), want), step.describe()
+            assert torch.equal(_unpack_exchange(plan, x, landing, y), want), step.describe()
             seen += 1
     assert seen > 50
 

@@ -7,16 +7,17 @@ current block, and returns the next block (a LocalTensor under LocalTensorMode).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from itertools import accumulate
+from typing import Any
 
 import torch
 
 from lowering.kinds.base import Piece, PiecesT, RankPieces, flat_offset, numel
-from lowering.kinds.copies import Copy
 from lowering.kinds.exchange import ExchangePieces
 from lowering.kinds.gather import GatherPieces
 from lowering.kinds.reduce import ScatterPieces
+from lowering.kinds.uneven_exchange import ExchangeVPieces
 from lowering.program import Step
 from torch_backend import comm
 from torch_backend.comm import finish_avg, rank_map, tied
@@ -26,6 +27,7 @@ from torch_backend.scratch import buffer
 from torch_backend.strided import contiguous, flat, nothing_of, run_copies
 
 Plans = Pieces
+Launched = tuple[Any, Callable[[], torch.Tensor]]  # (the work to wait for, what finishes the step)
 
 
 def first_plan(plans: Mapping[int, PiecesT]) -> PiecesT:
@@ -34,23 +36,6 @@ def first_plan(plans: Mapping[int, PiecesT]) -> PiecesT:
 
 def step_group(ctx: MeshContext, step: Step) -> GroupHandle:
     return ctx.group(step.axes, ctx.ranks[0])
-
-
-def _alone(ctx: MeshContext, plans: Plans, x: torch.Tensor) -> torch.Tensor | None:
-    """A group of one rank: the collective is a local copy (None when the group is bigger)."""
-    p = first_plan(plans)
-    if p.n != 1:
-        return None
-    if p.kind == "all_reduce":
-        return rank_map(ctx, lambda r, t: t.clone(), x)
-    if p.kind == "reduce_scatter":
-        sp = pieces_as(ScatterPieces, plans)
-        return rank_map(ctx, lambda r, t: t[sp[r].send[0].src].clone(), x)
-    if p.kind == "all_gather":
-        gp = pieces_as(GatherPieces, plans)
-        return rank_map(ctx, lambda r, t: _place(ctx, gp[r], [(gp[r].recv[0], t)]), x)
-    ep = pieces_as(ExchangePieces, plans)
-    return rank_map(ctx, lambda r, t: _unpacked(ctx, ep[r], t, nothing_of(t)), x)
 
 
 def _place(ctx: MeshContext, plan: GatherPieces, parts: list[tuple[Piece, torch.Tensor]]) -> torch.Tensor:
@@ -64,11 +49,79 @@ def _place(ctx: MeshContext, plan: GatherPieces, parts: list[tuple[Piece, torch.
     return tied(ctx, y, *(t for _, t in parts))
 
 
+# ---- straight into the output: the fast runners, async launches ---------------------------
+
+
+def _straight(step: Step, p: RankPieces) -> bool:
+    """Whether ``step``'s collective writes its output block itself: an even all_gather or
+    reduce_scatter whose blocks lie back to back, an all_reduce (on a contiguous copy)."""
+    return ((isinstance(p, GatherPieces) and p.even and p.direct) or (isinstance(p, ScatterPieces) and p.direct)
+            or step.kind == "all_reduce")
+
+
+def _issue(ctx: MeshContext, step: Step, p: RankPieces) -> Callable[[torch.Tensor, bool], Launched]:
+    """A ``_straight`` step on one rank's block as ``issue(x, launch_only) -> (work, finish)``."""
+    g, op, n = ctx.group(step.axes, ctx.ranks[0]), step.op or "sum", p.n
+    if isinstance(p, (GatherPieces, ScatterPieces)):
+        gather, shape = isinstance(p, GatherPieces), p.out_shape
+        big, small = (shape, p.in_shape) if gather else (p.in_shape, shape)
+        # the whole block is n of the other along dim 0: c10d takes the tensors as they are
+        # (its concatenated form, the same bytes as the flat one), and no view is made per call
+        stacked = len(big) == len(small) >= 1 and big[0] == n * small[0] and big[1:] == small[1:]
+
+        def issue(x: torch.Tensor, launch_only: bool) -> Launched:
+            y = x.new_empty(shape)
+            out, inp = (y, contiguous(x)) if stacked else (y.view(-1), flat(x))
+            if gather:
+                return comm.all_gather(ctx, out, inp, g, launch_only), lambda: y
+            return comm.reduce_scatter(ctx, out, inp, op, g, launch_only), lambda: finish_avg(y, op, n)
+
+        return issue
+
+    def reduce(x: torch.Tensor, launch_only: bool) -> Launched:
+        buf = x.clone(memory_format=torch.contiguous_format)
+        return comm.all_reduce(ctx, buf, op, g, launch_only), lambda: finish_avg(buf, op, n)
+
+    return reduce
+
+
+@fast("all_gather", "reduce_scatter", "all_reduce")
+def straight_fast(ctx: MeshContext, step: Step, p: RankPieces, failed: Failed) -> FastRunner | None:
+    """A ``_straight`` step as one function (a failure raised named, as by the runner path)."""
+    if not _straight(step, p):
+        return None
+    issue = _issue(ctx, step, p)
+
+    def collective(x: torch.Tensor) -> torch.Tensor:
+        try:
+            _, finish = issue(x, False)
+        except RuntimeError as e:
+            failed(e)
+        return finish()
+
+    return collective
+
+
+def launchable(ctx: MeshContext, step: Step, plans: Plans) -> bool:
+    """Whether ``launch`` leaves ``step``'s collective on the wire (see there)."""
+    p0 = first_plan(plans)
+    return comm.launches(ctx) and p0.n > 1 and step.bytes_sent_max > 0 and _straight(step, p0)
+
+
+def launch(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> Launched | None:
+    """Start ``step``'s collective and return its work and finish, where the result lands
+    straight in its output (``_straight``) on a real group; None where the step must run
+    synchronously."""
+    if not launchable(ctx, step, plans):
+        return None
+    return _issue(ctx, step, first_plan(plans))(x, True)
+
+
 # ---- all_gather -------------------------------------------------------------------------
 
 
 @runs("all_gather")
-def all_gather(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
+def all_gather(ctx: MeshContext, step: Step, pieces: Plans, x: torch.Tensor) -> torch.Tensor:
     """Concat the group's blocks (each placed by its box, so any dim and group order)::
 
         [A]
@@ -78,24 +131,16 @@ def all_gather(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
     Equal blocks: one ``all_gather_single``. Uneven: the exact ring (where the implementation
     has point-to-point) or an exact all_to_all.
     """
-    alone = _alone(ctx, plans, x)
-    if alone is not None:
-        return alone
-    return _all_gather(ctx, step, pieces_as(GatherPieces, plans), x)
-
-
-def _all_gather(ctx: MeshContext, step: Step, plans: Mapping[int, GatherPieces],
-                x: torch.Tensor) -> torch.Tensor:
-    p0 = first_plan(plans)
-    g = step_group(ctx, step)
+    plans = pieces_as(GatherPieces, pieces)
+    p0, g = first_plan(plans), step_group(ctx, step)
+    if p0.n == 1:  # a group of one: a local copy
+        return rank_map(ctx, lambda r, t: _place(ctx, plans[r], [(plans[r].recv[0], t)]), x)
     # under LocalTensorMode one call serves every group, and some may be even while
     # others are not: take the exact path unless all of them are even
     if not all(p.even for p in plans.values()):
         return _gather_ring(ctx, g, p0, x) if comm.has_p2p(ctx) else _gather_a2a(ctx, g, plans, x)
     if p0.direct and len(plans) == 1:  # one played rank: its block straight into the output
-        y = x.new_empty(p0.out_shape)
-        comm.all_gather(ctx, y.view(-1), flat(x), g)
-        return y
+        return _issue(ctx, step, p0)(x, False)[1]()
     send = rank_map(ctx, lambda r, t: flat(t), x)
     # chunk sizes are per rank: under LocalTensorMode, groups may hold blocks of different sizes
     out = rank_map(ctx, lambda r, t: buffer(plans[r], "gathered", plans[r].n * plans[r].chunk, t), x)
@@ -108,49 +153,52 @@ def _all_gather(ctx: MeshContext, step: Step, plans: Mapping[int, GatherPieces],
     return rank_map(ctx, place, out)
 
 
-def _gather_ring(ctx: MeshContext, g: GroupHandle, plan: GatherPieces, x: torch.Tensor) -> torch.Tensor:
-    """Uneven all_gather as n-1 rounds of p2p around the step's group order.
+def ring_gather(ctx: MeshContext, g: GroupHandle, buf: torch.Tensor, sizes: Sequence[int], i: int,
+                members: Sequence[int]) -> None:
+    """Fill ``buf``, every member's segment back to back (``sizes``, in ``members``' order;
+    this rank's, at position ``i``, in place already), in n-1 rounds of p2p around the group.
 
-    Round k: position i sends piece (i-k) to its successor and receives piece (i-k-1)
-    from its predecessor, so it sends every piece but its successor's, exactly once
-    (the cost model's ``total - b(succ)``). Empty pieces are skipped on both sides.
+    Round k: position i sends segment (i-k) to its successor and receives segment (i-k-1)
+    from its predecessor, so it sends every segment but its successor's, exactly once (the
+    cost model's ``total - b(succ)``). Empty segments are skipped on both sides.
     """
-    ring = plan.ring
-    n = len(ring)
-    i = plan.listed.index(plan.rank)
-    offs = [0]
-    for p in ring:
-        offs.append(offs[-1] + p.numel)
-    y = x.new_empty(plan.out_shape)
-    buf = y.view(-1) if plan.direct else buffer(plan, "ring", offs[-1], x)
-
-    def seg(k: int) -> torch.Tensor:
-        return buf[offs[k]:offs[k + 1]]
-
-    if ring[i].numel:
-        seg(i).view(ring[i].shape).copy_(x)
-    succ, pred = plan.listed[(i + 1) % n], plan.listed[(i - 1) % n]
+    n, offs = len(members), [0, *accumulate(sizes)]
+    succ, pred = members[(i + 1) % n], members[(i - 1) % n]
     for k in range(n - 1):
         s, r = (i - k) % n, (i - k - 1) % n
-        sends = [(seg(s), succ)] if ring[s].numel else []
-        recvs = [(seg(r), pred)] if ring[r].numel else []
-        comm.p2p(ctx, sends, recvs, g)
-    if plan.direct:
-        return y
-    return run_copies(plan.ring_copies, buf, y)
+        comm.p2p(ctx, [(buf[offs[s]:offs[s + 1]], succ)] if sizes[s] else [],
+                 [(buf[offs[r]:offs[r + 1]], pred)] if sizes[r] else [], g)
+
+
+def _gather_ring(ctx: MeshContext, g: GroupHandle, plan: GatherPieces, x: torch.Tensor) -> torch.Tensor:
+    """Uneven all_gather as a ring around the step's group order (``ring_gather``)."""
+    sizes = [p.numel for p in plan.ring]
+    i = plan.listed.index(plan.rank)
+    y = x.new_empty(plan.out_shape)
+    buf = y.view(-1) if plan.direct else buffer(plan, "ring", sum(sizes), x)
+    if sizes[i]:
+        at = sum(sizes[:i])
+        buf[at:at + sizes[i]].view(plan.ring[i].shape).copy_(x)
+    ring_gather(ctx, g, buf, sizes, i, plan.listed)
+    return y if plan.direct else run_copies(plan.ring_copies, buf, y)
+
+
+def gather_a2a(ctx: MeshContext, g: GroupHandle, own: torch.Tensor, sizes: Mapping[int, Sequence[int]],
+               at: Mapping[int, int]) -> torch.Tensor:
+    """Each played rank's segment ``own`` to every peer in one exact all_to_all (split 0
+    to itself; ``sizes[r]``: the segments of rank r's group, ``at[r]``: r's position): the
+    other members' segments back to back (LocalTensorMode and torch.compile: no p2p)."""
+    send_splits = {r: [0 if j == at[r] else s[at[r]] for j in range(len(s))] for r, s in sizes.items()}
+    recv_splits = {r: [0 if j == at[r] else n for j, n in enumerate(s)] for r, s in sizes.items()}
+    send = rank_map(ctx, lambda r, o: flat(o).repeat(len(sizes[r]) - 1), own)
+    return comm.all_to_all(ctx, send, send_splits, recv_splits, g)
 
 
 def _gather_a2a(ctx: MeshContext, g: GroupHandle, plans: Mapping[int, GatherPieces],
                 x: torch.Tensor) -> torch.Tensor:
-    """Uneven all_gather as an exact all_to_all (LocalTensorMode and torch.compile: no p2p)."""
-    send_splits: dict[int, list[int]] = {}
-    recv_splits: dict[int, list[int]] = {}
-    for r, p in plans.items():
-        own = next(pc.numel for pc in p.recv if pc.peer == r)
-        send_splits[r] = [0 if pc.peer == r else own for pc in p.recv]
-        recv_splits[r] = [0 if pc.peer == r else pc.numel for pc in p.recv]
-    send = rank_map(ctx, lambda r, t: torch.cat([flat(t)] * (plans[r].n - 1)), x)
-    got = comm.all_to_all(ctx, send, send_splits, recv_splits, g)
+    """Uneven all_gather as an exact all_to_all (``gather_a2a``)."""
+    at = {r: next(i for i, pc in enumerate(p.recv) if pc.peer == r) for r, p in plans.items()}
+    got = gather_a2a(ctx, g, x, {r: [pc.numel for pc in p.recv] for r, p in plans.items()}, at)
 
     def unpack(r: int, t: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
         parts: list[tuple[Piece, torch.Tensor]] = []
@@ -166,45 +214,11 @@ def _gather_a2a(ctx: MeshContext, g: GroupHandle, plans: Mapping[int, GatherPiec
     return rank_map(ctx, unpack, x, got)
 
 
-def stacks(big: tuple[int, ...], small: tuple[int, ...], n: int) -> bool:
-    """``big`` is ``n`` blocks of ``small`` along dim 0: c10d takes the tensors as they are
-    (its concatenated form, the same bytes as the flat one), and no view is made per call."""
-    return len(big) == len(small) >= 1 and big[0] == n * small[0] and big[1:] == small[1:]
-
-
-@fast("all_gather")
-def all_gather_fast(ctx: MeshContext, step: Step, p: RankPieces, failed: Failed) -> FastRunner | None:
-    """An even, direct all_gather straight into its output."""
-    if not (isinstance(p, GatherPieces) and p.even and p.direct):
-        return None
-    shape, g = p.out_shape, ctx.group(step.axes, ctx.rank)
-    if stacks(shape, p.in_shape, p.n):
-        def gather_stacked(x: torch.Tensor) -> torch.Tensor:
-            y = x.new_empty(shape)
-            try:
-                comm.all_gather(ctx, y, contiguous(x), g)
-            except RuntimeError as e:
-                failed(e)
-            return y
-
-        return gather_stacked
-
-    def gather(x: torch.Tensor) -> torch.Tensor:
-        y = x.new_empty(shape)
-        try:
-            comm.all_gather(ctx, y.view(-1), flat(x), g)
-        except RuntimeError as e:
-            failed(e)
-        return y
-
-    return gather
-
-
 # ---- reductions -------------------------------------------------------------------------
 
 
 @runs("reduce_scatter")
-def reduce_scatter(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
+def reduce_scatter(ctx: MeshContext, step: Step, pieces: Plans, x: torch.Tensor) -> torch.Tensor:
     """Reduce the group's equal blocks; keep this rank's piece (its dst box)::
 
         +[A0, A1, A2]      [A0+B0+C0]
@@ -215,23 +229,15 @@ def reduce_scatter(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) 
     ``step.padded``) for ``reduce_scatter_single``; with an even dim-0 layout the input
     and output tensors are the buffers themselves.
     """
-    alone = _alone(ctx, plans, x)
-    if alone is not None:
-        return alone
-    return _reduce_scatter(ctx, step, pieces_as(ScatterPieces, plans), x)
-
-
-def _reduce_scatter(ctx: MeshContext, step: Step, plans: Mapping[int, ScatterPieces],
-                    x: torch.Tensor) -> torch.Tensor:
+    plans = pieces_as(ScatterPieces, pieces)
     p0 = first_plan(plans)
+    if p0.n == 1:  # a group of one: a local copy
+        return rank_map(ctx, lambda r, t: t[plans[r].send[0].src].clone(), x)
     op, g = step.op or "sum", step_group(ctx, step)
     if not (p0.even or step.padded):
         return _reduce_scatter_exact(ctx, step, g, plans, x)
     if p0.direct and len(plans) == 1:  # one played rank: its block straight into the output
-        y = x.new_empty(p0.out_shape)
-        comm.reduce_scatter(ctx, y.view(-1), flat(x), op, g)
-        return finish_avg(y, op, p0.n)
-
+        return _issue(ctx, step, p0)(x, False)[1]()
     least = comm.least_chunk(ctx)
 
     def chunk(r: int) -> int:
@@ -278,11 +284,7 @@ def _reduce_scatter_exact(ctx: MeshContext, step: Step, g: GroupHandle, plans: M
                 off += k
         return local_reduce(parts, op).view(p.out_shape)
 
-    return finish_avg(rank_map(ctx, reduce, x, got), op, _group_size(plans))
-
-
-def _group_size(plans: Mapping[int, RankPieces]) -> int:
-    return first_plan(plans).n
+    return finish_avg(rank_map(ctx, reduce, x, got), op, first_plan(plans).n)
 
 
 def local_reduce(parts: list[torch.Tensor], op: str) -> torch.Tensor:
@@ -297,50 +299,6 @@ def local_reduce(parts: list[torch.Tensor], op: str) -> torch.Tensor:
     return s.sum(0, dtype=s.dtype)
 
 
-@fast("reduce_scatter")
-def reduce_scatter_fast(ctx: MeshContext, step: Step, p: RankPieces, failed: Failed) -> FastRunner | None:
-    """An even (or padded), direct reduce_scatter straight into its output."""
-    if not (isinstance(p, ScatterPieces) and (p.even or step.padded) and p.direct):
-        return None
-    shape, g, op, n = p.out_shape, ctx.group(step.axes, ctx.rank), step.op or "sum", p.n
-    if stacks(p.in_shape, shape, n):
-        def scatter_stacked(x: torch.Tensor) -> torch.Tensor:
-            y = x.new_empty(shape)
-            try:
-                comm.reduce_scatter(ctx, y, contiguous(x), op, g)
-            except RuntimeError as e:
-                failed(e)
-            return finish_avg(y, op, n)
-
-        return scatter_stacked
-
-    def scatter(x: torch.Tensor) -> torch.Tensor:
-        y = x.new_empty(shape)
-        try:
-            comm.reduce_scatter(ctx, y.view(-1), flat(x), op, g)
-        except RuntimeError as e:
-            failed(e)
-        return finish_avg(y, op, n)
-
-    return scatter
-
-
-@fast("all_reduce")
-def all_reduce_fast(ctx: MeshContext, step: Step, p: RankPieces, failed: Failed) -> FastRunner | None:
-    """An all_reduce on a contiguous copy of the input."""
-    g, op, n = ctx.group(step.axes, ctx.rank), step.op or "sum", p.n
-
-    def reduce(x: torch.Tensor) -> torch.Tensor:
-        buf = x.clone(memory_format=torch.contiguous_format)
-        try:
-            comm.all_reduce(ctx, buf, op, g)
-        except RuntimeError as e:
-            failed(e)
-        return finish_avg(buf, op, n)
-
-    return reduce
-
-
 @runs("all_reduce")
 def all_reduce(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
     """``+A, +B, +C => A + B + C`` on every rank, on a contiguous copy of the input."""
@@ -350,7 +308,7 @@ def all_reduce(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
 def all_reduce_into(ctx: MeshContext, step: Step, plans: Plans, buf: torch.Tensor) -> torch.Tensor:
     """The all_reduce step on ``buf`` itself (contiguous), in place; returns ``buf`` (a group
     of one has nothing to reduce)."""
-    n = _group_size(plans)
+    n = first_plan(plans).n
     if n > 1:
         op = step.op or "sum"
         comm.all_reduce(ctx, buf, op, step_group(ctx, step))
@@ -361,21 +319,7 @@ def all_reduce_into(ctx: MeshContext, step: Step, plans: Plans, buf: torch.Tenso
 # ---- exchanges --------------------------------------------------------------------------
 
 
-class ExchangeCopies(Protocol):
-    """What packing an exchange's send buffer reads: an all_to_all's pieces
-    (``lowering.kinds.exchange``) and an uneven exchange's (``lowering.kinds.uneven_exchange``)."""
-
-    @property
-    def send_elems(self) -> int: ...
-
-    @property
-    def send_run(self) -> int | None: ...
-
-    @property
-    def pack_copies(self) -> tuple[Copy, ...]: ...
-
-
-def pack_exchange(plan: ExchangeCopies, t: torch.Tensor) -> torch.Tensor:
+def pack_exchange(plan: ExchangePieces | ExchangeVPieces, t: torch.Tensor) -> torch.Tensor:
     """The send pieces back to back: a view of the input where they already lie so."""
     t = contiguous(t)
     n = plan.send_elems
@@ -387,11 +331,15 @@ def pack_exchange(plan: ExchangeCopies, t: torch.Tensor) -> torch.Tensor:
     return run_copies(plan.pack_copies, t, buffer(plan, "send", n, t))
 
 
-def _unpack_exchange(plan: ExchangePieces, t: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
-    y = t.new_empty(plan.out_shape)
+def _unpack_exchange(plan: ExchangePieces, t: torch.Tensor, recv: torch.Tensor,
+                     y: torch.Tensor | None = None) -> torch.Tensor:
+    """The own piece copied in and the received ones unpacked, into a new output block, or
+    into ``y`` (``_receive_into``'s), where they may have landed in place already."""
+    landed = y is not None and plan.recv_run is not None
+    y = t.new_empty(plan.out_shape) if y is None else y
     if plan.self_copies:
         run_copies(plan.self_copies, contiguous(t), y)
-    if plan.unpack_copies:
+    if plan.unpack_copies and not landed:
         run_copies(plan.unpack_copies, contiguous(recv), y)
     return y
 
@@ -402,8 +350,16 @@ def _unpacked(ctx: MeshContext, plan: ExchangePieces, t: torch.Tensor, recv: tor
     return y if plan.self_copies or plan.unpack_copies else tied(ctx, y, t, recv)
 
 
+def _receive_into(plan: ExchangePieces, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A new output block, and where a real group's receive lands: a view of that block
+    where the received pieces lie in it back to back, else a (reused) buffer."""
+    y = x.new_empty(plan.out_shape)
+    n, off = plan.recv_elems, plan.recv_run
+    return y, (y.view(-1)[off:off + n] if off is not None else buffer(plan, "recv", n, x))
+
+
 @runs("all_to_all", "permute")
-def all_to_all(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
+def all_to_all(ctx: MeshContext, step: Step, pieces: Plans, x: torch.Tensor) -> torch.Tensor:
     """Exact box exchange (also ``permute``): rank r's dst block from (src of q) ∩ (dst of r)::
 
         [A0, A1, A2]      [A0, B0, C0]
@@ -413,55 +369,26 @@ def all_to_all(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> t
     One ``all_to_all_single`` with exact per-peer splits (the own piece is copied
     locally, split 0); a permute on a real group uses ``batch_isend_irecv`` instead.
     """
-    alone = _alone(ctx, plans, x)
-    if alone is not None:
-        return alone
-    return _all_to_all(ctx, step, pieces_as(ExchangePieces, plans), x)
-
-
-def _all_to_all(ctx: MeshContext, step: Step, plans: Mapping[int, ExchangePieces],
-                x: torch.Tensor) -> torch.Tensor:
-    if step.bytes_sent_max == 0:  # nothing leaves any rank: every block is its own piece
+    plans = pieces_as(ExchangePieces, pieces)
+    if step.bytes_sent_max == 0 or first_plan(plans).n == 1:  # nothing leaves any rank: each keeps its own piece
         return rank_map(ctx, lambda r, t: _unpacked(ctx, plans[r], t, nothing_of(t)), x)
+    g = step_group(ctx, step)
     if step.kind == "permute" and comm.has_p2p(ctx):
-        return _permute(ctx, step_group(ctx, step), first_plan(plans), x)
+        return _permute(ctx, g, first_plan(plans), x)
     send_splits = {r: [pc.numel for pc in p.send] for r, p in plans.items()}
     recv_splits = {r: [pc.numel for pc in p.recv] for r, p in plans.items()}
     send = rank_map(ctx, lambda r, t: pack_exchange(plans[r], t), x)
-    if len(plans) == 1:  # one played rank: received straight into its output where it can be
-        return _exchange_into(ctx, step_group(ctx, step), first_plan(plans), x, send, send_splits, recv_splits)
-    got = comm.all_to_all(ctx, send, send_splits, recv_splits, step_group(ctx, step))
-    return rank_map(ctx, lambda r, t, o: _unpacked(ctx, plans[r], t, o), x, got)
-
-
-def _exchange_into(ctx: MeshContext, g: GroupHandle, plan: ExchangePieces, x: torch.Tensor,
-                   send: torch.Tensor, send_splits: dict[int, list[int]],
-                   recv_splits: dict[int, list[int]]) -> torch.Tensor:
-    """A real group's exchange: received straight into the output block where the received
-    pieces lie there back to back, else into a (reused) buffer and unpacked."""
+    if len(plans) > 1:
+        got = comm.all_to_all(ctx, send, send_splits, recv_splits, g)
+        return rank_map(ctx, lambda r, t, o: _unpacked(ctx, plans[r], t, o), x, got)
+    # one played rank: received straight into its output where the pieces lie there back to back
+    plan = first_plan(plans)
     y, recv = _receive_into(plan, x)
     comm.all_to_all(ctx, send, send_splits, recv_splits, g, out=recv)
-    y = _finish_into(plan, x, y, recv)
+    y = _unpack_exchange(plan, x, recv, y)
     # received into a buffer and nothing unpacked or kept: y holds nothing of x or recv
     if plan.recv_run is None and not (plan.self_copies or plan.unpack_copies):
         return tied(ctx, y, x, recv)
-    return y
-
-
-def _receive_into(plan: ExchangePieces, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """A new output block, and where a real group's receive lands: a view of that block
-    where the received pieces lie in it back to back, else a (reused) buffer."""
-    y = x.new_empty(plan.out_shape)
-    n, off = plan.recv_elems, plan.recv_run
-    return y, (y.view(-1)[off:off + n] if off is not None else buffer(plan, "recv", n, x))
-
-
-def _finish_into(plan: ExchangePieces, x: torch.Tensor, y: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
-    """The own piece copied in, and the received ones unpacked unless they landed in place."""
-    if plan.self_copies:
-        run_copies(plan.self_copies, contiguous(x), y)
-    if plan.recv_run is None and plan.unpack_copies:
-        run_copies(plan.unpack_copies, recv, y)
     return y
 
 
@@ -492,41 +419,3 @@ def _permute(ctx: MeshContext, g: GroupHandle, plan: ExchangePieces, x: torch.Te
     for p, tmp in later:
         y[p.dst].copy_(tmp)
     return y
-
-
-# ---- launched without waiting (async redistribute) ---------------------------------------
-
-Launched = tuple[Any, Callable[[], torch.Tensor]]  # (the work to wait for, what finishes the step)
-
-
-def launchable(ctx: MeshContext, step: Step, plans: Plans) -> bool:
-    """Whether ``launch`` leaves ``step``'s collective on the wire (see there)."""
-    p0 = first_plan(plans)
-    if not comm.launches(ctx) or p0.n == 1 or step.bytes_sent_max == 0:
-        return False
-    return ((isinstance(p0, GatherPieces) and p0.even and p0.direct)
-            or (isinstance(p0, ScatterPieces) and p0.direct) or step.kind == "all_reduce")
-
-
-def launch(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> Launched | None:
-    """Start ``step``'s collective and return its work and finish, where the result lands
-    straight in its output (an even all_gather or reduce_scatter whose blocks lie back to
-    back, an all_reduce) on a real group; None where the step must run synchronously."""
-    if not launchable(ctx, step, plans):
-        return None
-    p0 = first_plan(plans)
-    g = step_group(ctx, step)
-    if isinstance(p0, GatherPieces) and p0.even and p0.direct:
-        y, src = x.new_empty(p0.out_shape), flat(x)
-        work = comm.all_gather(ctx, y.view(-1), src, g, launch_only=True)
-        return work, lambda: y
-    op = step.op or "sum"
-    if isinstance(p0, ScatterPieces) and p0.direct:
-        y, src = x.new_empty(p0.out_shape), flat(x)
-        work = comm.reduce_scatter(ctx, y.view(-1), src, op, g, launch_only=True)
-        return work, lambda: finish_avg(y, op, p0.n)
-    if step.kind == "all_reduce":
-        buf = x.clone(memory_format=torch.contiguous_format)
-        work = comm.all_reduce(ctx, buf, op, g, launch_only=True)
-        return work, lambda: finish_avg(buf, op, p0.n)
-    return None

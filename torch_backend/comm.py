@@ -1,35 +1,22 @@
-"""The one communication interface: the collectives the executor issues, with three
-interchangeable implementations (``of(ctx)`` picks one; runners never ask which):
+"""The one network module: the collectives the runners issue, with three interchangeable
+implementations (``of(ctx)`` picks one; the runners never ask which, only what it can do:
+``has_p2p``, ``launches``, ``least_chunk``, ``one_block``):
 
 * ``C10D``: eager c10d calls on a real process group (gloo, NCCL), writing into the
-  buffers they are given, launchable without waiting, with point-to-point;
-* ``FUNCTIONAL``: the traceable functional collectives (``torch.ops._c10d_functional``),
-  whenever torch.compile traces (``torch.compiler.is_compiling()``): each call is the
-  functional op and its ``wait_tensor`` in the graph, copied into the given buffer (the
-  compiler removes the copy), and no point-to-point (exact ``all_to_all_single`` instead);
-* ``LOCAL``: LocalTensorMode, one call standing for every simulated rank.
-
-Eager calls on a real group can run on the functional collectives too
-(``SHARDC_EAGER_COMM=functional``, or ``eager_comm("functional")``: benchmarks and tests);
-c10d stays the default, chosen by measurement (docs/running.md, "Performance").
-
-Each implementation says what it can do (``Comm``: ``p2p``, ``launches``) and the
-runners choose their form by asking this module (``has_p2p``, ``launches``, ``least_chunk``,
-``one_block``), never ``of(ctx)``; whether one process plays every rank (``per_rank``)
-stays in here: the runners see it only as the pieces they hold (one played rank's, or
-every rank's), the tensor checks through ``blocks``.
-
-Everything here takes flat contiguous buffers. On a real group (gloo, NCCL) these are
-the tensor-form c10d calls: ``all_gather_single`` / ``reduce_scatter_single`` (the
-2.13 names of ``all_gather_into_tensor`` / ``reduce_scatter_tensor``), ``all_reduce``,
-``all_to_all_single`` with exact split sizes, and ``batch_isend_irecv``.
-
-Under LocalTensorMode one call stands for every rank's call: tensors are LocalTensors
-(one buffer per simulated rank, shapes may differ per rank) and split sizes differ per
-rank, so ``all_to_all`` goes through the functional collective, which accepts per-rank
-split sizes as LocalIntNode SymInts (the c10d form takes one int list for all ranks).
-LocalTensorMode has no point-to-point without LocalRunnerMode threads, so the executor
-never calls :func:`p2p` there (it uses ``all_to_all`` instead).
+  buffers they are given, launchable without waiting, with point-to-point: the tensor
+  forms ``all_gather_single`` / ``reduce_scatter_single``, ``all_reduce``,
+  ``all_to_all_single`` with exact split sizes, ``batch_isend_irecv``;
+* ``FUNCTIONAL``: the traceable functional collectives (``torch.ops._c10d_functional``)
+  whenever torch.compile traces: each call is the functional op and its ``wait_tensor``
+  in the graph, copied into the given buffer (the compiler removes the copy), and no
+  point-to-point (exact ``all_to_all_single`` instead). Eager calls can run on them too
+  (``SHARDC_EAGER_COMM=functional``, ``eager_comm``: benchmarks and tests); c10d stays
+  the default, chosen by measurement (docs/running.md, "Performance");
+* ``LOCAL``: LocalTensorMode, one call standing for every simulated rank's: tensors are
+  LocalTensors (shapes may differ per rank), split sizes differ per rank (so
+  ``all_to_all`` takes them as LocalIntNode SymInts), and no point-to-point (it needs
+  LocalRunnerMode threads). Only ``rank_map``, ``plain`` and ``blocks`` see that one
+  process plays every rank.
 
 Reductions: ``avg`` is sent as SUM and divided afterwards on every backend (gloo and
 NCCL differ in ReduceOp.AVG support, and SUM-then-divide is what the reference
@@ -54,16 +41,19 @@ from torch_backend.groups import GroupHandle, MeshContext
 from torch_backend.strided import nothing_of
 from torch_backend.type_tags import UNCHECKED
 
-_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
-
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
-def reduce_op(op: str, dtype: torch.dtype) -> Any:
+def _op_name(op: str, dtype: torch.dtype) -> str:
+    """The reduction on the wire (see the module docstring)."""
     if dtype == torch.bool:
-        return dist.ReduceOp.MIN if op == "min" else dist.ReduceOp.MAX
-    return _OPS[op]
+        return "min" if op == "min" else "max"
+    return "sum" if op == "avg" else op
+
+
+def reduce_op(op: str, dtype: torch.dtype) -> Any:
+    return getattr(dist.ReduceOp, _op_name(op, dtype).upper())
 
 
 def finish_avg(t: torch.Tensor, op: str, n: int) -> torch.Tensor:
@@ -89,10 +79,13 @@ def rank_map(ctx: MeshContext, fn: Callable[..., torch.Tensor], *tensors: torch.
     On a real group that is one call with this rank; under LocalTensorMode it runs on
     each simulated rank's plain tensors (mode disabled) and wraps them in a LocalTensor.
     """
-    impl = of(ctx)
-    if impl.per_rank:
-        return impl.map(ctx, fn, *tensors)
-    return fn(ctx.rank, *tensors)
+    if not of(ctx).per_rank:
+        return fn(ctx.rank, *tensors)
+    from torch.distributed._local_tensor import LocalTensor
+
+    with plain(ctx):
+        out = {r: fn(r, *(local_of(t, r) for t in tensors)) for r in ctx.ranks}
+    return LocalTensor(out)
 
 
 def plain(ctx: MeshContext) -> Any:
@@ -122,32 +115,19 @@ class Comm:
     ``p2p``: point-to-point (else exchanges go as exact ``all_to_all``); ``per_rank``: one
     call plays every rank, whose buffers may differ in size per rank (LocalTensorMode);
     ``launches``: a collective can be left on the wire and waited later (``wait``);
-    ``least_chunk``: the fewest elements per member a reduce_scatter's buffer may hold."""
+    ``least_chunk``: the fewest elements per member a reduce_scatter's buffer may hold;
+    ``real``: on real process groups, where a failure's roll call can name the culprit."""
 
-    p2p = False
-    per_rank = False
-    launches = False
-    least_chunk = 0  # the fewest elements per member a reduce_scatter's buffer may hold
+    p2p = per_rank = launches = real = False
+    least_chunk = 0
 
     def wait(self, ctx: MeshContext, work: Any) -> None:
         if work is not None:
             work.wait()
 
-    def tie(self, y: torch.Tensor, srcs: Sequence[torch.Tensor]) -> torch.Tensor:
-        return y
-
-    def blocks(self, ctx: MeshContext, x: torch.Tensor) -> dict[int, torch.Tensor] | None:
-        """Each played rank's block of ``x`` (None: a plain tensor where every rank needs one)."""
-        return {ctx.rank: x}
-
-    def failed(self, ctx: MeshContext, where: str, e: BaseException, members: Sequence[int],
-               axes: tuple[str, ...] | None) -> CollectiveError:
-        return CollectiveError(f"{where} failed: {e}")
-
 
 class _C10d(Comm):
-    p2p = True
-    launches = True
+    p2p = launches = real = True
 
     def wait(self, ctx: MeshContext, work: Any) -> None:
         if work is None:
@@ -158,10 +138,6 @@ class _C10d(Comm):
             work.wait(timeout=ctx.timeout)
         else:
             work.wait()
-
-    def failed(self, ctx: MeshContext, where: str, e: BaseException, members: Sequence[int],
-               axes: tuple[str, ...] | None) -> CollectiveError:
-        return ctx.real_failure(where, e, members, axes)
 
     def all_gather(self, ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, group: GroupHandle) -> Any:
         return _own(_all_gather, wire_view(out), wire_view(inp), group=group.pg, async_op=True)
@@ -249,22 +225,10 @@ def _real(t: torch.Tensor) -> torch.Tensor:
     return torch.view_as_real(t) if t.is_complex() else t
 
 
-_FOPS = {"sum": "sum", "avg": "sum", "max": "max", "min": "min"}
-
-
-def _fop(op: str, dtype: torch.dtype) -> str:
-    if dtype == torch.bool:
-        return "min" if op == "min" else "max"
-    return _FOPS[op]
-
-
 class _Functional(Comm):
     """torch.compile's form: the ops land in the trace; group names are constants of it."""
 
     launches = True
-
-    def tie(self, y: torch.Tensor, srcs: Sequence[torch.Tensor]) -> torch.Tensor:
-        return torch.cat([*(nothing_of(s).to(y.dtype) for s in srcs), y.reshape(-1)]).view(y.shape)
 
     def all_gather(self, ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, group: GroupHandle) -> Any:
         return _land(_real(wire_view(out)).view(-1), lambda: torch.ops._c10d_functional.all_gather_into_tensor(
@@ -273,12 +237,12 @@ class _Functional(Comm):
     def reduce_scatter(self, ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, op: str,
                        group: GroupHandle) -> Any:
         return _land(_real(wire_view(out, True)).view(-1), lambda: torch.ops._c10d_functional.reduce_scatter_tensor(
-            _real(wire_view(inp, True).contiguous()).view(-1), _fop(op, inp.dtype), len(group.members),
+            _real(wire_view(inp, True).contiguous()).view(-1), _op_name(op, inp.dtype), len(group.members),
             group.pg.group_name))
 
     def all_reduce(self, ctx: MeshContext, buf: torch.Tensor, op: str, group: GroupHandle) -> Any:
         return _land(_real(wire_view(buf, True)), lambda: torch.ops._c10d_functional.all_reduce(
-            _real(wire_view(buf, True)), _fop(op, buf.dtype), group.pg.group_name))
+            _real(wire_view(buf, True)), _op_name(op, buf.dtype), group.pg.group_name))
 
     def all_to_all(self, ctx: MeshContext, send: torch.Tensor, send_splits: dict[int, list[int]],
                    recv_splits: dict[int, list[int]], group: GroupHandle, out: torch.Tensor | None) -> torch.Tensor:
@@ -288,29 +252,18 @@ class _Functional(Comm):
             wire, [k * n for n in recv_splits[ctx.rank]], [k * n for n in send_splits[ctx.rank]],
             group.pg.group_name))
         got = got.view(send.dtype) if wire.dtype != send.dtype else got
-        if out is None:
-            return got
-        out.copy_(got)
-        return out
+        return got if out is None else out.copy_(got)
 
 
-class _Local(Comm):
-    """LocalTensorMode: split sizes differ per simulated rank, so ``all_to_all`` goes
-    through the functional collective, which takes them as LocalIntNode SymInts."""
+class _Local(_C10d):
+    """LocalTensorMode: c10d's calls on the fake group stand for every rank's, waited as
+    they are; split sizes differ per simulated rank, so ``all_to_all`` goes through the
+    functional collective, which takes them as LocalIntNode SymInts."""
 
+    p2p = launches = real = False
     per_rank = True
     least_chunk = 1  # LocalTensorMode cannot split a buffer of 0 elements per member (torch.split by 0)
-
-    # the c10d calls on the fake group stand for every rank's: issued as eager c10d's, waited at once
-    def all_gather(self, ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, group: GroupHandle) -> Any:
-        C10D.all_gather(ctx, out, inp, group).wait()
-
-    def reduce_scatter(self, ctx: MeshContext, out: torch.Tensor, inp: torch.Tensor, op: str,
-                       group: GroupHandle) -> Any:
-        C10D.reduce_scatter(ctx, out, inp, op, group).wait()
-
-    def all_reduce(self, ctx: MeshContext, buf: torch.Tensor, op: str, group: GroupHandle) -> Any:
-        C10D.all_reduce(ctx, buf, op, group).wait()
+    wait = Comm.wait
 
     def all_to_all(self, ctx: MeshContext, send: torch.Tensor, send_splits: dict[int, list[int]],
                    recv_splits: dict[int, list[int]], group: GroupHandle, out: torch.Tensor | None) -> torch.Tensor:
@@ -325,31 +278,14 @@ class _Local(Comm):
             got = got.wait()
         return got.view(send.dtype) if wire.dtype != send.dtype else got
 
-    def blocks(self, ctx: MeshContext, x: torch.Tensor) -> dict[int, torch.Tensor] | None:
-        inner = getattr(x, "_local_tensors", None)
-        return None if inner is None else {r: inner[r] for r in ctx.ranks}
-
-    def map(self, ctx: MeshContext, fn: Callable[..., torch.Tensor], *tensors: torch.Tensor) -> torch.Tensor:
-        from torch.distributed._local_tensor import LocalTensor
-
-        assert ctx.local_mode is not None  # LOCAL runs only under LocalTensorMode (``of``)
-        with ctx.local_mode.disable():
-            out = {r: fn(r, *(local_of(t, r) for t in tensors)) for r in ctx.ranks}
-        return LocalTensor(out)
-
 
 class _EagerFunctional(_Functional):
     """The functional collectives run eagerly on a real group (``SHARDC_EAGER_COMM=functional``):
-    eager code runs in program order, so no tie is needed; a failure names its culprit as
+    eager code runs in program order, so nothing is ``tied``; a failure names its culprit as
     c10d's does. ``wait_tensor`` takes no timeout, so a call's ``timeout=`` does not bound
     its waits (the process group's own timeout does)."""
 
-    def tie(self, y: torch.Tensor, srcs: Sequence[torch.Tensor]) -> torch.Tensor:
-        return y
-
-    def failed(self, ctx: MeshContext, where: str, e: BaseException, members: Sequence[int],
-               axes: tuple[str, ...] | None) -> CollectiveError:
-        return ctx.real_failure(where, e, members, axes)
+    real = True
 
 
 C10D, FUNCTIONAL, LOCAL = _C10d(), _Functional(), _Local()
@@ -378,15 +314,6 @@ def eager_comm(name: str | None = None) -> str:
     return name
 
 
-def _eager() -> Comm:
-    impl = _EAGER[0]
-    if impl is None:
-        eager_comm()
-        impl = _EAGER[0]
-    assert impl is not None
-    return impl
-
-
 def of(ctx: MeshContext) -> Any:
     """The implementation a call on ``ctx`` runs with: functional while torch.compile traces,
     else c10d (or the functional collectives, eagerly, where ``eager_comm`` says so).
@@ -403,14 +330,16 @@ def of(ctx: MeshContext) -> Any:
         return LOCAL
     if traced:
         return FUNCTIONAL
-    impl = _EAGER[0]
-    return impl if impl is not None else _eager()
+    return _EAGER[0] or _EAGER_FORMS[eager_comm()]
 
 
 def blocks(ctx: MeshContext, x: torch.Tensor) -> dict[int, torch.Tensor] | None:
     """Each rank's block of ``x`` that this process plays: ``{ctx.rank: x}`` on a real group;
     under LocalTensorMode the LocalTensor's blocks, or None for a plain tensor."""
-    return of(ctx).blocks(ctx, x)
+    if not of(ctx).per_rank:
+        return {ctx.rank: x}
+    inner = getattr(x, "_local_tensors", None)
+    return None if inner is None else {r: inner[r] for r in ctx.ranks}
 
 
 def least_chunk(ctx: MeshContext) -> int:
@@ -451,7 +380,9 @@ def tied(ctx: MeshContext, y: torch.Tensor, *srcs: torch.Tensor) -> torch.Tensor
     the step's input (``strided.nothing_of``) and every output from the input and the
     receive, a program's collectives are one chain on every rank.
     """
-    return of(ctx).tie(y, srcs)
+    if of(ctx) is not FUNCTIONAL:
+        return y
+    return torch.cat([*(nothing_of(s).to(y.dtype) for s in srcs), y.reshape(-1)]).view(y.shape)
 
 
 def _done(ctx: MeshContext, work: Any, launch_only: bool) -> Any:
@@ -489,33 +420,22 @@ def _per_rank_ints(ctx: MeshContext, splits: dict[int, list[int]]) -> list[Any]:
     """Split sizes that differ per simulated rank, as LocalIntNode SymInts."""
     from torch.distributed._local_tensor import LocalIntNode
 
-    n = len(next(iter(splits.values())))
     out: list[Any] = []
-    for i in range(n):
+    for i in range(len(splits[ctx.ranks[0]])):
         vals = {r: int(splits[r][i]) for r in ctx.ranks}
-        if len(set(vals.values())) == 1:
-            out.append(next(iter(vals.values())))
-        else:
-            out.append(torch.SymInt(LocalIntNode(vals)))
+        out.append(vals[ctx.ranks[0]] if len(set(vals.values())) == 1 else torch.SymInt(LocalIntNode(vals)))
     return out
 
 
 def p2p(ctx: MeshContext, sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]],
         group: GroupHandle) -> None:
-    """One batch of isend/irecv (peers are mesh ranks); waits for all, with the step timeout.
-    Only where ``has_p2p(ctx)``: the runners take an exact all_to_all elsewhere."""
+    """One batch of isend/irecv on a real group (peers are mesh ranks), each wait bounded by
+    the context's timeout: c10d's, whichever implementation runs the collectives (the eager
+    functional collectives have none: a cross-mesh round). A runner calls it only where
+    ``has_p2p(ctx)``, and takes an exact all_to_all elsewhere."""
     impl = of(ctx)
-    if not impl.p2p:
+    if not impl.real:
         raise RuntimeError(f"point-to-point is not available with {type(impl).__name__.strip('_')}")
-    impl.p2p_batch(ctx, sends, recvs, group)
-
-
-def messages(ctx: MeshContext, sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]],
-             group: GroupHandle) -> None:
-    """One batch of point-to-point messages on a real group, whichever implementation runs
-    its collectives (the eager functional collectives have no point-to-point: c10d's
-    messages run there), each wait bounded by the context's timeout. A cross-mesh round."""
-    impl = of(ctx)
     (impl if impl.p2p else C10D).p2p_batch(ctx, sends, recvs, group)
 
 
@@ -539,4 +459,6 @@ def wait_functional(t: torch.Tensor) -> torch.Tensor:
 def failed(ctx: MeshContext, where: str, e: BaseException, members: Sequence[int],
            axes: tuple[str, ...] | None = None) -> CollectiveError:
     """The CollectiveError of a collective (or a group's creation) that failed ``where``."""
-    return of(ctx).failed(ctx, where, e, members, axes)
+    if of(ctx).real:
+        return ctx.real_failure(where, e, members, axes)
+    return CollectiveError(f"{where} failed: {e}")

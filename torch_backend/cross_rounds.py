@@ -1,17 +1,11 @@
-"""The crossing kinds' torch runner, and a cross-mesh Program run on this rank.
+"""The crossing kinds' torch runner, and the world's part of a cross-mesh call.
 
-``send_across`` and ``fan_out`` (``lowering.kinds.across``) run here (``@runs``): each
-round one batch of point-to-point messages on the default group (the world's context, no
-group of its own), through the one network module (``comm``: each wait bounded by the
-call's timeout, a failure naming the rank at fault): one byte buffer per pair of ranks,
-its pieces packed in an order both sides derive from their own ``CrossPieces``; a joint
-call (``cross``) packs every tensor's pieces for the same peer into that one buffer (a
-state dict is one message per pair of ranks and round, not one per tensor).
-
-A joint call's crossings are one packed group (``PACKED["across"]``: ``lowering.joint``
-puts every crossing of cross-mesh programs in their last round), which ``BoundCall`` runs
-like any other (``bound.bind_across``). Here too: the world's context (``world``), the
-source mesh's groups (``finish_groups``), the gradient's move (``cross_backward_program``).
+``send_across`` and ``fan_out`` (``lowering.kinds.across``) run here: each round one batch
+of point-to-point messages on the world's context (no group of its own) through ``comm``,
+one byte buffer per pair of ranks, its pieces packed in an order both sides derive from
+their own ``CrossPieces``. A joint call's crossings (``lowering.joint`` puts them in the
+last round, one packed group: ``PACKED["across"]``) pack every tensor's pieces for a peer
+into that one buffer: a state dict is one message per pair of ranks and round.
 """
 
 from __future__ import annotations
@@ -28,9 +22,9 @@ import torch.distributed as dist
 from lowering.cross_mesh import Box, CrossProgram, Transfer, cut, fill
 from lowering.kinds import rank_pieces
 from lowering.kinds.across import CrossPieces
-from lowering.kinds.base import numel
+from lowering.kinds.base import flat_offset, numel, own_pieces
 from lowering.planner import compile_gradient
-from lowering.program import Step
+from lowering.program import Program, Step
 from spec_lang.ir import Mesh
 from torch_backend import collectives, comm, local_steps, uneven_steps  # noqa: F401 - each registers its runners
 from torch_backend.dtypes import check_reductions, to_torch_dtype
@@ -41,13 +35,18 @@ from torch_backend.runners import Pieces, pieces_as, runs
 Held = list[tuple[Box, torch.Tensor]]
 
 
+def crossing(program: Program) -> CrossProgram:
+    """A cross-mesh program's view, every reduction on its source mesh one torch can add."""
+    p = CrossProgram(program)
+    if p.finish is not None:
+        check_reductions(p.finish)
+    return p
+
+
 def cross_backward_program(p: CrossProgram) -> CrossProgram:
     """The gradient's move: ``dual(dst)`` on the destination mesh back to ``dual(src)`` on
     the source mesh (compiled alike on every rank, cached)."""
-    back = CrossProgram(compile_gradient(p.program))
-    if back.finish is not None:
-        check_reductions(back.finish)
-    return back
+    return crossing(compile_gradient(p.program))
 
 
 def finish_groups(p: CrossProgram, timeout: timedelta | None, backend: str) -> MeshContext | None:
@@ -61,8 +60,8 @@ def finish_groups(p: CrossProgram, timeout: timedelta | None, backend: str) -> M
 
 
 def world(timeout: timedelta | None) -> MeshContext:
-    """The default group's world as a one-axis mesh (no group of its own is made for it),
-    with the call's timeout: where a cross-mesh call's agreement and messages run."""
+    """The default group's world as a one-axis mesh, with the call's timeout: where a
+    cross-mesh call's agreement and messages run."""
     return context(_world_mesh(dist.get_world_size()), timeout=timeout)
 
 
@@ -106,9 +105,8 @@ class Round:
 
 
 def _messages(per_tensor: Sequence[tuple[Transfer, ...]], peer_of: Any, items: Sequence[int]) -> tuple[Message, ...]:
-    """One message per peer, every tensor's boxes for it packed, largest items first (so
-    each piece starts aligned for its dtype), then by tensor and box: sender and receiver
-    derive the same order from their own parts."""
+    """One message per peer, every tensor's boxes for it packed, largest items first (each
+    piece starts aligned for its dtype), then by tensor and box, as on the other side."""
     by_peer: dict[int, list[tuple[int, int, Box]]] = {}
     for i, transfers in enumerate(per_tensor):
         for t in transfers:
@@ -132,9 +130,7 @@ def rounds(programs: Sequence[CrossProgram], me: int) -> tuple[Round, ...]:
 
 
 def crossing_pieces(step: Step, src_mesh: Mesh, me: int) -> CrossPieces:
-    pieces = rank_pieces(step, src_mesh, me)
-    assert isinstance(pieces, CrossPieces)  # the crossing kinds' pieces
-    return pieces
+    return own_pieces(CrossPieces, [rank_pieces(step, src_mesh, me)])[0]
 
 
 def _rounds(pieces: Sequence[CrossPieces], items: Sequence[int]) -> tuple[Round, ...]:
@@ -160,16 +156,13 @@ _ROUNDS: dict[tuple[int, ...], tuple[tuple[CrossPieces, ...], tuple[Round, ...]]
 
 @runs("send_across", "fan_out")
 def run_crossing(ctx: MeshContext, step: Step, pieces: Pieces, x: torch.Tensor) -> torch.Tensor:
-    """The crossing kinds' runner: this world rank's block of ``step.dst`` (empty off its
-    mesh) from its block ``x`` of ``step.src`` (empty off that mesh); ``ctx`` the world's."""
     return cross(ctx, [pieces_as(CrossPieces, pieces)[ctx.rank]], [x])[0]
 
 
 def cross(ctx: MeshContext, pieces: Sequence[CrossPieces], xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """Crossings of several tensors jointly (``pieces``: each one's on this rank, ``ctx``
-    the world's): each round one batch of messages through ``comm``, one per peer, every
-    tensor's pieces for it packed; each output filled from the pieces held (those
-    received in place are there). A rank off a mesh passes, or gets, an empty tensor."""
+    the world's), each output filled from the pieces held (those received in place are
+    there already). A rank off a mesh passes, or gets, an empty tensor."""
     held: list[Held] = [[(p.src_box, x)] if p.src_box is not None else [] for p, x in zip(pieces, xs, strict=True)]
     outs = [None if p.dst_box is None else (p.dst_box, torch.empty(p.out_shape, dtype=x.dtype, device=x.device))
             for p, x in zip(pieces, xs, strict=True)]
@@ -188,8 +181,6 @@ def cross(ctx: MeshContext, pieces: Sequence[CrossPieces], xs: Sequence[torch.Te
 
 def _across(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces], xs: Sequence[torch.Tensor],
             launch_only: bool = False) -> list[torch.Tensor]:
-    """A joint call's crossings as ``BoundCall`` runs a packed group (``lowering.joint``'s
-    last round of cross-mesh programs): ``cross``, on the world's ``ctx``."""
     return cross(ctx, [pieces_as(CrossPieces, p)[ctx.rank] for p in pieces], xs)
 
 
@@ -198,10 +189,9 @@ PACKED["across"] = _across
 
 def _round(ctx: MeshContext, k: int, held: list[Held], outs: Sequence[tuple[Box, torch.Tensor] | None], rnd: Round,
            dtypes: Sequence[torch.dtype], device: torch.device) -> list[tuple[int, tuple[Box, torch.Tensor], bool]]:
-    """One batched round of point-to-point messages; the pieces this rank received (and
-    whether each landed in its output already). A message of one piece goes without a
-    copy where it can: sent from a contiguous block as it is, received into the
-    contiguous run of the output it fills."""
+    """One batched round; the pieces this rank received (and whether each landed in its
+    output already). A message of one piece goes without a copy where it can: sent from
+    a contiguous block as it is, received into the contiguous run of the output it fills."""
     sends, recvs, incoming = [], [], []
     for m in rnd.sends:
         if len(m.pieces) == 1 and (t := cut(held[m.pieces[0].i], m.pieces[0].box)).is_contiguous():
@@ -219,7 +209,7 @@ def _round(ctx: MeshContext, k: int, held: list[Held], outs: Sequence[tuple[Box,
     if sends or recvs:
         group = ctx.group(ctx.mesh.names, ctx.rank)
         try:
-            comm.messages(ctx, sends, recvs, group)
+            comm.p2p(ctx, sends, recvs, group)
         except RuntimeError as e:
             # the peers of this round are the ones to ask: the other ranks may be done
             peers = sorted({ctx.rank, *(m.peer for m in rnd.sends), *(m.peer for m in rnd.recvs)})
@@ -231,20 +221,15 @@ def _round(ctx: MeshContext, k: int, held: list[Held], outs: Sequence[tuple[Box,
 
 def output_run(out: tuple[Box, torch.Tensor] | None, box: Box) -> torch.Tensor | None:
     """The flat run of the output that the global ``box`` fills, where it is one run
-    (dims before the one it cuts of extent 1, dims after it whole), else None."""
+    (``flat_offset``), else None."""
     if out is None:
         return None
     at, t = out
     if not all(olo <= lo and hi <= ohi for (lo, hi), (olo, ohi) in zip(box, at, strict=True)):
         return None
-    k = next((k for k, (lo, hi) in enumerate(box) if hi - lo != 1), len(box))
-    if any(b != o for b, o in zip(box[k + 1:], at[k + 1:], strict=True)):
-        return None
-    flat, n = 0, 1
-    for (lo, _), (olo, ohi) in reversed(list(zip(box, at, strict=True))):
-        flat += (lo - olo) * n
-        n *= ohi - olo
-    return t.view(-1)[flat:flat + numel(_extent(box))]
+    off = flat_offset(tuple(slice(lo - olo, hi - olo) for (lo, hi), (olo, _) in zip(box, at, strict=True)),
+                      _extent(at))
+    return None if off is None else t.view(-1)[off:off + numel(_extent(box))]
 
 
 def _extent(box: Box) -> tuple[int, ...]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from lowering.layout import group_ranks
 from spec_lang.ir import Mesh, TensorType
 from torch_backend.blocks import local_part
 from torch_backend.dtypes import NO_ARITHMETIC, to_torch_dtype
@@ -46,13 +47,8 @@ def global_tensor(t: TensorType, *, seed: int = 0, device: torch.device | str = 
 
 def _coord_index(mesh: Mesh, rank: int, axes: tuple[str, ...]) -> tuple[int, int]:
     """(index of ``rank`` over ``axes`` in mesh order, group size)."""
-    c = mesh.coords(rank)
-    j, k = 0, 1
-    for a in mesh.names:
-        if a in axes:
-            s = mesh.axis_size(a)
-            j, k = j * s + c[mesh.index(a)], k * s
-    return j, k
+    members = group_ranks(mesh, tuple(a for a in mesh.names if a in axes), rank)
+    return members.index(rank), len(members)
 
 
 def block(t: TensorType, mesh: Mesh, g: torch.Tensor, rank: int) -> torch.Tensor:
@@ -81,25 +77,19 @@ def _share(x: torch.Tensor, op: str, j: int, k: int) -> torch.Tensor:
     if x.dtype in NO_ARITHMETIC:  # shares exist (no reduction can run on them: see wire_view)
         return _share(x.double(), op, j, k).to(x.dtype)
     if x.dtype == torch.bool:
-        if op == "min":
-            return x
-        return x if j == 0 else torch.zeros_like(x)
+        return x if op == "min" or j == 0 else torch.zeros_like(x)
     if op == "sum":
         small = [(i % 3) - 1 if x.dtype != torch.uint8 else i % 2 for i in range(1, k)]
-        if j == 0:
-            return x - sum(small)
-        return torch.full_like(x, small[j - 1])
+        return x - sum(small) if j == 0 else torch.full_like(x, small[j - 1])
     if op == "avg":
         # offsets that cancel in pairs: -1, +1, -1, +1, ... (0 for an odd one out)
         d = 0 if (k % 2 and j == k - 1) else (1 if j % 2 else -1)
         return x + d if x.dtype != torch.uint8 else x
+    if op in ("max", "min") and j == 0:
+        return x
     if op == "max":
-        if j == 0:
-            return x
         return torch.zeros_like(x) if x.dtype == torch.uint8 else x - 1
     if op == "min":
-        if j == 0:
-            return x
         return torch.full_like(x, 255) if x.dtype == torch.uint8 else x + 1
     raise ValueError(f"unknown reduce op {op!r}")
 

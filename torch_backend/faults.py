@@ -5,38 +5,26 @@ A failed collective rarely names anyone: gloo says ``Connection reset by peer
 timeout. So a rank whose collective (or group creation) failed adds one to its count of
 failed collectives in the default process group's store (the TCPStore every rank reached
 at start-up, which outlives a rank that died) and waits, a bounded time, for the other
-members of the group to do the same. The members that never do are the ones at fault: they
-died, hang, or never reached this collective. Nothing is written on the hot path: the
-store is touched only after a failure.
-
-How long a member waits depends on what failed:
-
-* a peer closed its connection (gloo's "closed by peer" / "reset by peer"): the peer that
-  closed it cannot report, so once every member but one has reported, that one is named;
-  otherwise up to the collective timeout plus a grace, by which time the members still
-  blocked elsewhere in the collective have timed out and reported too;
-* anything else (a timeout, above all): the members of the same collective fail at about
-  the same time, so a grace after this one's failure.
-
-Where every member reports, the process group cannot tell who is at fault, and the note
-says so; where the store cannot be read, it says that instead.
+members of the group to do the same: the members that never do died, hang, or never
+reached this collective. The store is touched only after a failure. The wait is a grace
+after this rank's failure (the members of one collective fail at about the same time);
+after a closed connection ("closed by peer" / "reset by peer"), whose closer cannot
+report, up to the collective timeout too, or until every member but one has reported.
 
 A rank stuck in the same collective is a victim, not a culprit, and two records keep the
 roll call from naming it:
 
-* **a refusal**: a rank whose tensor fails a call's checks (``tensor_checks``; a wrong
-  shape on one rank) raises its SpecError before its first collective while the others go
-  on into theirs. It counts that as its failure of the call (its count moves with theirs)
-  and writes its error under that count (``refused``). A member that finds such a record
-  for this failure names that member alone, at once, quoting its error. Not under
+* **a refusal**: a rank whose tensor fails a call's checks (``tensor_checks``) raises its
+  SpecError before its first collective while the others go on into theirs. It counts
+  that as its failure of the call and writes its error under that count (``refused``);
+  a member that finds it names that rank alone, at once, quoting its error. Not under
   ``agree=True``, where every rank raises together (``unrecorded``);
-* **the mesh's alarm**: every report (a failure or a refusal) also adds one to a key of
-  the mesh's ranks and the reporter's count. A rank blocked in a gloo collective waits in
-  slices of ``SLICE_S`` (``watched_wait``; the first slice is the plain wait, so a
-  collective that finishes touches no store) and, after each, asks for that key at its
-  own next count: once a rank of its mesh has reported, it stops waiting and reports as a
-  victim itself, within a slice, instead of at the group's timeout (30 minutes by
-  default), when the others' roll call would long have named it.
+* **the mesh's alarm**: every report also adds one to a key of the mesh's ranks and the
+  reporter's count. A rank blocked in a gloo collective waits in slices of ``SLICE_S``
+  (``watched_wait``; a collective that finishes within the first touches no store) and
+  after each looks for that key at its own next count: once a rank of its mesh has
+  reported, it stops waiting and reports as a victim itself, instead of at the group's
+  timeout (30 minutes by default).
 """
 
 from __future__ import annotations
@@ -235,11 +223,10 @@ def culprit_note(e: BaseException, members: Sequence[int], me: int, timeout: tim
         how = "it closed its connection, so it" if _CLOSED.search(str(e)) else "it"
         return (f"at fault: rank {names[0]} (the one member of the group that did not report this failure: "
                 f"{how} died or left the group)")
-    if len(names) == 1:
-        return (f"at fault: rank {names[0]} (it did not report this failure within "
-                f"{wait_s(timeout_s, peer_closed):g} s: it died, hangs, or never reached this collective)")
-    return (f"at fault: ranks {names} (they did not report this failure within "
-            f"{wait_s(timeout_s, peer_closed):g} s: they died, hang, or never reached this collective)")
+    one = len(names) == 1
+    who = f"rank {names[0]} (it did" if one else f"ranks {names} (they did"
+    return (f"at fault: {who} not report this failure within {wait_s(timeout_s, peer_closed):g} s: "
+            f"{'it died, hangs' if one else 'they died, hang'}, or never reached this collective)")
 
 
 def _first_line(e: BaseException) -> str:

@@ -1,24 +1,18 @@
 """Process groups for the mesh axis sets a program uses, created on demand and cached.
 
-A step over ``axes`` runs on the ranks that share every other mesh coordinate. The
-flattened collective's *group order* is row-major over ``axes`` as listed
-(``lowering.layout.group_ranks``); ``(tp, dp)`` on ``dp=2,tp=2`` orders rank 0's group
-``0, 2, 1, 3``. torch's ``new_group`` sorts ranks by default (and LocalTensorMode only
-accepts sorted groups), so a process group's own rank order can differ from the group
-order. The executor never relies on either order: it reads every block off the layout
-boxes and asks a :class:`GroupHandle` which mesh rank sits at which process-group rank.
-One process group therefore serves every ordering of the same axis set.
+A step over ``axes`` runs on the ranks that share every other mesh coordinate, in *group
+order*: row-major over ``axes`` as listed (``lowering.layout.group_ranks``; ``(tp, dp)`` on
+``dp=2,tp=2`` orders rank 0's group ``0, 2, 1, 3``). torch's ``new_group`` sorts ranks
+(and LocalTensorMode only accepts sorted groups), so a process group's rank order can
+differ: the executor reads every block off the layout boxes and asks a :class:`GroupHandle`
+which mesh rank sits at which process-group rank, so one process group serves every
+ordering of an axis set.
 
-Three ways to get a :class:`MeshContext` (``context()`` picks):
-
-* **LocalTensorMode** (one process simulates every rank, a ``fake`` default group):
-  the context covers all ranks; a group is the process group of rank 0's group,
-  from which LocalTensorMode infers the others (its collectives run every fiber).
-* **A default process group** (torchrun, ``shardc run``, any ``init_process_group``):
-  mesh rank = global rank, and the world size must equal the mesh size.
-* **A named DeviceMesh**: mesh rank -> global rank comes from ``device_mesh.mesh``,
-  so the mesh may cover part of a bigger world; single-axis groups reuse the
-  DeviceMesh's own process groups.
+A :class:`MeshContext` (``context()``) covers every rank under **LocalTensorMode** (a
+group is rank 0's, from which LocalTensorMode infers the others); on a **default process
+group** mesh rank = global rank, the world as big as the mesh; a **named DeviceMesh** maps
+mesh ranks to global ones (``device_mesh.mesh``: part of a bigger world), and its
+single-axis groups are its own.
 
 New groups are made with ``use_local_synchronization=True``: only the members call
 ``new_group``, so groups can be created lazily by the ranks that need them. torch names
@@ -30,13 +24,8 @@ makes one group per new partition of the world (its own part, a part of one rank
 ranks off the mesh), kept apart from the world mesh's groups, so a cache hit on some ranks
 can never be a new group on others.
 
-Caches (all bound to the current default group, so a new world starts empty): process
-groups per (ranks, timeout, device), so a second caller's timeout is honoured; contexts
-per (mesh, timeout), or per (DeviceMesh, timeout) with the DeviceMesh held weakly, and
-each DeviceMesh's layout read once (reading ``DeviceMesh.mesh`` builds a tensor), so a
-repeated ``context()`` parses and builds nothing. ``clear_caches()`` drops the contexts
-and every ``lowering`` cache, but keeps the process groups; at interpreter exit the
-groups are dropped too, so none outlives an orderly shutdown.
+Process groups and contexts are cached (``_CACHE``), so a repeated ``context()`` parses
+and builds nothing, and a second caller's timeout is honoured.
 """
 
 from __future__ import annotations
@@ -79,25 +68,19 @@ class GroupHandle:
     pg: Any
     members: tuple[int, ...]
 
-    @property
-    def size(self) -> int:
-        return len(self.members)
 
-
-# The caches belong to one default group: they hold a reference to that group so that a
-# destroyed-and-recreated world (tests do this) can never be mistaken for the old one.
-#   groups:   (sorted global ranks, timeout, device) -> process group
-#   contexts: (Mesh, timeout) -> MeshContext, for meshes given as a string or a Mesh
-#   dm_contexts: DeviceMesh (weakly) -> {timeout: MeshContext}
-# A DeviceMesh is held weakly everywhere (a dead one drops its entries, and a new mesh at
-# the same address can never hit them); its contexts hold it through a weakref only.
+# The caches belong to one default group (``world``), so that a destroyed-and-recreated
+# world (tests do this) starts empty:
+#   groups: (sorted global ranks, timeout, device) -> process group
 #   partitions: (partition of the world's ranks, timeout, device) -> this rank's part's group
+#   contexts: Mesh -> {timeout: MeshContext}, for meshes given as a string or a Mesh
+#   dm_contexts: DeviceMesh (held weakly, as everywhere: a new one at a dead one's address
+#     never hits) -> {timeout: MeshContext}
 #   local: (id(LocalTensorMode), Mesh, id(DeviceMesh), timeout) -> (mode, MeshContext), least
-#     recently used evicted first (``_LOCAL_MAX``): without it every call under LocalTensorMode
-#     made a new context, so no cache keyed by a context ever hit there. A hit checks the mode
-#     and the DeviceMesh by identity
-_CACHE: dict[str, Any] = {"world": None, "groups": {}, "contexts": {}, "dm_contexts": weakref.WeakKeyDictionary(),
-                          "partitions": {}, "local": OrderedDict()}
+#     recently used evicted first: so a cache keyed by a context hits under LocalTensorMode
+_FRESH: dict[str, Callable[[], Any]] = {"groups": dict, "partitions": dict, "contexts": dict,
+                                        "dm_contexts": weakref.WeakKeyDictionary, "local": OrderedDict}
+_CACHE: dict[str, Any] = {"world": None} | {name: new() for name, new in _FRESH.items()}
 _LOCAL_MAX = 64
 # DeviceMesh (weakly) -> (Mesh, mesh rank -> global rank). Reading ``DeviceMesh.mesh``
 # rebuilds a tensor from the mesh layout each time, so it is read once per DeviceMesh.
@@ -107,12 +90,7 @@ _DEVICE_MESHES: weakref.WeakKeyDictionary[Any, tuple[Mesh, tuple[int, ...]]] = w
 def _group_cache() -> dict[tuple, Any]:
     world = dist.distributed_c10d._get_default_group()
     if _CACHE["world"] is not world:
-        _CACHE["world"] = world
-        _CACHE["groups"] = {}
-        _CACHE["partitions"] = {}
-        _CACHE["contexts"] = {}
-        _CACHE["dm_contexts"] = weakref.WeakKeyDictionary()
-        _CACHE["local"] = OrderedDict()
+        _CACHE.update(world=world, **{name: new() for name, new in _FRESH.items()})
     return _CACHE["groups"]
 
 
@@ -126,9 +104,7 @@ def clear_caches() -> None:
     from lowering.caching import clear_caches as clear_lowering
 
     clear_lowering()
-    _CACHE["contexts"] = {}
-    _CACHE["dm_contexts"] = weakref.WeakKeyDictionary()
-    _CACHE["local"] = OrderedDict()
+    _CACHE.update(contexts={}, dm_contexts=weakref.WeakKeyDictionary(), local=OrderedDict())
     _DEVICE_MESHES.clear()
 
 
@@ -173,43 +149,28 @@ class MeshContext:
     def group(self, axes: tuple[str, ...], rank: int) -> GroupHandle:
         """The process group of ``rank``'s group over ``axes`` (created on first use)."""
         key = tuple(sorted(axes, key=self.mesh.index))
+        handle = self._members.get(key)
+        if handle is None:
+            handle = self._members[key] = self._new_handle(key)
         if self.local_mode is not None:
             # one process group (rank 0's) stands for all; members follow LocalTensorMode,
             # which runs each fiber in ascending rank order
-            handle = self._members.get(key)
-            if handle is None:
-                handle = GroupHandle(self._local_pg(key), ())
-                self._members[key] = handle
             return GroupHandle(handle.pg, tuple(sorted(group_ranks(self.mesh, key, rank))))
-        handle = self._members.get(key)
-        if handle is None:
-            handle = self._real_group(key)
-            self._members[key] = handle
         return handle
 
-    def _local_pg(self, axes: tuple[str, ...]) -> Any:
-        ranks = tuple(sorted(self.to_global[q] for q in group_ranks(self.mesh, axes, 0)))
-        return _new_group(ranks, None, None)
-
-    def _real_group(self, axes: tuple[str, ...]) -> GroupHandle:
-        mine = group_ranks(self.mesh, axes, self.rank)
-        pg = None
+    def _new_handle(self, axes: tuple[str, ...]) -> GroupHandle:
+        mine = group_ranks(self.mesh, axes, 0 if self.local_mode is not None else self.rank)
+        if self.local_mode is not None:
+            return GroupHandle(_new_group(tuple(sorted(self.to_global[q] for q in mine)), None, None), ())
         dm = self.device_mesh
-        if dm is not None and len(axes) == 1:
-            pg = dm.get_group(axes[0])
+        pg = dm.get_group(axes[0]) if dm is not None and len(axes) == 1 else None
         if pg is None:
-            device = None
-            if self.backend == "nccl" and torch.cuda.is_available():
-                # eager NCCL init: every member creates the communicator here, so a later
-                # batch_isend_irecv in which some members have nothing to do cannot hang
-                device = torch.device("cuda", torch.cuda.current_device())
             try:
-                pg = _new_group(tuple(sorted(self.to_global[q] for q in mine)), self.timeout, device)
+                pg = _new_group(tuple(sorted(self.to_global[q] for q in mine)), self.timeout, nccl_device(self.backend))
             except RuntimeError as e:  # a member died or never came: c10d's errors name nobody
                 raise self.real_failure(f"rank {self.rank}: creating the process group over {','.join(axes)} "
-                                  f"(ranks {sorted(mine)})", e, sorted(mine)) from e
-        from_global = {g: q for q, g in enumerate(self.to_global)}
-        order = tuple(from_global[g] for g in dist.get_process_group_ranks(pg))
+                                        f"(ranks {sorted(mine)})", e, sorted(mine)) from e
+        order = _members(pg, self.to_global)
         if sorted(order) != sorted(mine):
             raise RuntimeError(f"process group for {axes} holds ranks {order}, expected {sorted(mine)}")
         return GroupHandle(pg, order)
@@ -232,31 +193,38 @@ class MeshContext:
                                   timeout, to_mesh)
 
 
+def nccl_device(backend: str) -> torch.device | None:
+    """Where NCCL makes a group's communicator eagerly (every member at once, so a later
+    batch_isend_irecv in which some members have nothing to do cannot hang); None else."""
+    return torch.device("cuda", torch.cuda.current_device()) \
+        if backend == "nccl" and torch.cuda.is_available() else None
+
+
+def _members(pg: Any, to_global: tuple[int, ...]) -> tuple[int, ...]:
+    """The mesh ranks of a process group's members, in process-group rank order."""
+    from_global = {g: q for q, g in enumerate(to_global)}
+    return tuple(from_global[g] for g in dist.get_process_group_ranks(pg))
+
+
 def _new_group(ranks: tuple[int, ...], timeout: timedelta | None, device: Any) -> Any:
-    """The process group over global ``ranks``, made once per (ranks, timeout, device).
-
-    The backend is the default group's (the cache belongs to one default group). The
-    whole world is the default group itself, whose own timeout applies; a context's
-    timeout still bounds each wait (``comm``)."""
-    world = dist.get_world_size()
-    if ranks == tuple(range(world)):
+    """The process group over global ``ranks``: the whole world is the default group itself,
+    whose own timeout applies (a context's timeout still bounds each wait, ``comm``)."""
+    if ranks == tuple(range(dist.get_world_size())):
         return dist.group.WORLD
-    cache = _group_cache()
-    key = (ranks, timeout, None if device is None else str(device))
-    pg = cache.get(key)
+    return _made_group("groups", ranks, ranks, timeout, device)
+
+
+def _made_group(cache: str, key: Any, ranks: Sequence[int], timeout: timedelta | None, device: Any) -> Any:
+    """The group over global ``ranks`` made by its members alone (``use_local_synchronization``),
+    once per (``key``, timeout, device) in ``_CACHE[cache]``."""
+    _group_cache()  # bound to the current default group: a new world starts empty
+    full = (key, timeout, None if device is None else str(device))
+    pg = _CACHE[cache].get(full)
     if pg is None:
-        pg = cache[key] = _made_group(ranks, timeout, device)
+        kwargs = {"timeout": timeout, "device_id": device}
+        pg = _CACHE[cache][full] = dist.new_group(list(ranks), use_local_synchronization=True,
+                                                  **{k: v for k, v in kwargs.items() if v is not None})
     return pg
-
-
-def _made_group(ranks: Sequence[int], timeout: timedelta | None, device: Any) -> Any:
-    """A new group made by its members alone (``use_local_synchronization``)."""
-    kwargs: dict[str, Any] = {"use_local_synchronization": True}
-    if timeout is not None:
-        kwargs["timeout"] = timeout
-    if device is not None:
-        kwargs["device_id"] = device
-    return dist.new_group(list(ranks), **kwargs)
 
 
 def subset_context(mesh: Mesh, to_global: tuple[int, ...], axes_sets: Sequence[tuple[str, ...]], *,
@@ -271,8 +239,7 @@ def subset_context(mesh: Mesh, to_global: tuple[int, ...], axes_sets: Sequence[t
     me = dist.get_rank()
     ctx = MeshContext(mesh, (to_global.index(me),), to_global, timeout=timeout, backend=backend) \
         if me in to_global else None
-    device = torch.device("cuda", torch.cuda.current_device()) \
-        if backend == "nccl" and torch.cuda.is_available() else None
+    device = nccl_device(backend)
     on_mesh = set(to_global)
     for axes in axes_sets:
         key = tuple(sorted(axes, key=mesh.index))
@@ -282,28 +249,20 @@ def subset_context(mesh: Mesh, to_global: tuple[int, ...], axes_sets: Sequence[t
         parts |= {(r,) for r in range(dist.get_world_size()) if r not in on_mesh}
         pg = _partition_group(tuple(sorted(parts)), me, timeout, device)
         if ctx is not None and key not in ctx._members:
-            from_global = {g: q for q, g in enumerate(to_global)}
-            ctx._members[key] = GroupHandle(pg, tuple(from_global[g] for g in dist.get_process_group_ranks(pg)))
+            ctx._members[key] = GroupHandle(pg, _members(pg, to_global))
     return ctx
 
 
 def _partition_group(parts: tuple[tuple[int, ...], ...], me: int, timeout: timedelta | None, device: Any) -> Any:
-    """This rank's part's group of a partition of the world, made once per (partition,
-    timeout, device) by every rank alike."""
+    """This rank's part's group of a partition of the world, made by every rank alike."""
     mine = next(part for part in parts if me in part)
     if len(parts) == 1:
         return dist.group.WORLD
-    _group_cache()  # bound to the current default group: a new world starts empty
-    cache = _CACHE["partitions"]
-    key = (parts, timeout, None if device is None else str(device))
-    pg = cache.get(key)
-    if pg is None:
-        try:
-            pg = cache[key] = _made_group(mine, timeout, device)
-        except RuntimeError as e:  # a member died or never came: c10d's errors name nobody
-            raise collective_failure(f"rank {me}: creating the process group over ranks {list(mine)}", e,
-                                     mine, me, timeout) from e
-    return pg
+    try:
+        return _made_group("partitions", parts, mine, timeout, device)
+    except RuntimeError as e:  # a member died or never came: c10d's errors name nobody
+        raise collective_failure(f"rank {me}: creating the process group over ranks {list(mine)}", e,
+                                 mine, me, timeout) from e
 
 
 def _read_device_mesh(dm: Any) -> tuple[Mesh, tuple[int, ...]]:
@@ -324,13 +283,11 @@ def _read_device_mesh(dm: Any) -> tuple[Mesh, tuple[int, ...]]:
 def _resolve_device_mesh(dm: Any) -> tuple[Mesh, tuple[int, ...]]:
     """(Mesh, mesh rank -> global rank) of a DeviceMesh, read once per DeviceMesh."""
     try:
-        return _DEVICE_MESHES[dm]
-    except KeyError:
-        pass
+        got = _DEVICE_MESHES.get(dm)
     except TypeError:  # not weakly referenceable (a stand-in object): read it every time
         return _read_device_mesh(dm)
-    got = _read_device_mesh(dm)
-    _DEVICE_MESHES[dm] = got
+    if got is None:
+        got = _DEVICE_MESHES[dm] = _read_device_mesh(dm)
     return got
 
 
@@ -377,9 +334,7 @@ def context(mesh: Mesh | str | Any, *, timeout: timedelta | float | None = None,
     """The MeshContext for ``mesh`` (str, Mesh or DeviceMesh) in the current process.
 
     Raises SpecError (before any communication) when there is no process group, or the
-    world does not match the mesh. On real process groups the context is cached per
-    (mesh, timeout), or per (DeviceMesh, timeout) holding the DeviceMesh weakly, so a
-    repeated call parses nothing and builds nothing.
+    world does not match the mesh. Cached on real process groups (``_contexts``).
 
     ``over_ranks``: a string or Mesh may lie over some of the world's ranks, as a DeviceMesh
     may (``fsdp=2@[2,3]``; without ``@``, the first ``size`` ranks), for a call that makes no
@@ -399,11 +354,9 @@ def context(mesh: Mesh | str | Any, *, timeout: timedelta | float | None = None,
                         hint="pass a mesh string like 'dp=2,tp=4', a spec_lang Mesh, or a named DeviceMesh")
     lm = local_tensor_mode()
     subset = over_ranks and dm is None and lm is None
-    if lm is None and dist.is_initialized() and not subset:
-        _group_cache()  # binds the caches to the current default group (a new world starts empty)
-        ctx = _cached_context(m, dm, timeout)
-        if ctx is not None:
-            return ctx
+    cached = _contexts(m, dm) if lm is None and dist.is_initialized() and not subset else None
+    if cached is not None and timeout in cached:
+        return cached[timeout]
     if to_global is None:
         to_global = m.global_ranks if subset else tuple(range(m.size))
     if lm is not None:
@@ -434,14 +387,13 @@ def context(mesh: Mesh | str | Any, *, timeout: timedelta | float | None = None,
                         hint="call it only on the ranks of the DeviceMesh")
     backend = str(dist.get_backend())
     ctx = MeshContext(m, (to_global.index(me),), to_global, dm_ref=_weak(dm), timeout=timeout, backend=backend)
-    if not subset:
-        _store_context(m, dm, timeout, ctx)
+    if cached is not None:
+        cached[timeout] = ctx
     return ctx
 
 
 def _local_context(lm: Any, m: Mesh, dm: Any, to_global: tuple[int, ...], timeout: timedelta | None) -> MeshContext:
-    """The context of ``m`` under the LocalTensorMode ``lm``, made once per (mode, mesh,
-    DeviceMesh, timeout) and kept in ``_CACHE["local"]``."""
+    """The context of ``m`` under the LocalTensorMode ``lm`` (cached: ``_CACHE["local"]``)."""
     key = (id(lm), m, id(dm), timeout)
     if dist.is_initialized():
         _group_cache()  # binds the caches to the current default group (a new world starts empty)
@@ -472,21 +424,11 @@ def real_world() -> Any | None:
     return world
 
 
-def _cached_context(m: Mesh, dm: Any, timeout: timedelta | None) -> MeshContext | None:
-    if dm is None:
-        return _CACHE["contexts"].get((m, timeout))
+def _contexts(m: Mesh, dm: Any) -> dict[timedelta | None, MeshContext] | None:
+    """The contexts of ``m``, or of the DeviceMesh ``dm``, by timeout (None: ``dm`` is not
+    weakly referenceable, and never cached)."""
+    _group_cache()  # binds the caches to the current default group (a new world starts empty)
     try:
-        per_dm = _CACHE["dm_contexts"].get(dm)
-    except TypeError:  # not weakly referenceable: never cached
-        return None
-    return None if per_dm is None else per_dm.get(timeout)
-
-
-def _store_context(m: Mesh, dm: Any, timeout: timedelta | None, ctx: MeshContext) -> None:
-    if dm is None:
-        _CACHE["contexts"][(m, timeout)] = ctx
-        return
-    try:
-        _CACHE["dm_contexts"].setdefault(dm, {})[timeout] = ctx
+        return _CACHE["contexts"].setdefault(m, {}) if dm is None else _CACHE["dm_contexts"].setdefault(dm, {})
     except TypeError:
-        pass
+        return None

@@ -1,29 +1,18 @@
-"""Run ``lowering.CrossProgram``s on real process groups: tensors moved from a layout on
-one mesh to a layout on another mesh over other (or overlapping) global ranks.
+"""The cross-mesh doors' parts: tensors moved from a layout on one mesh to a layout on
+another mesh over other (or overlapping) global ranks, which ``api.through_door`` runs in
+its one order (``api.ACROSS``, ``coalesce.MANY``'s ``across``, ``prepared.CrossRedistributor``).
 
-Every rank of the default group calls ``redistribute(x, src, dst, mesh, dst_mesh=...)``:
-``x`` on the ranks of ``mesh``, None elsewhere. Each rank compiles the program, checks its
-block, and the ranks agree in one small all_reduce over the world (each rank's verdict
-and a hash of the call it made) before the first message, so a call wrong on one rank, or
-different on one rank, fails on every rank, each naming the ranks at fault.
-
-Then a ``BoundCall`` runs it (``bound.bind_across``), as it runs a call on one mesh: the
-pending sums finished on the source mesh (its groups made alike on every rank of the
-world: ``groups.subset_context``), then each round of point-to-point messages as one
-batch on the default group (``cross_rounds``), through ``comm`` like the agreement (each
-wait bounded by the call's ``timeout``, a failure naming the rank at fault). This module
-holds the cross-mesh doors' parts, which ``api.through_door`` runs in its one order (the
-doors: ``api.ACROSS``, ``coalesce.MANY``'s ``across``, ``prepared.CrossRedistributor``):
-the inputs (``resolve``, ``as_given``), each rank's checks and the agreement (the one
-protocol, ``torch_backend.agree``) with the binding (``agreed_across``), the DTensor
-output (``outputs``), and a prepared move's agreement and binding (``prepare``) and its
-gradient check (``check_prepared_grad``).
+Every rank of the default group calls ``redistribute(x, src, dst, mesh, dst_mesh=...)``,
+``x`` None off ``mesh``. Each rank compiles the program and checks its block, and the
+ranks agree over the world (``torch_backend.agree``) before the first message, so a call
+wrong, or different, on one rank fails on every rank, naming the ranks at fault. Then a
+``BoundCall`` runs it (``bound.bind_across``) as it runs a call on one mesh.
 
 Gradients: where the source blocks require grad (the agreement carries which, so the
 ranks only on the destination mesh learn it), the backward is the move from ``dual(dst)``
-back to ``dual(src)``, run by the ranks of the two meshes when each runs its backward: a
-rank only on the source mesh gets an empty stand-in to run it from, a rank on neither
-mesh None. Its groups are made during the forward call, while every rank takes part.
+back to ``dual(src)``, run by the ranks of the two meshes: a rank only on the source mesh
+gets an empty stand-in to run it from. Its groups are made during the forward call,
+while every rank takes part.
 """
 
 from __future__ import annotations
@@ -45,20 +34,19 @@ from spec_lang.ir import Mesh, TensorType
 from spec_lang.parser import parse, parse_mesh
 from torch_backend.agree import compare_gathering
 from torch_backend.bound import BoundCall, bind_across
-from torch_backend.cross_rounds import cross_backward_program, finish_groups, world, world_sum
-from torch_backend.dtypes import check_reductions
+from torch_backend.cross_rounds import cross_backward_program, crossing, finish_groups, world, world_sum
 from torch_backend.groups import (
     check_timeout,
     device_mesh_over_ranks,
     is_device_mesh,
     local_tensor_mode,
+    nccl_device,
 )
 from torch_backend.tensor_checks import check_cross_block, is_dtensor
 
 
 def mesh_over_ranks(mesh: Any, what: str) -> Mesh:
-    """A mesh string, a ``spec_lang.Mesh`` or a named DeviceMesh (its global ranks read
-    from its ``mesh`` tensor) as a ``Mesh`` over named ranks."""
+    """A mesh string, a ``spec_lang.Mesh`` or a named DeviceMesh as a ``Mesh`` over named ranks."""
     if isinstance(mesh, (str, Mesh)):
         return parse_mesh(mesh)
     if is_device_mesh(mesh):
@@ -71,9 +59,12 @@ def plan(src: TensorType | str, dst: TensorType | str | None, mesh: Any, dst_mes
     """The CrossProgram every rank runs (compiled alike on every rank, cached), with every
     check that does not depend on the tensor (a rank may have given no ``dst``)."""
     m, dm = mesh_over_ranks(mesh, "mesh"), mesh_over_ranks(dst_mesh, "dst_mesh")
-    p = CrossProgram(lowering.compile(_type_arg(src, "src"), _type_arg(dst, "dst"), m, dst_mesh=dm))
-    if p.finish is not None:
-        check_reductions(p.finish)
+    p = crossing(lowering.compile(_type_arg(src, "src"), _type_arg(dst, "dst"), m, dst_mesh=dm))
+    world = dist.get_world_size()
+    if world < p.world:
+        raise SpecError(f"the program from mesh {p.src_mesh} to mesh {p.dst_mesh} runs over ranks "
+                        f"0..{p.world - 1} but the world has {world} ranks",
+                        hint=f"launch at least {p.world} ranks")
     return p
 
 
@@ -84,36 +75,47 @@ def _type_arg(t: object, what: str) -> TensorType | str:
     return t
 
 
-def _bad_argument(e: Exception) -> SpecError:
-    """A check that failed on an argument of the wrong kind, as a SpecError: it must reach
-    the agreement like any other, or the other ranks would wait for this one."""
+_REFUSED = (SpecError, TypeError, AttributeError, IndexError, KeyError)  # the last four: an argument of the wrong kind
+
+
+def _refusal(e: Exception) -> SpecError:
+    """A failed check as the SpecError the agreement carries (one on an argument of the wrong
+    kind too: it must reach the agreement like any other, or the other ranks would wait)."""
+    if isinstance(e, SpecError):
+        return e
     return SpecError(f"a cross-mesh call's argument is not what it should be ({type(e).__name__}: {e})",
                      hint="pass type strings or TensorTypes, meshes as strings, spec_lang Meshes or named "
                           "DeviceMeshes, and each rank's block as a tensor (None off the source mesh)")
 
 
-def _world_checks() -> None:
-    """What every rank sees alike (no message is needed to fail everywhere)."""
+def _world_checks(timeout: timedelta | float | None) -> timedelta | None:
+    """The call's timeout, and what every rank sees alike (no message is needed to fail everywhere)."""
+    timeout = check_timeout(timeout)
     if local_tensor_mode() is not None:
         raise SpecError("a cross-mesh redistribute runs on real process groups, not under LocalTensorMode",
                         hint="simulate a cross-mesh program with lowering.simulate instead")
     if not dist.is_initialized():
         raise SpecError("no torch.distributed process group is initialized",
                         hint="call torch.distributed.init_process_group(...) on every rank of both meshes")
+    return timeout
 
 
-def _check_world(p: CrossProgram) -> None:
-    world = dist.get_world_size()
-    if world < p.world:
-        raise SpecError(f"the program from mesh {p.src_mesh} to mesh {p.dst_mesh} runs over ranks "
-                        f"0..{p.world - 1} but the world has {world} ranks",
-                        hint=f"launch at least {p.world} ranks")
+def _bind(programs: Sequence[CrossProgram], backs: Sequence[CrossProgram | None], device: torch.device,
+          timeout: timedelta | None, outs: Sequence[Any] = ()) -> BoundCall:
+    """The agreed move bound on this rank (``bound.bind_across``), every rank alike; the
+    gradients' moves (``backs``) get their groups now, while every rank takes part (a
+    backward runs only on the two meshes' ranks, and makes none)."""
+    backend = str(dist.get_backend())
+    for back in backs:
+        if back is not None:
+            finish_groups(back, timeout, backend)
+    return bind_across([p.program for p in programs], [b.program if b is not None else None for b in backs],
+                       len(programs), device, timeout, backend, outs=outs)
 
 
 @dataclass(frozen=True)
 class CrossMove:
-    """One tensor's move as every rank planned it, and the DeviceMesh a DTensor result is
-    laid on (None: local tensors out)."""
+    """One tensor's move, and the DeviceMesh a DTensor result is laid on (None: local tensors out)."""
 
     program: CrossProgram
     out_mesh: Any = None
@@ -145,16 +147,11 @@ def agreed_across(xs: Sequence[Any], srcs: Sequence[TensorType | str | None],
                   dsts: Sequence[TensorType | str | None], meshes: tuple[Any, Any],
                   timeout: timedelta | float | None, *, one: bool) -> tuple[BoundCall, list[Any]]:
     """The cross-mesh doors' agreement step (``api.through_door``'s): each rank's program
-    and checks of its block (``x`` None off the source mesh; a DTensor taken apart), the
-    agreement over the world with each rank's grad code before any message, then the
-    agreed call bound (``bound.bind_across``) with this rank's blocks. Where some tensors
-    carry a gradient (the move of each one's gradient back), the backward's groups are
-    made now, while every rank takes part (a backward runs only on the two meshes' ranks,
-    and makes none). ``one``: ``redistribute``'s (``api.ACROSS``; its errors name no
-    tensor), else ``redistribute_many``'s."""
+    and checks of its block (a DTensor taken apart), the agreement with each rank's grad
+    code, then the agreed call bound with this rank's blocks. ``one``: ``redistribute``'s
+    (its errors name no tensor), else ``redistribute_many``'s."""
     mesh, dst_mesh = meshes
-    timeout = check_timeout(timeout)
-    _world_checks()
+    timeout = _world_checks(timeout)
     me = dist.get_rank()
     error: SpecError | None = None
     calls: list[CrossMove] = []
@@ -167,17 +164,14 @@ def agreed_across(xs: Sequence[Any], srcs: Sequence[TensorType | str | None],
         if not (len(xs) == len(srcs) == len(dsts)) or not xs:
             raise SpecError(f"got {len(xs)} tensors, {len(srcs)} source types and {len(dsts)} destination types",
                             hint="pass one source and one destination type per tensor (at least one)")
-        for x, s, d in zip(xs, srcs, dsts, strict=True):
-            call, local = _resolve(x, s, d, mesh, dst_mesh, me)
+        for i, (x, s, d) in enumerate(zip(xs, srcs, dsts, strict=True)):
+            call, local = _resolve(x, s, d, mesh, dst_mesh, me)  # its SpecError wins over a check's below
             calls.append(call)
             locals_.append(local)
-        for i, (call, local) in enumerate(zip(calls, locals_, strict=True)):
             error = error or check_cross_block(local, call.program, me, None if one else i) \
                 or _check_grad(local, call.program)
-    except SpecError as e:
-        error = e
-    except (TypeError, AttributeError, IndexError, KeyError) as e:  # an argument of the wrong kind
-        error = _bad_argument(e)
+    except _REFUSED as e:
+        error = _refusal(e)
     device = _device(next((t for t in locals_ if t is not None), None))
     wants = [_wants_grad(t) for t in locals_] if error is None else []
     codes = _agree(error, "; ".join(c.describe() for c in calls), timeout, _grad_code(wants))
@@ -185,35 +179,30 @@ def agreed_across(xs: Sequence[Any], srcs: Sequence[TensorType | str | None],
     programs = [c.program for c in calls]
     carries = _carries_grad(codes, wants, programs[0], me, device, timeout)
     backs = [cross_backward_program(p) if c else None for p, c in zip(programs, carries, strict=True)]
-    backend = str(dist.get_backend())
-    for back in backs:
-        if back is not None:
-            finish_groups(back, timeout, backend)
-    bound = bind_across([p.program for p in programs], [b.program if b is not None else None for b in backs],
-                        len(programs), device, timeout, backend, outs=[c.out_mesh for c in calls])
-    return bound, locals_
+    return _bind(programs, backs, device, timeout, [c.out_mesh for c in calls]), locals_
 
 
 def _resolve(x: Any, src: TensorType | str | None, dst: TensorType | str | None, mesh: Any, dst_mesh: Any,
              me: int) -> tuple[CrossMove, torch.Tensor | None]:
     """The call's program and this rank's local block (a DTensor taken apart)."""
+    local = x
     if is_dtensor(x):
+        own = mesh_over_ranks(x.device_mesh, "the DTensor's mesh")
         if mesh is None:
             mesh = x.device_mesh
-        elif mesh_over_ranks(mesh, "mesh") != mesh_over_ranks(x.device_mesh, "the DTensor's mesh"):
+        elif mesh_over_ranks(mesh, "mesh") != own:
             raise SpecError(f"the mesh {mesh_over_ranks(mesh, 'mesh')} does not match the DTensor's DeviceMesh "
-                            f"{mesh_over_ranks(x.device_mesh, 'the DTensor mesh')}",
-                            hint="drop mesh= on the ranks holding the DTensor, or pass its own device_mesh")
-        actual = _dtensor_type(x)
+                            f"{own}", hint="drop mesh= on the ranks holding the DTensor, or pass its own device_mesh")
+        from lowering.placements import from_placements
+
+        plain = Mesh(own.names, own.sizes)
+        actual = from_placements(tuple(x.placements), plain, tuple(x.shape), x.dtype)
         if src is None:
             src = actual
-        elif not _same_layout(src, actual, mesh_over_ranks(mesh, "mesh")):
+        elif not _same_layout(src, actual, plain):
             raise SpecError(f"the source type {src} does not match the DTensor, which is {actual}",
-                            hint="drop the source type (it is read from the DTensor) or write "
-                                 f"{actual}")
+                            hint=f"drop the source type (it is read from the DTensor) or write {actual}")
         local = x.to_local()
-    else:
-        local = x
     if src is None:
         raise SpecError(f"rank {me} gave no source type",
                         hint="every rank off the source mesh states it: the ranks all run the same program")
@@ -221,21 +210,12 @@ def _resolve(x: Any, src: TensorType | str | None, dst: TensorType | str | None,
         raise SpecError(f"rank {me} gave no source mesh",
                         hint="every rank passes the source mesh (a DTensor's rank may leave it to the DTensor)")
     p = plan(src, dst, mesh, dst_mesh)
-    _check_world(p)
     out_mesh = dst_mesh if is_device_mesh(dst_mesh) and is_device_mesh(mesh) else None
     return CrossMove(p, out_mesh), local
 
 
-def _dtensor_type(x: Any) -> TensorType:
-    from lowering.placements import from_placements
-
-    m = mesh_over_ranks(x.device_mesh, "the DTensor's mesh")
-    return from_placements(tuple(x.placements), Mesh(m.names, m.sizes), tuple(x.shape), x.dtype)
-
-
-def _same_layout(stated: TensorType | str, actual: TensorType, mesh: Mesh) -> bool:
+def _same_layout(stated: TensorType | str, actual: TensorType, plain: Mesh) -> bool:
     """The same blocks on every rank, the same pending reductions, dtype and shape."""
-    plain = Mesh(mesh.names, mesh.sizes)
     s = stated if isinstance(stated, TensorType) else parse(stated)
     lowering.check_type(s, plain)
     return (s.dtype == actual.dtype and s.shape == actual.shape
@@ -270,11 +250,9 @@ def _output(y: torch.Tensor | None, p: Program, out_mesh: Any, me: int) -> Any:
 def prepare(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Any, dst_mesh: Any,
             timeout: timedelta | float | None, requires_grad: bool) -> list[BoundCall]:
     """What preparing a cross-mesh call does (``prepared.CrossRedistributor``), for one
-    tensor or many: every program compiled and checked, and the world agreed, every rank
-    alike, before any message; then the move bound, every rank alike (its groups made now),
-    without a gradient and, with ``requires_grad``, with one (the backward's groups made now)."""
-    timeout = check_timeout(timeout)
-    _world_checks()
+    tensor or many: every program compiled and checked, the world agreed, then the move
+    bound without a gradient and, with ``requires_grad``, with one."""
+    timeout = _world_checks(timeout)
     programs: list[CrossProgram] = []
     backs: list[CrossProgram | None] = []
     error = None
@@ -287,24 +265,13 @@ def prepare(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], 
                             hint="pass one source and one destination type per tensor (at least one)")
         for s, d in zip(srcs, dsts, strict=True):
             programs.append(plan(s, d, mesh, dst_mesh))
-            _check_world(programs[-1])
             backs.append(cross_backward_program(programs[-1]) if requires_grad else None)
-    except SpecError as e:
-        error = e
-    except (TypeError, AttributeError, IndexError, KeyError) as e:  # an argument of the wrong kind
-        error = _bad_argument(e)
+    except _REFUSED as e:
+        error = _refusal(e)
     _agree(error, "; ".join(CrossMove(p).describe() for p in programs) + (", requires_grad=True" if requires_grad else ""),
            timeout)
-    n, device, backend = len(programs), _device(None), str(dist.get_backend())
-    for back in backs:
-        if back is not None:
-            finish_groups(back, timeout, backend)
-    moves = [p.program for p in programs]
-    bounds = [bind_across(moves, [None] * n, n, device, timeout, backend)]
-    if requires_grad:
-        bounds.append(bind_across(moves, [b.program if b is not None else None for b in backs], n, device, timeout,
-                                  backend))
-    return bounds
+    bound = _bind(programs, backs, _device(None), timeout)  # the backward's groups made first, as everywhere
+    return [_bind(programs, [None] * len(programs), _device(None), timeout), bound] if requires_grad else [bound]
 
 
 def check_prepared_grad(bound: BoundCall, xs: list[Any], many: bool) -> None:
@@ -349,7 +316,8 @@ GRAD_MODE = 1  # the bit of a rank's grad code (``_grad_code``) that says grad m
 
 def _pattern(wants: Sequence[bool]) -> int:
     """A hash of which blocks require grad (0: none does)."""
-    return _call_hash("".join("1" if w else "0" for w in wants)) if any(wants) else 0
+    key = "".join("1" if w else "0" for w in wants).encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=7).digest(), "big") if any(wants) else 0
 
 
 def _grad_code(wants: Sequence[bool]) -> int:
@@ -398,21 +366,12 @@ def _carries_grad(codes: Sequence[int], wants: Sequence[bool], p: CrossProgram, 
 
 
 def _device(x: torch.Tensor | None) -> torch.device:
-    if x is not None:
-        return x.device
-    if str(dist.get_backend()) == "nccl" and torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
-def _call_hash(key: str) -> int:
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=7).digest(), "big")
+    return x.device if x is not None else nccl_device(str(dist.get_backend())) or torch.device("cpu")
 
 
 def _agree(error: SpecError | None, call: str, timeout: timedelta | None, grad: int = 0) -> list[int]:
-    """The one agreement (``agree.compare_gathering``) over the world, before any message: a call
-    wrong, or different, on some ranks fails on every rank, naming the ranks at fault and
-    what they passed. Each rank's ``grad`` code (``_grad_code``) comes back, one per rank."""
+    """The one agreement (``agree.compare_gathering``) over the world, before any message;
+    each rank's ``grad`` code (``_grad_code``) comes back, one per rank."""
     ctx = world(timeout)
     bad, codes = compare_gathering(ctx, call if error is None else None, error, grad, lead="a cross-mesh call",
                           hint="every rank of the world passes the same types, meshes and dst_mesh, its block on "

@@ -12,7 +12,7 @@ or padded pieces for a reduce_scatter, one reduce op and one dtype per packed co
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -34,12 +34,21 @@ def _stack(ctx: MeshContext, xs: Sequence[torch.Tensor]) -> dict[int, list[torch
     return {r: [comm.local_of(x, r) for x in xs] for r in ctx.ranks}
 
 
-def _per_rank(ctx: MeshContext, fn: Callable[[int], list[torch.Tensor]], count: int) -> list[torch.Tensor]:
-    """``fn(rank)``, the ``count`` tensors' blocks of each played rank (plain per-rank ops),
-    as ``count`` tensors (LocalTensors when simulating)."""
-    with comm.plain(ctx):
-        outs = {r: fn(r) for r in ctx.ranks}
-    return [rank_map(ctx, lambda r, j=j: outs[r][j]) for j in range(count)]
+def _finished(ctx: MeshContext, work: Any, mine: Callable[[int], list[torch.Tensor]], count: int,
+              launch_only: bool) -> Any:
+    """The next blocks once ``work`` is done, ``mine(rank)`` being the ``count`` tensors'
+    blocks of each played rank (plain per-rank ops; LocalTensors when simulating); with
+    ``launch_only``, ``(work, unpack)`` for an async caller."""
+
+    def unpack() -> list[torch.Tensor]:
+        with comm.plain(ctx):
+            outs = {r: mine(r) for r in ctx.ranks}
+        return [rank_map(ctx, lambda r, j=j: outs[r][j]) for j in range(count)]
+
+    if launch_only:
+        return work, unpack
+    comm.wait(ctx, work)
+    return unpack()
 
 
 def all_gather(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
@@ -50,17 +59,11 @@ def all_gather(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces]
     send = rank_map(ctx, lambda r: torch.cat([flat(b) for b in blocks[r]]))
     out = rank_map(ctx, lambda r: blocks[r][0].new_empty(gathers[0][r].n * sum(sizes[r])))
     work = comm.all_gather(ctx, out, send, ctx.group(steps[0].axes, ctx.ranks[0]), launch_only=True)
-    return _finished(ctx, work, lambda: _unpack_gather(ctx, gathers, blocks, sizes, out, len(xs)),
-                     launch_only)
 
-
-def _unpack_gather(ctx: MeshContext, pieces: Sequence[Mapping[int, GatherPieces]],
-                   blocks: dict[int, list[torch.Tensor]], sizes: dict[int, list[int]], out: torch.Tensor,
-                   count: int) -> list[torch.Tensor]:
     def mine(r: int) -> list[torch.Tensor]:
         o, total = comm.local_of(out, r), sum(sizes[r])
         ys, off = [], 0
-        for j, p in enumerate(pieces):
+        for j, p in enumerate(gathers):
             y = blocks[r][j].new_empty(p[r].out_shape)
             for i, pc in enumerate(p[r].recv):
                 if pc.numel:
@@ -69,7 +72,7 @@ def _unpack_gather(ctx: MeshContext, pieces: Sequence[Mapping[int, GatherPieces]
             ys.append(y)
         return ys
 
-    return _per_rank(ctx, mine, count)
+    return _finished(ctx, work, mine, len(xs), launch_only)
 
 
 def reduce_scatter(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
@@ -106,7 +109,7 @@ def reduce_scatter(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pie
             off += sizes[r][j]
         return ys
 
-    return _finished(ctx, work, lambda: _per_rank(ctx, mine, len(xs)), launch_only)
+    return _finished(ctx, work, mine, len(xs), launch_only)
 
 
 def all_reduce(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces],
@@ -123,15 +126,7 @@ def all_reduce(ctx: MeshContext, steps: Sequence[Step], pieces: Sequence[Pieces]
             off += b.numel()
         return ys
 
-    return _finished(ctx, work, lambda: _per_rank(ctx, mine, len(xs)), launch_only)
-
-
-def _finished(ctx: MeshContext, work: Any, unpack: Callable[[], list[torch.Tensor]], launch_only: bool) -> Any:
-    """``(work, unpack)`` for an async caller; otherwise wait and unpack now."""
-    if launch_only:
-        return work, unpack
-    comm.wait(ctx, work)
-    return unpack()
+    return _finished(ctx, work, mine, len(xs), launch_only)
 
 
 def exchange(ctx: MeshContext, steps: Sequence[Step], given: Sequence[Pieces],
@@ -172,9 +167,7 @@ def exchange(ctx: MeshContext, steps: Sequence[Step], given: Sequence[Pieces],
                     fed[j] = True
         return [y if fed[j] else comm.tied(ctx, y, blocks[r][j], o) for j, y in enumerate(ys)]
 
-    if launch_only:
-        return None, lambda: _per_rank(ctx, mine, len(xs))
-    return _per_rank(ctx, mine, len(xs))
+    return _finished(ctx, None, mine, len(xs), launch_only)
 
 
 class PackedRun(Protocol):

@@ -1,15 +1,11 @@
-"""Scratch buffers a prepared program reuses across calls (send and receive buffers).
+"""Scratch buffers a bound program reuses across calls (send and receive buffers).
 
-A step asks ``buffer(plan, role, n, like)`` for a flat buffer of ``n`` elements. Outside a
-prepared program that is a fresh tensor; inside one (``using(scratch)``, set by
-``BoundCall.run``) it is the buffer this (plan, role, dtype, device) got on the first
-call, so a loop of calls allocates nothing after the first, and a CUDA graph captured
-after one warm-up call sees fixed addresses.
-
-Only buffers that die within the step are scratch: a pack's send buffer, a receive
-buffer that is unpacked into a new output, a gather's staging buffer. A step's result
-never is, so a later call cannot overwrite what an earlier one returned. Each thread
-has its own buffers; collectives launched without waiting (async) never use them.
+``buffer(plan, role, n, like)`` is a fresh flat tensor, or, inside ``using(scratch)``
+(``BoundCall.run``), the buffer this (plan, role, dtype, device) got on the first call, per
+thread: a loop of calls allocates nothing after the first, and a CUDA graph captured after
+one warm-up call sees fixed addresses. Only buffers that die within the step are scratch
+(a pack's send buffer, a receive buffer unpacked into a new output), never a step's
+result, which a later call would overwrite; async launches never use them.
 """
 
 from __future__ import annotations
@@ -32,8 +28,7 @@ class Scratch:
         k = (*key, n, like.dtype, like.device)
         buf = bufs.get(k)
         if buf is None:
-            buf = like.new_zeros(n) if zero else like.new_empty(n)
-            bufs[k] = buf
+            buf = bufs[k] = like.new_zeros(n) if zero else like.new_empty(n)
         return buf
 
 

@@ -83,12 +83,13 @@ def uneven_type(x: torch.Tensor, mesh: Mesh | str | Any, axis: str, dim: int = 0
     if base is not None and len(base.dims) != x.dim():
         raise SpecError(f"the template {base} has {len(base.dims)} dims, the tensor {x.dim()}",
                         hint="give the template the tensor's dims")
-    dims = list(base.dims) if base is not None else [Dim(int(s)) for s in _shape(ctx, x)]
+    first = local_of(x, ctx.ranks[0])
+    dims = list(base.dims) if base is not None else [Dim(int(s)) for s in first.shape]
     if dims[dim].axes:
         raise SpecError(f"the template already shards dim {dim} by {', '.join(dims[dim].axes)}",
                         hint=f"leave dim {dim} unsharded in the template: {axis!r} splits it")
     dims[dim] = Dim(size, (axis,), split)
-    out = TensorType(base.dtype if base is not None else dtype_name(_first(ctx, x).dtype), tuple(dims),
+    out = TensorType(base.dtype if base is not None else dtype_name(first.dtype), tuple(dims),
                      base.axis_types if base is not None else ())
     from lowering.checks import check_type
 
@@ -96,15 +97,7 @@ def uneven_type(x: torch.Tensor, mesh: Mesh | str | Any, axis: str, dim: int = 0
     return out
 
 
-def _first(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-    return local_of(x, ctx.ranks[0])
-
-
-def _shape(ctx: Any, x: torch.Tensor) -> tuple[int, ...]:
-    return tuple(_first(ctx, x).shape)
-
-
-def _counts(x: torch.Tensor, dim: int, partitions: Any, r: int, ctx: Any) -> list[int]:
+def _counts(x: torch.Tensor, dim: int, partitions: Any, r: int) -> list[int]:
     n = int(local_of(x, r).shape[dim])
     if partitions is None:
         return [n]
@@ -132,7 +125,7 @@ def _table(ctx: Any, x: torch.Tensor, dim: int, partitions: Any) -> list[tuple[i
     errors: dict[int, SpecError] = {}
     for r in ctx.ranks:
         try:
-            mine[r] = _counts(x, dim, partitions, r, ctx)
+            mine[r] = _counts(x, dim, partitions, r)
         except SpecError as e:  # told to every rank through the widths table (-1)
             errors[r], mine[r] = e, []
     widths = _gathered(ctx, {r: [-1 if r in errors else len(v)] for r, v in mine.items()}, 1)
@@ -158,8 +151,7 @@ def _gathered(ctx: Any, rows: dict[int, list[int]], width: int) -> list[list[int
 
     buf = rank_map(ctx, table)
     comm.all_reduce(ctx, buf, "sum", ctx.group(m.names, ctx.ranks[0]))
-    got = local_of(buf, ctx.ranks[0])
-    return [[int(v) for v in row] for row in got.tolist()]
+    return local_of(buf, ctx.ranks[0]).tolist()
 
 
 def _splits(per: list[tuple[int, ...]], n: int, aligned: bool) -> tuple[tuple[int, ...], ...]:

@@ -74,7 +74,4 @@ def typed_output(y: torch.Tensor, x: torch.Tensor, tags: Tags) -> torch.Tensor:
     outer = getattr(x, TYPES, None)
     if outer and any(a not in types for a in outer):
         types = {**{a: V if t.kind == "S" else t for a, t in outer.items() if a not in types}, **types}
-    setattr(y, TYPES, types)
-    if sizes:
-        setattr(y, SIZES, sizes)
-    return y
+    return attach(y, types, sizes)

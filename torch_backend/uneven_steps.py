@@ -10,7 +10,7 @@ accumulating each contribution into the output (``reduce_scatterv``)::
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
@@ -18,7 +18,7 @@ from lowering.kinds.copies import Copy
 from lowering.kinds.uneven_exchange import ExchangeVPieces, GatherVPieces
 from lowering.program import Step
 from torch_backend import comm
-from torch_backend.collectives import Plans, first_plan, pack_exchange, step_group
+from torch_backend.collectives import Plans, first_plan, gather_a2a, pack_exchange, ring_gather, step_group
 from torch_backend.comm import finish_avg, rank_map, tied
 from torch_backend.groups import GroupHandle, MeshContext
 from torch_backend.runners import pieces_as, runs
@@ -27,19 +27,17 @@ from torch_backend.strided import contiguous, nothing_of, run_copies
 
 
 def _exchange(ctx: MeshContext, step: Step, plans: Mapping[int, ExchangeVPieces],
-              x: torch.Tensor) -> torch.Tensor | None:
-    """The flat receive buffer of every played rank (None when nothing leaves any rank)."""
-    if step.bytes_sent_max == 0 or first_plan(plans).n == 1:
-        return None
+              x: torch.Tensor) -> torch.Tensor:
+    """The flat receive buffer of every played rank (empty, drawn from ``x``, when nothing
+    leaves any rank)."""
+    p = first_plan(plans)
+    if step.bytes_sent_max == 0 or p.n == 1:
+        return rank_map(ctx, lambda r, t: nothing_of(t), x)
     send_splits = {r: [pc.numel for pc in p.send] for r, p in plans.items()}
     recv_splits = {r: [pc.numel for pc in p.recv] for r, p in plans.items()}
     send = rank_map(ctx, lambda r, t: pack_exchange(plans[r], t), x)
-    g = step_group(ctx, step)
-    if not comm.one_block(ctx):
-        return comm.all_to_all(ctx, send, send_splits, recv_splits, g)
-    p = first_plan(plans)
-    recv = buffer(p, "recv", p.recv_elems, x)
-    return comm.all_to_all(ctx, send, send_splits, recv_splits, g, out=recv)
+    recv = buffer(p, "recv", p.recv_elems, x) if comm.one_block(ctx) else None
+    return comm.all_to_all(ctx, send, send_splits, recv_splits, step_group(ctx, step), out=recv)
 
 
 @runs("all_to_allv", "slicev")
@@ -51,23 +49,20 @@ def all_to_allv(ctx: MeshContext, step: Step, pieces: Plans, x: torch.Tensor) ->
         r2 [c c c c]    [c c]
     """
     plans = pieces_as(ExchangeVPieces, pieces)
-    got = _exchange(ctx, step, plans, x)
 
-    def finish(r: int, t: torch.Tensor, recv: torch.Tensor | None) -> torch.Tensor:
+    def finish(r: int, t: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
         p = plans[r]
         # a new pending sum keeps the value on one coordinate: the others hold zeros
         y = t.new_zeros(p.out_shape) if p.fills else t.new_empty(p.out_shape)
         if p.self_copies:
             run_copies(p.self_copies, contiguous(t), y)
-        if recv is not None and p.unpack_copies:
+        if p.unpack_copies:
             run_copies(p.unpack_copies, contiguous(recv), y)
         elif not p.self_copies:
-            return tied(ctx, y, t, *(() if recv is None else (recv,)))
+            return tied(ctx, y, t, recv)
         return y
 
-    if got is None:
-        return rank_map(ctx, lambda r, t: finish(r, t, None), x)
-    return rank_map(ctx, finish, x, got)
+    return rank_map(ctx, finish, x, _exchange(ctx, step, plans, x))
 
 
 def _identity(op: str, like: torch.Tensor) -> float | int | bool:
@@ -81,20 +76,19 @@ def _identity(op: str, like: torch.Tensor) -> float | int | bool:
     return info.min if op == "max" else info.max
 
 
+_ACCUMULATE: dict[str, Callable[..., torch.Tensor]] = {"sum": torch.add, "avg": torch.add, "max": torch.maximum,
+                                                       "min": torch.minimum}
+
+
 def _accumulate(copies: Sequence[Copy], src: torch.Tensor, dst: torch.Tensor, op: str) -> None:
     so, do = src.storage_offset(), dst.storage_offset()
     for c in copies:
         d = dst.as_strided(c.dst.size, c.dst.stride, do + c.dst.offset)
         s = src.as_strided(c.src.size, c.src.stride, so + c.src.offset)
-        if op in ("sum", "avg"):
-            if d.dtype == torch.bool:
-                d.logical_or_(s)
-            else:
-                d.add_(s)
-        elif op == "max":
-            torch.maximum(d, s, out=d)
+        if op in ("sum", "avg") and d.dtype == torch.bool:
+            d.logical_or_(s)
         else:
-            torch.minimum(d, s, out=d)
+            _ACCUMULATE[op](d, s, out=d)
 
 
 @runs("reduce_scatterv")
@@ -105,21 +99,17 @@ def reduce_scatterv(ctx: MeshContext, step: Step, pieces: Plans, x: torch.Tensor
     """
     plans = pieces_as(ExchangeVPieces, pieces)
     op = step.op or "sum"
-    got = _exchange(ctx, step, plans, x)
 
-    def finish(r: int, t: torch.Tensor, recv: torch.Tensor | None) -> torch.Tensor:
+    def finish(r: int, t: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
         p = plans[r]
         y = torch.full(p.out_shape, _identity(op, t), dtype=t.dtype, device=t.device)
         _accumulate(p.self_copies, contiguous(t), y, op)
-        if recv is not None:
-            _accumulate(p.unpack_copies, contiguous(recv), y, op)
-        if not (p.self_copies or (recv is not None and p.unpack_copies)):
-            y = tied(ctx, y, t, *(() if recv is None else (recv,)))
+        _accumulate(p.unpack_copies, contiguous(recv), y, op)
+        if not (p.self_copies or p.unpack_copies):
+            y = tied(ctx, y, t, recv)
         return finish_avg(y, op, p.divide)
 
-    if got is None:
-        return rank_map(ctx, lambda r, t: finish(r, t, None), x)
-    return rank_map(ctx, finish, x, got)
+    return rank_map(ctx, finish, x, _exchange(ctx, step, plans, x))
 
 
 @runs("all_gatherv")
@@ -160,17 +150,10 @@ def _unpack(ctx: MeshContext, p: GatherVPieces, buf: torch.Tensor) -> torch.Tens
 
 def _gather_once(ctx: MeshContext, g: GroupHandle, plans: Mapping[int, GatherVPieces],
                  x: torch.Tensor) -> torch.Tensor:
-    """One exact ``all_to_all_single``: each rank's segment to each peer (split 0 to itself)."""
-    send_splits: dict[int, list[int]] = {}
-    recv_splits: dict[int, list[int]] = {}
-    for r, p in plans.items():
-        i = p.position
-        segs = p.segments
-        send_splits[r] = [0 if j == i else segs[i] for j in range(p.n)]
-        recv_splits[r] = [0 if j == i else s for j, s in enumerate(segs)]
+    """One exact ``all_to_all_single``: each rank's segment to each peer (``gather_a2a``)."""
     own = rank_map(ctx, lambda r, t: _own_segment(plans[r], t), x)
-    send = rank_map(ctx, lambda r, o: o.repeat(plans[r].n - 1), own)
-    got = comm.all_to_all(ctx, send, send_splits, recv_splits, g)
+    got = gather_a2a(ctx, g, own, {r: p.segments for r, p in plans.items()},
+                     {r: p.position for r, p in plans.items()})
 
     def finish(r: int, o: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
         p = plans[r]
@@ -181,15 +164,9 @@ def _gather_once(ctx: MeshContext, g: GroupHandle, plans: Mapping[int, GatherVPi
 
 
 def _gather_ring(ctx: MeshContext, g: GroupHandle, p: GatherVPieces, x: torch.Tensor) -> torch.Tensor:
-    """Round k: position i sends segment (i-k) to its successor and receives (i-k-1) from
-    its predecessor (empty segments skipped on both sides), all in one buffer."""
-    i, n, offs, segs = p.position, p.n, p.offsets, p.segments
+    """The ring (``ring_gather``), every segment in one buffer."""
+    i, offs, segs = p.position, p.offsets, p.segments
     buf = buffer(p, "ring", sum(segs), x)
     run_copies(p.pack_copies, contiguous(x), buf[offs[i]:offs[i] + segs[i]])
-    succ, pred = p.members[(i + 1) % n], p.members[(i - 1) % n]
-    for k in range(n - 1):
-        s, r = (i - k) % n, (i - k - 1) % n
-        sends = [(buf[offs[s]:offs[s] + segs[s]], succ)] if segs[s] else []
-        recvs = [(buf[offs[r]:offs[r] + segs[r]], pred)] if segs[r] else []
-        comm.p2p(ctx, sends, recvs, g)
+    ring_gather(ctx, g, buf, segs, i, p.members)
     return _unpack(ctx, p, buf)
