@@ -78,10 +78,6 @@ def spec_types(spec: Any, x: Any, what: str) -> tuple[dict[str, LocalType], dict
                     f"{type(spec).__name__}", hint="e.g. {'tp': spmd.V}, 'f32[4,6]{V:tp}' or PartitionSpec('tp', None)")
 
 
-def recorded_size(x: Any, group: tuple[str, ...]) -> int | None:
-    return (getattr(x, SIZES, None) or {}).get(group)
-
-
 def assert_type(x: Any, types: Any) -> Any:
     """Attach the local SPMD types ``{axis: type}`` (or a DSL string such as
     ``"f32[4,6]{V:tp}"``, or a jax ``PartitionSpec``) to ``x`` and return ``x``.
