@@ -13,6 +13,7 @@ type their results themselves.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 from collections.abc import Iterator
@@ -52,16 +53,11 @@ STRUCTURAL_ATTRIBUTES = frozenset({"T", "mT", "H", "mH", "data", "real", "imag"}
 _SEEDED = {"backward": (1, ("gradient", "grad_tensors")), "grad": (2, ("grad_outputs",))}
 
 
-def attribute_name(func: Any) -> str:
-    """The attribute a ``__get__`` reads (a getset descriptor's name, or a property's)."""
-    owner = getattr(func, "__self__", None)
-    return getattr(owner, "__name__", None) or getattr(getattr(owner, "fget", None), "__name__", "") or ""
-
-
 def op_name(func: Any) -> str:
     name = getattr(func, "__name__", None) or str(func)
-    if name == "__get__":
-        return attribute_name(func)
+    if name == "__get__":  # the attribute it reads (a getset descriptor's name, or a property's)
+        owner = getattr(func, "__self__", None)
+        return getattr(owner, "__name__", None) or getattr(getattr(owner, "fget", None), "__name__", "") or ""
     if name.startswith("__") and name.endswith("__"):
         name = name[2:-2]
         if name.startswith(("r", "i")) and name[1:] in ("add", "sub", "mul", "truediv", "matmul"):
@@ -181,20 +177,8 @@ class _TypeCheck(TorchFunctionMode):
         typed = [t for t in (getattr(x, TYPES, None) for x in tensors) if t]
         n_typed = len(typed)
         typed += numbers
-        if not typed:
-            if self.strict:  # untyped inputs of a raw collective or a loss: refused (the others run)
-                raw = getattr(func, "__name__", None)
-                if raw in RAW_COLLECTIVES:
-                    return _raw_collective(func, raw, args, kwargs, True)
-                if raw in _SEEDED:
-                    _check_seeds(raw, args, kwargs, True)
-            return func(*args, **kwargs)
         raw = getattr(func, "__name__", None)
-        if raw == "item":  # the number of a typed tensor keeps its types (V: it differs per rank)
-            out = func(*args, **kwargs)
-            return typed_number(out, typed[0]) if type(out) in (int, float) else out
-        if raw in _SKIP:
-            return func(*args, **kwargs)
+        # a raw collective or a loss on untyped tensors: refused in strict mode (runs untouched outside it)
         if raw in RAW_COLLECTIVES:
             return _raw_collective(func, raw, args, kwargs, self.strict)
         if raw in _SEEDED:
@@ -206,6 +190,11 @@ class _TypeCheck(TorchFunctionMode):
                 for x, g in zip(inputs, out):
                     type_grad(x, g)
             return out
+        if raw == "item" and typed:  # the number of a typed tensor keeps its types (V: it differs per rank)
+            out = func(*args, **kwargs)
+            return typed_number(out, typed[0]) if type(out) in (int, float) else out
+        if not typed or raw in _SKIP:
+            return func(*args, **kwargs)
         name = op_name(func)
         if raw == "__get__" and name not in STRUCTURAL_ATTRIBUTES:
             out = func(*args, **kwargs)
@@ -235,10 +224,9 @@ class _TypeCheck(TorchFunctionMode):
         else:
             rule = in_place_rule(name) if name[-1] == "_" else name
             out_types = propagate(rule, typed, scalar and rule in ("add", "sub", "rsub", "setitem"))
-        if kwargs or (raw and (raw[-1] == "_" or raw[:3] == "__i" or raw == "__setitem__")):  # may write
-            dest = written(raw or "", args, kwargs)
-            if dest is not None:
-                check_written(name, dest[0], dest[1], out_types)
+        dest = written(raw or "", args, kwargs)
+        if dest is not None:
+            check_written(name, dest[0], dest[1], out_types)
         with unchecked():
             out = func(*args, **kwargs)
         if raw == "__setitem__":  # returns None: the types go on the tensor it wrote
@@ -247,7 +235,7 @@ class _TypeCheck(TorchFunctionMode):
         return _attach_all(out, out_types)
 
 
-_SIGNATURES: dict[Any, inspect.Signature] = {}
+_signature = functools.cache(inspect.signature)
 
 
 def _raw_collective(func: Any, name: str, args: tuple, kwargs: dict, strict: bool) -> Any:
@@ -256,10 +244,7 @@ def _raw_collective(func: Any, name: str, args: tuple, kwargs: dict, strict: boo
     tensor kept and checked (``raw_destination``), or refused before it runs. An all_reduce
     retypes its tensor in place. A group that is no set of mesh axes is outside the checker
     (refused in strict mode), as an untyped input is (in strict mode, refused too)."""
-    sig = _SIGNATURES.get(func)
-    if sig is None:
-        sig = _SIGNATURES[func] = inspect.signature(func)
-    p = sig.bind(*args, **kwargs).arguments
+    p = _signature(func).bind(*args, **kwargs).arguments
     inp = p.get("tensor", p.get("input", p.get("input_tensor")))
     if name == "all_reduce":
         outs: list = []
