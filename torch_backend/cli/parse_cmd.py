@@ -99,27 +99,11 @@ def describe(type_text: str, mesh_text: str | None, all_ranks: bool = False) -> 
         holders = np.flatnonzero(key == k)
         out["local_shapes"].append({"shape": sizes[holders[0]].tolist(), "count": len(holders),
                                     "ranks": ranks_text(holders, max_runs=16)})
-    if lays is not None and (mesh.size <= LIST_RANKS or all_ranks):
-        out["ranks"] = [
-            {
-                "rank": r,
-                "coords": dict(zip(mesh.names, mesh.coords(r), strict=True)),
-                "blocks": lay.blocks.tolist(),
-                "cat": lay.cat,
-                "shape": list(lay.shape),
-            }
-            for r, lay in enumerate(lays)
-        ]
-    elif mesh.size <= LIST_RANKS or all_ranks:
-        out["ranks"] = [
-            {
-                "rank": r,
-                "coords": dict(zip(mesh.names, mesh.coords(r), strict=True)),
-                "slices": b[r].tolist(),
-                "shape": sizes[r].tolist(),
-            }
-            for r in range(mesh.size)
-        ]
+    if mesh.size <= LIST_RANKS or all_ranks:
+        out["ranks"] = [{"rank": r, "coords": dict(zip(mesh.names, mesh.coords(r), strict=True)),
+                         **({"slices": b[r].tolist(), "shape": sizes[r].tolist()} if lays is None else
+                            {"blocks": lays[r].blocks.tolist(), "cat": lays[r].cat, "shape": list(lays[r].shape)})}
+                        for r in range(mesh.size)]
     return out
 
 
@@ -155,23 +139,14 @@ def _text(info: dict[str, Any]) -> str:
             lines.append(f"  shape {tuple(s['shape'])} on {s['count']:,} rank(s): {s['ranks']}")
         return "\n".join(lines)
     if info["ranks"] and "blocks" in info["ranks"][0]:
-        lines.append(f"local:        each rank's blocks in local order ({cat_text(_Lay(info['ranks'][0]))}):")
+        lines.append(f"local:        each rank's blocks in local order ({cat_text(info['ranks'][0]['cat'])}):")
     else:
         lines.append("local:")
     for r in info["ranks"]:
         coords = ",".join(f"{k}={v}" for k, v in r["coords"].items())
-        if "blocks" in r:
-            lines.append(f"  rank {r['rank']:>3} ({coords}): {blocks_text(_Lay(r))}")
-            continue
-        lines.append(f"  rank {r['rank']:>3} ({coords}): {box_text(r['slices'])} shape {tuple(r['shape'])}")
+        held = blocks_text(r["blocks"]) if "blocks" in r else box_text(r["slices"])
+        lines.append(f"  rank {r['rank']:>3} ({coords}): {held} shape {tuple(r['shape'])}")
     return "\n".join(lines)
-
-
-class _Lay:
-    """A rank entry of ``describe`` read back as the layout fields the text helpers use."""
-
-    def __init__(self, r: dict[str, Any]) -> None:
-        self.blocks, self.cat, self.shape = r["blocks"], r["cat"], r["shape"]
 
 
 def run(args: argparse.Namespace) -> int:

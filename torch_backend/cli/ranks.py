@@ -35,11 +35,11 @@ def box_text(box: Any) -> str:
     return "[" + ", ".join(f"{int(a)}:{int(b)}" for a, b in box) + "]"
 
 
-def blocks_text(lay: Any) -> str:
-    """A rank's layout (``lowering.layout.LocalLayout``) as one line: its blocks in local order."""
-    return (" ".join(box_text(b) for b in lay.blocks) or "no blocks") + f" shape {tuple(lay.shape)}"
+def blocks_text(blocks: Any) -> str:
+    """A rank's blocks (``lowering.layout.LocalLayout.blocks``) in local order, on one line."""
+    return " ".join(box_text(b) for b in blocks) or "no blocks"
 
 
-def cat_text(lay: Any) -> str:
-    """How a layout's blocks make up the local tensor."""
-    return "flattened, then concatenated" if lay.cat is None else f"concatenated along dim {lay.cat}"
+def cat_text(cat: int | None) -> str:
+    """How a layout's blocks make up the local tensor (``LocalLayout.cat``)."""
+    return "flattened, then concatenated" if cat is None else f"concatenated along dim {cat}"

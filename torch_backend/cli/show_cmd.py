@@ -315,11 +315,11 @@ def render(type_text: str, mesh_text: str, console: Any) -> None:
 
 def _rank_blocks(lays: list[Any], mesh: Any, console: Any) -> None:
     """An uneven type's blocks, rank by rank, in local order."""
-    console.print(f"each rank's blocks, in local order ({cat_text(lays[0])}):")
+    console.print(f"each rank's blocks, in local order ({cat_text(lays[0].cat)}):")
     for r, lay in enumerate(lays[:LIST_RANKS]):
         coords = ",".join(f"{k}={v}" for k, v in zip(mesh.names, mesh.coords(r), strict=True))
-        console.print(f"  rank {mesh.global_ranks[r]:>3} ({coords}): {blocks_text(lay)}", markup=False,
-                      soft_wrap=True)
+        console.print(f"  rank {mesh.global_ranks[r]:>3} ({coords}): {blocks_text(lay.blocks)} shape "
+                      f"{tuple(lay.shape)}", markup=False, soft_wrap=True)
     if len(lays) > LIST_RANKS:
         console.print(f"  ... ({len(lays) - LIST_RANKS} more ranks)")
 
