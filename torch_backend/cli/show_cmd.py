@@ -1,23 +1,10 @@
 """``shardc show TYPE --mesh M``: which rank holds which block, drawn like
-``jax.debug.visualize_array_sharding``.
+``jax.debug.visualize_array_sharding`` (docs/dsl.md describes the picture).
 
-The global index space is cut at every rank's block boundaries; each tile lists the
-ranks holding it (numbers are ranks, rank = row-major mesh coordinate). 1-D types are
-one row of tiles, 2-D types a grid (dim 0 down, dim 1 across). For 3+ dims the last
-two dims are drawn as a grid once for every distinct block of the leading dims (not
-once per index, so the output stays as small as the layout). Tiles held by the same
-ranks get the same colour. Notes below the picture say what the unsharded axes mean:
-a partial axis (U / P(op)) holds pending-reduction addends, R/I replicas, V per-rank
-values. Only rich is imported (no torch, no jax).
-
-The picture always fits the console: every tile has the same width (as in JAX's
-picture, so every rank number is whole), and a grid wider than the console is cut
-into bands of columns drawn one under the other, each labelled. A dim with more than
-MAX_SEGMENTS blocks draws its first and last ones and says how many are left out.
-
-An uneven type (a dim with explicit sizes, ragged units or partitions) puts several
-blocks on a rank, in a permuted order; the picture tiles all of them, and the lines
-below it list each rank's blocks in local order (``lowering.layout.rank_layout``).
+The global index space is cut at every rank's block boundaries, and each tile lists the
+ranks holding it. Every tile has one width (as in JAX's picture, so every rank number is
+whole); a grid wider than the console is drawn in bands of columns, and a 1-D row folded
+into rows of tiles. Only rich is imported (no torch, no jax).
 """
 
 from __future__ import annotations
@@ -101,11 +88,8 @@ def grid(b: Any, shape: tuple[int, ...], fixed: list[tuple[int, int]], owners: A
     nd = len(shape)
     rows, row_gap = _elide(cuts(b, shape, nd - 2) if nd >= 2 else [(0, 1)])
     cols, col_gap = _elide(cuts(b, shape, nd - 1))
-    elided = []
-    if row_gap:
-        elided.append(f"dim {nd - 2}: {row_gap} of its {row_gap + MAX_SEGMENTS} blocks not drawn (the middle ones)")
-    if col_gap:
-        elided.append(f"dim {nd - 1}: {col_gap} of its {col_gap + MAX_SEGMENTS} blocks not drawn (the middle ones)")
+    elided = [f"dim {d}: {gap} of its {gap + MAX_SEGMENTS} blocks not drawn (the middle ones)"
+              for d, gap in ((nd - 2, row_gap), (nd - 1, col_gap)) if gap]
     cells = []
     for r in rows:
         line: list[tuple[str, tuple[int, ...]]] = []
@@ -208,22 +192,20 @@ def _folded(g: Grid, cell: int, width: int, colour: Any) -> Any:
     return table
 
 
+_HOLD = {"V": "V - varying: ranks along {} hold different values (dims are per-rank shape)",
+         "R": "R - replicated (gradient partial)", "I": "I - replicated, invariant (unannotated)"}
+
+
 def notes(t: Any, mesh: Any) -> list[str]:
     """One line per mesh axis that shards nothing: what its ranks hold."""
     out = []
-    for name in mesh.names:
-        if t.dim_of(name) is not None:
-            continue
+    for name in (n for n in mesh.names if t.dim_of(n) is None):
         at = t.axis_type(name)
         if at.kind == "P":
             out.append(f"{name}: {at.code} - partial ({at.op}): ranks along {name} hold addends of a pending "
                        f"{at.op}; the block's value is their {at.op}")
-        elif at.kind == "V":
-            out.append(f"{name}: V - varying: ranks along {name} hold different values (dims are per-rank shape)")
-        elif at.kind == "R":
-            out.append(f"{name}: R - replicated (gradient partial)")
         else:
-            out.append(f"{name}: I - replicated, invariant (unannotated)")
+            out.append(f"{name}: " + _HOLD[at.kind].format(name))
     return out
 
 
@@ -267,12 +249,9 @@ def render(type_text: str, mesh_text: str, console: Any) -> None:
             leading = "dim 0" if lead == 1 else f"dims 0..{lead - 1}"
             console.print(f"{t.ndim}-d: the last two dims (dim {t.ndim - 2} down, {t.ndim - 1} across), "
                           f"once per block of {leading}")
-        seg_lists = [_elide(cuts(b, t.shape, d))[0] for d in range(max(lead, 0))]
-        said: set[str] = set()
-        for d, segs in enumerate(seg_lists):
-            if None in segs:
-                said.add(f"dim {d}: {len(cuts(b, t.shape, d)) - MAX_SEGMENTS} blocks not drawn (the middle ones)")
-        for combo in itertools.product(*seg_lists):
+        leading_segs = [_elide(cuts(b, t.shape, d)) for d in range(max(lead, 0))]
+        said = {f"dim {d}: {gap} blocks not drawn (the middle ones)" for d, (_, gap) in enumerate(leading_segs) if gap}
+        for combo in itertools.product(*(segs for segs, _ in leading_segs)):
             fixed = [seg for seg in combo if seg is not None]
             if len(fixed) < len(combo):
                 console.print("...")
