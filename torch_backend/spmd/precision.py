@@ -90,14 +90,6 @@ def check_options(op: str, routed: str, src: LocalType, x: torch.Tensor, op_dtyp
                         hint="pass a floating op_dtype (e.g. op_dtype=torch.float32)")
 
 
-def _accumulated(x: torch.Tensor, how: tuple, program: Program) -> torch.Tensor:
-    """``_reduce(x, *how)``, differentiable (``with_backward``): its gradient is the table's
-    backward collective with the options mirrored."""
-    if torch.is_grad_enabled() and x.requires_grad:
-        return with_backward(x, lambda t: _reduce(t, *how), lambda g: _gradient(g, how, program))
-    return _reduce(x, *how)
-
-
 def _gradient(g: torch.Tensor, how: tuple, program: Program) -> torch.Tensor:
     check_differentiable(program.src, program.dst)  # no gradient through a pending max/min
     routed, src, dst, group, mesh_ctx, at, op_dtype, out_dtype, in_dtype = how
@@ -105,7 +97,7 @@ def _gradient(g: torch.Tensor, how: tuple, program: Program) -> torch.Tensor:
     if routed == "all_reduce" and dst.kind == "I":  # backward reinterpret(I, R): nothing sent
         return g
     if routed == "all_reduce":  # backward all_reduce(P, R) (a sum, as the plain call's), options mirrored
-        return _accumulated(g, (routed, LocalType("P"), R, group, mesh_ctx, at, op_dtype, in_dtype, in_dtype), program)
+        return reduce_in(routed, g, LocalType("P"), R, group, mesh_ctx, at, op_dtype, in_dtype, program)
     # backward of reduce_scatter: all_gather(V|S(i), R) in x's dtype (nothing to add)
     shape = tuple(g.shape)
     if dst.dim is not None:  # S(dim), the one local type with a tensor dim
@@ -159,8 +151,10 @@ def reduce_in(routed: str, x: torch.Tensor, src: LocalType, dst: LocalType, grou
             raise SpecError(f"spmd.reduce_scatter with op_dtype: dim {d} of the local tensor ({list(x.shape)}) "
                             f"must split into {n} equal pieces", hint="pad that dim to a multiple of the group's "
                             "size, or drop op_dtype (an uneven reduce_scatter then follows torch.chunk)")
-    return _accumulated(x, (routed, src, dst, group, ctx, at, op_dtype or x.dtype, out_dtype or x.dtype, x.dtype),
-                        program)
+    how = (routed, src, dst, group, ctx, at, op_dtype or x.dtype, out_dtype or x.dtype, x.dtype)
+    if torch.is_grad_enabled() and x.requires_grad:  # the gradient: the table's backward, options mirrored
+        return with_backward(x, lambda t: _reduce(t, *how), lambda g: _gradient(g, how, program))
+    return _reduce(x, *how)
 
 
 def backward_dtypes(op: str, routed: str, src: LocalType, dst: LocalType, options: Any, inplace: bool,
