@@ -336,26 +336,23 @@ def _check_seeds(name: str, args: tuple, kwargs: dict, strict: bool) -> None:
             check_loss(name, types)
 
 
+def linear_equation(ndim: int) -> str:
+    """``x[..., y] @ w[z, y]^T`` (``linear``) as an einsum equation, for an ``x`` of ``ndim`` dims."""
+    batch = "abcdefgh"[: ndim - 1]
+    return f"{batch}y,zy->{batch}z"
+
+
 def _matmul_types(name: str, tensors: list) -> dict:
     """matmul/mm/linear with S(i) operands: the einsum rule on their equation."""
     a, b = tensors[0], tensors[1]
-    letters = "abcdefgh"
-    if name == "linear":  # x[..., i] @ w[o, i]^T
-        xs = letters[: a.ndim - 1] + "y"
-        eq = f"{xs},zy->{xs[:-1]}z"
-    else:
-        if a.ndim < 2 or b.ndim < 2 or a.ndim != b.ndim:
-            eq = None
-        else:
-            batch = letters[: a.ndim - 2]
-            eq = f"{batch}xy,{batch}yz->{batch}xz"
     ts = [getattr(t, TYPES, None) or {} for t in (a, b)]
-    if eq is None:
+    if name == "linear":
+        out = einsum_types(name, linear_equation(a.ndim), ts)
+        return propagate("add", [out, getattr(tensors[2], TYPES, None) or {}]) if len(tensors) > 2 else out
+    if a.ndim < 2 or b.ndim < 2 or a.ndim != b.ndim:
         return propagate(name, [t for t in ts if t])
-    out = einsum_types(name, eq, ts)
-    if name == "linear" and len(tensors) > 2:
-        out = propagate("add", [out, getattr(tensors[2], TYPES, None) or {}])
-    return out
+    batch = "abcdefgh"[: a.ndim - 2]
+    return einsum_types(name, f"{batch}xy,{batch}yz->{batch}xz", ts)
 
 
 def no_typecheck() -> AbstractContextManager[None]:

@@ -19,8 +19,8 @@ import torch
 from lowering.spmd.propagate import einsum_types, propagate
 from spec_lang.errors import SpecError
 from spec_lang.local_type import LocalType
-from torch_backend.spmd.check import STRICT, refuse_untyped, untyped_argument
-from torch_backend.spmd.tags import is_jax_spec, spec_types, typeof
+from torch_backend.spmd.check import STRICT, linear_equation, refuse_untyped, untyped_argument
+from torch_backend.spmd.tags import is_jax_spec, local_form, spec_types, typeof
 from torch_backend.tensor_checks import is_dtensor
 from torch_backend.type_tags import TYPES, attach, unchecked
 
@@ -91,21 +91,12 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *,
     if x.ndim < 1 or w.ndim != 2:
         raise SpecError(f"linear takes x[..., in] and w[out, in], got {list(x.shape)} and {list(w.shape)}")
     _strict("spmd.linear", (x, w) if b is None else (x, w, b))
-    letters = "abcdefgh"[: x.ndim - 1]
-    types = einsum_types("linear", f"{letters}y,zy->{letters}z", [typeof(x), typeof(w)], _axes(out_partial_axes))
+    types = einsum_types("linear", linear_equation(x.ndim), [typeof(x), typeof(w)], _axes(out_partial_axes))
     if b is not None:  # the bias' dim 0 is the output's last dim
         last = x.ndim - 1
         bias = {a: LocalType("S", dim=last) if t.kind == "S" and t.dim == 0 else t for a, t in typeof(b).items()}
         types = propagate("add", [types, bias])  # P + R is refused with the fix
     return attach(_local_op("linear", torch.nn.functional.linear, x, w, b), types)
-
-
-def _drop_spec(t: LocalType) -> LocalType:
-    return LocalType("V") if t.kind == "S" else t
-
-
-def _local(types: dict[str, LocalType]) -> dict[str, LocalType]:
-    return {a: _drop_spec(t) for a, t in types.items()}
 
 
 def _is_spec(spec: Any) -> bool:
@@ -155,7 +146,7 @@ def _enter(x: Any, spec: Any, where: str) -> Any:
                             hint="redistribute it first, or fix in_types")
     with unchecked():
         inner = x.view_as(x)  # same data, its own type
-    return attach(inner, {**have, **_local(want)})
+    return attach(inner, {**have, **local_form(want)})
 
 
 def _enter_inferred(x: Any) -> Any:
@@ -168,7 +159,7 @@ def _enter_inferred(x: Any) -> Any:
         return x
     with unchecked():
         inner = x.view_as(x)  # same data, its own type
-    return attach(inner, _local(typeof(x)))
+    return attach(inner, local_form(typeof(x)))
 
 
 def _leave(y: Any, spec: Any, where: str) -> Any:
@@ -190,8 +181,9 @@ def _leave(y: Any, spec: Any, where: str) -> Any:
                         hint="return a tensor there, or put None in out_types for a non-tensor")
     want, _ = spec_types(spec, y, f"local_map out_types of {where}")
     have = getattr(y, TYPES, None) or {}
+    inside, stated = local_form(have), local_form(want)
     for a, t in want.items():
-        if a in have and not _drop_spec(have[a]).agrees(_drop_spec(t)):
+        if a in have and not inside[a].agrees(stated[a]):
             raise SpecError(f"local_map: {where} is {have[a]!r} on axis {a!r} inside, out_types says {t!r}",
                             hint="add the collective or convert inside fn, or fix out_types")
     with unchecked():

@@ -23,10 +23,15 @@ class TypedInt(int):
     """A Python int with SPMD types (see ``TypedFloat``)."""
 
 
+def local_form(types: dict[str, LocalType]) -> dict[str, LocalType]:
+    """``types`` with S(i) read as V: a number's (it has no dims), or a tensor's inside ``local_map``."""
+    return {a: LocalType("V") if t.kind == "S" else t for a, t in types.items()}
+
+
 def typed_number(value: Any, types: dict[str, LocalType]) -> Any:
-    """``value`` (an int or a float) carrying ``types``; S(i) is V (a number has no dims)."""
+    """``value`` (an int or a float) carrying ``types`` (in local form: a number has no dims)."""
     n = (TypedFloat if isinstance(value, float) else TypedInt)(value)
-    setattr(n, TYPES, {a: LocalType("V") if t.kind == "S" else t for a, t in types.items()})
+    setattr(n, TYPES, local_form(types))
     return n
 
 
