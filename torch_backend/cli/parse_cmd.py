@@ -17,7 +17,7 @@ from typing import Any
 
 from spec_lang.errors import SpecError
 from torch_backend.cli.output import json_text
-from torch_backend.cli.ranks import blocks_text, box_text, cat_text, ranks_text
+from torch_backend.cli.ranks import blocks_text, box_text, cat_text, rank_line, ranks_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -143,9 +143,8 @@ def _text(info: dict[str, Any]) -> str:
     else:
         lines.append("local:")
     for r in info["ranks"]:
-        coords = ",".join(f"{k}={v}" for k, v in r["coords"].items())
         held = blocks_text(r["blocks"]) if "blocks" in r else box_text(r["slices"])
-        lines.append(f"  rank {r['rank']:>3} ({coords}): {held} shape {tuple(r['shape'])}")
+        lines.append(rank_line(r["rank"], r["coords"].items(), held, r["shape"]))
     return "\n".join(lines)
 
 

@@ -1,9 +1,9 @@
-"""Rank sets as short text: ``[0,1,2,3,6]`` -> ``0-3,6``, and a rank's blocks as text
-(shared by ``parse`` and ``show``)."""
+"""Rank sets as short text: ``[0,1,2,3,6]`` -> ``0-3,6``, and a rank's blocks and entry as
+text (shared by ``parse`` and ``show``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 
@@ -43,3 +43,8 @@ def blocks_text(blocks: Any) -> str:
 def cat_text(cat: int | None) -> str:
     """How a layout's blocks make up the local tensor (``LocalLayout.cat``)."""
     return "flattened, then concatenated" if cat is None else f"concatenated along dim {cat}"
+
+
+def rank_line(rank: int, coords: Iterable[tuple[str, int]], held: str, shape: Sequence[int]) -> str:
+    """One rank's entry in a listing: ``  rank   3 (dp=1,tp=1): [0:4, 8:16] shape (4, 8)``."""
+    return f"  rank {rank:>3} ({','.join(f'{k}={v}' for k, v in coords)}): {held} shape {tuple(shape)}"

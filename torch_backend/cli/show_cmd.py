@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spec_lang.errors import SpecError
-from torch_backend.cli.ranks import blocks_text, cat_text, ranks_text
+from torch_backend.cli.ranks import blocks_text, cat_text, rank_line, ranks_text
 
 _PALETTE = (
     "on dark_blue", "on dark_green", "on dark_red", "on purple4", "on dark_orange3", "on deep_sky_blue4",
@@ -122,14 +122,18 @@ def bands(g: Grid, width: int) -> tuple[int, list[range]]:
     texts = [t for row in g.cells for t, _ in row]
     natural = min(MAX_CELL, max(len(t) for t in g.col_labels + texts))
     narrowest = max(len(t) for t in g.col_labels + [tok + "," for t in texts for tok in t.split(",")])
-    label = max(len(t) for t in [g.corner, *g.row_labels])
-    # rich draws each column as padding 1 + text + padding 1, plus one border per column and one at the end
-    room = width - (label + 3) - 1
+    room = _room(width, max(len(t) for t in [g.corner, *g.row_labels]))
     n = len(g.col_labels)
     fit_one_band = room // n - 3
     cell = natural if fit_one_band >= natural else (fit_one_band if fit_one_band >= narrowest else natural)
     per_band = max(1, room // (cell + 3))
     return cell, [range(i, min(n, i + per_band)) for i in range(0, n, per_band)]
+
+
+def _room(width: int, label: int) -> int:
+    """The columns left for tiles beside a row label ``label`` wide: rich draws each column
+    as padding 1 + text + padding 1, plus one border per column and one at the end."""
+    return width - (label + 3) - 1
 
 
 def wrap_ranks(text: str, width: int) -> str:
@@ -170,7 +174,7 @@ def _folded(g: Grid, cell: int, width: int, colour: Any) -> Any:
 
     n = len(g.col_labels)
     label = 2 * len(str(max(hi for _, hi in (c for c in g.col_segs if c is not None)))) + 1  # the widest lo:hi
-    per_row = max(1, (width - (label + 3) - 1) // (cell + 3))
+    per_row = max(1, _room(width, label) // (cell + 3))
     table = Table(show_header=False, show_lines=True)
     table.add_column(style="bold", justify="right", no_wrap=True)
     for _ in range(min(per_row, n)):
@@ -296,9 +300,8 @@ def _rank_blocks(lays: list[Any], mesh: Any, console: Any) -> None:
     """An uneven type's blocks, rank by rank, in local order."""
     console.print(f"each rank's blocks, in local order ({cat_text(lays[0].cat)}):")
     for r, lay in enumerate(lays[:LIST_RANKS]):
-        coords = ",".join(f"{k}={v}" for k, v in zip(mesh.names, mesh.coords(r), strict=True))
-        console.print(f"  rank {mesh.global_ranks[r]:>3} ({coords}): {blocks_text(lay.blocks)} shape "
-                      f"{tuple(lay.shape)}", markup=False, soft_wrap=True)
+        console.print(rank_line(mesh.global_ranks[r], zip(mesh.names, mesh.coords(r), strict=True),
+                                blocks_text(lay.blocks), lay.shape), markup=False, soft_wrap=True)
     if len(lays) > LIST_RANKS:
         console.print(f"  ... ({len(lays) - LIST_RANKS} more ranks)")
 
