@@ -63,12 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        try:
-            importlib.import_module(module).add_arguments(p)
-        except ModuleNotFoundError as e:
-            if e.name != module:
-                raise
-            p.set_defaults(_missing=module)
+        importlib.import_module(module).add_arguments(p)
         p.set_defaults(_module=module)
     return parser
 
@@ -82,9 +77,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     _Parser.json_errors = "--json" in argv
     args = build_parser().parse_args(argv)
-    if getattr(args, "_missing", None):
-        print(f"shardc {args.command}: not available in this build", file=sys.stderr)
-        return 2
     try:
         try:
             return int(importlib.import_module(args._module).run(args) or 0)
