@@ -1,14 +1,7 @@
-"""``shardc parse TYPE [--mesh M] [--json]``: one type, every form it has.
-
-Prints the canonical type (long and short dtype), the JAX PartitionSpec (or why JAX
-cannot express it), and with ``--mesh`` the DTensor placements, shard_order, the
-``_StridedShard`` form and each rank's slice and local shape. Neither torch nor jax
-is imported: placements are printed in their textual form (``S(0),R,P(sum)``).
-
-An uneven type's rank holds several blocks (``lowering.layout.rank_layout``): its
-entry lists them in local order (``blocks``, concatenated along ``cat``, or flattened
-and concatenated when ``cat`` is None) in place of one slice.
-"""
+"""``shardc parse TYPE [--mesh M] [--json]``: one type, every form it has (docs/dsl.md):
+its canonical text, JAX PartitionSpec, and with ``--mesh`` its DTensor placements and each
+rank's slice, or an uneven type's blocks (``lowering.layout.rank_layout``). Neither torch
+nor jax is imported: placements are printed in their textual form (``S(0),R,P(sum)``)."""
 
 from __future__ import annotations
 
@@ -33,12 +26,9 @@ LIST_RANKS = 64  # meshes up to this size list every rank; bigger ones are summa
 
 
 def describe(type_text: str, mesh_text: str | None, all_ranks: bool = False) -> dict[str, Any]:
-    """Everything ``parse`` prints, as plain data (the --json output).
-
-    ``ranks`` lists every rank on meshes of up to LIST_RANKS ranks or with ``all_ranks``
-    (else None); ``local_shapes`` always summarises them: each distinct local shape,
-    how many ranks hold it and which (``0-3,8-11``).
-    """
+    """Everything ``parse`` prints, as plain data (the --json output): ``ranks`` lists every
+    rank up to LIST_RANKS ranks or with ``all_ranks`` (else None); ``local_shapes`` always
+    summarises them: each distinct local shape, how many ranks hold it and which."""
     from spec_lang.ir import DTYPES
     from spec_lang.jax_interop import jax_refusal, partition_spec_text
     from spec_lang.parser import parse

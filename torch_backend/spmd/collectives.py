@@ -1,7 +1,5 @@
 """The typed per-axis collectives: each call is one Program (``lowering.spmd.programs``),
-bound once in the one cache of bound calls (``api.bound_program``) and run by that
-``BoundCall`` like every redistribution, its backward the bound's dual: the program of its
-kinds' duals.
+run by its ``BoundCall`` like every redistribution (its backward: the kinds' duals).
 
 Everything is checked before the first collective: the (src, dst) pair against the
 SPMD type system's tables, the axes against the mesh, and every rank's local shape

@@ -65,11 +65,8 @@ def as_dtype(d: Any, what: str) -> torch.dtype | None:
 
 def wire_dtype(routed: str, x_dtype: torch.dtype, op_dtype: torch.dtype | None,
                out_dtype: torch.dtype | None) -> torch.dtype:
-    """The dtype the program of ``routed`` runs in (what it sends). A reduction: ``op_dtype``
-    where it is no wider than x's (cast before the wire, the collective adds in it), else
-    x's (added in the wider ``op_dtype`` after it arrives). Any other collective (nothing is
-    added): ``op_dtype``; without it, the narrower of x's dtype and ``out_dtype`` (casting
-    before or after a move rounds alike, and before sends fewer bytes)."""
+    """The dtype the program of ``routed`` sends, as the module docstring says (a move that
+    adds nothing casts before the wire: it rounds alike and sends fewer bytes)."""
     if routed not in REDUCING:
         if op_dtype is not None:
             return op_dtype
