@@ -232,6 +232,7 @@ def all_blocks(t: Any, mesh: Any) -> tuple[Any, Any, list[Any] | None]:
 def render(type_text: str, mesh_text: str, console: Any) -> None:
     """Print the picture of ``type_text`` on ``mesh_text`` to a rich console, fitted to its width."""
     from lowering.checks import resolve
+    from lowering.layout import local_shapes
 
     t, mesh = resolve(type_text, mesh_text)
     b, owners, lays = all_blocks(t, mesh)
@@ -281,17 +282,14 @@ def render(type_text: str, mesh_text: str, console: Any) -> None:
             console.print(f"note: {line}", markup=False)
     if lays is not None:
         _rank_blocks(lays, mesh, console)
-        empty = [r for r, lay in enumerate(lays) if 0 in lay.shape]
-        if empty:
-            named = sorted(mesh.global_ranks[r] for r in empty)
-            console.print(f"ranks holding no elements (uneven split): {ranks_text(named, max_runs=16)}")
-    elif 0 in t.shape:
+    if lays is None and 0 in t.shape:
         console.print(f"an empty tensor (dim {t.shape.index(0)} has size 0): the tiles show how its other dims "
                       "are cut")
     else:
-        empty = sorted(mesh.global_ranks[r] for r in range(mesh.size) if (b[r, :, 1] <= b[r, :, 0]).any())
+        empty = sorted(mesh.global_ranks[r] for r, shape in enumerate(local_shapes(t, mesh)) if 0 in shape)
         if empty:
-            console.print(f"ranks holding no elements (uneven chunk rule): {ranks_text(empty, max_runs=16)}")
+            rule = "uneven split" if lays is not None else "uneven chunk rule"
+            console.print(f"ranks holding no elements ({rule}): {ranks_text(empty, max_runs=16)}")
     for line in notes(t, mesh):
         console.print(line, markup=False)
 
