@@ -149,7 +149,12 @@ def untyped_argument(args: tuple, kwargs: dict) -> tuple[str, torch.Tensor] | No
     return None
 
 
-def refuse_untyped(op: str, where: str, x: torch.Tensor, typed: list[dict]) -> None:
+def refuse_untyped(op: str, args: tuple, kwargs: dict, typed: list[dict]) -> None:
+    """Strict mode: refuse ``op`` if an argument is an untyped tensor beside the ``typed`` ones."""
+    found = untyped_argument(args, kwargs)
+    if found is None:
+        return
+    where, x = found
     axes = list(dict.fromkeys(a for t in typed for a in t))
     example = ", ".join(f"{a!r}: spmd.R" for a in axes)
     raise SpecError(f"strict typecheck: {op} takes an untyped tensor ({where}, shape {list(x.shape)}) beside typed "
@@ -202,9 +207,7 @@ class _TypeCheck(TorchFunctionMode):
                 type_grad(args[0], out)
             return out
         if self.strict and n_typed < len(tensors):
-            found = untyped_argument(args, kwargs)
-            if found:
-                refuse_untyped(name, found[0], found[1], typed)
+            refuse_untyped(name, args, kwargs, typed)
         sharded = any(t.kind == "S" for d in typed for t in d.values())
         if name == "einsum" and sharded and args and isinstance(args[0], str):
             ops = args[1:] if not (len(args) == 2 and isinstance(args[1], (list, tuple))) else args[1]

@@ -19,7 +19,7 @@ import torch
 from lowering.spmd.propagate import einsum_types, propagate
 from spec_lang.errors import SpecError
 from spec_lang.local_type import LocalType
-from torch_backend.spmd.check import STRICT, linear_equation, refuse_untyped, untyped_argument
+from torch_backend.spmd.check import STRICT, linear_equation, refuse_untyped
 from torch_backend.spmd.tags import is_jax_spec, local_form, spec_types, typeof
 from torch_backend.tensor_checks import is_dtensor
 from torch_backend.type_tags import TYPES, attach, unchecked
@@ -36,13 +36,18 @@ def _axes(out_partial_axes: str | Sequence[str] | None) -> tuple[str, ...]:
                     f"{type(out_partial_axes).__name__}", hint="e.g. out_partial_axes='tp' or ['dp', 'tp']")
 
 
-def _tensors(op: str, xs: Sequence[Any], names: str) -> None:
-    """The operands are tensors (a DTensor is not: its type is its placements, not a tag)."""
+def _operands(op: str, xs: Sequence[Any], names: Sequence[str] = (), shown: str | None = None) -> None:
+    """The operands are local tensors (a DTensor is not: its type is its placements, not a
+    tag); under ``typecheck(strict=True)`` an untyped one beside typed ones is refused
+    (outside it, an untyped operand is read as R)."""
     for i, x in enumerate(xs):
         if not isinstance(x, torch.Tensor) or is_dtensor(x):
-            raise SpecError(f"spmd.{op}: {names.split()[i] if i < len(names.split()) else f'operand {i}'} must be "
+            raise SpecError(f"spmd.{op}: {names[i] if i < len(names) else f'operand {i}'} must be "
                             f"a local torch.Tensor, got {type(x).__name__}",
                             hint="pass this rank's local tensors (for a DTensor, dt.to_local())")
+    typed = [typeof(x) for x in xs if typeof(x)]
+    if STRICT.get() and typed:
+        refuse_untyped(shown or f"spmd.{op}", tuple(xs), {}, typed)
 
 
 def _local_op(what: str, fn: Callable[..., torch.Tensor], *xs: Any) -> torch.Tensor:
@@ -60,16 +65,6 @@ def _local_op(what: str, fn: Callable[..., torch.Tensor], *xs: Any) -> torch.Ten
                         "operands' local blocks: check the shapes each rank holds") from None
 
 
-def _strict(op: str, xs: Sequence[Any]) -> None:
-    """Under ``typecheck(strict=True)``, an untyped operand beside typed ones is refused
-    (outside it, an untyped operand is read as R)."""
-    if STRICT.get():
-        typed = [typeof(x) for x in xs if isinstance(x, torch.Tensor) and typeof(x)]
-        found = untyped_argument(tuple(xs), {}) if typed else None
-        if found:
-            refuse_untyped(op, found[0], found[1], typed)
-
-
 def einsum(eq: str, *xs: torch.Tensor, out_partial_axes: str | Sequence[str] | None = None) -> torch.Tensor:
     """``torch.einsum`` whose result type follows the SPMD type system (global SPMD where an
     operand is S(i)); a contracted sharded label needs its axis in ``out_partial_axes``,
@@ -77,8 +72,7 @@ def einsum(eq: str, *xs: torch.Tensor, out_partial_axes: str | Sequence[str] | N
     if not isinstance(eq, str):
         raise SpecError(f"spmd.einsum takes the equation first, a str, got {type(eq).__name__}",
                         hint="e.g. spmd.einsum('ij,jk->ik', x, w)")
-    _tensors("einsum", xs, "")
-    _strict(f"spmd.einsum({eq!r})", xs)
+    _operands("einsum", xs, shown=f"spmd.einsum({eq!r})")
     types = einsum_types("einsum", eq, [typeof(x) for x in xs], _axes(out_partial_axes))
     return attach(_local_op(f"einsum({eq!r})", lambda *a: torch.einsum(eq, *a), *xs), types)
 
@@ -87,10 +81,9 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *,
            out_partial_axes: str | Sequence[str] | None = None) -> torch.Tensor:
     """``x @ w.T (+ b)`` typed like ``einsum``. With a partial result, the bias must be added
     after the reduction (a replicated bias added to every rank's partial sum counts n times)."""
-    _tensors("linear", (x, w) if b is None else (x, w, b), "x w b")
+    _operands("linear", (x, w) if b is None else (x, w, b), ("x", "w", "b"))
     if x.ndim < 1 or w.ndim != 2:
         raise SpecError(f"linear takes x[..., in] and w[out, in], got {list(x.shape)} and {list(w.shape)}")
-    _strict("spmd.linear", (x, w) if b is None else (x, w, b))
     types = einsum_types("linear", linear_equation(x.ndim), [typeof(x), typeof(w)], _axes(out_partial_axes))
     if b is not None:  # the bias' dim 0 is the output's last dim
         last = x.ndim - 1
