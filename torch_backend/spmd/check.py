@@ -249,12 +249,10 @@ def _raw_collective(func: Any, name: str, args: tuple, kwargs: dict, strict: boo
     (refused in strict mode), as an untyped input is (in strict mode, refused too)."""
     p = _signature(func).bind(*args, **kwargs).arguments
     inp = p.get("tensor", p.get("input", p.get("input_tensor")))
-    if name == "all_reduce":
-        outs: list = []
-    elif name == "all_gather":  # the list form: one output tensor per rank of the group
-        outs = list(p.get("tensor_list") or ())
-    else:
-        outs = [p.get("output", p.get("output_tensor"))]
+    if name == "all_gather":  # the list form: one output tensor per rank of the group
+        outs = [(f"tensor_list[{k}]", o) for k, o in enumerate(p.get("tensor_list") or ())]
+    else:  # an all_reduce writes its input
+        outs = [] if name == "all_reduce" else [("output tensor", p.get("output", p.get("output_tensor")))]
     types = getattr(inp, TYPES, None) or {}
     if not types and not strict:  # an untyped input: outside the checker (its output too)
         return func(*args, **kwargs)
@@ -271,13 +269,12 @@ def _raw_collective(func: Any, name: str, args: tuple, kwargs: dict, strict: boo
     if op is None and RAW_COLLECTIVES[name] in ("all_reduce", "reduce_scatter"):
         reduce = "SUM"
     new = raw_collective_types(name, reduce, axes, types)
-    kept = [raw_destination(name, axes, new, getattr(o, TYPES, None),
-                            "output tensor" if name != "all_gather" else f"tensor_list[{k}]")
-            for k, o in enumerate(outs) if isinstance(o, torch.Tensor)]
+    kept = [(o, raw_destination(name, axes, new, getattr(o, TYPES, None), where))
+            for where, o in outs if isinstance(o, torch.Tensor)]
     result = func(*args, **kwargs)
     if name == "all_reduce":
         setattr(inp, TYPES, new)
-    for o, t in zip((o for o in outs if isinstance(o, torch.Tensor)), kept):
+    for o, t in kept:
         setattr(o, TYPES, t)
     return result
 
