@@ -82,12 +82,10 @@ def describe(type_text: str, mesh_text: str | None, all_ranks: bool = False) -> 
     for d in range(sizes.shape[1]):
         values, idx = np.unique(sizes[:, d], return_inverse=True)
         key = key * len(values) + idx.reshape(-1)
-    present = np.flatnonzero(np.bincount(key))
-    firsts = [int(np.argmax(key == k)) for k in present]
     out["local_shapes"] = []
-    for _, k in sorted(zip(firsts, present.tolist(), strict=True)):
-        holders = np.flatnonzero(key == k)
-        out["local_shapes"].append({"shape": sizes[holders[0]].tolist(), "count": len(holders),
+    for first in sorted(np.unique(key, return_index=True)[1].tolist()):  # each shape, from its first rank on
+        holders = np.flatnonzero(key == key[first])
+        out["local_shapes"].append({"shape": sizes[first].tolist(), "count": len(holders),
                                     "ranks": ranks_text(holders, max_runs=16)})
     if mesh.size <= LIST_RANKS or all_ranks:
         out["ranks"] = [{"rank": r, "coords": dict(zip(mesh.names, mesh.coords(r), strict=True)),
