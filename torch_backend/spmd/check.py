@@ -92,20 +92,17 @@ _INPLACE_DUNDERS = frozenset(f"__i{n}__" for n in ("add", "sub", "mul", "truediv
                                                       "pow", "mod", "and", "or", "xor", "lshift", "rshift"))
 
 
-def written(raw: str, args: tuple, kwargs: dict) -> tuple[str, Any] | None:
-    """The tensor an op writes (``out=``, or the first argument of an in-place op) and how
-    to name it in an error; None for an op that makes a new tensor."""
+def check_written(op: str, raw: str, args: tuple, kwargs: dict, out_types: dict) -> None:
+    """A typed tensor the op writes (``out=``, or the first argument of an in-place op) keeps
+    its type: the result written into it must agree on each axis (other references to it
+    still read it as that type)."""
     if "out" in kwargs:
-        return "its out= tensor", kwargs["out"]
-    if args and isinstance(args[0], torch.Tensor) and (
+        where, dest = "its out= tensor", kwargs["out"]
+    elif args and isinstance(args[0], torch.Tensor) and (
             raw in _INPLACE_DUNDERS or raw == "__setitem__" or (raw.endswith("_") and not raw.startswith("_"))):
-        return "the tensor it writes in place", args[0]
-    return None
-
-
-def check_written(op: str, where: str, dest: Any, out_types: dict) -> None:
-    """A typed destination keeps its type: the result written into it must agree on each
-    axis (other references to it still read it as that type)."""
+        where, dest = "the tensor it writes in place", args[0]
+    else:  # the op makes a new tensor
+        return
     have = getattr(dest, TYPES, None) if isinstance(dest, torch.Tensor) else None
     for a, t in (have or {}).items():
         want = out_types.get(a)
@@ -227,9 +224,7 @@ class _TypeCheck(TorchFunctionMode):
         else:
             rule = in_place_rule(name) if name[-1] == "_" else name
             out_types = propagate(rule, typed, scalar and rule in ("add", "sub", "rsub", "setitem"))
-        dest = written(raw or "", args, kwargs)
-        if dest is not None:
-            check_written(name, dest[0], dest[1], out_types)
+        check_written(name, raw or "", args, kwargs, out_types)
         with unchecked():
             out = func(*args, **kwargs)
         if raw == "__setitem__":  # returns None: the types go on the tensor it wrote
