@@ -122,33 +122,23 @@ def _attach_all(out: Any, types: dict) -> Any:
     return out
 
 
-def untyped_argument(args: tuple, kwargs: dict) -> tuple[str, torch.Tensor] | None:
-    """The first untyped tensor among an op's arguments (``out=`` aside: it is written, not
-    read), and where it is: ``argument 1``, ``argument 0[2]``, ``argument 'weight'``."""
-    def find(xs: Any, where: str) -> tuple[str, torch.Tensor] | None:
-        if isinstance(xs, torch.Tensor):
-            return None if getattr(xs, TYPES, None) else (where, xs)
-        if isinstance(xs, (list, tuple)):
-            for k, x in enumerate(xs):
-                got = find(x, f"{where}[{k}]")
-                if got:
-                    return got
-        return None
-
-    for k, a in enumerate(args):
-        got = find(a, f"argument {k}")
-        if got:
-            return got
-    for key, a in kwargs.items():
-        got = None if key == "out" else find(a, f"argument {key!r}")
-        if got:
-            return got
-    return None
+def _leaves(x: Any, where: str) -> Iterator[tuple[str, Any]]:
+    """``x``'s leaves, each with where it is (``argument 0[2]``): lists and tuples nest."""
+    if isinstance(x, (list, tuple)):
+        for k, v in enumerate(x):
+            yield from _leaves(v, f"{where}[{k}]")
+    else:
+        yield where, x
 
 
 def refuse_untyped(op: str, args: tuple, kwargs: dict, typed: list[dict]) -> None:
-    """Strict mode: refuse ``op`` if an argument is an untyped tensor beside the ``typed`` ones."""
-    found = untyped_argument(args, kwargs)
+    """Strict mode: refuse ``op`` if an argument is an untyped tensor beside the ``typed`` ones
+    (``out=`` aside: it is written, not read), naming the first: ``argument 1``, ``argument
+    0[2]``, ``argument 'weight'``."""
+    named = [(f"argument {k}", a) for k, a in enumerate(args)]
+    named += [(f"argument {key!r}", a) for key, a in kwargs.items() if key != "out"]
+    found = next(((where, x) for name, a in named for where, x in _leaves(a, name)
+                  if isinstance(x, torch.Tensor) and not getattr(x, TYPES, None)), None)
     if found is None:
         return
     where, x = found
