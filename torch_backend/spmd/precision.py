@@ -1,35 +1,15 @@
-"""``op_dtype``/``out_dtype`` on the reducing collectives: communicate in the input's dtype
-(bf16, say), add in a wider ``op_dtype`` (fp32), return ``out_dtype``, as Megatron's
-reduce-scatter with fp32 accumulation does; or, with an ``op_dtype`` no wider than the
-input's (an f32 tensor reduced in bf16), cast before the wire, which halves the bytes.
+"""``op_dtype``/``out_dtype`` on the collectives. docs/spmd_types.md ("Reducing in another
+dtype") says what each means for every collective and its backward.
 
-Exactly, for ``all_reduce``/``reduce_scatter`` (and ``redistribute`` where it routes to
-one) of x, a pending reduction P(op) over a group of n ranks:
-
-* ``op_dtype`` wider than x's dtype (more bytes per element): the wire carries x's dtype
-  (each rank's addends are sent as they are); each rank casts the n addends it receives to
-  ``op_dtype`` and reduces them there, in the group's rank order (``op``: sum, avg = sum /
-  n, max, min); the result is that reduction rounded once to ``out_dtype``, the same bits
-  on every rank (all_reduce gathers the rounded pieces in ``out_dtype``);
-* ``op_dtype`` no wider than x's dtype (``wire_dtype``): x is cast to ``op_dtype`` first and
-  the plain collective runs in it (the wire carries ``op_dtype``, the collective adds in
-  it), then its result is cast to ``out_dtype``;
-* ``out_dtype`` defaults to x's dtype, ``op_dtype`` to x's dtype (nothing cast).
-
-The collectives that add nothing (all_gather, all_to_all, convert, reinterpret) run in
-``op_dtype`` (x cast before the wire) or, given ``out_dtype`` alone, in the narrower of x's
-dtype and it (``wire_dtype``); their result is cast to ``out_dtype``.
-
-A reduction in a dtype other than the wire's cannot be one NCCL/gloo reduction (they add in
-the wire's dtype), so it runs as an all_to_all of each rank's n pieces, the local
-reduction, and (all_reduce) an all_gather of the results: the same bytes on the wire as a
-reduce_scatter (+ all_gather), each a shardc Program of the typed collectives.
-
-The backward is the table's backward collective with the same options, mirrored. Wider:
-the gradient (``out_dtype``) is cast to x's dtype, communicated in it, reduced (where the
-backward reduces: all_reduce(P,R)'s) in ``op_dtype``, and returned in x's dtype. No
-wider: the plain collective's backward in ``op_dtype`` (the gradient cast to it before the
-wire), returned in x's dtype.
+The definition the tests check, for ``all_reduce``/``reduce_scatter`` (and ``redistribute``
+where it routes to one) of x, a pending reduction P(op) over a group of n ranks, with an
+``op_dtype`` wider than x's dtype: the wire carries x's dtype; each rank casts the n
+addends it receives to ``op_dtype`` and reduces them there, in the group's rank order
+(avg = sum / n); the result is that reduction rounded once to ``out_dtype`` (default x's
+dtype), the same bits on every rank. NCCL and gloo add in the wire's dtype, so this runs
+as an all_to_all of each rank's n pieces, the local reduction and (all_reduce) an
+all_gather of the results: the bytes of a reduce_scatter (+ all_gather). With an
+``op_dtype`` no wider, x is cast before the wire and the plain collective runs in it.
 """
 
 from __future__ import annotations
@@ -65,8 +45,9 @@ def as_dtype(d: Any, what: str) -> torch.dtype | None:
 
 def wire_dtype(routed: str, x_dtype: torch.dtype, op_dtype: torch.dtype | None,
                out_dtype: torch.dtype | None) -> torch.dtype:
-    """The dtype the program of ``routed`` sends, as the module docstring says (a move that
-    adds nothing casts before the wire: it rounds alike and sends fewer bytes)."""
+    """The dtype the program of ``routed`` sends (docs/spmd_types.md): a reduction's
+    ``op_dtype`` if no wider than x's, else x's; for a move that adds nothing ``op_dtype``,
+    else the narrower of x's and ``out_dtype`` (a cast before the wire sends fewer bytes)."""
     if routed not in REDUCING:
         if op_dtype is not None:
             return op_dtype
