@@ -1,27 +1,15 @@
-"""Ragged collectives for MoE dispatch: ``all_to_all`` with split sizes (each rank sends
-each peer its own count of rows), and ``split_sizes`` on ``all_gather``/``reduce_scatter``
-(blocks of any sizes, not ``torch.chunk``'s).
+"""Ragged collectives for MoE dispatch (docs/spmd_types.md, "MoE dispatch: split sizes"):
+``all_to_all`` with split sizes, and ``split_sizes`` on ``all_gather``/``reduce_scatter``.
 
-Each is a redistribution between global types with an uneven split of the dim over the
-axis, run by ``torch_backend.redistribute`` (its program: one ``all_to_allv``,
-``all_gatherv`` or ``reduce_scatterv``, the uneven exchange kinds; its backward: the
-program between the dual types, e.g. the reverse exchange). So the global type says what
-the local call does:
+Each is ``torch_backend.redistribute`` between global types with an uneven split of the
+dim over the axis (the uneven exchange kinds run it; its backward is the dual program),
+every other mesh axis V:
 
-* ``all_gather(S(d), R, split_sizes=s)``: ``f32[N@ax<s>,..] -> f32[N,..]{R:ax}`` (an
-  unannotated destination, I, for dst=I), the DynamicShard ``<s>`` gathered;
+* ``all_gather(S(d), R, split_sizes=s)``: ``f32[N@ax<s>,..] -> f32[N,..]{R:ax}`` (I: unannotated);
 * ``reduce_scatter(P, S(d), split_sizes=s)``: ``f32[N,..]{U:ax} -> f32[N@ax<s>,..]``;
 * ``all_to_all(V, V|S(d), input_split_sizes=...)``: ``f32[T@ax<parts S>,..] ->
-  f32[T@ax<c>,..]``: rank s holds its rows for every destination partition p (``S[s][p]``
-  of them, partitions in order: the router's output sorted by expert); afterwards rank r
-  holds its partitions whole, each with every source's rows in source order (expert-major:
-  what a grouped matmul takes), ``c_r`` rows in all, the DynamicShard ``<c>``. With one
-  partition per rank this is ``torch.distributed.all_to_all_single``'s layout.
-
-Every other mesh axis is V in these types (each coordinate's blocks are its own), so the
-exchange never reads another coordinate's copy; the call's output keeps the input's types
-there. One global type means one split matrix: ranks that differ only on other mesh axes
-must route alike (refused otherwise, before the data moves).
+  f32[T@ax<c>,..]``: rank s holds ``S[s][p]`` rows for each destination partition p; rank r
+  receives its partitions whole, each with every source's rows in source order.
 """
 
 from __future__ import annotations
