@@ -330,13 +330,9 @@ def all_to_all(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = No
         [C0, C1, C2]      [A2, B2, C2]
 
     ``input_split_sizes`` (MoE token dispatch): this rank's rows for each destination
-    partition (one per rank, or k experts per rank), in order, as a list or an int tensor
-    (a LocalTensor under LocalTensorMode; the ranks exchange them), or every rank's row
-    (a list of lists). Rank r receives its partitions whole, each with every rank's rows
-    in rank order; ``output_split_sizes``, if given, is checked against that. Given alone,
-    ``output_split_sizes`` (what this rank receives from each rank) goes with even input
-    splits: each rank sends every rank an equal share of its rows, as ``all_to_all_single``
-    does by default. The backward sends the gradients back the same way. See
+    partition (one per rank, or k experts per rank), as a list or an int tensor, or every
+    rank's row (a list of lists); ``output_split_sizes`` is checked against what arrives,
+    or, given alone, goes with even input splits (``all_to_all_single``'s default). See
     ``torch_backend.spmd.ragged``. ``op_dtype``/``out_dtype`` as for ``all_gather``.
     """
     splits = None if input_split_sizes is None and output_split_sizes is None else (
