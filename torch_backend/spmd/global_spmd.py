@@ -92,6 +92,12 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *,
     return attach(_local_op("linear", torch.nn.functional.linear, x, w, b), types)
 
 
+def _view(x: torch.Tensor, types: dict[str, LocalType]) -> torch.Tensor:
+    """``x``'s data as a tensor of its own, typed ``types``: how a tensor crosses the region's edge."""
+    with unchecked():
+        return attach(x.view_as(x), types)
+
+
 def _is_spec(spec: Any) -> bool:
     """A leaf of in_types/out_types: the types of one tensor (a dict, a type string or a
     jax PartitionSpec); a list or tuple nests, as the arguments it stands for do."""
@@ -137,9 +143,7 @@ def _enter(x: Any, spec: Any, where: str) -> Any:
         if a in have and not have[a].agrees(t):  # V where S(i) is stated: refined to S(i)
             raise SpecError(f"local_map: {where} is {have[a]!r} on axis {a!r}, in_types says {t!r}",
                             hint="redistribute it first, or fix in_types")
-    with unchecked():
-        inner = x.view_as(x)  # same data, its own type
-    return attach(inner, {**have, **local_form(want)})
+    return _view(x, {**have, **local_form(want)})
 
 
 def _enter_inferred(x: Any) -> Any:
@@ -150,9 +154,7 @@ def _enter_inferred(x: Any) -> Any:
         return type(x)(_enter_inferred(v) for v in x)
     if not isinstance(x, torch.Tensor) or not typeof(x):
         return x
-    with unchecked():
-        inner = x.view_as(x)  # same data, its own type
-    return attach(inner, local_form(typeof(x)))
+    return _view(x, local_form(typeof(x)))
 
 
 def _leave(y: Any, spec: Any, where: str) -> Any:
@@ -179,9 +181,7 @@ def _leave(y: Any, spec: Any, where: str) -> Any:
         if a in have and not inside[a].agrees(stated[a]):
             raise SpecError(f"local_map: {where} is {have[a]!r} on axis {a!r} inside, out_types says {t!r}",
                             hint="add the collective or convert inside fn, or fix out_types")
-    with unchecked():
-        outer = y.view_as(y)
-    return attach(outer, {**have, **want})
+    return _view(y, {**have, **want})
 
 
 def local_map(fn: Callable[..., Any], *, in_types: Sequence[Any] | None = None, out_types: Any) -> Callable[..., Any]:
