@@ -77,13 +77,8 @@ def _gradient(g: torch.Tensor, how: tuple, program: Program) -> torch.Tensor:
     if routed == "all_reduce":  # backward all_reduce(P, R) (a sum, as the plain call's), options mirrored
         return reduce_in(routed, g, LocalType("P"), R, group, mesh_ctx, at, op_dtype, in_dtype, program)
     # backward of reduce_scatter: all_gather(V|S(i), R) in x's dtype (nothing to add)
-    shape = tuple(g.shape)
-    if dst.dim is not None:  # S(dim), the one local type with a tensor dim
-        full = list(shape)
-        full[dst.dim] *= mesh_ctx.mesh.group_size(group)
-        gather = routed_program("all_gather", dst, R, group, shape, dtype_name(in_dtype), mesh_ctx.mesh, full[dst.dim])
-    else:
-        gather = routed_program("all_gather", V, R, group, shape, dtype_name(in_dtype), mesh_ctx.mesh, None, at)
+    size = None if dst.dim is None else g.shape[dst.dim] * mesh_ctx.mesh.group_size(group)  # S(dim): the whole dim
+    gather = routed_program("all_gather", dst, R, group, tuple(g.shape), dtype_name(in_dtype), mesh_ctx.mesh, size, at)
     return bound_program(gather, mesh_ctx, gradient_program).run_one(g)
 
 
