@@ -13,6 +13,7 @@ import os
 import sys
 from typing import NoReturn
 
+from spec_lang.errors import SpecError
 from torch_backend.cli.output import json_text, torch_missing
 
 # subcommand -> module (each defines ``add_arguments(parser)`` and ``run(args) -> int``)
@@ -52,8 +53,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         if _Parser.json_errors:
-            print(json_text({"ok": False, "error": message, "text": None, "position": None,
-                             "hint": f"see {self.prog} --help"}))
+            print(error_json(SpecError(message, hint=f"see {self.prog} --help")))
         super().error(message)
 
 
@@ -63,36 +63,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        try:
-            importlib.import_module(module).add_arguments(p)
-        except ModuleNotFoundError as e:
-            if e.name != module:
-                raise
-            p.set_defaults(_missing=module)
+        importlib.import_module(module).add_arguments(p)
         p.set_defaults(_module=module)
     return parser
 
 
-def error_json(e: Exception) -> str:
+def error_json(e: SpecError) -> str:
     """The ``--json`` form of a refusal: ok false, the message, where, and how to fix it."""
-    return json_text({
-        "ok": False,
-        "error": getattr(e, "message", str(e)),
-        "text": getattr(e, "text", None),
-        "position": getattr(e, "pos", None),
-        "hint": getattr(e, "hint", None),
-    })
+    return json_text({"ok": False, "error": e.message, "text": e.text, "position": e.pos, "hint": e.hint})
 
 
 def main(argv: list[str] | None = None) -> int:
-    from spec_lang.errors import SpecError
-
     argv = sys.argv[1:] if argv is None else argv
     _Parser.json_errors = "--json" in argv
     args = build_parser().parse_args(argv)
-    if getattr(args, "_missing", None):
-        print(f"shardc {args.command}: not available in this build", file=sys.stderr)
-        return 2
     try:
         try:
             return int(importlib.import_module(args._module).run(args) or 0)

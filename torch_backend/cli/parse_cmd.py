@@ -1,14 +1,7 @@
-"""``shardc parse TYPE [--mesh M] [--json]``: one type, every form it has.
-
-Prints the canonical type (long and short dtype), the JAX PartitionSpec (or why JAX
-cannot express it), and with ``--mesh`` the DTensor placements, shard_order, the
-``_StridedShard`` form and each rank's slice and local shape. Neither torch nor jax
-is imported: placements are printed in their textual form (``S(0),R,P(sum)``).
-
-An uneven type's rank holds several blocks (``lowering.layout.rank_layout``): its
-entry lists them in local order (``blocks``, concatenated along ``cat``, or flattened
-and concatenated when ``cat`` is None) in place of one slice.
-"""
+"""``shardc parse TYPE [--mesh M] [--json]``: one type, every form it has (docs/dsl.md):
+its canonical text, JAX PartitionSpec, and with ``--mesh`` its DTensor placements and each
+rank's slice, or an uneven type's blocks (``lowering.layout.rank_layout``). Neither torch
+nor jax is imported: placements are printed in their textual form (``S(0),R,P(sum)``)."""
 
 from __future__ import annotations
 
@@ -17,7 +10,7 @@ from typing import Any
 
 from spec_lang.errors import SpecError
 from torch_backend.cli.output import json_text
-from torch_backend.cli.ranks import blocks_text, box_text, cat_text, ranks_text
+from torch_backend.cli.ranks import blocks_text, box_text, cat_text, rank_line, ranks_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,12 +26,9 @@ LIST_RANKS = 64  # meshes up to this size list every rank; bigger ones are summa
 
 
 def describe(type_text: str, mesh_text: str | None, all_ranks: bool = False) -> dict[str, Any]:
-    """Everything ``parse`` prints, as plain data (the --json output).
-
-    ``ranks`` lists every rank on meshes of up to LIST_RANKS ranks or with ``all_ranks``
-    (else None); ``local_shapes`` always summarises them: each distinct local shape,
-    how many ranks hold it and which (``0-3,8-11``).
-    """
+    """Everything ``parse`` prints, as plain data (the --json output): ``ranks`` lists every
+    rank up to LIST_RANKS ranks or with ``all_ranks`` (else None); ``local_shapes`` always
+    summarises them: each distinct local shape, how many ranks hold it and which."""
     from spec_lang.ir import DTYPES
     from spec_lang.jax_interop import jax_refusal, partition_spec_text
     from spec_lang.parser import parse
@@ -92,34 +82,16 @@ def describe(type_text: str, mesh_text: str | None, all_ranks: bool = False) -> 
     for d in range(sizes.shape[1]):
         values, idx = np.unique(sizes[:, d], return_inverse=True)
         key = key * len(values) + idx.reshape(-1)
-    present = np.flatnonzero(np.bincount(key))
-    firsts = [int(np.argmax(key == k)) for k in present]
     out["local_shapes"] = []
-    for _, k in sorted(zip(firsts, present.tolist(), strict=True)):
-        holders = np.flatnonzero(key == k)
-        out["local_shapes"].append({"shape": sizes[holders[0]].tolist(), "count": len(holders),
+    for first in sorted(np.unique(key, return_index=True)[1].tolist()):  # each shape, from its first rank on
+        holders = np.flatnonzero(key == key[first])
+        out["local_shapes"].append({"shape": sizes[first].tolist(), "count": len(holders),
                                     "ranks": ranks_text(holders, max_runs=16)})
-    if lays is not None and (mesh.size <= LIST_RANKS or all_ranks):
-        out["ranks"] = [
-            {
-                "rank": r,
-                "coords": dict(zip(mesh.names, mesh.coords(r), strict=True)),
-                "blocks": lay.blocks.tolist(),
-                "cat": lay.cat,
-                "shape": list(lay.shape),
-            }
-            for r, lay in enumerate(lays)
-        ]
-    elif mesh.size <= LIST_RANKS or all_ranks:
-        out["ranks"] = [
-            {
-                "rank": r,
-                "coords": dict(zip(mesh.names, mesh.coords(r), strict=True)),
-                "slices": b[r].tolist(),
-                "shape": sizes[r].tolist(),
-            }
-            for r in range(mesh.size)
-        ]
+    if mesh.size <= LIST_RANKS or all_ranks:
+        out["ranks"] = [{"rank": r, "coords": dict(zip(mesh.names, mesh.coords(r), strict=True)),
+                         **({"slices": b[r].tolist(), "shape": sizes[r].tolist()} if lays is None else
+                            {"blocks": lays[r].blocks.tolist(), "cat": lays[r].cat, "shape": list(lays[r].shape)})}
+                        for r in range(mesh.size)]
     return out
 
 
@@ -155,23 +127,13 @@ def _text(info: dict[str, Any]) -> str:
             lines.append(f"  shape {tuple(s['shape'])} on {s['count']:,} rank(s): {s['ranks']}")
         return "\n".join(lines)
     if info["ranks"] and "blocks" in info["ranks"][0]:
-        lines.append(f"local:        each rank's blocks in local order ({cat_text(_Lay(info['ranks'][0]))}):")
+        lines.append(f"local:        each rank's blocks in local order ({cat_text(info['ranks'][0]['cat'])}):")
     else:
         lines.append("local:")
     for r in info["ranks"]:
-        coords = ",".join(f"{k}={v}" for k, v in r["coords"].items())
-        if "blocks" in r:
-            lines.append(f"  rank {r['rank']:>3} ({coords}): {blocks_text(_Lay(r))}")
-            continue
-        lines.append(f"  rank {r['rank']:>3} ({coords}): {box_text(r['slices'])} shape {tuple(r['shape'])}")
+        held = blocks_text(r["blocks"]) if "blocks" in r else box_text(r["slices"])
+        lines.append(rank_line(r["rank"], r["coords"].items(), held, r["shape"]))
     return "\n".join(lines)
-
-
-class _Lay:
-    """A rank entry of ``describe`` read back as the layout fields the text helpers use."""
-
-    def __init__(self, r: dict[str, Any]) -> None:
-        self.blocks, self.cat, self.shape = r["blocks"], r["cat"], r["shape"]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,8 +9,7 @@ from spec_lang.errors import SpecError, locate
 from torch_backend.cli.output import json_text, time_text
 
 if TYPE_CHECKING:
-    from lowering.cost import CostModel
-    from spec_lang.ir import Mesh
+    from lowering import CrossProgram, Program
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -109,7 +108,7 @@ def _gap(text: str | None) -> int | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lowering import CostModel, compile, lower_bound
+    from lowering import CostModel, CrossProgram, compile, lower_bound
     from lowering.cost import SPARE_AXIS_BYTES
     from spec_lang import parse_mesh
 
@@ -132,13 +131,17 @@ def run(args: argparse.Namespace) -> int:
                             pos=0, hint="give either a --cost-model file or the per-axis flags, not both")
         model = CostModel.load(args.cost_model)
     budget, gap = _budget(args.budget), _gap(args.gap_bytes)
-    if args.to_mesh is not None:
-        if args.engine == "jax":
-            raise SpecError("--engine jax plans on one mesh", text=args.to_mesh, pos=0,
-                            hint="leave out --to-mesh, or plan the cross-mesh program with --engine torch")
-        return _run_cross(args, mesh, model, budget, gap)
-    prog = compile(args.src, args.dst, mesh, cost_model=model, budget_s=budget, gap_bytes=gap)
-    lb = lower_bound(args.src, args.dst, mesh)
+    if args.to_mesh is not None and args.engine == "jax":
+        raise SpecError("--engine jax plans on one mesh", text=args.to_mesh, pos=0,
+                        hint="leave out --to-mesh, or plan the cross-mesh program with --engine torch")
+    dst_mesh = None if args.to_mesh is None else parse_mesh(args.to_mesh)
+    program = compile(args.src, args.dst, mesh, cost_model=model, budget_s=budget, gap_bytes=gap, dst_mesh=dst_mesh)
+    prog: Program | CrossProgram = program
+    if dst_mesh is None:
+        lb = lower_bound(args.src, args.dst, mesh)
+    else:  # the cross-mesh view: its text, JSON and the cross-mesh lower bound
+        prog = CrossProgram(program)
+        lb = prog.bound
     # the ratio compares like with like: the price and the bound both count, per rank, the
     # larger of what it sends and receives. A zero bound under a plan that moves bytes has no
     # finite ratio: JSON has no Infinity, so it says null there, and the text says why
@@ -147,45 +150,26 @@ def run(args: argparse.Namespace) -> int:
     if args.engine == "jax":
         from jax_backend import describe
 
-        lowered = describe(prog)
+        lowered = describe(program)
     if args.json:
-        data = {"ok": True, **prog.to_json()}
-        data["lower_bound"] = lb
-        data["ratio_to_lower_bound"] = ratio
-        if args.engine == "jax":
-            data["jax"] = lowered
-        print(json_text(data))
+        print(json_text({"ok": True, **prog.to_json(), "lower_bound": lb, "ratio_to_lower_bound": ratio,
+                         **({"jax": lowered} if args.engine == "jax" else {})}))
         return 0
+    shown = f"{ratio:.2f}x" if ratio is not None else "none (the bound is 0 B)"
     print(prog)
+    if dst_mesh is not None:
+        print(f"  ratio to the bound: {shown}")
+        return 0
     if lowered:
         print("\n".join(["  lowered to one jax.shard_map:", *("  " + line for line in lowered)]))
-    shown = f"{ratio:.2f}x" if ratio is not None else "none (the bound is 0 B)"
     print(f"  lower bound: {lb} B   ratio: {shown}")
     if given or args.engine == "jax":
         where = (f"the cost model {args.cost_model}" if args.cost_model is not None else "--alpha/--beta" if given
                  else "the JAX engine's measured cost model")
         print(f"  predicted time: {time_text(prog.cost.time_s).strip()} ({where})")
-    if prog.gap_bytes is None:
+    if program.gap_bytes is None:
         print(f"  (a larger --budget than {budget:g} s searches further: it may prove this "
               "program cheapest or find a cheaper one)")
-    elif not prog.optimal:
+    elif not program.optimal:
         print("  (--gap-bytes 0 searches on until it proves the cheapest, within the same --budget)")
-    return 0
-
-
-def _run_cross(args: argparse.Namespace, mesh: Mesh, model: CostModel, budget: float, gap: int | None) -> int:
-    """``--to-mesh``: the cross-mesh program, its cost and the cross-mesh lower bound."""
-    from lowering import CrossProgram, compile
-    from spec_lang import parse_mesh
-
-    prog = CrossProgram(compile(args.src, args.dst, mesh, cost_model=model, budget_s=budget, gap_bytes=gap,
-                                dst_mesh=parse_mesh(args.to_mesh)))
-    lb = prog.bound
-    ratio = (prog.cost.bytes_max / lb) if lb else (1.0 if prog.cost.bytes_max == 0 else None)
-    if args.json:
-        print(json_text({"ok": True, **prog.to_json(), "lower_bound": lb, "ratio_to_lower_bound": ratio}))
-        return 0
-    print(prog)
-    shown = f"{ratio:.2f}x" if ratio is not None else "none (the bound is 0 B)"
-    print(f"  ratio to the bound: {shown}")
     return 0

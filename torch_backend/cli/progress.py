@@ -28,19 +28,12 @@ class RunProgress:
         self.task: Any = None
         self.plain = plain and not rich
         if rich:
+            from rich import progress
             from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                SpinnerColumn,
-                TextColumn,
-                TimeElapsedColumn,
-            )
 
-            self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                                MofNCompleteColumn(), TimeElapsedColumn(),
-                                console=Console(stderr=True), transient=True)
+            self.bar = progress.Progress(progress.SpinnerColumn(), progress.TextColumn("{task.description}"),
+                                         progress.BarColumn(), progress.MofNCompleteColumn(),
+                                         progress.TimeElapsedColumn(), console=Console(stderr=True), transient=True)
             self.bar.start()
             self.task = self.bar.add_task(f"starting {world} ranks ({backend})", total=world)
         self._say(f"starting {world} ranks ({backend})")

@@ -1,9 +1,9 @@
-"""Rank sets as short text: ``[0,1,2,3,6]`` -> ``0-3,6``, and a rank's blocks as text
-(shared by ``parse`` and ``show``)."""
+"""Rank sets as short text: ``[0,1,2,3,6]`` -> ``0-3,6``, and a rank's blocks and entry as
+text (shared by ``parse`` and ``show``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 
@@ -35,11 +35,16 @@ def box_text(box: Any) -> str:
     return "[" + ", ".join(f"{int(a)}:{int(b)}" for a, b in box) + "]"
 
 
-def blocks_text(lay: Any) -> str:
-    """A rank's layout (``lowering.layout.LocalLayout``) as one line: its blocks in local order."""
-    return (" ".join(box_text(b) for b in lay.blocks) or "no blocks") + f" shape {tuple(lay.shape)}"
+def blocks_text(blocks: Any) -> str:
+    """A rank's blocks (``lowering.layout.LocalLayout.blocks``) in local order, on one line."""
+    return " ".join(box_text(b) for b in blocks) or "no blocks"
 
 
-def cat_text(lay: Any) -> str:
-    """How a layout's blocks make up the local tensor."""
-    return "flattened, then concatenated" if lay.cat is None else f"concatenated along dim {lay.cat}"
+def cat_text(cat: int | None) -> str:
+    """How a layout's blocks make up the local tensor (``LocalLayout.cat``)."""
+    return "flattened, then concatenated" if cat is None else f"concatenated along dim {cat}"
+
+
+def rank_line(rank: int, coords: Iterable[tuple[str, int]], held: str, shape: Sequence[int]) -> str:
+    """One rank's entry in a listing: ``  rank   3 (dp=1,tp=1): [0:4, 8:16] shape (4, 8)``."""
+    return f"  rank {rank:>3} ({','.join(f'{k}={v}' for k, v in coords)}): {held} shape {tuple(shape)}"

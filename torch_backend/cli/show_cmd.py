@@ -1,23 +1,10 @@
 """``shardc show TYPE --mesh M``: which rank holds which block, drawn like
-``jax.debug.visualize_array_sharding``.
+``jax.debug.visualize_array_sharding`` (docs/dsl.md describes the picture).
 
-The global index space is cut at every rank's block boundaries; each tile lists the
-ranks holding it (numbers are ranks, rank = row-major mesh coordinate). 1-D types are
-one row of tiles, 2-D types a grid (dim 0 down, dim 1 across). For 3+ dims the last
-two dims are drawn as a grid once for every distinct block of the leading dims (not
-once per index, so the output stays as small as the layout). Tiles held by the same
-ranks get the same colour. Notes below the picture say what the unsharded axes mean:
-a partial axis (U / P(op)) holds pending-reduction addends, R/I replicas, V per-rank
-values. Only rich is imported (no torch, no jax).
-
-The picture always fits the console: every tile has the same width (as in JAX's
-picture, so every rank number is whole), and a grid wider than the console is cut
-into bands of columns drawn one under the other, each labelled. A dim with more than
-MAX_SEGMENTS blocks draws its first and last ones and says how many are left out.
-
-An uneven type (a dim with explicit sizes, ragged units or partitions) puts several
-blocks on a rank, in a permuted order; the picture tiles all of them, and the lines
-below it list each rank's blocks in local order (``lowering.layout.rank_layout``).
+The global index space is cut at every rank's block boundaries, and each tile lists the
+ranks holding it. Every tile has one width (as in JAX's picture, so every rank number is
+whole); a grid wider than the console is drawn in bands of columns, and a 1-D row folded
+into rows of tiles. Only rich is imported (no torch, no jax).
 """
 
 from __future__ import annotations
@@ -28,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spec_lang.errors import SpecError
-from torch_backend.cli.ranks import blocks_text, cat_text, ranks_text
+from torch_backend.cli.ranks import blocks_text, cat_text, rank_line, ranks_text
 
 _PALETTE = (
     "on dark_blue", "on dark_green", "on dark_red", "on purple4", "on dark_orange3", "on deep_sky_blue4",
@@ -101,11 +88,8 @@ def grid(b: Any, shape: tuple[int, ...], fixed: list[tuple[int, int]], owners: A
     nd = len(shape)
     rows, row_gap = _elide(cuts(b, shape, nd - 2) if nd >= 2 else [(0, 1)])
     cols, col_gap = _elide(cuts(b, shape, nd - 1))
-    elided = []
-    if row_gap:
-        elided.append(f"dim {nd - 2}: {row_gap} of its {row_gap + MAX_SEGMENTS} blocks not drawn (the middle ones)")
-    if col_gap:
-        elided.append(f"dim {nd - 1}: {col_gap} of its {col_gap + MAX_SEGMENTS} blocks not drawn (the middle ones)")
+    elided = [f"dim {d}: {gap} of its {gap + MAX_SEGMENTS} blocks not drawn (the middle ones)"
+              for d, gap in ((nd - 2, row_gap), (nd - 1, col_gap)) if gap]
     cells = []
     for r in rows:
         line: list[tuple[str, tuple[int, ...]]] = []
@@ -138,14 +122,18 @@ def bands(g: Grid, width: int) -> tuple[int, list[range]]:
     texts = [t for row in g.cells for t, _ in row]
     natural = min(MAX_CELL, max(len(t) for t in g.col_labels + texts))
     narrowest = max(len(t) for t in g.col_labels + [tok + "," for t in texts for tok in t.split(",")])
-    label = max(len(t) for t in [g.corner, *g.row_labels])
-    # rich draws each column as padding 1 + text + padding 1, plus one border per column and one at the end
-    room = width - (label + 3) - 1
+    room = _room(width, max(len(t) for t in [g.corner, *g.row_labels]))
     n = len(g.col_labels)
     fit_one_band = room // n - 3
     cell = natural if fit_one_band >= natural else (fit_one_band if fit_one_band >= narrowest else natural)
     per_band = max(1, room // (cell + 3))
     return cell, [range(i, min(n, i + per_band)) for i in range(0, n, per_band)]
+
+
+def _room(width: int, label: int) -> int:
+    """The columns left for tiles beside a row label ``label`` wide: rich draws each column
+    as padding 1 + text + padding 1, plus one border per column and one at the end."""
+    return width - (label + 3) - 1
 
 
 def wrap_ranks(text: str, width: int) -> str:
@@ -186,7 +174,7 @@ def _folded(g: Grid, cell: int, width: int, colour: Any) -> Any:
 
     n = len(g.col_labels)
     label = 2 * len(str(max(hi for _, hi in (c for c in g.col_segs if c is not None)))) + 1  # the widest lo:hi
-    per_row = max(1, (width - (label + 3) - 1) // (cell + 3))
+    per_row = max(1, _room(width, label) // (cell + 3))
     table = Table(show_header=False, show_lines=True)
     table.add_column(style="bold", justify="right", no_wrap=True)
     for _ in range(min(per_row, n)):
@@ -208,22 +196,20 @@ def _folded(g: Grid, cell: int, width: int, colour: Any) -> Any:
     return table
 
 
+_HOLD = {"V": "V - varying: ranks along {} hold different values (dims are per-rank shape)",
+         "R": "R - replicated (gradient partial)", "I": "I - replicated, invariant (unannotated)"}
+
+
 def notes(t: Any, mesh: Any) -> list[str]:
     """One line per mesh axis that shards nothing: what its ranks hold."""
     out = []
-    for name in mesh.names:
-        if t.dim_of(name) is not None:
-            continue
+    for name in (n for n in mesh.names if t.dim_of(n) is None):
         at = t.axis_type(name)
         if at.kind == "P":
             out.append(f"{name}: {at.code} - partial ({at.op}): ranks along {name} hold addends of a pending "
                        f"{at.op}; the block's value is their {at.op}")
-        elif at.kind == "V":
-            out.append(f"{name}: V - varying: ranks along {name} hold different values (dims are per-rank shape)")
-        elif at.kind == "R":
-            out.append(f"{name}: R - replicated (gradient partial)")
         else:
-            out.append(f"{name}: I - replicated, invariant (unannotated)")
+            out.append(f"{name}: " + _HOLD[at.kind].format(name))
     return out
 
 
@@ -246,6 +232,7 @@ def all_blocks(t: Any, mesh: Any) -> tuple[Any, Any, list[Any] | None]:
 def render(type_text: str, mesh_text: str, console: Any) -> None:
     """Print the picture of ``type_text`` on ``mesh_text`` to a rich console, fitted to its width."""
     from lowering.checks import resolve
+    from lowering.layout import local_shapes
 
     t, mesh = resolve(type_text, mesh_text)
     b, owners, lays = all_blocks(t, mesh)
@@ -267,12 +254,9 @@ def render(type_text: str, mesh_text: str, console: Any) -> None:
             leading = "dim 0" if lead == 1 else f"dims 0..{lead - 1}"
             console.print(f"{t.ndim}-d: the last two dims (dim {t.ndim - 2} down, {t.ndim - 1} across), "
                           f"once per block of {leading}")
-        seg_lists = [_elide(cuts(b, t.shape, d))[0] for d in range(max(lead, 0))]
-        said: set[str] = set()
-        for d, segs in enumerate(seg_lists):
-            if None in segs:
-                said.add(f"dim {d}: {len(cuts(b, t.shape, d)) - MAX_SEGMENTS} blocks not drawn (the middle ones)")
-        for combo in itertools.product(*seg_lists):
+        leading_segs = [_elide(cuts(b, t.shape, d)) for d in range(max(lead, 0))]
+        said = {f"dim {d}: {gap} blocks not drawn (the middle ones)" for d, (_, gap) in enumerate(leading_segs) if gap}
+        for combo in itertools.product(*(segs for segs, _ in leading_segs)):
             fixed = [seg for seg in combo if seg is not None]
             if len(fixed) < len(combo):
                 console.print("...")
@@ -298,28 +282,24 @@ def render(type_text: str, mesh_text: str, console: Any) -> None:
             console.print(f"note: {line}", markup=False)
     if lays is not None:
         _rank_blocks(lays, mesh, console)
-        empty = [r for r, lay in enumerate(lays) if 0 in lay.shape]
-        if empty:
-            named = sorted(mesh.global_ranks[r] for r in empty)
-            console.print(f"ranks holding no elements (uneven split): {ranks_text(named, max_runs=16)}")
-    elif 0 in t.shape:
+    if lays is None and 0 in t.shape:
         console.print(f"an empty tensor (dim {t.shape.index(0)} has size 0): the tiles show how its other dims "
                       "are cut")
     else:
-        empty = sorted(mesh.global_ranks[r] for r in range(mesh.size) if (b[r, :, 1] <= b[r, :, 0]).any())
+        empty = sorted(mesh.global_ranks[r] for r, shape in enumerate(local_shapes(t, mesh)) if 0 in shape)
         if empty:
-            console.print(f"ranks holding no elements (uneven chunk rule): {ranks_text(empty, max_runs=16)}")
+            rule = "uneven split" if lays is not None else "uneven chunk rule"
+            console.print(f"ranks holding no elements ({rule}): {ranks_text(empty, max_runs=16)}")
     for line in notes(t, mesh):
         console.print(line, markup=False)
 
 
 def _rank_blocks(lays: list[Any], mesh: Any, console: Any) -> None:
     """An uneven type's blocks, rank by rank, in local order."""
-    console.print(f"each rank's blocks, in local order ({cat_text(lays[0])}):")
+    console.print(f"each rank's blocks, in local order ({cat_text(lays[0].cat)}):")
     for r, lay in enumerate(lays[:LIST_RANKS]):
-        coords = ",".join(f"{k}={v}" for k, v in zip(mesh.names, mesh.coords(r), strict=True))
-        console.print(f"  rank {mesh.global_ranks[r]:>3} ({coords}): {blocks_text(lay)}", markup=False,
-                      soft_wrap=True)
+        console.print(rank_line(mesh.global_ranks[r], zip(mesh.names, mesh.coords(r), strict=True),
+                                blocks_text(lay.blocks), lay.shape), markup=False, soft_wrap=True)
     if len(lays) > LIST_RANKS:
         console.print(f"  ... ({len(lays) - LIST_RANKS} more ranks)")
 

@@ -13,6 +13,7 @@ type their results themselves.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 from collections.abc import Iterator
@@ -52,16 +53,11 @@ STRUCTURAL_ATTRIBUTES = frozenset({"T", "mT", "H", "mH", "data", "real", "imag"}
 _SEEDED = {"backward": (1, ("gradient", "grad_tensors")), "grad": (2, ("grad_outputs",))}
 
 
-def attribute_name(func: Any) -> str:
-    """The attribute a ``__get__`` reads (a getset descriptor's name, or a property's)."""
-    owner = getattr(func, "__self__", None)
-    return getattr(owner, "__name__", None) or getattr(getattr(owner, "fget", None), "__name__", "") or ""
-
-
 def op_name(func: Any) -> str:
     name = getattr(func, "__name__", None) or str(func)
-    if name == "__get__":
-        return attribute_name(func)
+    if name == "__get__":  # the attribute it reads (a getset descriptor's name, or a property's)
+        owner = getattr(func, "__self__", None)
+        return getattr(owner, "__name__", None) or getattr(getattr(owner, "fget", None), "__name__", "") or ""
     if name.startswith("__") and name.endswith("__"):
         name = name[2:-2]
         if name.startswith(("r", "i")) and name[1:] in ("add", "sub", "mul", "truediv", "matmul"):
@@ -96,20 +92,17 @@ _INPLACE_DUNDERS = frozenset(f"__i{n}__" for n in ("add", "sub", "mul", "truediv
                                                       "pow", "mod", "and", "or", "xor", "lshift", "rshift"))
 
 
-def written(raw: str, args: tuple, kwargs: dict) -> tuple[str, Any] | None:
-    """The tensor an op writes (``out=``, or the first argument of an in-place op) and how
-    to name it in an error; None for an op that makes a new tensor."""
+def check_written(op: str, raw: str, args: tuple, kwargs: dict, out_types: dict) -> None:
+    """A typed tensor the op writes (``out=``, or the first argument of an in-place op) keeps
+    its type: the result written into it must agree on each axis (other references to it
+    still read it as that type)."""
     if "out" in kwargs:
-        return "its out= tensor", kwargs["out"]
-    if args and isinstance(args[0], torch.Tensor) and (
+        where, dest = "its out= tensor", kwargs["out"]
+    elif args and isinstance(args[0], torch.Tensor) and (
             raw in _INPLACE_DUNDERS or raw == "__setitem__" or (raw.endswith("_") and not raw.startswith("_"))):
-        return "the tensor it writes in place", args[0]
-    return None
-
-
-def check_written(op: str, where: str, dest: Any, out_types: dict) -> None:
-    """A typed destination keeps its type: the result written into it must agree on each
-    axis (other references to it still read it as that type)."""
+        where, dest = "the tensor it writes in place", args[0]
+    else:  # the op makes a new tensor
+        return
     have = getattr(dest, TYPES, None) if isinstance(dest, torch.Tensor) else None
     for a, t in (have or {}).items():
         want = out_types.get(a)
@@ -129,31 +122,26 @@ def _attach_all(out: Any, types: dict) -> Any:
     return out
 
 
-def untyped_argument(args: tuple, kwargs: dict) -> tuple[str, torch.Tensor] | None:
-    """The first untyped tensor among an op's arguments (``out=`` aside: it is written, not
-    read), and where it is: ``argument 1``, ``argument 0[2]``, ``argument 'weight'``."""
-    def find(xs: Any, where: str) -> tuple[str, torch.Tensor] | None:
-        if isinstance(xs, torch.Tensor):
-            return None if getattr(xs, TYPES, None) else (where, xs)
-        if isinstance(xs, (list, tuple)):
-            for k, x in enumerate(xs):
-                got = find(x, f"{where}[{k}]")
-                if got:
-                    return got
-        return None
-
-    for k, a in enumerate(args):
-        got = find(a, f"argument {k}")
-        if got:
-            return got
-    for key, a in kwargs.items():
-        got = None if key == "out" else find(a, f"argument {key!r}")
-        if got:
-            return got
-    return None
+def _leaves(x: Any, where: str) -> Iterator[tuple[str, Any]]:
+    """``x``'s leaves, each with where it is (``argument 0[2]``): lists and tuples nest."""
+    if isinstance(x, (list, tuple)):
+        for k, v in enumerate(x):
+            yield from _leaves(v, f"{where}[{k}]")
+    else:
+        yield where, x
 
 
-def refuse_untyped(op: str, where: str, x: torch.Tensor, typed: list[dict]) -> None:
+def refuse_untyped(op: str, args: tuple, kwargs: dict, typed: list[dict]) -> None:
+    """Strict mode: refuse ``op`` if an argument is an untyped tensor beside the ``typed`` ones
+    (``out=`` aside: it is written, not read), naming the first: ``argument 1``, ``argument
+    0[2]``, ``argument 'weight'``."""
+    named = [(f"argument {k}", a) for k, a in enumerate(args)]
+    named += [(f"argument {key!r}", a) for key, a in kwargs.items() if key != "out"]
+    found = next(((where, x) for name, a in named for where, x in _leaves(a, name)
+                  if isinstance(x, torch.Tensor) and not getattr(x, TYPES, None)), None)
+    if found is None:
+        return
+    where, x = found
     axes = list(dict.fromkeys(a for t in typed for a in t))
     example = ", ".join(f"{a!r}: spmd.R" for a in axes)
     raise SpecError(f"strict typecheck: {op} takes an untyped tensor ({where}, shape {list(x.shape)}) beside typed "
@@ -181,20 +169,8 @@ class _TypeCheck(TorchFunctionMode):
         typed = [t for t in (getattr(x, TYPES, None) for x in tensors) if t]
         n_typed = len(typed)
         typed += numbers
-        if not typed:
-            if self.strict:  # untyped inputs of a raw collective or a loss: refused (the others run)
-                raw = getattr(func, "__name__", None)
-                if raw in RAW_COLLECTIVES:
-                    return _raw_collective(func, raw, args, kwargs, True)
-                if raw in _SEEDED:
-                    _check_seeds(raw, args, kwargs, True)
-            return func(*args, **kwargs)
         raw = getattr(func, "__name__", None)
-        if raw == "item":  # the number of a typed tensor keeps its types (V: it differs per rank)
-            out = func(*args, **kwargs)
-            return typed_number(out, typed[0]) if type(out) in (int, float) else out
-        if raw in _SKIP:
-            return func(*args, **kwargs)
+        # a raw collective or a loss on untyped tensors: refused in strict mode (runs untouched outside it)
         if raw in RAW_COLLECTIVES:
             return _raw_collective(func, raw, args, kwargs, self.strict)
         if raw in _SEEDED:
@@ -206,6 +182,11 @@ class _TypeCheck(TorchFunctionMode):
                 for x, g in zip(inputs, out):
                     type_grad(x, g)
             return out
+        if raw == "item" and typed:  # the number of a typed tensor keeps its types (V: it differs per rank)
+            out = func(*args, **kwargs)
+            return typed_number(out, typed[0]) if type(out) in (int, float) else out
+        if not typed or raw in _SKIP:
+            return func(*args, **kwargs)
         name = op_name(func)
         if raw == "__get__" and name not in STRUCTURAL_ATTRIBUTES:
             out = func(*args, **kwargs)
@@ -213,9 +194,7 @@ class _TypeCheck(TorchFunctionMode):
                 type_grad(args[0], out)
             return out
         if self.strict and n_typed < len(tensors):
-            found = untyped_argument(args, kwargs)
-            if found:
-                refuse_untyped(name, found[0], found[1], typed)
+            refuse_untyped(name, args, kwargs, typed)
         sharded = any(t.kind == "S" for d in typed for t in d.values())
         if name == "einsum" and sharded and args and isinstance(args[0], str):
             ops = args[1:] if not (len(args) == 2 and isinstance(args[1], (list, tuple))) else args[1]
@@ -235,10 +214,7 @@ class _TypeCheck(TorchFunctionMode):
         else:
             rule = in_place_rule(name) if name[-1] == "_" else name
             out_types = propagate(rule, typed, scalar and rule in ("add", "sub", "rsub", "setitem"))
-        if kwargs or (raw and (raw[-1] == "_" or raw[:3] == "__i" or raw == "__setitem__")):  # may write
-            dest = written(raw or "", args, kwargs)
-            if dest is not None:
-                check_written(name, dest[0], dest[1], out_types)
+        check_written(name, raw or "", args, kwargs, out_types)
         with unchecked():
             out = func(*args, **kwargs)
         if raw == "__setitem__":  # returns None: the types go on the tensor it wrote
@@ -247,7 +223,7 @@ class _TypeCheck(TorchFunctionMode):
         return _attach_all(out, out_types)
 
 
-_SIGNATURES: dict[Any, inspect.Signature] = {}
+_signature = functools.cache(inspect.signature)
 
 
 def _raw_collective(func: Any, name: str, args: tuple, kwargs: dict, strict: bool) -> Any:
@@ -256,17 +232,12 @@ def _raw_collective(func: Any, name: str, args: tuple, kwargs: dict, strict: boo
     tensor kept and checked (``raw_destination``), or refused before it runs. An all_reduce
     retypes its tensor in place. A group that is no set of mesh axes is outside the checker
     (refused in strict mode), as an untyped input is (in strict mode, refused too)."""
-    sig = _SIGNATURES.get(func)
-    if sig is None:
-        sig = _SIGNATURES[func] = inspect.signature(func)
-    p = sig.bind(*args, **kwargs).arguments
+    p = _signature(func).bind(*args, **kwargs).arguments
     inp = p.get("tensor", p.get("input", p.get("input_tensor")))
-    if name == "all_reduce":
-        outs: list = []
-    elif name == "all_gather":  # the list form: one output tensor per rank of the group
-        outs = list(p.get("tensor_list") or ())
-    else:
-        outs = [p.get("output", p.get("output_tensor"))]
+    if name == "all_gather":  # the list form: one output tensor per rank of the group
+        outs = [(f"tensor_list[{k}]", o) for k, o in enumerate(p.get("tensor_list") or ())]
+    else:  # an all_reduce writes its input
+        outs = [] if name == "all_reduce" else [("output tensor", p.get("output", p.get("output_tensor")))]
     types = getattr(inp, TYPES, None) or {}
     if not types and not strict:  # an untyped input: outside the checker (its output too)
         return func(*args, **kwargs)
@@ -283,13 +254,12 @@ def _raw_collective(func: Any, name: str, args: tuple, kwargs: dict, strict: boo
     if op is None and RAW_COLLECTIVES[name] in ("all_reduce", "reduce_scatter"):
         reduce = "SUM"
     new = raw_collective_types(name, reduce, axes, types)
-    kept = [raw_destination(name, axes, new, getattr(o, TYPES, None),
-                            "output tensor" if name != "all_gather" else f"tensor_list[{k}]")
-            for k, o in enumerate(outs) if isinstance(o, torch.Tensor)]
+    kept = [(o, raw_destination(name, axes, new, getattr(o, TYPES, None), where))
+            for where, o in outs if isinstance(o, torch.Tensor)]
     result = func(*args, **kwargs)
     if name == "all_reduce":
         setattr(inp, TYPES, new)
-    for o, t in zip((o for o in outs if isinstance(o, torch.Tensor)), kept):
+    for o, t in kept:
         setattr(o, TYPES, t)
     return result
 
@@ -351,26 +321,23 @@ def _check_seeds(name: str, args: tuple, kwargs: dict, strict: bool) -> None:
             check_loss(name, types)
 
 
+def linear_equation(ndim: int) -> str:
+    """``x[..., y] @ w[z, y]^T`` (``linear``) as an einsum equation, for an ``x`` of ``ndim`` dims."""
+    batch = "abcdefgh"[: ndim - 1]
+    return f"{batch}y,zy->{batch}z"
+
+
 def _matmul_types(name: str, tensors: list) -> dict:
     """matmul/mm/linear with S(i) operands: the einsum rule on their equation."""
     a, b = tensors[0], tensors[1]
-    letters = "abcdefgh"
-    if name == "linear":  # x[..., i] @ w[o, i]^T
-        xs = letters[: a.ndim - 1] + "y"
-        eq = f"{xs},zy->{xs[:-1]}z"
-    else:
-        if a.ndim < 2 or b.ndim < 2 or a.ndim != b.ndim:
-            eq = None
-        else:
-            batch = letters[: a.ndim - 2]
-            eq = f"{batch}xy,{batch}yz->{batch}xz"
     ts = [getattr(t, TYPES, None) or {} for t in (a, b)]
-    if eq is None:
+    if name == "linear":
+        out = einsum_types(name, linear_equation(a.ndim), ts)
+        return propagate("add", [out, getattr(tensors[2], TYPES, None) or {}]) if len(tensors) > 2 else out
+    if a.ndim < 2 or b.ndim < 2 or a.ndim != b.ndim:
         return propagate(name, [t for t in ts if t])
-    out = einsum_types(name, eq, ts)
-    if name == "linear" and len(tensors) > 2:
-        out = propagate("add", [out, getattr(tensors[2], TYPES, None) or {}])
-    return out
+    batch = "abcdefgh"[: a.ndim - 2]
+    return einsum_types(name, f"{batch}xy,{batch}yz->{batch}xz", ts)
 
 
 def no_typecheck() -> AbstractContextManager[None]:

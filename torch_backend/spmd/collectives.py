@@ -1,7 +1,5 @@
 """The typed per-axis collectives: each call is one Program (``lowering.spmd.programs``),
-bound once in the one cache of bound calls (``api.bound_program``) and run by that
-``BoundCall`` like every redistribution, its backward the bound's dual: the program of its
-kinds' duals.
+run by its ``BoundCall`` like every redistribution (its backward: the kinds' duals).
 
 Everything is checked before the first collective: the (src, dst) pair against the
 SPMD type system's tables, the axes against the mesh, and every rank's local shape
@@ -15,7 +13,7 @@ from typing import Any
 
 import torch
 
-from lowering.layout import local_shape
+from lowering.layout import group_ranks, local_shape
 from lowering.spmd.programs import gradient_program, routed_program, stack_dim
 from lowering.spmd.rules import backward_of, check_pair, check_whole_average
 from lowering.spmd.types import resolve
@@ -39,13 +37,9 @@ from torch_backend.spmd.precision import (
     wire_dtype,
     with_backward,
 )
-from torch_backend.spmd.tags import recorded_size, typeof
+from torch_backend.spmd.tags import typeof
 from torch_backend.tensor_checks import is_dtensor
 from torch_backend.type_tags import SIZES, UNCHECKED, attach, unchecked
-
-
-def _shapes(x: torch.Tensor, ctx: MeshContext) -> dict[int, tuple[int, ...]]:
-    return {r: tuple(local_of(x, r).shape) for r in ctx.ranks}
 
 
 def _src_size(x: torch.Tensor, src: LocalType, group: tuple[str, ...], ctx: MeshContext,
@@ -61,20 +55,21 @@ def _src_size(x: torch.Tensor, src: LocalType, group: tuple[str, ...], ctx: Mesh
                         hint=f"use S(i) with i < {len(shapes[r0])}")
     if size is not None:
         return int(size)
-    got = recorded_size(x, group)
+    got = (getattr(x, SIZES, None) or {}).get(group)
     if got is not None:
         return got
     if not comm.one_block(ctx):  # every rank's block is here
-        from lowering.layout import group_ranks
-
         return sum(shapes[q][i] for q in group_ranks(ctx.mesh, group, r0))
     return ctx.mesh.group_size(group) * shapes[r0][i]
 
 
 @dataclass(frozen=True)
 class Typed:
-    """What a typed collective's call brings to the door sequence besides its tensor and mesh
-    (``api.through_door``'s ``src``): ``typed_call``'s arguments."""
+    """A typed collective's call as the door sequence carries it (``api.through_door``'s
+    ``src``). ``at``: the dim V stacks on (``gather_dim``/``scatter_dim``); ``op_dtype``/
+    ``out_dtype``: the dtypes it runs in and returns (``torch_backend.spmd.precision``);
+    ``splits``: split sizes, the ragged collectives (``torch_backend.spmd.ragged``);
+    ``backward_options``: those of its backward collective."""
 
     op: str
     axis: Any
@@ -90,39 +85,43 @@ class Typed:
 
 
 def typed_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: Any = None,
-               size: int | None = None, inplace: bool = False, at: int | None = None,
-               op_dtype: Any = None, out_dtype: Any = None, splits: tuple | None = None,
-               backward_options: Any = None) -> torch.Tensor:
-    """Check, build and run ``op(x, axis, src, dst)`` through the door sequence
-    (``api.through_door``: compile time or eager, then ``_checked_run``; a typed collective
-    has no fast path, agreement or async form); the result carries its type. ``at``: the
-    dim V stacks on (``gather_dim``/``scatter_dim``); ``op_dtype``/``out_dtype``: the
-    dtypes it runs in and returns (``torch_backend.spmd.precision``); ``backward_options``:
-    those of its backward collective; ``splits``: split sizes, the ragged collectives
-    (``torch_backend.spmd.ragged``)."""
-    call = Typed(op, axis, src, dst, size, inplace, at, op_dtype, out_dtype, splits, backward_options)
-    return through_door(TYPED, x, call, None, mesh, None, None, False)
+               **options: Any) -> torch.Tensor:
+    """``op(x, axis, src, dst)`` through the door sequence (compile time or eager, then
+    ``_checked_run``: a typed collective has no fast path, agreement or async form); the
+    result carries its type."""
+    return through_door(TYPED, x, Typed(op, axis, src, dst, **options), None, mesh, None, None, False)
+
+
+_TRACED_OPTIONS = ("size", "inplace", "at", "op_dtype", "out_dtype")  # the rest cannot be traced
 
 
 def _compiled(x: torch.Tensor, call: Typed, _: None, mesh: Any, **__: Any) -> torch.Tensor:
-    op = call.op
     if call.splits is not None:
-        raise SpecError(f"spmd.{op} with split sizes cannot run inside torch.compile (its sizes are data)",
+        raise SpecError(f"spmd.{call.op} with split sizes cannot run inside torch.compile (its sizes are data)",
                         hint="call it outside the compiled region")
     if call.backward_options is not None:
-        raise SpecError(f"spmd.{op}(..., backward_options=...) cannot run inside torch.compile",
+        raise SpecError(f"spmd.{call.op}(..., backward_options=...) cannot run inside torch.compile",
                         hint="call it outside the compiled region, or drop backward_options (the backward "
                         "then runs in the forward's dtypes)")
     from torch_backend import trace_marks
 
-    return trace_marks.call("spmd", op, x, call.axis, call.src, call.dst, mesh=traced_mesh(mesh), size=call.size,
-                            inplace=call.inplace, at=call.at, op_dtype=call.op_dtype, out_dtype=call.out_dtype)
+    return trace_marks.call("spmd", call.op, x, call.axis, call.src, call.dst, mesh=traced_mesh(mesh),
+                            **{k: getattr(call, k) for k in _TRACED_OPTIONS})
+
+
+@traced.entry("spmd")
+def _traced_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: Any = None,
+                 inplace: bool = False, **options: Any) -> torch.Tensor:
+    if inplace:
+        raise SpecError(f"spmd.{op}(..., inplace=True) cannot run inside torch.compile (a compiled region "
+                        "does not write its inputs)", hint="drop inplace=True and use the result")
+    return typed_call(op, x, axis, src, dst, mesh, **options)
 
 
 def _checked_run(x: torch.Tensor, call: Typed, _: None, mesh: Any) -> torch.Tensor:
     """The typed collective's own checks (the pair against the SPMD type system's tables,
     the options, strict mode; then the axes, shapes and program in ``_run``) and run."""
-    op, axis, inplace, at, splits = call.op, call.axis, call.inplace, call.at, call.splits
+    op, splits = call.op, call.splits
     if not isinstance(x, torch.Tensor):
         raise SpecError(f"spmd.{op} needs a tensor, got {type(x).__name__}")
     if is_dtensor(x):  # its collectives are DTensor's to run (a DTensor has no sharding rule for c10d's ops)
@@ -134,35 +133,29 @@ def _checked_run(x: torch.Tensor, call: Typed, _: None, mesh: Any) -> torch.Tens
         routed = op  # the ragged exchange: V or S(d) -> V or S(d) on one dim (checked in _ragged)
     else:
         routed = check_pair(op, s, d) or op  # refuses a bad pair before anything else
-    dim = stack_dim(routed, s, d, x.ndim, at)
+    dim = stack_dim(routed, s, d, x.ndim, call.at)
     dtypes = None
     if call.op_dtype is not None or call.out_dtype is not None:
         dtypes = as_dtype(call.op_dtype, "op_dtype"), as_dtype(call.out_dtype, "out_dtype")
-        check_options(op, routed, s, x, dtypes[0], inplace)
+        check_options(op, routed, s, x, dtypes[0], call.inplace)
     bw = None if call.backward_options is None else backward_dtypes(op, routed, s, d, call.backward_options,
-                                                                    inplace, splits is not None)
+                                                                    call.inplace, splits is not None)
     if STRICT.get() and not UNCHECKED[0]:  # under typecheck(strict=True): src must be x's type, not a claim
-        _check_typed(op, x, axis, mesh)
+        ctx = mesh_context(mesh)
+        have = typeof(x)
+        missing = [a for a in as_axes(call.axis, ctx.mesh.names) if a not in have and ctx.mesh.axis_size(a) > 1]
+        if missing:
+            refuse_untyped_collective(f"spmd.{op}", x, missing)
     with unchecked():
-        if splits is not None:
-            if dtypes or at is not None:
-                raise SpecError(f"spmd.{op} with split sizes takes no op_dtype, out_dtype or gather/scatter dim",
-                                hint="cast the tensor before or after the call")
-            return _ragged(op, routed, x, axis, s, d, mesh, splits)
-        return _run(op, routed, x, axis, s, d, mesh, call.size, inplace, dim, dtypes,
-                    None if bw is None else (bw, at))
+        if splits is None:
+            return _run(call, routed, x, s, d, mesh, dim, dtypes, bw)
+        if dtypes or call.at is not None:
+            raise SpecError(f"spmd.{op} with split sizes takes no op_dtype, out_dtype or gather/scatter dim",
+                            hint="cast the tensor before or after the call")
+        return _ragged(op, routed, x, call.axis, s, d, mesh, splits)
 
 
 TYPED = Door(_compiled, None, None, own=_checked_run)
-
-
-def _check_typed(op: str, x: torch.Tensor, axis: Any, mesh: Any) -> None:
-    """Strict mode: ``x`` typed on every axis of the group (of 2+ ranks) the call runs over."""
-    ctx = mesh_context(mesh)
-    have = typeof(x)
-    missing = [a for a in as_axes(axis, ctx.mesh.names) if a not in have and ctx.mesh.axis_size(a) > 1]
-    if missing:
-        refuse_untyped_collective(f"spmd.{op}", x, missing)
 
 
 def _placed(op: str, x: torch.Tensor, axis: Any, s: LocalType, mesh: Any,
@@ -200,38 +193,28 @@ def _ragged(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: L
     return ragged.dispatch(x, group, dim or 0, d, splits[0], splits[1], ctx, mesh)
 
 
-@traced.entry("spmd")
-def _traced_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: Any = None,
-                 size: int | None = None, inplace: bool = False, at: int | None = None,
-                 op_dtype: Any = None, out_dtype: Any = None) -> torch.Tensor:
-    if inplace:
-        raise SpecError(f"spmd.{op}(..., inplace=True) cannot run inside torch.compile (a compiled region "
-                        "does not write its inputs)", hint="drop inplace=True and use the result")
-    return typed_call(op, x, axis, src, dst, mesh, size, at=at, op_dtype=op_dtype, out_dtype=out_dtype)
-
-
-def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: LocalType, mesh: Any,
-         size: int | None, inplace: bool, at: int = 0,
-         dtypes: tuple[torch.dtype | None, torch.dtype | None] | None = None,
-         backward: tuple[tuple[torch.dtype | None, torch.dtype | None], int | None] | None = None) -> torch.Tensor:
+def _run(call: Typed, routed: str, x: torch.Tensor, s: LocalType, d: LocalType, mesh: Any, at: int,
+         dtypes: tuple[torch.dtype | None, torch.dtype | None] | None,
+         backward: tuple[torch.dtype | None, torch.dtype | None] | None) -> torch.Tensor:
+    op, axis, inplace = call.op, call.axis, call.inplace
     if inplace and x.requires_grad and torch.is_grad_enabled():
         raise SpecError(f"spmd.{op}(..., inplace=True) takes a tensor autograd does not record (a gradient "
                         "buffer); this one requires grad", hint="drop inplace=True (the result is then a new "
                         "tensor, differentiable), or call it under torch.no_grad()")
     ctx, group, have = _placed(op, x, axis, s, mesh)
+    out = {**have, **{a: d for a in group}}
     op_dt, out_dt = dtypes or (None, None)
     if routed == "identity":  # src == dst: the input itself (typed dst on the group, as assert_type would)
         if out_dt is not None and out_dt != x.dtype:  # only a cast to do
-            return attach(x.to(out_dt), {**have, **{a: d for a in group}}, getattr(x, SIZES, None))
+            return attach(x.to(out_dt), out, getattr(x, SIZES, None))
         if any(have.get(a) != d for a in group):
-            attach(x, {**have, **{a: d for a in group}}, getattr(x, SIZES, None))
+            attach(x, out, getattr(x, SIZES, None))
         return x
     check_whole_average(routed, s, group, have, dtype_name(x.dtype), ctx.mesh)
-    shapes = _shapes(x, ctx)
-    n_src = _src_size(x, s, group, ctx, shapes, size)
-    shape = shapes[ctx.ranks[0]]
+    shapes = {r: tuple(local_of(x, r).shape) for r in ctx.ranks}
+    n_src = _src_size(x, s, group, ctx, shapes, call.size)
     wire = wire_dtype(routed, x.dtype, op_dt, out_dt)
-    program = routed_program(routed, s, d, group, shape, dtype_name(wire), ctx.mesh, n_src, at)
+    program = routed_program(routed, s, d, group, shapes[ctx.ranks[0]], dtype_name(wire), ctx.mesh, n_src, at)
     for r in ctx.ranks:
         want = local_shape(program.src, ctx.mesh, r)
         if shapes[r] != want:
@@ -250,20 +233,18 @@ def _run(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: Loca
         return y if (out_dt or x.dtype) == y.dtype else y.to(out_dt or x.dtype)
 
     if backward is not None and x.requires_grad and torch.is_grad_enabled():
-        (b_op_dt, b_out_dt), user_at = backward
         b_op, b_src, b_dst = backward_of(routed, s, d)
         b_size = program.dst.dims[b_src.dim].size if b_src.dim is not None else None
         where = current_mesh(mesh)
 
         def gradient(g: torch.Tensor) -> torch.Tensor:  # the table's backward collective, with the options
             with unchecked():
-                return typed_call(b_op, g, axis, b_src, b_dst, where, b_size, at=user_at, op_dtype=b_op_dt,
-                                  out_dtype=b_out_dt or x.dtype)
+                return typed_call(b_op, g, axis, b_src, b_dst, where, size=b_size, at=call.at,
+                                  op_dtype=backward[0], out_dtype=backward[1] or x.dtype)
 
         y = with_backward(x, forward, gradient)
     else:
         y = forward(x)
-    out = {**have, **{a: d for a in group}}
     sizes = {k: v for k, v in (getattr(x, SIZES, None) or {}).items() if not set(k) & set(group)}
     if d.dim is not None:  # S(dim), the one local type with a tensor dim
         sizes[group] = program.dst.dims[d.dim].size
@@ -299,7 +280,7 @@ def all_gather(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = No
     ``op_dtype``: the dtype the blocks travel in (x cast before the wire); ``out_dtype``: the
     result's (``torch_backend.spmd.precision``).
     """
-    return typed_call("all_gather", x, axis, src, dst, mesh, size, at=gather_dim, op_dtype=op_dtype,
+    return typed_call("all_gather", x, axis, src, dst, mesh, size=size, at=gather_dim, op_dtype=op_dtype,
                       out_dtype=out_dtype, splits=None if split_sizes is None else (split_sizes,),
                       backward_options=backward_options)
 
@@ -349,18 +330,14 @@ def all_to_all(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = No
         [C0, C1, C2]      [A2, B2, C2]
 
     ``input_split_sizes`` (MoE token dispatch): this rank's rows for each destination
-    partition (one per rank, or k experts per rank), in order, as a list or an int tensor
-    (a LocalTensor under LocalTensorMode; the ranks exchange them), or every rank's row
-    (a list of lists). Rank r receives its partitions whole, each with every rank's rows
-    in rank order; ``output_split_sizes``, if given, is checked against that. Given alone,
-    ``output_split_sizes`` (what this rank receives from each rank) goes with even input
-    splits: each rank sends every rank an equal share of its rows, as ``all_to_all_single``
-    does by default. The backward sends the gradients back the same way. See
+    partition (one per rank, or k experts per rank), as a list or an int tensor, or every
+    rank's row (a list of lists); ``output_split_sizes`` is checked against what arrives,
+    or, given alone, goes with even input splits (``all_to_all_single``'s default). See
     ``torch_backend.spmd.ragged``. ``op_dtype``/``out_dtype`` as for ``all_gather``.
     """
     splits = None if input_split_sizes is None and output_split_sizes is None else (
         input_split_sizes, output_split_sizes)
-    return typed_call("all_to_all", x, axis, src, dst, mesh, size, op_dtype=op_dtype, out_dtype=out_dtype,
+    return typed_call("all_to_all", x, axis, src, dst, mesh, size=size, op_dtype=op_dtype, out_dtype=out_dtype,
                       splits=splits, backward_options=backward_options)
 
 
@@ -382,7 +359,7 @@ def convert(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
 
     ``op_dtype``/``out_dtype``: casts before and after, as for ``all_gather``.
     """
-    return typed_call("convert", x, axis, src, dst, mesh, size, op_dtype=op_dtype, out_dtype=out_dtype,
+    return typed_call("convert", x, axis, src, dst, mesh, size=size, op_dtype=op_dtype, out_dtype=out_dtype,
                       backward_options=backward_options)
 
 
@@ -393,5 +370,5 @@ def redistribute(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = 
     P->V|S(i) reduce_scatter, S(i)->S(j) all_to_all (``op_dtype``/``out_dtype`` as that collective's);
     or with none, where none is needed: R|I -> R|I|V|S(i)|P and V|S(i) -> P are the ``convert``
     (a local chunk or zero-fill: no data moves)."""
-    return typed_call("redistribute", x, axis, src, dst, mesh, size, op_dtype=op_dtype, out_dtype=out_dtype,
+    return typed_call("redistribute", x, axis, src, dst, mesh, size=size, op_dtype=op_dtype, out_dtype=out_dtype,
                       backward_options=backward_options)

@@ -19,8 +19,8 @@ import torch
 from lowering.spmd.propagate import einsum_types, propagate
 from spec_lang.errors import SpecError
 from spec_lang.local_type import LocalType
-from torch_backend.spmd.check import STRICT, refuse_untyped, untyped_argument
-from torch_backend.spmd.tags import is_jax_spec, spec_types, typeof
+from torch_backend.spmd.check import STRICT, linear_equation, refuse_untyped
+from torch_backend.spmd.tags import is_jax_spec, local_form, spec_types, typeof
 from torch_backend.tensor_checks import is_dtensor
 from torch_backend.type_tags import TYPES, attach, unchecked
 
@@ -36,13 +36,18 @@ def _axes(out_partial_axes: str | Sequence[str] | None) -> tuple[str, ...]:
                     f"{type(out_partial_axes).__name__}", hint="e.g. out_partial_axes='tp' or ['dp', 'tp']")
 
 
-def _tensors(op: str, xs: Sequence[Any], names: str) -> None:
-    """The operands are tensors (a DTensor is not: its type is its placements, not a tag)."""
+def _operands(op: str, xs: Sequence[Any], names: Sequence[str] = (), shown: str | None = None) -> None:
+    """The operands are local tensors (a DTensor is not: its type is its placements, not a
+    tag); under ``typecheck(strict=True)`` an untyped one beside typed ones is refused
+    (outside it, an untyped operand is read as R)."""
     for i, x in enumerate(xs):
         if not isinstance(x, torch.Tensor) or is_dtensor(x):
-            raise SpecError(f"spmd.{op}: {names.split()[i] if i < len(names.split()) else f'operand {i}'} must be "
+            raise SpecError(f"spmd.{op}: {names[i] if i < len(names) else f'operand {i}'} must be "
                             f"a local torch.Tensor, got {type(x).__name__}",
                             hint="pass this rank's local tensors (for a DTensor, dt.to_local())")
+    typed = [typeof(x) for x in xs if typeof(x)]
+    if STRICT.get() and typed:
+        refuse_untyped(shown or f"spmd.{op}", tuple(xs), {}, typed)
 
 
 def _local_op(what: str, fn: Callable[..., torch.Tensor], *xs: Any) -> torch.Tensor:
@@ -60,16 +65,6 @@ def _local_op(what: str, fn: Callable[..., torch.Tensor], *xs: Any) -> torch.Ten
                         "operands' local blocks: check the shapes each rank holds") from None
 
 
-def _strict(op: str, xs: Sequence[Any]) -> None:
-    """Under ``typecheck(strict=True)``, an untyped operand beside typed ones is refused
-    (outside it, an untyped operand is read as R)."""
-    if STRICT.get():
-        typed = [typeof(x) for x in xs if isinstance(x, torch.Tensor) and typeof(x)]
-        found = untyped_argument(tuple(xs), {}) if typed else None
-        if found:
-            refuse_untyped(op, found[0], found[1], typed)
-
-
 def einsum(eq: str, *xs: torch.Tensor, out_partial_axes: str | Sequence[str] | None = None) -> torch.Tensor:
     """``torch.einsum`` whose result type follows the SPMD type system (global SPMD where an
     operand is S(i)); a contracted sharded label needs its axis in ``out_partial_axes``,
@@ -77,8 +72,7 @@ def einsum(eq: str, *xs: torch.Tensor, out_partial_axes: str | Sequence[str] | N
     if not isinstance(eq, str):
         raise SpecError(f"spmd.einsum takes the equation first, a str, got {type(eq).__name__}",
                         hint="e.g. spmd.einsum('ij,jk->ik', x, w)")
-    _tensors("einsum", xs, "")
-    _strict(f"spmd.einsum({eq!r})", xs)
+    _operands("einsum", xs, shown=f"spmd.einsum({eq!r})")
     types = einsum_types("einsum", eq, [typeof(x) for x in xs], _axes(out_partial_axes))
     return attach(_local_op(f"einsum({eq!r})", lambda *a: torch.einsum(eq, *a), *xs), types)
 
@@ -87,12 +81,10 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *,
            out_partial_axes: str | Sequence[str] | None = None) -> torch.Tensor:
     """``x @ w.T (+ b)`` typed like ``einsum``. With a partial result, the bias must be added
     after the reduction (a replicated bias added to every rank's partial sum counts n times)."""
-    _tensors("linear", (x, w) if b is None else (x, w, b), "x w b")
+    _operands("linear", (x, w) if b is None else (x, w, b), ("x", "w", "b"))
     if x.ndim < 1 or w.ndim != 2:
         raise SpecError(f"linear takes x[..., in] and w[out, in], got {list(x.shape)} and {list(w.shape)}")
-    _strict("spmd.linear", (x, w) if b is None else (x, w, b))
-    letters = "abcdefgh"[: x.ndim - 1]
-    types = einsum_types("linear", f"{letters}y,zy->{letters}z", [typeof(x), typeof(w)], _axes(out_partial_axes))
+    types = einsum_types("linear", linear_equation(x.ndim), [typeof(x), typeof(w)], _axes(out_partial_axes))
     if b is not None:  # the bias' dim 0 is the output's last dim
         last = x.ndim - 1
         bias = {a: LocalType("S", dim=last) if t.kind == "S" and t.dim == 0 else t for a, t in typeof(b).items()}
@@ -100,12 +92,10 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *,
     return attach(_local_op("linear", torch.nn.functional.linear, x, w, b), types)
 
 
-def _drop_spec(t: LocalType) -> LocalType:
-    return LocalType("V") if t.kind == "S" else t
-
-
-def _local(types: dict[str, LocalType]) -> dict[str, LocalType]:
-    return {a: _drop_spec(t) for a, t in types.items()}
+def _view(x: torch.Tensor, types: dict[str, LocalType]) -> torch.Tensor:
+    """``x``'s data as a tensor of its own, typed ``types``: how a tensor crosses the region's edge."""
+    with unchecked():
+        return attach(x.view_as(x), types)
 
 
 def _is_spec(spec: Any) -> bool:
@@ -153,9 +143,7 @@ def _enter(x: Any, spec: Any, where: str) -> Any:
         if a in have and not have[a].agrees(t):  # V where S(i) is stated: refined to S(i)
             raise SpecError(f"local_map: {where} is {have[a]!r} on axis {a!r}, in_types says {t!r}",
                             hint="redistribute it first, or fix in_types")
-    with unchecked():
-        inner = x.view_as(x)  # same data, its own type
-    return attach(inner, {**have, **_local(want)})
+    return _view(x, {**have, **local_form(want)})
 
 
 def _enter_inferred(x: Any) -> Any:
@@ -166,9 +154,7 @@ def _enter_inferred(x: Any) -> Any:
         return type(x)(_enter_inferred(v) for v in x)
     if not isinstance(x, torch.Tensor) or not typeof(x):
         return x
-    with unchecked():
-        inner = x.view_as(x)  # same data, its own type
-    return attach(inner, _local(typeof(x)))
+    return _view(x, local_form(typeof(x)))
 
 
 def _leave(y: Any, spec: Any, where: str) -> Any:
@@ -190,13 +176,12 @@ def _leave(y: Any, spec: Any, where: str) -> Any:
                         hint="return a tensor there, or put None in out_types for a non-tensor")
     want, _ = spec_types(spec, y, f"local_map out_types of {where}")
     have = getattr(y, TYPES, None) or {}
+    inside, stated = local_form(have), local_form(want)
     for a, t in want.items():
-        if a in have and not _drop_spec(have[a]).agrees(_drop_spec(t)):
+        if a in have and not inside[a].agrees(stated[a]):
             raise SpecError(f"local_map: {where} is {have[a]!r} on axis {a!r} inside, out_types says {t!r}",
                             hint="add the collective or convert inside fn, or fix out_types")
-    with unchecked():
-        outer = y.view_as(y)
-    return attach(outer, {**have, **want})
+    return _view(y, {**have, **want})
 
 
 def local_map(fn: Callable[..., Any], *, in_types: Sequence[Any] | None = None, out_types: Any) -> Callable[..., Any]:

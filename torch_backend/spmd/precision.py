@@ -1,35 +1,15 @@
-"""``op_dtype``/``out_dtype`` on the reducing collectives: communicate in the input's dtype
-(bf16, say), add in a wider ``op_dtype`` (fp32), return ``out_dtype``, as Megatron's
-reduce-scatter with fp32 accumulation does; or, with an ``op_dtype`` no wider than the
-input's (an f32 tensor reduced in bf16), cast before the wire, which halves the bytes.
+"""``op_dtype``/``out_dtype`` on the collectives. docs/spmd_types.md ("Reducing in another
+dtype") says what each means for every collective and its backward.
 
-Exactly, for ``all_reduce``/``reduce_scatter`` (and ``redistribute`` where it routes to
-one) of x, a pending reduction P(op) over a group of n ranks:
-
-* ``op_dtype`` wider than x's dtype (more bytes per element): the wire carries x's dtype
-  (each rank's addends are sent as they are); each rank casts the n addends it receives to
-  ``op_dtype`` and reduces them there, in the group's rank order (``op``: sum, avg = sum /
-  n, max, min); the result is that reduction rounded once to ``out_dtype``, the same bits
-  on every rank (all_reduce gathers the rounded pieces in ``out_dtype``);
-* ``op_dtype`` no wider than x's dtype (``wire_dtype``): x is cast to ``op_dtype`` first and
-  the plain collective runs in it (the wire carries ``op_dtype``, the collective adds in
-  it), then its result is cast to ``out_dtype``;
-* ``out_dtype`` defaults to x's dtype, ``op_dtype`` to x's dtype (nothing cast).
-
-The collectives that add nothing (all_gather, all_to_all, convert, reinterpret) run in
-``op_dtype`` (x cast before the wire) or, given ``out_dtype`` alone, in the narrower of x's
-dtype and it (``wire_dtype``); their result is cast to ``out_dtype``.
-
-A reduction in a dtype other than the wire's cannot be one NCCL/gloo reduction (they add in
-the wire's dtype), so it runs as an all_to_all of each rank's n pieces, the local
-reduction, and (all_reduce) an all_gather of the results: the same bytes on the wire as a
-reduce_scatter (+ all_gather), each a shardc Program of the typed collectives.
-
-The backward is the table's backward collective with the same options, mirrored. Wider:
-the gradient (``out_dtype``) is cast to x's dtype, communicated in it, reduced (where the
-backward reduces: all_reduce(P,R)'s) in ``op_dtype``, and returned in x's dtype. No
-wider: the plain collective's backward in ``op_dtype`` (the gradient cast to it before the
-wire), returned in x's dtype.
+The definition the tests check, for ``all_reduce``/``reduce_scatter`` (and ``redistribute``
+where it routes to one) of x, a pending reduction P(op) over a group of n ranks, with an
+``op_dtype`` wider than x's dtype: the wire carries x's dtype; each rank casts the n
+addends it receives to ``op_dtype`` and reduces them there, in the group's rank order
+(avg = sum / n); the result is that reduction rounded once to ``out_dtype`` (default x's
+dtype), the same bits on every rank. NCCL and gloo add in the wire's dtype, so this runs
+as an all_to_all of each rank's n pieces, the local reduction and (all_reduce) an
+all_gather of the results: the bytes of a reduce_scatter (+ all_gather). With an
+``op_dtype`` no wider, x is cast before the wire and the plain collective runs in it.
 """
 
 from __future__ import annotations
@@ -65,11 +45,9 @@ def as_dtype(d: Any, what: str) -> torch.dtype | None:
 
 def wire_dtype(routed: str, x_dtype: torch.dtype, op_dtype: torch.dtype | None,
                out_dtype: torch.dtype | None) -> torch.dtype:
-    """The dtype the program of ``routed`` runs in (what it sends). A reduction: ``op_dtype``
-    where it is no wider than x's (cast before the wire, the collective adds in it), else
-    x's (added in the wider ``op_dtype`` after it arrives). Any other collective (nothing is
-    added): ``op_dtype``; without it, the narrower of x's dtype and ``out_dtype`` (casting
-    before or after a move rounds alike, and before sends fewer bytes)."""
+    """The dtype the program of ``routed`` sends (docs/spmd_types.md): a reduction's
+    ``op_dtype`` if no wider than x's, else x's; for a move that adds nothing ``op_dtype``,
+    else the narrower of x's and ``out_dtype`` (a cast before the wire sends fewer bytes)."""
     if routed not in REDUCING:
         if op_dtype is not None:
             return op_dtype
@@ -90,14 +68,6 @@ def check_options(op: str, routed: str, src: LocalType, x: torch.Tensor, op_dtyp
                         hint="pass a floating op_dtype (e.g. op_dtype=torch.float32)")
 
 
-def _accumulated(x: torch.Tensor, how: tuple, program: Program) -> torch.Tensor:
-    """``_reduce(x, *how)``, differentiable (``with_backward``): its gradient is the table's
-    backward collective with the options mirrored."""
-    if torch.is_grad_enabled() and x.requires_grad:
-        return with_backward(x, lambda t: _reduce(t, *how), lambda g: _gradient(g, how, program))
-    return _reduce(x, *how)
-
-
 def _gradient(g: torch.Tensor, how: tuple, program: Program) -> torch.Tensor:
     check_differentiable(program.src, program.dst)  # no gradient through a pending max/min
     routed, src, dst, group, mesh_ctx, at, op_dtype, out_dtype, in_dtype = how
@@ -105,15 +75,10 @@ def _gradient(g: torch.Tensor, how: tuple, program: Program) -> torch.Tensor:
     if routed == "all_reduce" and dst.kind == "I":  # backward reinterpret(I, R): nothing sent
         return g
     if routed == "all_reduce":  # backward all_reduce(P, R) (a sum, as the plain call's), options mirrored
-        return _accumulated(g, (routed, LocalType("P"), R, group, mesh_ctx, at, op_dtype, in_dtype, in_dtype), program)
+        return reduce_in(routed, g, LocalType("P"), R, group, mesh_ctx, at, op_dtype, in_dtype, program)
     # backward of reduce_scatter: all_gather(V|S(i), R) in x's dtype (nothing to add)
-    shape = tuple(g.shape)
-    if dst.dim is not None:  # S(dim), the one local type with a tensor dim
-        full = list(shape)
-        full[dst.dim] *= mesh_ctx.mesh.group_size(group)
-        gather = routed_program("all_gather", dst, R, group, shape, dtype_name(in_dtype), mesh_ctx.mesh, full[dst.dim])
-    else:
-        gather = routed_program("all_gather", V, R, group, shape, dtype_name(in_dtype), mesh_ctx.mesh, None, at)
+    size = None if dst.dim is None else g.shape[dst.dim] * mesh_ctx.mesh.group_size(group)  # S(dim): the whole dim
+    gather = routed_program("all_gather", dst, R, group, tuple(g.shape), dtype_name(in_dtype), mesh_ctx.mesh, size, at)
     return bound_program(gather, mesh_ctx, gradient_program).run_one(g)
 
 
@@ -159,8 +124,10 @@ def reduce_in(routed: str, x: torch.Tensor, src: LocalType, dst: LocalType, grou
             raise SpecError(f"spmd.reduce_scatter with op_dtype: dim {d} of the local tensor ({list(x.shape)}) "
                             f"must split into {n} equal pieces", hint="pad that dim to a multiple of the group's "
                             "size, or drop op_dtype (an uneven reduce_scatter then follows torch.chunk)")
-    return _accumulated(x, (routed, src, dst, group, ctx, at, op_dtype or x.dtype, out_dtype or x.dtype, x.dtype),
-                        program)
+    how = (routed, src, dst, group, ctx, at, op_dtype or x.dtype, out_dtype or x.dtype, x.dtype)
+    if torch.is_grad_enabled() and x.requires_grad:  # the gradient: the table's backward, options mirrored
+        return with_backward(x, lambda t: _reduce(t, *how), lambda g: _gradient(g, how, program))
+    return _reduce(x, *how)
 
 
 def backward_dtypes(op: str, routed: str, src: LocalType, dst: LocalType, options: Any, inplace: bool,

@@ -1,27 +1,15 @@
-"""Ragged collectives for MoE dispatch: ``all_to_all`` with split sizes (each rank sends
-each peer its own count of rows), and ``split_sizes`` on ``all_gather``/``reduce_scatter``
-(blocks of any sizes, not ``torch.chunk``'s).
+"""Ragged collectives for MoE dispatch (docs/spmd_types.md, "MoE dispatch: split sizes"):
+``all_to_all`` with split sizes, and ``split_sizes`` on ``all_gather``/``reduce_scatter``.
 
-Each is a redistribution between global types with an uneven split of the dim over the
-axis, run by ``torch_backend.redistribute`` (its program: one ``all_to_allv``,
-``all_gatherv`` or ``reduce_scatterv``, the uneven exchange kinds; its backward: the
-program between the dual types, e.g. the reverse exchange). So the global type says what
-the local call does:
+Each is ``torch_backend.redistribute`` between global types with an uneven split of the
+dim over the axis (the uneven exchange kinds run it; its backward is the dual program),
+every other mesh axis V:
 
-* ``all_gather(S(d), R, split_sizes=s)``: ``f32[N@ax<s>,..] -> f32[N,..]{R:ax}`` (an
-  unannotated destination, I, for dst=I), the DynamicShard ``<s>`` gathered;
+* ``all_gather(S(d), R, split_sizes=s)``: ``f32[N@ax<s>,..] -> f32[N,..]{R:ax}`` (I: unannotated);
 * ``reduce_scatter(P, S(d), split_sizes=s)``: ``f32[N,..]{U:ax} -> f32[N@ax<s>,..]``;
 * ``all_to_all(V, V|S(d), input_split_sizes=...)``: ``f32[T@ax<parts S>,..] ->
-  f32[T@ax<c>,..]``: rank s holds its rows for every destination partition p (``S[s][p]``
-  of them, partitions in order: the router's output sorted by expert); afterwards rank r
-  holds its partitions whole, each with every source's rows in source order (expert-major:
-  what a grouped matmul takes), ``c_r`` rows in all, the DynamicShard ``<c>``. With one
-  partition per rank this is ``torch.distributed.all_to_all_single``'s layout.
-
-Every other mesh axis is V in these types (each coordinate's blocks are its own), so the
-exchange never reads another coordinate's copy; the call's output keeps the input's types
-there. One global type means one split matrix: ranks that differ only on other mesh axes
-must route alike (refused otherwise, before the data moves).
+  f32[T@ax<c>,..]``: rank s holds ``S[s][p]`` rows for each destination partition p; rank r
+  receives its partitions whole, each with every source's rows in source order.
 """
 
 from __future__ import annotations
@@ -45,16 +33,14 @@ from torch_backend.type_tags import attach
 V = LocalType("V")
 
 
-def _others(ctx: MeshContext, axis: str) -> tuple[tuple[str, LocalType], ...]:
-    return tuple((a, V) for a in ctx.mesh.names if a != axis)
-
-
-def _typ(x: torch.Tensor, ctx: MeshContext, d: int, dim: Dim | None, anns: tuple) -> TensorType:
-    shape = tuple(local_of(x, ctx.ranks[0]).shape)
-    dims = [Dim(int(s)) for s in shape]
+def _typ(x: torch.Tensor, ctx: MeshContext, axis: str, d: int, dim: Dim | None,
+         *anns: tuple[str, LocalType]) -> TensorType:
+    """``x``'s global type: dim ``d`` is ``dim`` (else its local length), every mesh axis
+    but ``axis`` V, and ``anns``."""
+    dims = [Dim(int(s)) for s in local_of(x, ctx.ranks[0]).shape]
     if dim is not None:
         dims[d] = dim
-    return TensorType(dtype_name(x.dtype), tuple(dims), anns)
+    return TensorType(dtype_name(x.dtype), tuple(dims), tuple((a, V) for a in ctx.mesh.names if a != axis) + anns)
 
 
 def _one_axis(op: str, group: tuple[str, ...]) -> str:
@@ -73,7 +59,7 @@ def _sizes(op: str, split_sizes: Any, n: int) -> tuple[int, ...]:
     return sizes
 
 
-def _run(x: torch.Tensor, src: TensorType, dst: TensorType, ctx: MeshContext, mesh: Any, axis: str,
+def _run(x: torch.Tensor, src: TensorType, dst: TensorType, mesh: Any, axis: str,
          out: LocalType) -> torch.Tensor:
     from torch_backend.api import redistribute
 
@@ -87,10 +73,9 @@ def gather_sizes(x: torch.Tensor, group: tuple[str, ...], d: int, dst: LocalType
     axis = _one_axis("all_gather", group)
     sizes = _sizes("all_gather", split_sizes, ctx.mesh.axis_size(axis))
     full = Dim(sum(sizes), (axis,), Split("sizes", sizes))
-    others = _others(ctx, axis)
-    src = _typ(x, ctx, d, full, others)
-    whole = _typ(x, ctx, d, Dim(sum(sizes)), others + (((axis, LocalType("R")),) if dst.kind == "R" else ()))
-    return _run(x, src, whole, ctx, mesh, axis, dst)
+    src = _typ(x, ctx, axis, d, full)
+    whole = _typ(x, ctx, axis, d, Dim(sum(sizes)), *([(axis, LocalType("R"))] if dst.kind == "R" else []))
+    return _run(x, src, whole, mesh, axis, dst)
 
 
 def scatter_sizes(x: torch.Tensor, group: tuple[str, ...], src: LocalType, d: int, split_sizes: Any,
@@ -102,10 +87,9 @@ def scatter_sizes(x: torch.Tensor, group: tuple[str, ...], src: LocalType, d: in
     if sum(sizes) != length:
         raise SpecError(f"spmd.reduce_scatter: split_sizes {list(sizes)} add up to {sum(sizes)}, but dim {d} of "
                         f"the pending sum has {length}", hint="the pieces must cover the dim exactly")
-    others = _others(ctx, axis)
-    whole = _typ(x, ctx, d, None, others + ((axis, src),))
-    piece = _typ(x, ctx, d, Dim(length, (axis,), Split("sizes", sizes)), others)
-    return _run(x, whole, piece, ctx, mesh, axis, LocalType("S", dim=d))
+    whole = _typ(x, ctx, axis, d, None, (axis, src))
+    piece = _typ(x, ctx, axis, d, Dim(length, (axis,), Split("sizes", sizes)))
+    return _run(x, whole, piece, mesh, axis, LocalType("S", dim=d))
 
 
 def dispatch(x: torch.Tensor, group: tuple[str, ...], d: int, dst: LocalType, input_split_sizes: Any,
@@ -113,7 +97,6 @@ def dispatch(x: torch.Tensor, group: tuple[str, ...], d: int, dst: LocalType, in
     """The ragged all_to_all of the module docstring."""
     axis = _one_axis("all_to_all", group)
     n = ctx.mesh.axis_size(axis)
-    others = _others(ctx, axis)
     if input_split_sizes is None:  # output_split_sizes alone: the input splits are even
         input_split_sizes = _even_rows(x, d, n, ctx, axis)
     if isinstance(input_split_sizes, (list, tuple)) and input_split_sizes and all(
@@ -129,11 +112,10 @@ def dispatch(x: torch.Tensor, group: tuple[str, ...], d: int, dst: LocalType, in
                 raise SpecError(f"spmd.all_to_all: rank {r}'s row of input_split_sizes {list(split.values[s])} "
                                 f"adds up to {sum(split.values[s])}, but it holds {have} along dim {d}",
                                 hint="row s lists rank s's rows for each destination partition")
-        src = _typ(x, ctx, d, Dim(sum(map(sum, split.values)), (axis,), split), others)
+        src = _typ(x, ctx, axis, d, Dim(sum(map(sum, split.values)), (axis,), split))
     else:  # this rank's own row: the ranks exchange them first (one small all_reduce)
-        template = _typ(x, ctx, d, None, others)
         src = uneven_type(x, current_mesh(mesh), axis, d, partitions=input_split_sizes,
-                          template=template)
+                          template=_typ(x, ctx, axis, d, None))
     parted = src.dims[d].split
     assert parted is not None and parted.kind == "parts"
     rows = parted.values
@@ -145,8 +127,8 @@ def dispatch(x: torch.Tensor, group: tuple[str, ...], d: int, dst: LocalType, in
     counts = tuple(sum(rows[s][p] for s in range(n) for p in range(r * k, r * k + k)) for r in range(n))
     if output_split_sizes is not None:
         _check_output(output_split_sizes, rows, k, ctx, axis)
-    dst_type = _typ(x, ctx, d, Dim(sum(counts), (axis,), Split("sizes", counts)), others)
-    return _run(x, src, dst_type, ctx, mesh, axis, dst)
+    dst_type = _typ(x, ctx, axis, d, Dim(sum(counts), (axis,), Split("sizes", counts)))
+    return _run(x, src, dst_type, mesh, axis, dst)
 
 
 def _even_rows(x: torch.Tensor, d: int, n: int, ctx: MeshContext, axis: str) -> list:

@@ -23,23 +23,22 @@ class TypedInt(int):
     """A Python int with SPMD types (see ``TypedFloat``)."""
 
 
+def local_form(types: dict[str, LocalType]) -> dict[str, LocalType]:
+    """``types`` with S(i) read as V: a number's (it has no dims), or a tensor's inside ``local_map``."""
+    return {a: LocalType("V") if t.kind == "S" else t for a, t in types.items()}
+
+
 def typed_number(value: Any, types: dict[str, LocalType]) -> Any:
-    """``value`` (an int or a float) carrying ``types``; S(i) is V (a number has no dims)."""
+    """``value`` (an int or a float) carrying ``types`` (in local form: a number has no dims)."""
     n = (TypedFloat if isinstance(value, float) else TypedInt)(value)
-    setattr(n, TYPES, {a: LocalType("V") if t.kind == "S" else t for a, t in types.items()})
+    setattr(n, TYPES, local_form(types))
     return n
-
-
-def is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def typeof(x: Any) -> dict[str, LocalType]:
     """The local SPMD type of ``x`` per mesh axis (``{}`` for an untyped tensor, and for a
     Python number, which holds one value on every rank, unless ``assert_type`` typed it)."""
-    if not isinstance(x, torch.Tensor):
-        if isinstance(x, (bool, int, float, complex)):
-            return dict(getattr(x, TYPES, None) or {})
+    if not isinstance(x, (torch.Tensor, bool, int, float, complex)):
         raise SpecError(f"spmd.typeof takes a tensor, got {type(x).__name__}",
                         hint="pass the tensor whose per-axis types you want (spmd.assert_type attaches them)")
     return dict(getattr(x, TYPES, None) or {})
@@ -78,10 +77,6 @@ def spec_types(spec: Any, x: Any, what: str) -> tuple[dict[str, LocalType], dict
                     f"{type(spec).__name__}", hint="e.g. {'tp': spmd.V}, 'f32[4,6]{V:tp}' or PartitionSpec('tp', None)")
 
 
-def recorded_size(x: Any, group: tuple[str, ...]) -> int | None:
-    return (getattr(x, SIZES, None) or {}).get(group)
-
-
 def assert_type(x: Any, types: Any) -> Any:
     """Attach the local SPMD types ``{axis: type}`` (or a DSL string such as
     ``"f32[4,6]{V:tp}"``, or a jax ``PartitionSpec``) to ``x`` and return ``x``.
@@ -93,27 +88,24 @@ def assert_type(x: Any, types: Any) -> Any:
     another reduction. A Python number (a scale that differs per rank, say) comes back
     as a typed number (``TypedFloat``/``TypedInt``), which a torch op types as an operand.
     """
-    if is_number(x):
-        if not isinstance(types, dict):
-            raise SpecError("assert_type of a Python number takes a dict {axis: type}",
-                            hint="e.g. spmd.assert_type(0.5, {'dp': spmd.V})")
-        new, _ = spec_types(types, x, "assert_type")
-        if any(t.kind == "S" for t in new.values()):
-            raise SpecError(f"assert_type: a Python number has no dims to split ({new})",
-                            hint="write V for a number that differs per rank")
-        old = typeof(x)
-        for a, t in new.items():
-            if a in old and not old[a].agrees(t):
-                raise SpecError(f"assert_type: axis {a!r} of the number is {old[a]!r}, not {t!r}")
-        return typed_number(x, {**old, **new})
-    if not isinstance(x, torch.Tensor):
+    number = isinstance(x, (int, float)) and not isinstance(x, bool)
+    if number and not isinstance(types, dict):
+        raise SpecError("assert_type of a Python number takes a dict {axis: type}",
+                        hint="e.g. spmd.assert_type(0.5, {'dp': spmd.V})")
+    if not number and not isinstance(x, torch.Tensor):
         raise SpecError(f"assert_type needs a tensor or a Python number, got {type(x).__name__}")
     new, sizes = spec_types(types, x, "assert_type")
+    if number and any(t.kind == "S" for t in new.values()):
+        raise SpecError(f"assert_type: a Python number has no dims to split ({new})",
+                        hint="write V for a number that differs per rank")
     old = typeof(x)
     for a, t in new.items():
         if a in old and not old[a].agrees(t):
-            raise SpecError(f"assert_type: axis {a!r} of the tensor is {old[a]!r}, not {t!r}",
-                            hint=f"convert it first, e.g. spmd.convert(x, {a!r}, src={old[a]!r}, dst={t!r})")
+            raise SpecError(f"assert_type: axis {a!r} of the {'number' if number else 'tensor'} is {old[a]!r}, "
+                            f"not {t!r}", hint=None if number else f"convert it first, e.g. spmd.convert(x, {a!r}, "
+                            f"src={old[a]!r}, dst={t!r})")
+    if number:
+        return typed_number(x, {**old, **new})
     merged = {**old, **{a: t for a, t in new.items() if not (t.kind == "V" and old.get(a, t).kind == "S")}}
     attach(x, merged, {**(getattr(x, SIZES, None) or {}), **sizes})
     if x.requires_grad and x.is_leaf and not torch.compiler.is_compiling():
@@ -132,15 +124,11 @@ def type_grad(x: Any, g: Any) -> None:
         setattr(g, TYPES, {a: t.grad for a, t in types.items()})
 
 
-def _accumulated(x: torch.Tensor) -> None:
-    type_grad(x, x.grad)
-
-
 def types_gradients(x: torch.Tensor) -> None:
     """Type ``x.grad`` (a typed leaf's) whenever backward accumulates it, and now if it
     exists: ``typeof(w.grad)`` is the gradient's type however and whenever it is read
     (inside ``typecheck()`` or not, before or after the checker first saw it)."""
     if not getattr(x, _GRAD_HOOKED, False):
-        x.register_post_accumulate_grad_hook(_accumulated)
+        x.register_post_accumulate_grad_hook(lambda w: type_grad(w, w.grad))
         setattr(x, _GRAD_HOOKED, True)
     type_grad(x, x.grad)
