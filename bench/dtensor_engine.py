@@ -1,13 +1,15 @@
 """DTensor with shardc as its redistribution engine, off vs on in one run, on 8 gloo ranks (CPU).
 
     python bench/dtensor_engine.py [--part cases,overhead,model] [--iters 10] [--sizes medium]
-                                   [--model-iters 5] [--compile-backend aot_eager] [--json out.json]
+                                   [--cases rd-pub-005,rd-pub-070] [--model-iters 5]
+                                   [--compile-backend aot_eager] [--json out.json]
 
 *cases*: the 62 public 8-rank cases of ``bench/cases/redistribute.jsonl`` (as
 ``bench/exec_vs_dtensor.py`` builds them: flattened meshes for every contiguous axis
 group, inputs from the same blocks, ``_StridedShard`` where a dim's axis order is not
 mesh order), each called as ``DTensor.redistribute(...).to_local()``, first on DTensor's
-own path, then with ``torch_backend.dtensor_engine()``. A case's time is the median over
+own path, then with ``torch_backend.dtensor_engine()`` (``--cases``: only those ids,
+to rerun the slow ones with more iterations). A case's time is the median over
 calls of the slowest rank; ``speedup = off / on``. Reported: the median speedup, the
 median where DTensor's own plan moves at least twice the lower bound, the slowest case,
 and how many results were wrong each way (DTensor's own path is wrong on uneven gathers
@@ -41,13 +43,13 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.exec_vs_dtensor import CASES, case_blocks
+from bench.exec_vs_dtensor import CASES, case_blocks, load_cases
 from bench.gloo_world import report, run_world
 
 WORLD = 8
 
 
-def _cases(rank: int, iters: int, sizes: list[str]) -> list[dict[str, Any]]:
+def _cases(rank: int, iters: int, sizes: list[str], only: list[str]) -> list[dict[str, Any]]:
     import torch
     from torch.distributed.tensor import DTensor
 
@@ -57,6 +59,8 @@ def _cases(rank: int, iters: int, sizes: list[str]) -> list[dict[str, Any]]:
 
     rows = []
     for c, size, s, d, m, dm, g, x in case_blocks(sizes, rank):
+        if only and c["id"] not in only:
+            continue
         row: dict[str, Any] = {"id": c["id"], "size": size, "src": str(s), "dst": str(d),
                                "dtensor_bytes": c["dtensor_default"]["bytes_sent_max"],
                                "lower_bound": c["lower_bound"]["bytes"]}
@@ -158,7 +162,7 @@ def _merge_overhead(gathered: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def rank_main(rank: int, store_path: str, parts: list[str], iters: int, sizes: list[str], model_iters: int,
-              backend: str, out_path: str) -> None:
+              backend: str, only: list[str], out_path: str) -> None:
     import logging
     from datetime import timedelta
 
@@ -171,7 +175,7 @@ def rank_main(rank: int, store_path: str, parts: list[str], iters: int, sizes: l
     if "overhead" in parts:
         row["overhead"] = _overhead(rank, iters)
     if "cases" in parts:
-        row["cases"] = _cases(rank, iters, sizes)
+        row["cases"] = _cases(rank, iters, sizes, only)
     if "model" in parts:
         from bench.dtensor_engine_model import model_rows
 
@@ -218,9 +222,13 @@ def print_cases(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "errors": sum(1 for r in rows if "error" in r),
     }
     s = summary
+    if not ratios:
+        print(f"\ncases: none timed; errors {s['errors']}")
+        return summary
+    heavy_median = s["median_speedup_where_dtensor_moves_2x_lb"]
     print(f"\ncases: median speedup {s['median_speedup']:.2f}x over {s['cases']} cases (target none < 0.91x: "
           f"slowest {s['slowest'][0]:.2f}x, {s['slowest'][1]}); where DTensor moves >= 2x the bound "
-          f"{s['median_speedup_where_dtensor_moves_2x_lb']:.2f}x over {s['heavy_cases']} (target >= 1.5x); "
+          f"{'-' if heavy_median is None else f'{heavy_median:.2f}x'} over {s['heavy_cases']} (target >= 1.5x); "
           f"engine took {s['taken']}/{len(rows)}; wrong: off {s['off_wrong']}, on {s['on_wrong']}; "
           f"errors {s['errors']}")
     return summary
@@ -237,6 +245,7 @@ def main() -> int:
     ap.add_argument("--part", default="overhead,cases,model")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--sizes", default="medium")
+    ap.add_argument("--cases", default="", help="only these case ids (comma-separated), e.g. rd-pub-005,rd-pub-070")
     ap.add_argument("--model-iters", type=int, default=5)
     ap.add_argument("--compile-backend", default="aot_eager")
     ap.add_argument("--json", default=None, help="also write the rows and summaries here")
@@ -246,8 +255,13 @@ def main() -> int:
         return 2
     parts = args.part.split(",")
     t0 = time.time()
+    only = [c for c in args.cases.split(",") if c]
+    known = {c["id"] for c in load_cases()}
+    if set(only) - known:
+        print(f"unknown case ids: {', '.join(sorted(set(only) - known))}", file=sys.stderr)
+        return 2
     res = run_world(rank_main, WORLD, parts, args.iters, args.sizes.split(","), args.model_iters,
-                    args.compile_backend)
+                    args.compile_backend, only)
     import os
 
     print(f"8 gloo ranks on CPU ({os.cpu_count()} cores), {time.time() - t0:.0f}s in all")

@@ -1,7 +1,9 @@
-"""The engine's latency tie-break: where shardc's bytes-first plan merges a collective over
+"""The engine's latency choices: where shardc's bytes-first plan merges a collective over
 several mesh axes into one ring over their flattened group, and one ring per axis moves the
 same bytes in fewer ring steps, the engine runs the per-axis rings (DTensor's own choice
-for a gather of two dims). shardc's own plans (``lowering.compile``) are unchanged."""
+for a gather of two dims); an uneven gather runs as one exact exchange, not n-1 rounds of
+point-to-point; and of plans of about the same bytes, the one with the fewest calls and
+rounds. shardc's own plans (``lowering.compile``) are unchanged."""
 
 from __future__ import annotations
 
@@ -90,3 +92,70 @@ def test_on_gloo_a_reduction_is_not_split_over_a_spare_axis_for_256_kib(fake_pg,
         kinds[backend] = [(s.kind, s.axes) for s in pair.program.steps]
     assert kinds["fake"] == [(s.kind, s.axes) for s in own.steps]
     assert kinds["gloo"] == [("reduce_scatter", ("tp",))]
+
+
+def _engine_steps(mesh_shape, names, src_placements, dst_placements, shape, dtype):
+    from torch.distributed._local_tensor import LocalTensorMode
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+
+    from torch_backend.dtensor_specs import plan_pair
+
+    stride = tuple(int(torch.tensor(shape[i + 1:]).prod()) for i in range(len(shape)))
+    meta = TensorMeta(torch.Size(shape), stride, dtype)
+    with LocalTensorMode(int(torch.tensor(mesh_shape).prod())) as lm:
+        dm = init_device_mesh("cpu", mesh_shape, mesh_dim_names=names)
+        pair = plan_pair(DTensorSpec(dm, tuple(src_placements), tensor_meta=meta),
+                         DTensorSpec(dm, tuple(dst_placements), tensor_meta=meta), lm)
+    assert not isinstance(pair, str), pair
+    return pair.program
+
+
+def test_an_uneven_gather_is_one_exact_exchange(fake_pg):
+    """262140 f32 over 8 (the last rank one element short): shardc's own plan gathers the
+    uneven blocks around a ring (7 rounds of point-to-point); the engine sends each rank's
+    block to every peer in one all_to_all, never more than DTensor's one gather padded to
+    the largest block."""
+    from torch.distributed.tensor import Replicate, Shard
+
+    fake_pg(8)
+    own = lowering.compile(parse("f32[262140@x]"), parse("f32[262140]"), parse_mesh("x=8"))
+    assert [s.kind for s in own.steps] == ["all_gather"]
+    program = _engine_steps((8,), ("x",), [Shard(0)], [Replicate()], (262140,), torch.float32)
+    assert [(s.kind, s.axes, s.launches) for s in program.steps] == [("all_to_allv", ("x",), 1)]
+    padded = 7 * 32768 * 4  # DTensor: 7 chunks of the largest block out, 7 in
+    assert own.cost.bytes_max <= program.cost.bytes_max <= padded
+    # and it gives DTensor's values, forward and backward
+    from torch.distributed._local_tensor import LocalTensorMode
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import distribute_tensor
+
+    from torch_backend import dtensor_engine
+
+    got = {}
+    for on in (False, True):
+        with LocalTensorMode(8):
+            dm = init_device_mesh("cpu", (8,), mesh_dim_names=("x",))
+            x = distribute_tensor(torch.arange(13.0).requires_grad_(), dm, [Shard(0)])
+            with dtensor_engine(on):
+                y = x.redistribute(dm, [Replicate()])
+                (y.to_local() * torch.arange(13.0)).sum().backward()
+            got[on] = (y.to_local().clone(), x.grad.to_local().clone())
+    assert torch.equal(got[True][0], got[False][0]) and torch.equal(got[True][1], got[False][1])
+
+
+def test_of_plans_of_about_the_same_bytes_the_fewest_calls(fake_pg):
+    """``bf16[6@dp,8736,5@cp]{U:tp} -> bf16[6@dp,8736,5]`` on 2x2x2: reduce_scatter(tp),
+    then the cp and tp gathers. Per axis that is three calls (the cp gather uneven); merged,
+    the two gathers are one exact exchange over (tp, cp): two calls, as DTensor's all_reduce
+    and gather, for 9% more bytes (each rank sends its block to every peer)."""
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    fake_pg(8)
+    program = _engine_steps((2, 2, 2), ("dp", "cp", "tp"), [Shard(0), Shard(2), Partial()],
+                            [Shard(0), Replicate(), Replicate()], (6, 8736, 5), torch.bfloat16)
+    own = lowering.compile(parse("bf16[6@dp,8736,5@cp]{U:tp}"), parse("bf16[6@dp,8736,5]"),
+                           parse_mesh("dp=2,cp=2,tp=2"))
+    assert [(s.kind, s.axes) for s in program.steps] == [("reduce_scatter", ("tp",)), ("all_to_allv", ("tp", "cp"))]
+    assert program.cost.collectives == 2
+    assert own.cost.bytes_max <= program.cost.bytes_max <= own.cost.bytes_max * 9 // 8

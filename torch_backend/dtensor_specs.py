@@ -23,7 +23,11 @@ import torch.distributed as dist
 
 import lowering
 from lowering.cost import CostModel
+from lowering.kinds import kind_of
+from lowering.kinds.rows import group_rows
+from lowering.layout import local_numel
 from lowering.placements import from_placements
+from lowering.program import Step
 from spec_lang.errors import SpecError
 from spec_lang.ir import INTEGER_DTYPES, AxisType, Dim, Mesh, TensorType
 from spec_lang.local_type import REDUCE_OPS
@@ -336,11 +340,27 @@ def _engine_model() -> CostModel | None:
     return None if charge is None else CostModel(spare_axis_bytes=charge)
 
 
+def _group_size(mesh: Mesh, axes: tuple[str, ...]) -> int:
+    return math.prod(mesh.axis_size(a) for a in axes)
+
+
+def _rounds(step: Any, mesh: Mesh) -> int:
+    """The rounds of messages ``step`` passes in turn as the engine runs it: a ring over a
+    group of n ranks (an even all_gather, a reduce_scatter) n-1, an all_reduce's ring
+    2(n-1), an exchange (all_to_all, the exact all_to_allv, a permute) one per launch."""
+    n = _group_size(mesh, step.axes)
+    if step.kind in ("all_gather", "reduce_scatter"):
+        return n - 1
+    if step.kind == "all_reduce":
+        return 2 * (n - 1)
+    return int(step.launches)
+
+
 def _ring_steps(program: Any) -> int:
     """``program``'s latency in ring steps: a collective over a group of n ranks passes its
     data on n-1 times (an all_gather's ring), a permute once."""
     mesh = program.mesh
-    return sum(s.launches * (1 if s.kind == "permute" else math.prod(mesh.axis_size(a) for a in s.axes) - 1)
+    return sum(s.launches * (1 if s.kind == "permute" else _group_size(mesh, s.axes) - 1)
                for s in program.steps if s.is_collective)
 
 
@@ -353,31 +373,86 @@ def _ring_model(mesh: Mesh) -> CostModel:
                      groups=groups)
 
 
-_STEP_ALPHA = 1e-16  # a ring step's latency in the engine's tie-break: below any byte's 1e-10 s
+_STEP_ALPHA = 1e-16  # a ring step's latency in the ring model: below any byte's 1e-10 s
 
 
 def _fewer_ring_steps(s: TensorType, d: TensorType, mesh: Mesh, program: Any) -> Any:
-    """``program``, or the plan that moves the same bytes in fewer ring steps.
+    """The plan of ``program``'s bytes in fewer ring steps, where there is one (else None).
 
     shardc's bytes-first planner merges a collective over several mesh axes into one over
     their flattened group where the bytes tie (one collective fewer). A ring over all n
     ranks of the group takes n-1 steps, where one ring per axis takes the sum of each
     axis's size less one: on 2x4, ``all_gather(tp,dp)`` passes 7 times, ``all_gather(dp)``
-    then ``all_gather(tp)`` 1 + 3 times, the same bytes. Where latency is paid per step (a
-    small tensor, gloo), the per-axis rings are faster, so the engine takes them; the bytes
-    never grow."""
+    then ``all_gather(tp)`` 1 + 3 times, the same bytes."""
     if not any(st.is_collective and len(st.axes) > 1 for st in program.steps):
-        return program
+        return None
     other = lowering.compile(s, d, mesh, cost_model=_ring_model(mesh))
     if other.cost.bytes_max == program.cost.bytes_max and _ring_steps(other) < _ring_steps(program):
         return other
-    return program
+    return None
+
+
+def _one_call(step: Any, mesh: Mesh) -> Any:
+    """``step``, or, for a gather of uneven blocks, the exact exchange that moves them in one
+    call (``all_to_allv``: one ``all_to_all_single`` with each peer's exact split).
+
+    shardc runs an uneven all_gather exactly as n-1 rounds of point-to-point around the
+    ring (at the byte bound whatever the skew), and DTensor as one all_gather padded to the
+    largest block. Where a call costs milliseconds (gloo on CPU), the n-1 rounds are the
+    slowest of the three: on 8 gloo ranks, 262140 f32 gather in 52 ms as a ring, 15 ms
+    padded, 5.6 ms as the exact exchange. Every rank sends its own block to each peer, so
+    the exchange never moves more than DTensor's padded gather."""
+    if step.kind != "all_gatherv" and not (step.kind == "all_gather" and _uneven(step, mesh)):
+        return step
+    kind = kind_of("all_to_allv")
+    try:
+        sig = kind.infer(step.src, step.dst, mesh, step.axes)
+    except SpecError:  # a size-1 axis changes its place or ends a sum: the gather stays as planned
+        return step
+    item = step.src.itemsize
+    sent = tuple(int(b) * item for b in kind.price(step.src, step.dst, mesh, sig.axes))
+    got = tuple(int(b) * item for b in kind.received(step.src, step.dst, mesh, sig.axes))
+    return Step(kind.name, sig.axes, sig.dims, step.src, step.dst, None, step.in_shapes, step.out_shapes, sent,
+                collective=True, bytes_recv=got)
+
+
+def _uneven(step: Any, mesh: Mesh) -> bool:
+    """Whether some group of ``step`` holds blocks of different sizes."""
+    sizes = local_numel(step.src, mesh)[group_rows(mesh, step.axes)]
+    return bool((sizes != sizes[:, :1]).any())
+
+
+# the engine's alpha-beta price of a plan as it runs it: a latency per call and per round of
+# messages (gloo on CPU: about a millisecond each), then its bytes
+_CALL_S, _BYTE_S = 1e-3, 1e-9
+# how far above the fewest bytes a plan may go for fewer calls and rounds
+_NEAR = 1 / 8
+
+
+def _engine_time(model: CostModel, step: Any, mesh: Any, bytes_max: int) -> float:
+    return _CALL_S * (step.launches + _rounds(step, mesh)) + _BYTE_S * bytes_max
+
+
+_TIMED = CostModel(default_alpha=_CALL_S, default_beta=_BYTE_S, engine_time=_engine_time)
 
 
 def _planned(s: TensorType, d: TensorType, mesh: Mesh) -> Any:
-    """``s -> d`` as the engine plans it: shardc's planner under this backend's model, then
-    the plan of the same bytes in fewer ring steps."""
-    return _fewer_ring_steps(s, d, mesh, lowering.compile(s, d, mesh, cost_model=_engine_model()))
+    """``s -> d`` as the engine plans it: shardc's bytes-first plan under this backend's
+    model and, where it merges a collective over several axes, the plan of its bytes in
+    fewer ring steps; each with its uneven gathers as one call (``_one_call``); of those
+    within ``_NEAR`` of the fewest bytes, the one the engine's alpha-beta price
+    (``_engine_time``: a latency per call and per round) makes fastest. On 2x2x2,
+    ``bf16[6@dp,8736,5@cp]{U:tp} -> bf16[6@dp,8736,5]``: reduce_scatter(tp) then one exact
+    exchange over (tp, cp) (two calls), not three calls of the same bytes."""
+    first = lowering.compile(s, d, mesh, cost_model=_engine_model())
+    plans = [p for p in (first, _fewer_ring_steps(s, d, mesh, first)) if p is not None]
+    runs = [lowering.make_program([_one_call(st, mesh) for st in p.steps], mesh, cost_model=_TIMED, src=s)
+            for p in plans]
+    least = min(p.cost.bytes_max for p in runs)
+    near = [i for i, p in enumerate(runs) if p.cost.bytes_max <= least + int(least * _NEAR)]
+    best = min(near, key=lambda i: (runs[i].cost.time_s, runs[i].cost.bytes_max))
+    # a plan the engine runs as planned stays shardc's Program (its proof and its price)
+    return plans[best] if runs[best].steps == plans[best].steps else runs[best]
 
 
 def _context(dm: Any, g: Geometry, lm: Any) -> MeshContext | str:
