@@ -66,3 +66,35 @@ def test_a_hung_peer_of_a_cross_mesh_call_is_named_within_the_timeout(form: str)
     if form == "redistribute":  # the agreement waits for rank 1 on every rank: all name it
         for r in (0, 2):
             assert f"\nat fault: rank {CULPRIT} (" in res.reports[r]["got"], res.reports[r]
+
+
+LATE_S = 2.5  # longer than a gloo wait's slice between two looks at the mesh's alarm
+LATE_TIMEOUT_S = 20.0
+
+
+def late_rank(spec: Any, store: Any) -> dict[str, Any]:
+    """Every rank prepares the move; the source rank 1 calls it LATE_S late. gloo closes a
+    point-to-point pair whose wait times out, so a receiver must not wait in slices."""
+    import torch_backend
+
+    rank = dist.get_rank()
+    x = torch.arange(4.0) + 4 * rank if rank < 2 else None
+    f = torch_backend.redistributor(SRC, DST, MESH, dst_mesh=DST_MESH, timeout=LATE_TIMEOUT_S)
+    if rank == CULPRIT:
+        time.sleep(LATE_S)
+    try:
+        y = f(x)
+        got = None if y is None else y.tolist()
+    except Exception as e:
+        got = f"{type(e).__name__}: {e}"
+    return {"rank": rank, "ok": True, "error": None, "got": got}
+
+
+@pytest.mark.timeout(120)
+def test_a_late_peer_of_a_cross_mesh_call_within_the_timeout_is_waited_for() -> None:
+    from torch_backend.launcher import launch_local
+    from torch_backend.run_spec import RunSpec
+
+    res = launch_local(RunSpec("dp=2,tp=2", "f32[8@dp]", "f32[8@tp]", timeout=LATE_TIMEOUT_S + 30), 4,
+                       rank_fn=late_rank)
+    assert [res.reports[r]["got"] for r in (2, 3)] == [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0]], res.reports

@@ -166,7 +166,12 @@ class _C10d(Comm):
         if not ops:
             return
         for w in _own(dist.batch_isend_irecv, ops):
-            self.wait(ctx, w)
+            # not in gloo's watched slices: a point-to-point wait that times out closes its pair
+            # ("Application timeout caused pair closure"), so a peer one slice late would kill the call
+            if ctx.timeout is not None:
+                w.wait(timeout=ctx.timeout)
+            else:
+                w.wait()
 
 
 class _Landing:
