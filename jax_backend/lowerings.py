@@ -257,6 +257,9 @@ def boxes_or_tables(step: Step, mesh: Mesh) -> Lowered:
             (lambda rd: "x" if rd.whole else f"dynamic_slice(x, .., {list(rd.shape)})")
         calls += tuple(f"keep {piece(rd)}" if rd.local else
                        f"lax.ppermute({piece(rd)}, {_text(names)}, perm={[p for p in rd.pairs if p[0] != p[1]]})"
+                       if rd.groups is None else
+                       f"lax.all_to_all(stack([{piece(rd)}] * 2), {_text(names)}, 0, 0, axis_index_groups={list(rd.groups)})"
+                       f"  # within pairs: {[p for p in rd.pairs if p[0] != p[1]]}"
                        for rd in plan.rounds)
         if plan.grid is not None:
             calls += ("uncells(take(stack(pieces), place[me]))",)
@@ -394,4 +397,4 @@ def lowered_collectives(step: Step, mesh: Mesh) -> tuple[Calls, int | None] | No
     call, count, sent = calls
     if call == "all_to_all":
         return (("all_to_all", count),), sent
-    return tuple(("ppermute", mesh.size) for _ in range(count)), None
+    return tuple(("all_to_all", 2) if i < sent else ("ppermute", mesh.size) for i in range(count)), None
