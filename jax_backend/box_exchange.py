@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_backend.fits import call_alpha, fitted_model
-from jax_backend.per_rank import cut, pick, put, row
+from jax_backend.per_rank import cut, own_row, pick, put
 from lowering.layout import boxes, group_ranks, local_shapes
 from lowering.program import Step
 from spec_lang.ir import Mesh
@@ -449,42 +449,42 @@ def box_exchange(plan: BoxPlan, names: tuple[str, ...]) -> Callable[[Block], Blo
         me = jax.lax.axis_index(names)
         if plan.dense is not None:
             d = plan.dense
-            parts = pick(to_cells(x, d.shape), row(d.send, me))
+            parts = pick(to_cells(x, d.shape), own_row(d.send, me))
             got = jax.lax.all_to_all(parts, d.axes if len(d.axes) > 1 else d.axes[0], 0, 0, tiled=True)
-            return from_cells(pick(got, row(d.place, me)), plan.out_shape)
+            return from_cells(pick(got, own_row(d.place, me)), plan.out_shape)
         if len(plan.rounds) == 1 and plan.rounds[0].whole:
             rd = plan.rounds[0]
             if rd.groups is None:
                 return jax.lax.ppermute(x, names, perm=list(rd.pairs))
-            return pick(within_pairs(x, names, rd.groups), row(_from_slots(rd, len(rd.send_at)), me))
+            return pick(within_pairs(x, names, rd.groups), own_row(_from_slots(rd, len(rd.send_at)), me))
         if plan.grid is not None:
             g = plan.grid
             cells = to_cells(x, g.shape)
             got = []
             for i, rd in enumerate(plan.rounds):
-                piece = pick(cells, row(g.send[i], me))
+                piece = pick(cells, own_row(g.send[i], me))
                 if rd.groups is not None:
                     got.extend(within_pairs(piece, names, rd.groups))
                 else:
                     got.append(piece if rd.local else jax.lax.ppermute(piece, names, perm=list(rd.pairs)))
-            return from_cells(pick(jnp.stack(got), row(g.place, me)), plan.out_shape)
+            return from_cells(pick(jnp.stack(got), own_row(g.place, me)), plan.out_shape)
         rows = plan.out_shape[0] + plan.spare
         y = jnp.zeros((rows, *plan.out_shape[1:]), x.dtype)
         if plan.packed is not None:
             p = plan.packed
-            send_at, recv_at = row(p.send_at, me), row(p.recv_at, me)
+            send_at, recv_at = own_row(p.send_at, me), own_row(p.recv_at, me)
             parts = jnp.stack([cut(x, at, p.shape) for at in send_at]) if isinstance(send_at, np.ndarray) else \
                 jax.vmap(lambda at: cut(x, at, p.shape))(send_at)  # one gather
             got = jax.lax.all_to_all(parts, p.axes if len(p.axes) > 1 else p.axes[0], 0, 0, tiled=True)
             for m in range(len(p.recv_at[0])):
                 y = put(y, got[m], recv_at[m])
         for rd in plan.rounds:
-            piece = x if rd.shape == plan.in_shape else cut(x, row(rd.send_at, me), rd.shape)
+            piece = x if rd.shape == plan.in_shape else cut(x, own_row(rd.send_at, me), rd.shape)
             if rd.groups is not None:
-                got = pick(within_pairs(piece, names, rd.groups), row(_from_slots(rd, len(rd.send_at)), me))
+                got = pick(within_pairs(piece, names, rd.groups), own_row(_from_slots(rd, len(rd.send_at)), me))
             else:
                 got = piece if rd.local else jax.lax.ppermute(piece, names, perm=list(rd.pairs))
-            y = put(y, got, row(rd.recv_at, me))
+            y = put(y, got, own_row(rd.recv_at, me))
         return y[: plan.out_shape[0]] if plan.spare else y
 
     return run

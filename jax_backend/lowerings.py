@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -169,7 +170,9 @@ def swap_dims(x: Block, axes: tuple[str, ...], split: int, concat: int, n: int) 
 
 def _slice_mine(x: Block, k: int, axes: tuple[str, ...], n: int) -> Block:
     size = x.shape[k] // n
-    return jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(_name(axes)) * size, size, axis=k)
+    at: list[Any] = [0] * x.ndim
+    at[k] = jax.lax.axis_index(_name(axes)) * size  # in bounds: no negative-index fix-up to compile
+    return jax.lax.dynamic_slice(x, at, (*x.shape[:k], size, *x.shape[k + 1:]), allow_negative_indices=False)
 
 
 def _finish(op: str | None, x: Block, n: int) -> Block:

@@ -25,7 +25,7 @@ Block = jax.Array
 Index = np.ndarray | Block  # a constant (every rank alike) or this rank's traced entry
 
 
-def row(table: np.ndarray, me: Block) -> Index:
+def own_row(table: np.ndarray, me: Block) -> Index:
     """Rank ``me``'s row of ``table`` (world, ...): the constant row where every rank's is equal."""
     t = np.asarray(table)
     if (t == t[:1]).all():
@@ -57,4 +57,4 @@ def pick(cells: Block, idx: Index) -> Block:
         return jnp.stack([cells[int(i)] for i in idx]) if len(idx) <= 8 else jnp.take(cells, idx, axis=0)
     if idx.ndim == 0:
         return jax.lax.dynamic_index_in_dim(cells, idx, 0, keepdims=False, allow_negative_indices=False)
-    return cells.at[idx].get(mode="promise_in_bounds")
+    return cells.at[idx].get(mode="promise_in_bounds", wrap_negative_indices=False)

@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax_backend.per_rank import Index, own_row
 from lowering.kinds import kind_of, simulate_step
 from lowering.kinds.base import own_pieces
 from lowering.kinds.copies import Copy
@@ -364,8 +365,8 @@ def _pack(xpad: Block, side: _Side, me: Block) -> Block:
     its offset (a later run overwrites the junk past a shorter one; the rows of a strided
     run in a ``fori_loop``)."""
     if side.elements is not None:
-        return jnp.take(xpad, jnp.asarray(side.elements)[me], mode="clip")
-    runs = jnp.asarray(side.runs)[me]
+        return jnp.take(xpad, own_row(side.elements, me), mode="clip")
+    runs = own_row(side.runs, me)
     buf = jnp.zeros((side.width + side.pad,), xpad.dtype)
     off = jnp.zeros((), runs.dtype)
     for i, (n, c) in enumerate(zip(side.lengths, side.counts)):
@@ -389,8 +390,8 @@ def _unpack(acc: Block, got: Block, side: _Side, me: Block, op: str | None) -> B
     a run's length a slice writes back what was there."""
     if side.elements is not None:
         # a receive past the output lands in the junk after it (cut off at the end)
-        return _combine(op, acc, got.reshape(-1), jnp.asarray(side.elements)[me].reshape(-1))
-    runs = jnp.asarray(side.runs)[me]
+        return _combine(op, acc, got.reshape(-1), own_row(side.elements, me).reshape(-1))
+    runs = own_row(side.runs, me)
     gpad = jnp.pad(got, (0, side.pad))
     off = jnp.zeros((), runs.dtype)
     for i, (n, c) in enumerate(zip(side.lengths, side.counts)):
@@ -412,7 +413,7 @@ def _unpack(acc: Block, got: Block, side: _Side, me: Block, op: str | None) -> B
     return acc
 
 
-def _combine(op: str | None, acc: Block, vals: Block, at: Block) -> Block:
+def _combine(op: str | None, acc: Block, vals: Block, at: Index) -> Block:
     # a receive past the output's end is padding: dropped
     if op is None or op in ("sum", "avg"):
         return acc.at[at].add(vals, mode="drop") if op else acc.at[at].set(vals, mode="drop")
