@@ -491,11 +491,16 @@ def box_exchange(plan: BoxPlan, names: tuple[str, ...]) -> Callable[[Block], Blo
 
 
 def _from_slots(rd: BoxRound, world: int) -> np.ndarray:
+    assert rd.groups is not None
+    return pair_slots(rd.pairs, rd.groups, world)
+
+
+def pair_slots(pairs: tuple[tuple[int, int], ...], groups: tuple[tuple[int, int], ...], world: int) -> np.ndarray:
     """(world,) int32: which row of ``within_pairs``' result holds the piece a rank receives
-    in round ``rd`` (a rank that receives none: any, it writes where the plan overwrites)."""
+    in a round of ``pairs`` (a rank that receives none: any, what it gets is not read)."""
     slots = np.zeros(world, dtype=np.int32)
-    for q, r in rd.pairs:
-        slots[r] = _sender_slot(rd.groups, q, r)
+    for q, r in pairs:
+        slots[r] = _sender_slot(groups, q, r)
     return slots
 
 

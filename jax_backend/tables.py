@@ -40,7 +40,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_backend.per_rank import Index, own_row
+from jax_backend.box_exchange import pair_groups, pair_slots, within_pairs
+from jax_backend.per_rank import Index, own_row, pick
 from lowering.kinds import kind_of, simulate_step
 from lowering.kinds.base import own_pieces
 from lowering.kinds.copies import Copy
@@ -452,17 +453,28 @@ def table_exchange(tables: Tables, names: tuple[str, ...]) -> Callable[[Block], 
             for m in range(members):
                 acc = _unpack(acc, got[m], _member(recv, m), me, op)
         for perm, (send, recv) in rounds:
-            acc = _unpack(acc, jax.lax.ppermute(_pack(x, send, me), names, perm=list(perm)), recv, me, op)
+            acc = _unpack(acc, _exchange(_pack(x, send, me), perm, names, me), recv, me, op)
         if fan_out:  # a relay's owners send on what the first phase brought
             both = jnp.concatenate([x[:in_max], acc])
             for perm, (send, recv) in fan_out:
-                acc = _unpack(acc, jax.lax.ppermute(_pack(both, send, me), names, perm=list(perm)), recv, me, op)
+                acc = _unpack(acc, _exchange(_pack(both, send, me), perm, names, me), recv, me, op)
         acc = acc[:out_max]
         if op == "avg":
             acc = _divide(acc, tables.group)
         return acc
 
     return run
+
+
+def _exchange(piece: Block, perm: tuple[tuple[int, int], ...], names: tuple[str, ...], me: Block) -> Block:
+    """One round: a ``ppermute``, or where every rank moves pieces with one partner, an
+    all_to_all within those pairs (``box_exchange.pair_groups``: ~0.07 ms on XLA:CPU
+    against a ppermute's ~0.19)."""
+    world = jax.lax.axis_size(names)
+    groups = pair_groups(perm, world, piece.size * piece.dtype.itemsize)
+    if groups is None:
+        return jax.lax.ppermute(piece, names, perm=list(perm))
+    return pick(within_pairs(piece, names, groups), own_row(pair_slots(perm, groups, world), me))
 
 
 def _member(side: _Side, m: int) -> _Side:

@@ -427,3 +427,14 @@ def test_pair_groups_put_every_rank_in_one_pair() -> None:
     assert pair_groups(((0, 1), (1, 2)), 4, 4) is None  # rank 1 moves pieces with 0 and 2
     assert pair_groups(((0, 1), (1, 0)), 3, 4) is None  # an odd world has no pairs for all
     assert pair_groups(((0, 1), (1, 0)), 2, PAIR_MAX + 1) is None
+
+
+def test_table_rounds_within_pairs_are_one_all_to_all_of_two() -> None:
+    # the exact exchange of uneven pieces: a round where every rank moves pieces with one
+    # partner is an all_to_all within pairs, not a ppermute; its values are simulate's
+    program = lowering.compile("f32[10@dp<3,7>,4]", "f32[10@dp<6,4>,4]", "dp=2,tp=2")
+    xs = [x.astype(np.float32) for x in random_arrays(program.src, program.mesh, np.random.default_rng(3))]
+    _assert_runs_as_simulated(program, xs)
+    fn, x = blocks_call(program, xs)
+    hlo = fn.lower(x).compile().as_text()
+    assert "all-to-all" in hlo and "collective-permute" not in hlo, hlo
