@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_backend.fits import call_alpha, fitted_model
-from jax_backend.per_rank import cut, own_row, pick, put
+from jax_backend.rank_index import cut, own_row, pick, put
 from lowering.layout import boxes, group_ranks, local_shapes
 from lowering.program import Step
 from spec_lang.ir import Mesh

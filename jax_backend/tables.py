@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_backend.box_exchange import pair_groups, pair_slots, within_pairs
-from jax_backend.per_rank import Index, own_row, pick
+from jax_backend.rank_index import Index, own_row, pick
 from lowering.kinds import kind_of, simulate_step
 from lowering.kinds.base import own_pieces
 from lowering.kinds.copies import Copy
