@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -41,6 +42,7 @@ from spec_lang.ir import Mesh
 
 Block = jax.Array
 Move = tuple[int, int, tuple[int, ...], np.ndarray, np.ndarray]  # sender, receiver, shape, corners
+Edge = TypeVar("Edge", bound=tuple[Any, ...])  # (sender, receiver, ...): a move, or a bare pair
 
 
 @dataclass(frozen=True)
@@ -306,7 +308,7 @@ def within_pairs(piece: Block, names: tuple[str, ...], groups: tuple[tuple[int, 
 
 
 
-def colour_rounds(moves: list[Move]) -> list[list[Move]]:
+def colour_rounds(moves: list[Edge]) -> list[list[Edge]]:
     """The moves (sender, receiver, ...) in as few rounds of one send and one receive a rank
     as there can be: the most moves any rank sends or receives (Konig's edge colouring of a
     bipartite graph: where the free colours at the two ends differ, the alternating path
@@ -337,7 +339,7 @@ def colour_rounds(moves: list[Move]) -> list[list[Move]]:
                 at_send[(moves[j][0], colour[j])] = at_recv[(moves[j][1], colour[j])] = j
         colour[i] = a
         at_send[(q, a)] = at_recv[(r, a)] = i
-    rounds: dict[int, list[Move]] = {}
+    rounds: dict[int, list[Edge]] = {}
     for i, mv in enumerate(moves):
         rounds.setdefault(colour[i], []).append(mv)
     return [rounds[c] for c in sorted(rounds)]

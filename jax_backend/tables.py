@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_backend.box_exchange import pair_groups, pair_slots, within_pairs
+from jax_backend.box_exchange import colour_rounds, pair_groups, pair_slots, within_pairs
 from jax_backend.rank_index import Index, own_row, pick
 from lowering.kinds import kind_of, simulate_step
 from lowering.kinds.base import own_pieces
@@ -287,8 +287,10 @@ def _dense(moves: dict[tuple[int, int], Pairs], mesh: Mesh, axes: tuple[str, ...
 
 
 def _rounds(moves: dict[tuple[int, int], Pairs], world: int) -> tuple[Round, ...]:
-    """Colour the transfers greedily, largest first, into rounds of one send and one receive
-    per rank."""
+    """Colour the transfers into rounds of one send and one receive per rank: greedily,
+    largest first (a round's pieces are padded to its largest), or by Konig's colouring
+    (``box_exchange.colour_rounds``: as few rounds as the busiest rank's sends or receives)
+    where that pads no more in all. rd-pub-075's relay fan-out: 3 greedy rounds, 2 Konig."""
     pending = sorted(moves, key=lambda k: -len(moves[k][0]))
     rounds: list[list[tuple[int, int]]] = []
     for pair in pending:
@@ -298,6 +300,13 @@ def _rounds(moves: dict[tuple[int, int], Pairs], world: int) -> tuple[Round, ...
                 break
         else:
             rounds.append([pair])
+    konig = [[(q, r) for q, r, *_ in rd] for rd in colour_rounds([(q, r) for q, r in pending])]
+
+    def padded(rds: list[list[tuple[int, int]]]) -> int:
+        return sum(max(len(moves[p][0]) for p in rd) for rd in rds)
+
+    if len(konig) < len(rounds) and padded(konig) <= padded(rounds):
+        rounds = konig
     out = []
     for rd in rounds:
         runs = {pair: runs_of(*moves[pair]) for pair in rd}
