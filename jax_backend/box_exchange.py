@@ -28,18 +28,21 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jax_backend.fits import call_alpha, fitted_model
+from jax_backend.rank_index import cut, own_row, pick, put
 from lowering.layout import boxes, group_ranks, local_shapes
 from lowering.program import Step
 from spec_lang.ir import Mesh
 
 Block = jax.Array
 Move = tuple[int, int, tuple[int, ...], np.ndarray, np.ndarray]  # sender, receiver, shape, corners
+Edge = TypeVar("Edge", bound=tuple[Any, ...])  # (sender, receiver, ...): a move, or a bare pair
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,10 @@ class BoxRound:
     recv_at: np.ndarray  # (world, ndim) int32: its corner in the receiver's (the spare slab: none)
     whole: bool  # every rank sends its whole block and receives a whole block
     local: bool = False  # every pair is a rank and itself: a copy, no collective
+    # the round as one all_to_all within these pairs of ranks (every rank in one), where each
+    # rank sends and receives within one pair: XLA:CPU's 2-member all_to_all costs ~0.07 ms
+    # against a ppermute's ~0.19 (a ppermute meets every device whatever its pairs)
+    groups: tuple[tuple[int, int], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -82,7 +89,9 @@ class Grid:
     cell ``send[i, r]`` of r's source block, and cell k of r's output comes from round
     ``place[r, k]``. The output is then the received pieces stacked, taken in cell order
     and laid out by one transpose, not written piece by piece at per-rank offsets (XLA:CPU's
-    ``dynamic_update_slice`` chain at 4 MiB pieces: big-transpose 1.3-1.6x XLA's time)."""
+    ``dynamic_update_slice`` chain at 4 MiB pieces: big-transpose 1.3-1.6x XLA's time).
+    ``place`` indexes the received pieces in order, a round run within pairs giving two
+    (``BoxRound.groups``: what each member of the pair sent; ``place`` names the partner's)."""
 
     shape: tuple[int, ...]
     send: np.ndarray  # (rounds, world) int32
@@ -157,8 +166,9 @@ def _whole_blocks(moves: list[Move], in_shape: tuple[int, ...], out_shape: tuple
 def box_calls(step: Step, mesh: Mesh) -> tuple[str, int, int] | None:
     """What ``box_plan``'s lowering runs, without building its tables (the JAX cost model
     prices every exchange a search meets): ``("all_to_all", members, bytes the busiest rank
-    sends, padding included)`` for a dense or a padded one, ``("ppermute", rounds, 0)`` for
-    rounds (0 rounds: only copies); None where ``box_plan`` is None."""
+    sends, padding included)`` for a dense or a padded one, ``("ppermute", rounds, pair
+    rounds)`` for rounds, ``pair rounds`` of them each one all_to_all within pairs of ranks
+    (``pair_groups``; 0 rounds: only copies); None where ``box_plan`` is None."""
     got = box_moves(step, mesh)
     if got is None:
         return None
@@ -176,7 +186,10 @@ def box_calls(step: Step, mesh: Mesh) -> tuple[str, int, int] | None:
     shapes = {mv[2] for mv in sent}
     if len(shapes) == 1 and _packs(step, mesh, rounds, int(np.prod(next(iter(shapes)))), busiest):
         return "all_to_all", n, (n - 1) * int(np.prod(next(iter(shapes)))) * step.src.itemsize
-    return "ppermute", rounds, 0
+    pairs = sum(pair_groups(tuple((q, r) for q, r, *_ in rd), mesh.size, math.prod(shape) * step.src.itemsize) is not None
+                for shape in shapes if math.prod(shape) * step.src.itemsize <= PAIR_MAX
+                for rd in colour_rounds(sorted((mv for mv in sent if mv[2] == shape), key=lambda mv: mv[:2])))
+    return "ppermute", rounds, pairs
 
 
 @lru_cache(maxsize=1024)
@@ -222,16 +235,19 @@ def box_plan(step: Step, mesh: Mesh) -> BoxPlan | None:
                 recv_at[r] = later
         whole = len(rd) == world and shape == ins[0] == outs[0]
         local = all(q == r for q, r, *_ in rd)
-        built.append(BoxRound(tuple((q, r) for q, r, *_ in rd), shape, send_at, recv_at, whole, local))
+        pairs = tuple((q, r) for q, r, *_ in rd)
+        groups = None if local else pair_groups(pairs, world, math.prod(shape) * step.src.itemsize)
+        built.append(BoxRound(pairs, shape, send_at, recv_at, whole, local, groups))
     plan = BoxPlan(ins[0], outs[0], tuple(built), dense, spare)
     packed = _packed(plan, step, mesh)
     if packed is not None:
         return packed
-    grid = _grid(rounds, ins[0], outs[0], world)
+    grid = _grid(rounds, [rd.groups for rd in built], ins[0], outs[0], world)
     return plan if grid is None else dataclasses.replace(plan, grid=grid, spare=0)
 
 
-def _grid(rounds: list[list[Move]], in_shape: tuple[int, ...], out_shape: tuple[int, ...], world: int) -> Grid | None:
+def _grid(rounds: list[list[Move]], groups: list[tuple[tuple[int, int], ...] | None], in_shape: tuple[int, ...],
+          out_shape: tuple[int, ...], world: int) -> Grid | None:
     """The rounds as cells of one grid (``Grid``), where their pieces have one shape that
     tiles both blocks at corners on the grid; None otherwise (or for one round of whole blocks)."""
     if not rounds or len({mv[2] for rd in rounds for mv in rd}) != 1:
@@ -247,15 +263,52 @@ def _grid(rounds: list[list[Move]], in_shape: tuple[int, ...], out_shape: tuple[
     grid_out = tuple(int(a // s) for a, s in zip(out_shape, shape))
     send = np.zeros((len(rounds), world), dtype=np.int32)
     place = np.zeros((world, int(np.prod(grid_out))), dtype=np.int32)
+    slot = 0
     for i, rd in enumerate(rounds):
         for q, r, _, at, to in rd:
             send[i, q] = np.ravel_multi_index(tuple(at // shape), grid_in)
-            place[r, np.ravel_multi_index(tuple(to // shape), grid_out)] = i
+            place[r, np.ravel_multi_index(tuple(to // shape), grid_out)] = slot + _sender_slot(groups[i], q, r)
+        slot += 1 if groups[i] is None else 2
     return Grid(shape, send, place)
 
 
+PAIR_MAX = 1 << 16  # bytes: a round runs within pairs only for pieces up to this (it sends a stack of two)
 
-def colour_rounds(moves: list[Move]) -> list[list[Move]]:
+
+def pair_groups(pairs: tuple[tuple[int, int], ...], world: int, piece_bytes: int) -> tuple[tuple[int, int], ...] | None:
+    """The ranks in pairs such that every move of the round (sender, receiver) is within one,
+    the ranks that move nothing paired among themselves; None where some rank moves pieces
+    with two others (or the world is odd, or the piece is over ``PAIR_MAX``)."""
+    if world % 2 or piece_bytes > PAIR_MAX:
+        return None
+    partner: dict[int, int] = {}
+    for q, r in pairs:
+        if q == r:
+            continue
+        if partner.get(q, r) != r or partner.get(r, q) != q:
+            return None
+        partner[q], partner[r] = r, q
+    idle = [v for v in range(world) if v not in partner]
+    found = {(min(q, r), max(q, r)) for q, r in partner.items()}
+    return tuple(sorted(found)) + tuple(zip(idle[::2], idle[1::2]))
+
+
+def _sender_slot(groups: tuple[tuple[int, int], ...] | None, q: int, r: int) -> int:
+    """Which of the round's received pieces at ``r`` is ``q``'s: 0 for a ppermute (one), else
+    q's place in the pair (an all_to_all's row m comes from the pair's m-th member)."""
+    if groups is None:
+        return 0
+    return next(g.index(q) for g in groups if r in g)
+
+
+def within_pairs(piece: Block, names: tuple[str, ...], groups: tuple[tuple[int, int], ...]) -> Block:
+    """(2, *piece.shape): row m is what the m-th member of this rank's pair sent (one of them
+    this rank's own piece): one ``lax.all_to_all`` over groups of two."""
+    return jax.lax.all_to_all(jnp.stack([piece, piece]), names, 0, 0, axis_index_groups=[list(g) for g in groups])
+
+
+
+def colour_rounds(moves: list[Edge]) -> list[list[Edge]]:
     """The moves (sender, receiver, ...) in as few rounds of one send and one receive a rank
     as there can be: the most moves any rank sends or receives (Konig's edge colouring of a
     bipartite graph: where the free colours at the two ends differ, the alternating path
@@ -286,7 +339,7 @@ def colour_rounds(moves: list[Move]) -> list[list[Move]]:
                 at_send[(moves[j][0], colour[j])] = at_recv[(moves[j][1], colour[j])] = j
         colour[i] = a
         at_send[(q, a)] = at_recv[(r, a)] = i
-    rounds: dict[int, list[Move]] = {}
+    rounds: dict[int, list[Edge]] = {}
     for i, mv in enumerate(moves):
         rounds.setdefault(colour[i], []).append(mv)
     return [rounds[c] for c in sorted(rounds)]
@@ -398,36 +451,59 @@ def box_exchange(plan: BoxPlan, names: tuple[str, ...]) -> Callable[[Block], Blo
         me = jax.lax.axis_index(names)
         if plan.dense is not None:
             d = plan.dense
-            parts = jnp.take(to_cells(x, d.shape), jnp.asarray(d.send)[me], axis=0)
+            parts = pick(to_cells(x, d.shape), own_row(d.send, me))
             got = jax.lax.all_to_all(parts, d.axes if len(d.axes) > 1 else d.axes[0], 0, 0, tiled=True)
-            return from_cells(jnp.take(got, jnp.asarray(d.place)[me], axis=0), plan.out_shape)
+            return from_cells(pick(got, own_row(d.place, me)), plan.out_shape)
         if len(plan.rounds) == 1 and plan.rounds[0].whole:
-            return jax.lax.ppermute(x, names, perm=list(plan.rounds[0].pairs))
+            rd = plan.rounds[0]
+            if rd.groups is None:
+                return jax.lax.ppermute(x, names, perm=list(rd.pairs))
+            return pick(within_pairs(x, names, rd.groups), own_row(_from_slots(rd, len(rd.send_at)), me))
         if plan.grid is not None:
             g = plan.grid
             cells = to_cells(x, g.shape)
             got = []
             for i, rd in enumerate(plan.rounds):
-                piece = jnp.take(cells, jnp.asarray(g.send[i])[me], axis=0)
-                got.append(piece if rd.local else jax.lax.ppermute(piece, names, perm=list(rd.pairs)))
-            return from_cells(jnp.take(jnp.stack(got), jnp.asarray(g.place)[me], axis=0), plan.out_shape)
+                piece = pick(cells, own_row(g.send[i], me))
+                if rd.groups is not None:
+                    got.extend(within_pairs(piece, names, rd.groups))
+                else:
+                    got.append(piece if rd.local else jax.lax.ppermute(piece, names, perm=list(rd.pairs)))
+            return from_cells(pick(jnp.stack(got), own_row(g.place, me)), plan.out_shape)
         rows = plan.out_shape[0] + plan.spare
         y = jnp.zeros((rows, *plan.out_shape[1:]), x.dtype)
         if plan.packed is not None:
             p = plan.packed
-            send_at, recv_at = jnp.asarray(p.send_at)[me], jnp.asarray(p.recv_at)[me]
-            parts = jax.vmap(lambda at: jax.lax.dynamic_slice(x, tuple(at), p.shape))(send_at)  # one gather
+            send_at, recv_at = own_row(p.send_at, me), own_row(p.recv_at, me)
+            parts = jnp.stack([cut(x, at, p.shape) for at in send_at]) if isinstance(send_at, np.ndarray) else \
+                jax.vmap(lambda at: cut(x, at, p.shape))(send_at)  # one gather
             got = jax.lax.all_to_all(parts, p.axes if len(p.axes) > 1 else p.axes[0], 0, 0, tiled=True)
             for m in range(len(p.recv_at[0])):
-                y = jax.lax.dynamic_update_slice(y, got[m], tuple(recv_at[m]))
+                y = put(y, got[m], recv_at[m])
         for rd in plan.rounds:
-            piece = x if rd.shape == plan.in_shape else \
-                jax.lax.dynamic_slice(x, tuple(jnp.asarray(rd.send_at)[me]), rd.shape)
-            got = piece if rd.local else jax.lax.ppermute(piece, names, perm=list(rd.pairs))
-            y = jax.lax.dynamic_update_slice(y, got, tuple(jnp.asarray(rd.recv_at)[me]))
+            piece = x if rd.shape == plan.in_shape else cut(x, own_row(rd.send_at, me), rd.shape)
+            if rd.groups is not None:
+                got = pick(within_pairs(piece, names, rd.groups), own_row(_from_slots(rd, len(rd.send_at)), me))
+            else:
+                got = piece if rd.local else jax.lax.ppermute(piece, names, perm=list(rd.pairs))
+            y = put(y, got, own_row(rd.recv_at, me))
         return y[: plan.out_shape[0]] if plan.spare else y
 
     return run
+
+
+def _from_slots(rd: BoxRound, world: int) -> np.ndarray:
+    assert rd.groups is not None
+    return pair_slots(rd.pairs, rd.groups, world)
+
+
+def pair_slots(pairs: tuple[tuple[int, int], ...], groups: tuple[tuple[int, int], ...], world: int) -> np.ndarray:
+    """(world,) int32: which row of ``within_pairs``' result holds the piece a rank receives
+    in a round of ``pairs`` (a rank that receives none: any, what it gets is not read)."""
+    slots = np.zeros(world, dtype=np.int32)
+    for q, r in pairs:
+        slots[r] = _sender_slot(groups, q, r)
+    return slots
 
 
 _BITS = {1: jnp.uint8, 2: jnp.uint16}

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -169,7 +170,9 @@ def swap_dims(x: Block, axes: tuple[str, ...], split: int, concat: int, n: int) 
 
 def _slice_mine(x: Block, k: int, axes: tuple[str, ...], n: int) -> Block:
     size = x.shape[k] // n
-    return jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(_name(axes)) * size, size, axis=k)
+    at: list[Any] = [0] * x.ndim
+    at[k] = jax.lax.axis_index(_name(axes)) * size  # in bounds: no negative-index fix-up to compile
+    return jax.lax.dynamic_slice(x, at, (*x.shape[:k], size, *x.shape[k + 1:]), allow_negative_indices=False)
 
 
 def _finish(op: str | None, x: Block, n: int) -> Block:
@@ -257,6 +260,9 @@ def boxes_or_tables(step: Step, mesh: Mesh) -> Lowered:
             (lambda rd: "x" if rd.whole else f"dynamic_slice(x, .., {list(rd.shape)})")
         calls += tuple(f"keep {piece(rd)}" if rd.local else
                        f"lax.ppermute({piece(rd)}, {_text(names)}, perm={[p for p in rd.pairs if p[0] != p[1]]})"
+                       if rd.groups is None else
+                       f"lax.all_to_all(stack([{piece(rd)}] * 2), {_text(names)}, 0, 0, axis_index_groups={list(rd.groups)})"
+                       f"  # within pairs: {[p for p in rd.pairs if p[0] != p[1]]}"
                        for rd in plan.rounds)
         if plan.grid is not None:
             calls += ("uncells(take(stack(pieces), place[me]))",)
@@ -394,4 +400,4 @@ def lowered_collectives(step: Step, mesh: Mesh) -> tuple[Calls, int | None] | No
     call, count, sent = calls
     if call == "all_to_all":
         return (("all_to_all", count),), sent
-    return tuple(("ppermute", mesh.size) for _ in range(count)), None
+    return tuple(("all_to_all", 2) if i < sent else ("ppermute", mesh.size) for i in range(count)), None

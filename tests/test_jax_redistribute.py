@@ -187,3 +187,26 @@ def test_small_programs_compile_with_cheap_cpu_codegen() -> None:
     with jax.set_mesh(x.sharding.mesh):
         want = jax.sharding.reshard(x, to_jax("f32[8@tp,16]", x.sharding.mesh))
     assert _same(jax_backend.redistribute(x, "f32[8@tp,16]"), want)
+
+
+@pytest.mark.parametrize("mesh,src,dst,static", [
+    ("dp=4,tp=2", "f32[8@dp]", "f32[8@tp]", False),  # rd-pub-035: one element each, from a per-rank corner
+    ("dp=2,tp=4", "f32[8@(dp,tp),16]", "f32[8@tp,16@dp]", False),  # rd-pub-013: two rounds on one grid
+    ("dp=4,tp=2", "f32[32,16@tp]", "f32[32,16@(dp,tp)]", False),  # rd-pub-064
+    # every rank sends the same cells and places what it gets alike: no lookup at all
+    ("dp=4,tp=2", "f32[16@(tp,dp),16]", "f32[16,16@dp]", True),
+])
+def test_per_rank_tables_compile_to_few_kernels(mesh: str, src: str, dst: str, static: bool) -> None:
+    # a tiny exchange's first call is mostly XLA compiling its index computations: each
+    # per-rank table is one dynamic_slice (none where every rank's row is equal), and no
+    # slice or pick carries JAX's negative-index fix-up (a compare and a select per index)
+    x = _array(src, mesh)
+    jm = x.sharding.mesh
+    with jax.set_mesh(jm):
+        prepared = jax_backend.redistributor(src, dst, jm)
+        hlo = prepared.lower(x).compile().as_text()
+        y = prepared(x)
+        ref = jax.jit(lambda v: jax.sharding.reshard(v, to_jax(dst, jm)))(x)
+    assert " compare(" not in hlo and " select(" not in hlo, hlo
+    assert (" partition-id(" not in hlo) == static, hlo
+    assert _same(y, ref)
