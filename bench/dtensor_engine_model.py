@@ -101,9 +101,10 @@ def model_rows(rank: int, iters: int, backend: str) -> dict[str, Any]:
     gen = torch.Generator().manual_seed(1000 + rank)
     x = torch.randn(BATCH, SEQ // 4, DIM, generator=gen)  # this rank's sequence chunk
     out: dict[str, Any] = {}
-    # compiled first: after eager steps with the engine on, torch's make_fx failed to
-    # rebuild an FSDP submesh in a later inductor compile (device_mesh._get_submesh is not
-    # an OpOverload), with the engine on or off; compiled first, both compile
+    # compiled first: after eager steps, fresh blocks on the same mesh get an earlier
+    # block's equal ("tp",) submesh from DTensor's sharding-propagation cache, and an
+    # inductor compile fails in make_fx (device_mesh._get_submesh is not an OpOverload),
+    # with or without shardc (docs/running.md)
     for compiled in (True, False):
         torch._dynamo.reset()
         blocks = {mode: _parallel_block(dm) for mode in ("off", "on")}
