@@ -368,16 +368,13 @@ class _Side:
         return max((*self.lengths, 1))
 
 
-def _pack(xpad: Block, side: _Side, me: Block) -> Block:
-    """The ``width`` elements this rank's runs name in ``xpad`` (its input, followed by at
-    least ``side.pad`` junk elements), in buffer order (padding: junk, never read). Slices:
-    each run ``lax.dynamic_slice``d at its longest length over the ranks into the buffer at
-    its offset (a later run overwrites the junk past a shorter one; the rows of a strided
-    run in a ``fori_loop``)."""
-    if side.elements is not None:
-        return jnp.take(xpad, own_row(side.elements, me), mode="clip")
+def _over_runs(side: _Side, me: Block, carry: Block,
+               move: Callable[[Block, Block, Block, int, Block], Block]) -> Block:
+    """``carry`` through every row of this rank's runs on ``side``, in buffer order:
+    ``move(carry, at, off, n, length)`` per row (``at``: its start in the block, ``off``: in
+    the buffer, ``n``: its longest length over the ranks, ``length``: this rank's); the rows
+    of a strided run in a ``fori_loop``."""
     runs = own_row(side.runs, me)
-    buf = jnp.zeros((side.width + side.pad,), xpad.dtype)
     off = jnp.zeros((), runs.dtype)
     for i, (n, c) in enumerate(zip(side.lengths, side.counts)):
         start, step, length, count = (runs[i, j] for j in range(RUN))
@@ -386,12 +383,25 @@ def _pack(xpad: Block, side: _Side, me: Block) -> Block:
 
         def row(r: Block, b: Block, start: Block = start, step: Block = step, length: Block = length,
                 off: Block = off, n: int = n) -> Block:
-            return jax.lax.dynamic_update_slice(b, jax.lax.dynamic_slice(xpad, (start + r * step,), (n,)),
-                                                (off + r * length,))
+            return move(b, start + r * step, off + r * length, n, length)
 
-        buf = row(jnp.zeros((), runs.dtype), buf) if c == 1 else jax.lax.fori_loop(0, count, row, buf)
+        carry = row(jnp.zeros((), runs.dtype), carry) if c == 1 else jax.lax.fori_loop(0, count, row, carry)
         off = off + length * count
-    return buf[: side.width]
+    return carry
+
+
+def _pack(xpad: Block, side: _Side, me: Block) -> Block:
+    """The ``width`` elements this rank's runs name in ``xpad`` (its input, followed by at
+    least ``side.pad`` junk elements), in buffer order (padding: junk, never read). Slices:
+    each run ``lax.dynamic_slice``d at its longest length over the ranks into the buffer at
+    its offset (a later run overwrites the junk past a shorter one)."""
+    if side.elements is not None:
+        return jnp.take(xpad, own_row(side.elements, me), mode="clip")
+
+    def move(b: Block, at: Block, off: Block, n: int, length: Block) -> Block:
+        return jax.lax.dynamic_update_slice(b, jax.lax.dynamic_slice(xpad, (at,), (n,)), (off,))
+
+    return _over_runs(side, me, jnp.zeros((side.width + side.pad,), xpad.dtype), move)[: side.width]
 
 
 def _unpack(acc: Block, got: Block, side: _Side, me: Block, op: str | None) -> Block:
@@ -401,26 +411,16 @@ def _unpack(acc: Block, got: Block, side: _Side, me: Block, op: str | None) -> B
     if side.elements is not None:
         # a receive past the output lands in the junk after it (cut off at the end)
         return _combine(op, acc, got.reshape(-1), own_row(side.elements, me).reshape(-1))
-    runs = own_row(side.runs, me)
     gpad = jnp.pad(got, (0, side.pad))
-    off = jnp.zeros((), runs.dtype)
-    for i, (n, c) in enumerate(zip(side.lengths, side.counts)):
-        start, step, length, count = (runs[i, j] for j in range(RUN))
-        if not n or not c:
-            continue
 
-        def row(r: Block, a: Block, start: Block = start, step: Block = step, length: Block = length,
-                off: Block = off, n: int = n) -> Block:
-            at = (start + r * step,)
-            cur = jax.lax.dynamic_slice(a, at, (n,))
-            new = jax.lax.dynamic_slice(gpad, (off + r * length,), (n,))
-            new = new if op is None else new + cur if op in ("sum", "avg") else \
-                jnp.maximum(cur, new) if op == "max" else jnp.minimum(cur, new)
-            return jax.lax.dynamic_update_slice(a, jnp.where(jax.lax.iota(runs.dtype, n) < length, new, cur), at)
+    def move(a: Block, at: Block, off: Block, n: int, length: Block) -> Block:
+        cur = jax.lax.dynamic_slice(a, (at,), (n,))
+        new = jax.lax.dynamic_slice(gpad, (off,), (n,))
+        new = new if op is None else new + cur if op in ("sum", "avg") else \
+            jnp.maximum(cur, new) if op == "max" else jnp.minimum(cur, new)
+        return jax.lax.dynamic_update_slice(a, jnp.where(jax.lax.iota(length.dtype, n) < length, new, cur), (at,))
 
-        acc = row(jnp.zeros((), runs.dtype), acc) if c == 1 else jax.lax.fori_loop(0, count, row, acc)
-        off = off + length * count
-    return acc
+    return _over_runs(side, me, acc, move)
 
 
 def _combine(op: str | None, acc: Block, vals: Block, at: Index) -> Block:
