@@ -10,7 +10,7 @@ same process:
   (``bench.xla_anchor.hlo_collectives``: the bytes each sends, busiest rank), each
   against the lower bound (``lowering.lower_bound``);
 * wall: the median of repeated calls of each compiled function, ``block_until_ready``,
-  XLA's and shardc's calls interleaved;
+  XLA's and shardc's calls interleaved, for ``--budget`` seconds at least;
 * first call: shardc's plan, trace, compile and first run of a new pair against XLA's
   jit compile and first run of ``reshard``, the median of ``--first-reps`` tries of each
   (interleaved; shardc's caches emptied before each, XLA's jit a new function each time);
@@ -22,7 +22,8 @@ devices (XLA fixes the device count when it loads, once a process): ``--devices 
 only those, ``--no-wide`` leaves them out.
 
 Run from the repo root: ``python bench/jax_vs_xla.py`` (``--small`` for the recorded
-cases only, ``--reps N``, ``--tiny-reps N`` for cases under 1 MiB, ``--json out.json``).
+cases only, ``--reps N``, ``--tiny-reps N`` for cases under 1 MiB, ``--budget S``: more
+reps while a case's calls took under S seconds, ``--json out.json``).
 """
 
 from __future__ import annotations
@@ -126,19 +127,29 @@ def hlo_bytes(compiled: Any, itemsize: int) -> int:
 blocks = jax_backend.blocks_of
 
 
-def wall(fn: Any, x: jax.Array, reps: int) -> float:
-    return walls([fn], x, reps)[0]
+def wall(fn: Any, x: jax.Array, reps: int, budget_s: float = 0.0) -> float:
+    return walls([fn], x, reps, budget_s)[0]
 
 
-def walls(fns: list[Any], x: jax.Array, reps: int) -> list[float]:
+BUDGET_S = 0.5  # seconds of calls (all functions together) a case is timed for at least
+MAX_REPS = 2000
+
+
+def walls(fns: list[Any], x: jax.Array, reps: int, budget_s: float = 0.0) -> list[float]:
     """The median time of each function, their calls interleaved (one of each per rep), so
-    the load of the shared machine falls on all of them alike."""
+    the load of the shared machine falls on all of them alike: ``reps`` reps, and more while
+    the calls have taken less than ``budget_s`` in all (at most ``MAX_REPS``). A fast large
+    case (big-gather: ~2-3 ms a call, +-50% on the shared machine) read 1.22x XLA's time as
+    the median of the 3 calls its ``reps // 4`` gave it, and 0.98-1.01x over 100."""
     times: list[list[float]] = [[] for _ in fns]
-    for _ in range(reps):
+    spent, done = 0.0, 0
+    while done < reps or (spent < budget_s and done < MAX_REPS):
         for fn, ts in zip(fns, times):
             t0 = time.perf_counter()
             fn(x).block_until_ready()
             ts.append(time.perf_counter() - t0)
+            spent += ts[-1]
+        done += 1
     return [statistics.median(ts) for ts in times]
 
 
@@ -165,7 +176,7 @@ def forget() -> None:
 
 
 def run_case(cid: str, mesh: str, src: str, dst: str, reps: int, rng: np.random.Generator,
-             first_reps: int = 1) -> dict[str, Any]:
+             first_reps: int = 1, budget_s: float = 0.0) -> dict[str, Any]:
     x = make_input(src, mesh, rng)
     jm = x.sharding.mesh
     dst_sh = to_jax(dst, jm)
@@ -196,8 +207,8 @@ def run_case(cid: str, mesh: str, src: str, dst: str, reps: int, rng: np.random.
         if not s.partial_axes:
             put = jax.device_put(x, dst_sh)
             put_equal = bool(np.array_equal(np.asarray(put), np.asarray(y))) if not parse(dst).partial_axes else None
-            t_put = wall(lambda v: jax.device_put(v, dst_sh), x, reps)
-        t_xla, t_mine = walls([xla_compiled, mine_compiled], x, reps)
+            t_put = wall(lambda v: jax.device_put(v, dst_sh), x, reps, budget_s / 2)
+        t_xla, t_mine = walls([xla_compiled, mine_compiled], x, reps, budget_s)
     program = lowering.compile(src, dst, mesh, cost_model=jax_backend.default_cost_model(lowering.resolve(src, mesh)[1]))
     return {
         "id": cid, "mesh": mesh, "src": src, "dst": dst, "per_device_bytes": per_device,
@@ -218,6 +229,8 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", help="case ids")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--first-reps", type=int, default=3, help="first calls timed per case (the median)")
+    ap.add_argument("--budget", type=float, default=BUDGET_S,
+                    help="seconds of calls a case's wall times take at least (more reps where calls are fast)")
     ap.add_argument("--devices", type=int, default=8, help="16: only the recorded 16-device cases, on 16 host devices")
     ap.add_argument("--no-wide", action="store_true", help="leave out the 16-device cases (a second process)")
     args = ap.parse_args()
@@ -236,7 +249,8 @@ def main() -> None:
         t = lowering.resolve(src, mesh)[0]
         tiny = t.numel * t.itemsize < 2**20
         r = run_case(cid, mesh, src, dst, max(3, args.reps // 4) if big else
-                     max(args.reps, args.tiny_reps) if tiny else args.reps, rng, 1 if big else args.first_reps)
+                     max(args.reps, args.tiny_reps) if tiny else args.reps, rng, 1 if big else args.first_reps,
+                     args.budget)
         rows.append(r)
         put = f"{r['device_put_s'] * 1e3:8.3f}" if r["device_put_s"] is not None else f"{'-':>8}"
         print(f"{cid:22} {r['per_device_bytes'] / 2**20:7.2f} {r['bound']:9d} {r['xla_bytes']:9d} "
@@ -256,7 +270,8 @@ def wide(args: argparse.Namespace) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "wide.json"
         cmd = [sys.executable, __file__, "--devices", "16", "--reps", str(args.reps), "--tiny-reps",
-               str(args.tiny_reps), "--first-reps", str(args.first_reps), "--json", str(out)] + (["--only", *args.only] if args.only else [])
+               str(args.tiny_reps), "--first-reps", str(args.first_reps), "--budget", str(args.budget),
+               "--json", str(out)] + (["--only", *args.only] if args.only else [])
         flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", _FLAGS).strip()
         env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | {"XLA_FLAGS": flags}
         print("\nthe 16-device cases, in a second process:", flush=True)

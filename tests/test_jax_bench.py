@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -45,3 +46,31 @@ def test_the_16_device_cases_run_in_a_second_process() -> None:
                           "rd-pub-044", "--reps", "2", "--tiny-reps", "2"], env=env, capture_output=True, text=True,
                          timeout=300, check=True).stdout
     assert "16 cpu devices" in out and "outputs equal to reshard's: 1/1" in out, out
+
+
+def test_fast_calls_are_timed_for_the_budget_not_a_few_reps() -> None:
+    """A large case gets ``reps // 4`` reps (3 at ``--reps 10``); where its calls are fast
+    (big-gather: ~2 ms) the median of 3 swung to 1.22x XLA's time on the shared machine. The
+    calls go on until they have taken the budget, interleaved as before."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    bench = importlib.import_module("bench.jax_vs_xla")
+    calls = {"a": 0, "b": 0}
+
+    class Done:
+        def block_until_ready(self) -> None:
+            pass
+
+    def timed(name: str, pause: float) -> object:
+        def fn(_: object) -> Done:
+            calls[name] += 1
+            time.sleep(pause)
+            return Done()
+        return fn
+
+    got = bench.walls([timed("a", 0.001), timed("b", 0.002)], None, 3, budget_s=0.1)
+    assert calls["a"] == calls["b"] >= 20, calls  # ~0.1 s / 3 ms a rep, interleaved
+    assert got[0] < got[1]
+    calls.update(a=0, b=0)
+    bench.walls([timed("a", 0.0), timed("b", 0.0)], None, 5)  # no budget: the reps
+    assert calls == {"a": 5, "b": 5}
