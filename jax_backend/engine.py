@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax_backend.block_gather import block_gather, run_block_gather
 from jax_backend.default_model import default_cost_model
 from jax_backend.lowerings import Lowered, lower_step
 from lowering.layout import local_shapes
@@ -40,8 +41,14 @@ def lower_program(program: Program) -> tuple[Lowered, ...]:
 
 
 def describe(program: Program) -> list[str]:
-    """The lowered program as text: one line per ``lax`` call, under its step."""
+    """The lowered program as text: one line per ``lax`` call, under its step (or, where the
+    program runs as whole blocks gathered within groups, its steps, then those calls)."""
     program = check_one_mesh(program)
+    gather = block_gather(program)
+    if gather is not None:
+        return [f"{step.describe()}: {step.src} -> {step.dst}" for step in program.steps] + \
+            ["  run as whole source blocks gathered within groups (jax_backend.block_gather):"] + \
+            [f"    {c}" for c in gather.calls(program.mesh.names)]
     lines = []
     for step, low in zip(program.steps, lower_program(program)):
         lines.append(f"{step.describe()}: {step.src} -> {step.dst}")
@@ -91,7 +98,9 @@ def shard_mapped(program: Program, jax_mesh: Any) -> Callable[[Block], Block]:
 def _plain(program: Program, jax_mesh: Any) -> Callable[[Block], Block]:
     spec_in = to_jax(program.src, jax_mesh).spec
     spec_out = to_jax(program.dst, jax_mesh).spec
-    return jax.shard_map(_body(program), mesh=jax_mesh, in_specs=spec_in, out_specs=spec_out, check_vma=False)
+    gather = block_gather(program)  # XLA's form where it is cheaper: groups the planner's axes cannot name
+    body = _body(program) if gather is None else run_block_gather(gather, program.mesh.names)
+    return jax.shard_map(body, mesh=jax_mesh, in_specs=spec_in, out_specs=spec_out, check_vma=False)
 
 
 @lru_cache(maxsize=512)
