@@ -29,6 +29,7 @@ inside ``shard_map`` every rank's block has one shape.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -154,6 +155,28 @@ def scatter_dim(x: Block, axes: tuple[str, ...], k: int, n: int) -> Block:
                                 tiled=False)
 
 
+def scatter_dims(x: Block, grown: list[tuple[int, tuple[str, ...]]], sizes: list[int]) -> Block:
+    """``scatter_dim`` on several dims at once, as one ``lax.psum_scatter`` over all their axes:
+    each dim split into (its group's size, the rest), the group parts moved to the front in
+    dim order, one scatter of the leading dim (its index row-major over the dims' axes, in
+    that order, as the tuple of axis names). XLA reduces onto ``f32[8@dp,16@(cp,tp)]`` with
+    one all-reduce; one reduce-scatter per dim ran 1.10-1.15x its time, one in all 1.0x."""
+    dims = dict(zip((k for k, _ in grown), sizes))
+    split: list[int] = []
+    at: dict[int, int] = {}
+    for k, size in enumerate(x.shape):
+        if k in dims:
+            at[k] = len(split)
+            split += [dims[k], size // dims[k]]
+        else:
+            split.append(size)
+    front = [at[k] for k, _ in grown]
+    rest = [i for i in range(len(split)) if i not in front]
+    parts = x.reshape(split).transpose(front + rest).reshape(-1, *(split[i] for i in rest))
+    axes = tuple(a for _, ax in grown for a in ax)
+    return jax.lax.psum_scatter(parts, _name(axes), scatter_dimension=0, tiled=False)
+
+
 def swap_dims(x: Block, axes: tuple[str, ...], split: int, concat: int, n: int) -> Block:
     """``lax.all_to_all(x, axes, split, concat, tiled=True)`` as an exchange of the leading
     dim: XLA:CPU's all-to-all of minor dims ran ~1.8x slower than a transpose into one of the
@@ -210,11 +233,15 @@ def reduce_scatter(step: Step, mesh: Mesh) -> Lowered:
                                     for k, a in grown)))
 
     def run(x: Block) -> Block:
+        if len(grown) > 1:  # one collective, not one a dim (XLA:CPU: a latency each)
+            return _finish(op, scatter_dims(x, grown, [mesh.group_size(a) for _, a in grown]), n)
         for k, axes in grown:
             x = scatter_dim(x, axes, k, mesh.group_size(axes))
         return _finish(op, x, n)
 
-    calls = tuple(f"lax.psum_scatter(x, {_text(a)}, scatter_dimension={k}, tiled=True)" for k, a in grown)
+    calls = tuple(f"lax.psum_scatter(x, {_text(a)}, scatter_dimension={k}, tiled=True)" for k, a in grown) \
+        if len(grown) == 1 else (f"lax.psum_scatter(dims {[k for k, _ in grown]} in front, "
+                                 f"{_text(tuple(a for _, ax in grown for a in ax))}, scatter_dimension=0)",)
     return Lowered(run, calls + ((f"x / {n}",) if op == "avg" else ()))
 
 
@@ -389,7 +416,8 @@ def lowered_collectives(step: Step, mesh: Mesh) -> tuple[Calls, int | None] | No
             return tuple(("all_gather", mesh.group_size(a)) for _, a in _grown(step.dst, step.src)), None
         if kind == "all_reduce" or step.op in ("max", "min"):
             return (("psum", mesh.group_size(step.axes)),), None
-        return tuple(("psum_scatter", mesh.group_size(a)) for _, a in _grown(step.src, step.dst)), None
+        grown = _grown(step.src, step.dst)  # several dims: one psum_scatter (scatter_dims)
+        return (("psum_scatter", math.prod(mesh.group_size(a) for _, a in grown)),), None
     if kind not in ("all_to_all", "permute", "all_to_allv") or not _even_pair(step, mesh):
         return None
     if kind == "all_to_all" and _dense_swap(step) is not None:
