@@ -1,11 +1,7 @@
-"""The crossing kinds' torch runner, and the world's part of a cross-mesh call.
-
-``send_across`` and ``fan_out`` (``lowering.kinds.across``) run here: each round one batch
-of point-to-point messages on the world's context (no group of its own) through ``comm``,
-one byte buffer per pair of ranks, its pieces packed in an order both sides derive from
-their own ``CrossPieces``. A joint call's crossings (``lowering.joint`` puts them in the
-last round, one packed group: ``PACKED["across"]``) pack every tensor's pieces for a peer
-into that one buffer: a state dict is one message per pair of ranks and round.
+"""The crossing kinds' torch runner (``send_across``, ``fan_out``), and the world's part of a
+cross-mesh call: each round one batch of point-to-point messages on the world's context,
+one byte buffer per pair of ranks holding every tensor's pieces (a joint call's crossings,
+``PACKED["across"]``), packed in an order both sides derive from their own ``CrossPieces``.
 """
 
 from __future__ import annotations
@@ -50,8 +46,8 @@ def cross_backward_program(p: CrossProgram) -> CrossProgram:
 
 
 def finish_groups(p: CrossProgram, timeout: timedelta | None, backend: str) -> MeshContext | None:
-    """The groups of ``p``'s finish on its source mesh, made alike on every rank of the
-    world that calls this (``subset_context``); this rank's context, None off that mesh."""
+    """This rank's context of the groups of ``p``'s finish on its source mesh (None off it),
+    made alike on every rank of the world."""
     f = p.finish
     if f is None:
         return None
@@ -60,8 +56,7 @@ def finish_groups(p: CrossProgram, timeout: timedelta | None, backend: str) -> M
 
 
 def world(timeout: timedelta | None) -> MeshContext:
-    """The default group's world as a one-axis mesh, with the call's timeout: where a
-    cross-mesh call's agreement and messages run."""
+    """The default group's world as a one-axis mesh: where a cross-mesh call's agreement and messages run."""
     return context(_world_mesh(dist.get_world_size()), timeout=timeout)
 
 
@@ -83,7 +78,6 @@ def world_sum(flags: torch.Tensor, me: int, timeout: timedelta | None, what: str
 
 @dataclass(frozen=True)
 class Packed:
-    """One box of tensor ``i`` in a message: ``nbytes`` at ``offset`` of the buffer."""
 
     i: int
     box: Box
@@ -124,7 +118,6 @@ def _messages(per_tensor: Sequence[tuple[Transfer, ...]], peer_of: Any, items: S
 
 
 def rounds(programs: Sequence[CrossProgram], me: int) -> tuple[Round, ...]:
-    """This rank's rounds of a joint run of ``programs``' crossings."""
     return _rounds([crossing_pieces(p.crossing, p.src_mesh, me) for p in programs],
                    [to_torch_dtype(p.src.dtype).itemsize for p in programs])
 
@@ -160,9 +153,8 @@ def run_crossing(ctx: MeshContext, step: Step, pieces: Pieces, x: torch.Tensor) 
 
 
 def cross(ctx: MeshContext, pieces: Sequence[CrossPieces], xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """Crossings of several tensors jointly (``pieces``: each one's on this rank, ``ctx``
-    the world's), each output filled from the pieces held (those received in place are
-    there already). A rank off a mesh passes, or gets, an empty tensor."""
+    """Crossings of several tensors jointly (``pieces``: each one's on this rank), each output
+    filled from the pieces held. A rank off a mesh passes, or gets, an empty tensor."""
     held: list[Held] = [[(p.src_box, x)] if p.src_box is not None else [] for p, x in zip(pieces, xs, strict=True)]
     outs = [None if p.dst_box is None else (p.dst_box, torch.empty(p.out_shape, dtype=x.dtype, device=x.device))
             for p, x in zip(pieces, xs, strict=True)]
@@ -220,8 +212,7 @@ def _round(ctx: MeshContext, k: int, held: list[Held], outs: Sequence[tuple[Box,
 
 
 def output_run(out: tuple[Box, torch.Tensor] | None, box: Box) -> torch.Tensor | None:
-    """The flat run of the output that the global ``box`` fills, where it is one run
-    (``flat_offset``), else None."""
+    """The flat run of the output that the global ``box`` fills, where it is one run."""
     if out is None:
         return None
     at, t = out

@@ -12,10 +12,12 @@ from typing import Any
 
 import torch
 
+import lowering
 from lowering.cross_mesh import CrossProgram
 from lowering.layout import local_shapes
+from lowering.placements import placement_specs
 from spec_lang.errors import SpecError
-from spec_lang.ir import TensorType
+from spec_lang.ir import Mesh, TensorType
 from torch_backend import comm
 from torch_backend.dtypes import dtype_name, short_name, to_torch_dtype
 from torch_backend.faults import refused
@@ -156,3 +158,37 @@ def check_cross_block(x: object, p: CrossProgram, me: int, i: int | None) -> Spe
         return SpecError(f"rank {me}'s block{which} is {x.dtype}, the source type {p.src} says {dtype}",
                          hint=f"convert it with x.to({dtype})")
     return None
+
+
+def check_dtensor_source(stated: TensorType, text: str | None, actual: TensorType, m: Mesh) -> TensorType:
+    """The stated source type of a DTensor that is ``actual``, if it describes the same layout
+    (the same blocks: a size-1 mesh axis may sit anywhere in a dim's order; the same pending
+    reduction, dtype and shape); else a SpecError. R may stand where DTensor says Replicate
+    (it asks for a partial gradient), so the stated type is the one used."""
+    lowering.check_type(stated, m, text=text)
+    if not (stated.dtype == actual.dtype and stated.shape == actual.shape
+            and {a: at for a, at in stated.axis_types if at.kind in ("P", "V")}
+            == {a: at for a, at in actual.axis_types if at.kind == "P"}
+            and not stated.is_uneven  # DTensor has no uneven placements
+            and bool((lowering.boxes(stated, m) == lowering.boxes(actual, m)).all())):
+        shown = text if text is not None else str(stated)
+        raise SpecError(
+            f"the source type {stated} does not match the DTensor, which is {actual} "
+            f"(placements {','.join(str(p) for p in placement_specs(actual, m, strided=True)[0])} on mesh {m})",
+            text=shown, pos=shown.find("[") if "[" in shown else 0,
+            hint=f"drop the source type (it is read from the DTensor) or write {actual}",
+        )
+    return stated
+
+
+def as_dtensor(y: torch.Tensor, device_mesh: Any, placements: Any, shape: Sequence[int],
+               grad_placements: Any = None) -> Any:
+    """The block ``y`` as a DTensor of global ``shape``; ``grad_placements``: what its incoming
+    gradient must have (dual(dst)'s layout: a P(sum) where dst says R, as the backward program
+    expects; DTensor would otherwise normalize it to Replicate)."""
+    from torch.distributed.tensor import DTensor
+
+    size = torch.Size(shape)
+    stride = tuple(size[i + 1:].numel() for i in range(len(size)))
+    return DTensor.from_local(y, device_mesh, placements, run_check=False, shape=size, stride=stride,
+                              grad_placements=grad_placements)

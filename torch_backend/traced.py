@@ -1,22 +1,10 @@
-"""torch.compile's door: shardc's calls as regions dynamo does not trace into, which
-AOTAutograd traces (``torch._dynamo.nonstrict_trace``).
-
-Dynamo sees each public call as one opaque call whose non-tensor arguments are constants
-of the trace (strings, ``Mesh``, ``TensorType``, a DeviceMesh, a prepared
-``Redistributor``). AOTAutograd then runs the ordinary eager code once on fake tensors:
-parsing, planning and every tensor check happen at trace time, on static shapes, and
-``comm`` picks its functional implementation, so the graph holds ``_c10d_functional`` ops
-and their ``wait_tensor``; the backward is traced the same way from the same autograd
-Function. A call with another shape or dtype fails dynamo's guards and is traced again.
-
-A DeviceMesh reaches the region as a ``FakeScriptObject``; it is unwrapped here, before
-any check looks at it. This module imports no dynamo (over a second, and it loads
-``torch.distributed.tensor``): the entry points reach the regions through
-``torch_backend.trace_marks``, imported only where they find a trace running.
-
-A call refused at trace time raises its SpecError out of the compiled call itself, as a
-``TracedSpecError``: dynamo would otherwise show only its own error, with shardc's
-message, caret and hint in its ``__cause__`` alone.
+"""torch.compile's door: each public call is one ``torch._dynamo.nonstrict_trace`` region
+whose non-tensor arguments are constants of the trace, so AOTAutograd runs the eager code
+(parsing, planning, checks) once at trace time on fake tensors, and ``comm`` its functional
+collectives (docs/running.md, "torch.compile"). A DeviceMesh reaches a region as a
+``FakeScriptObject``, unwrapped here before any check. This module imports no dynamo (over a
+second): the entry points reach the regions through ``trace_marks``, imported only where
+they find a trace running.
 """
 
 from __future__ import annotations
@@ -48,8 +36,8 @@ class TracedSpecError(SpecError, IndexError):
 
 
 def refusing(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` (run at trace time: a region, or an ``assume_constant_result`` function) with
-    its SpecError raised as a ``TracedSpecError``, out of the compiled call."""
+    """``fn`` (run at trace time) with its SpecError raised as a ``TracedSpecError``: dynamo
+    would otherwise show only its own error, with shardc's in its ``__cause__`` alone."""
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -61,7 +49,6 @@ def refusing(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _fx_repr(obj: Any) -> tuple[str, dict[str, type]]:
-    """How the trace's code names a constant of these frozen classes (their fields)."""
     cls = type(obj)
     fields = ", ".join(f"{f}={getattr(obj, f)!r}" for f in cls.__dataclass_fields__)
     return f"{cls.__name__}({fields})", {cls.__name__: cls}
@@ -82,7 +69,6 @@ except ValueError:  # registered already
 
 
 def entry(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register ``fn`` as the eager body of the traced call ``name``."""
     def put(fn: Callable[..., Any]) -> Callable[..., Any]:
         _ENTRIES[name] = fn
         return fn
@@ -100,7 +86,6 @@ def _real(a: Any) -> Any:
 
 @refusing
 def run_region(name: str, args: Any, kwargs: Any) -> Any:
-    """The eager body of the region ``name`` (``trace_marks.region``, which dynamo does not trace into)."""
     kwargs = _real(kwargs)
     if "agree" in kwargs or "timeout" in kwargs:
         check_compiled_flags(kwargs.get("agree"), kwargs.get("timeout"))
@@ -145,13 +130,11 @@ def has_entry(name: str) -> bool:
 @constant_result
 @refusing
 def splits(name: str, args: Any, kwargs: Any) -> bool:
-    """Run once at trace time (its arguments are constants of the trace): whether the async
-    call ``name`` splits around its last collective (``name.splits``)."""
+    """At trace time: whether the async call ``name`` splits around its last collective."""
     return bool(_ENTRIES[name + ".splits"](*_real(args), **_real(kwargs)))
 
 
 def check_compiled_flags(agree: Any, timeout: Any) -> None:
-    """What a compiled region cannot do, refused at trace time."""
     if agree:
         raise SpecError("agree=True cannot run inside torch.compile (its comparison reads values on the host)",
                         hint="make the call once eagerly with agree=True before compiling, or drop agree")

@@ -229,7 +229,7 @@ def _run(call: Typed, routed: str, x: torch.Tensor, s: LocalType, d: LocalType, 
         if wire == x.dtype and op_dt is not None and op_dt != x.dtype:  # added in a wider dtype than the wire's
             return reduce_in(routed, bound.check(x), s, d, group, ctx, at, op_dt, out_dt, program)
         # the program in the wire's dtype (x cast first where they differ), its result cast to out_dtype
-        y = bound.apply(bound.check(x if wire == x.dtype else x.to(wire)))
+        y = bound.taped([bound.check(x if wire == x.dtype else x.to(wire))])[0]
         return y if (out_dt or x.dtype) == y.dtype else y.to(out_dt or x.dtype)
 
     if backward is not None and x.requires_grad and torch.is_grad_enabled():
