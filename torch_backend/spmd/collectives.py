@@ -1,9 +1,6 @@
 """The typed per-axis collectives: each call is one Program (``lowering.spmd.programs``),
-run by its ``BoundCall`` like every redistribution (its backward: the kinds' duals).
-
-Everything is checked before the first collective: the (src, dst) pair against the
-SPMD type system's tables, the axes against the mesh, and every rank's local shape
-against the program's source type, so a refused call sends nothing.
+run by its ``BoundCall`` like every redistribution, every check (the pair against the SPMD
+type system's tables, the axes, each rank's shape) before the first collective.
 """
 
 from __future__ import annotations
@@ -65,11 +62,8 @@ def _src_size(x: torch.Tensor, src: LocalType, group: tuple[str, ...], ctx: Mesh
 
 @dataclass(frozen=True)
 class Typed:
-    """A typed collective's call as the door sequence carries it (``api.through_door``'s
-    ``src``). ``at``: the dim V stacks on (``gather_dim``/``scatter_dim``); ``op_dtype``/
-    ``out_dtype``: the dtypes it runs in and returns (``torch_backend.spmd.precision``);
-    ``splits``: split sizes, the ragged collectives (``torch_backend.spmd.ragged``);
-    ``backward_options``: those of its backward collective."""
+    """A typed collective's call as the door sequence carries it (``through_door``'s ``src``).
+    ``at``: the dim V stacks on (``gather_dim``/``scatter_dim``); ``splits``: split sizes."""
 
     op: str
     axis: Any
@@ -87,8 +81,7 @@ class Typed:
 def typed_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: Any = None,
                **options: Any) -> torch.Tensor:
     """``op(x, axis, src, dst)`` through the door sequence (compile time or eager, then
-    ``_checked_run``: a typed collective has no fast path, agreement or async form); the
-    result carries its type."""
+    ``_checked_run``); the result carries its type."""
     return through_door(TYPED, x, Typed(op, axis, src, dst, **options), None, mesh, None, None, False)
 
 
@@ -119,8 +112,8 @@ def _traced_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: 
 
 
 def _checked_run(x: torch.Tensor, call: Typed, _: None, mesh: Any) -> torch.Tensor:
-    """The typed collective's own checks (the pair against the SPMD type system's tables,
-    the options, strict mode; then the axes, shapes and program in ``_run``) and run."""
+    """The typed collective's own checks (the pair, the options, strict mode; the axes, shapes
+    and program in ``_run``), then its run."""
     op, splits = call.op, call.splits
     if not isinstance(x, torch.Tensor):
         raise SpecError(f"spmd.{op} needs a tensor, got {type(x).__name__}")
@@ -173,7 +166,6 @@ def _placed(op: str, x: torch.Tensor, axis: Any, s: LocalType, mesh: Any,
 
 def _ragged(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: LocalType, mesh: Any,
             splits: tuple) -> torch.Tensor:
-    """The split-size forms (``torch_backend.spmd.ragged``), checked like the others first."""
     ctx, group, have = _placed(op, x, axis, s, mesh)
     if routed == "all_gather":
         if s.kind != "S":
@@ -252,8 +244,7 @@ def _run(call: Typed, routed: str, x: torch.Tensor, s: LocalType, d: LocalType, 
 
 
 def _in_place(bound: BoundCall, x: torch.Tensor) -> torch.Tensor:
-    """The bound program (one all_reduce) run on ``x`` itself: a flat buffer reduced without
-    a copy (a non-contiguous one through a contiguous copy, written back)."""
+    """The bound all_reduce run on ``x`` itself (a non-contiguous one through a copy, written back)."""
     if bound.check(x) is not x:
         raise SpecError("inplace=True under LocalTensorMode needs a LocalTensor (every rank's block)",
                         hint="build it with LocalTensorMode's rank_map or torch_backend.distribute")

@@ -119,24 +119,39 @@ def _check_specs(spec: Any, what: str) -> None:
                     "slots for a list/tuple argument", hint="e.g. in_types=({'tp': spmd.S(1)}, ({'tp': spmd.R}, None))")
 
 
-def _enter(x: Any, spec: Any, where: str) -> Any:
-    """``x`` as the region sees it: each tensor checked against its slot's types and given
-    their local form (S(i) is V inside); lists and tuples matched slot by slot."""
+# what differs between an argument entering local_map's region and an output leaving it:
+# what a tensor given None would keep, an example, how the nest was given, whose shape the
+# slots follow, what to do with a tensor
+_SIDES = {
+    "in_types": ("enter the region with its outer types", "{'tp': spmd.R} ({} for an untyped tensor)", "it is",
+                 "the argument", "pass"),
+    "out_types": ("leave the region with its inside types", "{'tp': spmd.S(0)}", "fn returned", "fn's result",
+                  "return"),
+}
+
+
+def _slots(x: Any, spec: Any, where: str, key: str, leaf: Callable[[torch.Tensor, Any, str], Any]) -> Any:
+    """``x`` matched against its ``key`` slot, nests slot by slot, each tensor through ``leaf``."""
+    keeps, example, given, like, do = _SIDES[key]
     if spec is None:
         if isinstance(x, torch.Tensor):
-            raise SpecError(f"local_map: {where} is a tensor, but in_types gives it None (for non-tensors): it "
-                            "would enter the region with its outer types",
-                            hint=f"give {where} its types, e.g. {{'tp': spmd.R}} ({{}} for an untyped tensor)")
+            raise SpecError(f"local_map: {where} is a tensor, but {key} gives it None (for non-tensors): it "
+                            f"would {keeps}", hint=f"give {where} its types, e.g. {example}")
         return x
     if not _is_spec(spec):  # a nest: x must be a list or tuple of as many
         if not isinstance(x, (list, tuple)) or len(x) != len(spec):
             got = f"a {type(x).__name__}" + (f" of {len(x)}" if isinstance(x, (list, tuple)) else "")
-            raise SpecError(f"local_map: in_types gives {where} {len(spec)} slots, but it is {got}",
-                            hint="nest in_types like the argument: one slot per element")
-        return type(x)(_enter(v, s, f"{where}[{k}]") for k, (v, s) in enumerate(zip(x, spec)))
+            raise SpecError(f"local_map: {key} gives {where} {len(spec)} slots, but {given} {got}",
+                            hint=f"nest {key} like {like}: one slot per element")
+        return type(x)(_slots(v, s, f"{where}[{k}]", key, leaf) for k, (v, s) in enumerate(zip(x, spec)))
     if not isinstance(x, torch.Tensor):
-        raise SpecError(f"local_map: {where} is a {type(x).__name__}, but in_types gives it the types {spec!r}",
-                        hint="pass a tensor there, or put None in in_types for a non-tensor")
+        raise SpecError(f"local_map: {where} is a {type(x).__name__}, but {key} gives it the types {spec!r}",
+                        hint=f"{do} a tensor there, or put None in {key} for a non-tensor")
+    return leaf(x, spec, where)
+
+
+def _enter(x: torch.Tensor, spec: Any, where: str) -> torch.Tensor:
+    """An argument as the region sees it: checked against its types, in their local form (S(i) is V)."""
     want, _ = spec_types(spec, x, f"local_map in_types of {where}")
     have = typeof(x)
     for a, t in want.items():
@@ -147,9 +162,7 @@ def _enter(x: Any, spec: Any, where: str) -> Any:
 
 
 def _enter_inferred(x: Any) -> Any:
-    """``x`` as the region sees it where local_map has no in_types: its own types, in their
-    local form (S(i) is V inside), lists and tuples element by element; untyped tensors and
-    non-tensors as they are."""
+    """An argument as the region sees it without in_types: its own types in local form."""
     if isinstance(x, (list, tuple)):
         return type(x)(_enter_inferred(v) for v in x)
     if not isinstance(x, torch.Tensor) or not typeof(x):
@@ -157,23 +170,8 @@ def _enter_inferred(x: Any) -> Any:
     return _view(x, local_form(typeof(x)))
 
 
-def _leave(y: Any, spec: Any, where: str) -> Any:
-    """An output of the region with its out_types (the global types), nests matched alike."""
-    if spec is None:
-        if isinstance(y, torch.Tensor):
-            raise SpecError(f"local_map: {where} is a tensor, but out_types gives it None (for non-tensors): it "
-                            "would leave the region with its inside types",
-                            hint=f"give {where} its types, e.g. {{'tp': spmd.S(0)}}")
-        return y
-    if not _is_spec(spec):
-        if not isinstance(y, (list, tuple)) or len(y) != len(spec):
-            got = f"a {type(y).__name__}" + (f" of {len(y)}" if isinstance(y, (list, tuple)) else "")
-            raise SpecError(f"local_map: out_types gives {where} {len(spec)} slots, but fn returned {got}",
-                            hint="nest out_types like fn's result: one slot per element")
-        return type(y)(_leave(v, s, f"{where}[{k}]") for k, (v, s) in enumerate(zip(y, spec)))
-    if not isinstance(y, torch.Tensor):
-        raise SpecError(f"local_map: {where} is a {type(y).__name__}, but out_types gives it the types {spec!r}",
-                        hint="return a tensor there, or put None in out_types for a non-tensor")
+def _leave(y: torch.Tensor, spec: Any, where: str) -> torch.Tensor:
+    """An output of the region with its out_types (the global types)."""
     want, _ = spec_types(spec, y, f"local_map out_types of {where}")
     have = getattr(y, TYPES, None) or {}
     inside, stated = local_form(have), local_form(want)
@@ -216,12 +214,12 @@ def local_map(fn: Callable[..., Any], *, in_types: Sequence[Any] | None = None, 
             raise SpecError(f"local_map: {len(args)} arguments but {len(ins)} in_types",
                             hint="give one in_types entry per argument (None for non-tensors)")
         else:
-            local_args = [_enter(x, want, f"argument {k}") for k, (x, want) in enumerate(zip(args, ins))]
+            local_args = [_slots(x, want, f"argument {k}", "in_types", _enter) for k, (x, want) in enumerate(zip(args, ins))]
         result = fn(*local_args)
         got = list(result) if multi and isinstance(result, (list, tuple)) else [result]
         if len(got) != len(outs):
             raise SpecError(f"local_map: fn returned {len(got)} outputs but out_types has {len(outs)}")
-        final = [_leave(y, want, f"output {k}") for k, (y, want) in enumerate(zip(got, outs))]
+        final = [_slots(y, want, f"output {k}", "out_types", _leave) for k, (y, want) in enumerate(zip(got, outs))]
         return type(result)(final) if multi else final[0]
 
     return wrapped
