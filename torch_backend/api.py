@@ -422,8 +422,11 @@ def _dtensor_types(dm: Any, placements: tuple[Any, ...], shape: tuple[int, ...],
     """The source type (read from the DTensor's placements, or the stated one if it agrees),
     the destination type and the mesh of ``redistribute(dtensor, ...)``."""
     m = as_mesh(dm)
-    if mesh is not None:
-        _check_dtensor_mesh(mesh, dm, m)
+    stated = as_mesh(mesh) if mesh is not None else m
+    if stated != m or hasattr(mesh, "mesh") and mesh is not dm and mesh != dm:  # a DeviceMesh must be its own
+        raise SpecError(f"the mesh {stated} does not match the DTensor's DeviceMesh {m}",
+                        text=mesh if isinstance(mesh, str) else str(stated), pos=0,
+                        hint="drop mesh= (a DTensor carries its mesh), or pass the DTensor's own device_mesh")
     order = _shard_order(x) if x is not None else {}
     s = from_placements(placements, m, shape, dtype, shard_order=order or None)
     if src is not None:
@@ -481,18 +484,6 @@ def _grad_placements(t: TensorType, m: Mesh) -> Any:
     if not any(at.kind in ("R", "P") for _, at in t.axis_types):
         return None
     return to_placements(dual_type(t), m, strided=True)[0]
-
-
-def _check_dtensor_mesh(mesh: Mesh | str | Any, dm: Any, m: Mesh) -> None:
-    """A mesh passed with a DTensor must be the DTensor's own."""
-    stated = as_mesh(mesh)
-    same_device_mesh = not hasattr(mesh, "mesh") or mesh is dm or mesh == dm
-    if stated != m or not same_device_mesh:
-        text = mesh if isinstance(mesh, str) else str(stated)
-        raise SpecError(
-            f"the mesh {stated} does not match the DTensor's DeviceMesh {m}", text=text, pos=0,
-            hint="drop mesh= (a DTensor carries its mesh), or pass the DTensor's own device_mesh",
-        )
 
 
 def _shard_order(x: Any) -> dict[int, list[int]]:

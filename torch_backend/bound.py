@@ -87,14 +87,12 @@ class BoundCall:
         return check_all(xs, [p.src for p in self.programs], self.ctx, self.expect, one)
 
     def fits(self, x: Any, j: int = 0) -> bool:
-        want = self.expect[j]
-        return bool(want) and type(x) is torch.Tensor and fits_block(x, want)
+        return type(x) is torch.Tensor and fits_block(x, self.expect[j])
 
     def hot(self, x: Any) -> torch.Tensor | None:
         """The fast path of a one-program call: a plain tensor that ``fits`` runs at once,
         differentiable and typed; else None. A plain tensor is never a traced one."""
-        want = self.expect[0]
-        if not want or type(x) is not torch.Tensor or not fits_block(x, want):
+        if type(x) is not torch.Tensor or not fits_block(x, self.expect[0]):
             return None
         if x.requires_grad and torch.is_grad_enabled():
             y = _Run.apply(self, None, x)[0]

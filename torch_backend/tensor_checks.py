@@ -1,8 +1,6 @@
-"""Everything a call checks about a tensor: its layout (dense), dtype, device and shape on
-each rank this process plays (every simulated rank under LocalTensorMode), before any
-collective. A plain tensor of a real group that matches what a bound program expects
-(``expected_block``) passes with three comparisons (``fits_block``): the fast path of a
-repeated call; any other tensor goes through every check (``check_local``)."""
+"""Everything a call checks about a tensor, before any collective: its layout, dtype, device
+and shape on each rank this process plays; a plain tensor that matches what a bound program
+expects (``expected_block``) passes with three comparisons (``fits_block``)."""
 
 from __future__ import annotations
 
@@ -23,22 +21,24 @@ from torch_backend.dtypes import dtype_name, short_name, to_torch_dtype
 from torch_backend.faults import refused
 from torch_backend.groups import MeshContext
 
-_DEVICE_TEST = {"gloo": "is_cpu", "nccl": "is_cuda"}  # check_local's device rule per backend
+# each backend's device rule: the tensor's flag, the backend's name, the fix
+_DEVICE_RULES = {
+    "gloo": ("is_cpu", "gloo", "gloo lacks all_to_all on GPU tensors: use an NCCL group, or move the tensor to CPU"),
+    "nccl": ("is_cuda", "NCCL", "move the tensor to its rank's GPU (x.cuda()), or use a gloo group for CPU tensors"),
+}
 
 
 def is_dtensor(x: Any) -> bool:
-    """Whether ``x`` is a DTensor. One exists only once torch.distributed.tensor was
-    imported: until then nothing is one, and a plain tensor's call does not pay for that
-    import (seconds: it loads sympy)."""
+    """Whether ``x`` is a DTensor, without importing torch.distributed.tensor (seconds: sympy):
+    until it is imported nothing is one."""
     cls = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
     return cls is not None and isinstance(x, cls)
 
 
 def check_tensor(x: Any, t: TensorType, ctx: MeshContext, want: tuple[Any, ...] = ()) -> torch.Tensor:
-    """``x`` against the source type ``t``: returns ``x`` (under LocalTensorMode a plain
-    tensor becomes a LocalTensor). ``want``: ``expected_block(t, ctx)``, where the caller
-    keeps it; a tensor that fits it skips the rest. A refused tensor on a real group is
-    recorded (``faults.refused``), so the ranks left waiting in their collective name this one."""
+    """``x`` against the source type ``t`` (under LocalTensorMode a plain tensor becomes a
+    LocalTensor); one that fits ``want`` (``expected_block``'s) skips the rest. A refused
+    tensor on a real group is recorded, so the ranks left in their collective name this one."""
     if want and isinstance(x, torch.Tensor) and fits_block(x, want):
         return x
     try:
@@ -54,27 +54,26 @@ def check_tensor(x: Any, t: TensorType, ctx: MeshContext, want: tuple[Any, ...] 
 
 def check_all(xs: Sequence[Any], types: Sequence[TensorType], ctx: MeshContext,
               wants: Sequence[tuple[Any, ...]] | None = None, one: bool = False) -> list[torch.Tensor]:
-    """Every tensor against its source type; the first that fails is the error, naming it
-    (``one``: a one-tensor call's, whose error names none)."""
-    if one:
-        return [check_tensor(xs[0], types[0], ctx, wants[0] if wants is not None else ())]
+    """Every tensor against its source type, the first failure naming it (``one``: none)."""
     out = []
-    for i, (x, t) in enumerate(zip(xs, types)):
+    for i, (x, t) in enumerate(zip(xs[:1] if one else xs, types)):
         try:
             out.append(check_tensor(x, t, ctx, wants[i] if wants is not None else ()))
         except SpecError as e:
+            if one:
+                raise
             raise SpecError(f"tensor {i}: {e.message}", text=e.text, pos=e.pos, hint=e.hint) from None
     return out
 
 
 def expected_block(t: TensorType, ctx: MeshContext) -> tuple[Any, ...]:
-    """(torch dtype, this rank's shape, the device flag to test or None) that pass every
-    check of ``check_local`` where one tensor is this rank's block; () where the fast test
-    does not apply (a tensor of blocks, a dtype torch cannot hold, shapes that cannot be read)."""
+    """(torch dtype, this rank's shape, the device flag to test or None) that pass every check
+    of ``check_local``; () where the fast test does not apply (a tensor of blocks, ...)."""
     if not comm.one_block(ctx):
         return ()
+    rule = _DEVICE_RULES.get(ctx.backend)
     try:
-        return to_torch_dtype(t.dtype), local_shapes(t, ctx.mesh)[ctx.rank], _DEVICE_TEST.get(ctx.backend)
+        return to_torch_dtype(t.dtype), local_shapes(t, ctx.mesh)[ctx.rank], rule[0] if rule else None
     except SpecError:
         return ()
 
@@ -86,8 +85,7 @@ def fits_block(x: torch.Tensor, want: tuple[Any, ...]) -> bool:
 
 
 def check_strided(x: torch.Tensor) -> None:
-    """A sparse (or MKL-DNN) tensor has no strides to pack from or unpack into: refused with
-    the other checks, before any collective, rather than inside the first one."""
+    """A sparse (or MKL-DNN) tensor, which has no strides to pack from, refused before any collective."""
     if x.layout is not torch.strided:
         raise SpecError(f"the tensor's layout is {x.layout}: shardc moves dense (strided) tensors only",
                         hint="pass x.to_dense(), and make it sparse again after the redistribution if needed")
@@ -103,12 +101,9 @@ def check_local(x: torch.Tensor, t: TensorType, ctx: MeshContext) -> torch.Tenso
             text=str(t), pos=0,
             hint=f"convert with x.to({to_torch_dtype(t.dtype)}) or write the type with dtype {short_name(x.dtype)}",
         )
-    if ctx.backend == "nccl" and x.device.type != "cuda":
-        raise SpecError(f"the process group uses NCCL but the tensor is on {x.device}",
-                        hint="move the tensor to its rank's GPU (x.cuda()), or use a gloo group for CPU tensors")
-    if ctx.backend == "gloo" and x.device.type != "cpu":
-        raise SpecError(f"the process group uses gloo but the tensor is on {x.device}",
-                        hint="gloo lacks all_to_all on GPU tensors: use an NCCL group, or move the tensor to CPU")
+    rule = _DEVICE_RULES.get(ctx.backend)
+    if rule is not None and not getattr(x, rule[0]):
+        raise SpecError(f"the process group uses {rule[1]} but the tensor is on {x.device}", hint=rule[2])
     shapes = local_shapes(t, ctx.mesh)  # one cached lookup: this runs on every call
     blocks = comm.blocks(ctx, x)
     if blocks is None:  # one plain tensor standing for every simulated rank's block
@@ -133,9 +128,8 @@ def check_local(x: torch.Tensor, t: TensorType, ctx: MeshContext) -> torch.Tenso
 
 
 def check_cross_block(x: object, p: CrossProgram, me: int, i: int | None) -> SpecError | None:
-    """Global rank ``me``'s block ``x`` (tensor ``i`` of a joint call) of a cross-mesh move:
-    None off the source mesh, else a tensor of its block's shape and dtype; the error, as
-    a value (the ranks agree on it before any of them raises)."""
+    """The error (a value: the ranks agree on it first) of global rank ``me``'s block ``x``
+    (tensor ``i``) of a cross-mesh move: None off the source mesh, else its block."""
     which = "" if i is None else f" (tensor {i})"
     on_src = p.src_mesh.global_ranks
     if me not in on_src:
