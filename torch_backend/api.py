@@ -76,14 +76,11 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
     timeout, or return wrong data where the collectives happen to match (docs/running.md).
 
     ``async_op=True`` (local tensors) returns a handle at once, its last collective on the
-    wire where the kind allows (an even all_gather or reduce_scatter into its output, an
-    all_reduce); ``handle.wait()`` gives the result, differentiable like the sync call.
-    Every check still runs before any collective; do not modify ``x`` before ``wait()``.
+    wire where the kind allows; ``handle.wait()`` gives the result, differentiable like the
+    sync call. Do not modify ``x`` before ``wait()``.
 
-    ``dst_mesh=`` moves the tensor to ``dst`` laid out on another mesh (over other or
-    overlapping global ranks, ``tp=2@[4,5]``): every rank of both meshes calls it, ``x``
-    None off ``mesh``, the result None off ``dst_mesh`` (``torch_backend.mesh_transfer``,
-    docs/cross_mesh.md). The ranks always agree on their checks there first.
+    ``dst_mesh=`` moves the tensor to ``dst`` on another mesh (docs/cross_mesh.md): every rank
+    of both meshes calls it, ``x`` None off ``mesh``, the result None off ``dst_mesh``.
     """
     return through_door(REDISTRIBUTE, x, src, dst, mesh, timeout, agree, async_op, dst_mesh=dst_mesh)
 
@@ -382,14 +379,9 @@ def distribute(tensor: torch.Tensor, mesh: Mesh | str | Any, t: TensorType | str
     """This rank's block of the global ``tensor`` under type ``t`` (a copy).
 
     Every rank passes the same global tensor. A P(sum) axis holds the values on its
-    coordinate 0 and zeros elsewhere (the SPMD type system's convert(R,P)); P(avg/max/min), R, I
-    and V axes hold the slice on every rank. Under LocalTensorMode the result is a
-    LocalTensor of every rank's block.
-
-    The mesh may lie over some of the world's ranks (``"fsdp=2@[0,1]"`` in a world of 4, or
-    a DeviceMesh over them): its ranks get their blocks, and any other rank is refused
-    with a SpecError, as with a DeviceMesh (a cross-mesh move's source block: see
-    docs/cross_mesh.md).
+    coordinate 0 and zeros elsewhere (convert(R,P)); P(avg/max/min), R, I and V axes hold the
+    slice on every rank. The mesh may lie over some of the world's ranks (``"fsdp=2@[0,1]"``
+    in a world of 4, or a DeviceMesh over them): any other rank is refused with a SpecError.
     """
     if not isinstance(tensor, torch.Tensor):
         raise SpecError(f"expected a torch.Tensor, got {type(tensor).__name__}",
@@ -466,8 +458,7 @@ def _compiled_dtensor_plan(dm: Any, placements: tuple[Any, ...], shape: tuple[in
 def _compiled_dtensor(x: Any, src: TensorType | str | None, dst: TensorType | str | None,
                       mesh: Mesh | str | Any | None, *, async_op: bool, timeout: Any, agree: Any) -> Any:
     """``redistribute(dtensor, ...)`` inside torch.compile: a DTensor cannot leave a traced
-    region, so the region runs on the local tensor, and the DTensor is taken apart before
-    it and rebuilt after it from constants (as DTensor's own compiled redistribute does)."""
+    region, so it is taken apart before it and rebuilt after it from constants."""
     key = _compiled_dtensor_plan(x.device_mesh, tuple(x.placements), tuple(x.shape), x.dtype, src, dst, mesh,
                                  async_op, timeout, agree)
     s, d, src_grad, placements, dst_grad = getattr(_COMPILED_PLANS, key)

@@ -1,11 +1,6 @@
 """``redistribute_many``: many tensors redistributed at once, their collectives packed.
 
     ys = torch_backend.redistribute_many(params, ["f32[1024@dp,64]", ...], ["f32[1024,64]", ...], mesh)
-
-The set is compiled jointly (``lowering.compile_many``): in each round, the steps of one
-kind over one axis set, reduce op and dtype run as one collective on one packed buffer
-(``torch_backend.packed``); the tensors may differ in shape and dtype. Every check runs
-before the first collective; differentiable, the gradients' programs run jointly too.
 """
 
 from __future__ import annotations
@@ -29,9 +24,10 @@ def redistribute_many(xs: Sequence[torch.Tensor], srcs: Sequence[TensorType | st
                       dsts: Sequence[TensorType | str], mesh: Mesh | str | Any, *,
                       timeout: timedelta | float | None = None, agree: bool | None = None,
                       async_op: bool = False, dst_mesh: Mesh | str | Any | None = None) -> Any:
-    """Redistribute ``xs[i]`` from ``srcs[i]`` to ``dsts[i]``, all on ``mesh``, jointly.
-
-    Returns the new blocks in order; the inputs are never modified. See the module docstring.
+    """Redistribute ``xs[i]`` from ``srcs[i]`` to ``dsts[i]``, all on ``mesh``, jointly
+    (``lowering.compile_many``: in each round, the steps of one kind over one axis set, reduce
+    op and dtype run as one collective on one packed buffer; the tensors may differ in shape
+    and dtype). Returns the new blocks in order, differentiable; the inputs are never modified.
     ``async_op=True`` returns a handle at once, the last round's collectives on the wire;
     ``handle.wait()`` gives the list (do not modify the inputs before it).
 
@@ -89,5 +85,4 @@ async_entries("redistribute_many", lambda srcs, dsts, mesh, **_: prepare_many(sr
 
 def prepare_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Mesh | str | Any, *,
                  timeout: timedelta | float | None = None) -> BoundCall:
-    """The tensor-independent part of ``redistribute_many``: checked, compiled and bound."""
     return bound_for(tuple(srcs), tuple(dsts), mesh, timeout)

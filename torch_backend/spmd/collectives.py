@@ -266,10 +266,8 @@ def all_gather(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = No
         B  =>  [A, B, C]         [A1]  =>  [A0, A1, A2]
         C                        [A2]
 
-    ``split_sizes``: every rank's length of dim i, in group order (blocks of any lengths,
-    not ``torch.chunk``'s: the DynamicShard ``f32[N@axis<s0,s1,..>]`` gathered).
-    ``op_dtype``: the dtype the blocks travel in (x cast before the wire); ``out_dtype``: the
-    result's (``torch_backend.spmd.precision``).
+    ``split_sizes``: every rank's length of dim i, in group order (blocks of any lengths).
+    ``op_dtype``/``out_dtype``/``backward_options`` (every collective): docs/spmd_types.md.
     """
     return typed_call("all_gather", x, axis, src, dst, mesh, size=size, at=gather_dim, op_dtype=op_dtype,
                       out_dtype=out_dtype, splits=None if split_sizes is None else (split_sizes,),
@@ -283,11 +281,7 @@ def all_reduce(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh: An
 
     ``inplace=True`` reduces ``x`` itself (a flat gradient buffer: no copy) and returns it,
     retyped; for a tensor autograd does not record (under ``torch.no_grad()``, or a ``.grad``).
-    ``op_dtype``: add in that dtype, sending x's (bf16 on the wire, fp32 sums); ``out_dtype``:
-    the result's dtype (``torch_backend.spmd.precision`` says exactly what each means).
-    ``backward_options`` (every collective takes it): ``{"op_dtype": .., "out_dtype": ..}``,
-    the options of the table's backward collective (here all_reduce(P,R)), which computes
-    the gradient."""
+    ``op_dtype``: add in that dtype, sending x's (bf16 on the wire, fp32 sums)."""
     return typed_call("all_reduce", x, axis, src, dst, mesh, inplace=inplace, op_dtype=op_dtype, out_dtype=out_dtype,
                       backward_options=backward_options)
 
@@ -303,8 +297,7 @@ def reduce_scatter(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh
         +[Ay, By, Cy]  =>  Bx + By + Bz
         +[Az, Bz, Cz]      Cx + Cy + Cz
 
-    ``op_dtype``/``out_dtype`` as for ``all_reduce``; ``split_sizes``: every rank's length of
-    dim i, in group order (the DynamicShard ``f32[N@axis<s0,s1,..>]``)."""
+    ``split_sizes``: every rank's length of dim i, in group order."""
     return typed_call("reduce_scatter", x, axis, src, dst, mesh, at=scatter_dim, op_dtype=op_dtype,
                       out_dtype=out_dtype, splits=None if split_sizes is None else (split_sizes,),
                       backward_options=backward_options)
@@ -323,8 +316,7 @@ def all_to_all(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = No
     ``input_split_sizes`` (MoE token dispatch): this rank's rows for each destination
     partition (one per rank, or k experts per rank), as a list or an int tensor, or every
     rank's row (a list of lists); ``output_split_sizes`` is checked against what arrives,
-    or, given alone, goes with even input splits (``all_to_all_single``'s default). See
-    ``torch_backend.spmd.ragged``. ``op_dtype``/``out_dtype`` as for ``all_gather``.
+    or, given alone, goes with even input splits (``all_to_all_single``'s default).
     """
     splits = None if input_split_sizes is None and output_split_sizes is None else (
         input_split_sizes, output_split_sizes)
@@ -335,8 +327,7 @@ def all_to_all(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = No
 def reinterpret(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
                 op_dtype: Any = None, out_dtype: Any = None,
                 backward_options: Any = None) -> torch.Tensor:
-    """Change the type, not the local tensor (the value may change: reinterpret(R,P) is n times
-    it); ``op_dtype``/``out_dtype``: casts before and after, as for ``all_gather``."""
+    """Change the type, not the local tensor (the value may change: reinterpret(R,P) is n times it)."""
     return typed_call("reinterpret", x, axis, src, dst, mesh, op_dtype=op_dtype, out_dtype=out_dtype,
                       backward_options=backward_options)
 
@@ -347,8 +338,6 @@ def convert(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
     """Change the type, keeping the value, without communication (slicing or zeroing locally)::
 
         convert(R, P):  [A]  =>  +[A], +[0], +[0]      convert(V, P):  A, B, C  =>  +[A,0,0], +[0,B,0], +[0,0,C]
-
-    ``op_dtype``/``out_dtype``: casts before and after, as for ``all_gather``.
     """
     return typed_call("convert", x, axis, src, dst, mesh, size=size, op_dtype=op_dtype, out_dtype=out_dtype,
                       backward_options=backward_options)
@@ -358,8 +347,7 @@ def redistribute(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = 
                  size: int | None = None, op_dtype: Any = None, out_dtype: Any = None,
                  backward_options: Any = None) -> torch.Tensor:
     """Keep the value, with one collective: V|S(i)->R|I all_gather, P->R|I all_reduce,
-    P->V|S(i) reduce_scatter, S(i)->S(j) all_to_all (``op_dtype``/``out_dtype`` as that collective's);
-    or with none, where none is needed: R|I -> R|I|V|S(i)|P and V|S(i) -> P are the ``convert``
-    (a local chunk or zero-fill: no data moves)."""
+    P->V|S(i) reduce_scatter, S(i)->S(j) all_to_all; or with none, where none is needed
+    (R|I -> R|I|V|S(i)|P and V|S(i) -> P are the ``convert``: no data moves)."""
     return typed_call("redistribute", x, axis, src, dst, mesh, size=size, op_dtype=op_dtype, out_dtype=out_dtype,
                       backward_options=backward_options)

@@ -37,9 +37,8 @@ def _axes(out_partial_axes: str | Sequence[str] | None) -> tuple[str, ...]:
 
 
 def _operands(op: str, xs: Sequence[Any], names: Sequence[str] = (), shown: str | None = None) -> None:
-    """The operands are local tensors (a DTensor is not: its type is its placements, not a
-    tag); under ``typecheck(strict=True)`` an untyped one beside typed ones is refused
-    (outside it, an untyped operand is read as R)."""
+    """The operands are local tensors (not DTensors); under ``typecheck(strict=True)`` an
+    untyped one beside typed ones is refused (outside it, one is read as R)."""
     for i, x in enumerate(xs):
         if not isinstance(x, torch.Tensor) or is_dtensor(x):
             raise SpecError(f"spmd.{op}: {names[i] if i < len(names) else f'operand {i}'} must be "
@@ -51,8 +50,7 @@ def _operands(op: str, xs: Sequence[Any], names: Sequence[str] = (), shown: str 
 
 
 def _local_op(what: str, fn: Callable[..., torch.Tensor], *xs: Any) -> torch.Tensor:
-    """``fn(*xs)`` untyped; torch's refusal of the local shapes or equation as a SpecError
-    (the types were already checked, so what is left is the blocks themselves)."""
+    """``fn(*xs)`` untyped; torch's refusal of the blocks (the types passed) as a SpecError."""
     try:
         with unchecked():
             return fn(*xs)
@@ -93,21 +91,18 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *,
 
 
 def _view(x: torch.Tensor, types: dict[str, LocalType]) -> torch.Tensor:
-    """``x``'s data as a tensor of its own, typed ``types``: how a tensor crosses the region's edge."""
     with unchecked():
         return attach(x.view_as(x), types)
 
 
 def _is_spec(spec: Any) -> bool:
-    """A leaf of in_types/out_types: the types of one tensor (a dict, a type string or a
-    jax PartitionSpec); a list or tuple nests, as the arguments it stands for do."""
+    """A leaf of in_types/out_types (a dict, a type string or a jax PartitionSpec), not a nest."""
     if isinstance(spec, (dict, str)):
         return True
     return not (spec is None or isinstance(spec, (list, tuple))) and is_jax_spec(spec)
 
 
 def _check_specs(spec: Any, what: str) -> None:
-    """Refuse, when local_map is called, a slot that is no types, None or a nest of them."""
     if spec is None or _is_spec(spec):
         return
     if isinstance(spec, (list, tuple)):
@@ -184,12 +179,9 @@ def _leave(y: torch.Tensor, spec: Any, where: str) -> torch.Tensor:
 
 def local_map(fn: Callable[..., Any], *, in_types: Sequence[Any] | None = None, out_types: Any) -> Callable[..., Any]:
     """Run ``fn`` in local SPMD on the axes the types name (shard_map per mesh axis): each
-    tensor argument must have its ``in_types`` (S(i) turns into V inside: the partition spec
-    is dropped), and each output, V inside, leaves with its ``out_types`` (the global type).
-    Without ``in_types`` the arguments' types are inferred: each enters with the types it
-    carries (in local form), unchecked, as the peer implementation's ``in_types=Infer``;
-    ``out_types`` is always stated (the design: returning to global SPMD says how each
-    output reassembles).
+    tensor argument must have its ``in_types`` (S(i) turns into V inside), and each output
+    leaves with its ``out_types`` (the global type; always stated: it says how each output
+    reassembles). Without ``in_types`` each argument enters with the types it carries.
 
     A slot is a dict ``{axis: type}`` (``S(-1)`` counts from the tensor's last dim), a type
     string or a jax ``PartitionSpec``; ``None`` for a non-tensor; a list or tuple of slots
