@@ -1,11 +1,9 @@
 """``agree=True``: before any collective of the program, the ranks compare what decides it.
 
-One all_reduce over the mesh gathers each rank's hash of its call's canonical text and
-whether its own checks failed, 8 bytes a rank. Where any differ, a second gathers a short
-description each, and every rank raises: a failed rank its own error, the others a
-SpecError naming the ranks at fault (those off the majority's call) and what they passed.
-It runs before the program is bound: binding makes the groups, where ranks with different
-programs would wait for each other.
+One all_reduce over the mesh gathers each rank's hash of its call and whether its checks
+failed, 8 bytes a rank; where any differ, a second gathers a short description each, and
+every rank raises, naming the ranks at fault. It runs before the program is bound: binding
+makes the groups, where ranks with different programs would wait for each other.
 """
 
 from __future__ import annotations
@@ -78,8 +76,8 @@ def agreed(mesh: Any, run: Callable[[Checks], T]) -> T:
 
 
 def _world_context(mesh: Any) -> MeshContext | None:
-    """Where a rank whose mesh did not resolve still agrees: the default group's world (a
-    mesh given as text or a Mesh lives there); None for a DeviceMesh or no real world."""
+    """Where a rank whose mesh did not resolve agrees: the default group's world (None for a
+    DeviceMesh, or no real world)."""
     if is_device_mesh(mesh) or local_tensor_mode() is not None or not dist.is_initialized():
         return None
     try:
@@ -151,11 +149,8 @@ def _gather_texts(ctx: MeshContext, group: GroupHandle, text: str, device: torch
     """Every rank's (call, first line of its error), cut to ``TEXT_BYTES``."""
     raw = text.encode()[:TEXT_BYTES]
     rows = _gather(ctx, group, [*raw, *bytes(TEXT_BYTES - len(raw))], torch.uint8, device).view(-1, TEXT_BYTES).cpu()
-    out = {}
-    for q, row in zip(group.members, rows):
-        call, _, err = bytes(row.tolist()).rstrip(b"\0").decode(errors="ignore").partition("\0")
-        out[q] = (call, err)
-    return out
+    texts = (bytes(row.tolist()).rstrip(b"\0").decode(errors="ignore").partition("\0") for row in rows)
+    return {q: (call, err) for q, (call, _, err) in zip(group.members, texts)}
 
 
 def _disagreement(digests: dict[int, int], texts: dict[int, tuple[str, str]]) -> tuple[str, list[int]]:

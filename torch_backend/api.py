@@ -184,7 +184,7 @@ def _redistribute_dtensor(x: Any, src: Any, dst: Any, mesh: Mesh | str | Any | N
         bound = bound_for(srcs, dsts, dm, timeout)
         local = bound.check(xs[0])
     d, m = held
-    return as_dtensor(bound.call_one(local), x.device_mesh, to_placements(d, m, strided=True)[0], x.shape,
+    return as_dtensor(bound.call([local])[0], x.device_mesh, to_placements(d, m, strided=True)[0], x.shape,
                       _grad_placements(d, m))
 
 

@@ -15,7 +15,7 @@ import torch
 
 from lowering.cross_mesh import CrossProgram
 from lowering.joint import JointProgram, Merged, plan_jointly
-from lowering.layout import group_ranks, local_shapes
+from lowering.layout import local_shapes
 from lowering.program import Program, Step
 from torch_backend import collectives, comm
 from torch_backend.autograd import backward_program
@@ -23,7 +23,7 @@ from torch_backend.cross_rounds import crossing_pieces, finish_groups, world
 from torch_backend.dtypes import to_torch_dtype
 from torch_backend.executor import aliases, build_pieces, execute
 from torch_backend.faults import CollectiveError
-from torch_backend.groups import MeshContext, context
+from torch_backend.groups import MeshContext
 from torch_backend.lean import collective_error, lean_run
 from torch_backend.packed import LAUNCHABLE, PACKED
 from torch_backend.runners import RUNNERS, Pieces
@@ -36,9 +36,8 @@ Flying = tuple[Merged, tuple[int, ...], Any, Callable[[], Any]]  # a group in fl
 
 @dataclass(eq=False)
 class BoundCall:
-    """``programs`` (one or more, one mesh) bound to ``ctx``: this process's pieces of
-    every step. ``scratch``: a prepared call's reused send/receive buffers; ``backward``:
-    each program's gradient program, which ``dual`` binds."""
+    """``programs`` (one mesh) bound to ``ctx``. ``scratch``: a prepared call's reused buffers;
+    ``backward``: each program's gradient program, which ``dual`` binds."""
 
     programs: tuple[Program, ...]
     ctx: MeshContext
@@ -175,21 +174,14 @@ class BoundCall:
         return self.across.on_src[j] if self.across is not None and step.dst_mesh is None else self.ctx
 
     def raise_failed(self, g: Merged, e: RuntimeError) -> NoReturn:
-        """A CollectiveError naming the step, the tensors, the group and who is at fault (a
-        local step's error as it is)."""
         j, i = g.members[0]
         step = self.programs[j].steps[i]
         if not step.is_collective or isinstance(e, CollectiveError):
             raise e
         ctx = self.ctx_of(j, step)
         assert ctx is not None  # the step ran here
-        if len(self.programs) == 1:
-            raise collective_error(ctx, self.program, i, step, e) from e
-        members = group_ranks(self.program.mesh, step.axes, ctx.ranks[0])
-        tensors = sorted({j for j, _ in g.members})
-        where = (f"rank {ctx.ranks[0] if len(ctx.ranks) == 1 else list(ctx.ranks)}: {step.describe()} of "
-                 f"tensor{'s' if len(tensors) > 1 else ''} {tensors} on group {list(members)}")
-        raise comm.failed(ctx, where, e, members, step.axes) from e
+        tensors = sorted({j for j, _ in g.members}) if len(self.programs) > 1 else ()
+        raise collective_error(ctx, self.program, i, step, e, tensors) from e
 
     def unaliased(self, xs: Sequence[torch.Tensor], ys: list[torch.Tensor]) -> list[torch.Tensor]:
         for j, (x, y) in enumerate(zip(xs, ys)):
@@ -198,9 +190,6 @@ class BoundCall:
         return ys
 
     # ---- calls -----------------------------------------------------------------------
-
-    def call_one(self, x: torch.Tensor) -> torch.Tensor:
-        return self.call([x])[0]
 
     def call(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Every program on its checked tensor: differentiable, the outputs typed."""
@@ -297,15 +286,13 @@ class BoundCall:
         return self.unaliased(xs, ys)
 
     def issue(self, xs: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """The first region of a compiled async call (``trace_marks.Waiting``): ``split``, each
-        collective in flight as its result before its wait (``comm.in_flight``), for the
-        user's code to wait on, and every tensor as ``split`` left it."""
+        """The first region of a compiled async call: ``split``, each collective in flight as its
+        result before its wait (``comm.in_flight``), and every tensor as ``split`` left it."""
         ys, flying = self.split([x.detach() for x in xs])
         return [comm.in_flight(work) for _, _, work, _ in flying], ys
 
     def land(self, xs: Sequence[torch.Tensor], got: tuple[list[torch.Tensor], list[torch.Tensor]]) -> list[torch.Tensor]:
-        """The second region: ``issue``'s collectives replayed, each landing its waited result
-        (``got``, in order; ``comm.landed``) in place of issuing it, then the rest."""
+        """The second region: ``issue``'s collectives replayed, landing their waited results ``got``."""
         waited, ys = iter(got[0]), list(got[1])
         flying: list[Flying] = []
         for g in self.joint.rounds[self.last_collective()]:
@@ -353,11 +340,10 @@ class BoundCall:
         return comm.rank_map(self.ctx, lambda r: torch.zeros(shapes[r], dtype=dt))
 
 
-def bind(programs: Program | Sequence[Program], ctx: MeshContext | None = None,
+def bind(programs: Program | Sequence[Program], ctx: MeshContext,
          backward: Callable[[Program], Program] = backward_program) -> BoundCall:
     """The programs with this process's pieces, its groups made."""
     ps = (programs,) if isinstance(programs, Program) else tuple(programs)
-    ctx = ctx if ctx is not None else context(ps[0].mesh)
     return BoundCall(ps, ctx, tuple(build_pieces(p, ctx) for p in ps), backward=backward)
 
 

@@ -6,7 +6,6 @@ one byte buffer per pair of ranks holding every tensor's pieces (a joint call's 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -40,8 +39,7 @@ def crossing(program: Program) -> CrossProgram:
 
 
 def cross_backward_program(p: CrossProgram) -> CrossProgram:
-    """The gradient's move: ``dual(dst)`` on the destination mesh back to ``dual(src)`` on
-    the source mesh (compiled alike on every rank, cached)."""
+    """The gradient's move: ``dual(dst)`` on the destination mesh back to ``dual(src)``."""
     return crossing(compile_gradient(p.program))
 
 
@@ -57,12 +55,7 @@ def finish_groups(p: CrossProgram, timeout: timedelta | None, backend: str) -> M
 
 def world(timeout: timedelta | None) -> MeshContext:
     """The default group's world as a one-axis mesh: where a cross-mesh call's agreement and messages run."""
-    return context(_world_mesh(dist.get_world_size()), timeout=timeout)
-
-
-@functools.lru_cache(maxsize=8)
-def _world_mesh(size: int) -> Mesh:
-    return Mesh(("world",), (size,))
+    return context(Mesh(("world",), (dist.get_world_size(),)), timeout=timeout)
 
 
 def world_sum(flags: torch.Tensor, me: int, timeout: timedelta | None, what: str) -> list[int]:
@@ -127,8 +120,7 @@ def crossing_pieces(step: Step, src_mesh: Mesh, me: int) -> CrossPieces:
 
 
 def _rounds(pieces: Sequence[CrossPieces], items: Sequence[int]) -> tuple[Round, ...]:
-    """Round k holds every crossing's k-th round: one message per peer (cached by the
-    pieces, which the lowering caches per step and rank)."""
+    """Round k holds every crossing's k-th round (cached by the pieces, which the lowering caches)."""
     key = tuple(id(p) for p in pieces)
     hit = _ROUNDS.get(key)
     if hit is not None and all(a is b for a, b in zip(hit[0], pieces, strict=True)):
@@ -181,9 +173,8 @@ PACKED["across"] = _across
 
 def _round(ctx: MeshContext, k: int, held: list[Held], outs: Sequence[tuple[Box, torch.Tensor] | None], rnd: Round,
            dtypes: Sequence[torch.dtype], device: torch.device) -> list[tuple[int, tuple[Box, torch.Tensor], bool]]:
-    """One batched round; the pieces this rank received (and whether each landed in its
-    output already). A message of one piece goes without a copy where it can: sent from
-    a contiguous block as it is, received into the contiguous run of the output it fills."""
+    """One batched round: the pieces this rank received (and whether each landed in its output:
+    a message of one piece goes without a copy where it can, either side)."""
     sends, recvs, incoming = [], [], []
     for m in rnd.sends:
         if len(m.pieces) == 1 and (t := cut(held[m.pieces[0].i], m.pieces[0].box)).is_contiguous():

@@ -5,7 +5,7 @@ dispatch, the group lookup) is the same on every call, so ``lean_run`` does it o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 import torch
@@ -18,19 +18,20 @@ from torch_backend.groups import MeshContext
 from torch_backend.runners import FAST, RUNNERS, Pieces
 from torch_backend.scratch import Scratch, using
 
-LeanRun = Callable[[torch.Tensor], torch.Tensor]
 
-
-def collective_error(ctx: MeshContext, program: Program, i: int, step: Step, e: RuntimeError) -> CollectiveError:
+def collective_error(ctx: MeshContext, program: Program, i: int, step: Step, e: RuntimeError,
+                     tensors: Sequence[int] = ()) -> CollectiveError:
+    """A failed collective step's error (``tensors``: a joint call's, which the step moves)."""
     members = group_ranks(program.mesh, step.axes, ctx.ranks[0])
-    where = (f"rank {ctx.ranks[0] if len(ctx.ranks) == 1 else list(ctx.ranks)}: step {i + 1}/{len(program)} "
-             f"{step.describe()} on group {list(members)}")
+    what = f"{step.describe()} of tensor{'s' if len(tensors) > 1 else ''} {list(tensors)}" if tensors else \
+        f"step {i + 1}/{len(program)} {step.describe()}"
+    where = f"rank {ctx.ranks[0] if len(ctx.ranks) == 1 else list(ctx.ranks)}: {what} on group {list(members)}"
     return comm.failed(ctx, where, e, members, step.axes)
 
 
 def lean_run(program: Program, ctx: MeshContext, pieces: list[Pieces],
              aliases: Callable[[MeshContext, torch.Tensor, torch.Tensor], bool],
-             scratch: Scratch | None = None) -> LeanRun | None:
+             scratch: Scratch | None = None) -> Callable[[torch.Tensor], torch.Tensor] | None:
     """``program`` on this rank's block as one function: its kind's fast runner where it has
     one, else its runner without the step loop (a result that ``aliases`` the input copied,
     as the interpreter does); None where the interpreter must run it (several steps,

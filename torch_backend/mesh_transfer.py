@@ -123,11 +123,6 @@ def resolve(x: Any, src: TensorType | str | None, dst: TensorType | str | None, 
     return [x], (src,), (dst,), meshes
 
 
-def as_given(xs: Any, srcs: Any, dsts: Any, meshes: tuple[Any, Any], _: None) -> tuple[Any, Any, Any, tuple[Any, Any]]:
-    """``redistribute_many(..., dst_mesh=)``'s inputs as given: the agreement checks them."""
-    return xs, srcs, dsts, meshes
-
-
 def agreed_across(xs: Sequence[Any], srcs: Sequence[TensorType | str | None],
                   dsts: Sequence[TensorType | str | None], meshes: tuple[Any, Any],
                   timeout: timedelta | float | None, *, one: bool) -> tuple[BoundCall, list[Any]]:
@@ -231,8 +226,7 @@ def prepare(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], 
 
 
 def check_prepared_grad(bound: BoundCall, xs: list[Any], many: bool) -> None:
-    """A prepared call's blocks against the bound it runs (with a gradient or without): on
-    the source mesh, each requires grad exactly where the call carries one."""
+    """On the source mesh, a prepared call's blocks require grad exactly where its bound carries one."""
     assert bound.across is not None
     carries, me, p = any(b is not None for b in bound.across.backs), bound.ctx.rank, bound.program
     if me not in p.mesh.global_ranks or all(_wants_grad(x) == carries for x in xs):
@@ -256,8 +250,7 @@ def _wants_grad(x: object) -> bool:
 
 
 def _check_grad(x: object, p: CrossProgram) -> SpecError | None:
-    """Where this rank's block carries a gradient: the backward exists (the SPMD type
-    system's duals; no P(max)/P(min)) and compiles."""
+    """Where this rank's block carries a gradient, the backward compiles (no P(max)/P(min))."""
     if not _wants_grad(x):
         return None
     try:
@@ -271,14 +264,12 @@ GRAD_MODE = 1  # the bit of a rank's grad code (``_grad_code``) that says grad m
 
 
 def _pattern(wants: Sequence[bool]) -> int:
-    """A hash of which blocks require grad (0: none does)."""
     key = "".join("1" if w else "0" for w in wants).encode()
     return int.from_bytes(hashlib.blake2b(key, digest_size=7).digest(), "big") if any(wants) else 0
 
 
 def _grad_code(wants: Sequence[bool]) -> int:
-    """What a rank tells the agreement about gradients: whether grad mode is on, and above
-    that bit which of its blocks require grad (``_pattern``)."""
+    """What a rank tells the agreement: grad mode, and above that bit which blocks require grad."""
     return (GRAD_MODE if torch.is_grad_enabled() else 0) | _pattern(wants) << 1
 
 

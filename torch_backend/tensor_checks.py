@@ -155,10 +155,9 @@ def check_cross_block(x: object, p: CrossProgram, me: int, i: int | None) -> Spe
 
 
 def check_dtensor_source(stated: TensorType, text: str | None, actual: TensorType, m: Mesh) -> TensorType:
-    """The stated source type of a DTensor that is ``actual``, if it describes the same layout
-    (the same blocks: a size-1 mesh axis may sit anywhere in a dim's order; the same pending
-    reduction, dtype and shape); else a SpecError. R may stand where DTensor says Replicate
-    (it asks for a partial gradient), so the stated type is the one used."""
+    """The stated source type of a DTensor that is ``actual``, if it has the same blocks, pending
+    reduction, dtype and shape; else a SpecError. R may stand where DTensor says Replicate (it
+    asks for a partial gradient), so the stated type is the one used."""
     lowering.check_type(stated, m, text=text)
     if not (stated.dtype == actual.dtype and stated.shape == actual.shape
             and {a: at for a, at in stated.axis_types if at.kind in ("P", "V")}

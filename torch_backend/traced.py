@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any, TypeVar
 
 import torch.utils._pytree as pytree
@@ -25,14 +26,12 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 class TracedSpecError(SpecError, IndexError):
-    """A SpecError raised while torch.compile traces a call: the same message, caret and
-    hint, caught by ``except SpecError`` (and ``ValueError``) like the eager call's.
+    """A SpecError raised while torch.compile traces a call, caught like the eager call's.
 
     It is an IndexError too because that is the one exception dynamo lets out of a traced
     call as it is (torch 2.13: ``torch._dynamo.utils.run_node`` re-raises an IndexError
     from a traced region, and ``convert_frame`` passes it on); any other error becomes
-    dynamo's own (``Unsupported output type ...`` from a ``nonstrict_trace`` region,
-    ``InternalTorchDynamoError`` from an ``assume_constant_result`` one)."""
+    dynamo's own (``Unsupported output type ...``, ``InternalTorchDynamoError``)."""
 
 
 def refusing(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -62,10 +61,8 @@ for _cls in _OPAQUE:
     if not is_opaque_type(_cls):
         _cls.__fx_repr__ = _fx_repr
         register_opaque_type(_cls, typ="value")
-try:
+with suppress(ValueError):  # registered already
     pytree.register_constant(TensorType)
-except ValueError:  # registered already
-    pass
 
 
 def entry(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -94,10 +91,8 @@ def run_region(name: str, args: Any, kwargs: Any) -> Any:
 
 
 class Ready:
-    """``async_op=True`` inside a compiled region where the call cannot be split (several
-    programs, no collective left in flight): its collectives are functional ops in the
-    graph, each followed by its ``wait_tensor``, which the compiler places; ``wait()``
-    gives the result."""
+    """``async_op=True`` inside a compiled region where the call cannot be split: its
+    collectives' ``wait_tensor`` are in the graph, where the compiler places them."""
 
     def __init__(self, value: Any) -> None:
         self.value = value
@@ -107,19 +102,15 @@ class Ready:
 
 
 def constant_result(fn: _F) -> _F:
-    """``torch.compiler.assume_constant_result`` without importing dynamo: the mark it sets
-    on ``fn``, read when a trace reaches a call of ``fn`` (``tests/test_first_call.py``
-    checks that the two agree)."""
+    """``torch.compiler.assume_constant_result`` without importing dynamo (the mark it sets)."""
     fn._dynamo_marked_constant = True  # type: ignore[attr-defined]
     return fn
 
 
 @constant_result
 def refuse(message: str, hint: str) -> bool:
-    """Raise ``SpecError(message, hint=hint)`` from code dynamo traces (a check of a public
-    call's argument, ``spmd.use_mesh``'s): run at trace time, outside the trace, since dynamo
-    can neither build a SpecError (its constructor calls ``super().__init__``) nor pass a
-    raised one on."""
+    """Raise ``SpecError(message, hint=hint)`` from code dynamo traces: at trace time, outside
+    the trace, since dynamo can neither build a SpecError nor pass a raised one on."""
     raise TracedSpecError(message, hint=hint)
 
 

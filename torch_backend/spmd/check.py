@@ -321,8 +321,7 @@ def _matmul_types(name: str, tensors: list) -> dict:
 
 
 def no_typecheck() -> AbstractContextManager[None]:
-    """Run the scope's torch ops outside ``typecheck()`` (their results are untyped: type
-    them with ``spmd.assert_type`` where they re-enter the checked code)."""
+    """Run the scope's torch ops outside ``typecheck()`` (their results untyped)."""
     return unchecked()
 
 

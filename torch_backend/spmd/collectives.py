@@ -41,8 +41,8 @@ from torch_backend.type_tags import SIZES, UNCHECKED, attach, unchecked
 
 def _src_size(x: torch.Tensor, src: LocalType, group: tuple[str, ...], ctx: MeshContext,
               shapes: dict[int, tuple[int, ...]], size: int | None) -> int | None:
-    """The global length of the dim an S(i) source splits: given, recorded by the call that
-    made ``x``, the group's blocks added up (LocalTensorMode sees them all), or n blocks."""
+    """The global length of the dim an S(i) source splits: given, recorded on ``x``, the group's
+    blocks added up (LocalTensorMode), or n blocks."""
     if src.kind != "S":
         return None
     i = src.dim
@@ -80,8 +80,7 @@ class Typed:
 
 def typed_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: Any = None,
                **options: Any) -> torch.Tensor:
-    """``op(x, axis, src, dst)`` through the door sequence (compile time or eager, then
-    ``_checked_run``); the result carries its type."""
+    """``op(x, axis, src, dst)`` through the door sequence; the result carries its type."""
     return through_door(TYPED, x, Typed(op, axis, src, dst, **options), None, mesh, None, None, False)
 
 
@@ -112,8 +111,7 @@ def _traced_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: 
 
 
 def _checked_run(x: torch.Tensor, call: Typed, _: None, mesh: Any) -> torch.Tensor:
-    """The typed collective's own checks (the pair, the options, strict mode; the axes, shapes
-    and program in ``_run``), then its run."""
+    """The typed collective's own checks (the axes, shapes and program in ``_run``), then its run."""
     op, splits = call.op, call.splits
     if not isinstance(x, torch.Tensor):
         raise SpecError(f"spmd.{op} needs a tensor, got {type(x).__name__}")

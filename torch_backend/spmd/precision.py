@@ -37,15 +37,13 @@ def as_dtype(d: Any, what: str) -> torch.dtype | None:
 
 def wire_dtype(routed: str, x_dtype: torch.dtype, op_dtype: torch.dtype | None,
                out_dtype: torch.dtype | None) -> torch.dtype:
-    """The dtype the program of ``routed`` sends (for a move that adds nothing, the narrower of
-    x's and ``out_dtype`` where no ``op_dtype``: a cast before the wire sends fewer bytes)."""
-    if routed not in REDUCING:
-        if op_dtype is not None:
-            return op_dtype
-        return out_dtype if out_dtype is not None and out_dtype.itemsize < x_dtype.itemsize else x_dtype
-    if op_dtype is None or op_dtype.itemsize > x_dtype.itemsize:
-        return x_dtype
-    return op_dtype
+    """The dtype the program of ``routed`` sends: ``op_dtype`` unless a reduction's is wider than
+    x's; else, for a move that adds nothing, the narrower of x's and ``out_dtype`` (fewer bytes)."""
+    if op_dtype is not None and (routed not in REDUCING or op_dtype.itemsize <= x_dtype.itemsize):
+        return op_dtype
+    if routed not in REDUCING and out_dtype is not None and out_dtype.itemsize < x_dtype.itemsize:
+        return out_dtype
+    return x_dtype
 
 
 def check_options(op: str, routed: str, src: LocalType, x: torch.Tensor, op_dtype: torch.dtype | None,
