@@ -12,8 +12,6 @@ from typing import Any
 
 import torch
 
-from lowering.joint import check_type_lists
-from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from torch_backend import mesh_transfer, traced
 from torch_backend.api import Door, async_entries, bound_for, hot_bound, text_key, through_door
@@ -60,14 +58,7 @@ def _fast(xs: Any, srcs: Any, dsts: Any, mesh: Any, _: Any) -> Any:
 
 def _resolve(xs: Any, srcs: Any, dsts: Any, mesh: Any,
              _: Any) -> tuple[list[Any], tuple[Any, ...], tuple[Any, ...], Any]:
-    if isinstance(xs, torch.Tensor) or not isinstance(xs, Sequence):
-        raise SpecError("redistribute_many takes a sequence of tensors",
-                        hint="pass a list, e.g. redistribute_many([x, y], [src_x, src_y], [dst_x, dst_y], mesh)")
-    check_type_lists("redistribute_many", srcs, dsts,
-                     "redistribute_many([x], ['f32[8@dp]'], ['f32[8]'], 'dp=2'); for one tensor, redistribute")
-    if not (len(xs) == len(srcs) == len(dsts)) or not xs:
-        raise SpecError(f"got {len(xs)} tensors, {len(srcs)} source types and {len(dsts)} destination types",
-                        hint="pass one source and one destination type per tensor (at least one)")
+    mesh_transfer.check_lists(xs, srcs, dsts)
     return list(xs), tuple(srcs), tuple(dsts), mesh
 
 

@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 import lowering
 from lowering.cross_mesh import CrossProgram
+from lowering.joint import check_type_lists
 from lowering.placements import from_placements, to_placements
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
@@ -136,13 +137,7 @@ def agreed_across(xs: Sequence[Any], srcs: Sequence[TensorType | str | None],
     calls: list[CrossMove] = []
     locals_: list[torch.Tensor | None] = []
     try:
-        if isinstance(xs, torch.Tensor) or not isinstance(xs, Sequence):
-            raise SpecError("redistribute_many takes a sequence of tensors (None off the source mesh)",
-                            hint="pass a list, e.g. redistribute_many([x, y], [src_x, src_y], [dst_x, dst_y], "
-                                 "mesh, dst_mesh=...)")
-        if not (len(xs) == len(srcs) == len(dsts)) or not xs:
-            raise SpecError(f"got {len(xs)} tensors, {len(srcs)} source types and {len(dsts)} destination types",
-                            hint="pass one source and one destination type per tensor (at least one)")
+        check_lists(xs, srcs, dsts, across=True)
         for i, (x, s, d) in enumerate(zip(xs, srcs, dsts, strict=True)):
             call, local = _resolve(x, s, d, mesh, dst_mesh, me)  # its SpecError wins over a check's below
             calls.append(call)
@@ -159,6 +154,19 @@ def agreed_across(xs: Sequence[Any], srcs: Sequence[TensorType | str | None],
     carries = _carries_grad(codes, wants, programs[0], me, device, timeout)
     backs = [cross_backward_program(p) if c else None for p, c in zip(programs, carries, strict=True)]
     return _bind(programs, backs, device, timeout, [c.out_mesh for c in calls]), locals_
+
+
+def check_lists(xs: Any, srcs: Any, dsts: Any, across: bool = False) -> None:
+    """``redistribute_many``'s arguments: a sequence of tensors, lists of types, a pair a tensor."""
+    if isinstance(xs, torch.Tensor) or not isinstance(xs, Sequence):
+        raise SpecError("redistribute_many takes a sequence of tensors" + (" (None off the source mesh)" if across else ""),
+                        hint="pass a list, e.g. redistribute_many([x, y], [src_x, src_y], [dst_x, dst_y], mesh"
+                             + (", dst_mesh=...)" if across else ")"))
+    check_type_lists("redistribute_many", srcs, dsts,
+                     "redistribute_many([x], ['f32[8@dp]'], ['f32[8]'], 'dp=2'); for one tensor, redistribute")
+    if not (len(xs) == len(srcs) == len(dsts)) or not xs:
+        raise SpecError(f"got {len(xs)} tensors, {len(srcs)} source types and {len(dsts)} destination types",
+                        hint="pass one source and one destination type per tensor (at least one)")
 
 
 def _resolve(x: Any, src: TensorType | str | None, dst: TensorType | str | None, mesh: Any, dst_mesh: Any,
