@@ -1,19 +1,9 @@
 """``agree=True``: before any collective of the program, the ranks compare what decides it.
 
-Each rank hashes the canonical text of its call (the types as the one printer writes
-them, the mesh and its global ranks, the tensors' device kind); one all_reduce over the
-whole mesh's group gathers every rank's hash and whether its own checks failed, 8 bytes
-a rank (a rank whose checks failed takes part too, marked as failed). When every rank
-passed and every hash is equal, the call goes on. Otherwise all of them take a second
-gather, of a short description each, and every rank raises: a rank that failed its
-checks its own error, the others a SpecError that names the ranks at fault (those whose
-call differs from the majority's; without a majority, every group of ranks with its
-call) and what they passed.
-
-The agreement runs before the program is bound: binding creates the process groups of
-the program's steps, and ranks with different programs would wait there for each other.
-A cross-mesh call agrees the same way, over the whole world (``lead`` names it in the
-messages), gathering one more int a rank (``extra``: which blocks require grad).
+One all_reduce over the mesh gathers each rank's hash of its call and whether its checks
+failed, 8 bytes a rank; where any differ, a second gathers a short description each, and
+every rank raises, naming the ranks at fault. It runs before the program is bound: binding
+makes the groups, where ranks with different programs would wait for each other.
 """
 
 from __future__ import annotations
@@ -42,8 +32,7 @@ HINT = "every rank of the mesh passes the same types and mesh, and its own block
 
 
 def describe(pairs: Sequence[tuple[TensorType, TensorType]], ctx: MeshContext, xs: Sequence[Any] = ()) -> str:
-    """The canonical text of a call (its pairs of types on ``ctx``'s mesh, with tensors
-    ``xs``): what the ranks must agree on."""
+    """The canonical text of a call: what the ranks must agree on."""
     kinds = tuple(sorted({str(getattr(getattr(x, "device", None), "type", type(x).__name__)) for x in xs}))
     return _call_text(tuple(pairs), ctx.mesh, ctx.to_global, kinds, len(xs) > 1)
 
@@ -59,19 +48,16 @@ def _call_text(pairs: tuple[tuple[TensorType, TensorType], ...], mesh: Mesh, to_
 
 @dataclass
 class Checks:
-    """What a rank's checks found, as far as they got (filled in as they go, so a rank that
-    fails half-way still says what it can): its context and its call's description."""
+    """What a rank's checks found, filled in as they go (a rank failing half-way still says what it can)."""
 
     ctx: MeshContext | None = None
     call: str | None = None
 
 
 def agreed(mesh: Any, run: Callable[[Checks], T]) -> T:
-    """``run(found)``: this rank's checks (setting ``found.ctx`` once the mesh resolved and
-    ``found.call`` once the call is described); then the agreement with the other ranks
-    of the mesh. Returns what ``run`` returned once every rank passed and all describe
-    the same call; otherwise raises on every rank (see the module docstring). ``mesh``
-    (the call's) says where a rank whose mesh did not resolve agrees."""
+    """``run(found)``, this rank's checks, then the agreement with the other ranks of the mesh:
+    what ``run`` returned once every rank passed with the same call, else an error on every
+    rank. ``mesh``: where a rank whose mesh did not resolve agrees."""
     found = Checks()
     out: Any = None
     error: BaseException | None = None
@@ -90,8 +76,8 @@ def agreed(mesh: Any, run: Callable[[Checks], T]) -> T:
 
 
 def _world_context(mesh: Any) -> MeshContext | None:
-    """Where a rank whose mesh did not resolve still agrees: the default group's world (a
-    mesh given as text or a Mesh lives there); None for a DeviceMesh or no real world."""
+    """Where a rank whose mesh did not resolve agrees: the default group's world (None for a
+    DeviceMesh, or no real world)."""
     if is_device_mesh(mesh) or local_tensor_mode() is not None or not dist.is_initialized():
         return None
     try:
@@ -102,11 +88,9 @@ def _world_context(mesh: Any) -> MeshContext | None:
 
 def compare_gathering(ctx: MeshContext, call: str | None, error: BaseException | None, extra: int | None, *,
                       lead: str = "agree=True", hint: str = HINT) -> tuple[BaseException | None, dict[int, int]]:
-    """One gather of (hash of ``call``, failed?, and ``extra``, an int64 where not None) over
-    the mesh; on any difference a second of each rank's description, and an error on
-    every rank: a SpecError naming the ranks at fault, or, on a rank that failed its
-    checks, the ``error`` to raise (with what the others passed where the calls differ).
-    Returns the error to raise (None: every rank agrees) and each member's extra.
+    """The agreement over ``ctx``'s mesh, carrying one more int64 a rank where ``extra`` is not
+    None (a cross-mesh call's grad code): the error to raise (None: every rank agrees; a
+    failed rank's own ``error``, with what the others passed), and each member's extra.
     ``lead`` and ``hint``: what the messages call the agreement, and how to fix it."""
     group = ctx.group(ctx.mesh.names, ctx.rank)
     device = torch.device("cuda", torch.cuda.current_device()) if ctx.backend == "nccl" else torch.device("cpu")
@@ -148,8 +132,7 @@ def _digest(call: str | None) -> int:
 
 def _gather(ctx: MeshContext, group: GroupHandle, mine: Sequence[int], dtype: torch.dtype,
             device: torch.device) -> torch.Tensor:
-    """Every member's row ``mine``, in the group's order: an all_reduce (sum) of a table in
-    which each rank fills its own row."""
+    """Every member's row ``mine``, in group order: a summed table, each rank's row its own."""
     k = len(mine)
     table = torch.zeros(k * len(group.members), dtype=dtype)
     at = group.members.index(ctx.rank) * k
@@ -166,16 +149,13 @@ def _gather_texts(ctx: MeshContext, group: GroupHandle, text: str, device: torch
     """Every rank's (call, first line of its error), cut to ``TEXT_BYTES``."""
     raw = text.encode()[:TEXT_BYTES]
     rows = _gather(ctx, group, [*raw, *bytes(TEXT_BYTES - len(raw))], torch.uint8, device).view(-1, TEXT_BYTES).cpu()
-    out = {}
-    for q, row in zip(group.members, rows):
-        call, _, err = bytes(row.tolist()).rstrip(b"\0").decode(errors="ignore").partition("\0")
-        out[q] = (call, err)
-    return out
+    texts = (bytes(row.tolist()).rstrip(b"\0").decode(errors="ignore").partition("\0") for row in rows)
+    return {q: (call, err) for q, (call, _, err) in zip(group.members, texts)}
 
 
 def _disagreement(digests: dict[int, int], texts: dict[int, tuple[str, str]]) -> tuple[str, list[int]]:
-    """A sentence on who passed what, where the described calls differ ('' where they do
-    not), and the ranks whose call differs from the majority's (every rank if there is none)."""
+    """Who passed what where the calls differ ('' where not), and the ranks off the majority's
+    call (every rank without one)."""
     counts = Counter(digests.values()).most_common()
     if len(counts) < 2:
         return "", []
@@ -197,7 +177,6 @@ def _ranks(qs: Sequence[int]) -> str:
 
 
 def _with_note(error: BaseException, note: str, lead: str) -> BaseException:
-    """This rank's own error, with what the others passed (in a SpecError's message)."""
     line = f"({lead}: {note})"
     if isinstance(error, SpecError):
         return SpecError(f"{error.message}\n{line}", text=error.text, pos=error.pos, hint=error.hint,

@@ -1,21 +1,13 @@
 """The public entry points ``redistribute`` and ``distribute``, the one door sequence every
-public call runs (``through_door``), and the one cache of bound calls.
-
-Everything about a call is checked before the first collective: the types parse and
-fit the mesh, the program compiles, the world matches the mesh, and the tensor's dtype,
-device and local shape match the source type for this rank. A call wrong in the same way
-on every rank therefore fails on every rank at once, with a SpecError that says how to
-fix it. A call that differs between ranks fails only where it is wrong, and the others
-stop at the collective timeout, unless ``agree=True`` (or ``SHARDC_AGREE=1``): then the
-ranks compare their calls before any collective (``torch_backend.agree``: one
-all_reduce of 8 bytes per rank), and every rank fails at once, naming the ranks at
-fault. The input tensor is never modified.
+public call runs (``through_door``), and the one cache of bound calls. Everything about a
+call is checked before the first collective, so a call wrong in the same way on every
+rank fails on every rank at once (``agree=True``: one wrong on some ranks too); the input
+tensor is never modified.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -32,8 +24,7 @@ import lowering
 from lowering.caching import anchored_get, anchored_put, on_clear
 from lowering.checks import check_flag, check_same_global
 from lowering.kinds.local import keeps_values
-from lowering.layout import boxes
-from lowering.placements import as_mesh, from_placements, placement_specs, to_placements
+from lowering.placements import as_mesh, from_placements, to_placements
 from lowering.program import Program
 from spec_lang.dual import dual_type
 from spec_lang.errors import SpecError
@@ -46,7 +37,7 @@ from torch_backend.bound import BoundCall, bind, joined
 from torch_backend.comm import rank_map
 from torch_backend.dtypes import check_reductions, dtype_name, short_name, to_torch_dtype
 from torch_backend.groups import MeshContext, context, real_world
-from torch_backend.tensor_checks import check_all, check_strided, is_dtensor
+from torch_backend.tensor_checks import as_dtensor, check_all, check_dtensor_source, check_strided, is_dtensor
 
 __all__ = ["ACROSS", "Door", "async_entries", "bound_for", "bound_program", "distribute", "hot_bound", "redistribute",
            "text_key", "through_door"]
@@ -80,21 +71,16 @@ def redistribute(x: torch.Tensor, src: TensorType | str, dst: TensorType | str |
     the groups this call creates (seconds or a timedelta).
 
     ``agree=True`` (or ``SHARDC_AGREE=1``) adds one small all_reduce before the program
-    (``torch_backend.agree``), so that a call wrong on *some* ranks only fails on every rank
-    at once, each naming the ranks at fault. It is off by default: a call wrong the same
-    way everywhere fails everywhere without it, and it costs a latency on every call.
-    Without it, ranks that pass different types or meshes fail at the collective timeout,
-    or, where the collectives happen to match, return wrong data (see docs/running.md).
+    (``torch_backend.agree``), so that a call wrong on *some* ranks fails on every rank at
+    once, each naming the ranks at fault; without it such ranks fail at the collective
+    timeout, or return wrong data where the collectives happen to match (docs/running.md).
 
     ``async_op=True`` (local tensors) returns a handle at once, its last collective on the
-    wire where the kind allows (an even all_gather or reduce_scatter into its output, an
-    all_reduce); ``handle.wait()`` gives the result, differentiable like the sync call.
-    Every check still runs before any collective; do not modify ``x`` before ``wait()``.
+    wire where the kind allows; ``handle.wait()`` gives the result, differentiable like the
+    sync call. Do not modify ``x`` before ``wait()``.
 
-    ``dst_mesh=`` moves the tensor to ``dst`` laid out on another mesh (over other or
-    overlapping global ranks, ``tp=2@[4,5]``): every rank of both meshes calls it, ``x``
-    None off ``mesh``, the result None off ``dst_mesh`` (``torch_backend.mesh_transfer``,
-    docs/cross_mesh.md). The ranks always agree on their checks there first.
+    ``dst_mesh=`` moves the tensor to ``dst`` on another mesh (docs/cross_mesh.md): every rank
+    of both meshes calls it, ``x`` None off ``mesh``, the result None off ``dst_mesh``.
     """
     return through_door(REDISTRIBUTE, x, src, dst, mesh, timeout, agree, async_op, dst_mesh=dst_mesh)
 
@@ -120,9 +106,7 @@ class Door:
 
 def through_door(door: Door, x: Any, src: Any, dst: Any, mesh: Any, timeout: timedelta | float | None,
                  agree: bool | None, async_op: bool, dst_mesh: Any = None, bound: BoundCall | None = None) -> Any:
-    """The one door sequence of every public call: another mesh, compile time or eager, the
-    fast path, the inputs resolved, this rank's checks (agreed with the other ranks where
-    the call agrees), sync or async, the run."""
+    """The one door sequence of every public call (its steps in order, below)."""
     if type(async_op) is not bool:  # its truthiness would decide silently
         check_flag(async_op, "async_op", "async_op=True returns a handle whose wait() gives the result")
     if dst_mesh is not None and door.across is not None:
@@ -200,7 +184,8 @@ def _redistribute_dtensor(x: Any, src: Any, dst: Any, mesh: Mesh | str | Any | N
         bound = bound_for(srcs, dsts, dm, timeout)
         local = bound.check(xs[0])
     d, m = held
-    return _as_dtensor(bound.call_one(local), x, to_placements(d, m, strided=True)[0], _grad_placements(d, m))
+    return as_dtensor(bound.call([local])[0], x.device_mesh, to_placements(d, m, strided=True)[0], x.shape,
+                      _grad_placements(d, m))
 
 
 def _dtensor_call(src: Any, dst: Any, async_op: bool) -> tuple[TensorType | str | None, TensorType | str]:
@@ -238,10 +223,8 @@ traced.entry("redistribute")(redistribute)
 
 
 def async_entries(name: str, bound_of: Callable[..., BoundCall]) -> None:
-    """``async_op=True`` of the traced call ``name`` inside torch.compile, in two regions
-    around the user's wait (``trace_marks.Waiting``): ``name.splits``, ``name.start``
-    (``BoundCall.issue``) and ``name.finish`` (``land``), each on the bound call
-    ``bound_of`` gives for the call's arguments but its tensor (one, or a list)."""
+    """``async_op=True`` of the traced call ``name`` inside torch.compile (``trace_marks.Waiting``),
+    on the bound call ``bound_of`` gives for the call's arguments but its tensor (one, or a list)."""
     def checked(bound: BoundCall, x: Any) -> list[torch.Tensor]:
         return bound.checked([x] if isinstance(x, torch.Tensor) else x, isinstance(x, torch.Tensor))
 
@@ -287,9 +270,8 @@ def text_key(srcs: tuple[Any, ...], dsts: tuple[Any, ...], mesh: str) -> tuple[A
 def bound_for(srcs: tuple[TensorType | str, ...], dsts: tuple[TensorType | str, ...], mesh: Mesh | str | Any,
               timeout: timedelta | float | None = None, *, ctx: MeshContext | None = None,
               programs: tuple[Program, ...] | None = None) -> BoundCall:
-    """The bound call of ``srcs[i] -> dsts[i]`` on ``mesh`` (every tensor-independent check,
-    the programs, their pieces and groups), from the cache where an earlier call made it.
-    ``ctx`` and ``programs``: where the caller has them already (an agreeing call)."""
+    """The bound call of ``srcs[i] -> dsts[i]`` on ``mesh``, from the cache where an earlier
+    call made it. ``ctx`` and ``programs``: where the caller has them already (an agreeing call)."""
     def bound() -> BoundCall:
         return _bound_on(srcs, dsts, ctx if ctx is not None else context(mesh, timeout=timeout), programs)
 
@@ -332,10 +314,8 @@ def _cached(key: Any, anchor: Any, make: Callable[[], BoundCall]) -> BoundCall:
 
 def checked_program(src: TensorType | str, dst: TensorType | str, ctx: MeshContext, *,
                     bindable: bool = False) -> Program:
-    """Both types parsed and checked against the mesh and each other, and their program:
-    every tensor-independent check of a call but the binding's (pure: no communication);
-    ``bindable``: the binding's too (a reduction torch cannot add), as a call that agrees
-    runs them all before the agreement."""
+    """Every tensor-independent check of a call (pure: no communication) and its program;
+    ``bindable``: the binding's too (a reduction torch cannot add), for a call that agrees."""
     s, d = _type(src, "source"), _type(dst, "destination")
     s_text = src if isinstance(src, str) else None
     d_text = dst if isinstance(dst, str) else None
@@ -352,11 +332,10 @@ def agreed_bound(xs: Sequence[Any] | None, srcs: tuple[TensorType | str, ...], d
                  mesh: Mesh | str | Any, timeout: timedelta | float | None, *, bound: BoundCall | None = None,
                  resolve: Callable[[], tuple[list[Any], tuple[Any, ...], tuple[Any, ...]]] | None = None,
                  ) -> tuple[BoundCall, list[torch.Tensor]]:
-    """The agreement's part of every door that agrees: this rank's checks (each type
-    checked and compiled once, or the bound call of an earlier call, or ``bound``: a
-    prepared call's), the agreement, and only then the bound call, whose groups are made
-    now that every rank runs the same programs. ``xs``: the tensors (None: no tensor yet);
-    ``resolve``: what gives the tensors and types instead, a check of the agreement (a DTensor's)."""
+    """This rank's checks, the agreement, and only then the bound call (``bound``: a
+    prepared call's), whose groups are made once every rank runs the same programs.
+    ``xs``: the tensors (None: none yet); ``resolve``: what gives them and the types
+    instead, inside the agreement (a DTensor's)."""
     got: list[Any] = []
 
     def run(found: Checks) -> list[torch.Tensor]:
@@ -385,13 +364,8 @@ on_clear(_AGREE.clear)
 
 
 def agreeing(agree: object = None) -> bool:
-    """Whether a call agrees: ``agree`` as given (None, True or False, else a SpecError naming
-    it), else ``SHARDC_AGREE`` (not empty, not ``0``).
-
-    The variable is read once per process, at the first call (an environment lookup on
-    every call costs more than the rest of the check); after changing it in a running
-    process, call ``torch_backend.clear_caches()`` to have it read again.
-    """
+    """``agree`` as given, else ``SHARDC_AGREE`` (not empty, not ``0``), read once per process
+    (a lookup per call costs more than the rest of the check; ``clear_caches()`` rereads it)."""
     if agree is not None:
         return bool(check_flag(agree, "agree", "pass agree=True for the ranks to compare their calls before any "
                                "collective (a call that differs on some ranks fails on all of them), False to skip "
@@ -405,14 +379,9 @@ def distribute(tensor: torch.Tensor, mesh: Mesh | str | Any, t: TensorType | str
     """This rank's block of the global ``tensor`` under type ``t`` (a copy).
 
     Every rank passes the same global tensor. A P(sum) axis holds the values on its
-    coordinate 0 and zeros elsewhere (the SPMD type system's convert(R,P)); P(avg/max/min), R, I
-    and V axes hold the slice on every rank. Under LocalTensorMode the result is a
-    LocalTensor of every rank's block.
-
-    The mesh may lie over some of the world's ranks (``"fsdp=2@[0,1]"`` in a world of 4, or
-    a DeviceMesh over them): its ranks get their blocks, and any other rank is refused
-    with a SpecError, as with a DeviceMesh (a cross-mesh move's source block: see
-    docs/cross_mesh.md).
+    coordinate 0 and zeros elsewhere (convert(R,P)); P(avg/max/min), R, I and V axes hold the
+    slice on every rank. The mesh may lie over some of the world's ranks (``"fsdp=2@[0,1]"``
+    in a world of 4, or a DeviceMesh over them): any other rank is refused with a SpecError.
     """
     if not isinstance(tensor, torch.Tensor):
         raise SpecError(f"expected a torch.Tensor, got {type(tensor).__name__}",
@@ -439,31 +408,21 @@ def distribute(tensor: torch.Tensor, mesh: Mesh | str | Any, t: TensorType | str
     return rank_map(ctx, piece, *([tensor.detach()] if local else []))
 
 
-def _as_dtensor(y: torch.Tensor, x: Any, placements: Any, grad_placements: Any) -> Any:
-    """``y`` as a DTensor of ``x``'s DeviceMesh and global shape, laid out by ``placements``.
-    Its incoming gradient must have ``grad_placements`` (dual(dst)'s layout: a P(sum) where
-    dst says R), which is what the backward program expects; DTensor would otherwise
-    normalize it to Replicate."""
-    from torch.distributed.tensor import DTensor
-
-    shape = tuple(x.shape)
-    stride = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
-    return DTensor.from_local(y, x.device_mesh, placements, run_check=False, shape=torch.Size(shape), stride=stride,
-                              grad_placements=grad_placements)
-
-
 def _dtensor_types(dm: Any, placements: tuple[Any, ...], shape: tuple[int, ...], dtype: torch.dtype, x: Any,
                    src: TensorType | str | None, dst: TensorType | str, mesh: Mesh | str | Any | None,
                    ) -> tuple[TensorType, TensorType, Mesh]:
     """The source type (read from the DTensor's placements, or the stated one if it agrees),
     the destination type and the mesh of ``redistribute(dtensor, ...)``."""
     m = as_mesh(dm)
-    if mesh is not None:
-        _check_dtensor_mesh(mesh, dm, m)
+    stated = as_mesh(mesh) if mesh is not None else m
+    if stated != m or hasattr(mesh, "mesh") and mesh is not dm and mesh != dm:  # a DeviceMesh must be its own
+        raise SpecError(f"the mesh {stated} does not match the DTensor's DeviceMesh {m}",
+                        text=mesh if isinstance(mesh, str) else str(stated), pos=0,
+                        hint="drop mesh= (a DTensor carries its mesh), or pass the DTensor's own device_mesh")
     order = _shard_order(x) if x is not None else {}
     s = from_placements(placements, m, shape, dtype, shard_order=order or None)
     if src is not None:
-        s = _check_dtensor_source(src, s, m)
+        s = check_dtensor_source(_type(src, "source"), src if isinstance(src, str) else None, s, m)
     return s, _type(dst, "destination"), m
 
 
@@ -481,10 +440,8 @@ on_clear(lambda: _COMPILED_PLANS.__dict__.clear())
 def _compiled_dtensor_plan(dm: Any, placements: tuple[Any, ...], shape: tuple[int, ...], dtype: torch.dtype,
                            src: TensorType | str | None, dst: TensorType | str | None,
                            mesh: Mesh | str | Any | None, async_op: bool, timeout: Any, agree: Any) -> str:
-    """Run once by dynamo at trace time (its arguments are constants of the trace): the
-    eager call's checks and types, and the placements of the input's gradient, of the
-    result and of the result's gradient, stored in ``_COMPILED_PLANS`` under the key
-    returned."""
+    """At trace time: the eager call's checks, and the types and placements the traced call
+    needs, stored in ``_COMPILED_PLANS`` under the key returned."""
     traced.check_compiled_flags(agree, timeout)
     s, d, m = _dtensor_types(dm, placements, shape, dtype, None, *_dtensor_call(src, dst, async_op), mesh)
     key = "plan_" + hashlib.sha1(repr((id(dm), placements, shape, dtype, s, d)).encode()).hexdigest()
@@ -501,15 +458,14 @@ def _compiled_dtensor_plan(dm: Any, placements: tuple[Any, ...], shape: tuple[in
 def _compiled_dtensor(x: Any, src: TensorType | str | None, dst: TensorType | str | None,
                       mesh: Mesh | str | Any | None, *, async_op: bool, timeout: Any, agree: Any) -> Any:
     """``redistribute(dtensor, ...)`` inside torch.compile: a DTensor cannot leave a traced
-    region, so the region runs on the local tensor, and the DTensor is taken apart before
-    it and rebuilt after it from constants (as DTensor's own compiled redistribute does)."""
+    region, so it is taken apart before it and rebuilt after it from constants."""
     key = _compiled_dtensor_plan(x.device_mesh, tuple(x.placements), tuple(x.shape), x.dtype, src, dst, mesh,
                                  async_op, timeout, agree)
     s, d, src_grad, placements, dst_grad = getattr(_COMPILED_PLANS, key)
     from torch_backend import trace_marks
 
     y = trace_marks.call("redistribute", x.to_local(grad_placements=src_grad), s, dst=d, mesh=x.device_mesh)
-    return _as_dtensor(y, x, placements, dst_grad)
+    return as_dtensor(y, x.device_mesh, placements, x.shape, dst_grad)
 
 
 def _grad_placements(t: TensorType, m: Mesh) -> Any:
@@ -521,52 +477,9 @@ def _grad_placements(t: TensorType, m: Mesh) -> Any:
     return to_placements(dual_type(t), m, strided=True)[0]
 
 
-def _check_dtensor_mesh(mesh: Mesh | str | Any, dm: Any, m: Mesh) -> None:
-    """A mesh passed with a DTensor must be the DTensor's own."""
-    stated = as_mesh(mesh)
-    same_device_mesh = not hasattr(mesh, "mesh") or mesh is dm or mesh == dm
-    if stated != m or not same_device_mesh:
-        text = mesh if isinstance(mesh, str) else str(stated)
-        raise SpecError(
-            f"the mesh {stated} does not match the DTensor's DeviceMesh {m}", text=text, pos=0,
-            hint="drop mesh= (a DTensor carries its mesh), or pass the DTensor's own device_mesh",
-        )
-
-
-def _check_dtensor_source(src: TensorType | str, actual: TensorType, m: Mesh) -> TensorType:
-    """The stated source type, if it describes the DTensor's layout; else a SpecError.
-
-    Layout, not spelling: the same blocks (a size-1 mesh axis may sit anywhere in a dim's
-    order), the same pending reduction, dtype and shape. R may stand where DTensor says
-    Replicate (it asks for a partial gradient), so the stated type is the one used.
-    """
-    stated = _type(src, "source")
-    text = src if isinstance(src, str) else None
-    lowering.check_type(stated, m, text=text)
-    same = (
-        stated.dtype == actual.dtype and stated.shape == actual.shape
-        and {a: at for a, at in stated.axis_types if at.kind in ("P", "V")}
-        == {a: at for a, at in actual.axis_types if at.kind == "P"}
-        and not stated.is_uneven  # DTensor has no uneven placements
-        and bool((boxes(stated, m) == boxes(actual, m)).all())
-    )
-    if not same:
-        shown = text if text is not None else str(stated)
-        raise SpecError(
-            f"the source type {stated} does not match the DTensor, which is {actual} "
-            f"(placements {','.join(str(p) for p in placement_specs(actual, m, strided=True)[0])} on mesh {m})",
-            text=shown, pos=shown.find("[") if "[" in shown else 0,
-            hint=f"drop the source type (redistribute(dtensor, dst) reads it from the DTensor) or write {actual}",
-        )
-    return stated
-
-
 def _shard_order(x: Any) -> dict[int, list[int]]:
-    """A DTensor's explicit shard_order ({dim: [mesh dims]}) where it is not mesh order.
-
-    DTensorSpec.shard_order is None when the placements use _StridedShard instead
-    (from_placements reads those directly).
-    """
+    """A DTensor's explicit shard_order ({dim: [mesh dims]}) where it is not mesh order (None
+    where the placements use _StridedShard, which from_placements reads directly)."""
     order = getattr(getattr(x, "_spec", None), "shard_order", None) or ()
     dims = {int(entry.tensor_dim): [int(i) for i in entry.mesh_dims] for entry in order}
     return {d: mdims for d, mdims in dims.items() if len(mdims) > 1 and mdims != sorted(mdims)}

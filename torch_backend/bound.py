@@ -1,17 +1,7 @@
 """The one bound object: N >= 1 programs on one mesh (or between two: ``bind_across``) with
-this process's pieces of every step, built once and replayed by every call of every door.
-
-* ``run``: one program through its runner (a one-step program on a real group is one
-  closure, ``torch_backend.lean``; otherwise ``executor.execute``); many programs jointly,
-  in rounds whose same-kind collectives are packed into one (``lowering.joint``, ``packed``);
-* ``start``: the async form (``Handle``): the rounds before the last that holds a
-  collective run, that round's collectives go on the wire, the rest runs at ``wait()``;
-* ``dual``: the gradient's ``BoundCall``, built on first use; one autograd Function
-  (``_Run``) records both the sync run and the async finish, with the dual as its backward.
-
-Cross-mesh programs run on the world's context: each program's steps on its source mesh's
-groups, then the crossings jointly in one last round (``cross_rounds``); a tensor is None
-off a mesh, and the dual moves the carried gradients back on the same ``_Run``.
+this process's pieces of every step, built once and replayed by every call of every door:
+``run`` (sync), ``start`` (async, a ``Handle``), ``dual`` (the gradient's), all on one
+autograd Function (``_Run``).
 """
 
 from __future__ import annotations
@@ -25,7 +15,7 @@ import torch
 
 from lowering.cross_mesh import CrossProgram
 from lowering.joint import JointProgram, Merged, plan_jointly
-from lowering.layout import group_ranks, local_shapes
+from lowering.layout import local_shapes
 from lowering.program import Program, Step
 from torch_backend import collectives, comm
 from torch_backend.autograd import backward_program
@@ -33,7 +23,7 @@ from torch_backend.cross_rounds import crossing_pieces, finish_groups, world
 from torch_backend.dtypes import to_torch_dtype
 from torch_backend.executor import aliases, build_pieces, execute
 from torch_backend.faults import CollectiveError
-from torch_backend.groups import MeshContext, context
+from torch_backend.groups import MeshContext
 from torch_backend.lean import collective_error, lean_run
 from torch_backend.packed import LAUNCHABLE, PACKED
 from torch_backend.runners import RUNNERS, Pieces
@@ -46,9 +36,8 @@ Flying = tuple[Merged, tuple[int, ...], Any, Callable[[], Any]]  # a group in fl
 
 @dataclass(eq=False)
 class BoundCall:
-    """``programs`` (one or more, one mesh) bound to ``ctx``: this process's pieces of
-    every step. ``scratch``: a prepared call's reused send/receive buffers; ``backward``:
-    each program's gradient program, which ``dual`` binds."""
+    """``programs`` (one mesh) bound to ``ctx``. ``scratch``: a prepared call's reused buffers;
+    ``backward``: each program's gradient program, which ``dual`` binds."""
 
     programs: tuple[Program, ...]
     ctx: MeshContext
@@ -71,7 +60,6 @@ class BoundCall:
 
     @property
     def program(self) -> Program:
-        """The program of a one-program bound (``redistribute``, a ``Redistributor``)."""
         return self.programs[0]
 
     @property
@@ -84,13 +72,11 @@ class BoundCall:
     # ---- running ---------------------------------------------------------------------
 
     def check(self, x: Any) -> torch.Tensor:
-        """A one-program call's tensor against its source type (``tensor_checks``)."""
         return self.checked([x], one=True)[0]
 
     def checked(self, xs: Sequence[Any], one: bool = False) -> list[Any]:
-        """Every program's tensor against its source type (``tensor_checks``; ``one``: a
-        one-tensor call, whose error names no tensor); a cross-mesh call's blocks on this
-        rank, None off the source mesh."""
+        """Every program's tensor against its source type (``one``: a one-tensor call, whose
+        error names no tensor); a cross-mesh call's blocks, None off the source mesh."""
         if self.across is not None:
             for i, (p, x) in enumerate(zip(self.programs, xs, strict=True)):
                 error = check_cross_block(x, CrossProgram(p), self.ctx.rank, None if one else i)
@@ -100,16 +86,12 @@ class BoundCall:
         return check_all(xs, [p.src for p in self.programs], self.ctx, self.expect, one)
 
     def fits(self, x: Any, j: int = 0) -> bool:
-        """The fast path's test: ``x`` is a plain tensor with what program ``j`` expects."""
-        want = self.expect[j]
-        return bool(want) and type(x) is torch.Tensor and fits_block(x, want)
+        return type(x) is torch.Tensor and fits_block(x, self.expect[j])
 
     def hot(self, x: Any) -> torch.Tensor | None:
         """The fast path of a one-program call: a plain tensor that ``fits`` runs at once,
-        differentiable and typed; anything else is None (the caller checks it). A plain
-        tensor is never a traced one, so this never asks whether torch.compile traces."""
-        want = self.expect[0]
-        if not want or type(x) is not torch.Tensor or not fits_block(x, want):
+        differentiable and typed; else None. A plain tensor is never a traced one."""
+        if type(x) is not torch.Tensor or not fits_block(x, self.expect[0]):
             return None
         if x.requires_grad and torch.is_grad_enabled():
             y = _Run.apply(self, None, x)[0]
@@ -118,8 +100,7 @@ class BoundCall:
         return typed_output(y, x, self.tags[0])
 
     def run(self, xs: Sequence[Any]) -> list[Any]:
-        """Every program on its (checked) tensor; the results never alias the inputs (a
-        crossing fills new blocks: ``run_across``)."""
+        """Every program on its checked tensor; the results never alias the inputs."""
         if self.across is not None:
             return self.run_across(xs)
         if len(self.programs) == 1:
@@ -128,9 +109,8 @@ class BoundCall:
             return self.unaliased(xs, self.run_rounds(list(xs), self.joint.rounds))
 
     def run_across(self, xs: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
-        """A cross-mesh bound on the call's tensors (None off the source mesh): this rank's
-        block of each destination, None off its mesh (or, where its gradient moves back,
-        the forward's empty stand-in its backward starts from)."""
+        """This rank's block of each destination, None off its mesh (or, where its gradient
+        moves back, the forward's empty stand-in its backward starts from)."""
         a = self.across
         assert a is not None
         me = self.ctx.rank
@@ -150,13 +130,11 @@ class BoundCall:
         return out
 
     def run_one(self, x: torch.Tensor) -> torch.Tensor:
-        """A one-program bound on its tensor."""
         if torch.compiler.is_compiling():  # traced: the interpreter, on functional collectives
             return execute(self.program, x, ctx=self.ctx, pieces=self.pieces[0])
         return (self._one or self.runner())(x)
 
     def runner(self) -> Callable[[torch.Tensor], torch.Tensor]:
-        """The function ``run_one`` calls: the program's lean closure where it has one."""
         if self._one is None:
             self._one = lean_run(self.program, self.ctx, self.pieces[0], aliases, self.scratch) or self._interpret
         return self._one
@@ -188,7 +166,6 @@ class BoundCall:
             ys[j] = y
 
     def packed(self, g: Merged, ys: list[torch.Tensor]) -> tuple[list[Step], list[Pieces], list[torch.Tensor]]:
-        """A packed group's steps, pieces and inputs (``torch_backend.packed``'s arguments)."""
         return ([self.joint.step(ref) for ref in g.members], [self.pieces[j][i] for j, i in g.members],
                 [ys[j] for j, _ in g.members])
 
@@ -197,24 +174,16 @@ class BoundCall:
         return self.across.on_src[j] if self.across is not None and step.dst_mesh is None else self.ctx
 
     def raise_failed(self, g: Merged, e: RuntimeError) -> NoReturn:
-        """Raise the error of a failed group: a CollectiveError naming the step, the tensors,
-        the group and who is at fault (a local step's error as it is)."""
         j, i = g.members[0]
         step = self.programs[j].steps[i]
         if not step.is_collective or isinstance(e, CollectiveError):
             raise e
         ctx = self.ctx_of(j, step)
         assert ctx is not None  # the step ran here
-        if len(self.programs) == 1:
-            raise collective_error(ctx, self.program, i, step, e) from e
-        members = group_ranks(self.program.mesh, step.axes, ctx.ranks[0])
-        tensors = sorted({j for j, _ in g.members})
-        where = (f"rank {ctx.ranks[0] if len(ctx.ranks) == 1 else list(ctx.ranks)}: {step.describe()} of "
-                 f"tensor{'s' if len(tensors) > 1 else ''} {tensors} on group {list(members)}")
-        raise comm.failed(ctx, where, e, members, step.axes) from e
+        tensors = sorted({j for j, _ in g.members}) if len(self.programs) > 1 else ()
+        raise collective_error(ctx, self.program, i, step, e, tensors) from e
 
     def unaliased(self, xs: Sequence[torch.Tensor], ys: list[torch.Tensor]) -> list[torch.Tensor]:
-        """The results, none sharing memory with an input (a lone view is copied)."""
         for j, (x, y) in enumerate(zip(xs, ys)):
             if aliases(self.ctx, y, x):
                 ys[j] = comm.rank_map(self.ctx, lambda r, t: t.clone(memory_format=torch.contiguous_format), y)
@@ -222,30 +191,20 @@ class BoundCall:
 
     # ---- calls -----------------------------------------------------------------------
 
-    def apply(self, x: torch.Tensor) -> torch.Tensor:
-        """A one-program call on its checked tensor, differentiable (untyped: the typed SPMD
-        collectives type it themselves)."""
-        return _Run.apply(self, None, x)[0] if x.requires_grad and torch.is_grad_enabled() else self.run_one(x)
-
-    def call_one(self, x: torch.Tensor) -> torch.Tensor:
-        """A one-program call on its checked tensor: differentiable, its output typed."""
-        return self.call([x])[0]
-
     def call(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Every program on its checked tensor: differentiable, the outputs typed."""
         return self.call_across(xs) if self.across is not None else self.typed(self.taped(xs), xs)
 
     def taped(self, xs: Sequence[torch.Tensor], handle: Handle | None = None) -> list[torch.Tensor]:
-        """The run (or ``handle``'s finish), on autograd's tape (``_Run``) where an input requires grad."""
+        """The run (or ``handle``'s finish), on autograd's tape where an input requires grad
+        (untyped: the typed SPMD collectives type it themselves)."""
         if torch.is_grad_enabled() and any(x.requires_grad for x in xs):
             return list(_Run.apply(self, handle, *xs))
         return handle.result() if handle is not None else self.run(xs)
 
     def call_across(self, xs: Sequence[Any]) -> list[Any]:
-        """A cross-mesh call on its checked blocks. Where a gradient moves back (in grad
-        mode), a rank on either mesh records the move on the one autograd Function, its
-        outputs off the source mesh hanging on empty leaves; a rank on neither mesh takes
-        no part in the backward."""
+        """A cross-mesh call: where a gradient moves back, a rank on either mesh records the
+        move on ``_Run``, its outputs off the source mesh hanging on empty leaves."""
         a, me, p = self.across, self.ctx.rank, self.program
         assert a is not None and p.dst_mesh is not None
         if not (torch.is_grad_enabled() and any(b is not None for b in a.backs)) or \
@@ -260,13 +219,11 @@ class BoundCall:
         return [typed_output(y, x, t) for y, x, t in zip(ys, xs, self.tags)]
 
     def start(self, xs: Sequence[torch.Tensor], one: bool) -> Handle:
-        """The async call: its handle (``one``: ``wait()`` gives a tensor, else a list)."""
         plain = [x.detach() if x.requires_grad else x for x in xs]
         return Handle(self, xs, *self.split(plain, self.scratch), self.scratch, one)
 
     def last_collective(self) -> int:
-        """The last round holding a collective that sends anything (-1: none): where an
-        async call leaves its collectives on the wire."""
+        """The last round holding a collective that sends anything (-1: none)."""
         joint = self.joint
         return max((k for k, rnd in enumerate(joint.rounds) for g in rnd for m in g.members
                     if joint.step(m).is_collective and joint.step(m).bytes_sent_max > 0), default=-1)
@@ -274,7 +231,6 @@ class BoundCall:
     # ---- async under torch.compile: two traced regions around the user's wait ----------
 
     def launches(self, g: Merged) -> bool:
-        """Whether ``launch`` leaves group ``g``'s collective on the wire."""
         if g.packed:
             return g.kind in LAUNCHABLE
         j, i = g.members[0]
@@ -295,15 +251,13 @@ class BoundCall:
         return None
 
     def issues(self) -> bool:
-        """Whether ``issue`` applies: a collective of the last round holding one can stay in flight."""
         k = self.last_collective()
         return k >= 0 and any(self.launches(g) for g in self.joint.rounds[k])
 
     def split(self, xs: Sequence[torch.Tensor], scratch: Scratch | None = None) -> tuple[list[torch.Tensor], list[Flying]]:
-        """The first half of every async call: the rounds before the last one holding a
-        collective, then that round, its launchable groups left on the wire, its others run
-        (collectives go out in call order on every rank): every tensor as that round left it
-        (a launched group's members still its inputs), and the groups in flight."""
+        """The first half of every async call: the rounds up to the last holding a collective,
+        its launchable groups left on the wire (the others run, in call order on every rank):
+        every tensor as that round left it, and the groups in flight."""
         k, rounds = self.last_collective(), self.joint.rounds
         flying: list[Flying] = []
         with using(scratch):
@@ -318,8 +272,8 @@ class BoundCall:
 
     def landing(self, xs: Sequence[torch.Tensor], ys: list[torch.Tensor], flying: Sequence[Flying],
                 scratch: Scratch | None = None) -> list[torch.Tensor]:
-        """The second half: each group in flight waited (a failure named) and its results
-        landed, in launch order, then the rounds after; the results never alias the inputs."""
+        """The second half: each group in flight waited and landed, in launch order, then the
+        rounds after."""
         for g, members, work, finish in flying:
             try:
                 comm.wait(self.ctx, work)
@@ -332,15 +286,13 @@ class BoundCall:
         return self.unaliased(xs, ys)
 
     def issue(self, xs: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """The first region of a compiled async call (``trace_marks.Waiting``): ``split``, each
-        collective in flight as its result before its wait (``comm.in_flight``), for the
-        user's code to wait on, and every tensor as ``split`` left it."""
+        """The first region of a compiled async call: ``split``, each collective in flight as its
+        result before its wait (``comm.in_flight``), and every tensor as ``split`` left it."""
         ys, flying = self.split([x.detach() for x in xs])
         return [comm.in_flight(work) for _, _, work, _ in flying], ys
 
     def land(self, xs: Sequence[torch.Tensor], got: tuple[list[torch.Tensor], list[torch.Tensor]]) -> list[torch.Tensor]:
-        """The second region: ``issue``'s collectives replayed, each landing its waited result
-        (``got``, in order; ``comm.landed``) in place of issuing it, then the rest."""
+        """The second region: ``issue``'s collectives replayed, landing their waited results ``got``."""
         waited, ys = iter(got[0]), list(got[1])
         flying: list[Flying] = []
         for g in self.joint.rounds[self.last_collective()]:
@@ -356,8 +308,7 @@ class BoundCall:
     # ---- the gradient ----------------------------------------------------------------
 
     def dual(self) -> BoundCall:
-        """The bound gradient programs (the SPMD type system's duals), a prepared call's
-        with buffers of their own; built once."""
+        """The bound gradient programs, built once (a prepared call's with buffers of their own)."""
         if self._dual is None and self.across is not None:
             a = self.across
             carried = [(k, b) for k, b in enumerate(a.backs) if b is not None]  # the dual moves only these
@@ -370,20 +321,17 @@ class BoundCall:
         return self._dual
 
     def prepared(self) -> BoundCall:
-        """These programs with buffers of their own that every call reuses (``scratch``)."""
         return BoundCall(self.programs, self.ctx, self.pieces, Scratch(), self.backward, self.across,
                          _joint=self._joint)
 
     def fixed(self, ys: Any) -> list[torch.Tensor]:
-        """The outputs that carry no gradient: none (autograd's rules decide), or a
-        cross-mesh move's whose gradient does not move back."""
+        """The outputs that carry no gradient: a cross-mesh move's whose gradient does not move back."""
         a = self.across
         return [] if a is None else [ys[s] for s, b in zip(a.slots, a.backs, strict=True)
                                      if ys[s] is not None and b is None]
 
     def zeros(self, j: int) -> torch.Tensor | None:
-        """A zero gradient for output ``j`` that autograd did not use (its dual type's
-        blocks); none across meshes, whose run takes None (autograd's zero, or off both meshes)."""
+        """A zero gradient for output ``j`` that autograd did not use; None across meshes."""
         if self.across is not None:
             return None
         p = self.programs[j]
@@ -392,11 +340,10 @@ class BoundCall:
         return comm.rank_map(self.ctx, lambda r: torch.zeros(shapes[r], dtype=dt))
 
 
-def bind(programs: Program | Sequence[Program], ctx: MeshContext | None = None,
+def bind(programs: Program | Sequence[Program], ctx: MeshContext,
          backward: Callable[[Program], Program] = backward_program) -> BoundCall:
-    """Check the programs against ``ctx``, build this process's pieces and create its groups."""
+    """The programs with this process's pieces, its groups made."""
     ps = (programs,) if isinstance(programs, Program) else tuple(programs)
-    ctx = ctx if ctx is not None else context(ps[0].mesh)
     return BoundCall(ps, ctx, tuple(build_pieces(p, ctx) for p in ps), backward=backward)
 
 
@@ -418,11 +365,9 @@ class Across:
 def bind_across(programs: Sequence[Program], backs: Sequence[Program | None], width: int, device: torch.device,
                 timeout: timedelta | None, backend: str, slots: Sequence[int] | None = None,
                 stand_ins: bool = True, outs: Sequence[Any] = ()) -> BoundCall:
-    """Cross-mesh programs (``lowering.compile(..., dst_mesh=)``, every one between the same
-    two meshes) bound on this rank of the world, which every rank calls alike (a dual only
-    on the two meshes' ranks, whose groups the forward made): each one's source-mesh groups
-    (``cross_rounds.finish_groups``) and pieces there, its crossing's pieces of this world
-    rank (none past both meshes' ranks)."""
+    """Cross-mesh programs between the same two meshes bound on this rank of the world, which
+    every rank calls alike (a dual only the two meshes' ranks): each one's source-mesh
+    groups and pieces there, its crossing's pieces of this rank (none past both meshes)."""
     ctx = world(timeout)
     on_src: list[MeshContext | None] = []
     pieces: list[list[Pieces]] = []
@@ -448,10 +393,8 @@ def joined(bounds: Sequence[BoundCall]) -> BoundCall:
 
 class Handle:
     """What an ``async_op=True`` call returns, between its two halves (``BoundCall.split``,
-    ``landing``). ``wait()`` waits for the collectives in flight in launch order and runs
-    what follows, once: the result (a tensor for ``one``, else a list), differentiable when
-    an input requires grad. Eager (``start``) or the end of a compiled one (``land``: the
-    collectives replayed with their waited results). Do not modify the inputs before it."""
+    ``landing``): ``wait()`` gives the result (a tensor for ``one``, else a list), once,
+    differentiable. Do not modify the inputs before it."""
 
     def __init__(self, bound: BoundCall, xs: Sequence[torch.Tensor], ys: list[torch.Tensor], flying: list[Flying],
                  scratch: Scratch | None, one: bool = False) -> None:
@@ -463,7 +406,6 @@ class Handle:
             self.result()
 
     def result(self) -> list[torch.Tensor]:
-        """The untyped results (``_Run``'s forward runs this)."""
         if self._result is None:
             self._result = self.bound.landing(self._xs, self._ys, self._inflight, self._scratch)
             self._inflight, self._ys = [], []
@@ -476,9 +418,8 @@ class Handle:
 
 
 class _Run(torch.autograd.Function):
-    """A bound call on autograd's tape (its run, or the finish of its ``Handle``), with
-    the bound dual as its backward: the one autograd Function of every redistribution,
-    on one mesh or across two."""
+    """The one autograd Function of every redistribution: a bound call's run (or its
+    ``Handle``'s finish), with the bound dual as its backward."""
 
     @staticmethod
     def forward(ctx: Any, bound: BoundCall, pending: Handle | None,

@@ -1,11 +1,6 @@
 """``redistribute_many``: many tensors redistributed at once, their collectives packed.
 
     ys = torch_backend.redistribute_many(params, ["f32[1024@dp,64]", ...], ["f32[1024,64]", ...], mesh)
-
-The set is compiled jointly (``lowering.compile_many``): in each round, the steps of one
-kind over one axis set, reduce op and dtype run as one collective on one packed buffer
-(``torch_backend.packed``); the tensors may differ in shape and dtype. Every check runs
-before the first collective; differentiable, the gradients' programs run jointly too.
 """
 
 from __future__ import annotations
@@ -17,8 +12,6 @@ from typing import Any
 
 import torch
 
-from lowering.joint import check_type_lists
-from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from torch_backend import mesh_transfer, traced
 from torch_backend.api import Door, async_entries, bound_for, hot_bound, text_key, through_door
@@ -29,9 +22,10 @@ def redistribute_many(xs: Sequence[torch.Tensor], srcs: Sequence[TensorType | st
                       dsts: Sequence[TensorType | str], mesh: Mesh | str | Any, *,
                       timeout: timedelta | float | None = None, agree: bool | None = None,
                       async_op: bool = False, dst_mesh: Mesh | str | Any | None = None) -> Any:
-    """Redistribute ``xs[i]`` from ``srcs[i]`` to ``dsts[i]``, all on ``mesh``, jointly.
-
-    Returns the new blocks in order; the inputs are never modified. See the module docstring.
+    """Redistribute ``xs[i]`` from ``srcs[i]`` to ``dsts[i]``, all on ``mesh``, jointly
+    (``lowering.compile_many``: in each round, the steps of one kind over one axis set, reduce
+    op and dtype run as one collective on one packed buffer; the tensors may differ in shape
+    and dtype). Returns the new blocks in order, differentiable; the inputs are never modified.
     ``async_op=True`` returns a handle at once, the last round's collectives on the wire;
     ``handle.wait()`` gives the list (do not modify the inputs before it).
 
@@ -64,20 +58,13 @@ def _fast(xs: Any, srcs: Any, dsts: Any, mesh: Any, _: Any) -> Any:
 
 def _resolve(xs: Any, srcs: Any, dsts: Any, mesh: Any,
              _: Any) -> tuple[list[Any], tuple[Any, ...], tuple[Any, ...], Any]:
-    if isinstance(xs, torch.Tensor) or not isinstance(xs, Sequence):
-        raise SpecError("redistribute_many takes a sequence of tensors",
-                        hint="pass a list, e.g. redistribute_many([x, y], [src_x, src_y], [dst_x, dst_y], mesh)")
-    check_type_lists("redistribute_many", srcs, dsts,
-                     "redistribute_many([x], ['f32[8@dp]'], ['f32[8]'], 'dp=2'); for one tensor, redistribute")
-    if not (len(xs) == len(srcs) == len(dsts)) or not xs:
-        raise SpecError(f"got {len(xs)} tensors, {len(srcs)} source types and {len(dsts)} destination types",
-                        hint="pass one source and one destination type per tensor (at least one)")
+    mesh_transfer.check_lists(xs, srcs, dsts)
     return list(xs), tuple(srcs), tuple(dsts), mesh
 
 
-# dst_mesh=: as api.ACROSS, the inputs checked in the agreement (a wrong list fails on every rank)
+# dst_mesh=: as api.ACROSS, the inputs as given, checked in the agreement (a wrong list fails everywhere)
 MANY = Door(_compiled, _fast, _resolve, one=False,
-            across=Door(None, None, mesh_transfer.as_given, one=False,
+            across=Door(None, None, lambda xs, srcs, dsts, meshes, _: (xs, srcs, dsts, meshes), one=False,
                         agreement=partial(mesh_transfer.agreed_across, one=False), out=mesh_transfer.outputs))
 
 
@@ -89,5 +76,4 @@ async_entries("redistribute_many", lambda srcs, dsts, mesh, **_: prepare_many(sr
 
 def prepare_many(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Mesh | str | Any, *,
                  timeout: timedelta | float | None = None) -> BoundCall:
-    """The tensor-independent part of ``redistribute_many``: checked, compiled and bound."""
     return bound_for(tuple(srcs), tuple(dsts), mesh, timeout)

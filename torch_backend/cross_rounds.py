@@ -1,16 +1,11 @@
-"""The crossing kinds' torch runner, and the world's part of a cross-mesh call.
-
-``send_across`` and ``fan_out`` (``lowering.kinds.across``) run here: each round one batch
-of point-to-point messages on the world's context (no group of its own) through ``comm``,
-one byte buffer per pair of ranks, its pieces packed in an order both sides derive from
-their own ``CrossPieces``. A joint call's crossings (``lowering.joint`` puts them in the
-last round, one packed group: ``PACKED["across"]``) pack every tensor's pieces for a peer
-into that one buffer: a state dict is one message per pair of ranks and round.
+"""The crossing kinds' torch runner (``send_across``, ``fan_out``), and the world's part of a
+cross-mesh call: each round one batch of point-to-point messages on the world's context,
+one byte buffer per pair of ranks holding every tensor's pieces (a joint call's crossings,
+``PACKED["across"]``), packed in an order both sides derive from their own ``CrossPieces``.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -44,14 +39,13 @@ def crossing(program: Program) -> CrossProgram:
 
 
 def cross_backward_program(p: CrossProgram) -> CrossProgram:
-    """The gradient's move: ``dual(dst)`` on the destination mesh back to ``dual(src)`` on
-    the source mesh (compiled alike on every rank, cached)."""
+    """The gradient's move: ``dual(dst)`` on the destination mesh back to ``dual(src)``."""
     return crossing(compile_gradient(p.program))
 
 
 def finish_groups(p: CrossProgram, timeout: timedelta | None, backend: str) -> MeshContext | None:
-    """The groups of ``p``'s finish on its source mesh, made alike on every rank of the
-    world that calls this (``subset_context``); this rank's context, None off that mesh."""
+    """This rank's context of the groups of ``p``'s finish on its source mesh (None off it),
+    made alike on every rank of the world."""
     f = p.finish
     if f is None:
         return None
@@ -60,14 +54,8 @@ def finish_groups(p: CrossProgram, timeout: timedelta | None, backend: str) -> M
 
 
 def world(timeout: timedelta | None) -> MeshContext:
-    """The default group's world as a one-axis mesh, with the call's timeout: where a
-    cross-mesh call's agreement and messages run."""
-    return context(_world_mesh(dist.get_world_size()), timeout=timeout)
-
-
-@functools.lru_cache(maxsize=8)
-def _world_mesh(size: int) -> Mesh:
-    return Mesh(("world",), (size,))
+    """The default group's world as a one-axis mesh: where a cross-mesh call's agreement and messages run."""
+    return context(Mesh(("world",), (dist.get_world_size(),)), timeout=timeout)
 
 
 def world_sum(flags: torch.Tensor, me: int, timeout: timedelta | None, what: str) -> list[int]:
@@ -83,7 +71,6 @@ def world_sum(flags: torch.Tensor, me: int, timeout: timedelta | None, what: str
 
 @dataclass(frozen=True)
 class Packed:
-    """One box of tensor ``i`` in a message: ``nbytes`` at ``offset`` of the buffer."""
 
     i: int
     box: Box
@@ -124,7 +111,6 @@ def _messages(per_tensor: Sequence[tuple[Transfer, ...]], peer_of: Any, items: S
 
 
 def rounds(programs: Sequence[CrossProgram], me: int) -> tuple[Round, ...]:
-    """This rank's rounds of a joint run of ``programs``' crossings."""
     return _rounds([crossing_pieces(p.crossing, p.src_mesh, me) for p in programs],
                    [to_torch_dtype(p.src.dtype).itemsize for p in programs])
 
@@ -134,8 +120,7 @@ def crossing_pieces(step: Step, src_mesh: Mesh, me: int) -> CrossPieces:
 
 
 def _rounds(pieces: Sequence[CrossPieces], items: Sequence[int]) -> tuple[Round, ...]:
-    """Round k holds every crossing's k-th round: one message per peer (cached by the
-    pieces, which the lowering caches per step and rank)."""
+    """Round k holds every crossing's k-th round (cached by the pieces, which the lowering caches)."""
     key = tuple(id(p) for p in pieces)
     hit = _ROUNDS.get(key)
     if hit is not None and all(a is b for a, b in zip(hit[0], pieces, strict=True)):
@@ -160,9 +145,8 @@ def run_crossing(ctx: MeshContext, step: Step, pieces: Pieces, x: torch.Tensor) 
 
 
 def cross(ctx: MeshContext, pieces: Sequence[CrossPieces], xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """Crossings of several tensors jointly (``pieces``: each one's on this rank, ``ctx``
-    the world's), each output filled from the pieces held (those received in place are
-    there already). A rank off a mesh passes, or gets, an empty tensor."""
+    """Crossings of several tensors jointly (``pieces``: each one's on this rank), each output
+    filled from the pieces held. A rank off a mesh passes, or gets, an empty tensor."""
     held: list[Held] = [[(p.src_box, x)] if p.src_box is not None else [] for p, x in zip(pieces, xs, strict=True)]
     outs = [None if p.dst_box is None else (p.dst_box, torch.empty(p.out_shape, dtype=x.dtype, device=x.device))
             for p, x in zip(pieces, xs, strict=True)]
@@ -189,9 +173,8 @@ PACKED["across"] = _across
 
 def _round(ctx: MeshContext, k: int, held: list[Held], outs: Sequence[tuple[Box, torch.Tensor] | None], rnd: Round,
            dtypes: Sequence[torch.dtype], device: torch.device) -> list[tuple[int, tuple[Box, torch.Tensor], bool]]:
-    """One batched round; the pieces this rank received (and whether each landed in its
-    output already). A message of one piece goes without a copy where it can: sent from
-    a contiguous block as it is, received into the contiguous run of the output it fills."""
+    """One batched round: the pieces this rank received (and whether each landed in its output:
+    a message of one piece goes without a copy where it can, either side)."""
     sends, recvs, incoming = [], [], []
     for m in rnd.sends:
         if len(m.pieces) == 1 and (t := cut(held[m.pieces[0].i], m.pieces[0].box)).is_contiguous():
@@ -220,8 +203,7 @@ def _round(ctx: MeshContext, k: int, held: list[Held], outs: Sequence[tuple[Box,
 
 
 def output_run(out: tuple[Box, torch.Tensor] | None, box: Box) -> torch.Tensor | None:
-    """The flat run of the output that the global ``box`` fills, where it is one run
-    (``flat_offset``), else None."""
+    """The flat run of the output that the global ``box`` fills, where it is one run."""
     if out is None:
         return None
     at, t = out

@@ -1,17 +1,11 @@
-"""One-step programs on a real process group, bound once into a plain function.
-
-Most calls in a training loop are one step: an even all_gather of a sharded parameter,
-a reduce_scatter of its gradient, an all_reduce, a local slice. For those the
-interpreter's per-call work (the step loop, the dispatch on the pieces, the group lookup,
-the scratch context, the aliasing test) is the same on every call, so ``lean_run`` does
-it once, when the program is bound: the kind's fast runner (``runners.fast``) where it
-has one, else its registered runner without the step loop. Multi-step programs,
-LocalTensorMode and programs with no steps keep the interpreter (``executor.execute``).
+"""One-step programs on a real process group, bound once into a plain function: most calls
+in a training loop are one step, and the interpreter's per-call work (the step loop, the
+dispatch, the group lookup) is the same on every call, so ``lean_run`` does it once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 import torch
@@ -24,27 +18,24 @@ from torch_backend.groups import MeshContext
 from torch_backend.runners import FAST, RUNNERS, Pieces
 from torch_backend.scratch import Scratch, using
 
-LeanRun = Callable[[torch.Tensor], torch.Tensor]
 
-
-def collective_error(ctx: MeshContext, program: Program, i: int, step: Step, e: RuntimeError) -> CollectiveError:
-    """The error a failed collective step raises: which rank, which step, which group, who is at fault."""
+def collective_error(ctx: MeshContext, program: Program, i: int, step: Step, e: RuntimeError,
+                     tensors: Sequence[int] = ()) -> CollectiveError:
+    """A failed collective step's error (``tensors``: a joint call's, which the step moves)."""
     members = group_ranks(program.mesh, step.axes, ctx.ranks[0])
-    where = (f"rank {ctx.ranks[0] if len(ctx.ranks) == 1 else list(ctx.ranks)}: step {i + 1}/{len(program)} "
-             f"{step.describe()} on group {list(members)}")
+    what = f"{step.describe()} of tensor{'s' if len(tensors) > 1 else ''} {list(tensors)}" if tensors else \
+        f"step {i + 1}/{len(program)} {step.describe()}"
+    where = f"rank {ctx.ranks[0] if len(ctx.ranks) == 1 else list(ctx.ranks)}: {what} on group {list(members)}"
     return comm.failed(ctx, where, e, members, step.axes)
 
 
 def lean_run(program: Program, ctx: MeshContext, pieces: list[Pieces],
              aliases: Callable[[MeshContext, torch.Tensor, torch.Tensor], bool],
-             scratch: Scratch | None = None) -> LeanRun | None:
-    """``program`` on this rank's block as one bound function, or None where the
-    interpreter must run it (several steps, LocalTensorMode, no steps).
-
-    ``aliases``: the interpreter's test that a result shares the input's storage (the
-    runner path copies such a result, as the interpreter does); ``scratch``: the bound
-    program's reused buffers, which the runner path hands to its runner.
-    """
+             scratch: Scratch | None = None) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """``program`` on this rank's block as one function: its kind's fast runner where it has
+    one, else its runner without the step loop (a result that ``aliases`` the input copied,
+    as the interpreter does); None where the interpreter must run it (several steps,
+    LocalTensorMode, no steps)."""
     if len(program.steps) != 1 or len(pieces[0]) != 1:  # several steps, or every rank played here
         return None
     step = program.steps[0]

@@ -1,18 +1,7 @@
-"""The cross-mesh doors' parts: tensors moved from a layout on one mesh to a layout on
-another mesh over other (or overlapping) global ranks, which ``api.through_door`` runs in
-its one order (``api.ACROSS``, ``coalesce.MANY``'s ``across``, ``prepared.CrossRedistributor``).
-
-Every rank of the default group calls ``redistribute(x, src, dst, mesh, dst_mesh=...)``,
-``x`` None off ``mesh``. Each rank compiles the program and checks its block, and the
-ranks agree over the world (``torch_backend.agree``) before the first message, so a call
-wrong, or different, on one rank fails on every rank, naming the ranks at fault. Then a
-``BoundCall`` runs it (``bound.bind_across``) as it runs a call on one mesh.
-
-Gradients: where the source blocks require grad (the agreement carries which, so the
-ranks only on the destination mesh learn it), the backward is the move from ``dual(dst)``
-back to ``dual(src)``, run by the ranks of the two meshes: a rank only on the source mesh
-gets an empty stand-in to run it from. Its groups are made during the forward call,
-while every rank takes part.
+"""The cross-mesh doors' parts (docs/cross_mesh.md), which ``api.through_door`` runs in its
+one order: each rank compiles the program and checks its block, and the ranks agree over
+the world, with which blocks require grad, before the first message; then a ``BoundCall``
+runs it (``bound.bind_across``), its gradient's groups made while every rank takes part.
 """
 
 from __future__ import annotations
@@ -28,7 +17,8 @@ import torch.distributed as dist
 
 import lowering
 from lowering.cross_mesh import CrossProgram
-from lowering.program import Program
+from lowering.joint import check_type_lists
+from lowering.placements import from_placements, to_placements
 from spec_lang.errors import SpecError
 from spec_lang.ir import Mesh, TensorType
 from spec_lang.parser import parse, parse_mesh
@@ -42,7 +32,7 @@ from torch_backend.groups import (
     local_tensor_mode,
     nccl_device,
 )
-from torch_backend.tensor_checks import check_cross_block, is_dtensor
+from torch_backend.tensor_checks import as_dtensor, check_cross_block, check_dtensor_source, is_dtensor
 
 
 def mesh_over_ranks(mesh: Any, what: str) -> Mesh:
@@ -56,8 +46,7 @@ def mesh_over_ranks(mesh: Any, what: str) -> Mesh:
 
 
 def plan(src: TensorType | str, dst: TensorType | str | None, mesh: Any, dst_mesh: Any) -> CrossProgram:
-    """The CrossProgram every rank runs (compiled alike on every rank, cached), with every
-    check that does not depend on the tensor (a rank may have given no ``dst``)."""
+    """The CrossProgram every rank runs, with every check that does not depend on the tensor."""
     m, dm = mesh_over_ranks(mesh, "mesh"), mesh_over_ranks(dst_mesh, "dst_mesh")
     p = crossing(lowering.compile(_type_arg(src, "src"), _type_arg(dst, "dst"), m, dst_mesh=dm))
     world = dist.get_world_size()
@@ -102,9 +91,8 @@ def _world_checks(timeout: timedelta | float | None) -> timedelta | None:
 
 def _bind(programs: Sequence[CrossProgram], backs: Sequence[CrossProgram | None], device: torch.device,
           timeout: timedelta | None, outs: Sequence[Any] = ()) -> BoundCall:
-    """The agreed move bound on this rank (``bound.bind_across``), every rank alike; the
-    gradients' moves (``backs``) get their groups now, while every rank takes part (a
-    backward runs only on the two meshes' ranks, and makes none)."""
+    """The agreed move bound on this rank, every rank alike; the gradients' moves (``backs``)
+    get their groups now (a backward runs only on the two meshes' ranks, and makes none)."""
     backend = str(dist.get_backend())
     for back in backs:
         if back is not None:
@@ -129,27 +117,19 @@ class CrossMove:
 
 def resolve(x: Any, src: TensorType | str | None, dst: TensorType | str | None, meshes: tuple[Any, Any],
             _: None) -> tuple[list[Any], tuple[Any, ...], tuple[Any, ...], tuple[Any, Any]]:
-    """``redistribute(..., dst_mesh=)``'s inputs as a joint call's (``api.ACROSS``'s resolve
-    step); ``redistribute(dtensor, dst, dst_mesh=)`` (no ``dst``) reads ``src`` as the
-    destination, as the one-mesh call does."""
+    """``redistribute(..., dst_mesh=)``'s inputs as a joint call's; with no ``dst``
+    (``redistribute(dtensor, dst, dst_mesh=)``) ``src`` is the destination."""
     if dst is None:
         src, dst = None, src
     return [x], (src,), (dst,), meshes
 
 
-def as_given(xs: Any, srcs: Any, dsts: Any, meshes: tuple[Any, Any], _: None) -> tuple[Any, Any, Any, tuple[Any, Any]]:
-    """``redistribute_many(..., dst_mesh=)``'s inputs as given (its resolve step): the
-    agreement checks them, so that a wrong one fails on every rank."""
-    return xs, srcs, dsts, meshes
-
-
 def agreed_across(xs: Sequence[Any], srcs: Sequence[TensorType | str | None],
                   dsts: Sequence[TensorType | str | None], meshes: tuple[Any, Any],
                   timeout: timedelta | float | None, *, one: bool) -> tuple[BoundCall, list[Any]]:
-    """The cross-mesh doors' agreement step (``api.through_door``'s): each rank's program
-    and checks of its block (a DTensor taken apart), the agreement with each rank's grad
-    code, then the agreed call bound with this rank's blocks. ``one``: ``redistribute``'s
-    (its errors name no tensor), else ``redistribute_many``'s."""
+    """The cross-mesh doors' agreement step: each rank's program and checks of its block (a
+    DTensor taken apart), the agreement with each rank's grad code, then the agreed call
+    bound with this rank's blocks. ``one``: ``redistribute``'s (its errors name no tensor)."""
     mesh, dst_mesh = meshes
     timeout = _world_checks(timeout)
     me = dist.get_rank()
@@ -157,13 +137,7 @@ def agreed_across(xs: Sequence[Any], srcs: Sequence[TensorType | str | None],
     calls: list[CrossMove] = []
     locals_: list[torch.Tensor | None] = []
     try:
-        if isinstance(xs, torch.Tensor) or not isinstance(xs, Sequence):
-            raise SpecError("redistribute_many takes a sequence of tensors (None off the source mesh)",
-                            hint="pass a list, e.g. redistribute_many([x, y], [src_x, src_y], [dst_x, dst_y], "
-                                 "mesh, dst_mesh=...)")
-        if not (len(xs) == len(srcs) == len(dsts)) or not xs:
-            raise SpecError(f"got {len(xs)} tensors, {len(srcs)} source types and {len(dsts)} destination types",
-                            hint="pass one source and one destination type per tensor (at least one)")
+        check_lists(xs, srcs, dsts, across=True)
         for i, (x, s, d) in enumerate(zip(xs, srcs, dsts, strict=True)):
             call, local = _resolve(x, s, d, mesh, dst_mesh, me)  # its SpecError wins over a check's below
             calls.append(call)
@@ -182,6 +156,19 @@ def agreed_across(xs: Sequence[Any], srcs: Sequence[TensorType | str | None],
     return _bind(programs, backs, device, timeout, [c.out_mesh for c in calls]), locals_
 
 
+def check_lists(xs: Any, srcs: Any, dsts: Any, across: bool = False) -> None:
+    """``redistribute_many``'s arguments: a sequence of tensors, lists of types, a pair a tensor."""
+    if isinstance(xs, torch.Tensor) or not isinstance(xs, Sequence):
+        raise SpecError("redistribute_many takes a sequence of tensors" + (" (None off the source mesh)" if across else ""),
+                        hint="pass a list, e.g. redistribute_many([x, y], [src_x, src_y], [dst_x, dst_y], mesh"
+                             + (", dst_mesh=...)" if across else ")"))
+    check_type_lists("redistribute_many", srcs, dsts,
+                     "redistribute_many([x], ['f32[8@dp]'], ['f32[8]'], 'dp=2'); for one tensor, redistribute")
+    if not (len(xs) == len(srcs) == len(dsts)) or not xs:
+        raise SpecError(f"got {len(xs)} tensors, {len(srcs)} source types and {len(dsts)} destination types",
+                        hint="pass one source and one destination type per tensor (at least one)")
+
+
 def _resolve(x: Any, src: TensorType | str | None, dst: TensorType | str | None, mesh: Any, dst_mesh: Any,
              me: int) -> tuple[CrossMove, torch.Tensor | None]:
     """The call's program and this rank's local block (a DTensor taken apart)."""
@@ -193,15 +180,10 @@ def _resolve(x: Any, src: TensorType | str | None, dst: TensorType | str | None,
         elif mesh_over_ranks(mesh, "mesh") != own:
             raise SpecError(f"the mesh {mesh_over_ranks(mesh, 'mesh')} does not match the DTensor's DeviceMesh "
                             f"{own}", hint="drop mesh= on the ranks holding the DTensor, or pass its own device_mesh")
-        from lowering.placements import from_placements
-
         plain = Mesh(own.names, own.sizes)
         actual = from_placements(tuple(x.placements), plain, tuple(x.shape), x.dtype)
-        if src is None:
-            src = actual
-        elif not _same_layout(src, actual, plain):
-            raise SpecError(f"the source type {src} does not match the DTensor, which is {actual}",
-                            hint=f"drop the source type (it is read from the DTensor) or write {actual}")
+        src = actual if src is None else \
+            check_dtensor_source(src if isinstance(src, TensorType) else parse(src), None, actual, plain)
         local = x.to_local()
     if src is None:
         raise SpecError(f"rank {me} gave no source type",
@@ -214,44 +196,21 @@ def _resolve(x: Any, src: TensorType | str | None, dst: TensorType | str | None,
     return CrossMove(p, out_mesh), local
 
 
-def _same_layout(stated: TensorType | str, actual: TensorType, plain: Mesh) -> bool:
-    """The same blocks on every rank, the same pending reductions, dtype and shape."""
-    s = stated if isinstance(stated, TensorType) else parse(stated)
-    lowering.check_type(s, plain)
-    return (s.dtype == actual.dtype and s.shape == actual.shape
-            and {a: at for a, at in s.axis_types if at.kind == "P"}
-            == {a: at for a, at in actual.axis_types if at.kind == "P"}
-            and bool((lowering.boxes(s, plain) == lowering.boxes(actual, plain)).all()))
-
-
 def outputs(bound: BoundCall, ys: list[Any]) -> list[Any]:
-    """The cross-mesh doors' results (their ``out`` step): None off the destination mesh
-    (or the stand-in its backward starts from), a DTensor where the call was given
-    DeviceMeshes (``Across.outs``), else the local block."""
+    """The cross-mesh doors' results: None off the destination mesh (or the stand-in its
+    backward starts from), a DTensor where the call was given DeviceMeshes, else the block."""
     assert bound.across is not None
     me, outs = bound.ctx.rank, bound.across.outs
-    return [_output(y, p, out, me) for y, p, out in zip(ys, bound.programs, outs or [None] * len(ys), strict=True)]
-
-
-def _output(y: torch.Tensor | None, p: Program, out_mesh: Any, me: int) -> Any:
-    if y is None or out_mesh is None or p.dst_mesh is None or me not in p.dst_mesh.global_ranks:
-        return y
-    from torch.distributed.tensor import DTensor
-
-    from lowering.placements import to_placements
-
-    d, m = p.dst, p.dst_mesh
-    placements, _ = to_placements(d, Mesh(m.names, m.sizes), strided=True)
-    shape = d.shape
-    stride = tuple(int(torch.Size(shape[i + 1:]).numel()) for i in range(len(shape)))
-    return DTensor.from_local(y, out_mesh, placements, run_check=False, shape=torch.Size(shape), stride=stride)
+    return [y if y is None or out is None or p.dst_mesh is None or me not in p.dst_mesh.global_ranks
+            else as_dtensor(y, out, to_placements(p.dst, Mesh(p.dst_mesh.names, p.dst_mesh.sizes), strided=True)[0],
+                            p.dst.shape)
+            for y, p, out in zip(ys, bound.programs, outs or [None] * len(ys), strict=True)]
 
 
 def prepare(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], mesh: Any, dst_mesh: Any,
             timeout: timedelta | float | None, requires_grad: bool) -> list[BoundCall]:
-    """What preparing a cross-mesh call does (``prepared.CrossRedistributor``), for one
-    tensor or many: every program compiled and checked, the world agreed, then the move
-    bound without a gradient and, with ``requires_grad``, with one."""
+    """A prepared cross-mesh call's programs compiled and checked, the world agreed, then the
+    move bound without a gradient and, with ``requires_grad``, with one."""
     timeout = _world_checks(timeout)
     programs: list[CrossProgram] = []
     backs: list[CrossProgram | None] = []
@@ -275,8 +234,7 @@ def prepare(srcs: Sequence[TensorType | str], dsts: Sequence[TensorType | str], 
 
 
 def check_prepared_grad(bound: BoundCall, xs: list[Any], many: bool) -> None:
-    """A prepared call's blocks against the bound it runs (with a gradient or without): on
-    the source mesh, each requires grad exactly where the call carries one."""
+    """On the source mesh, a prepared call's blocks require grad exactly where its bound carries one."""
     assert bound.across is not None
     carries, me, p = any(b is not None for b in bound.across.backs), bound.ctx.rank, bound.program
     if me not in p.mesh.global_ranks or all(_wants_grad(x) == carries for x in xs):
@@ -300,8 +258,7 @@ def _wants_grad(x: object) -> bool:
 
 
 def _check_grad(x: object, p: CrossProgram) -> SpecError | None:
-    """Where this rank's block carries a gradient: the backward exists (the SPMD type
-    system's duals; no P(max)/P(min)) and compiles."""
+    """Where this rank's block carries a gradient, the backward compiles (no P(max)/P(min))."""
     if not _wants_grad(x):
         return None
     try:
@@ -315,25 +272,21 @@ GRAD_MODE = 1  # the bit of a rank's grad code (``_grad_code``) that says grad m
 
 
 def _pattern(wants: Sequence[bool]) -> int:
-    """A hash of which blocks require grad (0: none does)."""
     key = "".join("1" if w else "0" for w in wants).encode()
     return int.from_bytes(hashlib.blake2b(key, digest_size=7).digest(), "big") if any(wants) else 0
 
 
 def _grad_code(wants: Sequence[bool]) -> int:
-    """What a rank tells the agreement about gradients: whether grad mode is on, and above
-    that bit which of its blocks require grad (``_pattern``)."""
+    """What a rank tells the agreement: grad mode, and above that bit which blocks require grad."""
     return (GRAD_MODE if torch.is_grad_enabled() else 0) | _pattern(wants) << 1
 
 
 def _carries_grad(codes: Sequence[int], wants: Sequence[bool], p: CrossProgram, me: int, device: torch.device,
                   timeout: timedelta | None) -> list[bool]:
-    """Which tensors of the agreed call carry a gradient: a tensor's blocks require grad
-    on every source rank or on none, and where some do, every destination rank is in grad
-    mode (its outputs require grad, and its backward sends the gradients back). The same
-    verdict on every rank, from the agreement's codes (``wants``: this rank's blocks): a
-    wrong call fails everywhere, before any message. Where only some of a joint call's
-    tensors carry one, the source ranks tell the others which, in one more all_reduce."""
+    """Which tensors of the agreed call carry a gradient, the same verdict on every rank from
+    the agreement's codes (``wants``: this rank's blocks), a wrong call failing everywhere
+    before any message. Where only some of a joint call's tensors carry one, the source
+    ranks tell the others which, in one more all_reduce."""
     src = p.src_mesh.global_ranks
     patterns: dict[int, list[int]] = {}
     for r in src:
@@ -370,8 +323,7 @@ def _device(x: torch.Tensor | None) -> torch.device:
 
 
 def _agree(error: SpecError | None, call: str, timeout: timedelta | None, grad: int = 0) -> list[int]:
-    """The one agreement (``agree.compare_gathering``) over the world, before any message;
-    each rank's ``grad`` code (``_grad_code``) comes back, one per rank."""
+    """The one agreement over the world, before any message; each rank's ``grad`` code comes back."""
     ctx = world(timeout)
     bad, codes = compare_gathering(ctx, call if error is None else None, error, grad, lead="a cross-mesh call",
                           hint="every rank of the world passes the same types, meshes and dst_mesh, its block on "

@@ -3,10 +3,6 @@ done once, so that a training loop's hundreds of calls per step pay only for the
 
     f = torch_backend.redistributor("f32[8@dp,16]", "f32[8,16]", "dp=2,tp=4")
     y = f(x)   # == redistribute(x, "f32[8@dp,16]", "f32[8,16]", "dp=2,tp=4"), bit for bit
-
-The types are checked, the program compiled and bound (its process groups created) when
-the redistributor is made; each call checks only the tensor and runs. Autograd works as
-with ``redistribute``; the backward program is bound on the first backward.
 """
 
 from __future__ import annotations
@@ -54,8 +50,7 @@ class Redistributor:
         return self._bound.program.dst
 
     def __call__(self, x: torch.Tensor, *, async_op: bool = False) -> Any:
-        """This rank's block of the destination (with ``async_op``, a handle whose ``wait()``
-        gives it, as ``redistribute(..., async_op=True)``)."""
+        """This rank's block of the destination (with ``async_op``, a handle whose ``wait()`` gives it)."""
         return through_door(PREPARED, x, self, None, None, None, self._agree, async_op, None, self._bound)
 
     # a constant of a compiled region (``torch_backend.traced``), guarded on identity
@@ -89,11 +84,9 @@ PREPARED = Door(_compiled, lambda x, _, __, ___, bound: bound.hot(x),
 def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str | Any, *,
                   timeout: timedelta | float | None = None, agree: bool | None = None,
                   dst_mesh: Mesh | str | Any | None = None, requires_grad: bool = False) -> Any:
-    """Prepare ``redistribute(x, src, dst, mesh)`` for many calls (see the module docstring).
-
-    Every check that does not depend on the tensor runs here: a bad type, mesh or world
-    is a SpecError now, not at the first call. With ``agree`` (or ``SHARDC_AGREE=1``) the
-    ranks agree on the call here, before its groups are made, and on each call's tensor.
+    """Prepare ``redistribute(x, src, dst, mesh)`` for many calls: every check that does not
+    depend on the tensor runs here (and, with ``agree``, the agreement, before the groups are
+    made); each call checks only the tensor and runs, the backward bound at the first backward.
 
     ``dst_mesh=``: a ``CrossRedistributor`` moving the tensor to ``dst`` on another mesh
     (``redistribute(..., dst_mesh=)``; its ranks always agree, here, over the world).
@@ -111,11 +104,10 @@ def redistributor(src: TensorType | str, dst: TensorType | str, mesh: Mesh | str
 
 
 class CrossRedistributor:
-    """Compiled cross-mesh moves (``redistributor(..., dst_mesh=)``: one tensor, or a joint
-    move of several where ``many``), bound once (``mesh_transfer.prepare``); call it on this
-    rank's block(s), None off the source mesh. The call was agreed when it was prepared:
-    each call checks its blocks on its own rank only (an all_reduce over the world per call
-    would cost more than the move: 8 ranks on 2 cores, 20 ms)."""
+    """Compiled cross-mesh moves (one tensor, or several where ``many``), bound once; call it
+    on this rank's block(s), None off the source mesh. Agreed when prepared, each call checks
+    its blocks on its own rank only (an all_reduce over the world per call would cost more
+    than the move: 8 ranks on 2 cores, 20 ms)."""
 
     def __init__(self, bounds: list[BoundCall], many: bool = False) -> None:
         self._bounds, self.many = bounds, many  # without a gradient, and (requires_grad) with one

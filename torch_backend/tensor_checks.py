@@ -1,8 +1,6 @@
-"""Everything a call checks about a tensor: its layout (dense), dtype, device and shape on
-each rank this process plays (every simulated rank under LocalTensorMode), before any
-collective. A plain tensor of a real group that matches what a bound program expects
-(``expected_block``) passes with three comparisons (``fits_block``): the fast path of a
-repeated call; any other tensor goes through every check (``check_local``)."""
+"""Everything a call checks about a tensor, before any collective: its layout, dtype, device
+and shape on each rank this process plays; a plain tensor that matches what a bound program
+expects (``expected_block``) passes with three comparisons (``fits_block``)."""
 
 from __future__ import annotations
 
@@ -12,31 +10,35 @@ from typing import Any
 
 import torch
 
+import lowering
 from lowering.cross_mesh import CrossProgram
 from lowering.layout import local_shapes
+from lowering.placements import placement_specs
 from spec_lang.errors import SpecError
-from spec_lang.ir import TensorType
+from spec_lang.ir import Mesh, TensorType
 from torch_backend import comm
 from torch_backend.dtypes import dtype_name, short_name, to_torch_dtype
 from torch_backend.faults import refused
 from torch_backend.groups import MeshContext
 
-_DEVICE_TEST = {"gloo": "is_cpu", "nccl": "is_cuda"}  # check_local's device rule per backend
+# each backend's device rule: the tensor's flag, the backend's name, the fix
+_DEVICE_RULES = {
+    "gloo": ("is_cpu", "gloo", "gloo lacks all_to_all on GPU tensors: use an NCCL group, or move the tensor to CPU"),
+    "nccl": ("is_cuda", "NCCL", "move the tensor to its rank's GPU (x.cuda()), or use a gloo group for CPU tensors"),
+}
 
 
 def is_dtensor(x: Any) -> bool:
-    """Whether ``x`` is a DTensor. One exists only once torch.distributed.tensor was
-    imported: until then nothing is one, and a plain tensor's call does not pay for that
-    import (seconds: it loads sympy)."""
+    """Whether ``x`` is a DTensor, without importing torch.distributed.tensor (seconds: sympy):
+    until it is imported nothing is one."""
     cls = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
     return cls is not None and isinstance(x, cls)
 
 
 def check_tensor(x: Any, t: TensorType, ctx: MeshContext, want: tuple[Any, ...] = ()) -> torch.Tensor:
-    """``x`` against the source type ``t``: returns ``x`` (under LocalTensorMode a plain
-    tensor becomes a LocalTensor). ``want``: ``expected_block(t, ctx)``, where the caller
-    keeps it; a tensor that fits it skips the rest. A refused tensor on a real group is
-    recorded (``faults.refused``), so the ranks left waiting in their collective name this one."""
+    """``x`` against the source type ``t`` (under LocalTensorMode a plain tensor becomes a
+    LocalTensor); one that fits ``want`` (``expected_block``'s) skips the rest. A refused
+    tensor on a real group is recorded, so the ranks left in their collective name this one."""
     if want and isinstance(x, torch.Tensor) and fits_block(x, want):
         return x
     try:
@@ -52,27 +54,26 @@ def check_tensor(x: Any, t: TensorType, ctx: MeshContext, want: tuple[Any, ...] 
 
 def check_all(xs: Sequence[Any], types: Sequence[TensorType], ctx: MeshContext,
               wants: Sequence[tuple[Any, ...]] | None = None, one: bool = False) -> list[torch.Tensor]:
-    """Every tensor against its source type; the first that fails is the error, naming it
-    (``one``: a one-tensor call's, whose error names none)."""
-    if one:
-        return [check_tensor(xs[0], types[0], ctx, wants[0] if wants is not None else ())]
+    """Every tensor against its source type, the first failure naming it (``one``: none)."""
     out = []
-    for i, (x, t) in enumerate(zip(xs, types)):
+    for i, (x, t) in enumerate(zip(xs[:1] if one else xs, types)):
         try:
             out.append(check_tensor(x, t, ctx, wants[i] if wants is not None else ()))
         except SpecError as e:
+            if one:
+                raise
             raise SpecError(f"tensor {i}: {e.message}", text=e.text, pos=e.pos, hint=e.hint) from None
     return out
 
 
 def expected_block(t: TensorType, ctx: MeshContext) -> tuple[Any, ...]:
-    """(torch dtype, this rank's shape, the device flag to test or None) that pass every
-    check of ``check_local`` where one tensor is this rank's block; () where the fast test
-    does not apply (a tensor of blocks, a dtype torch cannot hold, shapes that cannot be read)."""
+    """(torch dtype, this rank's shape, the device flag to test or None) that pass every check
+    of ``check_local``; () where the fast test does not apply (a tensor of blocks, ...)."""
     if not comm.one_block(ctx):
         return ()
+    rule = _DEVICE_RULES.get(ctx.backend)
     try:
-        return to_torch_dtype(t.dtype), local_shapes(t, ctx.mesh)[ctx.rank], _DEVICE_TEST.get(ctx.backend)
+        return to_torch_dtype(t.dtype), local_shapes(t, ctx.mesh)[ctx.rank], rule[0] if rule else None
     except SpecError:
         return ()
 
@@ -84,8 +85,7 @@ def fits_block(x: torch.Tensor, want: tuple[Any, ...]) -> bool:
 
 
 def check_strided(x: torch.Tensor) -> None:
-    """A sparse (or MKL-DNN) tensor has no strides to pack from or unpack into: refused with
-    the other checks, before any collective, rather than inside the first one."""
+    """A sparse (or MKL-DNN) tensor, which has no strides to pack from, refused before any collective."""
     if x.layout is not torch.strided:
         raise SpecError(f"the tensor's layout is {x.layout}: shardc moves dense (strided) tensors only",
                         hint="pass x.to_dense(), and make it sparse again after the redistribution if needed")
@@ -101,12 +101,9 @@ def check_local(x: torch.Tensor, t: TensorType, ctx: MeshContext) -> torch.Tenso
             text=str(t), pos=0,
             hint=f"convert with x.to({to_torch_dtype(t.dtype)}) or write the type with dtype {short_name(x.dtype)}",
         )
-    if ctx.backend == "nccl" and x.device.type != "cuda":
-        raise SpecError(f"the process group uses NCCL but the tensor is on {x.device}",
-                        hint="move the tensor to its rank's GPU (x.cuda()), or use a gloo group for CPU tensors")
-    if ctx.backend == "gloo" and x.device.type != "cpu":
-        raise SpecError(f"the process group uses gloo but the tensor is on {x.device}",
-                        hint="gloo lacks all_to_all on GPU tensors: use an NCCL group, or move the tensor to CPU")
+    rule = _DEVICE_RULES.get(ctx.backend)
+    if rule is not None and not getattr(x, rule[0]):
+        raise SpecError(f"the process group uses {rule[1]} but the tensor is on {x.device}", hint=rule[2])
     shapes = local_shapes(t, ctx.mesh)  # one cached lookup: this runs on every call
     blocks = comm.blocks(ctx, x)
     if blocks is None:  # one plain tensor standing for every simulated rank's block
@@ -131,9 +128,8 @@ def check_local(x: torch.Tensor, t: TensorType, ctx: MeshContext) -> torch.Tenso
 
 
 def check_cross_block(x: object, p: CrossProgram, me: int, i: int | None) -> SpecError | None:
-    """Global rank ``me``'s block ``x`` (tensor ``i`` of a joint call) of a cross-mesh move:
-    None off the source mesh, else a tensor of its block's shape and dtype; the error, as
-    a value (the ranks agree on it before any of them raises)."""
+    """The error (a value: the ranks agree on it first) of global rank ``me``'s block ``x``
+    (tensor ``i``) of a cross-mesh move: None off the source mesh, else its block."""
     which = "" if i is None else f" (tensor {i})"
     on_src = p.src_mesh.global_ranks
     if me not in on_src:
@@ -156,3 +152,36 @@ def check_cross_block(x: object, p: CrossProgram, me: int, i: int | None) -> Spe
         return SpecError(f"rank {me}'s block{which} is {x.dtype}, the source type {p.src} says {dtype}",
                          hint=f"convert it with x.to({dtype})")
     return None
+
+
+def check_dtensor_source(stated: TensorType, text: str | None, actual: TensorType, m: Mesh) -> TensorType:
+    """The stated source type of a DTensor that is ``actual``, if it has the same blocks, pending
+    reduction, dtype and shape; else a SpecError. R may stand where DTensor says Replicate (it
+    asks for a partial gradient), so the stated type is the one used."""
+    lowering.check_type(stated, m, text=text)
+    if not (stated.dtype == actual.dtype and stated.shape == actual.shape
+            and {a: at for a, at in stated.axis_types if at.kind in ("P", "V")}
+            == {a: at for a, at in actual.axis_types if at.kind == "P"}
+            and not stated.is_uneven  # DTensor has no uneven placements
+            and bool((lowering.boxes(stated, m) == lowering.boxes(actual, m)).all())):
+        shown = text if text is not None else str(stated)
+        raise SpecError(
+            f"the source type {stated} does not match the DTensor, which is {actual} "
+            f"(placements {','.join(str(p) for p in placement_specs(actual, m, strided=True)[0])} on mesh {m})",
+            text=shown, pos=shown.find("[") if "[" in shown else 0,
+            hint=f"drop the source type (it is read from the DTensor) or write {actual}",
+        )
+    return stated
+
+
+def as_dtensor(y: torch.Tensor, device_mesh: Any, placements: Any, shape: Sequence[int],
+               grad_placements: Any = None) -> Any:
+    """The block ``y`` as a DTensor of global ``shape``; ``grad_placements``: what its incoming
+    gradient must have (dual(dst)'s layout: a P(sum) where dst says R, as the backward program
+    expects; DTensor would otherwise normalize it to Replicate)."""
+    from torch.distributed.tensor import DTensor
+
+    size = torch.Size(shape)
+    stride = tuple(size[i + 1:].numel() for i in range(len(size)))
+    return DTensor.from_local(y, device_mesh, placements, run_check=False, shape=size, stride=stride,
+                              grad_placements=grad_placements)

@@ -15,12 +15,9 @@ region = torch._dynamo.nonstrict_trace(traced.run_region)
 
 
 class Waiting:
-    """``async_op=True`` inside a compiled region, as two regions: the first ran the steps
-    up to the last collective and issued it (``name.start``); ``wait()`` is the functional
-    ``wait_tensor`` on its result, where the user put it (compute between the call and
-    ``wait()`` stands between the collective and its wait in the graph), then the second
-    region (``name.finish``): the results landed and the steps after them. ``got``: what
-    the first region left (``BoundCall.issue``)."""
+    """``async_op=True`` inside a compiled region, as two regions: the first issued the last
+    collective (``name.start``, leaving ``got``); ``wait()`` is the functional ``wait_tensor``
+    where the user put it, then the second region (``name.finish``) lands the rest."""
 
     def __init__(self, name: str, x: Any, got: tuple[list[torch.Tensor], list[torch.Tensor]],
                  args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -38,10 +35,9 @@ class Waiting:
 
 
 def call(name: str, *args: Any, async_op: bool = False, **kwargs: Any) -> Any:
-    """The traced call ``name`` (from inside dynamo's trace): one opaque region, or with
-    ``async_op`` two around the user's wait where ``name.splits`` says so (``Waiting``).
-    Arguments that are None are left out (the region takes no None): pass them by
-    keyword; the tensor is the first argument that is one (or a list of them)."""
+    """The traced call ``name``: one opaque region, or with ``async_op`` two around the user's
+    wait where ``name.splits`` says so. Arguments that are None are left out (the region takes
+    no None): pass them by keyword; the tensor is the first that is one (or a list of them)."""
     kw = {k: v for k, v in kwargs.items() if v is not None}
     if async_op and traced.has_entry(name + ".splits"):
         i = next(i for i, a in enumerate(args) if isinstance(a, torch.Tensor)

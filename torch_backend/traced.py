@@ -1,28 +1,17 @@
-"""torch.compile's door: shardc's calls as regions dynamo does not trace into, which
-AOTAutograd traces (``torch._dynamo.nonstrict_trace``).
-
-Dynamo sees each public call as one opaque call whose non-tensor arguments are constants
-of the trace (strings, ``Mesh``, ``TensorType``, a DeviceMesh, a prepared
-``Redistributor``). AOTAutograd then runs the ordinary eager code once on fake tensors:
-parsing, planning and every tensor check happen at trace time, on static shapes, and
-``comm`` picks its functional implementation, so the graph holds ``_c10d_functional`` ops
-and their ``wait_tensor``; the backward is traced the same way from the same autograd
-Function. A call with another shape or dtype fails dynamo's guards and is traced again.
-
-A DeviceMesh reaches the region as a ``FakeScriptObject``; it is unwrapped here, before
-any check looks at it. This module imports no dynamo (over a second, and it loads
-``torch.distributed.tensor``): the entry points reach the regions through
-``torch_backend.trace_marks``, imported only where they find a trace running.
-
-A call refused at trace time raises its SpecError out of the compiled call itself, as a
-``TracedSpecError``: dynamo would otherwise show only its own error, with shardc's
-message, caret and hint in its ``__cause__`` alone.
+"""torch.compile's door: each public call is one ``torch._dynamo.nonstrict_trace`` region
+whose non-tensor arguments are constants of the trace, so AOTAutograd runs the eager code
+(parsing, planning, checks) once at trace time on fake tensors, and ``comm`` its functional
+collectives (docs/running.md, "torch.compile"). A DeviceMesh reaches a region as a
+``FakeScriptObject``, unwrapped here before any check. This module imports no dynamo (over a
+second): the entry points reach the regions through ``trace_marks``, imported only where
+they find a trace running.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any, TypeVar
 
 import torch.utils._pytree as pytree
@@ -37,19 +26,17 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 class TracedSpecError(SpecError, IndexError):
-    """A SpecError raised while torch.compile traces a call: the same message, caret and
-    hint, caught by ``except SpecError`` (and ``ValueError``) like the eager call's.
+    """A SpecError raised while torch.compile traces a call, caught like the eager call's.
 
     It is an IndexError too because that is the one exception dynamo lets out of a traced
     call as it is (torch 2.13: ``torch._dynamo.utils.run_node`` re-raises an IndexError
     from a traced region, and ``convert_frame`` passes it on); any other error becomes
-    dynamo's own (``Unsupported output type ...`` from a ``nonstrict_trace`` region,
-    ``InternalTorchDynamoError`` from an ``assume_constant_result`` one)."""
+    dynamo's own (``Unsupported output type ...``, ``InternalTorchDynamoError``)."""
 
 
 def refusing(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` (run at trace time: a region, or an ``assume_constant_result`` function) with
-    its SpecError raised as a ``TracedSpecError``, out of the compiled call."""
+    """``fn`` (run at trace time) with its SpecError raised as a ``TracedSpecError``: dynamo
+    would otherwise show only its own error, with shardc's in its ``__cause__`` alone."""
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -61,7 +48,6 @@ def refusing(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _fx_repr(obj: Any) -> tuple[str, dict[str, type]]:
-    """How the trace's code names a constant of these frozen classes (their fields)."""
     cls = type(obj)
     fields = ", ".join(f"{f}={getattr(obj, f)!r}" for f in cls.__dataclass_fields__)
     return f"{cls.__name__}({fields})", {cls.__name__: cls}
@@ -75,14 +61,11 @@ for _cls in _OPAQUE:
     if not is_opaque_type(_cls):
         _cls.__fx_repr__ = _fx_repr
         register_opaque_type(_cls, typ="value")
-try:
+with suppress(ValueError):  # registered already
     pytree.register_constant(TensorType)
-except ValueError:  # registered already
-    pass
 
 
 def entry(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register ``fn`` as the eager body of the traced call ``name``."""
     def put(fn: Callable[..., Any]) -> Callable[..., Any]:
         _ENTRIES[name] = fn
         return fn
@@ -100,7 +83,6 @@ def _real(a: Any) -> Any:
 
 @refusing
 def run_region(name: str, args: Any, kwargs: Any) -> Any:
-    """The eager body of the region ``name`` (``trace_marks.region``, which dynamo does not trace into)."""
     kwargs = _real(kwargs)
     if "agree" in kwargs or "timeout" in kwargs:
         check_compiled_flags(kwargs.get("agree"), kwargs.get("timeout"))
@@ -109,10 +91,8 @@ def run_region(name: str, args: Any, kwargs: Any) -> Any:
 
 
 class Ready:
-    """``async_op=True`` inside a compiled region where the call cannot be split (several
-    programs, no collective left in flight): its collectives are functional ops in the
-    graph, each followed by its ``wait_tensor``, which the compiler places; ``wait()``
-    gives the result."""
+    """``async_op=True`` inside a compiled region where the call cannot be split: its
+    collectives' ``wait_tensor`` are in the graph, where the compiler places them."""
 
     def __init__(self, value: Any) -> None:
         self.value = value
@@ -122,19 +102,15 @@ class Ready:
 
 
 def constant_result(fn: _F) -> _F:
-    """``torch.compiler.assume_constant_result`` without importing dynamo: the mark it sets
-    on ``fn``, read when a trace reaches a call of ``fn`` (``tests/test_first_call.py``
-    checks that the two agree)."""
+    """``torch.compiler.assume_constant_result`` without importing dynamo (the mark it sets)."""
     fn._dynamo_marked_constant = True  # type: ignore[attr-defined]
     return fn
 
 
 @constant_result
 def refuse(message: str, hint: str) -> bool:
-    """Raise ``SpecError(message, hint=hint)`` from code dynamo traces (a check of a public
-    call's argument, ``spmd.use_mesh``'s): run at trace time, outside the trace, since dynamo
-    can neither build a SpecError (its constructor calls ``super().__init__``) nor pass a
-    raised one on."""
+    """Raise ``SpecError(message, hint=hint)`` from code dynamo traces: at trace time, outside
+    the trace, since dynamo can neither build a SpecError nor pass a raised one on."""
     raise TracedSpecError(message, hint=hint)
 
 
@@ -145,13 +121,11 @@ def has_entry(name: str) -> bool:
 @constant_result
 @refusing
 def splits(name: str, args: Any, kwargs: Any) -> bool:
-    """Run once at trace time (its arguments are constants of the trace): whether the async
-    call ``name`` splits around its last collective (``name.splits``)."""
+    """At trace time: whether the async call ``name`` splits around its last collective."""
     return bool(_ENTRIES[name + ".splits"](*_real(args), **_real(kwargs)))
 
 
 def check_compiled_flags(agree: Any, timeout: Any) -> None:
-    """What a compiled region cannot do, refused at trace time."""
     if agree:
         raise SpecError("agree=True cannot run inside torch.compile (its comparison reads values on the host)",
                         hint="make the call once eagerly with agree=True before compiling, or drop agree")

@@ -1,12 +1,6 @@
-"""Where a tensor keeps its SPMD types, and the types of a redistribution's output.
-
-A typed tensor carries ``{mesh axis: LocalType}`` (and the global sizes of the dims it
-splits) as two attributes; ``torch_backend.spmd`` reads and writes them. The
-redistribution entry points (``redistribute``, ``redistributor``, ``redistribute_many``
-and their async handles) type their outputs here, from the destination type: its
-meaning on the mesh, per axis (a split axis S(i), an annotated one R, V or P, any other
-I, as a type string says). This module is apart from ``torch_backend.spmd``, which
-imports those entry points, so they can import it.
+"""Where a tensor keeps its SPMD types (two attributes), and the types of a redistribution's
+output, from its destination type (a split axis S(i), an annotated one R, V or P, any other
+I). Apart from ``torch_backend.spmd``, which imports the entry points that import this.
 """
 
 from __future__ import annotations
@@ -32,7 +26,6 @@ UNCHECKED = [0]
 
 @contextmanager
 def unchecked() -> Iterator[None]:
-    """Run shardc's own torch ops without the type checker."""
     UNCHECKED[0] += 1
     try:
         yield
@@ -60,8 +53,7 @@ on_clear(_meaning.cache_clear)
 
 
 def output_tags(program: Program) -> Tags:
-    """The per-axis types (and split sizes) of ``program``'s output: what its destination
-    type means on its mesh. Bound programs keep theirs (``BoundCall.tags``)."""
+    """The per-axis types (and split sizes) of ``program``'s output."""
     return _meaning(program.dst, program.mesh)
 
 

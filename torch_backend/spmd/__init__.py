@@ -1,8 +1,6 @@
-"""The SPMD type system for plain tensors: typed per-axis collectives with exact backward,
-types attached to tensors, an opt-in type checker, ``local_map`` and global-SPMD einsum/linear.
-
-See docs/spmd_types.md. Every collective is one shardc Program, bound once and run like
-every redistribution (``torch_backend.bound``).
+"""The SPMD type system for plain tensors (docs/spmd_types.md): typed per-axis collectives with
+exact backward, types attached to tensors, an opt-in type checker, ``local_map`` and global-SPMD
+einsum/linear.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""``typecheck()``: the SPMD type system's rules applied to ordinary torch ops (opt-in).
-
-A TorchFunctionMode: each op whose tensor arguments carry types gets its output typed by
-``lowering.spmd.propagate`` (or refused, before it runs, with a SpecError naming the op,
-the argument types and the collective or convert that is missing). Attribute reads,
-``backward()``/``torch.autograd.grad`` (the loss' type) and torch.distributed's
-collectives (typed on the mesh axes of their process group) have rules of their own.
-Untyped tensors are outside the checker; ops on them run untouched (``strict=True``
-refuses an op that mixes them with typed ones: a parameter someone forgot to type). shardc's own calls
-(the spmd functions, ``torch_backend.redistribute``'s collectives) run unchecked: they
-type their results themselves.
+"""``typecheck()``: the SPMD type system's rules applied to ordinary torch ops (opt-in;
+docs/spmd_types.md): a TorchFunctionMode typing each op's output by
+``lowering.spmd.propagate``, or refusing the op before it runs. shardc's own calls run
+unchecked: they type their results themselves.
 """
 
 from __future__ import annotations
@@ -70,8 +63,7 @@ STRICT: ContextVar[bool] = ContextVar("spmd_strict", default=False)
 
 
 def _tensors(args: Any, out: list, numbers: list) -> bool:
-    """Collect the tensors of (nested) args, and the types of typed Python numbers; True
-    when an untyped Python number is among them."""
+    """Collect the tensors of (nested) args and typed numbers' types; True for an untyped number."""
     scalar = False
     for a in args:
         if isinstance(a, torch.Tensor):
@@ -93,9 +85,7 @@ _INPLACE_DUNDERS = frozenset(f"__i{n}__" for n in ("add", "sub", "mul", "truediv
 
 
 def check_written(op: str, raw: str, args: tuple, kwargs: dict, out_types: dict) -> None:
-    """A typed tensor the op writes (``out=``, or the first argument of an in-place op) keeps
-    its type: the result written into it must agree on each axis (other references to it
-    still read it as that type)."""
+    """A typed tensor the op writes (``out=``, or in place) keeps its type: the result must agree."""
     if "out" in kwargs:
         where, dest = "its out= tensor", kwargs["out"]
     elif args and isinstance(args[0], torch.Tensor) and (
@@ -123,7 +113,6 @@ def _attach_all(out: Any, types: dict) -> Any:
 
 
 def _leaves(x: Any, where: str) -> Iterator[tuple[str, Any]]:
-    """``x``'s leaves, each with where it is (``argument 0[2]``): lists and tuples nest."""
     if isinstance(x, (list, tuple)):
         for k, v in enumerate(x):
             yield from _leaves(v, f"{where}[{k}]")
@@ -132,9 +121,8 @@ def _leaves(x: Any, where: str) -> Iterator[tuple[str, Any]]:
 
 
 def refuse_untyped(op: str, args: tuple, kwargs: dict, typed: list[dict]) -> None:
-    """Strict mode: refuse ``op`` if an argument is an untyped tensor beside the ``typed`` ones
-    (``out=`` aside: it is written, not read), naming the first: ``argument 1``, ``argument
-    0[2]``, ``argument 'weight'``."""
+    """Strict mode: refuse ``op`` if an argument (``out=`` aside) is an untyped tensor beside
+    the ``typed`` ones, naming the first (``argument 0[2]``, ``argument 'weight'``)."""
     named = [(f"argument {k}", a) for k, a in enumerate(args)]
     named += [(f"argument {key!r}", a) for key, a in kwargs.items() if key != "out"]
     found = next(((where, x) for name, a in named for where, x in _leaves(a, name)
@@ -227,11 +215,9 @@ _signature = functools.cache(inspect.signature)
 
 
 def _raw_collective(func: Any, name: str, args: tuple, kwargs: dict, strict: bool) -> Any:
-    """A torch.distributed collective on a typed tensor: its output typed on the mesh axes
-    its process group spans (``lowering.spmd.rules.raw_collective_types``), a typed output
-    tensor kept and checked (``raw_destination``), or refused before it runs. An all_reduce
-    retypes its tensor in place. A group that is no set of mesh axes is outside the checker
-    (refused in strict mode), as an untyped input is (in strict mode, refused too)."""
+    """A torch.distributed collective on a typed tensor: its output typed on the mesh axes its
+    process group spans, or refused before it runs; a group that is no set of mesh axes, or
+    an untyped input, is outside the checker (refused in strict mode)."""
     p = _signature(func).bind(*args, **kwargs).arguments
     inp = p.get("tensor", p.get("input", p.get("input_tensor")))
     if name == "all_gather":  # the list form: one output tensor per rank of the group
@@ -265,7 +251,6 @@ def _raw_collective(func: Any, name: str, args: tuple, kwargs: dict, strict: boo
 
 
 def refuse_untyped_collective(call: str, x: Any, axes: list[str]) -> None:
-    """Strict mode: a collective's input must be typed on the axes it runs over."""
     shape = list(x.shape) if isinstance(x, torch.Tensor) else "?"
     example = ", ".join(f"{a!r}: spmd.P" for a in axes)
     raise SpecError(f"strict typecheck: {call} takes a tensor (shape {shape}) with no type on mesh axis "
@@ -276,9 +261,7 @@ def refuse_untyped_collective(call: str, x: Any, axes: list[str]) -> None:
 
 
 def _group_axes(name: str, group: Any, strict: bool) -> tuple[str, ...] | None:
-    """The mesh axes (of the enclosing ``spmd.use_mesh`` mesh) whose group a process group
-    is (``()`` for a group of one rank); None for a group that is no set of them, outside
-    the checker (SpecError in strict mode: its typing is unknown)."""
+    """The mesh axes whose group a process group is (``()``: one rank), else None (strict: a SpecError)."""
     try:
         ctx = mesh_context()
     except SpecError:
@@ -300,9 +283,8 @@ def _group_axes(name: str, group: Any, strict: bool) -> tuple[str, ...] | None:
 
 
 def _check_seeds(name: str, args: tuple, kwargs: dict, strict: bool) -> None:
-    """``loss.backward()``, ``torch.autograd.backward`` / ``grad``: each output seeded with
-    ones (no gradient given for it) must be a loss the ones are the gradient of (in strict
-    mode, a typed one)."""
+    """``backward()``/``grad``: each output seeded with ones must be a loss they are the gradient
+    of (strict: a typed one)."""
     at, keys = _SEEDED[name]
     seeds = args[at] if len(args) > at else next((kwargs[k] for k in keys if k in kwargs), None)
     outputs = args[0] if args else kwargs.get("tensors", kwargs.get("outputs"))
@@ -322,13 +304,11 @@ def _check_seeds(name: str, args: tuple, kwargs: dict, strict: bool) -> None:
 
 
 def linear_equation(ndim: int) -> str:
-    """``x[..., y] @ w[z, y]^T`` (``linear``) as an einsum equation, for an ``x`` of ``ndim`` dims."""
     batch = "abcdefgh"[: ndim - 1]
     return f"{batch}y,zy->{batch}z"
 
 
 def _matmul_types(name: str, tensors: list) -> dict:
-    """matmul/mm/linear with S(i) operands: the einsum rule on their equation."""
     a, b = tensors[0], tensors[1]
     ts = [getattr(t, TYPES, None) or {} for t in (a, b)]
     if name == "linear":
@@ -341,20 +321,16 @@ def _matmul_types(name: str, tensors: list) -> dict:
 
 
 def no_typecheck() -> AbstractContextManager[None]:
-    """Run the scope's torch ops outside ``typecheck()`` (their results are untyped: type
-    them with ``spmd.assert_type`` where they re-enter the checked code)."""
+    """Run the scope's torch ops outside ``typecheck()`` (their results untyped)."""
     return unchecked()
 
 
 @contextmanager
 def typecheck(strict: bool = False) -> Iterator[None]:
     """Check every torch op in the scope against the SPMD type system's rules (opt-in; the
-    same code runs, with the same numbers, without it).
-
-    ``strict=True`` also refuses an op that takes typed and untyped tensors together (and
-    ``spmd.einsum``/``linear`` an untyped operand), naming the op and the untyped argument:
-    outside strict mode an untyped tensor is unchecked, so a parameter nobody typed passes
-    silently (where ``spmd.einsum`` reads it as R)."""
+    same code runs, with the same numbers, without it). ``strict=True`` also refuses an op
+    that takes typed and untyped tensors together (and ``spmd.einsum``/``linear`` an untyped
+    operand): outside it, a parameter nobody typed passes silently."""
     if not isinstance(strict, bool):
         raise SpecError(f"typecheck(strict=...) takes a bool, got {type(strict).__name__}",
                         hint="spmd.typecheck(strict=True)")

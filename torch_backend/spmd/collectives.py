@@ -1,9 +1,6 @@
 """The typed per-axis collectives: each call is one Program (``lowering.spmd.programs``),
-run by its ``BoundCall`` like every redistribution (its backward: the kinds' duals).
-
-Everything is checked before the first collective: the (src, dst) pair against the
-SPMD type system's tables, the axes against the mesh, and every rank's local shape
-against the program's source type, so a refused call sends nothing.
+run by its ``BoundCall`` like every redistribution, every check (the pair against the SPMD
+type system's tables, the axes, each rank's shape) before the first collective.
 """
 
 from __future__ import annotations
@@ -44,8 +41,8 @@ from torch_backend.type_tags import SIZES, UNCHECKED, attach, unchecked
 
 def _src_size(x: torch.Tensor, src: LocalType, group: tuple[str, ...], ctx: MeshContext,
               shapes: dict[int, tuple[int, ...]], size: int | None) -> int | None:
-    """The global length of the dim an S(i) source splits: given, recorded by the call that
-    made ``x``, the group's blocks added up (LocalTensorMode sees them all), or n blocks."""
+    """The global length of the dim an S(i) source splits: given, recorded on ``x``, the group's
+    blocks added up (LocalTensorMode), or n blocks."""
     if src.kind != "S":
         return None
     i = src.dim
@@ -65,11 +62,8 @@ def _src_size(x: torch.Tensor, src: LocalType, group: tuple[str, ...], ctx: Mesh
 
 @dataclass(frozen=True)
 class Typed:
-    """A typed collective's call as the door sequence carries it (``api.through_door``'s
-    ``src``). ``at``: the dim V stacks on (``gather_dim``/``scatter_dim``); ``op_dtype``/
-    ``out_dtype``: the dtypes it runs in and returns (``torch_backend.spmd.precision``);
-    ``splits``: split sizes, the ragged collectives (``torch_backend.spmd.ragged``);
-    ``backward_options``: those of its backward collective."""
+    """A typed collective's call as the door sequence carries it (``through_door``'s ``src``).
+    ``at``: the dim V stacks on (``gather_dim``/``scatter_dim``); ``splits``: split sizes."""
 
     op: str
     axis: Any
@@ -86,9 +80,7 @@ class Typed:
 
 def typed_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: Any = None,
                **options: Any) -> torch.Tensor:
-    """``op(x, axis, src, dst)`` through the door sequence (compile time or eager, then
-    ``_checked_run``: a typed collective has no fast path, agreement or async form); the
-    result carries its type."""
+    """``op(x, axis, src, dst)`` through the door sequence; the result carries its type."""
     return through_door(TYPED, x, Typed(op, axis, src, dst, **options), None, mesh, None, None, False)
 
 
@@ -119,8 +111,7 @@ def _traced_call(op: str, x: torch.Tensor, axis: Any, src: Any, dst: Any, mesh: 
 
 
 def _checked_run(x: torch.Tensor, call: Typed, _: None, mesh: Any) -> torch.Tensor:
-    """The typed collective's own checks (the pair against the SPMD type system's tables,
-    the options, strict mode; then the axes, shapes and program in ``_run``) and run."""
+    """The typed collective's own checks (the axes, shapes and program in ``_run``), then its run."""
     op, splits = call.op, call.splits
     if not isinstance(x, torch.Tensor):
         raise SpecError(f"spmd.{op} needs a tensor, got {type(x).__name__}")
@@ -173,7 +164,6 @@ def _placed(op: str, x: torch.Tensor, axis: Any, s: LocalType, mesh: Any,
 
 def _ragged(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: LocalType, mesh: Any,
             splits: tuple) -> torch.Tensor:
-    """The split-size forms (``torch_backend.spmd.ragged``), checked like the others first."""
     ctx, group, have = _placed(op, x, axis, s, mesh)
     if routed == "all_gather":
         if s.kind != "S":
@@ -229,7 +219,7 @@ def _run(call: Typed, routed: str, x: torch.Tensor, s: LocalType, d: LocalType, 
         if wire == x.dtype and op_dt is not None and op_dt != x.dtype:  # added in a wider dtype than the wire's
             return reduce_in(routed, bound.check(x), s, d, group, ctx, at, op_dt, out_dt, program)
         # the program in the wire's dtype (x cast first where they differ), its result cast to out_dtype
-        y = bound.apply(bound.check(x if wire == x.dtype else x.to(wire)))
+        y = bound.taped([bound.check(x if wire == x.dtype else x.to(wire))])[0]
         return y if (out_dt or x.dtype) == y.dtype else y.to(out_dt or x.dtype)
 
     if backward is not None and x.requires_grad and torch.is_grad_enabled():
@@ -252,8 +242,7 @@ def _run(call: Typed, routed: str, x: torch.Tensor, s: LocalType, d: LocalType, 
 
 
 def _in_place(bound: BoundCall, x: torch.Tensor) -> torch.Tensor:
-    """The bound program (one all_reduce) run on ``x`` itself: a flat buffer reduced without
-    a copy (a non-contiguous one through a contiguous copy, written back)."""
+    """The bound all_reduce run on ``x`` itself (a non-contiguous one through a copy, written back)."""
     if bound.check(x) is not x:
         raise SpecError("inplace=True under LocalTensorMode needs a LocalTensor (every rank's block)",
                         hint="build it with LocalTensorMode's rank_map or torch_backend.distribute")
@@ -275,10 +264,8 @@ def all_gather(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = No
         B  =>  [A, B, C]         [A1]  =>  [A0, A1, A2]
         C                        [A2]
 
-    ``split_sizes``: every rank's length of dim i, in group order (blocks of any lengths,
-    not ``torch.chunk``'s: the DynamicShard ``f32[N@axis<s0,s1,..>]`` gathered).
-    ``op_dtype``: the dtype the blocks travel in (x cast before the wire); ``out_dtype``: the
-    result's (``torch_backend.spmd.precision``).
+    ``split_sizes``: every rank's length of dim i, in group order (blocks of any lengths).
+    ``op_dtype``/``out_dtype``/``backward_options`` (every collective): docs/spmd_types.md.
     """
     return typed_call("all_gather", x, axis, src, dst, mesh, size=size, at=gather_dim, op_dtype=op_dtype,
                       out_dtype=out_dtype, splits=None if split_sizes is None else (split_sizes,),
@@ -292,11 +279,7 @@ def all_reduce(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh: An
 
     ``inplace=True`` reduces ``x`` itself (a flat gradient buffer: no copy) and returns it,
     retyped; for a tensor autograd does not record (under ``torch.no_grad()``, or a ``.grad``).
-    ``op_dtype``: add in that dtype, sending x's (bf16 on the wire, fp32 sums); ``out_dtype``:
-    the result's dtype (``torch_backend.spmd.precision`` says exactly what each means).
-    ``backward_options`` (every collective takes it): ``{"op_dtype": .., "out_dtype": ..}``,
-    the options of the table's backward collective (here all_reduce(P,R)), which computes
-    the gradient."""
+    ``op_dtype``: add in that dtype, sending x's (bf16 on the wire, fp32 sums)."""
     return typed_call("all_reduce", x, axis, src, dst, mesh, inplace=inplace, op_dtype=op_dtype, out_dtype=out_dtype,
                       backward_options=backward_options)
 
@@ -312,8 +295,7 @@ def reduce_scatter(x: torch.Tensor, axis: Any, *, src: Any = "P", dst: Any, mesh
         +[Ay, By, Cy]  =>  Bx + By + Bz
         +[Az, Bz, Cz]      Cx + Cy + Cz
 
-    ``op_dtype``/``out_dtype`` as for ``all_reduce``; ``split_sizes``: every rank's length of
-    dim i, in group order (the DynamicShard ``f32[N@axis<s0,s1,..>]``)."""
+    ``split_sizes``: every rank's length of dim i, in group order."""
     return typed_call("reduce_scatter", x, axis, src, dst, mesh, at=scatter_dim, op_dtype=op_dtype,
                       out_dtype=out_dtype, splits=None if split_sizes is None else (split_sizes,),
                       backward_options=backward_options)
@@ -332,8 +314,7 @@ def all_to_all(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = No
     ``input_split_sizes`` (MoE token dispatch): this rank's rows for each destination
     partition (one per rank, or k experts per rank), as a list or an int tensor, or every
     rank's row (a list of lists); ``output_split_sizes`` is checked against what arrives,
-    or, given alone, goes with even input splits (``all_to_all_single``'s default). See
-    ``torch_backend.spmd.ragged``. ``op_dtype``/``out_dtype`` as for ``all_gather``.
+    or, given alone, goes with even input splits (``all_to_all_single``'s default).
     """
     splits = None if input_split_sizes is None and output_split_sizes is None else (
         input_split_sizes, output_split_sizes)
@@ -344,8 +325,7 @@ def all_to_all(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = No
 def reinterpret(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
                 op_dtype: Any = None, out_dtype: Any = None,
                 backward_options: Any = None) -> torch.Tensor:
-    """Change the type, not the local tensor (the value may change: reinterpret(R,P) is n times
-    it); ``op_dtype``/``out_dtype``: casts before and after, as for ``all_gather``."""
+    """Change the type, not the local tensor (the value may change: reinterpret(R,P) is n times it)."""
     return typed_call("reinterpret", x, axis, src, dst, mesh, op_dtype=op_dtype, out_dtype=out_dtype,
                       backward_options=backward_options)
 
@@ -356,8 +336,6 @@ def convert(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = None,
     """Change the type, keeping the value, without communication (slicing or zeroing locally)::
 
         convert(R, P):  [A]  =>  +[A], +[0], +[0]      convert(V, P):  A, B, C  =>  +[A,0,0], +[0,B,0], +[0,0,C]
-
-    ``op_dtype``/``out_dtype``: casts before and after, as for ``all_gather``.
     """
     return typed_call("convert", x, axis, src, dst, mesh, size=size, op_dtype=op_dtype, out_dtype=out_dtype,
                       backward_options=backward_options)
@@ -367,8 +345,7 @@ def redistribute(x: torch.Tensor, axis: Any, *, src: Any, dst: Any, mesh: Any = 
                  size: int | None = None, op_dtype: Any = None, out_dtype: Any = None,
                  backward_options: Any = None) -> torch.Tensor:
     """Keep the value, with one collective: V|S(i)->R|I all_gather, P->R|I all_reduce,
-    P->V|S(i) reduce_scatter, S(i)->S(j) all_to_all (``op_dtype``/``out_dtype`` as that collective's);
-    or with none, where none is needed: R|I -> R|I|V|S(i)|P and V|S(i) -> P are the ``convert``
-    (a local chunk or zero-fill: no data moves)."""
+    P->V|S(i) reduce_scatter, S(i)->S(j) all_to_all; or with none, where none is needed
+    (R|I -> R|I|V|S(i)|P and V|S(i) -> P are the ``convert``: no data moves)."""
     return typed_call("redistribute", x, axis, src, dst, mesh, size=size, op_dtype=op_dtype, out_dtype=out_dtype,
                       backward_options=backward_options)

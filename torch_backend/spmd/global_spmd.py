@@ -37,9 +37,8 @@ def _axes(out_partial_axes: str | Sequence[str] | None) -> tuple[str, ...]:
 
 
 def _operands(op: str, xs: Sequence[Any], names: Sequence[str] = (), shown: str | None = None) -> None:
-    """The operands are local tensors (a DTensor is not: its type is its placements, not a
-    tag); under ``typecheck(strict=True)`` an untyped one beside typed ones is refused
-    (outside it, an untyped operand is read as R)."""
+    """The operands are local tensors (not DTensors); under ``typecheck(strict=True)`` an
+    untyped one beside typed ones is refused (outside it, one is read as R)."""
     for i, x in enumerate(xs):
         if not isinstance(x, torch.Tensor) or is_dtensor(x):
             raise SpecError(f"spmd.{op}: {names[i] if i < len(names) else f'operand {i}'} must be "
@@ -51,8 +50,7 @@ def _operands(op: str, xs: Sequence[Any], names: Sequence[str] = (), shown: str 
 
 
 def _local_op(what: str, fn: Callable[..., torch.Tensor], *xs: Any) -> torch.Tensor:
-    """``fn(*xs)`` untyped; torch's refusal of the local shapes or equation as a SpecError
-    (the types were already checked, so what is left is the blocks themselves)."""
+    """``fn(*xs)`` untyped; torch's refusal of the blocks (the types passed) as a SpecError."""
     try:
         with unchecked():
             return fn(*xs)
@@ -93,21 +91,18 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *,
 
 
 def _view(x: torch.Tensor, types: dict[str, LocalType]) -> torch.Tensor:
-    """``x``'s data as a tensor of its own, typed ``types``: how a tensor crosses the region's edge."""
     with unchecked():
         return attach(x.view_as(x), types)
 
 
 def _is_spec(spec: Any) -> bool:
-    """A leaf of in_types/out_types: the types of one tensor (a dict, a type string or a
-    jax PartitionSpec); a list or tuple nests, as the arguments it stands for do."""
+    """A leaf of in_types/out_types (a dict, a type string or a jax PartitionSpec), not a nest."""
     if isinstance(spec, (dict, str)):
         return True
     return not (spec is None or isinstance(spec, (list, tuple))) and is_jax_spec(spec)
 
 
 def _check_specs(spec: Any, what: str) -> None:
-    """Refuse, when local_map is called, a slot that is no types, None or a nest of them."""
     if spec is None or _is_spec(spec):
         return
     if isinstance(spec, (list, tuple)):
@@ -119,24 +114,39 @@ def _check_specs(spec: Any, what: str) -> None:
                     "slots for a list/tuple argument", hint="e.g. in_types=({'tp': spmd.S(1)}, ({'tp': spmd.R}, None))")
 
 
-def _enter(x: Any, spec: Any, where: str) -> Any:
-    """``x`` as the region sees it: each tensor checked against its slot's types and given
-    their local form (S(i) is V inside); lists and tuples matched slot by slot."""
+# what differs between an argument entering local_map's region and an output leaving it:
+# what a tensor given None would keep, an example, how the nest was given, whose shape the
+# slots follow, what to do with a tensor
+_SIDES = {
+    "in_types": ("enter the region with its outer types", "{'tp': spmd.R} ({} for an untyped tensor)", "it is",
+                 "the argument", "pass"),
+    "out_types": ("leave the region with its inside types", "{'tp': spmd.S(0)}", "fn returned", "fn's result",
+                  "return"),
+}
+
+
+def _slots(x: Any, spec: Any, where: str, key: str, leaf: Callable[[torch.Tensor, Any, str], Any]) -> Any:
+    """``x`` matched against its ``key`` slot, nests slot by slot, each tensor through ``leaf``."""
+    keeps, example, given, like, do = _SIDES[key]
     if spec is None:
         if isinstance(x, torch.Tensor):
-            raise SpecError(f"local_map: {where} is a tensor, but in_types gives it None (for non-tensors): it "
-                            "would enter the region with its outer types",
-                            hint=f"give {where} its types, e.g. {{'tp': spmd.R}} ({{}} for an untyped tensor)")
+            raise SpecError(f"local_map: {where} is a tensor, but {key} gives it None (for non-tensors): it "
+                            f"would {keeps}", hint=f"give {where} its types, e.g. {example}")
         return x
     if not _is_spec(spec):  # a nest: x must be a list or tuple of as many
         if not isinstance(x, (list, tuple)) or len(x) != len(spec):
             got = f"a {type(x).__name__}" + (f" of {len(x)}" if isinstance(x, (list, tuple)) else "")
-            raise SpecError(f"local_map: in_types gives {where} {len(spec)} slots, but it is {got}",
-                            hint="nest in_types like the argument: one slot per element")
-        return type(x)(_enter(v, s, f"{where}[{k}]") for k, (v, s) in enumerate(zip(x, spec)))
+            raise SpecError(f"local_map: {key} gives {where} {len(spec)} slots, but {given} {got}",
+                            hint=f"nest {key} like {like}: one slot per element")
+        return type(x)(_slots(v, s, f"{where}[{k}]", key, leaf) for k, (v, s) in enumerate(zip(x, spec)))
     if not isinstance(x, torch.Tensor):
-        raise SpecError(f"local_map: {where} is a {type(x).__name__}, but in_types gives it the types {spec!r}",
-                        hint="pass a tensor there, or put None in in_types for a non-tensor")
+        raise SpecError(f"local_map: {where} is a {type(x).__name__}, but {key} gives it the types {spec!r}",
+                        hint=f"{do} a tensor there, or put None in {key} for a non-tensor")
+    return leaf(x, spec, where)
+
+
+def _enter(x: torch.Tensor, spec: Any, where: str) -> torch.Tensor:
+    """An argument as the region sees it: checked against its types, in their local form (S(i) is V)."""
     want, _ = spec_types(spec, x, f"local_map in_types of {where}")
     have = typeof(x)
     for a, t in want.items():
@@ -147,9 +157,7 @@ def _enter(x: Any, spec: Any, where: str) -> Any:
 
 
 def _enter_inferred(x: Any) -> Any:
-    """``x`` as the region sees it where local_map has no in_types: its own types, in their
-    local form (S(i) is V inside), lists and tuples element by element; untyped tensors and
-    non-tensors as they are."""
+    """An argument as the region sees it without in_types: its own types in local form."""
     if isinstance(x, (list, tuple)):
         return type(x)(_enter_inferred(v) for v in x)
     if not isinstance(x, torch.Tensor) or not typeof(x):
@@ -157,23 +165,8 @@ def _enter_inferred(x: Any) -> Any:
     return _view(x, local_form(typeof(x)))
 
 
-def _leave(y: Any, spec: Any, where: str) -> Any:
-    """An output of the region with its out_types (the global types), nests matched alike."""
-    if spec is None:
-        if isinstance(y, torch.Tensor):
-            raise SpecError(f"local_map: {where} is a tensor, but out_types gives it None (for non-tensors): it "
-                            "would leave the region with its inside types",
-                            hint=f"give {where} its types, e.g. {{'tp': spmd.S(0)}}")
-        return y
-    if not _is_spec(spec):
-        if not isinstance(y, (list, tuple)) or len(y) != len(spec):
-            got = f"a {type(y).__name__}" + (f" of {len(y)}" if isinstance(y, (list, tuple)) else "")
-            raise SpecError(f"local_map: out_types gives {where} {len(spec)} slots, but fn returned {got}",
-                            hint="nest out_types like fn's result: one slot per element")
-        return type(y)(_leave(v, s, f"{where}[{k}]") for k, (v, s) in enumerate(zip(y, spec)))
-    if not isinstance(y, torch.Tensor):
-        raise SpecError(f"local_map: {where} is a {type(y).__name__}, but out_types gives it the types {spec!r}",
-                        hint="return a tensor there, or put None in out_types for a non-tensor")
+def _leave(y: torch.Tensor, spec: Any, where: str) -> torch.Tensor:
+    """An output of the region with its out_types (the global types)."""
     want, _ = spec_types(spec, y, f"local_map out_types of {where}")
     have = getattr(y, TYPES, None) or {}
     inside, stated = local_form(have), local_form(want)
@@ -186,12 +179,9 @@ def _leave(y: Any, spec: Any, where: str) -> Any:
 
 def local_map(fn: Callable[..., Any], *, in_types: Sequence[Any] | None = None, out_types: Any) -> Callable[..., Any]:
     """Run ``fn`` in local SPMD on the axes the types name (shard_map per mesh axis): each
-    tensor argument must have its ``in_types`` (S(i) turns into V inside: the partition spec
-    is dropped), and each output, V inside, leaves with its ``out_types`` (the global type).
-    Without ``in_types`` the arguments' types are inferred: each enters with the types it
-    carries (in local form), unchecked, as the peer implementation's ``in_types=Infer``;
-    ``out_types`` is always stated (the design: returning to global SPMD says how each
-    output reassembles).
+    tensor argument must have its ``in_types`` (S(i) turns into V inside), and each output
+    leaves with its ``out_types`` (the global type; always stated: it says how each output
+    reassembles). Without ``in_types`` each argument enters with the types it carries.
 
     A slot is a dict ``{axis: type}`` (``S(-1)`` counts from the tensor's last dim), a type
     string or a jax ``PartitionSpec``; ``None`` for a non-tensor; a list or tuple of slots
@@ -216,12 +206,12 @@ def local_map(fn: Callable[..., Any], *, in_types: Sequence[Any] | None = None, 
             raise SpecError(f"local_map: {len(args)} arguments but {len(ins)} in_types",
                             hint="give one in_types entry per argument (None for non-tensors)")
         else:
-            local_args = [_enter(x, want, f"argument {k}") for k, (x, want) in enumerate(zip(args, ins))]
+            local_args = [_slots(x, want, f"argument {k}", "in_types", _enter) for k, (x, want) in enumerate(zip(args, ins))]
         result = fn(*local_args)
         got = list(result) if multi and isinstance(result, (list, tuple)) else [result]
         if len(got) != len(outs):
             raise SpecError(f"local_map: fn returned {len(got)} outputs but out_types has {len(outs)}")
-        final = [_leave(y, want, f"output {k}") for k, (y, want) in enumerate(zip(got, outs))]
+        final = [_slots(y, want, f"output {k}", "out_types", _leave) for k, (y, want) in enumerate(zip(got, outs))]
         return type(result)(final) if multi else final[0]
 
     return wrapped

@@ -47,15 +47,13 @@ def use_mesh(mesh: Any) -> Iterator[Any]:
 
 
 def traced_mesh(mesh: Any = None) -> Any:
-    """Inside torch.compile's trace: ``mesh``, else the mesh of the innermost ``use_mesh``
-    entered in the trace, else None (the call's region reads a scope entered outside the
-    compiled function, at trace time)."""
+    """Inside torch.compile's trace: ``mesh``, else the innermost ``use_mesh``'s entered in the
+    trace, else None (the region reads a scope entered outside it, at trace time)."""
     return mesh if mesh is not None else _TRACED[-1] if _TRACED else None
 
 
 def _refuse(message: str, hint: str) -> NoReturn:
-    """A SpecError; inside torch.compile's trace raised at trace time, outside the trace
-    (``traced.refuse``: dynamo cannot build one)."""
+    """A SpecError (in a trace, raised outside it: dynamo cannot build one)."""
     if torch.compiler.is_compiling():
         from torch_backend import traced
 
@@ -72,13 +70,11 @@ def current_mesh(mesh: Any = None) -> Any:
 
 
 def mesh_context(mesh: Any = None) -> MeshContext:
-    """The MeshContext of ``mesh`` or of the enclosing ``use_mesh`` (a string resolves over the
-    default world, or over the fake world under LocalTensorMode)."""
+    """The MeshContext of ``mesh`` or of the enclosing ``use_mesh``."""
     return context(current_mesh(mesh))
 
 
 def as_axes(axis: Any, mesh_names: tuple[str, ...]) -> tuple[str, ...]:
-    """``"tp"`` or ``("dp", "tp")`` as a tuple of mesh axes (one flattened group, in the given order)."""
     axes = (axis,) if isinstance(axis, str) else tuple(axis) if isinstance(axis, (tuple, list)) else None
     if not axes or not all(isinstance(a, str) for a in axes):
         raise SpecError(f"axis must be a mesh-axis name or a tuple of names, got {value_text(axis)}",

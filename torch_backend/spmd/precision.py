@@ -1,15 +1,7 @@
-"""``op_dtype``/``out_dtype`` on the collectives. docs/spmd_types.md ("Reducing in another
-dtype") says what each means for every collective and its backward.
-
-The definition the tests check, for ``all_reduce``/``reduce_scatter`` (and ``redistribute``
-where it routes to one) of x, a pending reduction P(op) over a group of n ranks, with an
-``op_dtype`` wider than x's dtype: the wire carries x's dtype; each rank casts the n
-addends it receives to ``op_dtype`` and reduces them there, in the group's rank order
-(avg = sum / n); the result is that reduction rounded once to ``out_dtype`` (default x's
-dtype), the same bits on every rank. NCCL and gloo add in the wire's dtype, so this runs
-as an all_to_all of each rank's n pieces, the local reduction and (all_reduce) an
-all_gather of the results: the bytes of a reduce_scatter (+ all_gather). With an
-``op_dtype`` no wider, x is cast before the wire and the plain collective runs in it.
+"""``op_dtype``/``out_dtype`` on the collectives (docs/spmd_types.md, "Reducing in another
+dtype"). NCCL and gloo add in the wire's dtype, so a reduction in a wider ``op_dtype`` runs
+as an all_to_all of each rank's n pieces in x's dtype, the local reduction in ``op_dtype``
+and (all_reduce) an all_gather of the results; with one no wider, x is cast before the wire.
 """
 
 from __future__ import annotations
@@ -45,16 +37,13 @@ def as_dtype(d: Any, what: str) -> torch.dtype | None:
 
 def wire_dtype(routed: str, x_dtype: torch.dtype, op_dtype: torch.dtype | None,
                out_dtype: torch.dtype | None) -> torch.dtype:
-    """The dtype the program of ``routed`` sends (docs/spmd_types.md): a reduction's
-    ``op_dtype`` if no wider than x's, else x's; for a move that adds nothing ``op_dtype``,
-    else the narrower of x's and ``out_dtype`` (a cast before the wire sends fewer bytes)."""
-    if routed not in REDUCING:
-        if op_dtype is not None:
-            return op_dtype
-        return out_dtype if out_dtype is not None and out_dtype.itemsize < x_dtype.itemsize else x_dtype
-    if op_dtype is None or op_dtype.itemsize > x_dtype.itemsize:
-        return x_dtype
-    return op_dtype
+    """The dtype the program of ``routed`` sends: ``op_dtype`` unless a reduction's is wider than
+    x's; else, for a move that adds nothing, the narrower of x's and ``out_dtype`` (fewer bytes)."""
+    if op_dtype is not None and (routed not in REDUCING or op_dtype.itemsize <= x_dtype.itemsize):
+        return op_dtype
+    if routed not in REDUCING and out_dtype is not None and out_dtype.itemsize < x_dtype.itemsize:
+        return out_dtype
+    return x_dtype
 
 
 def check_options(op: str, routed: str, src: LocalType, x: torch.Tensor, op_dtype: torch.dtype | None,
@@ -114,9 +103,8 @@ def _reduce(x: torch.Tensor, routed: str, src: LocalType, dst: LocalType, group:
 def reduce_in(routed: str, x: torch.Tensor, src: LocalType, dst: LocalType, group: tuple[str, ...],
               ctx: MeshContext, at: int, op_dtype: torch.dtype | None, out_dtype: torch.dtype | None,
               program: Program) -> torch.Tensor:
-    """``routed`` (all_reduce or reduce_scatter) of ``x`` with the dtype options (checked:
-    its pair, axes and shapes as the plain call checks them, ``program`` the plain call's),
-    differentiable."""
+    """``routed`` (all_reduce or reduce_scatter) of ``x`` with the dtype options, differentiable
+    (``program``: the plain call's, checked)."""
     n = ctx.mesh.group_size(group)
     if routed == "reduce_scatter":
         d = dst.dim if dst.kind == "S" else at
@@ -132,9 +120,7 @@ def reduce_in(routed: str, x: torch.Tensor, src: LocalType, dst: LocalType, grou
 
 def backward_dtypes(op: str, routed: str, src: LocalType, dst: LocalType, options: Any, inplace: bool,
                     ragged: bool) -> tuple[torch.dtype | None, torch.dtype | None]:
-    """``backward_options`` read and checked: ``{"op_dtype": ..., "out_dtype": ...}``, the
-    options of the backward collective (the forward/backward table's), which runs as the
-    typed call with them; its result (default x's dtype) is the gradient."""
+    """``backward_options`` read and checked: the dtypes of the table's backward collective."""
     if not isinstance(options, dict) or not set(options) <= {"op_dtype", "out_dtype"}:
         got = ", ".join(sorted(map(repr, options))) if isinstance(options, dict) else type(options).__name__
         raise SpecError(f"spmd.{op}: backward_options takes a dict with the keys 'op_dtype' and 'out_dtype', got "
@@ -164,6 +150,5 @@ class _WithBackward(torch.autograd.Function):
 
 def with_backward(x: torch.Tensor, forward: Callable[[torch.Tensor], torch.Tensor],
                   gradient: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-    """``forward(x)``, whose gradient is ``gradient(g)``: a collective whose backward runs
-    with ``backward_options`` (the typed backward collective called with them)."""
+    """``forward(x)``, whose gradient is ``gradient(g)``."""
     return _WithBackward.apply(x, forward, gradient)

@@ -1,15 +1,8 @@
 """Ragged collectives for MoE dispatch (docs/spmd_types.md, "MoE dispatch: split sizes"):
-``all_to_all`` with split sizes, and ``split_sizes`` on ``all_gather``/``reduce_scatter``.
-
-Each is ``torch_backend.redistribute`` between global types with an uneven split of the
-dim over the axis (the uneven exchange kinds run it; its backward is the dual program),
-every other mesh axis V:
-
-* ``all_gather(S(d), R, split_sizes=s)``: ``f32[N@ax<s>,..] -> f32[N,..]{R:ax}`` (I: unannotated);
-* ``reduce_scatter(P, S(d), split_sizes=s)``: ``f32[N,..]{U:ax} -> f32[N@ax<s>,..]``;
-* ``all_to_all(V, V|S(d), input_split_sizes=...)``: ``f32[T@ax<parts S>,..] ->
-  f32[T@ax<c>,..]``: rank s holds ``S[s][p]`` rows for each destination partition p; rank r
-  receives its partitions whole, each with every source's rows in source order.
+each is ``torch_backend.redistribute`` between global types with an uneven split of the dim
+over the axis, every other mesh axis V (``all_gather``: ``f32[N@ax<s>,..] -> f32[N,..]{R:ax}``;
+``reduce_scatter``: ``f32[N,..]{U:ax} -> f32[N@ax<s>,..]``; ``all_to_all``:
+``f32[T@ax<parts S>,..] -> f32[T@ax<c>,..]``, rank r receiving its partitions whole).
 """
 
 from __future__ import annotations
@@ -35,8 +28,7 @@ V = LocalType("V")
 
 def _typ(x: torch.Tensor, ctx: MeshContext, axis: str, d: int, dim: Dim | None,
          *anns: tuple[str, LocalType]) -> TensorType:
-    """``x``'s global type: dim ``d`` is ``dim`` (else its local length), every mesh axis
-    but ``axis`` V, and ``anns``."""
+    """``x``'s global type: dim ``d`` is ``dim`` (else its local length), other axes V, and ``anns``."""
     dims = [Dim(int(s)) for s in local_of(x, ctx.ranks[0]).shape]
     if dim is not None:
         dims[d] = dim
@@ -94,7 +86,6 @@ def scatter_sizes(x: torch.Tensor, group: tuple[str, ...], src: LocalType, d: in
 
 def dispatch(x: torch.Tensor, group: tuple[str, ...], d: int, dst: LocalType, input_split_sizes: Any,
              output_split_sizes: Any, ctx: MeshContext, mesh: Any) -> torch.Tensor:
-    """The ragged all_to_all of the module docstring."""
     axis = _one_axis("all_to_all", group)
     n = ctx.mesh.axis_size(axis)
     if input_split_sizes is None:  # output_split_sizes alone: the input splits are even
@@ -132,9 +123,8 @@ def dispatch(x: torch.Tensor, group: tuple[str, ...], d: int, dst: LocalType, in
 
 
 def _even_rows(x: torch.Tensor, d: int, n: int, ctx: MeshContext, axis: str) -> list:
-    """No ``input_split_sizes``: each rank sends every rank of the group an equal share of its
-    rows (``all_to_all_single``'s default, and the peer's): this rank's row, or, where the
-    ranks' rows differ (LocalTensorMode holds them all), every rank's row in group order."""
+    """No ``input_split_sizes``: an equal share of each rank's rows to every rank (as
+    ``all_to_all_single``): this rank's row, or every rank's where they differ (LocalTensorMode)."""
     rows: dict[int, list[int]] = {}
     for r in ctx.ranks:
         have = int(local_of(x, r).shape[d])
@@ -150,8 +140,6 @@ def _even_rows(x: torch.Tensor, d: int, n: int, ctx: MeshContext, axis: str) -> 
 
 
 def _check_output(output_split_sizes: Any, rows: tuple, k: int, ctx: MeshContext, axis: str) -> None:
-    """Each rank's ``output_split_sizes`` (what it receives from each source, and each of
-    its partitions) must be what the input splits send it."""
     n = len(rows)
     for r in ctx.ranks:
         c = ctx.mesh.coords(r)[ctx.mesh.index(axis)]

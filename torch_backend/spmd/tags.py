@@ -24,12 +24,10 @@ class TypedInt(int):
 
 
 def local_form(types: dict[str, LocalType]) -> dict[str, LocalType]:
-    """``types`` with S(i) read as V: a number's (it has no dims), or a tensor's inside ``local_map``."""
     return {a: LocalType("V") if t.kind == "S" else t for a, t in types.items()}
 
 
 def typed_number(value: Any, types: dict[str, LocalType]) -> Any:
-    """``value`` (an int or a float) carrying ``types`` (in local form: a number has no dims)."""
     n = (TypedFloat if isinstance(value, float) else TypedInt)(value)
     setattr(n, TYPES, local_form(types))
     return n
@@ -51,11 +49,8 @@ def is_jax_spec(spec: Any) -> bool:
 
 
 def spec_types(spec: Any, x: Any, what: str) -> tuple[dict[str, LocalType], dict[tuple[str, ...], int]]:
-    """The per-axis types (and split dims' global sizes) that ``spec`` states for ``x``:
-    ``{axis: type}`` (``S(-1)`` counted from x's last dim), a type string (the axes it
-    splits or annotates, ``{I:..}`` included), or a jax ``PartitionSpec``/``NamedSharding``
-    (a dim's axes are S(dim) on each, ``unreduced`` P; x's shape is its local one, so no
-    global sizes are recorded)."""
+    """The per-axis types (and split dims' global sizes) that ``spec`` states for ``x``: a dict,
+    a type string or a jax ``PartitionSpec``/``NamedSharding`` (no global sizes: x's shape is local)."""
     ndim = x.ndim if isinstance(x, torch.Tensor) else 0
     if isinstance(spec, str):
         from spec_lang.parser import invariant_axes, parse
@@ -117,17 +112,15 @@ _GRAD_HOOKED = "_spmd_grad_typed"  # a leaf whose gradient is typed as backward 
 
 
 def type_grad(x: Any, g: Any) -> None:
-    """``g``, the gradient of ``x``, typed by the gradient table (R's is P, P's R, I, V,
-    S(i) their own); an untyped ``x`` leaves ``g`` as it is."""
+    """``g``, the gradient of ``x``, typed by the gradient table (an untyped ``x``: left alone)."""
     types = getattr(x, TYPES, None) if isinstance(x, torch.Tensor) else None
     if types and isinstance(g, torch.Tensor):
         setattr(g, TYPES, {a: t.grad for a, t in types.items()})
 
 
 def types_gradients(x: torch.Tensor) -> None:
-    """Type ``x.grad`` (a typed leaf's) whenever backward accumulates it, and now if it
-    exists: ``typeof(w.grad)`` is the gradient's type however and whenever it is read
-    (inside ``typecheck()`` or not, before or after the checker first saw it)."""
+    """Type ``x.grad`` (a typed leaf's) whenever backward accumulates it, and now if it exists,
+    so ``typeof(w.grad)`` is right however and whenever it is read."""
     if not getattr(x, _GRAD_HOOKED, False):
         x.register_post_accumulate_grad_hook(lambda w: type_grad(w, w.grad))
         setattr(x, _GRAD_HOOKED, True)
