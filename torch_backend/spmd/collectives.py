@@ -121,7 +121,7 @@ def _checked_run(x: torch.Tensor, call: Typed, _: None, mesh: Any) -> torch.Tens
     # S(-1) counts from x's last dim (an S dim is a dim of the input and of the output alike)
     s, d = resolve(call.src, x.ndim, "src"), resolve(call.dst, x.ndim, "dst")
     if splits is not None and op == "all_to_all":
-        routed = op  # the ragged exchange: V or S(d) -> V or S(d) on one dim (checked in _ragged)
+        routed = op  # the ragged exchange: V or S(d) -> V or S(d) on one dim (checked in ragged.run)
     else:
         routed = check_pair(op, s, d) or op  # refuses a bad pair before anything else
     dim = stack_dim(routed, s, d, x.ndim, call.at)
@@ -143,7 +143,8 @@ def _checked_run(x: torch.Tensor, call: Typed, _: None, mesh: Any) -> torch.Tens
         if dtypes or call.at is not None:
             raise SpecError(f"spmd.{op} with split sizes takes no op_dtype, out_dtype or gather/scatter dim",
                             hint="cast the tensor before or after the call")
-        return _ragged(op, routed, x, call.axis, s, d, mesh, splits)
+        ctx, group, _ = _placed(op, x, call.axis, s, mesh)
+        return ragged.run(op, routed, x, group, s, d, splits, ctx, mesh)
 
 
 TYPED = Door(_compiled, None, None, own=_checked_run)
@@ -160,27 +161,6 @@ def _placed(op: str, x: torch.Tensor, axis: Any, s: LocalType, mesh: Any,
             raise SpecError(f"spmd.{op}: x is {have[a]!r} on axis {a!r}, but src={s!r}",
                             hint=f"pass src={have[a]!r}, or convert x first")
     return ctx, group, have
-
-
-def _ragged(op: str, routed: str, x: torch.Tensor, axis: Any, s: LocalType, d: LocalType, mesh: Any,
-            splits: tuple) -> torch.Tensor:
-    ctx, group, have = _placed(op, x, axis, s, mesh)
-    if routed == "all_gather":
-        if s.kind != "S":
-            raise SpecError(f"spmd.all_gather(src={s!r}) takes no split_sizes: V's blocks are equal (stacked)",
-                            hint="write src=S(d): blocks of any lengths concatenated on dim d")
-        return ragged.gather_sizes(x, group, s.dim or 0, d, splits[0], ctx, mesh)
-    if routed == "reduce_scatter":
-        if d.kind != "S":
-            raise SpecError(f"spmd.reduce_scatter(dst={d!r}) takes no split_sizes: V's blocks are equal (unbound)",
-                            hint="write dst=S(d): blocks of any lengths on dim d")
-        return ragged.scatter_sizes(x, group, s, d.dim or 0, splits[0], ctx, mesh)
-    if routed != "all_to_all" or s.base != "V" or d.base != "V" or (s.kind == d.kind == "S" and s.dim != d.dim):
-        raise SpecError(f"spmd.{op}(src={s!r}, dst={d!r}) takes no split sizes",
-                        hint="split sizes go with all_to_all(V or S(d) -> V or S(d)), all_gather(S(d), R|I) "
-                        "and reduce_scatter(P, S(d))")
-    dim = s.dim if s.kind == "S" else d.dim if d.kind == "S" else 0
-    return ragged.dispatch(x, group, dim or 0, d, splits[0], splits[1], ctx, mesh)
 
 
 def _run(call: Typed, routed: str, x: torch.Tensor, s: LocalType, d: LocalType, mesh: Any, at: int,

@@ -59,33 +59,47 @@ def _run(x: torch.Tensor, src: TensorType, dst: TensorType, mesh: Any, axis: str
     return attach(y, {**typeof(x), axis: out})
 
 
-def gather_sizes(x: torch.Tensor, group: tuple[str, ...], d: int, dst: LocalType, split_sizes: Any,
-                 ctx: MeshContext, mesh: Any) -> torch.Tensor:
-    """all_gather(S(d) -> R|I) of blocks of lengths ``split_sizes`` along dim d."""
-    axis = _one_axis("all_gather", group)
-    sizes = _sizes("all_gather", split_sizes, ctx.mesh.axis_size(axis))
-    full = Dim(sum(sizes), (axis,), Split("sizes", sizes))
-    src = _typ(x, ctx, axis, d, full)
-    whole = _typ(x, ctx, axis, d, Dim(sum(sizes)), *([(axis, LocalType("R"))] if dst.kind == "R" else []))
-    return _run(x, src, whole, mesh, axis, dst)
+# the one-sided ragged collectives: the side whose S(d) the split sizes cut, what V's equal
+# blocks do there, and the fix
+_ONE_SIDED = {"all_gather": ("src", "stacked", "write src=S(d): blocks of any lengths concatenated on dim d"),
+              "reduce_scatter": ("dst", "unbound", "write dst=S(d): blocks of any lengths on dim d")}
 
 
-def scatter_sizes(x: torch.Tensor, group: tuple[str, ...], src: LocalType, d: int, split_sizes: Any,
-                  ctx: MeshContext, mesh: Any) -> torch.Tensor:
-    """reduce_scatter(P -> S(d)) into blocks of lengths ``split_sizes`` along dim d."""
-    axis = _one_axis("reduce_scatter", group)
-    sizes = _sizes("reduce_scatter", split_sizes, ctx.mesh.axis_size(axis))
-    length = int(local_of(x, ctx.ranks[0]).shape[d])
-    if sum(sizes) != length:
-        raise SpecError(f"spmd.reduce_scatter: split_sizes {list(sizes)} add up to {sum(sizes)}, but dim {d} of "
-                        f"the pending sum has {length}", hint="the pieces must cover the dim exactly")
-    whole = _typ(x, ctx, axis, d, None, (axis, src))
-    piece = _typ(x, ctx, axis, d, Dim(length, (axis,), Split("sizes", sizes)))
-    return _run(x, whole, piece, mesh, axis, LocalType("S", dim=d))
+def run(op: str, routed: str, x: torch.Tensor, group: tuple[str, ...], s: LocalType, d: LocalType,
+        splits: tuple, ctx: MeshContext, mesh: Any) -> torch.Tensor:
+    """``spmd.op`` with split sizes (``splits``: all_to_all's input and output sizes, else the
+    one list): all_gather(S(d) -> R|I) of blocks of those lengths along dim d,
+    reduce_scatter(P -> S(d)) into them, or the all_to_all dispatch."""
+    if routed in _ONE_SIDED:
+        side, v_does, fix = _ONE_SIDED[routed]
+        t = s if side == "src" else d
+        if t.kind != "S":
+            raise SpecError(f"spmd.{routed}({side}={t!r}) takes no split_sizes: V's blocks are equal ({v_does})",
+                            hint=fix)
+        axis = _one_axis(routed, group)
+        sizes = _sizes(routed, splits[0], ctx.mesh.axis_size(axis))
+        dim = t.dim or 0
+        if routed == "all_gather":
+            src = _typ(x, ctx, axis, dim, Dim(sum(sizes), (axis,), Split("sizes", sizes)))
+            whole = _typ(x, ctx, axis, dim, Dim(sum(sizes)), *([(axis, LocalType("R"))] if d.kind == "R" else []))
+            return _run(x, src, whole, mesh, axis, d)
+        length = int(local_of(x, ctx.ranks[0]).shape[dim])
+        if sum(sizes) != length:
+            raise SpecError(f"spmd.reduce_scatter: split_sizes {list(sizes)} add up to {sum(sizes)}, but dim {dim} "
+                            f"of the pending sum has {length}", hint="the pieces must cover the dim exactly")
+        whole = _typ(x, ctx, axis, dim, None, (axis, s))
+        piece = _typ(x, ctx, axis, dim, Dim(length, (axis,), Split("sizes", sizes)))
+        return _run(x, whole, piece, mesh, axis, LocalType("S", dim=dim))
+    if routed != "all_to_all" or s.base != "V" or d.base != "V" or (s.kind == d.kind == "S" and s.dim != d.dim):
+        raise SpecError(f"spmd.{op}(src={s!r}, dst={d!r}) takes no split sizes",
+                        hint="split sizes go with all_to_all(V or S(d) -> V or S(d)), all_gather(S(d), R|I) "
+                        "and reduce_scatter(P, S(d))")
+    dim = s.dim if s.kind == "S" else d.dim if d.kind == "S" else 0
+    return _dispatch(x, group, dim or 0, d, splits[0], splits[1], ctx, mesh)
 
 
-def dispatch(x: torch.Tensor, group: tuple[str, ...], d: int, dst: LocalType, input_split_sizes: Any,
-             output_split_sizes: Any, ctx: MeshContext, mesh: Any) -> torch.Tensor:
+def _dispatch(x: torch.Tensor, group: tuple[str, ...], d: int, dst: LocalType, input_split_sizes: Any,
+              output_split_sizes: Any, ctx: MeshContext, mesh: Any) -> torch.Tensor:
     axis = _one_axis("all_to_all", group)
     n = ctx.mesh.axis_size(axis)
     if input_split_sizes is None:  # output_split_sizes alone: the input splits are even
