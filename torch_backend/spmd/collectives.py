@@ -143,7 +143,7 @@ def _checked_run(x: torch.Tensor, call: Typed, _: None, mesh: Any) -> torch.Tens
         if dtypes or call.at is not None:
             raise SpecError(f"spmd.{op} with split sizes takes no op_dtype, out_dtype or gather/scatter dim",
                             hint="cast the tensor before or after the call")
-        ctx, group, _ = _placed(op, x, call.axis, s, mesh)
+        ctx, group = _placed(op, x, call.axis, s, mesh)[:2]
         return ragged.run(op, routed, x, group, s, d, splits, ctx, mesh)
 
 

@@ -94,8 +94,8 @@ def run(op: str, routed: str, x: torch.Tensor, group: tuple[str, ...], s: LocalT
         raise SpecError(f"spmd.{op}(src={s!r}, dst={d!r}) takes no split sizes",
                         hint="split sizes go with all_to_all(V or S(d) -> V or S(d)), all_gather(S(d), R|I) "
                         "and reduce_scatter(P, S(d))")
-    dim = s.dim if s.kind == "S" else d.dim if d.kind == "S" else 0
-    return _dispatch(x, group, dim or 0, d, splits[0], splits[1], ctx, mesh)
+    at = s.dim if s.kind == "S" else d.dim if d.kind == "S" else 0
+    return _dispatch(x, group, at or 0, d, splits[0], splits[1], ctx, mesh)
 
 
 def _dispatch(x: torch.Tensor, group: tuple[str, ...], d: int, dst: LocalType, input_split_sizes: Any,
