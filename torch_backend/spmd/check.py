@@ -103,21 +103,19 @@ def check_written(op: str, raw: str, args: tuple, kwargs: dict, out_types: dict)
                             f"type, or give the operands types whose result is {t!r} on {a!r}")
 
 
-def _attach_all(out: Any, types: dict) -> Any:
-    if isinstance(out, torch.Tensor):
-        setattr(out, TYPES, dict(types))
-    elif isinstance(out, (list, tuple)):
-        for o in out:
-            _attach_all(o, types)
-    return out
-
-
 def _leaves(x: Any, where: str) -> Iterator[tuple[str, Any]]:
     if isinstance(x, (list, tuple)):
         for k, v in enumerate(x):
             yield from _leaves(v, f"{where}[{k}]")
     else:
         yield where, x
+
+
+def _attach_all(out: Any, types: dict) -> Any:
+    for _, o in _leaves(out, ""):
+        if isinstance(o, torch.Tensor):
+            setattr(o, TYPES, dict(types))
+    return out
 
 
 def refuse_untyped(op: str, args: tuple, kwargs: dict, typed: list[dict]) -> None:
