@@ -85,13 +85,29 @@ class SearchContext:
         coll = LAUNCHES[mv.kind]
         charge, n_spare, sliced = self._charge_after(lab, mv, coll)
         colls = lab.colls + coll
-        if bound is not None and self.bytes_first and (moved_max + charge, colls) > bound[:2]:
-            return None  # every term of the key is at least its counterpart here
-        # bytes-first: time is a multiple of bytes, which the label already holds
-        time = lab.time if self.bytes_first else lab.time + self._step_time(state, mv, int(step.max(initial=0)) * item,
-                                                                             coll)
+        if self.bytes_first:
+            if bound is not None and (moved_max + charge, colls) > bound[:2]:
+                return None  # every term of the key is at least its counterpart here
+            time = lab.time  # time is a multiple of bytes, which the label already holds
+        else:
+            bytes_max = int(step.max(initial=0)) * item
+            if bound is not None and self._lead_above(lab, mv, moved_max, bytes_max, coll, bound):
+                return None
+            time = lab.time + self._step_time(state, mv, bytes_max, coll)
         return Label(moved, time, colls, max(lab.peak, _live_max(state, mv.dst, mesh)), charge, n_spare, sliced,
                       moved_max, lab.moved_sum + int(step.sum()) * item)
+
+    def _lead_above(self, lab: Label, mv: Move, moved_max: int, bytes_max: int, coll: int, bound: tuple) -> bool:
+        """Whether a timed key's leading terms (the bytes above the cap, then the time) are
+        already above ``bound``'s before ``mv``'s time is priced: its time is at least the
+        time so far plus, for a collective, its busiest rank's bytes at the model's beta (an
+        engine's price, ``CostModel.engine_time``, never charges less than that). The
+        engine's price of a step is the costliest term a search computes; most moves out of
+        a state that a cheaper plan already beats never need it."""
+        floor = lab.time + self.model.beta_of(mv.axes) * bytes_max if coll else lab.time
+        if self.cap is None:
+            return floor > bound[0]
+        return (max(0, moved_max - self.cap), floor) > bound[:2]
 
     def _step_time(self, state: TensorType, mv: Move, bytes_max: int, coll: int) -> float:
         """``mv``'s time under a timed model: a collective at the engine's price where the
