@@ -4,8 +4,9 @@ first call of ``jax_backend.redistribute`` pays it.
 Each repetition empties every cache of ``lowering`` and ``jax_backend`` (the plans, the
 priced moves, the lowered calls' prices) but the mesh's cost model, which a new pair on a
 known mesh finds loaded, re-parses the types untimed, then times one ``compile`` under
-``jax_backend.default_cost_model(mesh)``. Median per case, in ms, beside the program found
-(the steps, so a speed-up that changed a plan shows)::
+``jax_backend.default_cost_model(mesh)``, the collector off. Median per case, in ms of the
+process's CPU time (a loaded machine inflates it less than wall time; planning is one
+thread), beside the program found (the steps, so a speed-up that changed a plan shows)::
 
     python bench/plan_speed_jax.py [--reps 5] [--only ID ...] [--devices 16] [--json PATH]
 
@@ -35,18 +36,18 @@ CASES = Path(__file__).resolve().parent / "cases" / "redistribute.jsonl"
 
 
 def forget() -> None:
-    """Empty shardc's caches but the meshes' cost models (as ``bench/jax_vs_xla.py``'s ``forget``,
-    and the lowered calls' prices too: a new pair prices its own steps)."""
+    """Empty shardc's caches but the meshes' cost models and fits (as ``bench/jax_vs_xla.py``'s
+    ``forget``, and the lowered calls' prices too: a new pair prices its own steps)."""
     clear_caches()
     for name, module in list(sys.modules.items()):
         if name.startswith("jax_backend"):
             for attr, value in list(vars(module).items()):
-                if attr != "_model_for" and callable(getattr(value, "cache_clear", None)):
+                if attr not in ("_model_for", "fitted_model", "_median_model") and callable(getattr(value, "cache_clear", None)):
                     value.cache_clear()
 
 
 def time_case(case: dict[str, Any], reps: int) -> tuple[list[float], list[str]]:
-    """Seconds per cold compile of ``case``, and its program's steps."""
+    """CPU seconds per cold compile of ``case``, and its program's steps."""
     model = default_cost_model(parse_mesh(case["mesh"]))
     out, steps = [], []
     for _ in range(reps):
@@ -54,9 +55,9 @@ def time_case(case: dict[str, Any], reps: int) -> tuple[list[float], list[str]]:
         s, d, m = parse(case["src"]), parse(case["dst"]), parse_mesh(case["mesh"])
         gc.disable()
         try:
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             prog = shardc_compile(s, d, m, cost_model=model)
-            out.append(time.perf_counter() - t0)
+            out.append(time.process_time() - t0)
         finally:
             gc.enable()
         steps = [st.describe() for st in prog.steps]
