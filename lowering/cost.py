@@ -102,6 +102,10 @@ class CostModel:
     bytes_cap: float = 0.0
     # (model, Step, Mesh, bytes_max) -> seconds or None (Any: lowering.program imports this module)
     engine_time: Callable[[CostModel, Any, Any, int], float | None] | None = field(default=None, repr=False)
+    # the least ``engine_time`` charges a collective step that moves any bytes (seconds,
+    # beside its bytes at ``beta_of``: a timed search prunes with it before the engine prices
+    # a step, ``lowering.labels``); 0: none known. Set by the engine with ``engine_time``.
+    engine_floor: float = 0.0
 
     def __post_init__(self) -> None:
         for what in ("alpha", "beta"):
@@ -138,6 +142,7 @@ class CostModel:
         object.__setattr__(self, "mesh", _check_mesh(self.mesh))
         object.__setattr__(self, "local_beta", _seconds(self.local_beta, "local_beta"))
         object.__setattr__(self, "bytes_cap", _seconds(self.bytes_cap, "bytes_cap"))
+        object.__setattr__(self, "engine_floor", _seconds(self.engine_floor, "engine_floor"))
         if self.engine_time is not None and not callable(self.engine_time):
             raise SpecError(f"CostModel.engine_time must be a function or None, got {type(self.engine_time).__name__}",
                             hint="give fn(model, step, mesh, bytes_max) -> seconds or None")
