@@ -218,10 +218,13 @@ class SearchContext:
             if self.coll_floor and state != self.goal and self.future(state) > 0:  # a collective is still due
                 bound = (lab.time + self.coll_floor, lab.moved_max, lab.colls + 1, lab.peak)
             if self.cap is not None:
-                k = (max(0, lab.moved_max - self.cap), *k)
+                excess = max(0, lab.moved_max - self.cap)
+                k, bound = (excess, *k), (excess, *bound)
+                if cutoff is not None and bound >= cutoff:
+                    return None
                 # the bytes above the cap that any completion moves at least (a path within it
                 # no longer searches those that cannot end within it)
-                bound = (max(0, self._moved_floor(lab, state) - self.cap), *bound)
+                bound = (max(excess, self._moved_floor(lab, state) - self.cap), *bound[1:])
             return None if cutoff is not None and bound >= cutoff else (k, bound)
         goal, mesh = self.goal, self.mesh
         future = self.future(state)
