@@ -16,7 +16,6 @@ import pytest
 
 import lowering
 from jax_backend import default_cost_model
-from lowering.caching import clear_caches
 from lowering.cost import CostModel
 from lowering.program import Step
 from spec_lang.errors import SpecError
@@ -39,7 +38,7 @@ def _priced(case: dict[str, Any]) -> tuple[CostModel, list[tuple[Step, Mesh, int
         seen.append((step, mesh, bytes_max))
         return engine(m, step, mesh, bytes_max)
 
-    clear_caches()
+    # a new engine function: a new model, planned afresh (the planner's cache is per model)
     program = lowering.compile(case["src"], case["dst"], case["mesh"],
                                cost_model=dataclasses.replace(model, engine_time=counted))
     return model, seen, program
