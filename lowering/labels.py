@@ -75,6 +75,7 @@ class SearchContext:
         # a timed model: the least a collective that moves bytes costs beside them (the
         # engine's floor, ``CostModel.engine_floor``, else the lowest alpha), which a path
         # that still owes a transfer owes once more: its key's bound adds it
+        self._beta: dict[tuple[str, ...], float] = {}
         self.coll_floor = 0.0 if self.bytes_first else model.engine_floor if model.engine_time is not None else min(
             [model.alpha_of((a,)) for a in mesh.names] + [g[1] for g in model.groups])
 
@@ -111,7 +112,13 @@ class SearchContext:
         due after it. The engine's price of a step is the costliest term a search computes;
         most moves out of a state that a cheaper plan already beats never need it."""
         # summed as the price sums them (floor and bytes, then the time so far): never above it
-        step = (self.coll_floor if bytes_max else 0.0) + self.model.beta_of(mv.axes) * bytes_max if coll else 0.0
+        if coll:
+            beta = self._beta.get(mv.axes)
+            if beta is None:  # the model walks its tables for each: once per group here
+                beta = self._beta[mv.axes] = self.model.beta_of(mv.axes)
+            step = (self.coll_floor if bytes_max else 0.0) + beta * bytes_max
+        else:
+            step = 0.0
         excess = () if self.cap is None else (max(0, moved_max - self.cap),)
         lead = (*excess, lab.time + step)
         if lead > bound[:len(lead)]:
