@@ -102,9 +102,9 @@ class CostModel:
     bytes_cap: float = 0.0
     # (model, Step, Mesh, bytes_max) -> seconds or None (Any: lowering.program imports this module)
     engine_time: Callable[[CostModel, Any, Any, int], float | None] | None = field(default=None, repr=False)
-    # the least ``engine_time`` charges a collective step that moves any bytes (seconds,
-    # beside its bytes at ``beta_of``: a timed search prunes with it before the engine prices
-    # a step, ``lowering.labels``); 0: none known. Set by the engine with ``engine_time``.
+    # ``engine_time`` never charges a step less than its bytes at ``beta_of``, plus this
+    # floor (seconds) where it moves any: a timed search prunes with both before the engine
+    # prices a step (``lowering.labels``); 0: no floor known. Set by the engine with ``engine_time``.
     engine_floor: float = 0.0
 
     def __post_init__(self) -> None:
