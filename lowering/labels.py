@@ -72,10 +72,10 @@ class SearchContext:
         # among the plans within the cap, and only the fewest bytes above it
         self.cap = int((model.bytes_cap if start.partial_axes else 1.0) * bound_bytes(start, goal, mesh)) \
             if model.bytes_cap and not self.bytes_first else None
+        self._beta: dict[tuple[str, ...], float] = {}  # per group of axes: the model walks its tables
         # a timed model: the least a collective that moves bytes costs beside them (the
         # engine's floor, ``CostModel.engine_floor``, else the lowest alpha), which a path
         # that still owes a transfer owes once more: its key's bound adds it
-        self._beta: dict[tuple[str, ...], float] = {}
         self.coll_floor = 0.0 if self.bytes_first else model.engine_floor if model.engine_time is not None else min(
             [model.alpha_of((a,)) for a in mesh.names] + [g[1] for g in model.groups])
 
@@ -114,7 +114,7 @@ class SearchContext:
         # summed as the price sums them (floor and bytes, then the time so far): never above it
         if coll:
             beta = self._beta.get(mv.axes)
-            if beta is None:  # the model walks its tables for each: once per group here
+            if beta is None:
                 beta = self._beta[mv.axes] = self.model.beta_of(mv.axes)
             step = (self.coll_floor if bytes_max else 0.0) + beta * bytes_max
         else:
@@ -217,7 +217,11 @@ class SearchContext:
         can hide. The spare-axis charge is added (it only grows
         along a path). Where transfers are still needed one more collective is too: that
         term lets a search whose incumbent is at the byte bound stop once no path with
-        fewer collectives is left. Other models: (time, bytes, collectives, peak).
+        fewer collectives is left. Other models: the order (time, bytes, collectives,
+        peak), after the bytes above ``cap`` where the model has one; the bound adds one
+        collective's floor (``coll_floor``) and one collective where transfers are still
+        needed, and, with a cap, the bytes above it that the floors above say any completion
+        moves (``_moved_floor``).
         """
         if not self.bytes_first:
             k: tuple = (lab.time, lab.moved_max, lab.colls, lab.peak)
@@ -260,7 +264,6 @@ class SearchContext:
             return None
         order = (max(recv_bytes, floor_bytes, -(-int(lab.moved_sum + future) // world)) + lab.charge, colls, lab.peak)
         return order, bound
-
 
     def _moved_floor(self, lab: Label, state: TensorType) -> int:
         """Bytes the busiest rank moves at least on every completion of ``lab`` at ``state``,
