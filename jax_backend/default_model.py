@@ -42,7 +42,12 @@ def default_cost_model(mesh: Mesh | str) -> CostModel:
 
 @lru_cache(maxsize=64)
 def _model_for(mesh: Mesh) -> CostModel:
-    return dataclasses.replace(fitted_model(mesh), engine_time=lowered_time, bytes_cap=BYTES_CAP)
+    fit = fitted_model(mesh)
+    # a collective step that moves bytes runs one lax call at least (the table exchanges:
+    # the kind's alpha per launch), the cheapest a 2-member one at the lowest alpha
+    floor = min(call_alpha(fit, axes, "all_to_all", 2, mesh.size)
+                for axes in [(a,) for a in mesh.names] + [g[0] for g in fit.groups])
+    return dataclasses.replace(fit, engine_time=lowered_time, bytes_cap=BYTES_CAP, engine_floor=floor)
 
 
 @lru_cache(maxsize=16384)

@@ -102,6 +102,10 @@ class CostModel:
     bytes_cap: float = 0.0
     # (model, Step, Mesh, bytes_max) -> seconds or None (Any: lowering.program imports this module)
     engine_time: Callable[[CostModel, Any, Any, int], float | None] | None = field(default=None, repr=False)
+    # ``engine_time`` never charges a step less than its bytes at ``beta_of``, plus this
+    # floor (seconds) where it moves any: a timed search prunes with both before the engine
+    # prices a step (``lowering.labels``); 0: no floor known. Set by the engine with ``engine_time``.
+    engine_floor: float = 0.0
 
     def __post_init__(self) -> None:
         for what in ("alpha", "beta"):
@@ -138,6 +142,7 @@ class CostModel:
         object.__setattr__(self, "mesh", _check_mesh(self.mesh))
         object.__setattr__(self, "local_beta", _seconds(self.local_beta, "local_beta"))
         object.__setattr__(self, "bytes_cap", _seconds(self.bytes_cap, "bytes_cap"))
+        object.__setattr__(self, "engine_floor", _seconds(self.engine_floor, "engine_floor"))
         if self.engine_time is not None and not callable(self.engine_time):
             raise SpecError(f"CostModel.engine_time must be a function or None, got {type(self.engine_time).__name__}",
                             hint="give fn(model, step, mesh, bytes_max) -> seconds or None")

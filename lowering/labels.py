@@ -64,7 +64,7 @@ class SearchContext:
         # a rank's bytes so far plus what it must still receive floor its final bytes (it
         # receives at least that, and a step costs it at least what it receives): per state
         self._need_of: dict[TensorType, tuple[np.ndarray | None, np.ndarray]] | None = (
-            {} if self.bytes_first else None)
+            {} if self.bytes_first or model.bytes_cap else None)
         self._classes_of: dict[TensorType, tuple[np.ndarray | None, np.ndarray] | None] = {}
         # a timed model that limits the bytes it trades for latency (``CostModel.bytes_cap``:
         # a pending sum's reduction up to that multiple of the bound, anything else the bound):
@@ -72,6 +72,12 @@ class SearchContext:
         # among the plans within the cap, and only the fewest bytes above it
         self.cap = int((model.bytes_cap if start.partial_axes else 1.0) * bound_bytes(start, goal, mesh)) \
             if model.bytes_cap and not self.bytes_first else None
+        self._beta: dict[tuple[str, ...], float] = {}  # per group of axes: the model walks its tables
+        # a timed model: the least a collective that moves bytes costs beside them (the
+        # engine's floor, ``CostModel.engine_floor``, else the lowest alpha), which a path
+        # that still owes a transfer owes once more: its key's bound adds it
+        self.coll_floor = 0.0 if self.bytes_first else model.engine_floor if model.engine_time is not None else min(
+            [model.alpha_of((a,)) for a in mesh.names] + [g[1] for g in model.groups])
 
     def extend(self, lab: Label, state: TensorType, mv: Move, bound: tuple | None = None) -> Label | None:
         """``lab`` after ``mv``; None where ``bound`` is given and the bytes and collectives
@@ -85,13 +91,41 @@ class SearchContext:
         coll = LAUNCHES[mv.kind]
         charge, n_spare, sliced = self._charge_after(lab, mv, coll)
         colls = lab.colls + coll
-        if bound is not None and self.bytes_first and (moved_max + charge, colls) > bound[:2]:
-            return None  # every term of the key is at least its counterpart here
-        # bytes-first: time is a multiple of bytes, which the label already holds
-        time = lab.time if self.bytes_first else lab.time + self._step_time(state, mv, int(step.max(initial=0)) * item,
-                                                                             coll)
+        if self.bytes_first:
+            if bound is not None and (moved_max + charge, colls) > bound[:2]:
+                return None  # every term of the key is at least its counterpart here
+            time = lab.time  # time is a multiple of bytes, which the label already holds
+        else:
+            bytes_max = int(step.max(initial=0)) * item
+            if bound is not None and self._lead_above(lab, mv, moved_max, bytes_max, coll, bound):
+                return None
+            time = lab.time + self._step_time(state, mv, bytes_max, coll)
         return Label(moved, time, colls, max(lab.peak, _live_max(state, mv.dst, mesh)), charge, n_spare, sliced,
                       moved_max, lab.moved_sum + int(step.sum()) * item)
+
+    def _lead_above(self, lab: Label, mv: Move, moved_max: int, bytes_max: int, coll: int, bound: tuple) -> bool:
+        """Whether a timed key's leading terms (the bytes above the cap, then the time) are
+        already above ``bound``'s before ``mv``'s time is priced: its time is at least the
+        time so far plus, for a collective, its busiest rank's bytes at the model's beta and,
+        where it moves any, the collective floor (an engine's price, ``CostModel.engine_time``,
+        never charges less: ``engine_floor``), and one floor more where a transfer is still
+        due after it. The engine's price of a step is the costliest term a search computes;
+        most moves out of a state that a cheaper plan already beats never need it."""
+        # summed as the price sums them (floor and bytes, then the time so far): never above it
+        if coll:
+            beta = self._beta.get(mv.axes)
+            if beta is None:
+                beta = self._beta[mv.axes] = self.model.beta_of(mv.axes)
+            step = (self.coll_floor if bytes_max else 0.0) + beta * bytes_max
+        else:
+            step = 0.0
+        excess = () if self.cap is None else (max(0, moved_max - self.cap),)
+        lead = (*excess, lab.time + step)
+        if lead > bound[:len(lead)]:
+            return True
+        if not self.coll_floor or mv.dst == self.goal or not self.future(mv.dst) > 0:
+            return False
+        return (*excess, lab.time + step + self.coll_floor) > bound[:len(lead)]
 
     def _step_time(self, state: TensorType, mv: Move, bytes_max: int, coll: int) -> float:
         """``mv``'s time under a timed model: a collective at the engine's price where the
@@ -183,13 +217,26 @@ class SearchContext:
         can hide. The spare-axis charge is added (it only grows
         along a path). Where transfers are still needed one more collective is too: that
         term lets a search whose incumbent is at the byte bound stop once no path with
-        fewer collectives is left. Other models: (time, bytes, collectives, peak).
+        fewer collectives is left. Other models: the order (time, bytes, collectives,
+        peak), after the bytes above ``cap`` where the model has one; the bound adds one
+        collective's floor (``coll_floor``) and one collective where transfers are still
+        needed, and, with a cap, the bytes above it that the floors above say any completion
+        moves (``_moved_floor``).
         """
         if not self.bytes_first:
             k: tuple = (lab.time, lab.moved_max, lab.colls, lab.peak)
+            bound = k
+            if self.coll_floor and state != self.goal and self.future(state) > 0:  # a collective is still due
+                bound = (lab.time + self.coll_floor, lab.moved_max, lab.colls + 1, lab.peak)
             if self.cap is not None:
-                k = (max(0, lab.moved_max - self.cap), *k)
-            return None if cutoff is not None and k >= cutoff else (k, k)
+                excess = max(0, lab.moved_max - self.cap)
+                k, bound = (excess, *k), (excess, *bound)
+                if cutoff is not None and bound >= cutoff:
+                    return None
+                # the bytes above the cap that any completion moves at least (a path within it
+                # no longer searches those that cannot end within it)
+                bound = (max(excess, self._moved_floor(lab, state) - self.cap), *bound[1:])
+            return None if cutoff is not None and bound >= cutoff else (k, bound)
         goal, mesh = self.goal, self.mesh
         future = self.future(state)
         item = self.item
@@ -217,6 +264,26 @@ class SearchContext:
             return None
         order = (max(recv_bytes, floor_bytes, -(-int(lab.moved_sum + future) // world)) + lab.charge, colls, lab.peak)
         return order, bound
+
+    def _moved_floor(self, lab: Label, state: TensorType) -> int:
+        """Bytes the busiest rank moves at least on every completion of ``lab`` at ``state``,
+        in whole elements: the bytes-first bound's bytes term (``keys``) without its charge."""
+        goal, mesh, item = self.goal, self.mesh, self.item
+        if state == goal:
+            return lab.moved_max
+        future = self.future(state)
+        elements = lab.moved_sum // item + math.ceil(future / item - 1e-6)
+        needs = self._need_of.get(state) if self._need_of is not None else None
+        if needs is None:
+            needs = _in_bytes(receive_needs(state, goal, mesh), item)
+            if self._need_of is not None:
+                self._need_of[state] = needs
+        if state in self._classes_of:
+            classes = self._classes_of[state]
+        else:
+            classes = self._classes_of[state] = _classes_in_bytes(state, goal, mesh)
+        return max(lab.moved_max, _floors(lab.moved, needs, item)[1], item * -(-elements // mesh.size),
+                   _floors(lab.moved, classes, item)[1])
 
 
 @cached(maxsize=65536)
