@@ -3,24 +3,19 @@ implementations (``of(ctx)`` picks one; the runners never ask which, only what i
 ``has_p2p``, ``launches``, ``least_chunk``, ``one_block``):
 
 * ``C10D``: eager c10d calls on a real process group (gloo, NCCL), writing into the
-  buffers they are given, launchable without waiting, with point-to-point: the tensor
-  forms ``all_gather_single`` / ``reduce_scatter_single``, ``all_reduce``,
-  ``all_to_all_single`` with exact split sizes, ``batch_isend_irecv``;
-* ``FUNCTIONAL``: the traceable functional collectives (``torch.ops._c10d_functional``)
-  whenever torch.compile traces: each call is the functional op and its ``wait_tensor``
-  in the graph, copied into the given buffer (the compiler removes the copy), and no
-  point-to-point (exact ``all_to_all_single`` instead). Eager calls can run on them too
-  (``SHARDC_EAGER_COMM=functional``, ``eager_comm``: benchmarks and tests); c10d stays
-  the default, chosen by measurement (docs/running.md, "Performance");
-* ``LOCAL``: LocalTensorMode, one call standing for every simulated rank's: tensors are
-  LocalTensors (shapes may differ per rank), split sizes differ per rank (so
-  ``all_to_all`` takes them as LocalIntNode SymInts), and no point-to-point (it needs
-  LocalRunnerMode threads). Only ``rank_map``, ``plain`` and ``blocks`` see that one
-  process plays every rank.
+  buffers they are given, launchable without waiting, with point-to-point;
+* ``FUNCTIONAL``: the traceable functional collectives whenever torch.compile traces:
+  each call is the functional op and its ``wait_tensor`` in the graph, copied into the
+  given buffer (the compiler removes the copy), and no point-to-point. Eager calls can
+  run on them too (``eager_comm``); c10d stays the default, chosen by measurement
+  (docs/running.md, "Performance");
+* ``LOCAL``: LocalTensorMode, one call standing for every simulated rank's (shapes and
+  split sizes may differ per rank), and no point-to-point (it needs LocalRunnerMode
+  threads). Only ``rank_map``, ``plain`` and ``blocks`` see that one process plays
+  every rank.
 
-Reductions: ``avg`` is sent as SUM and divided afterwards on every backend (gloo and
-NCCL differ in ReduceOp.AVG support, and SUM-then-divide is what the reference
-simulator computes); ``bool`` travels as uint8 with MAX (logical or) for sum/avg/max.
+Reductions (docs/running.md, "Notes", says why): ``avg`` is sent as SUM and divided
+afterwards, ``bool`` travels as uint8 with MAX (logical or) for sum/avg/max.
 """
 
 from __future__ import annotations
@@ -74,11 +69,8 @@ def local_of(t: torch.Tensor, rank: int) -> torch.Tensor:
 
 
 def rank_map(ctx: MeshContext, fn: Callable[..., torch.Tensor], *tensors: torch.Tensor) -> torch.Tensor:
-    """``fn(rank, *local blocks)`` on every rank this process plays.
-
-    On a real group that is one call with this rank; under LocalTensorMode it runs on
-    each simulated rank's plain tensors (mode disabled) and wraps them in a LocalTensor.
-    """
+    """``fn(rank, *local blocks)`` on every rank this process plays (under LocalTensorMode
+    on each simulated rank's plain tensors, wrapped in a LocalTensor)."""
     if not of(ctx).per_rank:
         return fn(ctx.rank, *tensors)
     from torch.distributed._local_tensor import LocalTensor
@@ -110,13 +102,10 @@ def _own(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 
 class Comm:
-    """The communication interface. Flags say what an implementation can do:
-
-    ``p2p``: point-to-point (else exchanges go as exact ``all_to_all``); ``per_rank``: one
-    call plays every rank, whose buffers may differ in size per rank (LocalTensorMode);
-    ``launches``: a collective can be left on the wire and waited later (``wait``);
-    ``least_chunk``: the fewest elements per member a reduce_scatter's buffer may hold;
-    ``real``: on real process groups, where a failure's roll call can name the culprit."""
+    """The communication interface; its flags say what an implementation can do (the
+    module's functions of the same names; ``per_rank``: one call plays every rank, whose
+    buffers may differ in size; ``real``: on real process groups, where a failure's roll
+    call can name the culprit)."""
 
     p2p = per_rank = launches = real = False
     least_chunk = 0
@@ -375,16 +364,8 @@ def wait(ctx: MeshContext, work: Any) -> None:
 
 def tied(ctx: MeshContext, y: torch.Tensor, *srcs: torch.Tensor) -> torch.Tensor:
     """``y``, a new block that no copy from ``srcs`` writes (it is empty, or all zeros), as
-    a value computed from them in a traced graph (elsewhere ``y`` itself).
-
-    A compiled graph orders its collectives by data alone, and a rank's graph differs from
-    another's where its blocks are uneven: a step whose output read nothing of its input
-    (or of what it received) would let the next step's collective move, on that rank only
-    (inductor's partitioner puts one that needs no incoming gradient into the forward
-    graph), and the ranks' collectives would no longer pair up. With every send drawn from
-    the step's input (``strided.nothing_of``) and every output from the input and the
-    receive, a program's collectives are one chain on every rank.
-    """
+    a value computed from them in a traced graph (elsewhere ``y`` itself), so that each
+    rank's collectives stay one chain of data (docs/running.md, "torch.compile", says why)."""
     if of(ctx) is not FUNCTIONAL:
         return y
     return torch.cat([*(nothing_of(s).to(y.dtype) for s in srcs), y.reshape(-1)]).view(y.shape)

@@ -1,30 +1,12 @@
-"""A collective that failed, and which rank is at fault: a roll call in the default store.
+"""A collective that failed, and which rank is at fault: a roll call in the default store
+(docs/running.md, "Timeouts and failures", says what each verdict means).
 
-A failed collective rarely names anyone: gloo says ``Connection reset by peer
-[127.0.0.1]:24982`` (an address, not a rank) or ``Operation timed out!``, NCCL a
-timeout. So a rank whose collective (or group creation) failed adds one to its count of
-failed collectives in the default process group's store (the TCPStore every rank reached
-at start-up, which outlives a rank that died) and waits, a bounded time, for the other
-members of the group to do the same: the members that never do died, hang, or never
-reached this collective. The store is touched only after a failure. The wait is a grace
-after this rank's failure (the members of one collective fail at about the same time);
-after a closed connection ("closed by peer" / "reset by peer"), whose closer cannot
-report, up to the collective timeout too, or until every member but one has reported.
-
-A rank stuck in the same collective is a victim, not a culprit, and two records keep the
-roll call from naming it:
-
-* **a refusal**: a rank whose tensor fails a call's checks (``tensor_checks``) raises its
-  SpecError before its first collective while the others go on into theirs. It counts
-  that as its failure of the call and writes its error under that count (``refused``);
-  a member that finds it names that rank alone, at once, quoting its error. Not under
-  ``agree=True``, where every rank raises together (``unrecorded``);
-* **the mesh's alarm**: every report also adds one to a key of the mesh's ranks and the
-  reporter's count. A rank blocked in a gloo collective waits in slices of ``SLICE_S``
-  (``watched_wait``; a collective that finishes within the first touches no store) and
-  after each looks for that key at its own next count: once a rank of its mesh has
-  reported, it stops waiting and reports as a victim itself, instead of at the group's
-  timeout (30 minutes by default).
+A rank whose collective (or group creation) failed adds one to its count of failures in
+the default process group's store, which outlives a rank that died, and waits a bounded
+time for the other members to do the same; the store is touched only after a failure.
+Two more records keep a victim from being named: a rank's refusal of a call
+(``refused``), and the mesh's alarm, which a rank blocked in a gloo collective looks for
+between slices of its wait (``watched_wait``).
 """
 
 from __future__ import annotations
@@ -106,14 +88,10 @@ def failures(store: Any, rank: int) -> int:
 
 def roll_call(store: Any, members: Sequence[int], me: int, peer_closed: bool, timeout_s: float,
               scope: Sequence[int] = ()) -> tuple[list[int], bool]:
-    """The members (global ranks) at fault for this failure, and whether they refused it.
-
-    Adds one to this rank's count of failed collectives (and to the alarm of the mesh's
-    ranks ``scope``), then polls the other members' until one has refused this call (those
-    are named at once), or each has caught up (a member that failed in another group, say
-    one step earlier, is a fellow victim too), or (``peer_closed``) all but one have, or
-    the deadline (see the module docstring); then the members that did not report.
-    Raises what the store raises."""
+    """The members (global ranks) at fault for this failure, and whether they refused it:
+    this rank's count (and the alarm of the mesh's ranks ``scope``) goes up by one, then
+    the others' are polled until one refused this call, each caught up, (``peer_closed``)
+    all but one did, or ``wait_s`` passed; then the members that did not report."""
     mine = int(store.add(_key(me), 1))
     store.add(_alarm_key(scope or members, mine), 1)
     deadline = time.monotonic() + wait_s(timeout_s, peer_closed)
@@ -143,8 +121,8 @@ def unrecorded() -> Iterator[None]:
 
 def refused(e: BaseException, scope: Sequence[int], me: int) -> None:
     """Record that global rank ``me`` refused a call over the ranks ``scope`` with ``e``
-    before its first collective: the members that went on into theirs name it (see the
-    module docstring). Advisory: a store that cannot be written changes nothing."""
+    before its first collective, for the members that went on into theirs to name it.
+    Advisory: a store that cannot be written changes nothing."""
     if not _RECORDING.get() or len(scope) < 2:
         return
     store = default_store()

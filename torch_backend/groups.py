@@ -1,12 +1,7 @@
-"""Process groups for the mesh axis sets a program uses, created on demand and cached.
-
-A step over ``axes`` runs on the ranks that share every other mesh coordinate, in *group
-order*: row-major over ``axes`` as listed (``lowering.layout.group_ranks``; ``(tp, dp)`` on
-``dp=2,tp=2`` orders rank 0's group ``0, 2, 1, 3``). torch's ``new_group`` sorts ranks
-(and LocalTensorMode only accepts sorted groups), so a process group's rank order can
-differ: the executor reads every block off the layout boxes and asks a :class:`GroupHandle`
-which mesh rank sits at which process-group rank, so one process group serves every
-ordering of an axis set.
+"""Process groups for the mesh axis sets a program uses, created on demand and cached
+(docs/running.md, "Notes"). One process group serves every ordering of an axis set: a
+:class:`GroupHandle` says which mesh rank sits at which process-group rank (torch sorts
+them), and the executor places every piece by its box.
 
 A :class:`MeshContext` (``context()``) covers every rank under **LocalTensorMode** (a
 group is rank 0's, from which LocalTensorMode infers the others); on a **default process
@@ -23,9 +18,6 @@ gets its groups from ``subset_context`` instead, which every rank of the world c
 makes one group per new partition of the world (its own part, a part of one rank for the
 ranks off the mesh), kept apart from the world mesh's groups, so a cache hit on some ranks
 can never be a new group on others.
-
-Process groups and contexts are cached (``_CACHE``), so a repeated ``context()`` parses
-and builds nothing, and a second caller's timeout is honoured.
 """
 
 from __future__ import annotations
@@ -233,9 +225,7 @@ def subset_context(mesh: Mesh, to_global: tuple[int, ...], axes_sets: Sequence[t
     world's), with its groups over ``axes_sets`` made now; None on ranks off the mesh.
 
     Every rank of the world calls it with the same arguments, in the same order (a
-    cross-mesh call, which every rank takes part in). Each new (partition, timeout) makes
-    exactly one group on every rank, its own part's, so the ranks' group counts, after
-    which torch names the groups made by their members alone, stay equal."""
+    cross-mesh call, which every rank takes part in): see the module docstring."""
     me = dist.get_rank()
     ctx = MeshContext(mesh, (to_global.index(me),), to_global, timeout=timeout, backend=backend) \
         if me in to_global else None

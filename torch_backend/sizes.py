@@ -162,10 +162,4 @@ def _splits(per: list[tuple[int, ...]], n: int, aligned: bool) -> tuple[tuple[in
     if len(per[0]) % n:
         raise SpecError(f"aligned partitions: each rank lists {len(per[0])} pieces, not a multiple of the "
                         f"{n} shards", hint="an aligned rank holds num_partitions / shards partitions, n pieces each")
-    parts = k * n
-    rows = [[0] * parts for _ in range(n)]
-    for s in range(n):
-        for j in range(k):
-            for q in range(n):
-                rows[q][s * k + j] = per[s][j * n + q]
-    return tuple(tuple(r) for r in rows)
+    return tuple(tuple(per[s][j * n + q] for s in range(n) for j in range(k)) for q in range(n))
