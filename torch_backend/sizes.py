@@ -1,16 +1,7 @@
-"""The split-information exchange: the type of data whose sizes each rank knows only locally.
-
-A router hands each rank its own token count (or its own piece of every expert); the
-global type needs everyone's. ``uneven_type`` exchanges the counts (one small all_reduce
-over the mesh: each rank writes its row of a zeroed table) and returns the type, so a
-data-dependent redistribution is two phases, sizes then data::
-
-    t = torch_backend.uneven_type(x, mesh, "ep")          # f32[T@ep<3,0,5,2>,H]
-    y = torch_backend.redistribute(x, t, "f32[T@ep,H]", mesh)
-
-Every rank gets the same table, so a count that differs between ranks that must agree
-(the same coordinate on ``axis``, different coordinates elsewhere) is a SpecError on
-every rank at once.
+"""The split-information exchange (docs/uneven.md, "Sizes known only per rank"): the type
+of data whose sizes each rank knows only locally, from one small all_reduce of a table each
+rank writes its row of. Every rank gets the same table, so a count that differs between
+ranks that must agree is a SpecError on every rank at once.
 """
 
 from __future__ import annotations
