@@ -48,9 +48,6 @@ def _place(ctx: MeshContext, plan: GatherPieces, parts: list[tuple[Piece, torch.
     return tied(ctx, y, *(t for _, t in parts))
 
 
-# ---- straight into the output: the fast runners, async launches ---------------------------
-
-
 def _straight(step: Step, p: RankPieces) -> bool:
     """Whether ``step``'s collective writes its output block itself: an even all_gather or
     reduce_scatter whose blocks lie back to back, an all_reduce (on a contiguous copy)."""
@@ -114,9 +111,6 @@ def launch(ctx: MeshContext, step: Step, plans: Pieces, x: torch.Tensor) -> Laun
     if not launchable(ctx, step, plans):
         return None
     return _issue(ctx, step, first_plan(plans))(x, True)
-
-
-# ---- all_gather -------------------------------------------------------------------------
 
 
 @runs("all_gather")
@@ -211,9 +205,6 @@ def _gather_a2a(ctx: MeshContext, g: GroupHandle, plans: Mapping[int, GatherPiec
         return _place(ctx, plans[r], parts)
 
     return rank_map(ctx, unpack, x, got)
-
-
-# ---- reductions -------------------------------------------------------------------------
 
 
 @runs("reduce_scatter")
@@ -313,9 +304,6 @@ def all_reduce_into(ctx: MeshContext, step: Step, plans: Pieces, buf: torch.Tens
         comm.all_reduce(ctx, buf, op, step_group(ctx, step))
         finish_avg(buf, op, n)
     return buf
-
-
-# ---- exchanges --------------------------------------------------------------------------
 
 
 def pack_exchange(plan: ExchangePieces | ExchangeVPieces, t: torch.Tensor) -> torch.Tensor:

@@ -60,9 +60,6 @@ def finish_avg(t: torch.Tensor, op: str, n: int) -> torch.Tensor:
     return t.copy_(torch.div(t, n, rounding_mode="trunc"))
 
 
-# ---- per-rank mapping -------------------------------------------------------------------
-
-
 def local_of(t: torch.Tensor, rank: int) -> torch.Tensor:
     inner = getattr(t, "_local_tensors", None)
     return inner[rank] if inner is not None else t
@@ -86,9 +83,6 @@ def plain(ctx: MeshContext) -> Any:
         return nullcontext()
     assert ctx.local_mode is not None  # one process plays every rank only under LocalTensorMode (``of``)
     return ctx.local_mode.disable()
-
-
-# ---- collectives ------------------------------------------------------------------------
 
 
 def _own(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

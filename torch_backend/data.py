@@ -57,19 +57,15 @@ def block(t: TensorType, mesh: Mesh, g: torch.Tensor, rank: int) -> torch.Tensor
     v_axes = t.axes_of_kind("V")
     if v_axes:
         j, _ = _coord_index(mesh, rank, v_axes)
-        x = ~x if (x.dtype == torch.bool and j % 2) else (_add(x, j) if x.dtype != torch.bool else x)
+        if x.dtype == torch.bool:
+            x = ~x if j % 2 else x
+        else:  # via float64 where torch cannot add (uint16/32/64, float8)
+            x = (x.double() + j).to(x.dtype) if x.dtype in NO_ARITHMETIC else x + j
     p_axes = t.partial_axes
     if p_axes:
         j, k = _coord_index(mesh, rank, p_axes)
         x = _share(x, t.partial_op or "sum", j, k)
     return x
-
-
-def _add(x: torch.Tensor, j: int) -> torch.Tensor:
-    """``x + j`` also for dtypes torch cannot add in (uint16/32/64, float8): via float64."""
-    if x.dtype in NO_ARITHMETIC:
-        return (x.double() + j).to(x.dtype)
-    return x + j
 
 
 def _share(x: torch.Tensor, op: str, j: int, k: int) -> torch.Tensor:
