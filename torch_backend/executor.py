@@ -24,7 +24,6 @@ from torch_backend.lean import collective_error
 from torch_backend.runners import RUNNERS, Pieces
 from torch_backend.tensor_checks import check_local
 
-__all__ = ["Pieces", "aliases", "build_pieces", "execute", "watching"]
 StepHook = Callable[[int, torch.Tensor], None]
 _watch: StepHook | None = None
 
@@ -63,11 +62,8 @@ def build_pieces(program: Program, ctx: MeshContext) -> list[Pieces]:
                             hint="build steps with lowering.make_step")
         prev = step.dst
         collective = step.is_collective and mesh.group_size(step.axes) > 1
-        pieces: Pieces = {}
-        for r in ctx.ranks:
-            members = ctx.group(step.axes, r).members if collective else (r,)
-            pieces[r] = rank_pieces(step, mesh, r, members)
-        out.append(pieces)
+        out.append({r: rank_pieces(step, mesh, r, ctx.group(step.axes, r).members if collective else (r,))
+                    for r in ctx.ranks})
     if program.steps and prev != program.dst:
         raise SpecError(f"program ends at {prev}, not at its destination {program.dst}",
                         hint="build programs with lowering.compile or lowering.make_program")

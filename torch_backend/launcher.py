@@ -191,11 +191,10 @@ def _reap(procs: list[Any], q: Any, reports: dict[int, dict[str, Any]], died: di
     from multiprocessing.connection import wait
 
     running = {procs[r].sentinel: r for r in range(len(procs)) if r not in reports and r not in died}
-    if wait_s > 0 and running:
-        deadline = time.monotonic() + wait_s
-        while running and (left := deadline - time.monotonic()) > 0:
-            for sentinel in wait(list(running), timeout=left):
-                running.pop(sentinel)
+    deadline = time.monotonic() + wait_s
+    while running and (left := deadline - time.monotonic()) > 0:
+        for sentinel in wait(list(running), timeout=left):
+            running.pop(sentinel)
     exited = [r for r in range(len(procs)) if r not in reports and r not in died and procs[r].exitcode is not None]
     if exited:  # a report sent just before the exit may still be in flight: take what comes within 0.5 s
         deadline = time.monotonic() + 0.5
