@@ -285,10 +285,9 @@ _EAGER: list[Comm | None] = [None]
 
 
 def eager_comm(name: str | None = None) -> str:
-    """Which implementation eager calls on a real group use: ``"c10d"`` (the default, see
-    docs/running.md, "Performance") or ``"functional"`` (the functional collectives run
-    eagerly, as a compiled region would issue them); None: ``SHARDC_EAGER_COMM``'s setting.
-    Returns the name now in force. For benchmarks and tests, not the public API."""
+    """Which implementation eager calls on a real group use, ``"c10d"`` or ``"functional"``
+    (docs/running.md, "Performance"; None: ``SHARDC_EAGER_COMM``'s setting); returns the
+    name now in force. For benchmarks and tests, not the public API."""
     if name is None:
         name = os.environ.get("SHARDC_EAGER_COMM", "") or "c10d"
         where = f"SHARDC_EAGER_COMM={name!r}"
@@ -304,12 +303,8 @@ def eager_comm(name: str | None = None) -> str:
 
 def of(ctx: MeshContext) -> Any:
     """The implementation a call on ``ctx`` runs with: functional while torch.compile traces,
-    else c10d (or the functional collectives, eagerly, where ``eager_comm`` says so).
-
-    LocalTensorMode inside torch.compile is refused: the functional form plays one rank, so
-    every simulated rank would run that rank's pieces (a slice would give rank 0's block to
-    all), and torch 2.13's LocalTensorMode cannot run its own collectives on the trace's fake
-    tensors (its reduce_scatter leaves fake constants in the graph)."""
+    else c10d (or the functional collectives, eagerly, where ``eager_comm`` says so);
+    LocalTensorMode inside torch.compile is refused (docs/running.md, "torch.compile")."""
     traced = torch.compiler.is_compiling()
     if ctx.local_mode is not None:
         if traced:
