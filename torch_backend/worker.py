@@ -89,8 +89,7 @@ class Clock:
 
 def init(spec: RunSpec, rank: int | None = None, world: int | None = None, store: Any = None) -> Any:
     """Join (or, under torchrun, create) the default process group; returns the store.
-    Joining the launcher's group waits for the slowest rank to import torch: ``STARTUP_S``
-    (torchrun's ranks start together), then the collective timeout."""
+    Joining the launcher's group may take ``STARTUP_S``, then the collective timeout."""
     timeout = timedelta(seconds=spec.timeout)
     if spec.backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank or 0)) % torch.cuda.device_count())
