@@ -16,7 +16,7 @@ from lowering.program import Step
 from torch_backend import comm
 from torch_backend.collectives import exchange, first_plan, gather_a2a, ring_gather, step_group
 from torch_backend.comm import finish_avg, rank_map, tied
-from torch_backend.groups import GroupHandle, MeshContext
+from torch_backend.groups import MeshContext
 from torch_backend.runners import Pieces, pieces_as, runs
 from torch_backend.scratch import buffer
 from torch_backend.strided import contiguous, nothing_of, run_copies
@@ -122,9 +122,21 @@ def all_gatherv(ctx: MeshContext, step: Step, pieces: Pieces, x: torch.Tensor) -
     if p0.n == 1 or not step.bytes_sent_max:  # every other segment is empty: the own one is all
         return rank_map(ctx, lambda r, t: _unpack(ctx, plans[r], _own_segment(plans[r], t)), x)
     g = step_group(ctx, step)
-    if comm.has_p2p(ctx):
-        return _gather_ring(ctx, g, p0, x)
-    return _gather_once(ctx, g, plans, x)
+    if comm.has_p2p(ctx):  # the ring, every segment in one buffer
+        i, offs, segs = p0.position, p0.offsets, p0.segments
+        buf = buffer(p0, "ring", sum(segs), x)
+        run_copies(p0.pack_copies, contiguous(x), buf[offs[i]:offs[i] + segs[i]])
+        ring_gather(ctx, g, buf, segs, i, p0.members)
+        return _unpack(ctx, p0, buf)
+    own = rank_map(ctx, lambda r, t: _own_segment(plans[r], t), x)
+    got = gather_a2a(ctx, g, own, {r: p.segments for r, p in plans.items()},
+                     {r: p.position for r, p in plans.items()})
+
+    def finish(r: int, o: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
+        at = plans[r].offsets[plans[r].position]
+        return _unpack(ctx, plans[r], torch.cat([recv[:at], o, recv[at:]]))
+
+    return rank_map(ctx, finish, own, got)
 
 
 def _own_segment(p: GatherVPieces, t: torch.Tensor) -> torch.Tensor:
@@ -139,26 +151,3 @@ def _unpack(ctx: MeshContext, p: GatherVPieces, buf: torch.Tensor) -> torch.Tens
     y = run_copies(p.unpack_copies, buf, buf.new_empty(p.out_shape))
     return y if p.unpack_copies else tied(ctx, y, buf)
 
-
-def _gather_once(ctx: MeshContext, g: GroupHandle, plans: Mapping[int, GatherVPieces],
-                 x: torch.Tensor) -> torch.Tensor:
-    """One exact ``all_to_all_single``: each rank's segment to each peer (``gather_a2a``)."""
-    own = rank_map(ctx, lambda r, t: _own_segment(plans[r], t), x)
-    got = gather_a2a(ctx, g, own, {r: p.segments for r, p in plans.items()},
-                     {r: p.position for r, p in plans.items()})
-
-    def finish(r: int, o: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
-        p = plans[r]
-        at = p.offsets[p.position]
-        return _unpack(ctx, p, torch.cat([recv[:at], o, recv[at:]]))
-
-    return rank_map(ctx, finish, own, got)
-
-
-def _gather_ring(ctx: MeshContext, g: GroupHandle, p: GatherVPieces, x: torch.Tensor) -> torch.Tensor:
-    """The ring (``ring_gather``), every segment in one buffer."""
-    i, offs, segs = p.position, p.offsets, p.segments
-    buf = buffer(p, "ring", sum(segs), x)
-    run_copies(p.pack_copies, contiguous(x), buf[offs[i]:offs[i] + segs[i]])
-    ring_gather(ctx, g, buf, segs, i, p.members)
-    return _unpack(ctx, p, buf)
