@@ -15,7 +15,7 @@ import hashlib
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from datetime import timedelta
 from typing import Any
@@ -128,12 +128,10 @@ def refused(e: BaseException, scope: Sequence[int], me: int) -> None:
     store = default_store()
     if store is None:
         return
-    try:
+    with suppress(Exception):
         count = int(store.add(_key(me), 1))
         store.set(_refused_key(me, count), f"{type(e).__name__}: {_first_line(e)}"[:300])
         store.add(_alarm_key(scope, count), 1)
-    except Exception:
-        pass
 
 
 def _peer_reported(scope: Sequence[int], me: int) -> bool:

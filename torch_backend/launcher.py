@@ -160,14 +160,12 @@ def collect(procs: list[Any], q: Any, timeout: float, world: int,
     while len(reports) + len(died) < world:
         if tick is not None:
             tick(len(reports), len(died) + sum(bool(rep.get("error")) for rep in reports.values()))
-        try:
+        with contextlib.suppress(queue_mod.Empty):
             rep = q.get(timeout=0.2)
             reports[rep["rank"]] = rep
             if rep.get("error") and first_failure is None:
                 first_failure = time.monotonic()
             continue
-        except queue_mod.Empty:
-            pass
         now = time.monotonic()
         if _reap(procs, q, reports, died, 0.0):
             first_failure = first_failure or now
