@@ -1,8 +1,5 @@
 """``shardc calibrate``: fit a cost model (alpha and beta per group of mesh axes) to the
 collective times of probes run on local ranks, or on JAX devices (docs/running.md).
-
-    shardc calibrate --backend gloo --mesh dp=2,tp=4 --out gloo-dp2-tp4.json
-    shardc plan --mesh dp=2,tp=4 --cost-model gloo-dp2-tp4.json 'f32[64]{U:tp}' 'f32[64@tp]'
 """
 
 from __future__ import annotations
