@@ -87,12 +87,8 @@ def _group_cache() -> dict[tuple, Any]:
 
 
 def clear_caches() -> None:
-    """Empty every cache of ``lowering`` (compiled programs, layout arrays, per-rank plans)
-    and this module's contexts and resolved DeviceMeshes.
-
-    Process groups stay cached: making one again is a collective call that every member
-    would have to join, so dropping them on one rank only could hang the others.
-    """
+    """Empty every cache of ``lowering`` and this module's contexts and resolved DeviceMeshes,
+    but not its process groups (docs/architecture.md, "Caches", says why)."""
     from lowering.caching import clear_caches as clear_lowering
 
     clear_lowering()
