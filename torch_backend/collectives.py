@@ -330,7 +330,7 @@ def exchange(ctx: MeshContext, g: GroupHandle, plans: Mapping[int, ExchangePiece
 def _unpack_exchange(plan: ExchangePieces, t: torch.Tensor, recv: torch.Tensor,
                      y: torch.Tensor | None = None) -> torch.Tensor:
     """The own piece copied in and the received ones unpacked, into a new output block, or
-    into ``y`` (``all_to_all``'s), where they may have landed in place already."""
+    into ``y`` (``_receive_into``'s), where they may have landed in place already."""
     landed = y is not None and plan.recv_run is not None
     y = t.new_empty(plan.out_shape) if y is None else y
     if plan.self_copies:
@@ -338,6 +338,14 @@ def _unpack_exchange(plan: ExchangePieces, t: torch.Tensor, recv: torch.Tensor,
     if plan.unpack_copies and not landed:
         run_copies(plan.unpack_copies, contiguous(recv), y)
     return y
+
+
+def _receive_into(plan: ExchangePieces, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A new output block, and where a real group's receive lands: a view of that block
+    where the received pieces lie in it back to back, else a (reused) buffer."""
+    y = x.new_empty(plan.out_shape)
+    n, off = plan.recv_elems, plan.recv_run
+    return y, (y.view(-1)[off:off + n] if off is not None else buffer(plan, "recv", n, x))
 
 
 def _unpacked(ctx: MeshContext, plan: ExchangePieces, t: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
@@ -365,12 +373,9 @@ def all_to_all(ctx: MeshContext, step: Step, pieces: Pieces, x: torch.Tensor) ->
         return _permute(ctx, g, first_plan(plans), x)
     if len(plans) > 1:
         return rank_map(ctx, lambda r, t, o: _unpacked(ctx, plans[r], t, o), x, exchange(ctx, g, plans, x))
-    # one played rank: received straight into its output where the pieces lie there back to
-    # back, else into a (reused) buffer
+    # one played rank: received straight into its output where the pieces lie there back to back
     plan = first_plan(plans)
-    y = x.new_empty(plan.out_shape)
-    n, off = plan.recv_elems, plan.recv_run
-    recv = y.view(-1)[off:off + n] if off is not None else buffer(plan, "recv", n, x)
+    y, recv = _receive_into(plan, x)
     exchange(ctx, g, plans, x, recv)
     y = _unpack_exchange(plan, x, recv, y)
     # received into a buffer and nothing unpacked or kept: y holds nothing of x or recv

@@ -79,11 +79,11 @@ _LOCAL_MAX = 64
 _DEVICE_MESHES: weakref.WeakKeyDictionary[Any, tuple[Mesh, tuple[int, ...]]] = weakref.WeakKeyDictionary()
 
 
-def _group_cache() -> dict[tuple, Any]:
+def _bind_caches() -> None:
+    """Bind the caches to the current default group (a new world starts them empty)."""
     world = dist.distributed_c10d._get_default_group()
     if _CACHE["world"] is not world:
         _CACHE.update(world=world, **{name: new() for name, new in _FRESH.items()})
-    return _CACHE["groups"]
 
 
 def clear_caches() -> None:
@@ -205,7 +205,7 @@ def _new_group(ranks: tuple[int, ...], timeout: timedelta | None, device: Any) -
 def _made_group(cache: str, key: Any, ranks: Sequence[int], timeout: timedelta | None, device: Any) -> Any:
     """The group over global ``ranks`` made by its members alone (``use_local_synchronization``),
     once per (``key``, timeout, device) in ``_CACHE[cache]``."""
-    _group_cache()  # bound to the current default group: a new world starts empty
+    _bind_caches()
     full = (key, timeout, None if device is None else str(device))
     pg = _CACHE[cache].get(full)
     if pg is None:
@@ -382,7 +382,7 @@ def _local_context(lm: Any, m: Mesh, dm: Any, to_global: tuple[int, ...], timeou
     """The context of ``m`` under the LocalTensorMode ``lm`` (cached: ``_CACHE["local"]``)."""
     key = (id(lm), m, id(dm), timeout)
     if dist.is_initialized():
-        _group_cache()  # binds the caches to the current default group (a new world starts empty)
+        _bind_caches()
         hit = anchored_get(_CACHE["local"], key, lm)
         if hit is not None and hit.device_mesh is dm:  # held weakly: a dead one's id may be reused
             return hit
@@ -413,7 +413,7 @@ def real_world() -> Any | None:
 def _contexts(m: Mesh, dm: Any) -> dict[timedelta | None, MeshContext] | None:
     """The contexts of ``m``, or of the DeviceMesh ``dm``, by timeout (None: ``dm`` is not
     weakly referenceable, and never cached)."""
-    _group_cache()  # binds the caches to the current default group (a new world starts empty)
+    _bind_caches()
     try:
         return _CACHE["contexts"].setdefault(m, {}) if dm is None else _CACHE["dm_contexts"].setdefault(dm, {})
     except TypeError:
