@@ -340,18 +340,18 @@ def _unpack_exchange(plan: ExchangePieces, t: torch.Tensor, recv: torch.Tensor,
     return y
 
 
+def _unpacked(ctx: MeshContext, plan: ExchangePieces, t: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
+    """``_unpack_exchange``, drawn from ``t`` and ``recv`` where no copy reads them (``comm.tied``)."""
+    y = _unpack_exchange(plan, t, recv)
+    return y if plan.self_copies or plan.unpack_copies else tied(ctx, y, t, recv)
+
+
 def _receive_into(plan: ExchangePieces, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """A new output block, and where a real group's receive lands: a view of that block
     where the received pieces lie in it back to back, else a (reused) buffer."""
     y = x.new_empty(plan.out_shape)
     n, off = plan.recv_elems, plan.recv_run
     return y, (y.view(-1)[off:off + n] if off is not None else buffer(plan, "recv", n, x))
-
-
-def _unpacked(ctx: MeshContext, plan: ExchangePieces, t: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
-    """``_unpack_exchange``, drawn from ``t`` and ``recv`` where no copy reads them (``comm.tied``)."""
-    y = _unpack_exchange(plan, t, recv)
-    return y if plan.self_copies or plan.unpack_copies else tied(ctx, y, t, recv)
 
 
 @runs("all_to_all", "permute")
