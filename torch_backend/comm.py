@@ -270,8 +270,7 @@ class _Local(_C10d):
 class _EagerFunctional(_Functional):
     """The functional collectives run eagerly on a real group (``SHARDC_EAGER_COMM=functional``):
     eager code runs in program order, so nothing is ``tied``; a failure names its culprit as
-    c10d's does. ``wait_tensor`` takes no timeout, so a call's ``timeout=`` does not bound
-    its waits (the process group's own timeout does)."""
+    c10d's does; ``wait_tensor`` takes no timeout (the process group's own bounds it)."""
 
     real = True
 

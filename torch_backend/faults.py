@@ -148,9 +148,7 @@ def _peer_reported(scope: Sequence[int], me: int) -> bool:
 def watched_wait(work: Any, timeout: timedelta | None, scope: Sequence[int], me: int) -> None:
     """``work.wait`` (a gloo collective's; ``timeout`` None: the group's own) in slices of
     ``SLICE_S``, looking at the mesh's alarm after each: once a rank of ``scope`` reported
-    a failure, raise (a RuntimeError that says this rank stopped waiting), so this rank
-    reports as a victim now rather than at the timeout. The first slice is the plain wait:
-    a collective that finishes within it reads nothing."""
+    a failure, a RuntimeError that says this rank stopped waiting."""
     deadline = None if timeout is None else time.monotonic() + timeout.total_seconds()
     while True:
         left = None if deadline is None else deadline - time.monotonic()
