@@ -30,8 +30,7 @@ from torch_backend.dtypes import NO_ARITHMETIC, to_torch_dtype
 def global_tensor(t: TensorType, *, seed: int = 0, device: torch.device | str = "cpu") -> torch.Tensor:
     """The global tensor of type ``t``: (i*7 + seed) mod 113 - 56, row-major (unsigned: + 56;
     complex: that plus an imaginary part (5 x that) mod 19 - 9)."""
-    n = t.numel
-    base = (torch.arange(n, dtype=torch.int64) * 7 + seed) % 113 - 56
+    base = (torch.arange(t.numel, dtype=torch.int64) * 7 + seed) % 113 - 56
     dt = to_torch_dtype(t.dtype)
     if dt == torch.bool:
         return (base % 2 == 0).reshape(t.shape).to(device)

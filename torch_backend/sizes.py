@@ -69,7 +69,6 @@ def uneven_type(x: torch.Tensor, mesh: Mesh | str | Any, axis: str, dim: int = 0
         split = Split("sizes", tuple(p[0] for p in per))
     else:
         split = Split("parts", _splits(per, m.axis_size(axis), aligned), aligned=aligned)
-    size = split.total or 0
     base = parse(template) if template is not None else None
     if base is not None and len(base.dims) != x.dim():
         raise SpecError(f"the template {base} has {len(base.dims)} dims, the tensor {x.dim()}",
@@ -79,7 +78,7 @@ def uneven_type(x: torch.Tensor, mesh: Mesh | str | Any, axis: str, dim: int = 0
     if dims[dim].axes:
         raise SpecError(f"the template already shards dim {dim} by {', '.join(dims[dim].axes)}",
                         hint=f"leave dim {dim} unsharded in the template: {axis!r} splits it")
-    dims[dim] = Dim(size, (axis,), split)
+    dims[dim] = Dim(split.total or 0, (axis,), split)
     out = TensorType(base.dtype if base is not None else dtype_name(first.dtype), tuple(dims),
                      base.axis_types if base is not None else ())
     from lowering.checks import check_type
