@@ -78,10 +78,7 @@ def _accumulate(copies: Sequence[Copy], src: torch.Tensor, dst: torch.Tensor, op
     for c in copies:
         d = dst.as_strided(c.dst.size, c.dst.stride, do + c.dst.offset)
         s = src.as_strided(c.src.size, c.src.stride, so + c.src.offset)
-        if op in ("sum", "avg") and d.dtype == torch.bool:
-            d.logical_or_(s)
-        else:
-            _ACCUMULATE[op](d, s, out=d)
+        _ACCUMULATE[op](d, s, out=d)  # on bool, add is a logical or
 
 
 @runs("reduce_scatterv")
