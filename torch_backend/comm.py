@@ -55,9 +55,7 @@ def finish_avg(t: torch.Tensor, op: str, n: int) -> torch.Tensor:
     """Divide a SUM by the group size for ``avg`` (truncating for integers, like the simulator)."""
     if op != "avg" or n == 1 or t.dtype == torch.bool:
         return t
-    if t.is_floating_point() or t.is_complex():
-        return t.div_(n)
-    return t.copy_(torch.div(t, n, rounding_mode="trunc"))
+    return t.div_(n, rounding_mode=None if t.is_floating_point() or t.is_complex() else "trunc")
 
 
 def local_of(t: torch.Tensor, rank: int) -> torch.Tensor:
