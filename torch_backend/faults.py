@@ -50,10 +50,8 @@ def group_timeout(pg: Any) -> timedelta | None:
     import torch
 
     for device in ("cpu", "cuda"):
-        try:
+        with suppress(Exception):  # no such backend on this group, or a torch without these names
             return pg._get_backend(torch.device(device)).options._timeout
-        except Exception:  # no such backend on this group, or a torch without these names
-            continue
     return None
 
 
@@ -61,10 +59,9 @@ def default_store() -> Any | None:
     """The default process group's store (None where there is none)."""
     import torch.distributed as dist
 
-    try:
+    with suppress(Exception):
         return dist.distributed_c10d._get_default_store()
-    except Exception:
-        return None
+    return None
 
 
 def _key(rank: int) -> str:
@@ -137,12 +134,9 @@ def refused(e: BaseException, scope: Sequence[int], me: int) -> None:
 def _peer_reported(scope: Sequence[int], me: int) -> bool:
     """Whether a rank of ``scope`` reported a failure (or a refusal) this rank has not."""
     store = default_store()
-    if store is None:
-        return False
-    try:
-        return bool(store.check([_alarm_key(scope, failures(store, me) + 1)]))
-    except Exception:
-        return False
+    with suppress(Exception):
+        return store is not None and bool(store.check([_alarm_key(scope, failures(store, me) + 1)]))
+    return False
 
 
 def watched_wait(work: Any, timeout: timedelta | None, scope: Sequence[int], me: int) -> None:
