@@ -1,9 +1,6 @@
-"""The timing half of calibration: run ``lowering.calibration``'s probes on real ranks.
-
-Every rank runs the same probes in the same order (they are collectives): a warm-up, then
-``iters`` runs after a barrier each, of a user's prepared call of the probe's program, as
-``shardc run --bench`` times them (``worker.Clock``). A rank's sample is its median; the
-slowest rank's is kept (``slowest``). The fit is torch-free (``lowering.calibration``).
+"""The timing half of calibration (docs/running.md, "Performance"): ``lowering.calibration``'s
+probes on real ranks, each a user's prepared call timed as ``shardc run --bench`` times one
+(``worker.timed``); every rank runs the same probes in the same order (they are collectives).
 """
 
 from __future__ import annotations

@@ -26,7 +26,6 @@ from torch_backend.runners import Failed, FastRunner, Pieces, fast, pieces_as, r
 from torch_backend.scratch import buffer
 from torch_backend.strided import contiguous, flat, nothing_of, run_copies
 
-Plans = Pieces
 Launched = tuple[Any, Callable[[], torch.Tensor]]  # (the work to wait for, what finishes the step)
 
 
@@ -47,9 +46,6 @@ def _place(ctx: MeshContext, plan: GatherPieces, parts: list[tuple[Piece, torch.
     if any(piece.numel for piece, _ in parts):
         return y
     return tied(ctx, y, *(t for _, t in parts))
-
-
-# ---- straight into the output: the fast runners, async launches ---------------------------
 
 
 def _straight(step: Step, p: RankPieces) -> bool:
@@ -102,13 +98,13 @@ def straight_fast(ctx: MeshContext, step: Step, p: RankPieces, failed: Failed) -
     return collective
 
 
-def launchable(ctx: MeshContext, step: Step, plans: Plans) -> bool:
+def launchable(ctx: MeshContext, step: Step, plans: Pieces) -> bool:
     """Whether ``launch`` leaves ``step``'s collective on the wire (see there)."""
     p0 = first_plan(plans)
     return comm.launches(ctx) and p0.n > 1 and step.bytes_sent_max > 0 and _straight(step, p0)
 
 
-def launch(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> Launched | None:
+def launch(ctx: MeshContext, step: Step, plans: Pieces, x: torch.Tensor) -> Launched | None:
     """Start ``step``'s collective and return its work and finish, where the result lands
     straight in its output (``_straight``) on a real group; None where the step must run
     synchronously."""
@@ -117,11 +113,8 @@ def launch(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> Launc
     return _issue(ctx, step, first_plan(plans))(x, True)
 
 
-# ---- all_gather -------------------------------------------------------------------------
-
-
 @runs("all_gather")
-def all_gather(ctx: MeshContext, step: Step, pieces: Plans, x: torch.Tensor) -> torch.Tensor:
+def all_gather(ctx: MeshContext, step: Step, pieces: Pieces, x: torch.Tensor) -> torch.Tensor:
     """Concat the group's blocks (each placed by its box, so any dim and group order)::
 
         [A]
@@ -214,11 +207,8 @@ def _gather_a2a(ctx: MeshContext, g: GroupHandle, plans: Mapping[int, GatherPiec
     return rank_map(ctx, unpack, x, got)
 
 
-# ---- reductions -------------------------------------------------------------------------
-
-
 @runs("reduce_scatter")
-def reduce_scatter(ctx: MeshContext, step: Step, pieces: Plans, x: torch.Tensor) -> torch.Tensor:
+def reduce_scatter(ctx: MeshContext, step: Step, pieces: Pieces, x: torch.Tensor) -> torch.Tensor:
     """Reduce the group's equal blocks; keep this rank's piece (its dst box)::
 
         +[A0, A1, A2]      [A0+B0+C0]
@@ -300,12 +290,12 @@ def local_reduce(parts: list[torch.Tensor], op: str) -> torch.Tensor:
 
 
 @runs("all_reduce")
-def all_reduce(ctx: MeshContext, step: Step, plans: Plans, x: torch.Tensor) -> torch.Tensor:
+def all_reduce(ctx: MeshContext, step: Step, plans: Pieces, x: torch.Tensor) -> torch.Tensor:
     """``+A, +B, +C => A + B + C`` on every rank, on a contiguous copy of the input."""
     return all_reduce_into(ctx, step, plans, rank_map(ctx, lambda r, t: t.clone(memory_format=torch.contiguous_format), x))
 
 
-def all_reduce_into(ctx: MeshContext, step: Step, plans: Plans, buf: torch.Tensor) -> torch.Tensor:
+def all_reduce_into(ctx: MeshContext, step: Step, plans: Pieces, buf: torch.Tensor) -> torch.Tensor:
     """The all_reduce step on ``buf`` itself (contiguous), in place; returns ``buf`` (a group
     of one has nothing to reduce)."""
     n = first_plan(plans).n
@@ -314,9 +304,6 @@ def all_reduce_into(ctx: MeshContext, step: Step, plans: Plans, buf: torch.Tenso
         comm.all_reduce(ctx, buf, op, step_group(ctx, step))
         finish_avg(buf, op, n)
     return buf
-
-
-# ---- exchanges --------------------------------------------------------------------------
 
 
 def pack_exchange(plan: ExchangePieces | ExchangeVPieces, t: torch.Tensor) -> torch.Tensor:
@@ -329,6 +316,15 @@ def pack_exchange(plan: ExchangePieces | ExchangeVPieces, t: torch.Tensor) -> to
     if off is not None:
         return t.view(-1)[off:off + n]
     return run_copies(plan.pack_copies, t, buffer(plan, "send", n, t))
+
+
+def exchange(ctx: MeshContext, g: GroupHandle, plans: Mapping[int, ExchangePieces | ExchangeVPieces],
+             x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Every played rank's pieces to their peers in one exact all_to_all: the flat receive
+    (``out``, where given: see ``comm.all_to_all``)."""
+    send = rank_map(ctx, lambda r, t: pack_exchange(plans[r], t), x)
+    return comm.all_to_all(ctx, send, {r: [pc.numel for pc in p.send] for r, p in plans.items()},
+                           {r: [pc.numel for pc in p.recv] for r, p in plans.items()}, g, out=out)
 
 
 def _unpack_exchange(plan: ExchangePieces, t: torch.Tensor, recv: torch.Tensor,
@@ -359,7 +355,7 @@ def _receive_into(plan: ExchangePieces, x: torch.Tensor) -> tuple[torch.Tensor, 
 
 
 @runs("all_to_all", "permute")
-def all_to_all(ctx: MeshContext, step: Step, pieces: Plans, x: torch.Tensor) -> torch.Tensor:
+def all_to_all(ctx: MeshContext, step: Step, pieces: Pieces, x: torch.Tensor) -> torch.Tensor:
     """Exact box exchange (also ``permute``): rank r's dst block from (src of q) ∩ (dst of r)::
 
         [A0, A1, A2]      [A0, B0, C0]
@@ -375,16 +371,12 @@ def all_to_all(ctx: MeshContext, step: Step, pieces: Plans, x: torch.Tensor) -> 
     g = step_group(ctx, step)
     if step.kind == "permute" and comm.has_p2p(ctx):
         return _permute(ctx, g, first_plan(plans), x)
-    send_splits = {r: [pc.numel for pc in p.send] for r, p in plans.items()}
-    recv_splits = {r: [pc.numel for pc in p.recv] for r, p in plans.items()}
-    send = rank_map(ctx, lambda r, t: pack_exchange(plans[r], t), x)
     if len(plans) > 1:
-        got = comm.all_to_all(ctx, send, send_splits, recv_splits, g)
-        return rank_map(ctx, lambda r, t, o: _unpacked(ctx, plans[r], t, o), x, got)
+        return rank_map(ctx, lambda r, t, o: _unpacked(ctx, plans[r], t, o), x, exchange(ctx, g, plans, x))
     # one played rank: received straight into its output where the pieces lie there back to back
     plan = first_plan(plans)
     y, recv = _receive_into(plan, x)
-    comm.all_to_all(ctx, send, send_splits, recv_splits, g, out=recv)
+    exchange(ctx, g, plans, x, recv)
     y = _unpack_exchange(plan, x, recv, y)
     # received into a buffer and nothing unpacked or kept: y holds nothing of x or recv
     if plan.recv_run is None and not (plan.self_copies or plan.unpack_copies):

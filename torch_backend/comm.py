@@ -3,24 +3,19 @@ implementations (``of(ctx)`` picks one; the runners never ask which, only what i
 ``has_p2p``, ``launches``, ``least_chunk``, ``one_block``):
 
 * ``C10D``: eager c10d calls on a real process group (gloo, NCCL), writing into the
-  buffers they are given, launchable without waiting, with point-to-point: the tensor
-  forms ``all_gather_single`` / ``reduce_scatter_single``, ``all_reduce``,
-  ``all_to_all_single`` with exact split sizes, ``batch_isend_irecv``;
-* ``FUNCTIONAL``: the traceable functional collectives (``torch.ops._c10d_functional``)
-  whenever torch.compile traces: each call is the functional op and its ``wait_tensor``
-  in the graph, copied into the given buffer (the compiler removes the copy), and no
-  point-to-point (exact ``all_to_all_single`` instead). Eager calls can run on them too
-  (``SHARDC_EAGER_COMM=functional``, ``eager_comm``: benchmarks and tests); c10d stays
-  the default, chosen by measurement (docs/running.md, "Performance");
-* ``LOCAL``: LocalTensorMode, one call standing for every simulated rank's: tensors are
-  LocalTensors (shapes may differ per rank), split sizes differ per rank (so
-  ``all_to_all`` takes them as LocalIntNode SymInts), and no point-to-point (it needs
-  LocalRunnerMode threads). Only ``rank_map``, ``plain`` and ``blocks`` see that one
-  process plays every rank.
+  buffers they are given, launchable without waiting, with point-to-point;
+* ``FUNCTIONAL``: the traceable functional collectives whenever torch.compile traces:
+  each call is the functional op and its ``wait_tensor`` in the graph, copied into the
+  given buffer (the compiler removes the copy), and no point-to-point. Eager calls can
+  run on them too (``eager_comm``); c10d stays the default, chosen by measurement
+  (docs/running.md, "Performance");
+* ``LOCAL``: LocalTensorMode, one call standing for every simulated rank's (shapes and
+  split sizes may differ per rank), and no point-to-point (it needs LocalRunnerMode
+  threads). Only ``rank_map``, ``plain`` and ``blocks`` see that one process plays
+  every rank.
 
-Reductions: ``avg`` is sent as SUM and divided afterwards on every backend (gloo and
-NCCL differ in ReduceOp.AVG support, and SUM-then-divide is what the reference
-simulator computes); ``bool`` travels as uint8 with MAX (logical or) for sum/avg/max.
+Reductions (docs/running.md, "Notes", says why): ``avg`` is sent as SUM and divided
+afterwards, ``bool`` travels as uint8 with MAX (logical or) for sum/avg/max.
 """
 
 from __future__ import annotations
@@ -60,12 +55,7 @@ def finish_avg(t: torch.Tensor, op: str, n: int) -> torch.Tensor:
     """Divide a SUM by the group size for ``avg`` (truncating for integers, like the simulator)."""
     if op != "avg" or n == 1 or t.dtype == torch.bool:
         return t
-    if t.is_floating_point() or t.is_complex():
-        return t.div_(n)
-    return t.copy_(torch.div(t, n, rounding_mode="trunc"))
-
-
-# ---- per-rank mapping -------------------------------------------------------------------
+    return t.div_(n, rounding_mode=None if t.is_floating_point() or t.is_complex() else "trunc")
 
 
 def local_of(t: torch.Tensor, rank: int) -> torch.Tensor:
@@ -74,11 +64,8 @@ def local_of(t: torch.Tensor, rank: int) -> torch.Tensor:
 
 
 def rank_map(ctx: MeshContext, fn: Callable[..., torch.Tensor], *tensors: torch.Tensor) -> torch.Tensor:
-    """``fn(rank, *local blocks)`` on every rank this process plays.
-
-    On a real group that is one call with this rank; under LocalTensorMode it runs on
-    each simulated rank's plain tensors (mode disabled) and wraps them in a LocalTensor.
-    """
+    """``fn(rank, *local blocks)`` on every rank this process plays (under LocalTensorMode
+    on each simulated rank's plain tensors, wrapped in a LocalTensor)."""
     if not of(ctx).per_rank:
         return fn(ctx.rank, *tensors)
     from torch.distributed._local_tensor import LocalTensor
@@ -96,9 +83,6 @@ def plain(ctx: MeshContext) -> Any:
     return ctx.local_mode.disable()
 
 
-# ---- collectives ------------------------------------------------------------------------
-
-
 def _own(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """One of shardc's own c10d calls: outside the SPMD type checker (``typecheck()`` types
     torch.distributed's collectives in user code; a shardc call types its own result)."""
@@ -110,13 +94,10 @@ def _own(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 
 class Comm:
-    """The communication interface. Flags say what an implementation can do:
-
-    ``p2p``: point-to-point (else exchanges go as exact ``all_to_all``); ``per_rank``: one
-    call plays every rank, whose buffers may differ in size per rank (LocalTensorMode);
-    ``launches``: a collective can be left on the wire and waited later (``wait``);
-    ``least_chunk``: the fewest elements per member a reduce_scatter's buffer may hold;
-    ``real``: on real process groups, where a failure's roll call can name the culprit."""
+    """The communication interface; its flags say what an implementation can do (the
+    module's functions of the same names; ``per_rank``: one call plays every rank, whose
+    buffers may differ in size; ``real``: on real process groups, where a failure's roll
+    call can name the culprit)."""
 
     p2p = per_rank = launches = real = False
     least_chunk = 0
@@ -287,8 +268,7 @@ class _Local(_C10d):
 class _EagerFunctional(_Functional):
     """The functional collectives run eagerly on a real group (``SHARDC_EAGER_COMM=functional``):
     eager code runs in program order, so nothing is ``tied``; a failure names its culprit as
-    c10d's does. ``wait_tensor`` takes no timeout, so a call's ``timeout=`` does not bound
-    its waits (the process group's own timeout does)."""
+    c10d's does; ``wait_tensor`` takes no timeout (the process group's own bounds it)."""
 
     real = True
 
@@ -302,10 +282,9 @@ _EAGER: list[Comm | None] = [None]
 
 
 def eager_comm(name: str | None = None) -> str:
-    """Which implementation eager calls on a real group use: ``"c10d"`` (the default, see
-    docs/running.md, "Performance") or ``"functional"`` (the functional collectives run
-    eagerly, as a compiled region would issue them); None: ``SHARDC_EAGER_COMM``'s setting.
-    Returns the name now in force. For benchmarks and tests, not the public API."""
+    """Which implementation eager calls on a real group use, ``"c10d"`` or ``"functional"``
+    (docs/running.md, "Performance"; None: ``SHARDC_EAGER_COMM``'s setting); returns the
+    name now in force. For benchmarks and tests, not the public API."""
     if name is None:
         name = os.environ.get("SHARDC_EAGER_COMM", "") or "c10d"
         where = f"SHARDC_EAGER_COMM={name!r}"
@@ -321,12 +300,8 @@ def eager_comm(name: str | None = None) -> str:
 
 def of(ctx: MeshContext) -> Any:
     """The implementation a call on ``ctx`` runs with: functional while torch.compile traces,
-    else c10d (or the functional collectives, eagerly, where ``eager_comm`` says so).
-
-    LocalTensorMode inside torch.compile is refused: the functional form plays one rank, so
-    every simulated rank would run that rank's pieces (a slice would give rank 0's block to
-    all), and torch 2.13's LocalTensorMode cannot run its own collectives on the trace's fake
-    tensors (its reduce_scatter leaves fake constants in the graph)."""
+    else c10d (or the functional collectives, eagerly, where ``eager_comm`` says so);
+    LocalTensorMode inside torch.compile is refused (docs/running.md, "torch.compile")."""
     traced = torch.compiler.is_compiling()
     if ctx.local_mode is not None:
         if traced:
@@ -375,16 +350,8 @@ def wait(ctx: MeshContext, work: Any) -> None:
 
 def tied(ctx: MeshContext, y: torch.Tensor, *srcs: torch.Tensor) -> torch.Tensor:
     """``y``, a new block that no copy from ``srcs`` writes (it is empty, or all zeros), as
-    a value computed from them in a traced graph (elsewhere ``y`` itself).
-
-    A compiled graph orders its collectives by data alone, and a rank's graph differs from
-    another's where its blocks are uneven: a step whose output read nothing of its input
-    (or of what it received) would let the next step's collective move, on that rank only
-    (inductor's partitioner puts one that needs no incoming gradient into the forward
-    graph), and the ranks' collectives would no longer pair up. With every send drawn from
-    the step's input (``strided.nothing_of``) and every output from the input and the
-    receive, a program's collectives are one chain on every rank.
-    """
+    a value computed from them in a traced graph (elsewhere ``y`` itself), so that each
+    rank's collectives stay one chain of data (docs/running.md, "torch.compile", says why)."""
     if of(ctx) is not FUNCTIONAL:
         return y
     return torch.cat([*(nothing_of(s).to(y.dtype) for s in srcs), y.reshape(-1)]).view(y.shape)

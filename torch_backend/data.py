@@ -30,8 +30,7 @@ from torch_backend.dtypes import NO_ARITHMETIC, to_torch_dtype
 def global_tensor(t: TensorType, *, seed: int = 0, device: torch.device | str = "cpu") -> torch.Tensor:
     """The global tensor of type ``t``: (i*7 + seed) mod 113 - 56, row-major (unsigned: + 56;
     complex: that plus an imaginary part (5 x that) mod 19 - 9)."""
-    n = t.numel
-    base = (torch.arange(n, dtype=torch.int64) * 7 + seed) % 113 - 56
+    base = (torch.arange(t.numel, dtype=torch.int64) * 7 + seed) % 113 - 56
     dt = to_torch_dtype(t.dtype)
     if dt == torch.bool:
         return (base % 2 == 0).reshape(t.shape).to(device)
@@ -57,19 +56,15 @@ def block(t: TensorType, mesh: Mesh, g: torch.Tensor, rank: int) -> torch.Tensor
     v_axes = t.axes_of_kind("V")
     if v_axes:
         j, _ = _coord_index(mesh, rank, v_axes)
-        x = ~x if (x.dtype == torch.bool and j % 2) else (_add(x, j) if x.dtype != torch.bool else x)
+        if x.dtype == torch.bool:
+            x = ~x if j % 2 else x
+        else:  # via float64 where torch cannot add (uint16/32/64, float8)
+            x = (x.double() + j).to(x.dtype) if x.dtype in NO_ARITHMETIC else x + j
     p_axes = t.partial_axes
     if p_axes:
         j, k = _coord_index(mesh, rank, p_axes)
         x = _share(x, t.partial_op or "sum", j, k)
     return x
-
-
-def _add(x: torch.Tensor, j: int) -> torch.Tensor:
-    """``x + j`` also for dtypes torch cannot add in (uint16/32/64, float8): via float64."""
-    if x.dtype in NO_ARITHMETIC:
-        return (x.double() + j).to(x.dtype)
-    return x + j
 
 
 def _share(x: torch.Tensor, op: str, j: int, k: int) -> torch.Tensor:

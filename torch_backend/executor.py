@@ -1,15 +1,8 @@
-"""A thin interpreter of a Program over this rank's local tensor.
-
-Each step is *pack -> one collective on flat contiguous buffers -> unpack*, with the
-pieces read off the layout boxes (``lowering.kinds``), so every step kind works on
-any dims, any group order and uneven blocks, with no padding on the wire except where
-``step.padded`` says so. The same code runs on NCCL/CUDA, gloo/CPU and LocalTensorMode
-(there, one call simulates every rank; see ``torch_backend.comm``). What each kind puts
-on the wire (per rank, the planner's ``bytes_sent``), and why: docs/running.md, "What
-goes on the wire".
-
-The input is never modified; the result never aliases it (a final copy is made only
-when every step was a view, e.g. a lone ``slice`` or ``reinterpret``).
+"""A thin interpreter of a Program over this rank's local tensor: each step's runner
+(``torch_backend.runners``) on the pieces read off the layout boxes (``lowering.kinds``),
+on NCCL/CUDA, gloo/CPU and LocalTensorMode alike. What each kind puts on the wire, and
+why: docs/running.md, "What goes on the wire". The input is never modified; the result
+never aliases it (copied only where every step was a view, e.g. a lone ``slice``).
 """
 
 from __future__ import annotations
@@ -31,7 +24,6 @@ from torch_backend.lean import collective_error
 from torch_backend.runners import RUNNERS, Pieces
 from torch_backend.tensor_checks import check_local
 
-__all__ = ["Pieces", "aliases", "build_pieces", "execute", "watching"]
 StepHook = Callable[[int, torch.Tensor], None]
 _watch: StepHook | None = None
 
@@ -70,11 +62,8 @@ def build_pieces(program: Program, ctx: MeshContext) -> list[Pieces]:
                             hint="build steps with lowering.make_step")
         prev = step.dst
         collective = step.is_collective and mesh.group_size(step.axes) > 1
-        pieces: Pieces = {}
-        for r in ctx.ranks:
-            members = ctx.group(step.axes, r).members if collective else (r,)
-            pieces[r] = rank_pieces(step, mesh, r, members)
-        out.append(pieces)
+        out.append({r: rank_pieces(step, mesh, r, ctx.group(step.axes, r).members if collective else (r,))
+                    for r in ctx.ranks})
     if program.steps and prev != program.dst:
         raise SpecError(f"program ends at {prev}, not at its destination {program.dst}",
                         hint="build programs with lowering.compile or lowering.make_program")

@@ -1,30 +1,12 @@
-"""A collective that failed, and which rank is at fault: a roll call in the default store.
+"""A collective that failed, and which rank is at fault: a roll call in the default store
+(docs/running.md, "Timeouts and failures", says what each verdict means).
 
-A failed collective rarely names anyone: gloo says ``Connection reset by peer
-[127.0.0.1]:24982`` (an address, not a rank) or ``Operation timed out!``, NCCL a
-timeout. So a rank whose collective (or group creation) failed adds one to its count of
-failed collectives in the default process group's store (the TCPStore every rank reached
-at start-up, which outlives a rank that died) and waits, a bounded time, for the other
-members of the group to do the same: the members that never do died, hang, or never
-reached this collective. The store is touched only after a failure. The wait is a grace
-after this rank's failure (the members of one collective fail at about the same time);
-after a closed connection ("closed by peer" / "reset by peer"), whose closer cannot
-report, up to the collective timeout too, or until every member but one has reported.
-
-A rank stuck in the same collective is a victim, not a culprit, and two records keep the
-roll call from naming it:
-
-* **a refusal**: a rank whose tensor fails a call's checks (``tensor_checks``) raises its
-  SpecError before its first collective while the others go on into theirs. It counts
-  that as its failure of the call and writes its error under that count (``refused``);
-  a member that finds it names that rank alone, at once, quoting its error. Not under
-  ``agree=True``, where every rank raises together (``unrecorded``);
-* **the mesh's alarm**: every report also adds one to a key of the mesh's ranks and the
-  reporter's count. A rank blocked in a gloo collective waits in slices of ``SLICE_S``
-  (``watched_wait``; a collective that finishes within the first touches no store) and
-  after each looks for that key at its own next count: once a rank of its mesh has
-  reported, it stops waiting and reports as a victim itself, instead of at the group's
-  timeout (30 minutes by default).
+A rank whose collective (or group creation) failed adds one to its count of failures in
+the default process group's store, which outlives a rank that died, and waits a bounded
+time for the other members to do the same; the store is touched only after a failure.
+Two more records keep a victim from being named: a rank's refusal of a call
+(``refused``), and the mesh's alarm, which a rank blocked in a gloo collective looks for
+between slices of its wait (``watched_wait``).
 """
 
 from __future__ import annotations
@@ -33,7 +15,7 @@ import hashlib
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from datetime import timedelta
 from typing import Any
@@ -68,10 +50,8 @@ def group_timeout(pg: Any) -> timedelta | None:
     import torch
 
     for device in ("cpu", "cuda"):
-        try:
+        with suppress(Exception):  # no such backend on this group, or a torch without these names
             return pg._get_backend(torch.device(device)).options._timeout
-        except Exception:  # no such backend on this group, or a torch without these names
-            continue
     return None
 
 
@@ -79,10 +59,9 @@ def default_store() -> Any | None:
     """The default process group's store (None where there is none)."""
     import torch.distributed as dist
 
-    try:
+    with suppress(Exception):
         return dist.distributed_c10d._get_default_store()
-    except Exception:
-        return None
+    return None
 
 
 def _key(rank: int) -> str:
@@ -106,14 +85,10 @@ def failures(store: Any, rank: int) -> int:
 
 def roll_call(store: Any, members: Sequence[int], me: int, peer_closed: bool, timeout_s: float,
               scope: Sequence[int] = ()) -> tuple[list[int], bool]:
-    """The members (global ranks) at fault for this failure, and whether they refused it.
-
-    Adds one to this rank's count of failed collectives (and to the alarm of the mesh's
-    ranks ``scope``), then polls the other members' until one has refused this call (those
-    are named at once), or each has caught up (a member that failed in another group, say
-    one step earlier, is a fellow victim too), or (``peer_closed``) all but one have, or
-    the deadline (see the module docstring); then the members that did not report.
-    Raises what the store raises."""
+    """The members (global ranks) at fault for this failure, and whether they refused it:
+    this rank's count (and the alarm of the mesh's ranks ``scope``) goes up by one, then
+    the others' are polled until one refused this call, each caught up, (``peer_closed``)
+    all but one did, or ``wait_s`` passed; then the members that did not report."""
     mine = int(store.add(_key(me), 1))
     store.add(_alarm_key(scope or members, mine), 1)
     deadline = time.monotonic() + wait_s(timeout_s, peer_closed)
@@ -143,38 +118,31 @@ def unrecorded() -> Iterator[None]:
 
 def refused(e: BaseException, scope: Sequence[int], me: int) -> None:
     """Record that global rank ``me`` refused a call over the ranks ``scope`` with ``e``
-    before its first collective: the members that went on into theirs name it (see the
-    module docstring). Advisory: a store that cannot be written changes nothing."""
+    before its first collective, for the members that went on into theirs to name it.
+    Advisory: a store that cannot be written changes nothing."""
     if not _RECORDING.get() or len(scope) < 2:
         return
     store = default_store()
     if store is None:
         return
-    try:
+    with suppress(Exception):
         count = int(store.add(_key(me), 1))
         store.set(_refused_key(me, count), f"{type(e).__name__}: {_first_line(e)}"[:300])
         store.add(_alarm_key(scope, count), 1)
-    except Exception:
-        pass
 
 
 def _peer_reported(scope: Sequence[int], me: int) -> bool:
     """Whether a rank of ``scope`` reported a failure (or a refusal) this rank has not."""
     store = default_store()
-    if store is None:
-        return False
-    try:
-        return bool(store.check([_alarm_key(scope, failures(store, me) + 1)]))
-    except Exception:
-        return False
+    with suppress(Exception):
+        return store is not None and bool(store.check([_alarm_key(scope, failures(store, me) + 1)]))
+    return False
 
 
 def watched_wait(work: Any, timeout: timedelta | None, scope: Sequence[int], me: int) -> None:
     """``work.wait`` (a gloo collective's; ``timeout`` None: the group's own) in slices of
     ``SLICE_S``, looking at the mesh's alarm after each: once a rank of ``scope`` reported
-    a failure, raise (a RuntimeError that says this rank stopped waiting), so this rank
-    reports as a victim now rather than at the timeout. The first slice is the plain wait:
-    a collective that finishes within it reads nothing."""
+    a failure, a RuntimeError that says this rank stopped waiting."""
     deadline = None if timeout is None else time.monotonic() + timeout.total_seconds()
     while True:
         left = None if deadline is None else deadline - time.monotonic()

@@ -1,12 +1,7 @@
-"""Process groups for the mesh axis sets a program uses, created on demand and cached.
-
-A step over ``axes`` runs on the ranks that share every other mesh coordinate, in *group
-order*: row-major over ``axes`` as listed (``lowering.layout.group_ranks``; ``(tp, dp)`` on
-``dp=2,tp=2`` orders rank 0's group ``0, 2, 1, 3``). torch's ``new_group`` sorts ranks
-(and LocalTensorMode only accepts sorted groups), so a process group's rank order can
-differ: the executor reads every block off the layout boxes and asks a :class:`GroupHandle`
-which mesh rank sits at which process-group rank, so one process group serves every
-ordering of an axis set.
+"""Process groups for the mesh axis sets a program uses, created on demand and cached
+(docs/running.md, "Notes"). One process group serves every ordering of an axis set: a
+:class:`GroupHandle` says which mesh rank sits at which process-group rank (torch sorts
+them), and the executor places every piece by its box.
 
 A :class:`MeshContext` (``context()``) covers every rank under **LocalTensorMode** (a
 group is rank 0's, from which LocalTensorMode infers the others); on a **default process
@@ -23,9 +18,6 @@ gets its groups from ``subset_context`` instead, which every rank of the world c
 makes one group per new partition of the world (its own part, a part of one rank for the
 ranks off the mesh), kept apart from the world mesh's groups, so a cache hit on some ranks
 can never be a new group on others.
-
-Process groups and contexts are cached (``_CACHE``), so a repeated ``context()`` parses
-and builds nothing, and a second caller's timeout is honoured.
 """
 
 from __future__ import annotations
@@ -87,20 +79,16 @@ _LOCAL_MAX = 64
 _DEVICE_MESHES: weakref.WeakKeyDictionary[Any, tuple[Mesh, tuple[int, ...]]] = weakref.WeakKeyDictionary()
 
 
-def _group_cache() -> dict[tuple, Any]:
+def _bind_caches() -> None:
+    """Bind the caches to the current default group (a new world starts them empty)."""
     world = dist.distributed_c10d._get_default_group()
     if _CACHE["world"] is not world:
         _CACHE.update(world=world, **{name: new() for name, new in _FRESH.items()})
-    return _CACHE["groups"]
 
 
 def clear_caches() -> None:
-    """Empty every cache of ``lowering`` (compiled programs, layout arrays, per-rank plans)
-    and this module's contexts and resolved DeviceMeshes.
-
-    Process groups stay cached: making one again is a collective call that every member
-    would have to join, so dropping them on one rank only could hang the others.
-    """
+    """Empty every cache of ``lowering`` and this module's contexts and resolved DeviceMeshes,
+    but not its process groups (docs/architecture.md, "Caches", says why)."""
     from lowering.caching import clear_caches as clear_lowering
 
     clear_lowering()
@@ -217,7 +205,7 @@ def _new_group(ranks: tuple[int, ...], timeout: timedelta | None, device: Any) -
 def _made_group(cache: str, key: Any, ranks: Sequence[int], timeout: timedelta | None, device: Any) -> Any:
     """The group over global ``ranks`` made by its members alone (``use_local_synchronization``),
     once per (``key``, timeout, device) in ``_CACHE[cache]``."""
-    _group_cache()  # bound to the current default group: a new world starts empty
+    _bind_caches()
     full = (key, timeout, None if device is None else str(device))
     pg = _CACHE[cache].get(full)
     if pg is None:
@@ -233,9 +221,7 @@ def subset_context(mesh: Mesh, to_global: tuple[int, ...], axes_sets: Sequence[t
     world's), with its groups over ``axes_sets`` made now; None on ranks off the mesh.
 
     Every rank of the world calls it with the same arguments, in the same order (a
-    cross-mesh call, which every rank takes part in). Each new (partition, timeout) makes
-    exactly one group on every rank, its own part's, so the ranks' group counts, after
-    which torch names the groups made by their members alone, stay equal."""
+    cross-mesh call, which every rank takes part in): see the module docstring."""
     me = dist.get_rank()
     ctx = MeshContext(mesh, (to_global.index(me),), to_global, timeout=timeout, backend=backend) \
         if me in to_global else None
@@ -396,7 +382,7 @@ def _local_context(lm: Any, m: Mesh, dm: Any, to_global: tuple[int, ...], timeou
     """The context of ``m`` under the LocalTensorMode ``lm`` (cached: ``_CACHE["local"]``)."""
     key = (id(lm), m, id(dm), timeout)
     if dist.is_initialized():
-        _group_cache()  # binds the caches to the current default group (a new world starts empty)
+        _bind_caches()
         hit = anchored_get(_CACHE["local"], key, lm)
         if hit is not None and hit.device_mesh is dm:  # held weakly: a dead one's id may be reused
             return hit
@@ -427,7 +413,7 @@ def real_world() -> Any | None:
 def _contexts(m: Mesh, dm: Any) -> dict[timedelta | None, MeshContext] | None:
     """The contexts of ``m``, or of the DeviceMesh ``dm``, by timeout (None: ``dm`` is not
     weakly referenceable, and never cached)."""
-    _group_cache()  # binds the caches to the current default group (a new world starts empty)
+    _bind_caches()
     try:
         return _CACHE["contexts"].setdefault(m, {}) if dm is None else _CACHE["dm_contexts"].setdefault(dm, {})
     except TypeError:

@@ -1,12 +1,8 @@
-"""``shardc run``'s launcher: one process per rank on this machine, or the torchrun world.
-
-Local launch: the parent hosts a TCPStore on 127.0.0.1 on a port the OS picks (port 0,
-so no other process can take it in between), starts one process per rank (forked from a
-server that imported torch once, ``torch_backend.procs``) and collects each rank's report
-through a queue. The store belongs to the parent, so it survives any rank's death and the
-others can still read who failed. Under torchrun (RANK and WORLD_SIZE set) the existing
-world is used, and rank 0 gathers the reports. How a failed rank is found and named:
-docs/running.md, "Timeouts and failures".
+"""``shardc run``'s launcher: one process per rank on this machine (docs/running.md, "One
+machine"), each rank's report through a queue, or the torchrun world, whose rank 0 gathers
+the reports. The parent hosts the TCPStore (port 0: the OS picks a free one), so it
+outlives any rank, and the others can still read who failed (docs/running.md, "Timeouts
+and failures").
 """
 
 from __future__ import annotations
@@ -126,8 +122,8 @@ def launch_local(spec: RunSpec | Any, world: int,
                  on_progress: Callable[[dict[str, int]], None] | None = None,
                  rank_fn: RankFn | None = None) -> RunResult:
     """Spawn ``world`` ranks on this machine and run ``spec``: ``rank_fn(spec, store)`` on
-    each once it joined the group (a module-level function; None: ``worker.run_rank``).
-    ``on_progress`` gets the ranks' counts (``_progress``) a few times a second."""
+    each once it joined the group (a module-level function; None: ``worker.run_rank``);
+    ``on_progress`` gets ``_progress`` a few times a second."""
     import torch.distributed as dist
 
     from torch_backend.procs import rank_context, rank_process
@@ -164,14 +160,12 @@ def collect(procs: list[Any], q: Any, timeout: float, world: int,
     while len(reports) + len(died) < world:
         if tick is not None:
             tick(len(reports), len(died) + sum(bool(rep.get("error")) for rep in reports.values()))
-        try:
+        with contextlib.suppress(queue_mod.Empty):
             rep = q.get(timeout=0.2)
             reports[rep["rank"]] = rep
             if rep.get("error") and first_failure is None:
                 first_failure = time.monotonic()
             continue
-        except queue_mod.Empty:
-            pass
         now = time.monotonic()
         if _reap(procs, q, reports, died, 0.0):
             first_failure = first_failure or now
@@ -195,11 +189,10 @@ def _reap(procs: list[Any], q: Any, reports: dict[int, dict[str, Any]], died: di
     from multiprocessing.connection import wait
 
     running = {procs[r].sentinel: r for r in range(len(procs)) if r not in reports and r not in died}
-    if wait_s > 0 and running:
-        deadline = time.monotonic() + wait_s
-        while running and (left := deadline - time.monotonic()) > 0:
-            for sentinel in wait(list(running), timeout=left):
-                running.pop(sentinel)
+    deadline = time.monotonic() + wait_s
+    while running and (left := deadline - time.monotonic()) > 0:
+        for sentinel in wait(list(running), timeout=left):
+            running.pop(sentinel)
     exited = [r for r in range(len(procs)) if r not in reports and r not in died and procs[r].exitcode is not None]
     if exited:  # a report sent just before the exit may still be in flight: take what comes within 0.5 s
         deadline = time.monotonic() + 0.5

@@ -149,14 +149,11 @@ def exchange(ctx: MeshContext, steps: Sequence[Step], given: Sequence[Pieces],
 
     def mine(r: int) -> list[torch.Tensor]:
         o = comm.local_of(got, r)
-        ys, fed = [], []
+        ys = [blocks[r][j].new_empty(p[r].out_shape) for j, p in enumerate(pieces)]
         for j, p in enumerate(pieces):
-            y = blocks[r][j].new_empty(p[r].out_shape)
             sp = p[r].self_piece
             if sp.numel:
-                y[sp.dst].copy_(blocks[r][j][sp.src])
-            ys.append(y)
-            fed.append(bool(sp.numel))
+                ys[j][sp.dst].copy_(blocks[r][j][sp.src])
         off = 0
         for i in range(len(members[r])):
             for j, p in enumerate(pieces):
@@ -164,8 +161,9 @@ def exchange(ctx: MeshContext, steps: Sequence[Step], given: Sequence[Pieces],
                 if pc.numel:
                     ys[j][pc.dst].copy_(o[off:off + pc.numel].view(pc.shape))
                     off += pc.numel
-                    fed[j] = True
-        return [y if fed[j] else comm.tied(ctx, y, blocks[r][j], o) for j, y in enumerate(ys)]
+        # a block that no copy wrote (see comm.tied)
+        return [y if p[r].self_piece.numel or any(pc.numel for pc in p[r].recv) else comm.tied(ctx, y, blocks[r][j], o)
+                for j, (y, p) in enumerate(zip(ys, pieces, strict=True))]
 
     return _finished(ctx, None, mine, len(xs), launch_only)
 

@@ -1,13 +1,10 @@
-"""Starting rank processes on this machine quickly.
-
-A rank's start-up is dominated by importing torch (seconds each, a few at a time on few
-cores), so ranks are forked from a fork server that imported torch and shardc once
-(``multiprocessing``'s "forkserver", preloaded), or spawned where that does not exist. The
-server is a fresh interpreter that has run nothing but imports (no CUDA, no thread pool),
-so a forked rank starts as clean as a spawned one. It starts with the parent's
-environment at that moment (what torch reads as it loads, ``OMP_NUM_THREADS``, must be set
-before :func:`rank_context`), and without the parent's ``sys.path``: a rank gets both from
-the parent when it starts, and its entry point is found by name after that.
+"""Starting rank processes on this machine quickly: forked from a fork server that
+imported torch and shardc once (docs/running.md, "One machine"), a fresh interpreter that
+has run nothing but imports (no CUDA, no thread pool), so a forked rank starts as clean as
+a spawned one. The server starts with the parent's environment at that moment (what torch
+reads as it loads, ``OMP_NUM_THREADS``, must be set before :func:`rank_context`), and
+without the parent's ``sys.path``: a rank gets both from the parent when it starts, and
+its entry point is found by name after that.
 """
 
 from __future__ import annotations

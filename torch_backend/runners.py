@@ -1,9 +1,7 @@
-"""The torch execution of each step kind, registered under the kind's name.
-
-A kind's type rule, price, pieces, numpy semantics and dual live in ``lowering.kinds``;
-its torch execution is a runner ``fn(ctx, step, pieces, x) -> y`` registered here with
-``@runs("kind")``, where ``pieces`` maps each mesh rank this process plays to its
-``RankPieces`` and ``x`` is this process's block (a LocalTensor under LocalTensorMode).
+"""The torch execution of each step kind (docs/architecture.md, "Step kinds: one definition
+each"): a runner ``fn(ctx, step, pieces, x) -> y`` registered with ``@runs("kind")``, where
+``pieces`` maps each mesh rank this process plays to its ``RankPieces`` and ``x`` is this
+process's block (a LocalTensor under LocalTensorMode).
 
 A kind may also have a fast runner, registered with ``@fast("kind")``: made once when a
 one-step program is bound on a real group (``lean.lean_run``), it holds the group, the

@@ -1,11 +1,10 @@
-"""Scratch buffers a bound program reuses across calls (send and receive buffers).
+"""Scratch buffers a bound program reuses across calls (docs/running.md, "Performance").
 
 ``buffer(plan, role, n, like)`` is a fresh flat tensor, or, inside ``using(scratch)``
 (``BoundCall.run``), the buffer this (plan, role, dtype, device) got on the first call, per
-thread: a loop of calls allocates nothing after the first, and a CUDA graph captured after
-one warm-up call sees fixed addresses. Only buffers that die within the step are scratch
-(a pack's send buffer, a receive buffer unpacked into a new output), never a step's
-result, which a later call would overwrite; async launches never use them.
+thread. Only buffers that die within the step are scratch (a pack's send buffer, a
+receive buffer unpacked into a new output), never a step's result, which a later call
+would overwrite; async launches never use them.
 """
 
 from __future__ import annotations

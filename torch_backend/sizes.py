@@ -1,16 +1,7 @@
-"""The split-information exchange: the type of data whose sizes each rank knows only locally.
-
-A router hands each rank its own token count (or its own piece of every expert); the
-global type needs everyone's. ``uneven_type`` exchanges the counts (one small all_reduce
-over the mesh: each rank writes its row of a zeroed table) and returns the type, so a
-data-dependent redistribution is two phases, sizes then data::
-
-    t = torch_backend.uneven_type(x, mesh, "ep")          # f32[T@ep<3,0,5,2>,H]
-    y = torch_backend.redistribute(x, t, "f32[T@ep,H]", mesh)
-
-Every rank gets the same table, so a count that differs between ranks that must agree
-(the same coordinate on ``axis``, different coordinates elsewhere) is a SpecError on
-every rank at once.
+"""The split-information exchange (docs/uneven.md, "Sizes known only per rank"): the type
+of data whose sizes each rank knows only locally, from one small all_reduce of a table each
+rank writes its row of. Every rank gets the same table, so a count that differs between
+ranks that must agree is a SpecError on every rank at once.
 """
 
 from __future__ import annotations
@@ -78,7 +69,6 @@ def uneven_type(x: torch.Tensor, mesh: Mesh | str | Any, axis: str, dim: int = 0
         split = Split("sizes", tuple(p[0] for p in per))
     else:
         split = Split("parts", _splits(per, m.axis_size(axis), aligned), aligned=aligned)
-    size = split.total or 0
     base = parse(template) if template is not None else None
     if base is not None and len(base.dims) != x.dim():
         raise SpecError(f"the template {base} has {len(base.dims)} dims, the tensor {x.dim()}",
@@ -88,7 +78,7 @@ def uneven_type(x: torch.Tensor, mesh: Mesh | str | Any, axis: str, dim: int = 0
     if dims[dim].axes:
         raise SpecError(f"the template already shards dim {dim} by {', '.join(dims[dim].axes)}",
                         hint=f"leave dim {dim} unsharded in the template: {axis!r} splits it")
-    dims[dim] = Dim(size, (axis,), split)
+    dims[dim] = Dim(split.total or 0, (axis,), split)
     out = TensorType(base.dtype if base is not None else dtype_name(first.dtype), tuple(dims),
                      base.axis_types if base is not None else ())
     from lowering.checks import check_type
@@ -162,10 +152,4 @@ def _splits(per: list[tuple[int, ...]], n: int, aligned: bool) -> tuple[tuple[in
     if len(per[0]) % n:
         raise SpecError(f"aligned partitions: each rank lists {len(per[0])} pieces, not a multiple of the "
                         f"{n} shards", hint="an aligned rank holds num_partitions / shards partitions, n pieces each")
-    parts = k * n
-    rows = [[0] * parts for _ in range(n)]
-    for s in range(n):
-        for j in range(k):
-            for q in range(n):
-                rows[q][s * k + j] = per[s][j * n + q]
-    return tuple(tuple(r) for r in rows)
+    return tuple(tuple(per[s][j * n + q] for s in range(n) for j in range(k)) for q in range(n))

@@ -1,20 +1,14 @@
-"""Run a copy plan (``lowering.kinds.copies``): each copy one ``as_strided`` view pair.
-
-Both tensors must be contiguous; the views are taken relative to each one's own storage
-offset. No host synchronisation, no allocation: a CUDA graph can capture it.
-
-A narrow innermost run (the 2-element rows of a ``[n, 2] -> [n, 8]`` unpack) is copied
-as one wider integer element per run where sizes, strides and offsets allow: CPU copy
-kernels pay per element, so this is several times faster and moves the same bytes.
-A large CPU copy that cannot widen and whose innermost loop is strided (a transposing
-pack, a column of a split copy) still moves unsigned or wide integers of the element's
-size (float32 as int32, int8 and bool as uint8): torch's strided CPU copy of those runs up
-to twice as fast as of floats or signed bytes (bench/pack_vs_copy.py), and bits are bits.
+"""Run a copy plan (``lowering.kinds.copies``): each copy one ``as_strided`` view pair,
+relative to each (contiguous) tensor's storage offset; no host synchronisation, no
+allocation, so a CUDA graph can capture it. Which CPU copies run faster as integers
+(narrow rows as one wider element; strided inner loops as integers of the element's
+size) and why: docs/running.md, "Performance", measured by bench/pack_vs_copy.py.
 Contiguous inner loops are vectorised whatever the dtype and keep it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -46,13 +40,9 @@ def flat(t: torch.Tensor) -> torch.Tensor:
 
 
 def nothing_of(t: torch.Tensor) -> torch.Tensor:
-    """A 0-element flat view of ``t``: the send buffer of a rank that sends nothing.
-
-    A fresh empty tensor would not depend on ``t`` in a traced graph; in a backward,
-    inductor's min-cut partitioner then moves that rank's collective into the forward
-    graph (it needs no tangent), on that rank only, and the ranks' collectives no longer
-    pair up. A view keeps every collective after what its step reads.
-    """
+    """A 0-element flat view of ``t``: the send buffer of a rank that sends nothing, drawn
+    from the step's input so that no collective runs ahead of its step in a trace
+    (docs/running.md, "torch.compile")."""
     return t.view(-1)[:0] if t.is_contiguous() else t.narrow(0, 0, 0).reshape(-1)
 
 
@@ -75,11 +65,8 @@ def _width(c: Copy, item: int, so: int | torch.SymInt, do: int | torch.SymInt) -
 def _split_dim(size: Sequence[int], dst_stride: Sequence[int], width: int) -> int | None:
     """The dim a CPU copy would run innermost (the destination's smallest stride), where it
     is short and the copy long: copying along each of its indices in turn is faster."""
-    n = 1
-    for s in size:
-        n *= s
     dims = [k for k in range(len(size)) if size[k] > 1]
-    if n < _LONG or len(dims) < 2:
+    if math.prod(size) < _LONG or len(dims) < 2:
         return None
     m = min(dims, key=lambda k: dst_stride[k])
     return m if size[m] <= _COLUMNS and size[m] * width <= _COLUMN_BYTES else None

@@ -1,11 +1,7 @@
-"""Torch execution of the exact exchanges between uneven layouts (``all_to_allv``,
-``reduce_scatterv``; their definitions are in ``lowering.kinds.uneven_exchange``).
-
-Both are one ``all_to_all_single`` with each peer's exact split (never padded): the
-pieces are packed by strided copies, and unpacked by copies (``all_to_allv``) or by
-accumulating each contribution into the output (``reduce_scatterv``)::
-
-    +A +A +A  =>  r0 [A0]  r1 [A1 A2]  r2 [A3]   (sizes 1,2,1; each the sum)
+"""Torch execution of the uneven kinds (``lowering.kinds.uneven_exchange``): ``all_to_allv``
+and ``reduce_scatterv``, one ``all_to_all_single`` with each peer's exact split (never
+padded), unpacked by copies or by accumulating each contribution into the output; and
+``all_gatherv``.
 """
 
 from __future__ import annotations
@@ -18,10 +14,10 @@ from lowering.kinds.copies import Copy
 from lowering.kinds.uneven_exchange import ExchangeVPieces, GatherVPieces
 from lowering.program import Step
 from torch_backend import comm
-from torch_backend.collectives import Plans, first_plan, gather_a2a, pack_exchange, ring_gather, step_group
+from torch_backend.collectives import exchange, first_plan, gather_a2a, ring_gather, step_group
 from torch_backend.comm import finish_avg, rank_map, tied
-from torch_backend.groups import GroupHandle, MeshContext
-from torch_backend.runners import pieces_as, runs
+from torch_backend.groups import MeshContext
+from torch_backend.runners import Pieces, pieces_as, runs
 from torch_backend.scratch import buffer
 from torch_backend.strided import contiguous, nothing_of, run_copies
 
@@ -33,15 +29,12 @@ def _exchange(ctx: MeshContext, step: Step, plans: Mapping[int, ExchangeVPieces]
     p = first_plan(plans)
     if step.bytes_sent_max == 0 or p.n == 1:
         return rank_map(ctx, lambda r, t: nothing_of(t), x)
-    send_splits = {r: [pc.numel for pc in p.send] for r, p in plans.items()}
-    recv_splits = {r: [pc.numel for pc in p.recv] for r, p in plans.items()}
-    send = rank_map(ctx, lambda r, t: pack_exchange(plans[r], t), x)
     recv = buffer(p, "recv", p.recv_elems, x) if comm.one_block(ctx) else None
-    return comm.all_to_all(ctx, send, send_splits, recv_splits, step_group(ctx, step), out=recv)
+    return exchange(ctx, step_group(ctx, step), plans, x, recv)
 
 
 @runs("all_to_allv", "slicev")
-def all_to_allv(ctx: MeshContext, step: Step, pieces: Plans, x: torch.Tensor) -> torch.Tensor:
+def all_to_allv(ctx: MeshContext, step: Step, pieces: Pieces, x: torch.Tensor) -> torch.Tensor:
     """Each rank's exact pieces to each peer (uneven sizes, any block order)::
 
         r0 [a a a]      [a a]
@@ -85,14 +78,11 @@ def _accumulate(copies: Sequence[Copy], src: torch.Tensor, dst: torch.Tensor, op
     for c in copies:
         d = dst.as_strided(c.dst.size, c.dst.stride, do + c.dst.offset)
         s = src.as_strided(c.src.size, c.src.stride, so + c.src.offset)
-        if op in ("sum", "avg") and d.dtype == torch.bool:
-            d.logical_or_(s)
-        else:
-            _ACCUMULATE[op](d, s, out=d)
+        _ACCUMULATE[op](d, s, out=d)  # on bool, add is a logical or
 
 
 @runs("reduce_scatterv")
-def reduce_scatterv(ctx: MeshContext, step: Step, pieces: Plans, x: torch.Tensor) -> torch.Tensor:
+def reduce_scatterv(ctx: MeshContext, step: Step, pieces: Pieces, x: torch.Tensor) -> torch.Tensor:
     """Each contribution straight to the rank that holds the sum, reduced there::
 
         +A +A +A  =>  r0 [A0]  r1 [A1 A2]  r2 [A3]   (sizes 1,2,1)
@@ -113,26 +103,37 @@ def reduce_scatterv(ctx: MeshContext, step: Step, pieces: Plans, x: torch.Tensor
 
 
 @runs("all_gatherv")
-def all_gatherv(ctx: MeshContext, step: Step, pieces: Plans, x: torch.Tensor) -> torch.Tensor:
+def all_gatherv(ctx: MeshContext, step: Step, pieces: Pieces, x: torch.Tensor) -> torch.Tensor:
     """Every member's exact segment to every rank, never padded::
 
         r0 [a a a]                                    [a a a b c c c c]
         r1 [b]      =>  a, b, c each to the others =>  (on every rank)
         r2 [c c c c]
 
-    On a real group, n-1 rounds of point-to-point around the ring (each segment forwarded
-    once: what the cost model prices). Where the implementation has no point-to-point
-    (torch.compile's functional collectives, LocalTensorMode), one ``all_to_all_single``
-    with exact splits: each rank's segment to every peer, so one collective in the graph.
+    n-1 rounds of point-to-point around the ring (``ring_gather``), or one exact
+    ``all_to_all_single`` where the implementation has no point-to-point (``gather_a2a``;
+    docs/running.md, "torch.compile").
     """
     plans = pieces_as(GatherVPieces, pieces)
     p0 = first_plan(plans)
     if p0.n == 1 or not step.bytes_sent_max:  # every other segment is empty: the own one is all
         return rank_map(ctx, lambda r, t: _unpack(ctx, plans[r], _own_segment(plans[r], t)), x)
     g = step_group(ctx, step)
-    if comm.has_p2p(ctx):
-        return _gather_ring(ctx, g, p0, x)
-    return _gather_once(ctx, g, plans, x)
+    if comm.has_p2p(ctx):  # the ring, every segment in one buffer
+        i, offs, segs = p0.position, p0.offsets, p0.segments
+        buf = buffer(p0, "ring", sum(segs), x)
+        run_copies(p0.pack_copies, contiguous(x), buf[offs[i]:offs[i] + segs[i]])
+        ring_gather(ctx, g, buf, segs, i, p0.members)
+        return _unpack(ctx, p0, buf)
+    own = rank_map(ctx, lambda r, t: _own_segment(plans[r], t), x)
+    got = gather_a2a(ctx, g, own, {r: p.segments for r, p in plans.items()},
+                     {r: p.position for r, p in plans.items()})
+
+    def finish(r: int, o: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
+        at = plans[r].offsets[plans[r].position]
+        return _unpack(ctx, plans[r], torch.cat([recv[:at], o, recv[at:]]))
+
+    return rank_map(ctx, finish, own, got)
 
 
 def _own_segment(p: GatherVPieces, t: torch.Tensor) -> torch.Tensor:
@@ -147,26 +148,3 @@ def _unpack(ctx: MeshContext, p: GatherVPieces, buf: torch.Tensor) -> torch.Tens
     y = run_copies(p.unpack_copies, buf, buf.new_empty(p.out_shape))
     return y if p.unpack_copies else tied(ctx, y, buf)
 
-
-def _gather_once(ctx: MeshContext, g: GroupHandle, plans: Mapping[int, GatherVPieces],
-                 x: torch.Tensor) -> torch.Tensor:
-    """One exact ``all_to_all_single``: each rank's segment to each peer (``gather_a2a``)."""
-    own = rank_map(ctx, lambda r, t: _own_segment(plans[r], t), x)
-    got = gather_a2a(ctx, g, own, {r: p.segments for r, p in plans.items()},
-                     {r: p.position for r, p in plans.items()})
-
-    def finish(r: int, o: torch.Tensor, recv: torch.Tensor) -> torch.Tensor:
-        p = plans[r]
-        at = p.offsets[p.position]
-        return _unpack(ctx, p, torch.cat([recv[:at], o, recv[at:]]))
-
-    return rank_map(ctx, finish, own, got)
-
-
-def _gather_ring(ctx: MeshContext, g: GroupHandle, p: GatherVPieces, x: torch.Tensor) -> torch.Tensor:
-    """The ring (``ring_gather``), every segment in one buffer."""
-    i, offs, segs = p.position, p.offsets, p.segments
-    buf = buffer(p, "ring", sum(segs), x)
-    run_copies(p.pack_copies, contiguous(x), buf[offs[i]:offs[i] + segs[i]])
-    ring_gather(ctx, g, buf, segs, i, p.members)
-    return _unpack(ctx, p, buf)

@@ -1,10 +1,6 @@
-"""One rank of ``shardc run``: build data, run the program as a user's call, check it, time it.
-
-Progress counters go to the launcher's TCPStore (keys under ``shardc/``), which
-outlives every rank.
-
-Fault injection for tests: ``SHARDC_FAULT="rank=2,step=1,kind=raise|sleep|exit[,seconds=30]"``
-makes that rank fail just before that step (0-based) of the first run.
+"""One rank of ``shardc run``: build data, run the program as a user's call, check it, time
+it (docs/running.md, "One machine"; ``SHARDC_FAULT``: "Timeouts and failures"). Progress
+counters go to the launcher's TCPStore (keys under ``shardc/``), which outlives every rank.
 """
 
 from __future__ import annotations
@@ -48,12 +44,10 @@ def prepared(program: Program, ctx: MeshContext) -> Callable[[torch.Tensor], Any
 
 
 class Clock:
-    """A user's call timed at its step boundaries: its start, each boundary between two steps
-    of the runner loop it runs (``executor.watching``; a one-step program's fast runner has
-    none), its end; each once the device has finished. While ``armed`` (a rank's first run of
-    ``shardc run``) it notes when each step began (how long a failed one was stuck) and
-    injects ``SHARDC_FAULT``'s ``fault`` of this ``rank``; which rank is at fault for a failed
-    collective, the error itself says (``torch_backend.faults``)."""
+    """A user's call timed at its start, the step boundaries of the runner loop it runs
+    (``executor.watching``) and its end, each once the device has finished. While ``armed``
+    (a rank's first run) it notes when each step began (how long a failed one was stuck)
+    and injects ``SHARDC_FAULT``'s ``fault`` of this ``rank``."""
 
     def __init__(self, device: torch.device, rank: int = 0, fault: str | None = None) -> None:
         self.device, self.rank, self.armed = device, rank, True
@@ -95,8 +89,7 @@ class Clock:
 
 def init(spec: RunSpec, rank: int | None = None, world: int | None = None, store: Any = None) -> Any:
     """Join (or, under torchrun, create) the default process group; returns the store.
-    Joining the launcher's group waits for the slowest rank to import torch: ``STARTUP_S``
-    (torchrun's ranks start together), then the collective timeout."""
+    Joining the launcher's group may take ``STARTUP_S``, then the collective timeout."""
     timeout = timedelta(seconds=spec.timeout)
     if spec.backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank or 0)) % torch.cuda.device_count())

@@ -92,11 +92,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def command() -> NoReturn:
-    """The ``shardc`` console script: ``main``, then an exit that skips the interpreter's
-    teardown once torch was imported. Tearing torch down (the collector's passes over its
-    objects, then every operator registered from Python leaving the dispatcher, each
-    recomputing its dispatch table) takes a second or two after the report; the output is
-    flushed and the exit handlers (multiprocessing's) run first, as at a normal exit."""
+    """The ``shardc`` console script: ``main``, then an exit that skips tearing torch down
+    once it was imported (a second or two after the report: docs/running.md, "One
+    machine"); the output is flushed and the exit handlers run first, as at a normal exit."""
     rc = main()
     if "torch" not in sys.modules:
         sys.exit(rc)

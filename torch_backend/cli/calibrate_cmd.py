@@ -1,8 +1,5 @@
 """``shardc calibrate``: fit a cost model (alpha and beta per group of mesh axes) to the
 collective times of probes run on local ranks, or on JAX devices (docs/running.md).
-
-    shardc calibrate --backend gloo --mesh dp=2,tp=4 --out gloo-dp2-tp4.json
-    shardc plan --mesh dp=2,tp=4 --cost-model gloo-dp2-tp4.json 'f32[64]{U:tp}' 'f32[64@tp]'
 """
 
 from __future__ import annotations
@@ -50,8 +47,11 @@ def run(args: argparse.Namespace) -> int:
     if mesh.size < 2 or not probes(mesh, sizes):
         raise SpecError(f"the mesh {mesh} has no axis of size > 1: nothing to calibrate", text=args.mesh, pos=0,
                         hint="give a mesh with 2 or more ranks, e.g. --mesh dp=2,tp=4")
-    if args.out is not None:
-        _check_writable(args.out)
+    if args.out is not None:  # an --out that cannot be written, refused before a minute on the ranks
+        parent = os.path.dirname(os.path.abspath(args.out))
+        if os.path.isdir(args.out) or not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+            raise SpecError(f"cannot write the cost model to {args.out!r}", text=args.out, pos=0,
+                            hint="give a file path in an existing, writable directory, e.g. --out model.json")
     timed = _timed_jax(args, mesh, sizes) if args.engine == "jax" else _timed_ranks(args, mesh, sizes)
     if isinstance(timed, int):  # failed, or a torchrun rank but 0
         return timed
@@ -120,11 +120,3 @@ def _timed_jax(args: argparse.Namespace, mesh: Any, sizes: tuple[int, ...]) -> T
 
     samples = measure(mesh, sizes, args.iters)
     return samples, mesh.size, f"jax-{jax.devices()[0].platform}", measure_local(mesh, sizes, args.iters)
-
-
-def _check_writable(path: str) -> None:
-    """Refuse an --out we could not write before spending a minute on the ranks."""
-    parent = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path) or not os.path.isdir(parent) or not os.access(parent, os.W_OK):
-        raise SpecError(f"cannot write the cost model to {path!r}", text=path, pos=0,
-                        hint="give a file path in an existing, writable directory, e.g. --out model.json")

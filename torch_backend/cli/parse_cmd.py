@@ -1,7 +1,6 @@
-"""``shardc parse TYPE [--mesh M] [--json]``: one type, every form it has (docs/dsl.md):
-its canonical text, JAX PartitionSpec, and with ``--mesh`` its DTensor placements and each
-rank's slice, or an uneven type's blocks (``lowering.layout.rank_layout``). Neither torch
-nor jax is imported: placements are printed in their textual form (``S(0),R,P(sum)``)."""
+"""``shardc parse TYPE [--mesh M] [--json]``: one type, every form it has (docs/dsl.md,
+"Command line"). Neither torch nor jax is imported: placements are printed in their
+textual form (``S(0),R,P(sum)``)."""
 
 from __future__ import annotations
 

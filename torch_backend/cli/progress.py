@@ -1,8 +1,6 @@
-"""``shardc run``'s progress while the ranks start and run (spawning 8 processes that each
-import torch takes seconds): a rich bar on a terminal, plain lines when stderr is piped.
-
-Fed by the launcher's ``on_progress`` with rank counts ``{up, joined, bench, done, failed}``;
-everything goes to stderr, so stdout stays the program and the report.
+"""``shardc run``'s progress on stderr while the ranks start and run (docs/running.md, "One
+machine"), fed by the launcher's ``on_progress`` with rank counts ``{up, joined, bench,
+done, failed}``.
 """
 
 from __future__ import annotations

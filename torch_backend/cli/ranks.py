@@ -7,22 +7,15 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 
-def rank_runs(ranks: Sequence[int] | Any) -> list[tuple[int, int]]:
-    """Sorted ranks -> [(first, last)] of consecutive runs (vectorized: meshes can have millions)."""
+def ranks_text(ranks: Sequence[int] | Any, max_runs: int | None = None) -> str:
+    """Sorted ranks ``[0,1,2,3,6]`` -> ``0-3,6``; past ``max_runs`` runs, ``... (N more
+    runs)`` (the runs found vectorized: meshes can have millions of ranks)."""
     import numpy as np
 
     r = np.asarray(ranks, dtype=np.int64)
-    if r.size == 0:
-        return []
     breaks = np.flatnonzero(np.diff(r) != 1)
-    firsts = np.concatenate(([r[0]], r[breaks + 1]))
-    lasts = np.concatenate((r[breaks], [r[-1]]))
-    return list(zip(firsts.tolist(), lasts.tolist(), strict=True))
-
-
-def ranks_text(ranks: Sequence[int] | Any, max_runs: int | None = None) -> str:
-    """``[0,1,2,3,6]`` -> ``0-3,6``; past ``max_runs`` runs, ``... (N more runs)``."""
-    runs = rank_runs(ranks)
+    runs = list(zip(np.concatenate((r[:1], r[breaks + 1])).tolist(), np.concatenate((r[breaks], r[-1:])).tolist(),
+                    strict=True))
     shown = runs if max_runs is None else runs[:max_runs]
     text = ",".join(str(a) if a == b else f"{a}-{b}" for a, b in shown)
     if len(shown) < len(runs):

@@ -1,9 +1,5 @@
-"""``shardc run``: compile a redistribution and run it on real ranks.
-
-    shardc run --mesh dp=2,tp=4 'f32[12@(dp,tp),10]' 'f32[12@tp,10]' --check --bench 20
-
-One process per rank on this machine, or the torchrun world (docs/running.md). The
-program is printed as soon as it compiles, progress goes to stderr, then the report.
+"""``shardc run``: compile a redistribution and run it on real ranks, one process per rank
+on this machine or the torchrun world (docs/running.md, "One machine").
 """
 
 from __future__ import annotations

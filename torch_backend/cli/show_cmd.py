@@ -1,10 +1,7 @@
 """``shardc show TYPE --mesh M``: which rank holds which block, drawn like
-``jax.debug.visualize_array_sharding`` (docs/dsl.md describes the picture).
-
-The global index space is cut at every rank's block boundaries, and each tile lists the
-ranks holding it. Every tile has one width (as in JAX's picture, so every rank number is
-whole); a grid wider than the console is drawn in bands of columns, and a 1-D row folded
-into rows of tiles. Only rich is imported (no torch, no jax).
+``jax.debug.visualize_array_sharding`` (docs/dsl.md, "Command line", describes the
+picture): the global index space cut at every rank's block boundaries, each tile listing
+the ranks holding it. Only rich is imported (no torch, no jax).
 """
 
 from __future__ import annotations
