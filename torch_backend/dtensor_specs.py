@@ -394,9 +394,9 @@ def _group_size(mesh: Mesh, axes: tuple[str, ...]) -> int:
 
 def _rounds(step: Any, mesh: Mesh) -> int:
     """The rounds of messages ``step`` passes in turn as the engine runs it: a ring over a
-    group of n ranks (an all_gather, an exact uneven one too) n-1; an all_reduce's ring 2(n-1), and a
-    reduce_scatter's too (gloo reduces the whole block: over 2 ranks it takes as long as an
-    all_reduce); a permute (one peer each) one per launch; an exchange (all_to_all, the
+    group of n ranks (an all_gather, an exact uneven one too) n-1; an all_reduce's ring
+    2(n-1), and a reduce_scatter's too (gloo reduces the whole block: over 2 ranks it takes
+    as long as an all_reduce); a permute (one peer each) one per launch; an exchange (all_to_all, the
     exact all_to_allv, a relay's phase) log2(n) per launch: its messages to every peer go
     out together, but each peer costs (on 8 gloo ranks, an all_to_all over 4 ranks took
     about 2.4x one over 2, and one over 8 a third of a ring all_gather's 7 rounds)."""
@@ -512,10 +512,11 @@ def _planned(s: TensorType, d: TensorType, mesh: Mesh, chain: list[TensorType] |
     the fewest bytes or within DTensor's plan's bytes (what DTensor would move anyway),
     the one the engine's alpha-beta price (``_engine_time``: a latency per call and per
     round) makes fastest. On 2x2x2, ``bf16[6@dp,8736,5@cp]{U:tp} -> bf16[6@dp,8736,5]``:
-    reduce_scatter(tp) then one exact exchange over (tp, cp) (two calls), not three calls
-    of the same bytes; ``bf16[32768,8@tp] -> bf16[32768@(tp,dp,cp),8]``: DTensor's one
-    all_gather over tp's 2 ranks and local slices, not shardc's relay (two exchanges over
-    all 8 ranks) at an eighth of its bytes."""
+    DTensor's all_reduce(tp), then one exact exchange within each cp pair (two calls), not
+    three calls of the same bytes, nor reduce_scatter(tp) and an exchange over (tp, cp);
+    ``bf16[32768,8@tp] -> bf16[32768@(tp,dp,cp),8]``: DTensor's swap of the dim within
+    each tp pair (one exchange) and local slices, not shardc's relay at the byte bound (two
+    exchanges over all 8 ranks)."""
     first = lowering.compile(s, d, mesh, cost_model=_engine_model())
     own = None if chain is None else _dtensor_plan(chain, mesh)
     plans = [p for p in (first, _fewer_ring_steps(s, d, mesh, first), own) if p is not None]
