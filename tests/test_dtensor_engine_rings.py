@@ -145,10 +145,13 @@ def test_an_uneven_gather_is_one_exact_exchange(fake_pg):
 
 
 def test_of_plans_of_about_the_same_bytes_the_fewest_calls(fake_pg):
-    """``bf16[6@dp,8736,5@cp]{U:tp} -> bf16[6@dp,8736,5]`` on 2x2x2: reduce_scatter(tp),
-    then the cp and tp gathers. Per axis that is three calls (the cp gather uneven); merged,
-    the two gathers are one exact exchange over (tp, cp): two calls, as DTensor's all_reduce
-    and gather, for 9% more bytes (each rank sends its block to every peer)."""
+    """``bf16[6@dp,8736,5@cp]{U:tp} -> bf16[6@dp,8736,5]`` on 2x2x2: shardc's own plan is
+    reduce_scatter(tp), then one uneven gather over (tp, cp) (a ring of point-to-point
+    rounds); per axis that is three calls (the cp gather uneven). Of the
+    two-call plans of the same bytes, DTensor's (all_reduce(tp), then the cp gather as one
+    exact exchange within each cp pair), not reduce_scatter(tp) and one exchange over
+    (tp, cp): on gloo a reduce_scatter over 2 ranks costs an all_reduce, and an exchange
+    over 4 ranks more than one over 2."""
     from torch.distributed.tensor import Partial, Replicate, Shard
 
     fake_pg(8)
@@ -156,6 +159,53 @@ def test_of_plans_of_about_the_same_bytes_the_fewest_calls(fake_pg):
                             [Shard(0), Replicate(), Replicate()], (6, 8736, 5), torch.bfloat16)
     own = lowering.compile(parse("bf16[6@dp,8736,5@cp]{U:tp}"), parse("bf16[6@dp,8736,5]"),
                            parse_mesh("dp=2,cp=2,tp=2"))
-    assert [(s.kind, s.axes) for s in program.steps] == [("reduce_scatter", ("tp",)), ("all_to_allv", ("tp", "cp"))]
+    assert [(s.kind, s.axes) for s in own.steps if s.is_collective] == [
+        ("reduce_scatter", ("tp",)), ("all_gather", ("tp", "cp"))]
+    assert [(s.kind, s.axes) for s in program.steps] == [("all_reduce", ("tp",)), ("all_to_allv", ("cp",))]
     assert program.cost.collectives == 2
     assert own.cost.bytes_max <= program.cost.bytes_max <= own.cost.bytes_max * 9 // 8
+
+
+def test_dtensors_own_plan_where_it_is_faster_than_shardcs_at_the_bound(fake_pg):
+    """``bf16[32768,8@tp] -> bf16[32768@(tp,dp,cp),8]`` on 2x2x2: shardc's own plan is a relay at
+    the byte bound (two exchanges over all 8 ranks); DTensor's plan swaps the dim over tp's 2
+    ranks (one call; on gloo a gather of the whole block) and slices over dp and cp. The engine
+    runs DTensor's plan with shardc's steps: one exchange within each tp pair, half the block,
+    fewer bytes than DTensor's own, and the values are DTensor's."""
+    from torch.distributed._local_tensor import LocalTensorMode
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import distribute_tensor
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+
+    from lowering.placements import to_placements
+    from torch_backend import dtensor_engine
+    from torch_backend.dtensor_specs import plan_pair
+
+    fake_pg(8)
+    mesh = parse_mesh("dp=2,cp=2,tp=2")
+    s, d = parse("bf16[32768,8@tp]"), parse("bf16[32768@(tp,dp,cp),8]")
+    own = lowering.compile(s, d, mesh)
+    assert [(st.kind, st.axes, st.launches) for st in own.steps] == [("relay", ("dp", "cp", "tp"), 2)]
+    sp, _ = to_placements(s, mesh, strided=True)
+    dp, _ = to_placements(d, mesh, strided=True)
+    meta = TensorMeta(torch.Size((32768, 8)), (8, 1), torch.bfloat16)
+    with LocalTensorMode(8) as lm:
+        dm = init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("dp", "cp", "tp"))
+        pair = plan_pair(DTensorSpec(dm, tuple(sp), tensor_meta=meta), DTensorSpec(dm, tuple(dp), tensor_meta=meta), lm)
+    assert not isinstance(pair, str), pair
+    program = pair.program
+    assert [(st.kind, st.axes) for st in program.steps if st.is_collective] == [("permute", ("tp",))]
+    dtensor_bytes = 32768 * 4 * 2  # DTensor's gather of the other half of each row over tp
+    assert own.cost.bytes_max < program.cost.bytes_max < dtensor_bytes
+
+    got = {}
+    for on in (False, True):
+        with LocalTensorMode(8):
+            dm = init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("dp", "cp", "tp"))
+            x = distribute_tensor(torch.arange(40 * 8.0).view(40, 8).requires_grad_(), dm, list(sp))
+            with dtensor_engine(on):
+                y = x.redistribute(dm, list(dp))
+                (y.to_local() * 3).sum().backward()
+            got[on] = (y.full_tensor().clone(), x.grad.full_tensor().clone())
+    assert torch.equal(got[True][0], got[False][0]) and torch.equal(got[True][1], got[False][1])
+    assert torch.equal(got[True][0], torch.arange(40 * 8.0).view(40, 8))

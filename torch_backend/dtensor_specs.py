@@ -284,10 +284,56 @@ def plan_pair(src: Any, dst: Any, lm: Any) -> SpecPair | str:
     if isinstance(ctx, str):
         return ctx
     try:
-        program = _program(s, d, g, _shared_dims(src, dst, d))
+        program = _program(s, d, g, _shared_dims(src, dst, d), _dtensor_chain(src, dst, g))
     except SpecError:
         return "refused"
     return SpecPair(program, ctx)
+
+
+def _dtensor_chain(src: Any, dst: Any, g: Geometry) -> list[TensorType] | None:
+    """The types DTensor's own plan for ``src -> dst`` passes through, ``src``'s first and
+    ``dst``'s last: one per transform DTensor runs (one mesh dim, or a flattened group of
+    them, changes its placement), read off DTensor's planner as it plans the call (its
+    transforms, merged onto flattened meshes as it runs them), or None where a state is no
+    shardc type (the candidate is then left out)."""
+    from torch.distributed.tensor import _redistribute
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+    from torch.distributed.tensor._redistribute import (
+        DTensorRedistributePlanner,
+        _gen_transform_infos_non_cached,
+        _optimize_transform_infos,
+        _update_shard_order_and_placements,
+    )
+
+    first, last = spec_type(src, g), spec_type(dst, g)
+    if isinstance(first, str) or isinstance(last, str):
+        return None
+    chain = [first]
+    # DTensor warns (once per pair) where its gathers cannot merge: about its own run, which
+    # this plan need not be; kept quiet and unrecorded, so DTensor's path still warns
+    log, quiet, warned = _redistribute.logger, _redistribute.logger.disabled, set(_redistribute._warned_flatten_issues)
+    log.disabled = True
+    try:
+        infos = _optimize_transform_infos(_gen_transform_infos_non_cached(src, dst), src.mesh,
+                                          src.placements, dst.placements)
+        strided = bool(src.use_strided_shard_as_shard_order)
+        placements, order = DTensorSpec._normalize_placements_into_shard_order(src.placements, src.mesh, strided)
+        current = list(placements)
+        orders = DTensorRedistributePlanner._ShardOrder_to_dict(order if strided else src.shard_order)
+        for info in infos:
+            _update_shard_order_and_placements(info, current, orders)
+            spec = DTensorSpec(src.mesh, tuple(current), tensor_meta=src.tensor_meta,
+                               shard_order=DTensorRedistributePlanner._dict_to_ShardOrder(orders))
+            t = spec_type(spec, g)
+            if isinstance(t, str):
+                return None
+            chain.append(t)
+    except Exception:  # DTensor's planner or a state it passes refused: no candidate, shardc's plans stand
+        return None
+    finally:
+        log.disabled = quiet
+        _redistribute._warned_flatten_issues.intersection_update(warned)
+    return chain if chain[-1] == last else None
 
 
 def _shared_dims(src: Any, dst: Any, d: TensorType) -> list[int]:
@@ -301,13 +347,15 @@ def _shared_dims(src: Any, dst: Any, d: TensorType) -> list[int]:
             if p.is_replicate() and q.is_partial()]
 
 
-def _program(s: TensorType, d: TensorType, g: Geometry, shared: list[int]) -> Any:
-    """``s -> d`` planned by shardc; a Replicate DTensor dim that becomes a pending sum ends
-    as DTensor's ``divide`` step (each rank ``v/n``), one per DeviceMesh dim in its order,
-    where shardc's own plan would keep the value on one rank (``zero_fill``)."""
+def _program(s: TensorType, d: TensorType, g: Geometry, shared: list[int],
+             chain: list[TensorType] | None = None) -> Any:
+    """``s -> d`` planned by shardc (``chain``: the types DTensor's own plan passes through,
+    a candidate); a Replicate DTensor dim that becomes a pending sum ends as DTensor's
+    ``divide`` step (each rank ``v/n``), one per DeviceMesh dim in its order, where shardc's
+    own plan would keep the value on one rank (``zero_fill``)."""
     runs = [g.axes[i] for i in shared if g.axes[i]]  # a size-1 dim's share is the value
     if not runs:
-        return _planned(s, d, g.root)
+        return _planned(s, d, g.root, chain)
 
     def short_of(pending: set[str]) -> TensorType:  # ``d`` with the axes still to divide replicated (I)
         return TensorType(d.dtype, d.dims, tuple((a, at) for a, at in d.axis_types if a not in pending))
@@ -346,14 +394,20 @@ def _group_size(mesh: Mesh, axes: tuple[str, ...]) -> int:
 
 def _rounds(step: Any, mesh: Mesh) -> int:
     """The rounds of messages ``step`` passes in turn as the engine runs it: a ring over a
-    group of n ranks (an even all_gather, a reduce_scatter) n-1, an all_reduce's ring
-    2(n-1), an exchange (all_to_all, the exact all_to_allv, a permute) one per launch."""
+    group of n ranks (an all_gather, an exact uneven one too) n-1; an all_reduce's ring
+    2(n-1), and a reduce_scatter's too (gloo reduces the whole block: over 2 ranks it takes
+    as long as an all_reduce); a permute (one peer each) one per launch; an exchange (all_to_all, the
+    exact all_to_allv, a relay's phase) log2(n) per launch: its messages to every peer go
+    out together, but each peer costs (on 8 gloo ranks, an all_to_all over 4 ranks took
+    about 2.4x one over 2, and one over 8 a third of a ring all_gather's 7 rounds)."""
     n = _group_size(mesh, step.axes)
-    if step.kind in ("all_gather", "reduce_scatter"):
+    if step.kind in ("all_gather", "all_gatherv"):  # all_gatherv: n-1 rounds of point-to-point
         return n - 1
-    if step.kind == "all_reduce":
+    if step.kind in ("all_reduce", "reduce_scatter"):
         return 2 * (n - 1)
-    return int(step.launches)
+    if step.kind == "permute":
+        return int(step.launches)
+    return int(step.launches) * max(1, math.ceil(math.log2(n)))
 
 
 def _ring_steps(program: Any) -> int:
@@ -436,20 +490,41 @@ def _engine_time(model: CostModel, step: Any, mesh: Any, bytes_max: int) -> floa
 _TIMED = CostModel(default_alpha=_CALL_S, default_beta=_BYTE_S, engine_time=_engine_time)
 
 
-def _planned(s: TensorType, d: TensorType, mesh: Mesh) -> Any:
+def _dtensor_plan(chain: list[TensorType], mesh: Mesh) -> Any:
+    """DTensor's own plan run by shardc: each of its transforms (``chain``'s hops) planned
+    by shardc, one collective or a local slice each, never more bytes than DTensor's own
+    (an uneven gather exact, not padded); None where shardc refuses a hop."""
+    model = _engine_model()
+    steps: list[Any] = []
+    try:
+        for a, b in itertools.pairwise(chain):
+            steps.extend(lowering.compile(a, b, mesh, cost_model=model).steps)
+        return lowering.make_program(steps, mesh, src=chain[0])
+    except SpecError:
+        return None
+
+
+def _planned(s: TensorType, d: TensorType, mesh: Mesh, chain: list[TensorType] | None = None) -> Any:
     """``s -> d`` as the engine plans it: shardc's bytes-first plan under this backend's
     model and, where it merges a collective over several axes, the plan of its bytes in
-    fewer ring steps; each with its uneven gathers as one call (``_one_call``); of those
-    within ``_NEAR`` of the fewest bytes, the one the engine's alpha-beta price
-    (``_engine_time``: a latency per call and per round) makes fastest. On 2x2x2,
-    ``bf16[6@dp,8736,5@cp]{U:tp} -> bf16[6@dp,8736,5]``: reduce_scatter(tp) then one exact
-    exchange over (tp, cp) (two calls), not three calls of the same bytes."""
+    fewer ring steps, and DTensor's own plan (``chain``, its states) run by shardc's steps;
+    each with its uneven gathers as one call (``_one_call``); of those within ``_NEAR`` of
+    the fewest bytes or within DTensor's plan's bytes (what DTensor would move anyway),
+    the one the engine's alpha-beta price (``_engine_time``: a latency per call and per
+    round) makes fastest. On 2x2x2, ``bf16[6@dp,8736,5@cp]{U:tp} -> bf16[6@dp,8736,5]``:
+    DTensor's all_reduce(tp), then one exact exchange within each cp pair (two calls), not
+    three calls of the same bytes, nor reduce_scatter(tp) and an exchange over (tp, cp);
+    ``bf16[32768,8@tp] -> bf16[32768@(tp,dp,cp),8]``: DTensor's swap of the dim within
+    each tp pair (one exchange) and local slices, not shardc's relay at the byte bound (two
+    exchanges over all 8 ranks)."""
     first = lowering.compile(s, d, mesh, cost_model=_engine_model())
-    plans = [p for p in (first, _fewer_ring_steps(s, d, mesh, first)) if p is not None]
+    own = None if chain is None else _dtensor_plan(chain, mesh)
+    plans = [p for p in (first, _fewer_ring_steps(s, d, mesh, first), own) if p is not None]
     runs = [lowering.make_program([_one_call(st, mesh) for st in p.steps], mesh, cost_model=_TIMED, src=s)
             for p in plans]
     least = min(p.cost.bytes_max for p in runs)
-    near = [i for i, p in enumerate(runs) if p.cost.bytes_max <= least + int(least * _NEAR)]
+    cap = max(least + int(least * _NEAR), 0 if own is None else runs[-1].cost.bytes_max)
+    near = [i for i, p in enumerate(runs) if p.cost.bytes_max <= cap]
     best = min(near, key=lambda i: (runs[i].cost.time_s, runs[i].cost.bytes_max))
     # a plan the engine runs as planned stays shardc's Program (its proof and its price)
     return plans[best] if runs[best].steps == plans[best].steps else runs[best]
